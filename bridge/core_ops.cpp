@@ -1,0 +1,238 @@
+// core_ops.cpp — the ops every PrivateUse1 backend must provide by hand:
+// tensor creation, views and storage manipulation, copies across devices,
+// and reading a scalar back. Everything else goes through dispatch.cpp.
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/view_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/_unsafe_view_native.h>
+#include <ATen/ops/alias_native.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include "tpu_bridge.h"
+
+namespace torch_tpu {
+namespace {
+
+constexpr c10::DispatchKeySet kKeys{c10::DispatchKey::PrivateUse1};
+
+void check_options(std::optional<c10::Layout> layout, std::optional<bool> pin_memory) {
+  TORCH_CHECK(!layout.has_value() || *layout == c10::Layout::Strided,
+              "tpu tensors support only the strided layout");
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout,
+                               std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory,
+                               std::optional<c10::MemoryFormat> memory_format) {
+  check_options(layout, pin_memory);
+  c10::Device d = device.value_or(c10::Device(c10::DeviceType::PrivateUse1, current_device()));
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, d.has_index() ? d.index() : current_device()));
+  return at::detail::empty_generic(size, device_allocator(), kKeys,
+                                   dtype.value_or(c10::get_default_dtype_as_scalartype()),
+                                   memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                         std::optional<c10::Device> device, std::optional<bool> pin_memory) {
+  check_options(layout, pin_memory);
+  c10::Device d = device.value_or(c10::Device(c10::DeviceType::PrivateUse1, current_device()));
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, d.has_index() ? d.index() : current_device()));
+  return at::detail::empty_strided_generic(size, stride, device_allocator(), kKeys,
+                                           dtype.value_or(c10::get_default_dtype_as_scalartype()));
+}
+
+// ---- storage manipulation --------------------------------------------------------
+
+void maybe_grow_storage(const at::Tensor& self) {
+  if (self.numel() == 0) return;
+  int64_t max_index = 0;
+  for (int64_t d = 0; d < self.dim(); ++d) max_index += (self.size(d) - 1) * self.stride(d);
+  size_t needed = (size_t)(self.storage_offset() + max_index + 1) * self.element_size();
+  const c10::Storage& storage = self.storage();
+  if (needed > storage.nbytes()) {
+    c10::DeviceGuard guard(self.device());
+    resize_storage_bytes(storage, needed);
+  }
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format) {
+  auto* impl = self.unsafeGetTensorImpl();
+  auto sizes = C10_AS_INTARRAYREF_SLOW(size);
+  for (auto s : sizes) TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s);
+  impl->set_sizes_contiguous(sizes);
+  if (memory_format.has_value() && *memory_format != c10::MemoryFormat::Preserve)
+    impl->empty_tensor_restride(*memory_format);
+  maybe_grow_storage(self);
+  return self;
+}
+
+at::Tensor& set_storage(at::Tensor& self, c10::Storage source, c10::SymInt offset,
+                        c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
+  auto* impl = self.unsafeGetTensorImpl();
+  if (!impl->storage().is_alias_of(source)) impl->set_storage_keep_dtype(std::move(source));
+  impl->set_sizes_and_strides(C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride),
+                              offset.expect_int());
+  maybe_grow_storage(self);
+  return self;
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
+  int64_t n = (int64_t)(source.nbytes() / self.element_size());
+  return set_storage(self, source, 0, c10::SymIntArrayRef({c10::SymInt(n)}),
+                     c10::SymIntArrayRef({c10::SymInt(1)}));
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& src) {
+  if (self.is_same(src)) return self;
+  return set_storage(self, src.storage(), src.sym_storage_offset(), src.sym_sizes(),
+                     src.sym_strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, device_allocator(), true);
+  return set_storage(self, storage, 0, c10::SymIntArrayRef({c10::SymInt(0)}),
+                     c10::SymIntArrayRef({c10::SymInt(1)}));
+}
+
+// ---- copies -----------------------------------------------------------------------
+
+bool dense_contiguous(const at::Tensor& t) { return t.is_contiguous(); }
+
+// A device-to-device copy with conversion and broadcasting, by the runtime's
+// "copy" op, on the destination's current stream.
+void device_copy(const at::Tensor& dst, const at::Tensor& src) {
+  static const tpu_op_id_t copy_op = tpu_op_lookup("copy");
+  TORCH_CHECK(copy_op >= 0, "the runtime has no copy op");
+  at::Tensor s = src.expand(dst.sizes());
+  tpu_value_t in{};
+  tpu_view_t out{};
+  in.kind = TPU_VALUE_VIEW;
+  TORCH_CHECK(make_view(s, &in.u.view) && make_view(dst, &out),
+              "copy_: dtype ", src.scalar_type(), " -> ", dst.scalar_type(),
+              " is not supported on tpu");
+  tpu_graph_t* g = nullptr;
+  check(tpu_graph_create(&g));
+  tpu_status_t st = tpu_graph_add_node(g, copy_op, &in, 1, &out, 1, nullptr, 0);
+  if (st != TPU_OK) {
+    tpu_graph_release(g);
+    check(st);
+  }
+  tpu_stream_t* stream = current_runtime_stream(dst.device().index());
+  check(tpu_stream_submit(stream, g));
+  maybe_block(stream);
+  count_native("copy_");
+}
+
+void copy_h2d(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
+  c10::DeviceGuard guard(dst.device());
+  at::Tensor host = src.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
+  at::Tensor target = dense_contiguous(dst) ? dst : at::empty(dst.sizes(), dst.options());
+  tpu_stream_t* stream = current_runtime_stream(dst.device().index());
+  size_t bytes = host.nbytes();
+  uint64_t to = (uint64_t)(uintptr_t)target.data_ptr();
+  uint64_t from = (uint64_t)(uintptr_t)host.data_ptr();
+  if (non_blocking && tpu_host_is_pinned(host.data_ptr())) {
+    check(tpu_stream_copy_pinned(stream, TPU_COPY_H2D, to, from, bytes));
+  } else {
+    // Pageable memory: the copy has run when we return (like CUDA).
+    check(tpu_stream_copy(stream, TPU_COPY_H2D, to, from, bytes));
+    check(tpu_stream_synchronize(stream));
+  }
+  if (!target.is_same(dst)) device_copy(dst, target);
+}
+
+void copy_d2h(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
+  c10::DeviceGuard guard(src.device());
+  at::Tensor dev = dense_contiguous(src) ? src : src.contiguous();
+  bool direct = dst.is_contiguous() && dst.scalar_type() == src.scalar_type() &&
+                dst.sizes() == src.sizes();
+  at::Tensor host = direct ? dst : at::empty(src.sizes(), src.options().device(at::kCPU));
+  tpu_stream_t* stream = current_runtime_stream(src.device().index());
+  uint64_t to = (uint64_t)(uintptr_t)host.data_ptr();
+  uint64_t from = (uint64_t)(uintptr_t)dev.data_ptr();
+  if (direct && non_blocking && tpu_host_is_pinned(host.data_ptr())) {
+    check(tpu_stream_copy_pinned(stream, TPU_COPY_D2H, to, from, host.nbytes()));
+    return;
+  }
+  check(tpu_stream_copy(stream, TPU_COPY_D2H, to, from, host.nbytes()));
+  check(tpu_stream_synchronize(stream));
+  if (!direct) dst.copy_(host);
+}
+
+void copy_d2d(const at::Tensor& dst, const at::Tensor& src) {
+  if (src.device() == dst.device()) {
+    c10::DeviceGuard guard(dst.device());
+    device_copy(dst, src);
+    return;
+  }
+  // Across chips: stage a contiguous copy of src on its chip, wait for it,
+  // then move the bytes on the destination's stream.
+  at::Tensor staged;
+  {
+    c10::DeviceGuard guard(src.device());
+    staged = src.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
+    check(tpu_stream_synchronize(current_runtime_stream(src.device().index())));
+  }
+  c10::DeviceGuard guard(dst.device());
+  at::Tensor target = dst.is_contiguous() ? dst : at::empty(dst.sizes(), dst.options());
+  tpu_stream_t* stream = current_runtime_stream(dst.device().index());
+  check(tpu_stream_copy(stream, TPU_COPY_D2D, (uint64_t)(uintptr_t)target.data_ptr(),
+                        (uint64_t)(uintptr_t)staged.data_ptr(), staged.nbytes()));
+  // The staging buffer belongs to src's chip and stream: keep it until the
+  // copy has run.
+  check(tpu_stream_synchronize(stream));
+  if (!target.is_same(dst)) device_copy(dst, target);
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  TORCH_CHECK(self.defined() && dst.defined(), "copy_: undefined tensor");
+  if (dst.numel() == 0) return dst;
+  bool src_dev = self.device().type() == c10::DeviceType::PrivateUse1;
+  bool dst_dev = dst.device().type() == c10::DeviceType::PrivateUse1;
+  TORCH_CHECK(to_tpu_dtype(self.scalar_type()) != TPU_DTYPE_INVALID &&
+                  to_tpu_dtype(dst.scalar_type()) != TPU_DTYPE_INVALID,
+              "copy_: dtype ", (src_dev ? dst : self).scalar_type(),
+              " is not supported on tpu");
+  if (src_dev && dst_dev) copy_d2d(dst, self);
+  else if (dst_dev) copy_h2d(dst, self, non_blocking);
+  else copy_d2h(dst, self, non_blocking);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  at::native::resize_output(dst, self.sizes());
+  return copy_from(self, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  at::Tensor host = at::empty({}, self.options().device(at::kCPU));
+  copy_d2h(host, self, false);
+  return host.item();
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
+  m.impl("view", TORCH_FN(at::native::view));
+  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+  m.impl("resize_", TORCH_FN(resize_));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
+  m.impl("set_.source_Storage", TORCH_FN(set_source_storage));
+  m.impl("set_.source_Tensor", TORCH_FN(set_source_tensor));
+  m.impl("set_", TORCH_FN(set_empty));
+  m.impl("_copy_from", TORCH_FN(copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+}
+
+}  // namespace torch_tpu

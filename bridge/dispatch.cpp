@@ -1,0 +1,650 @@
+// dispatch.cpp — the one generic path from ATen to the runtime, and the
+// counted CPU fallback for everything else.
+//
+// For every ATen overload named in a runtime op's `aten` list, one boxed
+// kernel is registered, carrying a Binding built once from the schema: which
+// schema arguments are the op's inputs, attrs and out= outputs (matched by
+// name, see tpu/ops.h). A call then
+//   1. turns tensors into views and numbers into scalars (devices checked),
+//   2. gets output metadata from the runtime's shape function, or else from
+//      PyTorch's meta kernel (redispatch on meta tensors),
+//   3. asks the runtime whether it runs this node natively (dtypes...); if
+//      not, the call goes to the CPU fallback, counted like any other,
+//   4. allocates functional outputs / resizes out= tensors, and submits a
+//      one-node graph to the current stream.
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "tpu_bridge.h"
+
+namespace torch_tpu {
+namespace {
+
+enum class Role { Ignore, Input, InputList, Attr, Out, SelfOut, Generator };
+
+struct ArgRole {
+  Role role = Role::Ignore;
+  int index = -1;           // input position / attr index / output index
+  bool is_dtype = false;    // ScalarType attrs arrive as ints
+  bool also_input = false;  // an in-place self the op also reads
+};
+
+struct Binding {
+  std::string aten;
+  tpu_op_id_t op = -1;
+  const tpu_op_def_t* def = nullptr;
+  std::vector<ArgRole> args;
+  int num_inputs = 0, num_attrs = 0, num_outputs = 0;
+  bool inplace = false, has_out = false;
+  int seed_attr = -1, offset_attr = -1;
+  size_t num_returns = 0;
+  std::atomic<int64_t> calls{0};
+};
+
+std::deque<Binding> g_bindings;  // stable addresses
+std::vector<std::string> g_binding_errors;
+
+// ---- fallback accounting ------------------------------------------------------
+
+std::mutex g_count_mu;
+std::map<std::string, int64_t> g_fallback_counts, g_native_counts;
+std::set<std::string> g_warned;
+
+enum class FallbackMode { Warn, Silent, Error };
+std::atomic<FallbackMode> g_fallback_mode{[] {
+  const char* env = std::getenv("TORCH_TPU_FALLBACK");
+  if (env && std::string(env) == "error") return FallbackMode::Error;
+  if (env && std::string(env) == "silent") return FallbackMode::Silent;
+  return FallbackMode::Warn;
+}()};
+
+void run_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::string name = c10::toString(op.operator_name());
+  bool warn = false;
+  {
+    std::lock_guard<std::mutex> lock(g_count_mu);
+    g_fallback_counts[name]++;
+    warn = g_fallback_mode.load() == FallbackMode::Warn && g_warned.insert(name).second;
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(g_fallback_mode.load() != FallbackMode::Error, name,
+                              " has no native tpu kernel (TORCH_TPU_FALLBACK=error)");
+  if (warn)
+    TORCH_WARN("torch_tpu: ", name,
+               " runs on the CPU (no native tpu kernel yet); this is counted in "
+               "torch_tpu.fallback_counts().");
+  at::native::cpu_fallback(op, stack);
+}
+
+void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  run_fallback(op, stack);
+}
+
+// ---- building a node from a call --------------------------------------------------
+
+struct Call {
+  tpu_value_t inputs[64];
+  int num_inputs = 0;
+  tpu_attr_t attrs[TPU_MAX_ATTRS];
+  tpu_view_t outputs[8];
+  c10::DeviceIndex device = -1;
+  bool unsupported = false;  // something a native kernel cannot take
+};
+
+[[noreturn]] void device_mismatch(const c10::Device& a, const c10::Device& b) {
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
+                     "devices, ", a, " and ", b, "!");
+}
+
+void note_device(Call& call, const at::Tensor& t) {
+  if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return;
+  if (call.device < 0) call.device = t.device().index();
+  else if (call.device != t.device().index())
+    device_mismatch(c10::Device(c10::DeviceType::PrivateUse1, call.device), t.device());
+}
+
+bool add_tensor_input(Call& call, const at::Tensor& t) {
+  if (call.num_inputs >= 64) return false;
+  tpu_value_t& v = call.inputs[call.num_inputs++];
+  std::memset(&v, 0, sizeof(v));
+  if (!t.defined()) {
+    v.kind = TPU_VALUE_NONE;
+    return true;
+  }
+  if (t.device().type() == c10::DeviceType::PrivateUse1) {
+    v.kind = TPU_VALUE_VIEW;
+    return make_view(t, &v.u.view);
+  }
+  if (t.device().is_cpu() && t.dim() == 0) {  // a number, or a zero-dim CPU tensor
+    tpu_dtype_t dt = to_tpu_dtype(t.scalar_type());
+    if (dt == TPU_DTYPE_INVALID) return false;
+    v.kind = TPU_VALUE_SCALAR;
+    bool wrapped = t.unsafeGetTensorImpl()->is_wrapped_number();
+    v.u.scalar.is_tensor = !wrapped;
+    if (tpu_dtype_is_floating(dt)) {
+      v.u.scalar.v.f = t.item<double>();
+      v.u.scalar.dtype = wrapped ? TPU_DTYPE_F64 : dt;
+    } else {
+      v.u.scalar.v.i = t.item<int64_t>();
+      v.u.scalar.dtype = wrapped ? (dt == TPU_DTYPE_BOOL ? TPU_DTYPE_BOOL : TPU_DTYPE_I64) : dt;
+    }
+    return true;
+  }
+  device_mismatch(call.device >= 0 ? c10::Device(c10::DeviceType::PrivateUse1, call.device)
+                                   : c10::Device(c10::DeviceType::PrivateUse1, 0),
+                  t.device());
+}
+
+bool add_scalar_input(Call& call, const c10::IValue& iv) {
+  if (call.num_inputs >= 64) return false;
+  tpu_value_t& v = call.inputs[call.num_inputs++];
+  std::memset(&v, 0, sizeof(v));
+  if (iv.isNone()) {
+    v.kind = TPU_VALUE_NONE;
+    return true;
+  }
+  v.kind = TPU_VALUE_SCALAR;
+  if (iv.isDouble()) {
+    v.u.scalar.dtype = TPU_DTYPE_F64;
+    v.u.scalar.v.f = iv.toDouble();
+  } else if (iv.isBool()) {
+    v.u.scalar.dtype = TPU_DTYPE_BOOL;
+    v.u.scalar.v.i = iv.toBool();
+  } else if (iv.isInt()) {
+    v.u.scalar.dtype = TPU_DTYPE_I64;
+    v.u.scalar.v.i = iv.toInt();
+  } else {
+    return false;  // complex and symbolic numbers
+  }
+  return true;
+}
+
+bool to_attr(const c10::IValue& iv, bool is_dtype, tpu_attr_t* a) {
+  std::memset(a, 0, sizeof(*a));
+  if (iv.isNone()) {
+    a->kind = TPU_ATTR_NONE;
+  } else if (is_dtype && iv.isInt()) {
+    a->kind = TPU_ATTR_DTYPE;
+    a->u.dtype = to_tpu_dtype(static_cast<c10::ScalarType>(iv.toInt()));
+    return a->u.dtype != TPU_DTYPE_INVALID;
+  } else if (iv.isBool()) {
+    a->kind = TPU_ATTR_BOOL;
+    a->u.i = iv.toBool();
+  } else if (iv.isInt()) {
+    a->kind = TPU_ATTR_INT;
+    a->u.i = iv.toInt();
+  } else if (iv.isSymInt()) {
+    auto s = iv.toSymInt();
+    if (!s.is_heap_allocated()) {
+      a->kind = TPU_ATTR_INT;
+      a->u.i = s.as_int_unchecked();
+    } else {
+      return false;
+    }
+  } else if (iv.isDouble()) {
+    a->kind = TPU_ATTR_FLOAT;
+    a->u.f = iv.toDouble();
+  } else if (iv.isIntList() || iv.isSymIntList() || iv.isBoolList()) {
+    std::vector<int64_t> values;
+    if (iv.isBoolList()) {
+      for (bool b : iv.toBoolList()) values.push_back(b);
+    } else if (iv.isIntList()) {
+      values = iv.toIntVector();
+    } else {
+      for (const auto& s : iv.toSymIntVector()) {
+        if (s.is_heap_allocated()) return false;
+        values.push_back(s.as_int_unchecked());
+      }
+    }
+    if (values.size() > TPU_MAX_INTS) return false;
+    a->kind = TPU_ATTR_INTS;
+    a->count = (int32_t)values.size();
+    for (size_t i = 0; i < values.size(); ++i) a->u.ints[i] = values[i];
+  } else if (iv.isString()) {
+    const auto& s = iv.toStringRef();
+    if (s.size() + 1 > TPU_MAX_STR) return false;
+    a->kind = TPU_ATTR_STR;
+    std::memcpy(a->u.str, s.c_str(), s.size() + 1);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool is_default(const c10::Argument& arg, const c10::IValue& iv) {
+  if (iv.isNone()) return true;
+  if (!arg.default_value().has_value()) return false;
+  const c10::IValue& d = *arg.default_value();
+  if (d.isNone()) return iv.isNone();
+  return c10::_fastEqualsForContainer(d, iv);
+}
+
+// Output metadata from PyTorch's meta kernel: the call's tensors as meta
+// tensors, redispatched to Meta. Fills meta_outs (functional results, or the
+// meta self/out tensors after the kernel resized them). False when there is
+// no meta kernel.
+bool meta_outputs(const c10::OperatorHandle& op, const Binding& b, const torch::jit::Stack& args,
+                  std::vector<at::Tensor>& meta_outs) {
+  auto to_meta = [](const at::Tensor& t) {
+    if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return t;
+    return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
+  };
+  torch::jit::Stack meta_stack;
+  std::vector<at::Tensor> written;
+  meta_stack.reserve(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& iv = args[i];
+    if (iv.isTensor()) {
+      at::Tensor m = to_meta(iv.toTensor());
+      if (b.args[i].role == Role::Out || b.args[i].role == Role::SelfOut) written.push_back(m);
+      meta_stack.emplace_back(m);
+    } else if (iv.isTensorList()) {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor& t : iv.toTensorList()) list.push_back(to_meta(t));
+      meta_stack.emplace_back(list);
+    } else if (iv.isOptionalTensorList()) {
+      c10::List<std::optional<at::Tensor>> list;
+      for (const std::optional<at::Tensor> t : iv.toOptionalTensorList())
+        list.push_back(t.has_value() ? std::optional<at::Tensor>(to_meta(*t)) : std::nullopt);
+      meta_stack.emplace_back(list);
+    } else if (b.args[i].role == Role::Generator) {
+      meta_stack.emplace_back(c10::IValue());
+    } else {
+      meta_stack.emplace_back(iv);
+    }
+  }
+  try {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+  } catch (const c10::NotImplementedError&) {
+    return false;
+  }
+  if (b.inplace || b.has_out) {
+    meta_outs = std::move(written);
+  } else {
+    for (const c10::IValue& r : meta_stack) {
+      if (r.isTensor()) meta_outs.push_back(r.toTensor());
+      else if (r.isTensorList())
+        for (const at::Tensor& t : r.toTensorList()) meta_outs.push_back(t);
+    }
+  }
+  return true;
+}
+
+at::Tensor alloc_output(const tpu_view_t& v, c10::DeviceIndex device) {
+  std::vector<int64_t> sizes(v.sizes, v.sizes + v.ndim), strides(v.strides, v.strides + v.ndim);
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
+  return at::detail::empty_strided_generic(sizes, strides, device_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           to_scalar_type(v.dtype));
+}
+
+std::string shape_str(const tpu_view_t& v) {
+  std::string s = "[";
+  for (int i = 0; i < v.ndim; ++i) s += (i ? ", " : "") + std::to_string(v.sizes[i]);
+  return s + "]";
+}
+
+// The boxed kernel registered for each bound overload.
+struct NativeKernel final : public c10::OperatorKernel {
+  explicit NativeKernel(Binding* binding) : b(binding) {}
+  Binding* b;
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    const size_t n = b->args.size();
+    torch::jit::Stack args(stack->end() - n, stack->end());
+    Call call;
+    std::memset(call.attrs, 0, sizeof(call.attrs));  // attrs the schema lacks are None
+    std::optional<at::Generator> gen;
+    std::vector<at::Tensor> out_tensors(b->num_outputs);
+    bool native = true;
+
+    // Pass 1: the device of the call.
+    for (size_t i = 0; i < n; ++i) {
+      const c10::IValue& iv = args[i];
+      if (iv.isTensor()) note_device(call, iv.toTensor());
+      else if (iv.isTensorList())
+        for (const at::Tensor& t : iv.toTensorList()) note_device(call, t);
+    }
+    if (call.device < 0) {  // only CPU operands: nothing of ours is involved
+      run_fallback(op, stack);
+      return;
+    }
+    // Pass 2: inputs, attrs, outputs.
+    for (size_t i = 0; i < n && native; ++i) {
+      const ArgRole& r = b->args[i];
+      const c10::IValue& iv = args[i];
+      switch (r.role) {
+        case Role::Input:
+          native = iv.isTensor() ? add_tensor_input(call, iv.toTensor())
+                   : iv.isNone() ? add_tensor_input(call, at::Tensor())
+                                 : add_scalar_input(call, iv);
+          break;
+        case Role::InputList:
+          if (iv.isTensorList()) {
+            for (const at::Tensor& t : iv.toTensorList()) native = native && add_tensor_input(call, t);
+          } else if (iv.isOptionalTensorList()) {
+            for (const std::optional<at::Tensor> t : iv.toOptionalTensorList())
+              native = native && add_tensor_input(call, t.has_value() ? *t : at::Tensor());
+          } else {
+            native = false;
+          }
+          break;
+        case Role::Attr:
+          native = to_attr(iv, r.is_dtype, &call.attrs[r.index]);
+          break;
+        case Role::Out:
+        case Role::SelfOut:
+          out_tensors[r.index] = iv.toTensor();
+          if (r.also_input) native = add_tensor_input(call, iv.toTensor());
+          break;
+        case Role::Generator:
+          if (!iv.isNone()) gen = iv.toGenerator();
+          break;
+        case Role::Ignore:
+          native = is_default(op.schema().arguments()[i], iv);
+          break;
+      }
+    }
+    if (!native) {
+      run_fallback(op, stack);
+      return;
+    }
+    c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, call.device));
+
+    tpu_node_t node{};
+    node.op = b->op;
+    node.num_inputs = call.num_inputs;
+    node.num_outputs = b->num_outputs;
+    node.num_attrs = b->num_attrs;
+    node.inputs = call.inputs;
+    node.outputs = call.outputs;
+    std::memcpy(node.attrs, call.attrs, sizeof(tpu_attr_t) * b->num_attrs);
+
+    // Output metadata: the runtime's shape function, else PyTorch's meta kernel.
+    tpu_view_t inferred[8];
+    std::memset(inferred, 0, sizeof(inferred));
+    bool have_meta = false;
+    if (b->def->infer) {
+      tpu_status_t s = tpu_op_infer(&node, inferred);
+      if (tpu_status_code(s) == TPU_CODE_UNIMPLEMENTED) tpu_status_free(s);
+      else {
+        check(s);
+        have_meta = true;
+      }
+    }
+    if (!have_meta) {
+      std::vector<at::Tensor> metas;
+      if (!meta_outputs(op, *b, args, metas) || (int)metas.size() < b->num_outputs) {
+        run_fallback(op, stack);
+        return;
+      }
+      for (int k = 0; k < b->num_outputs; ++k) {
+        if (!make_view(metas[k], &inferred[k])) {
+          run_fallback(op, stack);
+          return;
+        }
+      }
+    }
+    // Outputs: given (in-place, out=) or fresh.
+    for (int k = 0; k < b->num_outputs; ++k) {
+      at::Tensor& out = out_tensors[k];
+      const tpu_view_t& want = inferred[k];
+      if (out.defined()) {
+        if (out.device().type() != c10::DeviceType::PrivateUse1 || out.device().index() != call.device)
+          device_mismatch(c10::Device(c10::DeviceType::PrivateUse1, call.device), out.device());
+        c10::ScalarType want_t = to_scalar_type(want.dtype);
+        TORCH_CHECK(c10::canCast(want_t, out.scalar_type()), "result type ", want_t,
+                    " can't be cast to the desired output type ", out.scalar_type());
+        if (b->inplace && k == 0) {
+          TORCH_CHECK(out.dim() == want.ndim &&
+                          std::equal(out.sizes().begin(), out.sizes().end(), want.sizes),
+                      "output with shape ", out.sizes(), " doesn't match the broadcast shape ",
+                      shape_str(want));
+        } else {
+          at::native::resize_output(out, c10::IntArrayRef(want.sizes, want.ndim));
+        }
+      }
+      if (out.defined()) {
+        if (!make_view(out, &call.outputs[k])) {
+          run_fallback(op, stack);
+          return;
+        }
+      } else {
+        call.outputs[k] = want;
+        call.outputs[k].addr = 1;  // placeholder until allocated below
+      }
+    }
+    // Does the runtime run this node natively?
+    {
+      tpu_status_t s = tpu_op_check(&node);
+      if (tpu_status_code(s) == TPU_CODE_UNIMPLEMENTED) {
+        tpu_status_free(s);
+        run_fallback(op, stack);
+        return;
+      }
+      check(s);
+    }
+    for (int k = 0; k < b->num_outputs; ++k) {
+      if (out_tensors[k].defined()) continue;
+      out_tensors[k] = alloc_output(inferred[k], call.device);
+      make_view(out_tensors[k], &call.outputs[k]);
+    }
+    if (b->seed_attr >= 0) {
+      uint64_t seed = 0, offset = 0;
+      reserve_philox(gen, call.device, (uint64_t)std::max<int64_t>(1, out_tensors[0].numel()), &seed,
+                     &offset);
+      node.attrs[b->seed_attr].kind = TPU_ATTR_INT;
+      node.attrs[b->seed_attr].u.i = (int64_t)seed;
+      node.attrs[b->offset_attr].kind = TPU_ATTR_INT;
+      node.attrs[b->offset_attr].u.i = (int64_t)offset;
+    }
+    tpu_graph_t* g = nullptr;
+    check(tpu_graph_create(&g));
+    tpu_status_t s = tpu_graph_add_node(g, node.op, node.inputs, node.num_inputs, node.outputs,
+                                        node.num_outputs, node.attrs, node.num_attrs);
+    if (s != TPU_OK) {
+      tpu_graph_release(g);
+      check(s);
+    }
+    tpu_stream_t* stream = current_runtime_stream(call.device);
+    check(tpu_stream_submit(stream, g));
+    maybe_block(stream);
+    b->calls.fetch_add(1, std::memory_order_relaxed);
+
+    torch::jit::drop(*stack, n);
+    for (size_t k = 0; k < b->num_returns; ++k) stack->emplace_back(out_tensors[k]);
+  }
+};
+
+// ---- building bindings -------------------------------------------------------------
+
+bool is_scalar_type_arg(const c10::Argument& arg) {
+  auto t = arg.real_type();
+  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+  return t->kind() == c10::TypeKind::ScalarTypeType;
+}
+
+std::string bind_one(const std::string& aten, tpu_op_id_t id, Binding& b) {
+  auto dot = aten.find('.');
+  std::string name = "aten::" + aten.substr(0, dot);
+  std::string overload = dot == std::string::npos ? "" : aten.substr(dot + 1);
+  if (overload == "default") overload = "";
+  auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+  if (!handle) return aten + ": no such ATen overload";
+  const c10::FunctionSchema& schema = handle->schema();
+  const tpu_op_def_t* def = tpu_op_def(id);
+  b.aten = aten;
+  b.op = id;
+  b.def = def;
+  b.num_inputs = tpu_spec_count(def->inputs);
+  b.num_attrs = tpu_spec_count(def->attrs);
+  b.num_outputs = tpu_spec_count(def->outputs);
+  b.num_returns = schema.returns().size();
+  b.seed_attr = tpu_spec_index(def->attrs, "seed");
+  b.offset_attr = tpu_spec_index(def->attrs, "offset");
+  int out_pos = 0;
+  bool list_input = false;
+  std::vector<int> inputs_seen;
+  for (const c10::Argument& arg : schema.arguments()) {
+    ArgRole r;
+    const std::string& an = arg.name();
+    bool written = arg.alias_info() && arg.alias_info()->isWrite();
+    int in_idx = tpu_spec_index(def->inputs, an.c_str());
+    int at_idx = tpu_spec_index(def->attrs, an.c_str());
+    if (written && arg.kwarg_only()) {
+      r.role = Role::Out;
+      r.index = out_pos++;
+      b.has_out = true;
+    } else if (written) {
+      // In-place: self is output 0, and also an input when the op reads it.
+      r.role = Role::SelfOut;
+      r.index = out_pos++;
+      b.inplace = true;
+      if (in_idx >= 0) {
+        r.also_input = true;
+        inputs_seen.push_back(in_idx);
+      }
+    } else if (arg.type()->kind() == c10::TypeKind::GeneratorType ||
+               (arg.type()->cast<c10::OptionalType>() &&
+                arg.type()->cast<c10::OptionalType>()->getElementType()->kind() ==
+                    c10::TypeKind::GeneratorType)) {
+      r.role = Role::Generator;
+    } else if (in_idx >= 0) {
+      std::string spec = def->inputs;
+      bool is_list = spec.find(an + "*") != std::string::npos;
+      r.role = is_list ? Role::InputList : Role::Input;
+      r.index = in_idx;
+      list_input = list_input || is_list;
+      inputs_seen.push_back(in_idx);
+    } else if (at_idx >= 0) {
+      r.role = Role::Attr;
+      r.index = at_idx;
+      r.is_dtype = is_scalar_type_arg(arg);
+    } else if (an == "seed" || an == "offset") {
+      return aten + ": argument '" + an + "' collides with the runtime's RNG attrs";
+    }
+    b.args.push_back(r);
+  }
+  // Inputs must appear in the schema in the op's order (the node's order).
+  for (size_t i = 1; i < inputs_seen.size(); ++i)
+    if (inputs_seen[i] < inputs_seen[i - 1])
+      return aten + ": schema argument order differs from the op's input order";
+  if (!list_input && (int)inputs_seen.size() != b.num_inputs)
+    return aten + ": binds " + std::to_string(inputs_seen.size()) + " of the op's " +
+           std::to_string(b.num_inputs) + " inputs";
+  if (out_pos && out_pos != b.num_outputs)
+    return aten + ": " + std::to_string(out_pos) + " written arguments, op has " +
+           std::to_string(b.num_outputs) + " outputs";
+  return "";
+}
+
+std::unique_ptr<torch::Library> g_library;
+
+void register_native_ops() {
+  g_library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
+                                               c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  std::set<std::string> seen;
+  for (tpu_op_id_t id = 0; id < tpu_op_count(); ++id) {
+    const tpu_op_def_t* def = tpu_op_def(id);
+    std::string list = def->aten ? def->aten : "";
+    size_t pos = 0;
+    while (pos < list.size()) {
+      size_t end = list.find(' ', pos);
+      if (end == std::string::npos) end = list.size();
+      std::string aten = list.substr(pos, end - pos);
+      pos = end + 1;
+      if (aten.empty()) continue;
+      if (!seen.insert(aten).second) {
+        g_binding_errors.push_back(aten + ": bound by two runtime ops");
+        continue;
+      }
+      g_bindings.emplace_back();
+      Binding& b = g_bindings.back();
+      std::string err = bind_one(aten, id, b);
+      if (!err.empty()) {
+        g_binding_errors.push_back(std::string(def->name) + ": " + err);
+        g_bindings.pop_back();
+        continue;
+      }
+      std::string reg = aten;  // "sum.default" registers as "sum"
+      if (reg.size() > 8 && reg.compare(reg.size() - 8, 8, ".default") == 0)
+        reg.resize(reg.size() - 8);
+      g_library->impl(reg.c_str(), torch::CppFunction::makeFromBoxedFunctor(
+                                        std::make_unique<NativeKernel>(&b)));
+    }
+  }
+}
+
+}  // namespace
+
+void count_native(const std::string& name) {
+  std::lock_guard<std::mutex> lock(g_count_mu);
+  g_native_counts[name]++;
+}
+
+
+std::map<std::string, int64_t> native_counts() {
+  std::lock_guard<std::mutex> lock(g_count_mu);
+  std::map<std::string, int64_t> out = g_native_counts;
+  for (const Binding& b : g_bindings) {
+    int64_t c = b.calls.load();
+    if (c) out[b.aten] += c;
+  }
+  return out;
+}
+
+std::map<std::string, int64_t> fallback_counts() {
+  std::lock_guard<std::mutex> lock(g_count_mu);
+  return g_fallback_counts;
+}
+
+void reset_counts() {
+  std::lock_guard<std::mutex> lock(g_count_mu);
+  g_native_counts.clear();
+  g_fallback_counts.clear();
+  for (Binding& b : g_bindings) b.calls = 0;
+}
+
+std::vector<std::string> native_op_names() {
+  std::vector<std::string> out;
+  for (const Binding& b : g_bindings) out.push_back(b.aten);
+  return out;
+}
+
+std::vector<std::string> binding_errors() { return g_binding_errors; }
+
+void set_fallback_mode(const std::string& mode) {
+  TORCH_CHECK(mode == "warn" || mode == "silent" || mode == "error",
+              "fallback mode must be 'warn', 'silent' or 'error', not '", mode, "'");
+  g_fallback_mode = mode == "error" ? FallbackMode::Error
+                    : mode == "silent" ? FallbackMode::Silent
+                                       : FallbackMode::Warn;
+}
+
+std::string fallback_mode() {
+  switch (g_fallback_mode.load()) {
+    case FallbackMode::Error: return "error";
+    case FallbackMode::Silent: return "silent";
+    default: return "warn";
+  }
+}
+
+void init_dispatch() {
+  static std::once_flag once;
+  std::call_once(once, register_native_ops);
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&boxed_fallback>());
+}
+
+}  // namespace torch_tpu

@@ -1,0 +1,50 @@
+// module.cpp — torch_tpu._C: the Python entry points of the bridge. Each is a
+// thin call into the runtime or the bridge; Python builds the torch.tpu API
+// on top of them.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "tpu_bridge.h"
+
+namespace py = pybind11;
+using namespace torch_tpu;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch_tpu bridge: PyTorch's PrivateUse1 device backed by the torch_tpu runtime";
+  m.def("_init", [] {
+    check(tpu_runtime_init());
+    init_dispatch();
+  });
+  m.def("device_count", [] { return device_count(); });
+  m.def("current_device", [] { return (int)current_device(); });
+  m.def("set_device", [](int index) { set_current_device((c10::DeviceIndex)index); });
+  m.def("synchronize", [](int index) {
+    py::gil_scoped_release no_gil;
+    check(tpu_chip_synchronize(chip((c10::DeviceIndex)index)));
+  });
+  m.def("driver_name", [] { return std::string(tpu_driver_name()); });
+  m.def("compute_threads", [] { return tpu_compute_threads(); });
+  m.def("memory_capacity", [](int index) { return tpu_chip_capacity(chip((c10::DeviceIndex)index)); });
+  m.def("set_launch_blocking", [](bool on) { tpu_set_launch_blocking(on); });
+  m.def("set_thread_launch_blocking", [](int mode) { set_thread_launch_blocking(mode); });
+  m.def("launch_blocking", [] { return tpu_launch_blocking(); });
+  m.def("default_generator", [](int index) {
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(default_generator((c10::DeviceIndex)index)));
+  });
+  m.def("native_counts", [] { return native_counts(); });
+  m.def("fallback_counts", [] { return fallback_counts(); });
+  m.def("reset_counts", [] { reset_counts(); });
+  m.def("native_op_names", [] { return native_op_names(); });
+  m.def("binding_errors", [] { return binding_errors(); });
+  m.def("set_fallback_mode", [](const std::string& mode) { set_fallback_mode(mode); });
+  m.def("fallback_mode", [] { return fallback_mode(); });
+  m.def("runtime_ops", [] {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (tpu_op_id_t i = 0; i < tpu_op_count(); ++i)
+      out.emplace_back(tpu_op_def(i)->name, tpu_op_family_of(i));
+    return out;
+  });
+}

@@ -1,0 +1,70 @@
+// tpu_bridge.h — what the bridge's files share: the one place runtime
+// statuses become PyTorch exceptions, dtype mapping, and device/stream state.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/core/Stream.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "tpu/ops.h"
+#include "tpu/runtime.h"
+}
+
+namespace torch_tpu {
+
+// Raises the PyTorch exception matching a failed status (consumes it);
+// returns for TPU_OK. This is the only place statuses become exceptions.
+void check(tpu_status_t status);
+
+// dtype mapping (both directions); kInvalid / TPU_DTYPE_INVALID when absent.
+tpu_dtype_t to_tpu_dtype(c10::ScalarType type);
+c10::ScalarType to_scalar_type(tpu_dtype_t dtype);
+
+// The calling thread's current device and its current stream there.
+c10::DeviceIndex current_device();
+void set_current_device(c10::DeviceIndex index);
+int device_count() noexcept;
+tpu_chip_t* chip(c10::DeviceIndex index);
+tpu_stream_t* runtime_stream(c10::DeviceIndex index, c10::StreamId id);
+tpu_stream_t* current_runtime_stream(c10::DeviceIndex index);
+c10::Stream current_stream(c10::DeviceIndex index);
+
+// A tensor's storage as a runtime view (device address, dtype, sizes,
+// strides); false if it has too many dims or an unsupported dtype.
+bool make_view(const at::Tensor& t, tpu_view_t* out_view);
+
+// Launch blocking for the calling thread: -1 follows the process-wide
+// setting (tpu_launch_blocking), 0/1 override it on this thread only.
+void set_thread_launch_blocking(int mode);
+// Waits for `stream` when the calling thread runs in launch-blocking mode.
+void maybe_block(tpu_stream_t* stream);
+
+// Device allocator (c10::DeviceAllocator) of the tpu device.
+c10::Allocator* device_allocator();
+
+// Philox generator state: reserves `count` counters of the device's (or the
+// given) generator, returning its seed and the first counter.
+void reserve_philox(const std::optional<at::Generator>& gen, c10::DeviceIndex device,
+                    uint64_t count, uint64_t* out_seed, uint64_t* out_offset);
+const at::Generator& default_generator(c10::DeviceIndex device);
+
+// Grows a storage to at least `nbytes`, preserving its contents.
+void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
+
+// The op path: registration of every runtime op's ATen overloads, and the
+// counters Python reads.
+void init_dispatch();
+void count_native(const std::string& name);
+std::map<std::string, int64_t> native_counts();
+std::map<std::string, int64_t> fallback_counts();
+void reset_counts();
+std::vector<std::string> native_op_names();
+std::vector<std::string> binding_errors();
+void set_fallback_mode(const std::string& mode);
+std::string fallback_mode();
+
+}  // namespace torch_tpu

@@ -1,0 +1,77 @@
+/* tpu/dtype.h — the one table of element types.
+ *
+ * TPU_DTYPE_LIST is the single source of truth: every per-dtype switch in the
+ * runtime is generated from it (conversions, sizes, names, promotion).
+ * Half types (float16, bfloat16) are stored as 16-bit patterns and computed in
+ * float32. Integers compute in int64, floats in float32/float64, bool in bool.
+ */
+#ifndef TPU_DTYPE_H_
+#define TPU_DTYPE_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* X(ENUM, name, storage C type, compute class, category)
+ * category: 0 bool, 1 integer, 2 floating. */
+#define TPU_DTYPE_LIST(X)                       \
+  X(BOOL, "bool", uint8_t, B8, 0)               \
+  X(U8, "uint8", uint8_t, I64, 1)               \
+  X(I8, "int8", int8_t, I64, 1)                 \
+  X(I16, "int16", int16_t, I64, 1)              \
+  X(I32, "int32", int32_t, I64, 1)              \
+  X(I64, "int64", int64_t, I64, 1)              \
+  X(F16, "float16", uint16_t, F32, 2)           \
+  X(BF16, "bfloat16", uint16_t, F32, 2)         \
+  X(F32, "float32", float, F32, 2)              \
+  X(F64, "float64", double, F64, 2)
+
+typedef enum tpu_dtype {
+#define TPU_X_(E, n, T, C, K) TPU_DTYPE_##E,
+  TPU_DTYPE_LIST(TPU_X_)
+#undef TPU_X_
+  TPU_DTYPE_COUNT,
+  TPU_DTYPE_INVALID = -1,
+} tpu_dtype_t;
+
+/* The types kernels compute in. Every storage dtype maps to exactly one. */
+typedef enum tpu_compute_type {
+  TPU_COMPUTE_B8 = 0, /* bool as uint8 0/1 */
+  TPU_COMPUTE_I64,
+  TPU_COMPUTE_F32,
+  TPU_COMPUTE_F64,
+  TPU_COMPUTE_COUNT,
+} tpu_compute_type_t;
+
+size_t tpu_dtype_size(tpu_dtype_t dtype);
+const char* tpu_dtype_name(tpu_dtype_t dtype);
+tpu_compute_type_t tpu_dtype_compute(tpu_dtype_t dtype);
+bool tpu_dtype_is_floating(tpu_dtype_t dtype);
+bool tpu_dtype_is_integral(tpu_dtype_t dtype); /* excludes bool */
+/* The storage dtype whose compute type is `ct` (B8->BOOL, I64->I64, ...). */
+tpu_dtype_t tpu_compute_storage_dtype(tpu_compute_type_t ct);
+size_t tpu_compute_size(tpu_compute_type_t ct);
+
+/* PyTorch's promoteTypes lattice for the dtypes above. */
+tpu_dtype_t tpu_dtype_promote(tpu_dtype_t a, tpu_dtype_t b);
+
+/* Converts n elements between any two dtypes, with source and destination
+ * element strides (in elements). Conversions follow PyTorch's casts
+ * (float->int truncates, nonzero->true, round-to-nearest-even for halves). */
+void tpu_convert(void* dst, tpu_dtype_t dst_dtype, int64_t dst_stride,
+                 const void* src, tpu_dtype_t src_dtype, int64_t src_stride, int64_t n);
+
+/* Half helpers (exposed for kernels and tests). */
+float tpu_f16_to_f32(uint16_t h);
+uint16_t tpu_f32_to_f16(float f);
+float tpu_bf16_to_f32(uint16_t h);
+uint16_t tpu_f32_to_bf16(float f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPU_DTYPE_H_ */

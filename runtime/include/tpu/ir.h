@@ -1,0 +1,143 @@
+/* tpu/ir.h — the graph IR: the one representation every execution mode uses.
+ *
+ * A graph is an ordered list of nodes. A node names an op of the op table
+ * (tpu/ops.h) and carries
+ *   - inputs:  values, each a strided view of device memory or an immediate
+ *              scalar (Python numbers passed to ATen ops),
+ *   - outputs: strided views of device memory the node writes,
+ *   - attrs:   the op's non-tensor arguments, in the order its definition
+ *              lists them (ints, floats, bools, int lists, dtypes, strings).
+ * Strict eager submits one-node graphs; DeferAndFuse records many-node graphs;
+ * the torch.compile backend lowers FX graphs into the same nodes.
+ *
+ * Views hold device addresses, never host pointers. On the host driver a
+ * kernel may dereference a device address (tpu_view_ptr); nothing above the
+ * HAL may.
+ */
+#ifndef TPU_IR_H_
+#define TPU_IR_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tpu/dtype.h"
+#include "tpu/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TPU_MAX_DIMS 12
+#define TPU_MAX_ATTRS 8
+#define TPU_MAX_INTS 12 /* longest int-list attribute */
+#define TPU_MAX_STR 16  /* longest string attribute, with its NUL */
+
+/* A strided view of device memory. Strides are in elements and may be 0
+ * (broadcast) or negative-free (PyTorch strides are never negative). */
+typedef struct tpu_view {
+  uint64_t addr; /* device address of element [0, ..., 0] */
+  tpu_dtype_t dtype;
+  int32_t ndim;
+  int64_t sizes[TPU_MAX_DIMS];
+  int64_t strides[TPU_MAX_DIMS];
+} tpu_view_t;
+
+int64_t tpu_view_numel(const tpu_view_t* view);
+bool tpu_view_is_contiguous(const tpu_view_t* view);
+/* The host pointer a kernel on the host driver may use for this view. */
+static inline void* tpu_view_ptr(const tpu_view_t* view) {
+  return (void*)(uintptr_t)view->addr;
+}
+
+typedef enum tpu_value_kind {
+  TPU_VALUE_NONE = 0, /* an absent optional input */
+  TPU_VALUE_VIEW,
+  TPU_VALUE_SCALAR,
+} tpu_value_kind_t;
+
+/* An immediate scalar. For a Python number, `dtype` is BOOL, I64 or F64
+ * (the Python type: in type promotion it ranks below tensors). A zero-dim CPU
+ * tensor passed to a device op also travels as a scalar, with its own dtype
+ * and `is_tensor` set (it ranks as a zero-dim tensor). Integers and bools are
+ * held in `v.i`, floating values in `v.f`. */
+typedef struct tpu_scalar {
+  tpu_dtype_t dtype;
+  bool is_tensor;
+  union {
+    double f;
+    int64_t i;
+  } v;
+} tpu_scalar_t;
+
+typedef struct tpu_value {
+  tpu_value_kind_t kind;
+  union {
+    tpu_view_t view;
+    tpu_scalar_t scalar;
+  } u;
+} tpu_value_t;
+
+typedef enum tpu_attr_kind {
+  TPU_ATTR_NONE = 0, /* absent optional (None) */
+  TPU_ATTR_INT,
+  TPU_ATTR_FLOAT,
+  TPU_ATTR_BOOL,
+  TPU_ATTR_INTS,
+  TPU_ATTR_DTYPE,
+  TPU_ATTR_STR,
+} tpu_attr_kind_t;
+
+typedef struct tpu_attr {
+  tpu_attr_kind_t kind;
+  int32_t count; /* for INTS */
+  union {
+    int64_t i;       /* INT, BOOL (0/1) */
+    double f;        /* FLOAT */
+    tpu_dtype_t dtype;
+    int64_t ints[TPU_MAX_INTS];
+    char str[TPU_MAX_STR];
+  } u;
+} tpu_attr_t;
+
+/* Attribute readers with defaults for NONE; they borrow. */
+int64_t tpu_attr_int(const tpu_attr_t* attr, int64_t dflt);
+double tpu_attr_float(const tpu_attr_t* attr, double dflt); /* INT promotes */
+bool tpu_attr_bool(const tpu_attr_t* attr, bool dflt);
+
+typedef int32_t tpu_op_id_t;
+
+/* One op application. Inputs/outputs are stored in the graph's arrays; the
+ * node records where its slice starts. */
+typedef struct tpu_node {
+  tpu_op_id_t op;
+  int32_t num_inputs;
+  int32_t num_outputs;
+  int32_t num_attrs;
+  tpu_value_t* inputs;  /* borrowed from the graph */
+  tpu_view_t* outputs;  /* borrowed from the graph */
+  tpu_attr_t attrs[TPU_MAX_ATTRS];
+} tpu_node_t;
+
+typedef struct tpu_graph tpu_graph_t;
+
+/* Creates an empty graph; the caller owns it. */
+tpu_status_t tpu_graph_create(tpu_graph_t** out_graph);
+/* Releases a graph and everything it holds; NULL is fine. */
+void tpu_graph_release(tpu_graph_t* graph);
+
+/* Appends a node; the graph copies inputs, outputs and attrs. */
+tpu_status_t tpu_graph_add_node(tpu_graph_t* graph, tpu_op_id_t op,
+                                const tpu_value_t* inputs, int32_t num_inputs,
+                                const tpu_view_t* outputs, int32_t num_outputs,
+                                const tpu_attr_t* attrs, int32_t num_attrs);
+int32_t tpu_graph_node_count(const tpu_graph_t* graph);
+/* Borrowed; valid until the graph is changed or released. */
+const tpu_node_t* tpu_graph_node(const tpu_graph_t* graph, int32_t index);
+
+/* Checks every node against its op definition (arity, dtypes, ranks). */
+tpu_status_t tpu_graph_verify(const tpu_graph_t* graph);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPU_IR_H_ */

@@ -1,0 +1,91 @@
+/* tpu/ops.h — the op table: every op the runtime executes, described as data.
+ *
+ * Each op is one tpu_op_def_t row, written once, in the kernel family that
+ * implements it (src/kernels/<family>.c). A row says
+ *   - name:     the runtime's name ("add", "sum", "mm"),
+ *   - inputs:   comma-separated names of its tensor/scalar operands, matched
+ *               by name against an ATen schema's arguments ("self,other");
+ *               a trailing '*' marks a tensor-list operand ("tensors*"),
+ *   - attrs:    comma-separated names of its non-tensor arguments ("alpha"),
+ *               stored in node->attrs in this order,
+ *   - outputs:  names of the ATen out= arguments it writes ("out" or
+ *               "values,indices"); functional forms allocate them,
+ *   - aten:     the ATen overloads this op implements, space separated
+ *               ("add.Tensor add_.Tensor add.out"),
+ *   - kernel:   runs one node on the host driver,
+ *   - infer:    output metadata for functional forms (NULL: the bridge asks
+ *               PyTorch's meta kernels),
+ *   - check:    whether a concrete node (dtypes, ranks) runs natively
+ *               (NULL: always); UNIMPLEMENTED means "fall back".
+ * The registry gathers all families' rows; an op's id is its row index.
+ */
+#ifndef TPU_OPS_H_
+#define TPU_OPS_H_
+
+#include "tpu/ir.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpu_exec_ctx tpu_exec_ctx_t; /* see src/kernel.h */
+typedef struct tpu_op_def tpu_op_def_t;
+
+typedef tpu_status_t (*tpu_kernel_fn)(const tpu_op_def_t* def, const tpu_node_t* node,
+                                      tpu_exec_ctx_t* ctx);
+/* Fills dtype, ndim, sizes and (contiguous) strides of each output view from
+ * the node's inputs and attrs; `node->outputs` is not read. */
+typedef tpu_status_t (*tpu_infer_fn)(const tpu_op_def_t* def, const tpu_node_t* node,
+                                     tpu_view_t* out_views);
+typedef tpu_status_t (*tpu_check_fn)(const tpu_op_def_t* def, const tpu_node_t* node);
+
+struct tpu_op_def {
+  const char* name;
+  const char* inputs;
+  const char* attrs;
+  const char* outputs;
+  const char* aten;
+  tpu_kernel_fn kernel;
+  tpu_infer_fn infer;
+  tpu_check_fn check;
+  const void* impl; /* family-private data (e.g. an elementwise op's tile functions) */
+};
+
+/* A kernel family's rows. */
+typedef struct tpu_op_family {
+  const char* name;
+  const tpu_op_def_t* ops;
+  int32_t count;
+} tpu_op_family_t;
+
+/* The registry: built once, read-only afterwards; all results are borrowed. */
+int32_t tpu_op_count(void);
+const tpu_op_def_t* tpu_op_def(tpu_op_id_t id); /* NULL when out of range */
+tpu_op_id_t tpu_op_lookup(const char* name);     /* -1 when unknown */
+const char* tpu_op_family_of(tpu_op_id_t id);
+
+/* Counts of names in a comma-separated spec, and the index of `name` in it
+ * (-1 if absent). A trailing '*' on an entry is ignored for matching. */
+int32_t tpu_spec_count(const char* spec);
+int32_t tpu_spec_index(const char* spec, const char* name);
+
+/* Runs the op's check (if any) and infer for a node whose outputs are not
+ * set yet. */
+tpu_status_t tpu_op_check(const tpu_node_t* node);
+tpu_status_t tpu_op_infer(const tpu_node_t* node, tpu_view_t* out_views);
+
+/* PyTorch's result_type over a node's inputs: dimensioned tensors outrank
+ * zero-dim tensors, which outrank scalars, within the highest category. */
+tpu_dtype_t tpu_result_type(const tpu_value_t* inputs, int32_t count);
+
+/* Broadcasts input shapes (views and scalars) into out_sizes / *out_ndim. */
+tpu_status_t tpu_broadcast_shapes(const tpu_value_t* inputs, int32_t count,
+                                  int64_t* out_sizes, int32_t* out_ndim);
+
+/* Sets contiguous strides for view->sizes. */
+void tpu_view_set_contiguous(tpu_view_t* view);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPU_OPS_H_ */

@@ -1,0 +1,173 @@
+/* tpu/runtime.h — the device runtime's public API: chips, streams, events,
+ * device memory, and submission of graphs.
+ *
+ * Model (CUDA-like): a process sees N chips. Each chip has fixed-capacity
+ * device memory served by a caching allocator, and streams: in-order queues
+ * whose work runs asynchronously to the caller. Stream 0 of a chip is its
+ * default stream; streams 1..TPU_STREAMS_PER_CHIP-1 form a pool.
+ *
+ * Errors in asynchronous work are recorded on the stream that ran it (the
+ * message names the op) and returned by the next synchronising call on it
+ * (tpu_stream_synchronize, tpu_chip_synchronize, tpu_event_synchronize, a
+ * device-to-host copy), which clears it: the stream then works again.
+ *
+ * Ownership: chips and streams are owned by the runtime and live until
+ * process exit; handles to them are borrowed. Events, blocks, graphs and
+ * statuses returned to the caller are owned by the caller.
+ */
+#ifndef TPU_RUNTIME_H_
+#define TPU_RUNTIME_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tpu/ir.h"
+#include "tpu/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TPU_MAX_CHIPS 8
+#define TPU_STREAMS_PER_CHIP 32
+
+typedef struct tpu_chip tpu_chip_t;
+typedef struct tpu_stream tpu_stream_t;
+typedef struct tpu_event tpu_event_t;
+typedef struct tpu_block tpu_block_t;
+
+/* ---- Runtime ------------------------------------------------------------ */
+
+/* Starts the runtime once (later calls return the first result). Reads
+ * TORCH_TPU_NUM_CHIPS (1..8, default 1), TORCH_TPU_MEMORY_GB (per chip,
+ * default 16), TORCH_TPU_NUM_THREADS (compute pool, default: cores),
+ * TPU_LAUNCH_BLOCKING (1: every submission waits). */
+tpu_status_t tpu_runtime_init(void);
+int tpu_chip_count(void);
+const char* tpu_driver_name(void);
+int tpu_compute_threads(void);
+
+/* Synchronous mode: every submission waits for completion. */
+void tpu_set_launch_blocking(bool blocking);
+bool tpu_launch_blocking(void);
+
+/* ---- Chips --------------------------------------------------------------- */
+
+/* Borrowed handle to chip `index`; INVALID_ARGUMENT if out of range. */
+tpu_status_t tpu_chip_get(int index, tpu_chip_t** out_chip);
+int tpu_chip_index(const tpu_chip_t* chip);
+uint64_t tpu_chip_capacity(const tpu_chip_t* chip);
+/* Waits for every stream of the chip; returns (and clears) the first error. */
+tpu_status_t tpu_chip_synchronize(tpu_chip_t* chip);
+
+/* ---- Streams ------------------------------------------------------------- */
+
+/* Borrowed handle to stream `index` (0 = default) of a chip. */
+tpu_status_t tpu_stream_get(tpu_chip_t* chip, int index, tpu_stream_t** out_stream);
+int tpu_stream_index(const tpu_stream_t* stream);
+tpu_chip_t* tpu_stream_chip(const tpu_stream_t* stream);
+
+/* Enqueues a graph; the stream takes ownership of it (also on failure).
+ * The graph is verified before it is queued. */
+tpu_status_t tpu_stream_submit(tpu_stream_t* stream, tpu_graph_t* graph);
+
+typedef enum tpu_copy_kind {
+  TPU_COPY_H2D = 0, /* src is a host pointer, dst a device address */
+  TPU_COPY_D2H,     /* src is a device address, dst a host pointer */
+  TPU_COPY_D2D,
+} tpu_copy_kind_t;
+
+/* Enqueues a byte copy. The host side must stay valid until the copy has
+ * run (synchronise, or use pinned memory: see tpu_host_alloc). */
+tpu_status_t tpu_stream_copy(tpu_stream_t* stream, tpu_copy_kind_t kind, uint64_t dst,
+                             uint64_t src, size_t bytes);
+
+/* Enqueues fn(arg) to run on the stream's worker, in order. */
+tpu_status_t tpu_stream_host_fn(tpu_stream_t* stream, void (*fn)(void* arg), void* arg);
+
+/* Waits for all queued work; returns (and clears) the stream's error. */
+tpu_status_t tpu_stream_synchronize(tpu_stream_t* stream);
+/* True when no work is queued or running. */
+bool tpu_stream_query(tpu_stream_t* stream);
+
+/* ---- Events --------------------------------------------------------------- */
+
+/* Creates an event (owned by the caller). With timing, records take a
+ * timestamp when the stream reaches them. */
+tpu_status_t tpu_event_create(bool timing, tpu_event_t** out_event);
+void tpu_event_release(tpu_event_t* event);
+/* Captures the stream's current position. */
+tpu_status_t tpu_event_record(tpu_event_t* event, tpu_stream_t* stream);
+/* Makes all later work on `stream` wait for the event's last record. */
+tpu_status_t tpu_stream_wait_event(tpu_stream_t* stream, tpu_event_t* event);
+/* True when the last record has completed (or was never made). */
+bool tpu_event_query(tpu_event_t* event);
+tpu_status_t tpu_event_synchronize(tpu_event_t* event);
+/* Milliseconds between two completed, timed records. */
+tpu_status_t tpu_event_elapsed_ms(tpu_event_t* start, tpu_event_t* end, double* out_ms);
+
+/* ---- Device memory ------------------------------------------------------- */
+
+/* Allocates `bytes` of device memory for use on `stream` (caching allocator,
+ * CUDA semantics: a freed block is reused at once by work on the same
+ * stream; cross-stream use must be declared with tpu_block_record_stream).
+ * OUT_OF_MEMORY when the chip's capacity would be exceeded, with a message
+ * that states capacity, free, allocated and reserved bytes. The caller owns
+ * the block and frees it with tpu_block_free. bytes == 0 gives a NULL block
+ * and address 0. */
+tpu_status_t tpu_block_alloc(tpu_stream_t* stream, size_t bytes, tpu_block_t** out_block);
+void tpu_block_free(tpu_block_t* block);
+uint64_t tpu_block_addr(const tpu_block_t* block);
+size_t tpu_block_size(const tpu_block_t* block);
+/* Declares that work on `stream` uses the block. */
+void tpu_block_record_stream(tpu_block_t* block, tpu_stream_t* stream);
+/* Index of the chip whose address range holds `addr`, or -1. */
+int tpu_chip_of_address(uint64_t addr);
+
+typedef struct tpu_stat {
+  int64_t current, peak, allocated, freed;
+} tpu_stat_t;
+
+enum { TPU_POOL_ALL = 0, TPU_POOL_SMALL, TPU_POOL_LARGE, TPU_POOL_COUNT };
+
+typedef struct tpu_memory_stats {
+  tpu_stat_t allocation[TPU_POOL_COUNT];       /* live blocks handed out */
+  tpu_stat_t segment[TPU_POOL_COUNT];          /* segments reserved from the chip */
+  tpu_stat_t active[TPU_POOL_COUNT];           /* blocks allocated or awaiting reuse */
+  tpu_stat_t inactive_split[TPU_POOL_COUNT];   /* free pieces of split segments */
+  tpu_stat_t allocated_bytes[TPU_POOL_COUNT];
+  tpu_stat_t reserved_bytes[TPU_POOL_COUNT];
+  tpu_stat_t active_bytes[TPU_POOL_COUNT];
+  tpu_stat_t inactive_split_bytes[TPU_POOL_COUNT];
+  tpu_stat_t requested_bytes[TPU_POOL_COUNT];
+  int64_t num_alloc_retries;
+  int64_t num_ooms;
+  int64_t num_sync_all_streams;
+  int64_t max_split_size;
+} tpu_memory_stats_t;
+
+void tpu_memory_get_stats(tpu_chip_t* chip, tpu_memory_stats_t* out_stats);
+void tpu_memory_reset_peak(tpu_chip_t* chip);
+void tpu_memory_reset_accumulated(tpu_chip_t* chip);
+/* Returns cached, unused segments to the chip. */
+void tpu_memory_empty_cache(tpu_chip_t* chip);
+/* Free and total device memory, in bytes (free = capacity - reserved). */
+void tpu_memory_info(tpu_chip_t* chip, uint64_t* out_free, uint64_t* out_total);
+
+/* ---- Pinned host memory -------------------------------------------------- */
+
+/* Page-locked-like host memory usable for asynchronous copies. The memory
+ * is freed only after every queued copy that uses it has run. */
+tpu_status_t tpu_host_alloc(size_t bytes, void** out_ptr);
+void tpu_host_free(void* ptr);
+bool tpu_host_is_pinned(const void* ptr);
+/* Asynchronous copy between pinned memory and the device: the pinned block
+ * stays alive until the copy has run. */
+tpu_status_t tpu_stream_copy_pinned(tpu_stream_t* stream, tpu_copy_kind_t kind, uint64_t dst,
+                                    uint64_t src, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPU_RUNTIME_H_ */

@@ -1,0 +1,454 @@
+/* allocator.c — the caching device-memory allocator of a chip.
+ *
+ * Same contract as PyTorch's CUDA caching allocator:
+ *  - sizes round up to 512 bytes; requests up to 1 MiB come from the small
+ *    pool (2 MiB segments), larger ones from the large pool (20 MiB segments
+ *    below 10 MiB, else the size rounded to 2 MiB);
+ *  - a block belongs to the stream it was allocated for; freed, it is reused
+ *    at once by later work on that stream (stream order makes this safe);
+ *  - a block used on other streams (tpu_block_record_stream) is reused only
+ *    once those streams have passed the point where it was freed (events);
+ *  - free neighbours in a segment merge; empty_cache returns whole free
+ *    segments to the chip;
+ *  - when the chip is full, cached segments are released and the request
+ *    retried before OUT_OF_MEMORY is reported.
+ * Statistics follow c10::CachingDeviceAllocator::DeviceStats. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define ROUND 512u
+#define SMALL_LIMIT ((size_t)1 << 20)
+#define SMALL_SEGMENT ((size_t)2 << 20)
+#define LARGE_SEGMENT ((size_t)20 << 20)
+#define LARGE_DIRECT ((size_t)10 << 20)
+#define SEGMENT_ROUND ((size_t)2 << 20)
+
+struct tpu_block {
+  tpu_allocator_t* owner;
+  uint64_t addr;
+  size_t size;
+  size_t requested;
+  int pool;   /* TPU_POOL_SMALL or TPU_POOL_LARGE */
+  int stream; /* owning stream index */
+  uint32_t stream_uses; /* other streams that used it (bit per stream) */
+  bool allocated;
+  tpu_block_t *prev, *next; /* neighbours within the segment */
+  /* while awaiting other streams after free: */
+  tpu_event_t* pending[TPU_STREAMS_PER_CHIP];
+  int pending_count;
+};
+
+typedef struct free_list {
+  tpu_block_t** items; /* sorted by (stream, size, addr) */
+  int count, capacity;
+} free_list_t;
+
+struct tpu_allocator {
+  tpu_chip_t* chip;
+  pthread_mutex_t mu;
+  free_list_t free[TPU_POOL_COUNT]; /* index SMALL/LARGE used */
+  tpu_block_t** waiting;            /* freed, awaiting other streams */
+  int waiting_count, waiting_capacity;
+  tpu_memory_stats_t stats;
+};
+
+/* ---- statistics ---------------------------------------------------------------- */
+
+static void stat_add(tpu_stat_t* s, int64_t delta) {
+  s->current += delta;
+  if (s->current > s->peak) s->peak = s->current;
+  if (delta > 0) s->allocated += delta;
+  else s->freed -= delta;
+}
+
+static void stat_update(tpu_stat_t arr[TPU_POOL_COUNT], int pool, int64_t delta) {
+  stat_add(&arr[TPU_POOL_ALL], delta);
+  stat_add(&arr[pool], delta);
+}
+
+/* ---- free lists ----------------------------------------------------------------- */
+
+static int block_less(const tpu_block_t* a, int stream, size_t size, uint64_t addr) {
+  if (a->stream != stream) return a->stream < stream;
+  if (a->size != size) return a->size < size;
+  return a->addr < addr;
+}
+
+static int lower_bound(free_list_t* fl, int stream, size_t size, uint64_t addr) {
+  int lo = 0, hi = fl->count;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (block_less(fl->items[mid], stream, size, addr)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static bool fl_insert(free_list_t* fl, tpu_block_t* b) {
+  if (fl->count == fl->capacity) {
+    int cap = fl->capacity ? fl->capacity * 2 : 64;
+    tpu_block_t** items = realloc(fl->items, sizeof(*items) * (size_t)cap);
+    if (!items) return false;
+    fl->items = items;
+    fl->capacity = cap;
+  }
+  int i = lower_bound(fl, b->stream, b->size, b->addr);
+  memmove(&fl->items[i + 1], &fl->items[i], sizeof(*fl->items) * (size_t)(fl->count - i));
+  fl->items[i] = b;
+  fl->count++;
+  return true;
+}
+
+static void fl_remove(free_list_t* fl, tpu_block_t* b) {
+  int i = lower_bound(fl, b->stream, b->size, b->addr);
+  if (i < fl->count && fl->items[i] == b) {
+    memmove(&fl->items[i], &fl->items[i + 1], sizeof(*fl->items) * (size_t)(fl->count - i - 1));
+    fl->count--;
+  }
+}
+
+/* ---- creation -------------------------------------------------------------------- */
+
+tpu_status_t tpu_allocator_create(tpu_chip_t* chip, tpu_allocator_t** out_allocator) {
+  tpu_allocator_t* a = calloc(1, sizeof(*a));
+  if (!a) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "allocator allocation failed");
+  a->chip = chip;
+  pthread_mutex_init(&a->mu, NULL);
+  *out_allocator = a;
+  return TPU_OK;
+}
+
+/* ---- segments ----------------------------------------------------------------------- */
+
+static size_t segment_size(size_t size) {
+  if (size <= SMALL_LIMIT) return SMALL_SEGMENT;
+  if (size < LARGE_DIRECT) return LARGE_SEGMENT;
+  return (size + SEGMENT_ROUND - 1) / SEGMENT_ROUND * SEGMENT_ROUND;
+}
+
+static void release_segment(tpu_allocator_t* a, tpu_block_t* b) {
+  tpu_hal()->memory_unmap(a->chip->hal, b->addr, b->size);
+  stat_update(a->stats.segment, b->pool, -1);
+  stat_update(a->stats.reserved_bytes, b->pool, -(int64_t)b->size);
+  free(b);
+}
+
+/* Releases every cached block that spans a whole segment. */
+static void release_cached(tpu_allocator_t* a) {
+  for (int pool = TPU_POOL_SMALL; pool <= TPU_POOL_LARGE; ++pool) {
+    free_list_t* fl = &a->free[pool];
+    for (int i = fl->count - 1; i >= 0; --i) {
+      tpu_block_t* b = fl->items[i];
+      if (b->prev || b->next) continue;
+      memmove(&fl->items[i], &fl->items[i + 1], sizeof(*fl->items) * (size_t)(fl->count - i - 1));
+      fl->count--;
+      release_segment(a, b);
+    }
+  }
+}
+
+/* ---- freeing ------------------------------------------------------------------------- */
+
+static void merge_into_free(tpu_allocator_t* a, tpu_block_t* b) {
+  free_list_t* fl = &a->free[b->pool];
+  int64_t split_delta = 0, split_bytes_delta = 0;
+  /* A block with neighbours is an "inactive split" piece while free. */
+  tpu_block_t* prev = b->prev;
+  if (prev && !prev->allocated && prev->pending_count == 0 && prev->stream == b->stream) {
+    fl_remove(fl, prev);
+    split_delta--;
+    split_bytes_delta -= (int64_t)prev->size;
+    prev->size += b->size;
+    prev->next = b->next;
+    if (b->next) b->next->prev = prev;
+    free(b);
+    b = prev;
+  }
+  tpu_block_t* next = b->next;
+  if (next && !next->allocated && next->pending_count == 0 && next->stream == b->stream) {
+    fl_remove(fl, next);
+    split_delta--;
+    split_bytes_delta -= (int64_t)next->size;
+    b->size += next->size;
+    b->next = next->next;
+    if (next->next) next->next->prev = b;
+    free(next);
+  }
+  if (b->prev || b->next) {
+    split_delta++;
+    split_bytes_delta += (int64_t)b->size;
+  }
+  stat_update(a->stats.inactive_split, b->pool, split_delta);
+  stat_update(a->stats.inactive_split_bytes, b->pool, split_bytes_delta);
+  if (!fl_insert(fl, b)) {
+    /* No room to cache it: the block is leaked to the cache's bookkeeping
+     * but stays accounted as reserved; this only happens when the host is
+     * out of memory. */
+  }
+}
+
+static void finish_free(tpu_allocator_t* a, tpu_block_t* b) {
+  stat_update(a->stats.active, b->pool, -1);
+  stat_update(a->stats.active_bytes, b->pool, -(int64_t)b->size);
+  b->stream_uses = 0;
+  merge_into_free(a, b);
+}
+
+/* Moves blocks whose other-stream uses have completed into the free lists. */
+static void process_waiting(tpu_allocator_t* a) {
+  int k = 0;
+  for (int i = 0; i < a->waiting_count; ++i) {
+    tpu_block_t* b = a->waiting[i];
+    bool done = true;
+    for (int e = 0; e < b->pending_count; ++e)
+      if (!tpu_event_query(b->pending[e])) done = false;
+    if (!done) {
+      a->waiting[k++] = b;
+      continue;
+    }
+    for (int e = 0; e < b->pending_count; ++e) tpu_event_release(b->pending[e]);
+    b->pending_count = 0;
+    finish_free(a, b);
+  }
+  a->waiting_count = k;
+}
+
+void tpu_block_free(tpu_block_t* b) {
+  if (!b) return;
+  tpu_allocator_t* a = b->owner;
+  pthread_mutex_lock(&a->mu);
+  b->allocated = false;
+  stat_update(a->stats.allocation, b->pool, -1);
+  stat_update(a->stats.allocated_bytes, b->pool, -(int64_t)b->size);
+  stat_update(a->stats.requested_bytes, b->pool, -(int64_t)b->requested);
+  uint32_t uses = b->stream_uses & ~(1u << b->stream);
+  if (uses) {
+    /* Mark where each other stream is now; reuse waits for those points. */
+    for (int s = 0; s < TPU_STREAMS_PER_CHIP; ++s) {
+      if (!(uses & (1u << s))) continue;
+      tpu_event_t* ev = NULL;
+      tpu_stream_t* st = &a->chip->streams[s];
+      if (tpu_event_create(false, &ev) != TPU_OK) continue;
+      tpu_status_t rs = tpu_event_record(ev, st);
+      if (rs != TPU_OK) {
+        tpu_status_free(rs);
+        tpu_event_release(ev);
+        continue;
+      }
+      b->pending[b->pending_count++] = ev;
+    }
+    if (b->pending_count) {
+      if (a->waiting_count == a->waiting_capacity) {
+        int cap = a->waiting_capacity ? a->waiting_capacity * 2 : 16;
+        tpu_block_t** w = realloc(a->waiting, sizeof(*w) * (size_t)cap);
+        if (w) {
+          a->waiting = w;
+          a->waiting_capacity = cap;
+        }
+      }
+      if (a->waiting_count < a->waiting_capacity) {
+        a->waiting[a->waiting_count++] = b;
+        pthread_mutex_unlock(&a->mu);
+        return;
+      }
+      /* Could not track it: wait for the other streams here instead. */
+      for (int e = 0; e < b->pending_count; ++e) {
+        tpu_status_free(tpu_event_synchronize(b->pending[e]));
+        tpu_event_release(b->pending[e]);
+      }
+      b->pending_count = 0;
+    }
+  }
+  finish_free(a, b);
+  pthread_mutex_unlock(&a->mu);
+}
+
+/* ---- allocation ---------------------------------------------------------------------- */
+
+static tpu_block_t* take_free(tpu_allocator_t* a, int pool, int stream, size_t size) {
+  free_list_t* fl = &a->free[pool];
+  int i = lower_bound(fl, stream, size, 0);
+  if (i >= fl->count || fl->items[i]->stream != stream) return NULL;
+  tpu_block_t* b = fl->items[i];
+  /* Do not carve small requests out of huge cached blocks of the large pool. */
+  if (pool == TPU_POOL_LARGE && size < LARGE_DIRECT && b->size >= 2 * LARGE_DIRECT) return NULL;
+  memmove(&fl->items[i], &fl->items[i + 1], sizeof(*fl->items) * (size_t)(fl->count - i - 1));
+  fl->count--;
+  if (b->prev || b->next) {
+    stat_update(a->stats.inactive_split, pool, -1);
+    stat_update(a->stats.inactive_split_bytes, pool, -(int64_t)b->size);
+  }
+  return b;
+}
+
+static tpu_status_t oom_status(tpu_allocator_t* a, size_t size) {
+  uint64_t total = a->chip->capacity;
+  int64_t reserved = a->stats.reserved_bytes[TPU_POOL_ALL].current;
+  int64_t allocated = a->stats.allocated_bytes[TPU_POOL_ALL].current;
+  double gib = 1024.0 * 1024.0 * 1024.0, mib = 1024.0 * 1024.0;
+  a->stats.num_ooms++;
+  return tpu_status_make(
+      TPU_CODE_OUT_OF_MEMORY,
+      "TPU out of memory. Tried to allocate %.2f MiB. tpu:%d has a total capacity of %.2f GiB "
+      "of which %.2f GiB is free. Of the allocated memory %.2f MiB is allocated by PyTorch, "
+      "and %.2f MiB is reserved by PyTorch but unallocated. Free tensors or call "
+      "torch.tpu.empty_cache(); the capacity is set by TORCH_TPU_MEMORY_GB.",
+      (double)size / mib, a->chip->index, (double)total / gib,
+      (double)((int64_t)total - reserved) / gib, (double)allocated / mib,
+      (double)(reserved - allocated) / mib);
+}
+
+tpu_status_t tpu_block_alloc(tpu_stream_t* stream, size_t bytes, tpu_block_t** out_block) {
+  *out_block = NULL;
+  if (bytes == 0) return TPU_OK;
+  tpu_allocator_t* a = stream->chip->allocator;
+  if (bytes > (size_t)1 << 60) return oom_status(a, bytes);
+  size_t size = (bytes + ROUND - 1) / ROUND * ROUND;
+  int pool = size <= SMALL_LIMIT ? TPU_POOL_SMALL : TPU_POOL_LARGE;
+  pthread_mutex_lock(&a->mu);
+  if (a->waiting_count) process_waiting(a);
+  tpu_block_t* b = take_free(a, pool, stream->index, size);
+  if (!b) {
+    size_t seg = segment_size(size);
+    uint64_t addr = 0;
+    tpu_status_t s = TPU_OK;
+    if ((uint64_t)a->stats.reserved_bytes[TPU_POOL_ALL].current + seg > a->chip->capacity)
+      s = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "capacity");
+    else
+      s = tpu_hal()->memory_map(a->chip->hal, seg, &addr);
+    if (s != TPU_OK) {
+      /* Retry after returning every cached segment to the chip. */
+      tpu_status_free(s);
+      a->stats.num_alloc_retries++;
+      release_cached(a);
+      if ((uint64_t)a->stats.reserved_bytes[TPU_POOL_ALL].current + seg > a->chip->capacity)
+        s = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "capacity");
+      else
+        s = tpu_hal()->memory_map(a->chip->hal, seg, &addr);
+      if (s != TPU_OK) {
+        tpu_status_free(s);
+        s = oom_status(a, bytes);
+        pthread_mutex_unlock(&a->mu);
+        return s;
+      }
+    }
+    b = calloc(1, sizeof(*b));
+    if (!b) {
+      tpu_hal()->memory_unmap(a->chip->hal, addr, seg);
+      pthread_mutex_unlock(&a->mu);
+      return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "host out of memory for a block");
+    }
+    b->owner = a;
+    b->addr = addr;
+    b->size = seg;
+    b->pool = pool;
+    b->stream = stream->index;
+    stat_update(a->stats.segment, pool, 1);
+    stat_update(a->stats.reserved_bytes, pool, (int64_t)seg);
+  }
+  /* Split off the remainder when it is worth keeping. */
+  size_t remaining = b->size - size;
+  if (remaining >= (pool == TPU_POOL_SMALL ? ROUND : SMALL_LIMIT)) {
+    tpu_block_t* rest = calloc(1, sizeof(*rest));
+    if (rest) {
+      *rest = (tpu_block_t){.owner = a, .addr = b->addr + size, .size = remaining, .pool = pool,
+                            .stream = b->stream, .prev = b, .next = b->next};
+      if (b->next) b->next->prev = rest;
+      b->next = rest;
+      b->size = size;
+      stat_update(a->stats.inactive_split, pool, 1);
+      stat_update(a->stats.inactive_split_bytes, pool, (int64_t)remaining);
+      if (!fl_insert(&a->free[pool], rest)) { /* undo the split */
+        b->next = rest->next;
+        if (rest->next) rest->next->prev = b;
+        b->size += remaining;
+        stat_update(a->stats.inactive_split, pool, -1);
+        stat_update(a->stats.inactive_split_bytes, pool, -(int64_t)remaining);
+        free(rest);
+      }
+    }
+  }
+  b->allocated = true;
+  b->requested = bytes;
+  b->stream_uses = 0;
+  stat_update(a->stats.allocation, pool, 1);
+  stat_update(a->stats.allocated_bytes, pool, (int64_t)b->size);
+  stat_update(a->stats.active, pool, 1);
+  stat_update(a->stats.active_bytes, pool, (int64_t)b->size);
+  stat_update(a->stats.requested_bytes, pool, (int64_t)bytes);
+  pthread_mutex_unlock(&a->mu);
+  *out_block = b;
+  return TPU_OK;
+}
+
+uint64_t tpu_block_addr(const tpu_block_t* block) { return block ? block->addr : 0; }
+size_t tpu_block_size(const tpu_block_t* block) { return block ? block->size : 0; }
+
+void tpu_block_record_stream(tpu_block_t* block, tpu_stream_t* stream) {
+  if (!block || stream->chip->allocator != block->owner) return;
+  pthread_mutex_lock(&block->owner->mu);
+  block->stream_uses |= 1u << stream->index;
+  pthread_mutex_unlock(&block->owner->mu);
+}
+
+/* ---- queries ------------------------------------------------------------------------- */
+
+void tpu_memory_get_stats(tpu_chip_t* chip, tpu_memory_stats_t* out_stats) {
+  tpu_allocator_t* a = chip->allocator;
+  pthread_mutex_lock(&a->mu);
+  *out_stats = a->stats;
+  out_stats->max_split_size = -1;
+  pthread_mutex_unlock(&a->mu);
+}
+
+static void reset_peaks(tpu_stat_t* s, int n) {
+  for (int i = 0; i < n; ++i) s[i].peak = s[i].current;
+}
+
+static void reset_accumulated(tpu_stat_t* s, int n) {
+  for (int i = 0; i < n; ++i) s[i].allocated = s[i].freed = 0;
+}
+
+#define STAT_ARRAYS(X)                                                                   \
+  X(allocation) X(segment) X(active) X(inactive_split) X(allocated_bytes) X(reserved_bytes) \
+  X(active_bytes) X(inactive_split_bytes) X(requested_bytes)
+
+void tpu_memory_reset_peak(tpu_chip_t* chip) {
+  tpu_allocator_t* a = chip->allocator;
+  pthread_mutex_lock(&a->mu);
+#define TPU_X_(f) reset_peaks(a->stats.f, TPU_POOL_COUNT);
+  STAT_ARRAYS(TPU_X_)
+#undef TPU_X_
+  pthread_mutex_unlock(&a->mu);
+}
+
+void tpu_memory_reset_accumulated(tpu_chip_t* chip) {
+  tpu_allocator_t* a = chip->allocator;
+  pthread_mutex_lock(&a->mu);
+#define TPU_X_(f) reset_accumulated(a->stats.f, TPU_POOL_COUNT);
+  STAT_ARRAYS(TPU_X_)
+#undef TPU_X_
+  a->stats.num_alloc_retries = a->stats.num_ooms = a->stats.num_sync_all_streams = 0;
+  pthread_mutex_unlock(&a->mu);
+}
+
+void tpu_memory_empty_cache(tpu_chip_t* chip) {
+  tpu_allocator_t* a = chip->allocator;
+  pthread_mutex_lock(&a->mu);
+  if (a->waiting_count) process_waiting(a);
+  release_cached(a);
+  pthread_mutex_unlock(&a->mu);
+}
+
+void tpu_memory_info(tpu_chip_t* chip, uint64_t* out_free, uint64_t* out_total) {
+  tpu_allocator_t* a = chip->allocator;
+  pthread_mutex_lock(&a->mu);
+  uint64_t reserved = (uint64_t)a->stats.reserved_bytes[TPU_POOL_ALL].current;
+  pthread_mutex_unlock(&a->mu);
+  *out_total = chip->capacity;
+  *out_free = chip->capacity > reserved ? chip->capacity - reserved : 0;
+}

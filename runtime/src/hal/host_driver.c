@@ -1,0 +1,405 @@
+/* host_driver.c — the software TPU: a HAL driver that computes on the host's
+ * cores but behaves as an accelerator.
+ *
+ *  - Chips: each reserves its own address range of `capacity` bytes (virtual
+ *    memory, backed on first touch); device memory is carved from that range
+ *    in segments, and returned pages are given back to the OS on unmap.
+ *  - Queues: one worker thread per queue runs commands in order; kernels
+ *    split work over the shared compute pool (kernel.h).
+ *  - Events: sequence counters with a timestamp of the last completion.
+ * An error in a command is recorded on its queue (first one wins, named after
+ * the op) and returned by the next queue_wait_idle, which clears it. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "../kernel.h"
+#include "tpu/hal.h"
+#include "tpu/ops.h"
+
+#define SEGMENT_ALIGN ((uint64_t)2 << 20)
+#define MAX_CHIPS_ENV 8
+
+/* ---- chips and their address ranges ------------------------------------- */
+
+typedef struct range {
+  uint64_t start, size;
+} range_t;
+
+struct tpu_hal_chip {
+  int index;
+  uint64_t base, capacity;
+  pthread_mutex_t mu;
+  range_t* free_ranges; /* sorted by start, coalesced */
+  int free_count, free_capacity;
+};
+
+static int host_chip_count(void) {
+  const char* env = getenv("TORCH_TPU_NUM_CHIPS");
+  int n = env ? atoi(env) : 1;
+  if (n < 1) n = 1;
+  if (n > MAX_CHIPS_ENV) n = MAX_CHIPS_ENV;
+  return n;
+}
+
+static tpu_status_t host_chip_open(int index, uint64_t capacity, tpu_hal_chip_t** out_chip) {
+  capacity = (capacity + SEGMENT_ALIGN - 1) / SEGMENT_ALIGN * SEGMENT_ALIGN;
+  tpu_hal_chip_t* c = calloc(1, sizeof(*c));
+  if (!c) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "chip allocation failed");
+  /* Over-reserve by one alignment unit so segments are 2 MiB aligned. */
+  void* p = mmap(NULL, capacity + SEGMENT_ALIGN, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    free(c);
+    return tpu_status_make(TPU_CODE_UNAVAILABLE, "cannot reserve %llu bytes for chip %d",
+                           (unsigned long long)capacity, index);
+  }
+  uint64_t base = ((uint64_t)(uintptr_t)p + SEGMENT_ALIGN - 1) / SEGMENT_ALIGN * SEGMENT_ALIGN;
+  c->index = index;
+  c->base = base;
+  c->capacity = capacity;
+  pthread_mutex_init(&c->mu, NULL);
+  c->free_ranges = malloc(sizeof(range_t) * 16);
+  if (!c->free_ranges) {
+    munmap(p, capacity + SEGMENT_ALIGN);
+    free(c);
+    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "chip allocation failed");
+  }
+  c->free_capacity = 16;
+  c->free_count = 1;
+  c->free_ranges[0] = (range_t){base, capacity};
+  *out_chip = c;
+  return TPU_OK;
+}
+
+static void host_chip_close(tpu_hal_chip_t* c) {
+  if (!c) return;
+  /* The mapping is process-lifetime: chips close at exit, when queued work
+   * of other threads may still be unwinding. Only bookkeeping is freed. */
+  free(c->free_ranges);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+static tpu_status_t host_memory_map(tpu_hal_chip_t* c, uint64_t bytes, uint64_t* out_addr) {
+  bytes = (bytes + SEGMENT_ALIGN - 1) / SEGMENT_ALIGN * SEGMENT_ALIGN;
+  pthread_mutex_lock(&c->mu);
+  for (int i = 0; i < c->free_count; ++i) {
+    range_t* r = &c->free_ranges[i];
+    if (r->size < bytes) continue;
+    *out_addr = r->start;
+    r->start += bytes;
+    r->size -= bytes;
+    if (r->size == 0) {
+      memmove(r, r + 1, sizeof(range_t) * (size_t)(c->free_count - i - 1));
+      c->free_count--;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return TPU_OK;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "chip %d has no free range of %llu bytes",
+                         c->index, (unsigned long long)bytes);
+}
+
+static void host_memory_unmap(tpu_hal_chip_t* c, uint64_t addr, uint64_t bytes) {
+  bytes = (bytes + SEGMENT_ALIGN - 1) / SEGMENT_ALIGN * SEGMENT_ALIGN;
+  madvise((void*)(uintptr_t)addr, bytes, MADV_DONTNEED); /* give the pages back */
+  pthread_mutex_lock(&c->mu);
+  int i = 0;
+  while (i < c->free_count && c->free_ranges[i].start < addr) i++;
+  int merged_prev = i > 0 && c->free_ranges[i - 1].start + c->free_ranges[i - 1].size == addr;
+  int merged_next = i < c->free_count && addr + bytes == c->free_ranges[i].start;
+  if (merged_prev && merged_next) {
+    c->free_ranges[i - 1].size += bytes + c->free_ranges[i].size;
+    memmove(&c->free_ranges[i], &c->free_ranges[i + 1],
+            sizeof(range_t) * (size_t)(c->free_count - i - 1));
+    c->free_count--;
+  } else if (merged_prev) {
+    c->free_ranges[i - 1].size += bytes;
+  } else if (merged_next) {
+    c->free_ranges[i].start = addr;
+    c->free_ranges[i].size += bytes;
+  } else {
+    if (c->free_count == c->free_capacity) {
+      range_t* grown = realloc(c->free_ranges, sizeof(range_t) * (size_t)c->free_capacity * 2);
+      if (!grown) { /* cannot record it: the range is lost, never reused twice */
+        pthread_mutex_unlock(&c->mu);
+        return;
+      }
+      c->free_ranges = grown;
+      c->free_capacity *= 2;
+    }
+    memmove(&c->free_ranges[i + 1], &c->free_ranges[i],
+            sizeof(range_t) * (size_t)(c->free_count - i));
+    c->free_ranges[i] = (range_t){addr, bytes};
+    c->free_count++;
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+static bool host_owns_address(const tpu_hal_chip_t* c, uint64_t addr) {
+  return addr >= c->base && addr < c->base + c->capacity;
+}
+
+/* ---- events ------------------------------------------------------------- */
+
+struct tpu_hal_event {
+  atomic_int refs;
+  bool timing;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint64_t next_seq;      /* last sequence handed to a RECORD */
+  uint64_t completed_seq; /* last sequence a queue reached */
+  int64_t time_ns;
+};
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static tpu_status_t host_event_create(bool timing, tpu_hal_event_t** out_event) {
+  tpu_hal_event_t* e = calloc(1, sizeof(*e));
+  if (!e) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "event allocation failed");
+  atomic_init(&e->refs, 1);
+  e->timing = timing;
+  e->time_ns = -1;
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_cond_init(&e->cv, NULL);
+  *out_event = e;
+  return TPU_OK;
+}
+
+static void host_event_retain(tpu_hal_event_t* e) { atomic_fetch_add(&e->refs, 1); }
+
+static void host_event_release(tpu_hal_event_t* e) {
+  if (!e || atomic_fetch_sub(&e->refs, 1) != 1) return;
+  pthread_mutex_destroy(&e->mu);
+  pthread_cond_destroy(&e->cv);
+  free(e);
+}
+
+static uint64_t host_event_next_seq(tpu_hal_event_t* e) {
+  pthread_mutex_lock(&e->mu);
+  uint64_t s = ++e->next_seq;
+  pthread_mutex_unlock(&e->mu);
+  return s;
+}
+
+static uint64_t host_event_last_seq(tpu_hal_event_t* e) {
+  pthread_mutex_lock(&e->mu);
+  uint64_t s = e->next_seq;
+  pthread_mutex_unlock(&e->mu);
+  return s;
+}
+
+static bool host_event_reached(tpu_hal_event_t* e, uint64_t seq) {
+  pthread_mutex_lock(&e->mu);
+  bool r = e->completed_seq >= seq;
+  pthread_mutex_unlock(&e->mu);
+  return r;
+}
+
+static void host_event_wait(tpu_hal_event_t* e, uint64_t seq) {
+  pthread_mutex_lock(&e->mu);
+  while (e->completed_seq < seq) pthread_cond_wait(&e->cv, &e->mu);
+  pthread_mutex_unlock(&e->mu);
+}
+
+static int64_t host_event_time_ns(tpu_hal_event_t* e) {
+  pthread_mutex_lock(&e->mu);
+  int64_t t = (e->timing && e->completed_seq == e->next_seq && e->next_seq) ? e->time_ns : -1;
+  pthread_mutex_unlock(&e->mu);
+  return t;
+}
+
+static void event_complete(tpu_hal_event_t* e, uint64_t seq) {
+  int64_t t = e->timing ? now_ns() : -1;
+  pthread_mutex_lock(&e->mu);
+  if (seq > e->completed_seq) {
+    e->completed_seq = seq;
+    e->time_ns = t;
+  }
+  pthread_cond_broadcast(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- queues --------------------------------------------------------------- */
+
+struct tpu_hal_queue {
+  tpu_hal_chip_t* chip;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t has_work, idle;
+  tpu_hal_command_t* ring;
+  size_t head, count, capacity;
+  bool running; /* a command is executing */
+  bool stop;
+  tpu_status_t error; /* first failure since the last wait_idle */
+};
+
+static void command_dispose(tpu_hal_command_t* cmd) {
+  if (cmd->kind == TPU_HAL_CMD_EXEC) tpu_graph_release(cmd->u.exec.graph);
+  if (cmd->kind == TPU_HAL_CMD_RECORD || cmd->kind == TPU_HAL_CMD_WAIT)
+    host_event_release(cmd->u.event.event);
+}
+
+static tpu_status_t run_graph(tpu_hal_queue_t* q, tpu_graph_t* graph) {
+  tpu_exec_ctx_t ctx = {.chip_index = q->chip->index};
+  int32_t n = tpu_graph_node_count(graph);
+  for (int32_t i = 0; i < n; ++i) {
+    const tpu_node_t* node = tpu_graph_node(graph, i);
+    const tpu_op_def_t* def = tpu_op_def(node->op);
+    tpu_status_t s = def->kernel(def, node, &ctx);
+    if (s != TPU_OK) return tpu_status_annotate(s, "in op '%s' on tpu:%d", def->name, ctx.chip_index);
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t run_command(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
+  switch (cmd->kind) {
+    case TPU_HAL_CMD_EXEC:
+      return run_graph(q, cmd->u.exec.graph);
+    case TPU_HAL_CMD_COPY:
+      if (cmd->u.copy.bytes)
+        memmove((void*)(uintptr_t)cmd->u.copy.dst, (const void*)(uintptr_t)cmd->u.copy.src,
+                cmd->u.copy.bytes);
+      return TPU_OK;
+    case TPU_HAL_CMD_RECORD:
+      event_complete(cmd->u.event.event, cmd->u.event.seq);
+      return TPU_OK;
+    case TPU_HAL_CMD_WAIT:
+      host_event_wait(cmd->u.event.event, cmd->u.event.seq);
+      return TPU_OK;
+    case TPU_HAL_CMD_HOST_FN:
+      cmd->u.host.fn(cmd->u.host.arg);
+      return TPU_OK;
+  }
+  return tpu_status_make(TPU_CODE_INTERNAL, "unknown command %d", (int)cmd->kind);
+}
+
+static void* queue_main(void* arg) {
+  tpu_hal_queue_t* q = arg;
+  pthread_mutex_lock(&q->mu);
+  for (;;) {
+    while (q->count == 0 && !q->stop) pthread_cond_wait(&q->has_work, &q->mu);
+    if (q->count == 0 && q->stop) break;
+    tpu_hal_command_t cmd = q->ring[q->head];
+    q->head = (q->head + 1) % q->capacity;
+    q->count--;
+    q->running = true;
+    pthread_mutex_unlock(&q->mu);
+    tpu_status_t s = run_command(q, &cmd);
+    command_dispose(&cmd);
+    pthread_mutex_lock(&q->mu);
+    if (s != TPU_OK) {
+      if (q->error == TPU_OK) q->error = s;
+      else tpu_status_free(s);
+    }
+    q->running = false;
+    if (q->count == 0) pthread_cond_broadcast(&q->idle);
+  }
+  pthread_mutex_unlock(&q->mu);
+  return NULL;
+}
+
+static tpu_status_t host_queue_create(tpu_hal_chip_t* chip, tpu_hal_queue_t** out_queue) {
+  tpu_hal_queue_t* q = calloc(1, sizeof(*q));
+  if (!q) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "queue allocation failed");
+  q->chip = chip;
+  q->capacity = 256;
+  q->ring = malloc(sizeof(tpu_hal_command_t) * q->capacity);
+  pthread_mutex_init(&q->mu, NULL);
+  pthread_cond_init(&q->has_work, NULL);
+  pthread_cond_init(&q->idle, NULL);
+  if (!q->ring || pthread_create(&q->thread, NULL, queue_main, q) != 0) {
+    free(q->ring);
+    free(q);
+    return tpu_status_make(TPU_CODE_UNAVAILABLE, "cannot start a queue worker");
+  }
+  *out_queue = q;
+  return TPU_OK;
+}
+
+static void host_queue_destroy(tpu_hal_queue_t* q) {
+  if (!q) return;
+  pthread_mutex_lock(&q->mu);
+  q->stop = true;
+  pthread_cond_signal(&q->has_work);
+  pthread_mutex_unlock(&q->mu);
+  pthread_join(q->thread, NULL);
+  tpu_status_free(q->error);
+  free(q->ring);
+  pthread_mutex_destroy(&q->mu);
+  pthread_cond_destroy(&q->has_work);
+  pthread_cond_destroy(&q->idle);
+  free(q);
+}
+
+static tpu_status_t host_queue_submit(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
+  pthread_mutex_lock(&q->mu);
+  if (q->count == q->capacity) {
+    size_t cap = q->capacity * 2;
+    tpu_hal_command_t* ring = malloc(sizeof(*ring) * cap);
+    if (!ring) {
+      pthread_mutex_unlock(&q->mu);
+      command_dispose(cmd);
+      return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "queue growth failed");
+    }
+    for (size_t i = 0; i < q->count; ++i) ring[i] = q->ring[(q->head + i) % q->capacity];
+    free(q->ring);
+    q->ring = ring;
+    q->head = 0;
+    q->capacity = cap;
+  }
+  q->ring[(q->head + q->count) % q->capacity] = *cmd;
+  q->count++;
+  bool wake = q->count == 1 && !q->running;
+  pthread_mutex_unlock(&q->mu);
+  if (wake) pthread_cond_signal(&q->has_work);
+  return TPU_OK;
+}
+
+static tpu_status_t host_queue_wait_idle(tpu_hal_queue_t* q) {
+  pthread_mutex_lock(&q->mu);
+  while (q->count > 0 || q->running) pthread_cond_wait(&q->idle, &q->mu);
+  tpu_status_t s = q->error;
+  q->error = TPU_OK;
+  pthread_mutex_unlock(&q->mu);
+  return s;
+}
+
+static bool host_queue_is_idle(tpu_hal_queue_t* q) {
+  pthread_mutex_lock(&q->mu);
+  bool idle = q->count == 0 && !q->running;
+  pthread_mutex_unlock(&q->mu);
+  return idle;
+}
+
+const tpu_hal_driver_t tpu_host_driver = {
+    .name = "host",
+    .chip_count = host_chip_count,
+    .chip_open = host_chip_open,
+    .chip_close = host_chip_close,
+    .memory_map = host_memory_map,
+    .memory_unmap = host_memory_unmap,
+    .owns_address = host_owns_address,
+    .queue_create = host_queue_create,
+    .queue_destroy = host_queue_destroy,
+    .queue_submit = host_queue_submit,
+    .queue_wait_idle = host_queue_wait_idle,
+    .queue_is_idle = host_queue_is_idle,
+    .event_create = host_event_create,
+    .event_retain = host_event_retain,
+    .event_release = host_event_release,
+    .event_next_seq = host_event_next_seq,
+    .event_last_seq = host_event_last_seq,
+    .event_reached = host_event_reached,
+    .event_wait = host_event_wait,
+    .event_time_ns = host_event_time_ns,
+};

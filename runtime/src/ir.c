@@ -1,0 +1,166 @@
+/* ir.c — graphs of nodes (see tpu/ir.h). A graph owns flat arrays of input
+ * values and output views; nodes point into them by offset, so appending
+ * never invalidates what a node describes. */
+#include "tpu/ir.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "tpu/ops.h"
+
+typedef struct node_slot {
+  tpu_node_t node;
+  int64_t input_offset;
+  int64_t output_offset;
+} node_slot_t;
+
+struct tpu_graph {
+  node_slot_t* nodes;
+  int32_t node_count, node_capacity;
+  tpu_value_t* inputs;
+  int64_t input_count, input_capacity;
+  tpu_view_t* outputs;
+  int64_t output_count, output_capacity;
+};
+
+int64_t tpu_view_numel(const tpu_view_t* view) {
+  int64_t n = 1;
+  for (int32_t i = 0; i < view->ndim; ++i) n *= view->sizes[i];
+  return n;
+}
+
+bool tpu_view_is_contiguous(const tpu_view_t* view) {
+  int64_t expected = 1;
+  for (int32_t i = view->ndim - 1; i >= 0; --i) {
+    if (view->sizes[i] == 1) continue;
+    if (view->strides[i] != expected) return false;
+    expected *= view->sizes[i];
+  }
+  return true;
+}
+
+int64_t tpu_attr_int(const tpu_attr_t* a, int64_t dflt) {
+  if (!a) return dflt;
+  if (a->kind == TPU_ATTR_INT || a->kind == TPU_ATTR_BOOL) return a->u.i;
+  if (a->kind == TPU_ATTR_FLOAT) return (int64_t)a->u.f;
+  return dflt;
+}
+
+double tpu_attr_float(const tpu_attr_t* a, double dflt) {
+  if (!a) return dflt;
+  if (a->kind == TPU_ATTR_FLOAT) return a->u.f;
+  if (a->kind == TPU_ATTR_INT || a->kind == TPU_ATTR_BOOL) return (double)a->u.i;
+  return dflt;
+}
+
+bool tpu_attr_bool(const tpu_attr_t* a, bool dflt) {
+  if (!a) return dflt;
+  if (a->kind == TPU_ATTR_BOOL || a->kind == TPU_ATTR_INT) return a->u.i != 0;
+  if (a->kind == TPU_ATTR_FLOAT) return a->u.f != 0.0;
+  return dflt;
+}
+
+tpu_status_t tpu_graph_create(tpu_graph_t** out_graph) {
+  *out_graph = calloc(1, sizeof(tpu_graph_t));
+  if (!*out_graph) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "graph allocation failed");
+  return TPU_OK;
+}
+
+void tpu_graph_release(tpu_graph_t* graph) {
+  if (!graph) return;
+  free(graph->nodes);
+  free(graph->inputs);
+  free(graph->outputs);
+  free(graph);
+}
+
+static int grow(void** data, int64_t* capacity, int64_t needed, size_t elem) {
+  if (needed <= *capacity) return 1;
+  int64_t cap = *capacity ? *capacity * 2 : 4;
+  while (cap < needed) cap *= 2;
+  void* p = realloc(*data, (size_t)cap * elem);
+  if (!p) return 0;
+  *data = p;
+  *capacity = cap;
+  return 1;
+}
+
+tpu_status_t tpu_graph_add_node(tpu_graph_t* g, tpu_op_id_t op, const tpu_value_t* inputs,
+                                int32_t num_inputs, const tpu_view_t* outputs,
+                                int32_t num_outputs, const tpu_attr_t* attrs, int32_t num_attrs) {
+  if (num_inputs < 0 || num_outputs < 0 || num_attrs < 0 || num_attrs > TPU_MAX_ATTRS)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "bad node arity");
+  int64_t cap = g->node_capacity;
+  if (!grow((void**)&g->nodes, &cap, g->node_count + 1, sizeof(node_slot_t)) ||
+      !grow((void**)&g->inputs, &g->input_capacity, g->input_count + num_inputs,
+            sizeof(tpu_value_t)) ||
+      !grow((void**)&g->outputs, &g->output_capacity, g->output_count + num_outputs,
+            sizeof(tpu_view_t))) {
+    g->node_capacity = (int32_t)cap;
+    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "graph growth failed");
+  }
+  g->node_capacity = (int32_t)cap;
+  node_slot_t* slot = &g->nodes[g->node_count++];
+  memset(slot, 0, sizeof(*slot));
+  slot->node.op = op;
+  slot->node.num_inputs = num_inputs;
+  slot->node.num_outputs = num_outputs;
+  slot->node.num_attrs = num_attrs;
+  if (num_attrs) memcpy(slot->node.attrs, attrs, sizeof(tpu_attr_t) * (size_t)num_attrs);
+  slot->input_offset = g->input_count;
+  slot->output_offset = g->output_count;
+  if (num_inputs) memcpy(g->inputs + g->input_count, inputs, sizeof(tpu_value_t) * (size_t)num_inputs);
+  if (num_outputs)
+    memcpy(g->outputs + g->output_count, outputs, sizeof(tpu_view_t) * (size_t)num_outputs);
+  g->input_count += num_inputs;
+  g->output_count += num_outputs;
+  return TPU_OK;
+}
+
+int32_t tpu_graph_node_count(const tpu_graph_t* graph) { return graph->node_count; }
+
+const tpu_node_t* tpu_graph_node(const tpu_graph_t* graph, int32_t index) {
+  if (index < 0 || index >= graph->node_count) return NULL;
+  node_slot_t* slot = &graph->nodes[index];
+  /* Refresh the borrowed pointers: the arrays may have moved since. */
+  slot->node.inputs = graph->inputs + slot->input_offset;
+  slot->node.outputs = graph->outputs + slot->output_offset;
+  return &slot->node;
+}
+
+static tpu_status_t verify_view(const tpu_view_t* v, const char* what, int32_t index) {
+  if (v->dtype < 0 || v->dtype >= TPU_DTYPE_COUNT)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s %d has an invalid dtype", what, index);
+  if (v->ndim < 0 || v->ndim > TPU_MAX_DIMS)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s %d has %d dims (max %d)", what, index,
+                           v->ndim, TPU_MAX_DIMS);
+  for (int32_t d = 0; d < v->ndim; ++d)
+    if (v->sizes[d] < 0 || v->strides[d] < 0)
+      return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s %d has a negative size or stride",
+                             what, index);
+  if (v->addr == 0 && tpu_view_numel(v) != 0)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s %d has no device memory", what, index);
+  return TPU_OK;
+}
+
+tpu_status_t tpu_graph_verify(const tpu_graph_t* graph) {
+  for (int32_t i = 0; i < graph->node_count; ++i) {
+    const tpu_node_t* n = tpu_graph_node(graph, i);
+    const tpu_op_def_t* def = tpu_op_def(n->op);
+    if (!def) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "node %d: unknown op %d", i, n->op);
+    if (n->num_attrs != tpu_spec_count(def->attrs))
+      return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "node %d (%s): %d attrs, expected %d", i,
+                             def->name, n->num_attrs, tpu_spec_count(def->attrs));
+    if (n->num_outputs != tpu_spec_count(def->outputs))
+      return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "node %d (%s): %d outputs, expected %d", i,
+                             def->name, n->num_outputs, tpu_spec_count(def->outputs));
+    for (int32_t k = 0; k < n->num_inputs; ++k)
+      if (n->inputs[k].kind == TPU_VALUE_VIEW)
+        TPU_RETURN_IF_ERROR(
+            tpu_status_annotate(verify_view(&n->inputs[k].u.view, "input", k), "%s", def->name));
+    for (int32_t k = 0; k < n->num_outputs; ++k)
+      TPU_RETURN_IF_ERROR(
+          tpu_status_annotate(verify_view(&n->outputs[k], "output", k), "%s", def->name));
+  }
+  return TPU_OK;
+}

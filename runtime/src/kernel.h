@@ -1,0 +1,39 @@
+/* kernel.h — what a kernel on the host driver may use (internal header).
+ *
+ * A kernel is a tpu_kernel_fn (tpu/ops.h): it reads its node's inputs and
+ * attrs and writes its outputs through tpu_view_ptr(). It runs on a stream's
+ * worker thread and may split work over the shared compute pool with
+ * tpu_parallel_for. It returns a status; it never aborts. Messages need not
+ * name the op: the executor prefixes it.
+ */
+#ifndef TPU_KERNEL_H_
+#define TPU_KERNEL_H_
+
+#include <stdint.h>
+
+#include "tpu/ir.h"
+#include "tpu/ops.h"
+#include "tpu/status.h"
+
+/* Execution context handed to kernels. */
+struct tpu_exec_ctx {
+  int chip_index;
+};
+
+/* Calls fn(arg, begin, end) over [0, n) in chunks of at least `grain`
+ * elements, on the compute pool (the calling thread takes part). Nested or
+ * concurrent calls run serially in the caller rather than oversubscribing. */
+void tpu_parallel_for(int64_t n, int64_t grain, void (*fn)(void* arg, int64_t begin, int64_t end),
+                      void* arg);
+int tpu_parallel_threads(void);
+
+/* Reads an input value as a view: a scalar becomes a 0-dim view of
+ * `*storage` (8 bytes, converted to `dtype` when dtype != INVALID, else kept
+ * in the scalar's own dtype). */
+void tpu_value_to_view(const tpu_value_t* value, tpu_dtype_t dtype, uint64_t* storage,
+                       tpu_view_t* out_view);
+
+/* Reports an error with a printf message (convenience for kernels). */
+#define TPU_KERNEL_FAIL(code, ...) return tpu_status_make((code), __VA_ARGS__)
+
+#endif /* TPU_KERNEL_H_ */

@@ -1,0 +1,867 @@
+/* kernels/elementwise.c — the elementwise executor (see elementwise.h).
+ *
+ *   1. conversions: loads (any dtype -> compute type) and stores (compute
+ *      type -> any dtype) generated from TPU_DTYPE_LIST, with contiguous and
+ *      broadcast fast paths so they vectorise;
+ *   2. planning: a node's common/result dtypes, tile function and
+ *      parameters, from its row's tpu_ew_impl_t;
+ *   3. layout: operands broadcast to the output's shape (stride 0), size-1
+ *      dims dropped, dims ordered by the output's strides and collapsed where
+ *      every operand is contiguous across them;
+ *   4. tiles: the output is split into tiles (pieces of one row, or several
+ *      short rows), run in parallel; operands are used in place when they
+ *      already hold the compute type contiguously, else converted through
+ *      per-thread scratch.
+ */
+#include "kernels/elementwise.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EW_MAX_OPS (1 + TPU_EW_MAX_INPUTS)
+/* Elements one thread handles before work is split. */
+#define EW_GRAIN 32768
+
+/* ---- 1. conversions -------------------------------------------------------- */
+
+static inline uint32_t ew_f2bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+static inline float ew_bits2f(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+/* Half conversions, bit-identical to tpu_f16_to_f32 and tpu_f32_to_f16
+ * (round to nearest even, NaN -> quiet NaN). Every case is computed and one
+ * is picked with masks: straight-line code, so the loops vectorise. */
+static inline uint32_t ew_mask(bool c) { return 0u - (uint32_t)c; }
+
+static inline float ew_h2f(uint16_t h) {
+  int32_t em = h & 0x7fff;
+  uint32_t norm = ((uint32_t)em << 13) + ((127u - 15u) << 23);
+  norm += ew_mask(em >= 0x7c00) & ((128u - 16u) << 23);                 /* inf, nan */
+  uint32_t sub = ew_f2bits((float)em * 5.9604644775390625e-8f);         /* em * 2^-24 */
+  uint32_t is_sub = ew_mask(em < 0x400);
+  uint32_t r = (is_sub & sub) | (~is_sub & norm);
+  return ew_bits2f(r | ((uint32_t)(h & 0x8000) << 16));
+}
+
+static inline uint16_t ew_f2h(float f) {
+  uint32_t x = ew_f2bits(f);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  int32_t a = (int32_t)(x & 0x7fffffffu);
+  uint32_t special = 0x7c00u | (ew_mask(a > 0x7f800000) & 0x200u);     /* inf, quiet nan */
+  uint32_t sub = ew_f2bits(ew_bits2f((uint32_t)a) + 0.5f) - (126u << 23); /* 0.5f: 126 << 23 */
+  uint32_t norm = ((uint32_t)a + 0xc8000fffu + (((uint32_t)a >> 13) & 1u)) >> 13;
+  uint32_t is_big = ew_mask(a >= 0x47800000), is_sub = ew_mask(a < 0x38800000);
+  uint32_t r = (is_big & special) | (~is_big & ((is_sub & sub) | (~is_sub & norm)));
+  return (uint16_t)(sign | r);
+}
+
+static inline float ew_bf2f(uint16_t h) { return ew_bits2f((uint32_t)h << 16); }
+
+static inline uint16_t ew_f2bf(float f) {
+  uint32_t x = ew_f2bits(f);
+  uint32_t nan = (x >> 16) | 0x40u;
+  uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  uint32_t is_nan = ew_mask((int32_t)(x & 0x7fffffffu) > 0x7f800000);
+  return (uint16_t)((is_nan & nan) | (~is_nan & r));
+}
+
+/* Float -> integer: NaN -> 0, out of range clamps into int64 (as dtype.c). */
+static inline int64_t ew_f2i(double v) {
+  if (v != v) return 0;
+  if (v >= 9.2233720368547758e18) return INT64_MAX;
+  if (v <= -9.2233720368547758e18) return INT64_MIN;
+  return (int64_t)v;
+}
+static inline int64_t ew_i2i(int64_t v) { return v; }
+#define EW_AS_I64(c) _Generic((c), float: ew_f2i, double: ew_f2i, default: ew_i2i)(c)
+
+/* Reading a stored element as its natural C value. */
+#define EW_READ_BOOL(v) ((uint8_t)((v) != 0))
+#define EW_READ_U8(v) (v)
+#define EW_READ_I8(v) (v)
+#define EW_READ_I16(v) (v)
+#define EW_READ_I32(v) (v)
+#define EW_READ_I64(v) (v)
+#define EW_READ_F16(v) ew_h2f(v)
+#define EW_READ_BF16(v) ew_bf2f(v)
+#define EW_READ_F32(v) (v)
+#define EW_READ_F64(v) (v)
+
+/* Writing a value (uint8_t/int64_t/float/double) as a stored element. */
+#define EW_WRITE_BOOL(c) ((uint8_t)((c) != 0))
+#define EW_WRITE_U8(c) ((uint8_t)(uint64_t)EW_AS_I64(c))
+#define EW_WRITE_I8(c) ((int8_t)(uint64_t)EW_AS_I64(c))
+#define EW_WRITE_I16(c) ((int16_t)(uint64_t)EW_AS_I64(c))
+#define EW_WRITE_I32(c) ((int32_t)(uint64_t)EW_AS_I64(c))
+#define EW_WRITE_I64(c) ((int64_t)EW_AS_I64(c))
+#define EW_WRITE_F16(c) ew_f2h((float)(c))
+#define EW_WRITE_BF16(c) ew_f2bf((float)(c))
+#define EW_WRITE_F32(c) ((float)(c))
+#define EW_WRITE_F64(c) ((double)(c))
+
+/* Largest finite value of each floating dtype (0: not floating). */
+#define EW_FMAX_BOOL 0.0
+#define EW_FMAX_U8 0.0
+#define EW_FMAX_I8 0.0
+#define EW_FMAX_I16 0.0
+#define EW_FMAX_I32 0.0
+#define EW_FMAX_I64 0.0
+#define EW_FMAX_F16 65504.0
+#define EW_FMAX_BF16 3.3895313892515355e38
+#define EW_FMAX_F32 FLT_MAX
+#define EW_FMAX_F64 DBL_MAX
+
+/* The compute types, as (name, C type), for generating per-pair loops. */
+#define EW_COMPUTE_LIST(X, E, T) \
+  X(E, T, B8, uint8_t) X(E, T, I64, int64_t) X(E, T, F32, float) X(E, T, F64, double)
+
+typedef void (*ew_cvt_fn)(void* dst, int64_t ds, const void* src, int64_t ss, int64_t n);
+
+/* dst[i*ds] = convert(src[i*ss]), with contiguous and broadcast fast paths. */
+#define EW_CVT_BODY(DT, ST, CONV)                                      \
+  DT* d = (DT*)dst;                                                    \
+  const ST* s = (const ST*)src;                                        \
+  if (ds == 1 && ss == 1) {                                            \
+    for (int64_t i = 0; i < n; ++i) d[i] = CONV(s[i]);                 \
+  } else if (ds == 1 && ss == 0) {                                     \
+    const DT v = CONV(s[0]);                                           \
+    for (int64_t i = 0; i < n; ++i) d[i] = v;                          \
+  } else {                                                             \
+    for (int64_t i = 0; i < n; ++i) d[i * ds] = CONV(s[i * ss]);       \
+  }
+
+#define EW_LOAD_DEF(E, T, CT, CTT)                                                     \
+  static void ew_load_##E##_##CT(void* dst, int64_t ds, const void* src, int64_t ss,   \
+                                 int64_t n) {                                          \
+    EW_CVT_BODY(CTT, T, EW_LOAD_CONV_##CT##_##E)                                       \
+  }
+#define EW_STORE_DEF(E, T, CT, CTT)                                                    \
+  static void ew_store_##CT##_##E(void* dst, int64_t ds, const void* src, int64_t ss,  \
+                                  int64_t n) {                                         \
+    EW_CVT_BODY(T, CTT, EW_WRITE_##E)                                                  \
+  }
+
+/* Loading into a compute type = reading, then writing as its storage dtype. */
+#define EW_CONV_DEFS(E, n, T, C, K)                                         \
+  static inline uint8_t EW_LOAD_CONV_B8_##E(T v) { return EW_WRITE_BOOL(EW_READ_##E(v)); } \
+  static inline int64_t EW_LOAD_CONV_I64_##E(T v) { return EW_WRITE_I64(EW_READ_##E(v)); } \
+  static inline float EW_LOAD_CONV_F32_##E(T v) { return EW_WRITE_F32(EW_READ_##E(v)); }   \
+  static inline double EW_LOAD_CONV_F64_##E(T v) { return EW_WRITE_F64(EW_READ_##E(v)); }  \
+  EW_COMPUTE_LIST(EW_LOAD_DEF, E, T)                                        \
+  EW_COMPUTE_LIST(EW_STORE_DEF, E, T)
+TPU_DTYPE_LIST(EW_CONV_DEFS)
+#undef EW_CONV_DEFS
+
+#define EW_LOAD_ENTRY(E, T, CT, CTT) [TPU_COMPUTE_##CT] = ew_load_##E##_##CT,
+#define EW_STORE_ENTRY(E, T, CT, CTT) [TPU_COMPUTE_##CT] = ew_store_##CT##_##E,
+#define EW_X_(E, n, T, C, K) [TPU_DTYPE_##E] = {EW_COMPUTE_LIST(EW_LOAD_ENTRY, E, T)},
+static const ew_cvt_fn g_load[TPU_DTYPE_COUNT][TPU_COMPUTE_COUNT] = {TPU_DTYPE_LIST(EW_X_)};
+#undef EW_X_
+#define EW_X_(E, n, T, C, K) [TPU_DTYPE_##E] = {EW_COMPUTE_LIST(EW_STORE_ENTRY, E, T)},
+static const ew_cvt_fn g_store_by_dtype[TPU_DTYPE_COUNT][TPU_COMPUTE_COUNT] = {
+    TPU_DTYPE_LIST(EW_X_)};
+#undef EW_X_
+
+static inline ew_cvt_fn ew_store(tpu_compute_type_t ct, tpu_dtype_t dtype) {
+  return g_store_by_dtype[dtype][ct];
+}
+
+/* Facts per dtype: integer width/signedness and float range. */
+typedef struct ew_dtype_info {
+  int8_t bits;
+  bool is_signed;
+  double fmax;
+} ew_dtype_info_t;
+
+#define EW_X_(E, n, T, C, K) \
+  [TPU_DTYPE_##E] = {(int8_t)(8 * sizeof(T)), (T)-1 < (T)0, EW_FMAX_##E},
+static const ew_dtype_info_t g_info[TPU_DTYPE_COUNT] = {TPU_DTYPE_LIST(EW_X_)};
+#undef EW_X_
+
+static bool ew_is_compute_storage(tpu_dtype_t d) {
+  return tpu_compute_storage_dtype(tpu_dtype_compute(d)) == d;
+}
+
+/* Same-dtype strided copy of n elements of `size` bytes (bits unchanged). */
+#define EW_RAW_LOOP(T)                                                                  \
+  for (int64_t i = 0; i < n; ++i) ((T*)dst)[i * ds] = ((const T*)src)[i * ss];
+static void ew_raw_copy(void* dst, int64_t ds, const void* src, int64_t ss, int64_t n,
+                        size_t size) {
+  if (ds == 1 && ss == 1) {
+    memmove(dst, src, (size_t)n * size);
+  } else if (size == 1) {
+    EW_RAW_LOOP(uint8_t)
+  } else if (size == 2) {
+    EW_RAW_LOOP(uint16_t)
+  } else if (size == 4) {
+    EW_RAW_LOOP(uint32_t)
+  } else {
+    EW_RAW_LOOP(uint64_t)
+  }
+}
+#undef EW_RAW_LOOP
+
+/* x86 fast paths for the contiguous float16/bfloat16 <-> float32 loops that
+ * half-precision work spends its time in (F16C and AVX2, chosen at run
+ * time). A block holding a NaN takes the portable path, so results stay
+ * bit-identical to it. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define EW_X86 1
+
+__attribute__((target("avx,f16c"))) static void ew_f16_to_f32_f16c(float* d, const uint16_t* s,
+                                                                    int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128((const __m128i*)(s + i));
+    __m128i nan = _mm_cmpgt_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7fff)), _mm_set1_epi16(0x7c00));
+    if (_mm_movemask_epi8(nan)) break;
+    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) d[i] = ew_h2f(s[i]);
+}
+
+__attribute__((target("avx,f16c"))) static void ew_f32_to_f16_f16c(uint16_t* d, const float* s,
+                                                                    int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 x = _mm256_loadu_ps(s + i);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q))) break;
+    _mm_storeu_si128((__m128i*)(d + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) d[i] = ew_f2h(s[i]);
+}
+
+__attribute__((target("avx2"))) static void ew_f32_to_bf16_avx2(uint16_t* d, const float* s,
+                                                                 int64_t n) {
+  int64_t i = 0;
+  const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
+  for (; i + 16 <= n; i += 16) {
+    __m256 a = _mm256_loadu_ps(s + i), b = _mm256_loadu_ps(s + i + 8);
+    if (_mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(a, a, _CMP_UNORD_Q),
+                                        _mm256_cmp_ps(b, b, _CMP_UNORD_Q))))
+      break;
+    __m256i x = _mm256_castps_si256(a), y = _mm256_castps_si256(b);
+    x = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(bias, _mm256_and_si256(
+                                                  _mm256_srli_epi32(x, 16), one))), 16);
+    y = _mm256_srli_epi32(_mm256_add_epi32(y, _mm256_add_epi32(bias, _mm256_and_si256(
+                                                  _mm256_srli_epi32(y, 16), one))), 16);
+    __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(x, y), 0xd8);
+    _mm256_storeu_si256((__m256i*)(d + i), packed);
+  }
+  for (; i < n; ++i) d[i] = ew_f2bf(s[i]);
+}
+
+/* Contiguous conversions taken by a fast path; false when none applies. */
+static bool ew_convert_fast(void* dst, tpu_dtype_t dd, const void* src, tpu_dtype_t sd,
+                            int64_t n) {
+  static int have_f16c = -1, have_avx2 = -1;
+  if (have_f16c < 0) { /* benign race: every thread computes the same answers */
+    have_f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    have_avx2 = __builtin_cpu_supports("avx2");
+  }
+  if (have_f16c && dd == TPU_DTYPE_F32 && sd == TPU_DTYPE_F16) {
+    ew_f16_to_f32_f16c((float*)dst, (const uint16_t*)src, n);
+  } else if (have_f16c && dd == TPU_DTYPE_F16 && sd == TPU_DTYPE_F32) {
+    ew_f32_to_f16_f16c((uint16_t*)dst, (const float*)src, n);
+  } else if (have_avx2 && dd == TPU_DTYPE_BF16 && sd == TPU_DTYPE_F32) {
+    ew_f32_to_bf16_avx2((uint16_t*)dst, (const float*)src, n);
+  } else {
+    return false;
+  }
+  return true;
+}
+#endif
+
+void tpu_ew_convert(void* dst, tpu_dtype_t dst_dtype, int64_t dst_stride, const void* src,
+                    tpu_dtype_t src_dtype, int64_t src_stride, int64_t n) {
+  if (dst_dtype == src_dtype) {
+    ew_raw_copy(dst, dst_stride, src, src_stride, n, tpu_dtype_size(dst_dtype));
+    return;
+  }
+#ifdef EW_X86
+  if (dst_stride == 1 && src_stride == 1 && n >= 8 &&
+      ew_convert_fast(dst, dst_dtype, src, src_dtype, n))
+    return;
+#endif
+  tpu_compute_type_t sct = tpu_dtype_compute(src_dtype);
+  if (ew_is_compute_storage(src_dtype)) {
+    ew_store(sct, dst_dtype)(dst, dst_stride, src, src_stride, n);
+    return;
+  }
+  if (ew_is_compute_storage(dst_dtype)) {
+    g_load[src_dtype][tpu_dtype_compute(dst_dtype)](dst, dst_stride, src, src_stride, n);
+    return;
+  }
+  /* Neither side is a compute type: go through the source's (lossless). */
+  enum { CHUNK = 256 };
+  uint64_t buf[CHUNK];
+  size_t ds = tpu_dtype_size(dst_dtype), ss = tpu_dtype_size(src_dtype);
+  for (int64_t i = 0; i < n; i += CHUNK) {
+    int64_t m = n - i < CHUNK ? n - i : CHUNK;
+    g_load[src_dtype][sct](buf, 1, (const char*)src + i * src_stride * (int64_t)ss, src_stride, m);
+    ew_store(sct, dst_dtype)((char*)dst + i * dst_stride * (int64_t)ds, dst_stride, buf, 1, m);
+  }
+}
+
+bool tpu_ew_scalar_fits(const tpu_scalar_t* s, tpu_dtype_t dtype) {
+  if (dtype < 0 || dtype >= TPU_DTYPE_COUNT || dtype == TPU_DTYPE_BOOL) return true;
+  bool from_float = tpu_dtype_is_floating(s->dtype);
+  double v = from_float ? s->v.f : (double)s->v.i;
+  if (tpu_dtype_is_floating(dtype)) return isinf(v) || isnan(v) || fabs(v) <= g_info[dtype].fmax;
+  if (!from_float && g_info[dtype].bits == 64) return true;
+  double hi = ldexp(1.0, g_info[dtype].is_signed ? g_info[dtype].bits - 1 : g_info[dtype].bits);
+  double lo = g_info[dtype].is_signed ? -hi : -(hi - 1);
+  return v >= lo && v < hi;
+}
+
+/* ---- 2. planning ----------------------------------------------------------- */
+
+/* PyTorch's canCast: no floating -> integral, no non-bool -> bool. */
+static bool ew_can_cast(tpu_dtype_t from, tpu_dtype_t to) {
+  if (tpu_dtype_is_floating(from) && !tpu_dtype_is_floating(to) && to != TPU_DTYPE_BOOL)
+    return false;
+  if (from != TPU_DTYPE_BOOL && to == TPU_DTYPE_BOOL) return false;
+  return true;
+}
+
+static bool ew_is_half(tpu_dtype_t d) { return d == TPU_DTYPE_F16 || d == TPU_DTYPE_BF16; }
+
+/* div's rounding_mode (attr 0): 0 none, 1 trunc, 2 floor. */
+static tpu_status_t ew_rounding_mode(const tpu_node_t* node, int32_t* mode) {
+  *mode = 0;
+  if (node->num_attrs < 1 || node->attrs[0].kind == TPU_ATTR_NONE) return TPU_OK;
+  const tpu_attr_t* a = &node->attrs[0];
+  if (a->kind == TPU_ATTR_STR && strcmp(a->u.str, "trunc") == 0) {
+    *mode = 1;
+  } else if (a->kind == TPU_ATTR_STR && strcmp(a->u.str, "floor") == 0) {
+    *mode = 2;
+  } else {
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                           "div expected rounding_mode to be one of None, 'trunc', or 'floor' "
+                           "but found '%s'",
+                           a->kind == TPU_ATTR_STR ? a->u.str : "?");
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t ew_unsupported(const tpu_op_def_t* def, const char* why, tpu_dtype_t d) {
+  return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: %s (%s) not supported natively", def->name,
+                         why, tpu_dtype_name(d));
+}
+
+/* Reads the impl's number attrs into the params, with PyTorch's checks. */
+static tpu_status_t ew_parse_params(const tpu_op_def_t* def, const tpu_node_t* node,
+                                    tpu_ew_plan_t* plan) {
+  const tpu_ew_impl_t* impl = plan->impl;
+  for (int32_t j = 0; j < impl->num_params; ++j) {
+    const tpu_attr_t* a = j < node->num_attrs ? &node->attrs[j] : NULL;
+    tpu_scalar_t s = {.dtype = TPU_DTYPE_F64, .v.f = impl->dflt[j]};
+    if (a && (a->kind == TPU_ATTR_INT || a->kind == TPU_ATTR_BOOL)) {
+      s.dtype = a->kind == TPU_ATTR_INT ? TPU_DTYPE_I64 : TPU_DTYPE_BOOL;
+      s.v.i = a->u.i;
+    } else if (a && a->kind == TPU_ATTR_FLOAT) {
+      s.v.f = a->u.f;
+    } else if (a && a->kind != TPU_ATTR_NONE) {
+      return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: attr %d is not a number",
+                             def->name, j);
+    }
+    bool is_float = s.dtype == TPU_DTYPE_F64;
+    plan->params.f[j] = is_float ? s.v.f : (double)s.v.i;
+    plan->params.i[j] = is_float ? ew_f2i(s.v.f) : s.v.i;
+    if ((impl->checked_params >> j & 1) && !tpu_ew_scalar_fits(&s, plan->common))
+      return ew_unsupported(def, "value cannot be converted without overflow", plan->common);
+    if (j == 0 && (impl->flags & TPU_EW_ALPHA) && a) {
+      if (a->kind == TPU_ATTR_FLOAT && !tpu_dtype_is_floating(plan->common))
+        return ew_unsupported(def, "floating alpha with integral inputs", plan->common);
+      if (a->kind == TPU_ATTR_BOOL && plan->common != TPU_DTYPE_BOOL)
+        return ew_unsupported(def, "boolean alpha with non-boolean results", plan->common);
+    }
+  }
+  return TPU_OK;
+}
+
+tpu_status_t tpu_ew_plan(const tpu_op_def_t* def, const tpu_node_t* node, tpu_ew_plan_t* plan) {
+  const tpu_ew_impl_t* impl = (const tpu_ew_impl_t*)def->impl;
+  int32_t nin = node->num_inputs;
+  if (nin < 1 || nin > TPU_EW_MAX_INPUTS || nin != tpu_spec_count(def->inputs))
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: expected %d inputs, got %d", def->name,
+                           tpu_spec_count(def->inputs), nin);
+  memset(plan, 0, sizeof(*plan));
+  plan->impl = impl;
+  tpu_value_t promoted[TPU_EW_MAX_INPUTS];
+  int32_t np = 0;
+  for (int32_t k = 0; k < nin; ++k)
+    if ((impl->promote == 0 || (impl->promote >> k & 1)) && node->inputs[k].kind != TPU_VALUE_NONE)
+      promoted[np++] = node->inputs[k];
+  if (np == 0) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: no operands", def->name);
+  tpu_dtype_t rt = tpu_result_type(promoted, np);
+  tpu_dtype_t as_float = tpu_dtype_is_floating(rt) ? rt : TPU_DTYPE_F32;
+  switch (impl->rule) {
+    case TPU_EW_PROMOTE:
+      plan->common = plan->result = rt;
+      break;
+    case TPU_EW_FLOAT:
+      plan->common = plan->result = as_float;
+      break;
+    case TPU_EW_BOOL_OUT:
+      plan->common = rt;
+      plan->result = TPU_DTYPE_BOOL;
+      break;
+    case TPU_EW_FIRST:
+      plan->common = plan->result = node->inputs[0].kind == TPU_VALUE_VIEW
+                                        ? node->inputs[0].u.view.dtype
+                                        : node->inputs[0].u.scalar.dtype;
+      break;
+    case TPU_EW_DIV:
+      TPU_RETURN_IF_ERROR(ew_rounding_mode(node, &plan->params.mode));
+      plan->common = plan->result = plan->params.mode ? rt : as_float;
+      break;
+  }
+  for (int32_t k = 0; k < nin; ++k) {
+    const tpu_value_t* v = &node->inputs[k];
+    if ((impl->bool_in >> k & 1) &&
+        (v->kind != TPU_VALUE_VIEW || v->u.view.dtype != TPU_DTYPE_BOOL))
+      return ew_unsupported(def, "non-bool mask or condition",
+                            v->kind == TPU_VALUE_VIEW ? v->u.view.dtype : v->u.scalar.dtype);
+    if ((impl->flags & TPU_EW_SAME_DTYPE) && v->kind == TPU_VALUE_VIEW &&
+        v->u.view.dtype != plan->common)
+      return ew_unsupported(def, "inputs of different dtypes", v->u.view.dtype);
+    if ((impl->flags & TPU_EW_VALUE_0DIM) && k == nin - 1 && v->kind == TPU_VALUE_VIEW &&
+        v->u.view.ndim != 0)
+      return ew_unsupported(def, "value tensor with dims", v->u.view.dtype);
+    if ((impl->checked >> k & 1) && v->kind == TPU_VALUE_SCALAR && !v->u.scalar.is_tensor &&
+        !tpu_ew_scalar_fits(&v->u.scalar, plan->common))
+      return ew_unsupported(def, "value cannot be converted without overflow", plan->common);
+  }
+  plan->ct = tpu_dtype_compute(plan->common);
+  plan->fn = impl->fn[plan->ct];
+  if (!plan->fn) return ew_unsupported(def, "dtype", plan->common);
+  TPU_RETURN_IF_ERROR(ew_parse_params(def, node, plan));
+  return impl->prepare ? impl->prepare(node, plan->common, &plan->params) : TPU_OK;
+}
+
+/* ---- 3. layout --------------------------------------------------------------- */
+
+typedef struct ew_layout {
+  int32_t ndim; /* >= 1; the last dim is the innermost */
+  int32_t nops; /* operand 0 is the output */
+  int64_t numel;
+  int64_t sizes[TPU_MAX_DIMS];
+  int64_t strides[EW_MAX_OPS][TPU_MAX_DIMS];
+} ew_layout_t;
+
+/* True when dim a should be inner to dim b: the first operand whose strides
+ * along both are nonzero and differ decides. */
+static bool ew_dim_inner(const ew_layout_t* L, int32_t a, int32_t b) {
+  for (int32_t k = 0; k < L->nops; ++k) {
+    int64_t sa = L->strides[k][a], sb = L->strides[k][b];
+    if (sa == 0 || sb == 0 || sa == sb) continue;
+    return sa < sb;
+  }
+  return false;
+}
+
+static void ew_swap_dims(ew_layout_t* L, int32_t a, int32_t b) {
+  int64_t t = L->sizes[a];
+  L->sizes[a] = L->sizes[b];
+  L->sizes[b] = t;
+  for (int32_t k = 0; k < L->nops; ++k) {
+    t = L->strides[k][a];
+    L->strides[k][a] = L->strides[k][b];
+    L->strides[k][b] = t;
+  }
+}
+
+/* views[0] is the output; views[k] may be NULL (absent input). */
+static tpu_status_t ew_layout_init(ew_layout_t* L, const tpu_view_t* const* views, int32_t nops) {
+  const tpu_view_t* out = views[0];
+  int32_t nd = out->ndim;
+  L->nops = nops;
+  L->ndim = 0;
+  L->numel = tpu_view_numel(out);
+  for (int32_t k = 1; k < nops; ++k)
+    if (views[k] && views[k]->ndim > nd)
+      return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                             "output with %d dims doesn't match the broadcast shape of an input "
+                             "with %d dims",
+                             nd, views[k]->ndim);
+  for (int32_t d = 0; d < nd; ++d) {
+    int64_t size = out->sizes[d];
+    for (int32_t k = 1; k < nops; ++k) {
+      const tpu_view_t* v = views[k];
+      int32_t vd = v ? d - (nd - v->ndim) : -1;
+      if (vd >= 0 && v->sizes[vd] != size && v->sizes[vd] != 1)
+        return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                               "The size of tensor a (%lld) must match the size of tensor b "
+                               "(%lld) at non-singleton dimension %d",
+                               (long long)size, (long long)v->sizes[vd], d);
+    }
+    if (size == 1) continue;
+    if (out->strides[d] == 0 && L->numel > 0)
+      return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                             "unsupported operation: more than one element of the written-to "
+                             "tensor refers to a single memory location. Please clone() the "
+                             "tensor before performing the operation.");
+    int32_t j = L->ndim++;
+    L->sizes[j] = size;
+    L->strides[0][j] = out->strides[d];
+    for (int32_t k = 1; k < nops; ++k) {
+      const tpu_view_t* v = views[k];
+      int32_t vd = v ? d - (nd - v->ndim) : -1;
+      L->strides[k][j] = (vd >= 0 && v->sizes[vd] == size) ? v->strides[vd] : 0;
+    }
+  }
+  /* Insertion sort: the output's smallest strides innermost. */
+  for (int32_t i = 1; i < L->ndim; ++i)
+    for (int32_t j = i; j > 0 && ew_dim_inner(L, j - 1, j); --j) ew_swap_dims(L, j - 1, j);
+  /* Collapse dims contiguous in every operand. */
+  int32_t m = 0;
+  for (int32_t i = 0; i < L->ndim; ++i) {
+    bool merge = m > 0;
+    for (int32_t k = 0; merge && k < nops; ++k)
+      merge = L->strides[k][m - 1] == L->strides[k][i] * L->sizes[i];
+    if (merge) {
+      L->sizes[m - 1] *= L->sizes[i];
+      for (int32_t k = 0; k < nops; ++k) L->strides[k][m - 1] = L->strides[k][i];
+    } else {
+      L->sizes[m] = L->sizes[i];
+      for (int32_t k = 0; k < nops; ++k) L->strides[k][m] = L->strides[k][i];
+      m++;
+    }
+  }
+  L->ndim = m;
+  if (m == 0) { /* a single element */
+    L->ndim = 1;
+    L->sizes[0] = 1;
+    for (int32_t k = 0; k < nops; ++k) L->strides[k][0] = 0;
+  }
+  return TPU_OK;
+}
+
+/* Whether operand k's strides are the contiguous strides of the layout. */
+static bool ew_layout_flat(const ew_layout_t* L, int32_t k) {
+  int64_t expected = 1;
+  for (int32_t d = L->ndim - 1; d >= 0; --d) {
+    if (L->sizes[d] != 1 && L->strides[k][d] != expected) return false;
+    expected *= L->sizes[d];
+  }
+  return true;
+}
+
+/* ---- 4. tiles ---------------------------------------------------------------- */
+
+typedef struct ew_operand {
+  char* base;
+  tpu_dtype_t dtype;
+  tpu_compute_type_t ct; /* the type the tile function sees */
+  int64_t esize, csize;
+  bool present;
+  bool flat;   /* contiguous in the layout's order: tile k is at its linear index */
+  bool konst;  /* one value for every element */
+  bool same;   /* dtype is the compute type's storage dtype */
+  int32_t slot; /* scratch slot, -1 when always used in place */
+} ew_operand_t;
+
+typedef struct ew_exec {
+  ew_layout_t L;
+  ew_operand_t op[EW_MAX_OPS];
+  int64_t inner, rows;
+  int64_t per_row;       /* tiles per row when rows are long, else 0 */
+  int64_t rows_per_tile; /* rows per tile when rows are short */
+  int64_t ntiles;
+  int32_t nslots;
+  tpu_dtype_t via;  /* output rounded to this dtype first (INVALID: none) */
+  int32_t via_slot;
+  tpu_ew_tile_fn fn; /* NULL: converting copy of operand 1 into operand 0 */
+  const tpu_ew_params_t* params;
+  atomic_int error;
+} ew_exec_t;
+
+typedef struct ew_tile {
+  int64_t row, col, len, nrows, lin;
+} ew_tile_t;
+
+/* Position of a row start: index over the outer dims and operand offsets. */
+typedef struct ew_pos {
+  int64_t idx[TPU_MAX_DIMS];
+  int64_t off[EW_MAX_OPS];
+} ew_pos_t;
+
+static void ew_tile_at(const ew_exec_t* e, int64_t t, ew_tile_t* tile) {
+  if (e->per_row) {
+    tile->row = t / e->per_row;
+    tile->col = (t % e->per_row) * TPU_EW_TILE;
+    tile->len = e->inner - tile->col < TPU_EW_TILE ? e->inner - tile->col : TPU_EW_TILE;
+    tile->nrows = 1;
+  } else {
+    tile->row = t * e->rows_per_tile;
+    tile->col = 0;
+    tile->nrows = e->rows - tile->row < e->rows_per_tile ? e->rows - tile->row : e->rows_per_tile;
+    tile->len = tile->nrows * e->inner;
+  }
+  tile->lin = tile->row * e->inner + tile->col;
+}
+
+static void ew_pos_init(const ew_exec_t* e, ew_pos_t* p, int64_t row, int64_t col) {
+  const ew_layout_t* L = &e->L;
+  int32_t last = L->ndim - 1;
+  for (int32_t k = 0; k < L->nops; ++k) p->off[k] = col * L->strides[k][last];
+  for (int32_t d = last - 1; d >= 0; --d) {
+    p->idx[d] = row % L->sizes[d];
+    row /= L->sizes[d];
+    for (int32_t k = 0; k < L->nops; ++k) p->off[k] += p->idx[d] * L->strides[k][d];
+  }
+}
+
+static void ew_pos_next_row(const ew_exec_t* e, ew_pos_t* p) {
+  const ew_layout_t* L = &e->L;
+  for (int32_t d = L->ndim - 2; d >= 0; --d) {
+    for (int32_t k = 0; k < L->nops; ++k) p->off[k] += L->strides[k][d];
+    if (++p->idx[d] < L->sizes[d]) return;
+    for (int32_t k = 0; k < L->nops; ++k) p->off[k] -= L->sizes[d] * L->strides[k][d];
+    p->idx[d] = 0;
+  }
+}
+
+/* Converts operand k's part of a tile between memory and `buf`, whose
+ * elements have dtype `bt` (load: memory -> buf; else buf -> memory). */
+static void ew_move(const ew_exec_t* e, int32_t k, const ew_tile_t* tile, const ew_pos_t* start,
+                    char* buf, tpu_dtype_t bt, bool load) {
+  const ew_operand_t* o = &e->op[k];
+  int64_t stride = e->L.strides[k][e->L.ndim - 1];
+  int64_t seg = tile->nrows == 1 ? tile->len : e->inner;
+  int64_t bsize = (int64_t)tpu_dtype_size(bt);
+  ew_pos_t p = *start;
+  for (int64_t r = 0; r < tile->nrows; ++r) {
+    char* mem = o->base + p.off[k] * o->esize;
+    char* b = buf + r * seg * bsize;
+    if (load)
+      tpu_ew_convert(b, bt, 1, mem, o->dtype, stride, seg);
+    else
+      tpu_ew_convert(mem, o->dtype, stride, b, bt, 1, seg);
+    if (r + 1 < tile->nrows) ew_pos_next_row(e, &p);
+  }
+}
+
+static void ew_copy_tile(const ew_exec_t* e, const ew_tile_t* tile) {
+  const ew_operand_t *d = &e->op[0], *s = &e->op[1];
+  int64_t ds = e->L.strides[0][e->L.ndim - 1], ss = e->L.strides[1][e->L.ndim - 1];
+  int64_t seg = tile->nrows == 1 ? tile->len : e->inner;
+  ew_pos_t p;
+  ew_pos_init(e, &p, tile->row, tile->col);
+  for (int64_t r = 0; r < tile->nrows; ++r) {
+    tpu_ew_convert(d->base + p.off[0] * d->esize, d->dtype, ds, s->base + p.off[1] * s->esize,
+                   s->dtype, ss, seg);
+    if (r + 1 < tile->nrows) ew_pos_next_row(e, &p);
+  }
+}
+
+static void ew_fail(ew_exec_t* e, int code) {
+  int expected = 0;
+  atomic_compare_exchange_strong(&e->error, &expected, code);
+}
+
+static bool ew_direct(const ew_exec_t* e, const ew_operand_t* o, int32_t k, const ew_tile_t* t) {
+  return o->same && (o->flat || (t->nrows == 1 && e->L.strides[k][e->L.ndim - 1] == 1));
+}
+
+static void ew_chunk(void* arg, int64_t t0, int64_t t1) {
+  ew_exec_t* e = (ew_exec_t*)arg;
+  if (atomic_load(&e->error)) return;
+  char* scratch = NULL;
+  const int64_t slot_bytes = TPU_EW_TILE * 8;
+  if (e->nslots > 0) {
+    scratch = malloc((size_t)(e->nslots * slot_bytes));
+    if (!scratch) {
+      ew_fail(e, TPU_EW_ERR_NO_MEMORY);
+      return;
+    }
+  }
+  int64_t fill = e->L.numel < TPU_EW_TILE ? e->L.numel : TPU_EW_TILE;
+  for (int32_t k = 1; k < e->L.nops; ++k) {
+    const ew_operand_t* o = &e->op[k];
+    if (o->present && o->konst && o->slot >= 0)
+      g_load[o->dtype][o->ct](scratch + o->slot * slot_bytes, 1, o->base, 0, fill);
+  }
+  for (int64_t t = t0; t < t1; ++t) {
+    ew_tile_t tile;
+    ew_pos_t pos;
+    ew_tile_at(e, t, &tile);
+    if (!e->fn) {
+      ew_copy_tile(e, &tile);
+      continue;
+    }
+    ew_pos_init(e, &pos, tile.row, tile.col);
+    const void* in[TPU_EW_MAX_INPUTS];
+    for (int32_t k = 1; k < e->L.nops; ++k) {
+      const ew_operand_t* o = &e->op[k];
+      char* buf = o->slot >= 0 ? scratch + o->slot * slot_bytes : NULL;
+      if (!o->present) {
+        in[k - 1] = NULL;
+      } else if (ew_direct(e, o, k, &tile)) {
+        in[k - 1] = o->base + (o->flat ? tile.lin : pos.off[k]) * o->esize;
+      } else {
+        if (!o->konst) ew_move(e, k, &tile, &pos, buf, tpu_compute_storage_dtype(o->ct), true);
+        in[k - 1] = buf;
+      }
+    }
+    const ew_operand_t* o = &e->op[0];
+    bool direct = ew_direct(e, o, 0, &tile);
+    void* out = direct ? o->base + (o->flat ? tile.lin : pos.off[0]) * o->esize
+                       : scratch + o->slot * slot_bytes;
+    int rc = e->fn(out, in, tile.len, e->params);
+    if (rc) {
+      ew_fail(e, rc);
+      break;
+    }
+    if (!direct && e->via != TPU_DTYPE_INVALID) {
+      char* via = scratch + e->via_slot * slot_bytes;
+      tpu_ew_convert(via, e->via, 1, out, tpu_compute_storage_dtype(o->ct), 1, tile.len);
+      ew_move(e, 0, &tile, &pos, via, e->via, false);
+    } else if (!direct) {
+      ew_move(e, 0, &tile, &pos, out, tpu_compute_storage_dtype(o->ct), false);
+    }
+  }
+  free(scratch);
+}
+
+static void ew_operand_init(ew_exec_t* e, int32_t k, const tpu_view_t* v, tpu_compute_type_t ct) {
+  ew_operand_t* o = &e->op[k];
+  memset(o, 0, sizeof(*o));
+  o->slot = -1;
+  if (!v) return;
+  o->present = true;
+  o->base = (char*)tpu_view_ptr(v);
+  o->dtype = v->dtype;
+  o->ct = ct;
+  o->esize = (int64_t)tpu_dtype_size(v->dtype);
+  o->csize = (int64_t)tpu_compute_size(ct);
+  o->same = tpu_compute_storage_dtype(ct) == v->dtype && (k > 0 || e->via == TPU_DTYPE_INVALID);
+  o->flat = ew_layout_flat(&e->L, k);
+  o->konst = true;
+  for (int32_t d = 0; d < e->L.ndim; ++d) o->konst = o->konst && e->L.strides[k][d] == 0;
+  bool single_rows = e->per_row > 0 || e->rows_per_tile == 1;
+  bool always_direct =
+      o->same && (o->flat || (single_rows && e->L.strides[k][e->L.ndim - 1] == 1));
+  if (!always_direct && e->fn) o->slot = e->nslots++;
+}
+
+/* Runs fn (or a converting copy when fn is NULL) over views[0] (output) and
+ * views[1..nops) (inputs, NULL when absent); cts[k] is the compute type the
+ * tile function sees for operand k. Results are rounded to `via` (the op's
+ * result dtype) before they are cast to a different output dtype, as
+ * PyTorch computes in the result dtype. */
+static tpu_status_t ew_run(const tpu_view_t* const* views, int32_t nops, tpu_ew_tile_fn fn,
+                           const tpu_ew_params_t* params, const tpu_compute_type_t* cts,
+                           tpu_dtype_t via) {
+  ew_exec_t e;
+  TPU_RETURN_IF_ERROR(ew_layout_init(&e.L, views, nops));
+  if (e.L.numel == 0) return TPU_OK;
+  e.fn = fn;
+  e.params = params;
+  e.nslots = 0;
+  e.via = via;
+  atomic_init(&e.error, 0);
+  e.inner = e.L.sizes[e.L.ndim - 1];
+  e.rows = e.L.numel / e.inner;
+  if (e.inner >= TPU_EW_TILE) {
+    e.per_row = (e.inner + TPU_EW_TILE - 1) / TPU_EW_TILE;
+    e.rows_per_tile = 1;
+    e.ntiles = e.rows * e.per_row;
+  } else {
+    e.per_row = 0;
+    e.rows_per_tile = TPU_EW_TILE / e.inner;
+    e.ntiles = (e.rows + e.rows_per_tile - 1) / e.rows_per_tile;
+  }
+  for (int32_t k = 0; k < nops; ++k) ew_operand_init(&e, k, views[k], cts[k]);
+  e.via_slot = (via != TPU_DTYPE_INVALID && fn) ? e.nslots++ : -1;
+  int64_t per_tile = e.L.numel / e.ntiles;
+  int64_t grain = per_tile >= EW_GRAIN ? 1 : EW_GRAIN / (per_tile > 0 ? per_tile : 1);
+  tpu_parallel_for(e.ntiles, grain, ew_chunk, &e);
+  switch (atomic_load(&e.error)) {
+    case 0:
+      return TPU_OK;
+    case TPU_EW_ERR_ZERO_DIV:
+      return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "ZeroDivisionError");
+    default:
+      return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "elementwise scratch allocation failed");
+  }
+}
+
+/* ---- row functions --------------------------------------------------------- */
+
+tpu_status_t tpu_ew_kernel(const tpu_op_def_t* def, const tpu_node_t* node, tpu_exec_ctx_t* ctx) {
+  (void)ctx;
+  tpu_ew_plan_t plan;
+  TPU_RETURN_IF_ERROR(tpu_ew_plan(def, node, &plan));
+  if (node->num_outputs != 1)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: expected 1 output", def->name);
+  const tpu_view_t* out = &node->outputs[0];
+  if (!ew_can_cast(plan.result, out->dtype))
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                           "result type %s can't be cast to the desired output type %s",
+                           tpu_dtype_name(plan.result), tpu_dtype_name(out->dtype));
+  const tpu_ew_impl_t* impl = plan.impl;
+  uint64_t storage[TPU_EW_MAX_INPUTS];
+  tpu_view_t scalars[TPU_EW_MAX_INPUTS];
+  const tpu_view_t* views[EW_MAX_OPS] = {out};
+  tpu_compute_type_t cts[EW_MAX_OPS];
+  cts[0] = impl->rule == TPU_EW_BOOL_OUT ? TPU_COMPUTE_B8 : plan.ct;
+  /* Python numbers become constants of the common dtype (PyTorch casts
+   * them), or of the compute type for opmath ops on half tensors. */
+  tpu_dtype_t scalar_dtype = ((impl->flags & TPU_EW_OPMATH_SCALAR) && ew_is_half(plan.common))
+                                 ? tpu_compute_storage_dtype(plan.ct)
+                                 : plan.common;
+  for (int32_t k = 0; k < node->num_inputs; ++k) {
+    const tpu_value_t* v = &node->inputs[k];
+    cts[k + 1] = (impl->bool_in >> k & 1) ? TPU_COMPUTE_B8 : plan.ct;
+    if (v->kind == TPU_VALUE_VIEW) {
+      views[k + 1] = &v->u.view;
+    } else if (v->kind == TPU_VALUE_SCALAR) {
+      tpu_value_to_view(v, scalar_dtype, &storage[k], &scalars[k]);
+      views[k + 1] = &scalars[k];
+    } else {
+      views[k + 1] = NULL;
+    }
+  }
+  tpu_dtype_t via = (out->dtype != plan.result &&
+                     plan.result != tpu_compute_storage_dtype(cts[0]))
+                        ? plan.result
+                        : TPU_DTYPE_INVALID;
+  return ew_run(views, 1 + node->num_inputs, plan.fn, &plan.params, cts, via);
+}
+
+tpu_status_t tpu_ew_infer(const tpu_op_def_t* def, const tpu_node_t* node, tpu_view_t* out_views) {
+  tpu_ew_plan_t plan;
+  TPU_RETURN_IF_ERROR(tpu_ew_plan(def, node, &plan));
+  tpu_view_t* out = &out_views[0];
+  memset(out, 0, sizeof(*out));
+  TPU_RETURN_IF_ERROR(
+      tpu_broadcast_shapes(node->inputs, node->num_inputs, out->sizes, &out->ndim));
+  out->dtype = plan.result;
+  tpu_view_set_contiguous(out);
+  return TPU_OK;
+}
+
+tpu_status_t tpu_ew_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  tpu_ew_plan_t plan;
+  return tpu_ew_plan(def, node, &plan);
+}
+
+tpu_status_t tpu_ew_copy(const tpu_view_t* dst, const tpu_view_t* src) {
+  const tpu_view_t* views[2] = {dst, src};
+  const tpu_compute_type_t cts[2] = {tpu_dtype_compute(dst->dtype), tpu_dtype_compute(src->dtype)};
+  return ew_run(views, 2, NULL, NULL, cts, TPU_DTYPE_INVALID);
+}

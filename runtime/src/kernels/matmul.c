@@ -1,0 +1,439 @@
+/* matmul.c — the matmul family: mm, bmm, addmm, baddbmm, mv, addmv, dot.
+ *
+ * Each node becomes one batched problem C[b] = beta*bias[b] + alpha*A[b]@B[b]
+ * (matmul.h) run as GEMMs:
+ *   float32 / float64  OpenBLAS sgemm / dgemm,
+ *   float16 / bfloat16 converted to f32, sgemm (f32 accumulation), rounded back
+ *                      (the scipy-openblas32 build has no sbgemm/shgemm),
+ *   integers           a blocked loop in wrapping int64 arithmetic.
+ * An operand that is a row- or column-major matrix (any leading dimension)
+ * is passed to BLAS in place with the matching transposition flag; others
+ * are copied to a contiguous scratch matrix first. The result is written in
+ * place when `out` is a row- or column-major float32/float64 matrix that
+ * does not overlap A or B, else computed in scratch and converted into `out`
+ * (which may be any strided view). Batches of small matrices run in parallel
+ * on the compute pool; large ones run one after another on OpenBLAS's threads
+ * (set once to tpu_parallel_threads(), so the two never run together). bool
+ * is not supported (as in PyTorch's CPU kernels): the check falls back.
+ */
+#include "matmul.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "view_walk.h"
+
+#ifdef TPU_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+/* Below this many multiply-adds per matrix, batches are split over the pool
+ * (OpenBLAS runs such sizes single-threaded itself). */
+#define MM_SMALL_WORK (1 << 18)
+
+/* ---- shapes ----------------------------------------------------------------- */
+
+static const mm_spec_t* spec_of(const tpu_op_def_t* def) { return (const mm_spec_t*)def->impl; }
+
+static tpu_status_t input_view(const tpu_node_t* node, int32_t i, const tpu_view_t** out) {
+  if (i >= node->num_inputs || node->inputs[i].kind != TPU_VALUE_VIEW)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "input %d must be a tensor", i);
+  *out = &node->inputs[i].u.view;
+  return TPU_OK;
+}
+
+tpu_status_t tpu_mm_result(const tpu_op_def_t* def, const tpu_node_t* node, int32_t* ndim,
+                           int64_t* sizes, tpu_dtype_t* dtype) {
+  const mm_spec_t* s = spec_of(def);
+  const tpu_view_t *a = NULL, *b = NULL, *bias = NULL;
+  int32_t first = s->has_bias ? 1 : 0;
+  TPU_RETURN_IF_ERROR(input_view(node, first, &a));
+  TPU_RETURN_IF_ERROR(input_view(node, first + 1, &b));
+  if (s->has_bias) TPU_RETURN_IF_ERROR(input_view(node, 0, &bias));
+  if (a->ndim != s->a_rank || b->ndim != s->b_rank)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                           "expected %dD and %dD operands, but got %dD and %dD tensors",
+                           s->a_rank, s->b_rank, a->ndim, b->ndim);
+  const int64_t* as = a->sizes;
+  const int64_t* bs = b->sizes;
+  if (s->a_rank == 3) {
+    if (bs[0] != as[0] || bs[1] != as[2])
+      return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                             "Expected size for first two dimensions of batch2 tensor to be: "
+                             "[%lld, %lld] but got: [%lld, %lld].",
+                             (long long)as[0], (long long)as[2], (long long)bs[0],
+                             (long long)bs[1]);
+    *ndim = 3;
+    sizes[0] = as[0], sizes[1] = as[1], sizes[2] = bs[2];
+  } else if (s->a_rank == 2 && s->b_rank == 2) {
+    if (as[1] != bs[0])
+      return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                             "mat1 and mat2 shapes cannot be multiplied (%lldx%lld and %lldx%lld)",
+                             (long long)as[0], (long long)as[1], (long long)bs[0],
+                             (long long)bs[1]);
+    *ndim = 2;
+    sizes[0] = as[0], sizes[1] = bs[1];
+  } else if (s->a_rank == 2) {
+    if (as[1] != bs[0])
+      return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "size mismatch, got mat (%lldx%lld), vec (%lld)",
+                             (long long)as[0], (long long)as[1], (long long)bs[0]);
+    *ndim = 1;
+    sizes[0] = as[0];
+  } else {
+    if (as[0] != bs[0])
+      return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                             "inconsistent tensor size, expected tensor [%lld] and src [%lld] to "
+                             "have the same number of elements, but got %lld and %lld elements "
+                             "respectively",
+                             (long long)as[0], (long long)bs[0], (long long)as[0],
+                             (long long)bs[0]);
+    *ndim = 0;
+  }
+  tpu_view_t expanded;
+  if (bias && !view_expand(bias, *ndim, sizes, &expanded))
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                           "self of %d dims cannot be broadcast to the result's %d-dim shape",
+                           bias->ndim, *ndim);
+  *dtype = a->dtype;
+  return TPU_OK;
+}
+
+/* A view of `ndim` dims as [batch, rows, cols]: rank 0 -> [1,1,1], 1 -> a row
+ * (`as_row`) or a column, 2 -> [1,r,c]. */
+static tpu_view_t as_3d(const tpu_view_t* v, bool as_row) {
+  tpu_view_t r = *v;
+  r.ndim = 3;
+  int32_t lead = 3 - v->ndim;
+  for (int32_t d = 0; d < 3; ++d) {
+    int32_t s = d - lead;
+    r.sizes[d] = s >= 0 ? v->sizes[s] : 1;
+    r.strides[d] = s >= 0 ? v->strides[s] : 0;
+  }
+  if (v->ndim == 1 && !as_row) { /* a column [1, n, 1] */
+    r.sizes[1] = v->sizes[0], r.strides[1] = v->strides[0];
+    r.sizes[2] = 1, r.strides[2] = 0;
+  }
+  return r;
+}
+
+tpu_status_t tpu_mm_problem(const tpu_op_def_t* def, const tpu_node_t* node,
+                            const tpu_view_t* out, mm_problem_t* p) {
+  const mm_spec_t* s = spec_of(def);
+  int32_t ndim;
+  int64_t sizes[TPU_MAX_DIMS];
+  tpu_dtype_t dtype;
+  TPU_RETURN_IF_ERROR(tpu_mm_result(def, node, &ndim, sizes, &dtype));
+  bool same = out->ndim == ndim;
+  for (int32_t d = 0; same && d < ndim; ++d) same = out->sizes[d] == sizes[d];
+  if (!same)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "out has the wrong shape (%d dims)",
+                           out->ndim);
+  if (out->dtype != dtype)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                           "Expected out tensor to have dtype %s, but got %s instead",
+                           tpu_dtype_name(dtype), tpu_dtype_name(out->dtype));
+  int32_t first = s->has_bias ? 1 : 0;
+  const tpu_view_t* a = &node->inputs[first].u.view;
+  const tpu_view_t* b = &node->inputs[first + 1].u.view;
+  p->dtype = dtype;
+  p->a = as_3d(a, true);
+  p->b = as_3d(b, false);
+  p->c = as_3d(out, ndim != 1);
+  p->batch = p->c.sizes[0], p->m = p->c.sizes[1], p->n = p->c.sizes[2], p->k = p->a.sizes[2];
+  const tpu_attr_t* beta = node->num_attrs > 0 ? &node->attrs[0] : NULL;
+  const tpu_attr_t* alpha = node->num_attrs > 1 ? &node->attrs[1] : NULL;
+  p->beta = s->has_bias ? tpu_attr_float(beta, 1.0) : 0.0;
+  p->alpha = s->has_bias ? tpu_attr_float(alpha, 1.0) : 1.0;
+  p->ibeta = s->has_bias ? tpu_attr_int(beta, 1) : 0;
+  p->ialpha = s->has_bias ? tpu_attr_int(alpha, 1) : 1;
+  bool floating = tpu_dtype_is_floating(dtype);
+  p->has_bias = s->has_bias && (floating ? p->beta != 0.0 : p->ibeta != 0);
+  if (p->has_bias) {
+    tpu_view_t expanded;
+    view_expand(&node->inputs[0].u.view, ndim, sizes, &expanded);
+    p->bias = as_3d(&expanded, ndim != 1);
+  }
+  return TPU_OK;
+}
+
+/* ---- BLAS ------------------------------------------------------------------- */
+
+/* How BLAS (row-major) reads a rows x cols matrix with strides (rs, cs):
+ * false when it cannot, else the transposition flag and leading dimension. */
+static bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool* trans,
+                        int64_t* ld) {
+  if (cs == 1 || cols == 1) {
+    int64_t l = rows == 1 ? (cols > 1 ? cols : 1) : rs;
+    if (l >= cols && l >= 1 && l <= INT_MAX) return *trans = false, *ld = l, true;
+  }
+  if (rs == 1 || rows == 1) {
+    int64_t l = cols == 1 ? (rows > 1 ? rows : 1) : cs;
+    if (l >= rows && l >= 1 && l <= INT_MAX) return *trans = true, *ld = l, true;
+  }
+  return false;
+}
+
+/* C (row-major, ldc) = alpha * op(A) @ op(B) + beta * C, C in float32/float64. */
+typedef void (*gemm_fn)(bool ta, bool tb, int m, int n, int k, double alpha, const void* a,
+                        int lda, const void* b, int ldb, double beta, void* c, int ldc);
+
+#ifdef TPU_HAVE_OPENBLAS
+#define MM_T(t) ((t) ? CblasTrans : CblasNoTrans)
+static void gemm_f32(bool ta, bool tb, int m, int n, int k, double alpha, const void* a, int lda,
+                     const void* b, int ldb, double beta, void* c, int ldc) {
+  scipy_cblas_sgemm(CblasRowMajor, MM_T(ta), MM_T(tb), m, n, k, (float)alpha, a, lda, b, ldb,
+                    (float)beta, c, ldc);
+}
+static void gemm_f64(bool ta, bool tb, int m, int n, int k, double alpha, const void* a, int lda,
+                     const void* b, int ldb, double beta, void* c, int ldc) {
+  scipy_cblas_dgemm(CblasRowMajor, MM_T(ta), MM_T(tb), m, n, k, alpha, a, lda, b, ldb, beta, c,
+                    ldc);
+}
+#undef MM_T
+
+static void blas_init(void) { scipy_openblas_set_num_threads(tpu_parallel_threads()); }
+
+/* The GEMM for each compute type: floats through OpenBLAS, integers below. */
+static const gemm_fn k_blas[TPU_COMPUTE_COUNT] = {[TPU_COMPUTE_F32] = gemm_f32,
+                                                  [TPU_COMPUTE_F64] = gemm_f64};
+#else
+static const gemm_fn k_blas[TPU_COMPUTE_COUNT] = {0};
+#endif
+
+/* ---- integer GEMM ------------------------------------------------------------ */
+
+/* Wrapping int64 arithmetic (PyTorch's integer overflow wraps too). */
+#define MM_WRAP(x) ((uint64_t)(x))
+#define MM_KBLOCK 128
+#define MM_NBLOCK 512
+
+typedef struct igemm_job {
+  int64_t m, n, k;
+  const int64_t *a, *b; /* contiguous [m,k], [k,n] */
+  int64_t* c;           /* contiguous [m,n], holds the bias (or anything if beta == 0) */
+  int64_t alpha, beta;
+} igemm_job_t;
+
+static void igemm_rows(void* arg, int64_t begin, int64_t end) {
+  const igemm_job_t* j = (const igemm_job_t*)arg;
+  for (int64_t i = begin; i < end; ++i) {
+    int64_t* c = j->c + i * j->n;
+    for (int64_t x = 0; x < j->n; ++x)
+      c[x] = j->beta == 0 ? 0 : (int64_t)(MM_WRAP(c[x]) * MM_WRAP(j->beta));
+    for (int64_t x0 = 0; x0 < j->n; x0 += MM_NBLOCK) {
+      int64_t x1 = x0 + MM_NBLOCK < j->n ? x0 + MM_NBLOCK : j->n;
+      for (int64_t k0 = 0; k0 < j->k; k0 += MM_KBLOCK) {
+        int64_t k1 = k0 + MM_KBLOCK < j->k ? k0 + MM_KBLOCK : j->k;
+        for (int64_t kk = k0; kk < k1; ++kk) {
+          uint64_t aik = MM_WRAP(j->a[i * j->k + kk]) * MM_WRAP(j->alpha);
+          const int64_t* b = j->b + kk * j->n;
+          for (int64_t x = x0; x < x1; ++x) c[x] = (int64_t)(MM_WRAP(c[x]) + aik * MM_WRAP(b[x]));
+        }
+      }
+    }
+  }
+}
+
+/* ---- plan and execution ------------------------------------------------------ */
+
+typedef struct mm_operand {
+  bool direct; /* BLAS reads the view in place */
+  bool trans;
+  int64_t ld;
+} mm_operand_t;
+
+typedef struct mm_plan {
+  mm_problem_t p;
+  tpu_dtype_t work;      /* what the GEMM reads and writes: F32, F64 or I64 */
+  gemm_fn gemm;          /* NULL: integer loop */
+  mm_operand_t a, b, c;  /* c.direct: results land in `out` itself */
+  bool bias_is_c;        /* in-place form: the bias already sits in C */
+  atomic_int failed;     /* a worker's scratch allocation failed */
+} mm_plan_t;
+
+static tpu_view_t slice2d(const tpu_view_t* v, int64_t batch) {
+  tpu_view_t r = *v;
+  r.addr = (uint64_t)(uintptr_t)view_at(v, batch * v->strides[0]);
+  r.ndim = 2;
+  r.sizes[0] = v->sizes[1], r.sizes[1] = v->sizes[2];
+  r.strides[0] = v->strides[1], r.strides[1] = v->strides[2];
+  return r;
+}
+
+typedef struct mm_scratch {
+  void *a, *b, *c;
+} mm_scratch_t;
+
+static bool scratch_alloc(const mm_plan_t* pl, mm_scratch_t* s) {
+  const mm_problem_t* p = &pl->p;
+  size_t es = tpu_dtype_size(pl->work);
+  s->a = pl->a.direct ? NULL : malloc((size_t)(p->m * p->k) * es + 64);
+  s->b = pl->b.direct ? NULL : malloc((size_t)(p->k * p->n) * es + 64);
+  s->c = pl->c.direct ? NULL : malloc((size_t)(p->m * p->n) * es + 64);
+  return (pl->a.direct || s->a) && (pl->b.direct || s->b) && (pl->c.direct || s->c);
+}
+
+static void scratch_free(mm_scratch_t* s) {
+  free(s->a);
+  free(s->b);
+  free(s->c);
+}
+
+/* Pointer, transposition and leading dimension of one factor of batch `bi`,
+ * copying it into scratch when BLAS cannot read it in place. */
+static const void* factor(const mm_plan_t* pl, const tpu_view_t* v, const mm_operand_t* o,
+                          int64_t bi, void* scratch, bool* trans, int* ld) {
+  tpu_view_t s = slice2d(v, bi);
+  if (o->direct) {
+    *trans = o->trans;
+    *ld = (int)o->ld;
+    return tpu_view_ptr(&s);
+  }
+  tpu_view_t dst = view_of(scratch, pl->work, 2, s.sizes);
+  view_copy(&dst, &s);
+  *trans = false;
+  *ld = (int)(s.sizes[1] > 1 ? s.sizes[1] : 1);
+  return scratch;
+}
+
+static void run_one(const mm_plan_t* pl, int64_t bi, const mm_scratch_t* s) {
+  const mm_problem_t* p = &pl->p;
+  bool ta, tb;
+  int lda, ldb;
+  const void* a = factor(pl, &p->a, &pl->a, bi, s->a, &ta, &lda);
+  const void* b = factor(pl, &p->b, &pl->b, bi, s->b, &tb, &ldb);
+  tpu_view_t out = slice2d(&p->c, bi);
+  tpu_view_t c = pl->c.direct ? out : view_of(s->c, pl->work, 2, out.sizes);
+  if (p->has_bias && !pl->bias_is_c) {
+    tpu_view_t bias = slice2d(&p->bias, bi);
+    view_copy(&c, &bias);
+  }
+  if (pl->gemm) {
+    double beta = p->has_bias ? p->beta : 0.0;
+    int m = (int)p->m, n = (int)p->n, k = (int)p->k;
+    if (pl->c.direct && pl->c.trans) /* C column-major: C^T = B^T A^T */
+      pl->gemm(!tb, !ta, n, m, k, p->alpha, b, ldb, a, lda, beta, tpu_view_ptr(&c),
+               (int)pl->c.ld);
+    else
+      pl->gemm(ta, tb, m, n, k, p->alpha, a, lda, b, ldb, beta, tpu_view_ptr(&c),
+               pl->c.direct ? (int)pl->c.ld : (n > 1 ? n : 1));
+  } else {
+    igemm_job_t j = {p->m, p->n, p->k, a, b, s->c, p->ialpha, p->has_bias ? p->ibeta : 0};
+    tpu_parallel_for(p->m, p->n * p->k > 4096 ? 1 : 4096 / (p->n * p->k + 1) + 1, igemm_rows, &j);
+  }
+  if (!pl->c.direct) view_copy(&out, &c);
+}
+
+static void run_batches(void* arg, int64_t begin, int64_t end) {
+  mm_plan_t* pl = (mm_plan_t*)arg;
+  mm_scratch_t s;
+  if (!scratch_alloc(pl, &s)) {
+    atomic_store(&pl->failed, 1);
+  } else {
+    for (int64_t bi = begin; bi < end; ++bi) run_one(pl, bi, &s);
+  }
+  scratch_free(&s);
+}
+
+static bool fits_blas(const mm_problem_t* p) {
+  return p->m <= INT_MAX && p->n <= INT_MAX && p->k <= INT_MAX;
+}
+
+static tpu_status_t matmul_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                  tpu_exec_ctx_t* ctx) {
+  (void)ctx;
+  if (node->num_outputs < 1)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "missing output");
+  mm_plan_t pl = {0};
+  mm_problem_t* p = &pl.p;
+  TPU_RETURN_IF_ERROR(tpu_mm_problem(def, node, &node->outputs[0], p));
+  if (p->batch * p->m * p->n == 0) return TPU_OK;
+  tpu_compute_type_t ct = tpu_dtype_compute(p->dtype);
+  pl.gemm = k_blas[ct];
+  if (ct == TPU_COMPUTE_B8 || (pl.gemm == NULL && ct != TPU_COMPUTE_I64) ||
+      (pl.gemm && !fits_blas(p)))
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "matmul of %s is not supported",
+                           tpu_dtype_name(p->dtype));
+#ifdef TPU_HAVE_OPENBLAS
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, blas_init);
+#endif
+  pl.work = tpu_compute_storage_dtype(ct);
+  if (pl.gemm) {
+    pl.a.direct = p->a.dtype == pl.work && p->k > 0 &&
+                  blas_layout(p->m, p->k, p->a.strides[1], p->a.strides[2], &pl.a.trans, &pl.a.ld);
+    pl.b.direct = p->b.dtype == pl.work && p->k > 0 &&
+                  blas_layout(p->k, p->n, p->b.strides[1], p->b.strides[2], &pl.b.trans, &pl.b.ld);
+    pl.c.direct = p->c.dtype == pl.work && !views_overlap(&p->c, &p->a) &&
+                  !views_overlap(&p->c, &p->b) &&
+                  blas_layout(p->m, p->n, p->c.strides[1], p->c.strides[2], &pl.c.trans, &pl.c.ld);
+  }
+  if (p->has_bias && pl.c.direct && !views_same(&p->bias, &p->c) &&
+      views_overlap(&p->bias, &p->c))
+    pl.c.direct = false;
+  pl.bias_is_c = p->has_bias && pl.c.direct && views_same(&p->bias, &p->c);
+  atomic_init(&pl.failed, 0);
+  int64_t work = p->m * p->n * (p->k > 0 ? p->k : 1);
+  if (p->batch > 1 && work < MM_SMALL_WORK)
+    tpu_parallel_for(p->batch, MM_SMALL_WORK / work, run_batches, &pl);
+  else
+    run_batches(&pl, 0, p->batch);
+  if (atomic_load(&pl.failed))
+    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matmul scratch allocation failed");
+  return TPU_OK;
+}
+
+static tpu_status_t matmul_infer(const tpu_op_def_t* def, const tpu_node_t* node,
+                                 tpu_view_t* outs) {
+  tpu_view_t* o = &outs[0];
+  TPU_RETURN_IF_ERROR(tpu_mm_result(def, node, &o->ndim, o->sizes, &o->dtype));
+  o->addr = 0;
+  tpu_view_set_contiguous(o);
+  return TPU_OK;
+}
+
+/* Native: one dtype for every operand, not bool, floats only with BLAS and
+ * with dims that fit its 32-bit integers. */
+static tpu_status_t matmul_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  int32_t ndim;
+  int64_t sizes[TPU_MAX_DIMS];
+  tpu_dtype_t dtype;
+  TPU_RETURN_IF_ERROR(tpu_mm_result(def, node, &ndim, sizes, &dtype));
+  for (int32_t i = 0; i < node->num_inputs; ++i)
+    if (node->inputs[i].u.view.dtype != dtype)
+      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "mixed dtypes");
+  tpu_compute_type_t ct = tpu_dtype_compute(dtype);
+  if (ct == TPU_COMPUTE_B8 || (ct != TPU_COMPUTE_I64 && !k_blas[ct]))
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "matmul of %s", tpu_dtype_name(dtype));
+  const tpu_view_t* a = &node->inputs[spec_of(def)->has_bias ? 1 : 0].u.view;
+  for (int32_t d = 0; d < a->ndim; ++d)
+    if (a->sizes[d] > INT_MAX)
+      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "dimension too large for BLAS");
+  for (int32_t d = 0; d < ndim; ++d)
+    if (sizes[d] > INT_MAX)
+      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "dimension too large for BLAS");
+  return TPU_OK;
+}
+
+static const mm_spec_t k_mm = {false, 2, 2}, k_bmm = {false, 3, 3}, k_addmm = {true, 2, 2},
+                       k_baddbmm = {true, 3, 3}, k_mv = {false, 2, 1}, k_addmv = {true, 2, 1},
+                       k_dot = {false, 1, 1};
+
+#define MM_ROW(name, inputs, attrs, aten, spec) \
+  {name, inputs, attrs, "out", aten, matmul_kernel, matmul_infer, matmul_check, &spec}
+
+static const tpu_op_def_t k_ops[] = {
+    MM_ROW("mm", "self,mat2", "", "mm mm.out", k_mm),
+    MM_ROW("bmm", "self,mat2", "", "bmm bmm.out", k_bmm),
+    MM_ROW("addmm", "self,mat1,mat2", "beta,alpha", "addmm addmm_ addmm.out", k_addmm),
+    MM_ROW("baddbmm", "self,batch1,batch2", "beta,alpha", "baddbmm baddbmm_ baddbmm.out",
+           k_baddbmm),
+    MM_ROW("mv", "self,vec", "", "mv mv.out", k_mv),
+    MM_ROW("addmv", "self,mat,vec", "beta,alpha", "addmv addmv_ addmv.out", k_addmv),
+    MM_ROW("dot", "self,tensor", "", "dot dot.out", k_dot),
+};
+
+const tpu_op_family_t tpu_family_matmul = {"matmul", k_ops,
+                                           (int32_t)(sizeof(k_ops) / sizeof(k_ops[0]))};

@@ -1,0 +1,43 @@
+/* matmul.h — the matmul family's private interface (matmul.c, matmul_ref.c,
+ * tests/test_matmul.c).
+ *
+ * Every op of the family (mm, bmm, addmm, baddbmm, mv, addmv, dot) is one
+ * batched problem  C[b] = beta * bias[b] + alpha * (A[b] @ B[b])  whose
+ * operands are 3-D [batch, rows, cols] views; a row's `impl` (mm_spec_t)
+ * says how its inputs map onto it.
+ */
+#ifndef TPU_KERNELS_MATMUL_H_
+#define TPU_KERNELS_MATMUL_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../kernel.h"
+#include "tpu/ops.h"
+
+typedef struct mm_spec {
+  bool has_bias;          /* input 0 is `self`, added as beta * self; attrs "beta,alpha" */
+  int32_t a_rank, b_rank; /* factor ranks: mm 2,2; bmm 3,3; mv 2,1; dot 1,1 */
+} mm_spec_t;
+
+typedef struct mm_problem {
+  int64_t batch, m, n, k;
+  tpu_dtype_t dtype;          /* of A, B and bias */
+  tpu_view_t a, b, c, bias;   /* [batch,m,k], [batch,k,n], [batch,m,n], [batch,m,n] */
+  bool has_bias;              /* false also when beta == 0: self is then ignored */
+  double alpha, beta;         /* floating dtypes */
+  int64_t ialpha, ibeta;      /* integer dtypes */
+} mm_problem_t;
+
+/* Validates the node's inputs and gives the result's shape and dtype. */
+tpu_status_t tpu_mm_result(const tpu_op_def_t* def, const tpu_node_t* node, int32_t* ndim,
+                           int64_t* sizes, tpu_dtype_t* dtype);
+
+/* Builds the problem of a node writing `out` (validated against the result). */
+tpu_status_t tpu_mm_problem(const tpu_op_def_t* def, const tpu_node_t* node,
+                            const tpu_view_t* out, mm_problem_t* p);
+
+/* Plain reference: triple loop, double (or wrapping int64) accumulation. */
+tpu_status_t tpu_matmul_reference(const tpu_op_def_t* def, const tpu_node_t* node);
+
+#endif /* TPU_KERNELS_MATMUL_H_ */

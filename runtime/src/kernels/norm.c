@@ -1,0 +1,336 @@
+/* norm.c — native_layer_norm and native_layer_norm_backward.
+ *
+ * Forward, per row of N elements (in double):
+ *   mean = sum(x) / N, var = sum((x - mean)^2) / N, rstd = 1 / sqrt(var + eps)
+ *   out  = (x - mean) * rstd * weight + bias
+ * Backward, with xhat = (x - mean) * rstd and gw = grad_out * weight:
+ *   grad_input  = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))
+ *   grad_weight = sum over rows of grad_out * xhat,  grad_bias = sum of grad_out
+ * (mean and rstd are read from the inputs, as PyTorch does).
+ *
+ * Layout: the leading (row) dims of every view are collapsed into one
+ * iterator, so rows of any strides are indexed by a flat position; a row's
+ * own elements (the trailing dims) are gathered into double buffers CHUNK at
+ * a time with ku_gather, so rows of any length and strides stream through
+ * fixed stack buffers: the statistics pass merges per-chunk moments (Chan),
+ * then the write pass converts back into the output. Weight and bias are
+ * gathered once into double arrays. Rows are spread over tpu_parallel_for;
+ * grad_weight/grad_bias are column sums, spread over blocks of COLS columns
+ * (each block walks every row), so no reduction across threads is needed.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/norm.h"
+
+#define CHUNK 1024 /* row elements per gathered chunk */
+#define COLS 256   /* columns per grad_weight/grad_bias block */
+
+/* ---- parsing ------------------------------------------------------------------ */
+
+tpu_status_t tpu_norm_parse(const tpu_op_def_t* def, const tpu_node_t* node, norm_args_t* a) {
+  memset(a, 0, sizeof(*a));
+  a->impl = (const norm_impl_t*)def->impl;
+  a->x = ku_input(def, node, "input");
+  a->w = ku_input(def, node, "weight");
+  a->b = ku_input(def, node, "bias");
+  if (!a->x) TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "expected a tensor for 'input'");
+  const tpu_view_t* x = a->x;
+  const tpu_attr_t* ns = ku_attr(def, node, "normalized_shape");
+  int32_t k = (ns && ns->kind == TPU_ATTR_INTS) ? ns->count : 0;
+  if (k < 1)
+    TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED,
+                    "Expected normalized_shape to be at least 1-dimensional");
+  bool match = x->ndim >= k;
+  for (int32_t i = 0; match && i < k; ++i) match = x->sizes[x->ndim - k + i] == ns->u.ints[i];
+  if (!match) TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "input does not end in normalized_shape");
+  a->axis = x->ndim - k;
+  a->m = 1;
+  a->n = 1;
+  for (int32_t d = 0; d < x->ndim; ++d) *(d < a->axis ? &a->m : &a->n) *= x->sizes[d];
+  if (!tpu_dtype_is_floating(x->dtype))
+    TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "layer_norm: no native kernel for %s",
+                    tpu_dtype_name(x->dtype));
+  if (a->n == 0 && a->m > 0)
+    TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "layer_norm: empty normalized_shape");
+  const tpu_view_t* params[2] = {a->w, a->b};
+  for (int i = 0; i < 2; ++i) {
+    if (!params[i]) continue;
+    if (params[i]->dtype != x->dtype)
+      TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "layer_norm: mixed dtypes");
+    if (tpu_view_numel(params[i]) != a->n)
+      TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "layer_norm: %s is not of normalized_shape",
+                      i ? "bias" : "weight");
+  }
+
+  /* Output shapes. */
+  tpu_view_t* s = a->shape;
+  s[0] = *x;
+  s[0].addr = 0;
+  s[1].dtype = s[2].dtype = x->dtype;
+  s[1].ndim = x->ndim;
+  for (int32_t d = 0; d < x->ndim; ++d) s[1].sizes[d] = d < a->axis ? x->sizes[d] : 1;
+  s[2].ndim = k;
+  for (int32_t i = 0; i < k; ++i) s[2].sizes[i] = ns->u.ints[i];
+  if (a->impl->backward) {
+    a->g = ku_input(def, node, "grad_out");
+    a->mean = ku_input(def, node, "mean");
+    a->rstd = ku_input(def, node, "rstd");
+    if (!a->g || !a->mean || !a->rstd)
+      TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "expected grad_out, mean and rstd tensors");
+    if (!ku_same_shape(a->g, x) || a->g->dtype != x->dtype ||
+        !ku_same_shape(a->mean, &s[1]) || !ku_same_shape(a->rstd, &s[1]) ||
+        !tpu_dtype_is_floating(a->mean->dtype) || !tpu_dtype_is_floating(a->rstd->dtype))
+      TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "layer_norm_backward: unexpected input shapes");
+    const tpu_attr_t* mask = ku_attr(def, node, "output_mask");
+    for (int i = 0; i < 3; ++i) {
+      bool given = mask && mask->kind == TPU_ATTR_INTS && i < mask->count;
+      a->mask[i] = given ? mask->u.ints[i] != 0 : true;
+    }
+    s[1] = s[2];
+    if (a->w) s[1].dtype = a->w->dtype;
+    if (a->b) s[2].dtype = a->b->dtype;
+  } else {
+    a->eps = tpu_attr_float(ku_attr(def, node, "eps"), 1e-5);
+    s[2] = s[1];
+  }
+  for (int i = 0; i < 3; ++i) tpu_view_set_contiguous(&s[i]);
+  return TPU_OK;
+}
+
+static tpu_status_t norm_infer(const tpu_op_def_t* def, const tpu_node_t* node,
+                               tpu_view_t* out_views) {
+  norm_args_t a;
+  TPU_RETURN_IF_ERROR(tpu_norm_parse(def, node, &a));
+  for (int i = 0; i < 3; ++i) out_views[i] = a.shape[i];
+  return TPU_OK;
+}
+
+static tpu_status_t norm_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  norm_args_t a;
+  tpu_status_t s = tpu_norm_parse(def, node, &a);
+  if (s == TPU_OK) return TPU_OK;
+  tpu_status_t u = tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s", tpu_status_message(s));
+  tpu_status_free(s);
+  return u;
+}
+
+/* ---- the optimised kernels ------------------------------------------------------- */
+
+/* Views of the row iterator. Mean and rstd are outputs forward, inputs backward. */
+enum { V_X = 0, V_G, V_OUT, V_MEAN, V_RSTD, NUM_V };
+
+typedef struct plan {
+  const norm_args_t* a;
+  const tpu_view_t* out[3];
+  ku_iter_t rows;       /* leading dims, views as in the enum */
+  ku_dims_t xd, gd, od; /* a row's elements in input, grad_out, output 0 */
+  ku_dims_t wd, bd;     /* backward: grad_weight, grad_bias */
+  double* w;            /* weight (or NULL) */
+  double* b;            /* bias (or NULL) */
+  double* mean;         /* backward: per row, in iterator order */
+  double* rstd;
+} plan_t;
+
+/* Gathers n elements of row r's block `d` of view v, starting at k. */
+static void row_gather(const tpu_view_t* v, int64_t off, const ku_dims_t* d, int64_t k,
+                       int64_t n, double* buf) {
+  ku_gather(buf, TPU_DTYPE_F64, ku_at(v, off), v->dtype, d, k, n);
+}
+
+static void forward_rows(void* arg, int64_t begin, int64_t end) {
+  const plan_t* p = (const plan_t*)arg;
+  const norm_args_t* a = p->a;
+  double x[CHUNK];
+  int64_t offs[NUM_V], n = a->n;
+  for (int64_t r = begin; r < end; ++r) {
+    ku_iter_offsets(&p->rows, p->rows.n, r, offs);
+    double mean = 0.0, m2 = 0.0;
+    for (int64_t k = 0; k < n; k += CHUNK) {
+      int64_t c = n - k < CHUNK ? n - k : CHUNK;
+      row_gather(a->x, offs[V_X], &p->xd, k, c, x);
+      double s = 0.0, q = 0.0;
+      for (int64_t i = 0; i < c; ++i) s += x[i];
+      double cm = s / (double)c;
+      for (int64_t i = 0; i < c; ++i) q += (x[i] - cm) * (x[i] - cm);
+      double delta = cm - mean, tot = (double)(k + c);
+      mean += delta * (double)c / tot;
+      m2 += q + delta * delta * (double)k * (double)c / tot;
+    }
+    double rstd = 1.0 / sqrt(m2 / (double)n + a->eps);
+    for (int64_t k = 0; k < n; k += CHUNK) {
+      int64_t c = n - k < CHUNK ? n - k : CHUNK;
+      row_gather(a->x, offs[V_X], &p->xd, k, c, x);
+      for (int64_t i = 0; i < c; ++i) {
+        double y = (x[i] - mean) * rstd;
+        if (p->w) y *= p->w[k + i];
+        if (p->b) y += p->b[k + i];
+        x[i] = y;
+      }
+      ku_scatter(ku_at(p->out[0], offs[V_OUT]), p->out[0]->dtype, &p->od, k, x, TPU_DTYPE_F64,
+                 c);
+    }
+    tpu_convert(ku_at(p->out[1], offs[V_MEAN]), p->out[1]->dtype, 1, &mean, TPU_DTYPE_F64, 1, 1);
+    tpu_convert(ku_at(p->out[2], offs[V_RSTD]), p->out[2]->dtype, 1, &rstd, TPU_DTYPE_F64, 1, 1);
+  }
+}
+
+static void grad_input_rows(void* arg, int64_t begin, int64_t end) {
+  const plan_t* p = (const plan_t*)arg;
+  const norm_args_t* a = p->a;
+  double x[CHUNK], g[CHUNK];
+  int64_t offs[NUM_V], n = a->n;
+  for (int64_t r = begin; r < end; ++r) {
+    ku_iter_offsets(&p->rows, p->rows.n, r, offs);
+    double mean = p->mean[r], rstd = p->rstd[r], sg = 0.0, sgx = 0.0;
+    for (int64_t k = 0; k < n; k += CHUNK) {
+      int64_t c = n - k < CHUNK ? n - k : CHUNK;
+      row_gather(a->x, offs[V_X], &p->xd, k, c, x);
+      row_gather(a->g, offs[V_G], &p->gd, k, c, g);
+      for (int64_t i = 0; i < c; ++i) {
+        double gw = p->w ? g[i] * p->w[k + i] : g[i];
+        sg += gw;
+        sgx += gw * (x[i] - mean) * rstd;
+      }
+    }
+    sg /= (double)n;
+    sgx /= (double)n;
+    for (int64_t k = 0; k < n; k += CHUNK) {
+      int64_t c = n - k < CHUNK ? n - k : CHUNK;
+      row_gather(a->x, offs[V_X], &p->xd, k, c, x);
+      row_gather(a->g, offs[V_G], &p->gd, k, c, g);
+      for (int64_t i = 0; i < c; ++i) {
+        double gw = p->w ? g[i] * p->w[k + i] : g[i];
+        x[i] = rstd * (gw - sg - (x[i] - mean) * rstd * sgx);
+      }
+      ku_scatter(ku_at(p->out[0], offs[V_OUT]), p->out[0]->dtype, &p->od, k, x, TPU_DTYPE_F64,
+                 c);
+    }
+  }
+}
+
+/* grad_weight / grad_bias for column blocks [begin, end) (of COLS columns). */
+static void grad_param_cols(void* arg, int64_t begin, int64_t end) {
+  const plan_t* p = (const plan_t*)arg;
+  const norm_args_t* a = p->a;
+  double x[COLS], g[COLS], dw[COLS], db[COLS];
+  int64_t offs[NUM_V];
+  for (int64_t blk = begin; blk < end; ++blk) {
+    int64_t k = blk * COLS, c = a->n - k < COLS ? a->n - k : COLS;
+    for (int64_t i = 0; i < c; ++i) dw[i] = db[i] = 0.0;
+    for (int64_t r = 0; r < a->m; ++r) {
+      ku_iter_offsets(&p->rows, p->rows.n, r, offs);
+      row_gather(a->g, offs[V_G], &p->gd, k, c, g);
+      if (a->mask[1]) row_gather(a->x, offs[V_X], &p->xd, k, c, x);
+      for (int64_t i = 0; i < c; ++i) {
+        if (a->mask[1]) dw[i] += g[i] * (x[i] - p->mean[r]) * p->rstd[r];
+        db[i] += g[i];
+      }
+    }
+    if (a->mask[1])
+      ku_scatter(tpu_view_ptr(p->out[1]), p->out[1]->dtype, &p->wd, k, dw, TPU_DTYPE_F64, c);
+    if (a->mask[2])
+      ku_scatter(tpu_view_ptr(p->out[2]), p->out[2]->dtype, &p->bd, k, db, TPU_DTYPE_F64, c);
+  }
+}
+
+static tpu_status_t alloc_doubles(int64_t n, double** out) {
+  *out = (double*)malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+  if (!*out)
+    TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "no host memory for %lld values", (long long)n);
+  return TPU_OK;
+}
+
+/* Gathers a weight-shaped view's n elements into a new double array (*out;
+ * a NULL view gives NULL). */
+static tpu_status_t gather_param(const tpu_view_t* v, int64_t n, double** out) {
+  *out = NULL;
+  if (!v) return TPU_OK;
+  TPU_RETURN_IF_ERROR(alloc_doubles(n, out));
+  ku_dims_t d;
+  ku_dims_of_view(&d, v, 0);
+  ku_gather(*out, TPU_DTYPE_F64, tpu_view_ptr(v), v->dtype, &d, 0, n);
+  return TPU_OK;
+}
+
+/* Reads mean and rstd of every row, in the row iterator's order. */
+static tpu_status_t gather_stats(plan_t* p) {
+  TPU_RETURN_IF_ERROR(alloc_doubles(p->a->m, &p->mean));
+  TPU_RETURN_IF_ERROR(alloc_doubles(p->a->m, &p->rstd));
+  int64_t offs[NUM_V];
+  for (int64_t r = 0; r < p->a->m; ++r) {
+    ku_iter_offsets(&p->rows, p->rows.n, r, offs);
+    tpu_convert(&p->mean[r], TPU_DTYPE_F64, 1, ku_at(p->a->mean, offs[V_MEAN]),
+                p->a->mean->dtype, 1, 1);
+    tpu_convert(&p->rstd[r], TPU_DTYPE_F64, 1, ku_at(p->a->rstd, offs[V_RSTD]),
+                p->a->rstd->dtype, 1, 1);
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t norm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                tpu_exec_ctx_t* ctx) {
+  norm_args_t a;
+  TPU_RETURN_IF_ERROR(tpu_norm_parse(def, node, &a));
+  if (node->num_outputs < 3) TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "expected 3 outputs");
+  bool backward = a.impl->backward;
+  for (int i = 0; i < 3; ++i)
+    if ((!backward || a.mask[i]) && !ku_same_shape(&node->outputs[i], &a.shape[i]))
+      TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "output %d has the wrong shape", i);
+
+  plan_t p;
+  memset(&p, 0, sizeof(p));
+  p.a = &a;
+  for (int i = 0; i < 3; ++i) p.out[i] = &node->outputs[i];
+  /* Row dims of every view (a masked-out grad_input contributes stride 0;
+   * mean and rstd have the input's rank: checked by parse or the shapes). */
+  const tpu_view_t* mean = backward ? a.mean : p.out[1];
+  const tpu_view_t* rstd = backward ? a.rstd : p.out[2];
+  ku_iter_init(&p.rows, NUM_V);
+  for (int32_t d = 0; d < a.axis; ++d) {
+    int64_t st[NUM_V] = {a.x->strides[d], backward ? a.g->strides[d] : 0,
+                         (!backward || a.mask[0]) ? p.out[0]->strides[d] : 0, mean->strides[d],
+                         rstd->strides[d]};
+    ku_iter_add(&p.rows, a.x->sizes[d], st);
+  }
+  ku_iter_finish(&p.rows);
+  ku_dims_of_view(&p.xd, a.x, a.axis);
+  if (backward) ku_dims_of_view(&p.gd, a.g, a.axis);
+  if (!backward || a.mask[0]) ku_dims_of_view(&p.od, p.out[0], a.axis);
+  int64_t grain = a.n >= 16384 ? 1 : 16384 / (a.n > 0 ? a.n : 1);
+
+  tpu_status_t s = gather_param(a.w, a.n, &p.w);
+  if (s == TPU_OK && !backward) s = gather_param(a.b, a.n, &p.b);
+  if (s == TPU_OK && backward) s = gather_stats(&p);
+  if (s == TPU_OK && !backward) tpu_parallel_for(a.m, grain, forward_rows, &p);
+  if (s == TPU_OK && backward && a.mask[0]) tpu_parallel_for(a.m, grain, grad_input_rows, &p);
+  if (s == TPU_OK && backward && (a.mask[1] || a.mask[2])) {
+    if (a.mask[1]) ku_dims_of_view(&p.wd, p.out[1], 0);
+    if (a.mask[2]) ku_dims_of_view(&p.bd, p.out[2], 0);
+    tpu_parallel_for((a.n + COLS - 1) / COLS, 1, grad_param_cols, &p);
+  }
+  free(p.w);
+  free(p.b);
+  free(p.mean);
+  free(p.rstd);
+  return s;
+}
+
+/* ---- the op table ----------------------------------------------------------------- */
+
+static const norm_impl_t k_forward = {false};
+static const norm_impl_t k_backward = {true};
+
+static const tpu_op_def_t k_rows[] = {
+    {"layer_norm", "input,weight,bias", "normalized_shape,eps", "out0,out1,out2",
+     "native_layer_norm.default native_layer_norm.out", norm_kernel, norm_infer, norm_check,
+     &k_forward},
+    {"layer_norm_backward", "grad_out,input,mean,rstd,weight,bias",
+     "normalized_shape,output_mask", "out0,out1,out2",
+     "native_layer_norm_backward.default native_layer_norm_backward.out", norm_kernel,
+     norm_infer, norm_check, &k_backward},
+};
+
+const tpu_op_family_t tpu_family_norm = {"norm", k_rows,
+                                         (int32_t)(sizeof(k_rows) / sizeof(k_rows[0]))};

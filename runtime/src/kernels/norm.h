@@ -1,0 +1,48 @@
+/* norm.h — the normalisation family's private interface, shared by norm.c
+ * (rows, parsing, inference, the optimised kernels), norm_ref.c (the
+ * reference kernels) and tests/test_norm.c.
+ *
+ * Layer norm sees its input as M rows of N elements: the trailing dims named
+ * by normalized_shape form a row. Forward writes (out, mean, rstd) with mean
+ * and rstd shaped input.shape[:axis] + [1] * len(normalized_shape), in the
+ * input's dtype (PyTorch CPU). Backward writes (grad_input, grad_weight,
+ * grad_bias) for the outputs its output_mask selects; the others are left
+ * untouched.
+ */
+#ifndef TPU_KERNELS_NORM_H_
+#define TPU_KERNELS_NORM_H_
+
+#include <stdbool.h>
+
+#include "kernels/kernel_util.h"
+
+typedef struct norm_impl {
+  bool backward;
+} norm_impl_t;
+
+typedef struct norm_args {
+  const norm_impl_t* impl;
+  const tpu_view_t* x;    /* input */
+  const tpu_view_t* w;    /* weight, or NULL */
+  const tpu_view_t* b;    /* bias, or NULL */
+  const tpu_view_t* g;    /* backward: grad_out */
+  const tpu_view_t* mean; /* backward */
+  const tpu_view_t* rstd; /* backward */
+  int32_t axis;           /* first normalised dim */
+  int64_t m, n;           /* rows, elements per row */
+  double eps;
+  bool mask[3];           /* backward: which outputs to compute */
+  tpu_view_t shape[3];    /* the outputs: dtype, ndim, sizes, contiguous strides */
+} norm_args_t;
+
+/* Parses and validates a node; what the family does not run (mixed dtypes,
+ * empty rows) gives UNIMPLEMENTED. */
+tpu_status_t tpu_norm_parse(const tpu_op_def_t* def, const tpu_node_t* node, norm_args_t* args);
+
+/* The reference kernel: plain loops per row in logical order, in double. */
+tpu_status_t tpu_norm_reference(const tpu_op_def_t* def, const tpu_node_t* node,
+                                tpu_exec_ctx_t* ctx);
+
+extern const tpu_op_family_t tpu_family_norm;
+
+#endif /* TPU_KERNELS_NORM_H_ */

@@ -1,0 +1,112 @@
+/* random.h — the random family's private interface (random.c, random_ref.c,
+ * tests/test_random.c): the Philox4x32-10 generator, the per-element
+ * transforms every RNG op uses, and the argument parsing shared by the
+ * kernels and the reference.
+ *
+ * Counter-based: element i (row-major over output 0) of an op draws one
+ * Philox block, counter = offset + i (low word first, upper two words 0),
+ * key = seed. So values depend only on (seed, offset, i): not on threads,
+ * tiling or output strides. The bridge fills the attrs `seed` and `offset`
+ * from the Generator and advances it by numel(output 0).
+ */
+#ifndef TPU_KERNELS_RANDOM_H_
+#define TPU_KERNELS_RANDOM_H_
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../kernel.h"
+#include "tpu/ops.h"
+
+typedef enum rng_kind {
+  RNG_UNIFORM = 0,  /* [from, to) */
+  RNG_NORMAL,       /* mean + std * N(0, 1) */
+  RNG_BERNOULLI,    /* 1 with probability p */
+  RNG_RANDOM,       /* random_(), random_.from, random_.to: from + bits % range */
+  RNG_DROPOUT,      /* native_dropout: mask = bernoulli(1 - p), out = in * mask * scale */
+  RNG_DROPOUT_BACKWARD, /* grad * mask * scale (no randomness) */
+  RNG_KIND_COUNT,
+} rng_kind_t;
+
+/* How a RNG_RANDOM row reads its range: random_(), random_.from, random_.to. */
+typedef enum rng_range { RANGE_DEFAULT = 0, RANGE_FROM, RANGE_TO } rng_range_t;
+
+typedef struct rng_spec {
+  rng_kind_t kind;
+  rng_range_t range;
+} rng_spec_t;
+
+typedef struct rng_args {
+  rng_kind_t kind;
+  const tpu_view_t* input; /* self (its shape), input (dropout), grad_output */
+  const tpu_view_t* mask;  /* dropout backward */
+  double lo, hi;           /* uniform from/to; normal mean/std; bernoulli p in lo */
+  int64_t from;            /* random: first value */
+  uint64_t range;          /* random: number of values (0: all 2^64) */
+  bool train;              /* dropout */
+  double keep, scale;      /* dropout: keep probability 1 - p, 1 / (1 - p) (or 0) */
+  uint64_t seed, offset;
+  int32_t ndim;            /* output 0 (output 1 of dropout: same shape, bool) */
+  int64_t sizes[TPU_MAX_DIMS];
+  tpu_dtype_t dtype;
+} rng_args_t;
+
+tpu_status_t tpu_rng_parse(const tpu_op_def_t* def, const tpu_node_t* node, rng_args_t* a);
+
+/* Plain reference: one element at a time, in logical order. */
+tpu_status_t tpu_random_reference(const tpu_op_def_t* def, const tpu_node_t* node);
+
+/* ---- Philox4x32-10 (Salmon et al., SC'11; Random123's constants) ---------- */
+
+static inline void tpu_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2],
+                                     uint32_t out[4]) {
+  uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3], k0 = key[0], k1 = key[1];
+  for (int r = 0; r < 10; ++r) {
+    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+    c1 = (uint32_t)p1, c3 = (uint32_t)p0, c0 = n0, c2 = n2;
+    k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+  }
+  out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
+}
+
+/* The four words of element `index` of a stream. */
+static inline void rng_block(uint64_t seed, uint64_t offset, int64_t index, uint32_t w[4]) {
+  uint64_t c = offset + (uint64_t)index;
+  const uint32_t ctr[4] = {(uint32_t)c, (uint32_t)(c >> 32), 0, 0};
+  const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+  tpu_philox4x32_10(ctr, key, w);
+}
+
+/* ---- per-element transforms ------------------------------------------------ */
+
+/* Uniform on [0, 1) from 24 / 53 random bits. */
+static inline float rng_unit_F32(const uint32_t w[4]) { return (float)(w[0] >> 8) * 0x1p-24f; }
+static inline double rng_unit_F64(const uint32_t w[4]) {
+  return (double)((((uint64_t)w[0] << 32) | w[1]) >> 11) * 0x1p-53;
+}
+
+/* Standard normal by Box-Muller (one of the pair), log argument in (0, 1]. */
+static inline float rng_normal_F32(const uint32_t w[4]) {
+  float u1 = 1.0f - (float)(w[0] >> 8) * 0x1p-24f, u2 = (float)(w[1] >> 8) * 0x1p-24f;
+  return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795864769f * u2);
+}
+static inline double rng_normal_F64(const uint32_t w[4]) {
+  double u1 = 1.0 - (double)((((uint64_t)w[0] << 32) | w[1]) >> 11) * 0x1p-53;
+  double u2 = (double)((((uint64_t)w[2] << 32) | w[3]) >> 11) * 0x1p-53;
+  return sqrt(-2.0 * log(u1)) * cos(6.2831853071795864769 * u2);
+}
+
+/* True with probability p (53-bit resolution). */
+static inline bool rng_bernoulli(const uint32_t w[4], double p) { return rng_unit_F64(w) < p; }
+
+/* from + (bits % range), 32 bits when the range allows (as PyTorch does). */
+static inline int64_t rng_integer(const uint32_t w[4], int64_t from, uint64_t range) {
+  uint64_t bits = range != 0 && range <= ((uint64_t)1 << 32)
+                      ? w[0]
+                      : ((uint64_t)w[0] << 32) | w[1];
+  return (int64_t)((uint64_t)from + (range ? bits % range : bits));
+}
+
+#endif /* TPU_KERNELS_RANDOM_H_ */

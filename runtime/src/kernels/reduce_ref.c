@@ -1,0 +1,180 @@
+/* reduce_ref.c — the reduction family's reference kernel.
+ *
+ * Plain loops, independent of reduce.c's normalisation: every output index
+ * is walked in logical order, and for each, every reduced element in logical
+ * order, reading and writing one element at a time through tpu_convert.
+ * Floating work accumulates in double, integer sums and extrema in int64;
+ * variance is computed in two passes (mean, then squared deviations), unlike
+ * the optimised kernel's Welford updates. Used by tests only.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/reduce.h"
+
+static double load_f(const tpu_view_t* v, int64_t off) {
+  double x;
+  tpu_convert(&x, TPU_DTYPE_F64, 1, ku_at(v, off), v->dtype, 1, 1);
+  return x;
+}
+
+static int64_t load_i(const tpu_view_t* v, int64_t off) {
+  int64_t x;
+  tpu_convert(&x, TPU_DTYPE_I64, 1, ku_at(v, off), v->dtype, 1, 1);
+  return x;
+}
+
+static bool load_b(const tpu_view_t* v, int64_t off) {
+  uint8_t x;
+  tpu_convert(&x, TPU_DTYPE_BOOL, 1, ku_at(v, off), v->dtype, 1, 1);
+  return x != 0;
+}
+
+/* The result of one output: a float or integer value and an index. */
+typedef struct ref_result {
+  double f, mean;
+  int64_t i, idx;
+} ref_result_t;
+
+/* Input offsets of the reduced elements of one output, in logical order. */
+typedef struct ref_walk {
+  const reduce_args_t* a;
+  int64_t base;
+} ref_walk_t;
+
+static int64_t walk_offset(const ref_walk_t* w, int64_t r) {
+  const tpu_view_t* in = w->a->in;
+  int64_t off = w->base;
+  for (int32_t d = in->ndim - 1; d >= 0; --d) {
+    if (!w->a->reduced[d]) continue;
+    off += (r % in->sizes[d]) * in->strides[d];
+    r /= in->sizes[d];
+  }
+  return off;
+}
+
+static ref_result_t reduce_one(const ref_walk_t* w, tpu_compute_type_t dom) {
+  const reduce_args_t* a = w->a;
+  const tpu_view_t* in = a->in;
+  ref_result_t r = {0.0, 0.0, 0, -1};
+  int64_t n = a->n;
+  switch (a->impl->acc) {
+    case RACC_SUM:
+    case RACC_PROD: {
+      bool sum = a->impl->acc == RACC_SUM;
+      double f = sum ? 0.0 : 1.0;
+      uint64_t u = sum ? 0u : 1u;
+      for (int64_t k = 0; k < n; ++k) {
+        int64_t off = walk_offset(w, k);
+        if (dom == TPU_COMPUTE_F64)
+          f = sum ? f + load_f(in, off) : f * load_f(in, off);
+        else
+          u = sum ? u + (uint64_t)load_i(in, off) : u * (uint64_t)load_i(in, off);
+      }
+      r.f = f;
+      r.i = (int64_t)u;
+      break;
+    }
+    case RACC_MAX:
+    case RACC_MIN: {
+      int sign = a->impl->acc == RACC_MAX ? 1 : -1;
+      for (int64_t k = 0; k < n; ++k) {
+        int64_t off = walk_offset(w, k);
+        if (dom == TPU_COMPUTE_F64) {
+          double x = load_f(in, off);
+          if (r.idx >= 0 && isnan(r.f)) break; /* the first NaN is the result */
+          if (r.idx < 0 || isnan(x) || sign * (x - r.f) > 0) r.f = x, r.idx = k;
+        } else {
+          int64_t x = load_i(in, off);
+          if (r.idx < 0 || (sign > 0 ? x > r.i : x < r.i)) r.i = x, r.idx = k;
+        }
+      }
+      break;
+    }
+    case RACC_ALL:
+    case RACC_ANY: {
+      bool all = a->impl->acc == RACC_ALL, v = all;
+      for (int64_t k = 0; k < n; ++k) v = all ? (v && load_b(in, walk_offset(w, k)))
+                                             : (v || load_b(in, walk_offset(w, k)));
+      r.i = v;
+      break;
+    }
+    default: {
+      double sum = 0.0, m2 = 0.0;
+      for (int64_t k = 0; k < n; ++k) sum += load_f(in, walk_offset(w, k));
+      double mean = sum / (double)n;
+      for (int64_t k = 0; k < n; ++k) {
+        double d = load_f(in, walk_offset(w, k)) - mean;
+        m2 += d * d;
+      }
+      double div = (double)n - a->correction;
+      r.f = m2 / (div > 0.0 ? div : 0.0);
+      r.mean = mean;
+      break;
+    }
+  }
+  return r;
+}
+
+static void store_f(const tpu_view_t* v, int64_t off, double x) {
+  tpu_convert(ku_at(v, off), v->dtype, 1, &x, TPU_DTYPE_F64, 1, 1);
+}
+
+static void store_i(const tpu_view_t* v, int64_t off, int64_t x) {
+  tpu_convert(ku_at(v, off), v->dtype, 1, &x, TPU_DTYPE_I64, 1, 1);
+}
+
+tpu_status_t tpu_reduce_reference(const tpu_op_def_t* def, const tpu_node_t* node,
+                                  tpu_exec_ctx_t* ctx) {
+  reduce_args_t a;
+  TPU_RETURN_IF_ERROR(tpu_reduce_parse(def, node, &a));
+  TPU_RETURN_IF_ERROR(tpu_reduce_check_outputs(&a, node));
+  const tpu_view_t* in = a.in;
+  const tpu_view_t* out0 = &node->outputs[0];
+  const tpu_view_t* out1 = a.num_outputs > 1 ? &node->outputs[1] : NULL;
+  tpu_compute_type_t dom = tpu_reduce_domain(&a, out0->dtype);
+  int64_t m = tpu_view_numel(&a.shape[0]);
+  for (int64_t o = 0; o < m; ++o) {
+    /* Unravel o over the output shape; map its dims back to the input's. */
+    ref_walk_t w = {&a, 0};
+    int64_t off0 = 0, off1 = 0, rem = o;
+    int32_t od = a.shape[0].ndim - 1;
+    for (int32_t d = in->ndim - 1; d >= 0; --d) {
+      if (a.reduced[d] && !a.keepdim) continue;
+      int64_t i = rem % a.shape[0].sizes[od];
+      rem /= a.shape[0].sizes[od];
+      if (!a.reduced[d]) w.base += i * in->strides[d];
+      off0 += i * out0->strides[od];
+      if (out1) off1 += i * out1->strides[od];
+      od--;
+    }
+    ref_result_t r = reduce_one(&w, dom);
+    switch (a.impl->out) {
+      case ROUT_VALUE:
+      case ROUT_VALUE_INDEX:
+        if (dom == TPU_COMPUTE_F64)
+          store_f(out0, off0, r.f);
+        else
+          store_i(out0, off0, r.i);
+        if (out1) store_i(out1, off1, r.idx);
+        break;
+      case ROUT_INDEX:
+        store_i(out0, off0, r.idx);
+        break;
+      case ROUT_MEAN:
+        store_f(out0, off0, r.f / (double)a.n);
+        break;
+      case ROUT_VAR:
+      case ROUT_VAR_MEAN:
+        store_f(out0, off0, r.f);
+        if (out1) store_f(out1, off1, r.mean);
+        break;
+      case ROUT_STD:
+      case ROUT_STD_MEAN:
+        store_f(out0, off0, sqrt(r.f));
+        if (out1) store_f(out1, off1, r.mean);
+        break;
+    }
+  }
+  return TPU_OK;
+}

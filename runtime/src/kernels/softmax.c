@@ -1,0 +1,293 @@
+/* softmax.c — _softmax, _log_softmax (with half_to_float) and their
+ * backward ops (_softmax_backward_data, _log_softmax_backward_data), over
+ * any dim of tensors with any strides.
+ *
+ * Numerics (all in double, whatever the storage dtype):
+ *   softmax      y = exp(x - m) / s,      m = max(x), s = sum exp(x - m)
+ *   log_softmax  y = x - m - log(s)
+ *   backward     gx = y * (g - sum(g * y))         (softmax)
+ *                gx = g - exp(y) * sum(g)          (log_softmax; y is the log output)
+ * A NaN anywhere in a row makes the whole row NaN (through s), and a row of
+ * all -inf gives NaN, as PyTorch's CPU kernels do.
+ *
+ * Layout: the dims other than `dim` are collapsed into an iterator over the
+ * views (input(s) and output). When the innermost of them is faster in
+ * memory than `dim` (softmax over dim 1 of NCHW, say), rows are processed in
+ * blocks of up to BLOCK neighbours: each step along `dim` gathers BLOCK
+ * contiguous elements. Otherwise rows are processed one at a time with a
+ * strided gather. Long rows are streamed in chunks of CHUNK elements (one
+ * pass for the statistics, one to write), so no temporary memory is needed;
+ * rows that fit in one chunk are read once. Blocks of rows are spread over
+ * tpu_parallel_for.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/softmax.h"
+
+#define BLOCK 64   /* rows per block */
+#define CHUNK 2048 /* elements per gathered chunk (rows x positions) */
+
+/* ---- parsing ---------------------------------------------------------------- */
+
+static bool is_float(tpu_dtype_t d) { return tpu_dtype_is_floating(d); }
+
+tpu_status_t tpu_softmax_parse(const tpu_op_def_t* def, const tpu_node_t* node,
+                               softmax_args_t* a) {
+  memset(a, 0, sizeof(*a));
+  a->impl = (const softmax_impl_t*)def->impl;
+  const char* fn = a->impl->log ? "log_softmax" : "softmax";
+  if (a->impl->backward) {
+    a->g = ku_input(def, node, "grad_output");
+    a->x = ku_input(def, node, "output");
+    if (!a->g || !a->x)
+      TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "expected tensors grad_output and output");
+    if (!ku_same_shape(a->g, a->x))
+      TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT,
+                      "%s_backward: grad and output must have the same size", fn);
+  } else {
+    a->x = ku_input(def, node, "self");
+    if (!a->x) TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "expected a tensor for 'self'");
+  }
+  TPU_RETURN_IF_ERROR(
+      ku_wrap_dim(tpu_attr_int(ku_attr(def, node, "dim"), 0), a->x->ndim, &a->dim));
+  const tpu_view_t* src = a->impl->backward ? a->g : a->x;
+  if (!is_float(src->dtype) || src->dtype != a->x->dtype)
+    TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "%s: no native kernel for %s", fn,
+                    tpu_dtype_name(src->dtype));
+  tpu_dtype_t out = src->dtype;
+  if (a->impl->backward) {
+    /* PyTorch's meta: grad's dtype, except float grads of a half input. */
+    const tpu_attr_t* in = ku_attr(def, node, "input_dtype");
+    tpu_dtype_t input_dtype = (in && in->kind == TPU_ATTR_DTYPE) ? in->u.dtype : src->dtype;
+    if (input_dtype != src->dtype && !(src->dtype == TPU_DTYPE_F32 && input_dtype == TPU_DTYPE_F16))
+      TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "%s_backward: grad %s with input dtype %s", fn,
+                      tpu_dtype_name(src->dtype), tpu_dtype_name(input_dtype));
+    out = input_dtype;
+  } else if (tpu_attr_bool(ku_attr(def, node, "half_to_float"), false)) {
+    if (src->dtype != TPU_DTYPE_F16)
+      TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "%s: conversion is supported for Half type only",
+                      fn);
+    out = TPU_DTYPE_F32;
+  }
+  a->shape = *src;
+  a->shape.addr = 0;
+  a->shape.dtype = out;
+  tpu_view_set_contiguous(&a->shape);
+  return TPU_OK;
+}
+
+static tpu_status_t softmax_infer(const tpu_op_def_t* def, const tpu_node_t* node,
+                                  tpu_view_t* out_views) {
+  softmax_args_t a;
+  TPU_RETURN_IF_ERROR(tpu_softmax_parse(def, node, &a));
+  out_views[0] = a.shape;
+  return TPU_OK;
+}
+
+static tpu_status_t softmax_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  softmax_args_t a;
+  tpu_status_t s = tpu_softmax_parse(def, node, &a);
+  if (s == TPU_OK) return TPU_OK;
+  tpu_status_t u = tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s", tpu_status_message(s));
+  tpu_status_free(s);
+  return u;
+}
+
+/* ---- the optimised kernel ------------------------------------------------------ */
+
+typedef struct plan {
+  const softmax_impl_t* impl;
+  int32_t nviews;          /* forward: x, out; backward: g, y, out */
+  const tpu_view_t* views[3];
+  int64_t len;             /* row length (size of dim) */
+  int64_t along[3];        /* strides along dim, per view */
+  ku_iter_t rows;          /* the other dims */
+  int32_t outer_dims;      /* row dims above the block axis */
+  int64_t inner;           /* size of the block axis (1: no blocking) */
+  int64_t axis[3];         /* strides along the block axis, per view */
+  int64_t block, blocks_per_row, blocks;
+  int64_t chunk;           /* positions along dim per gathered chunk */
+} plan_t;
+
+/* Gathers positions [l0, l0 + nl) of `cnt` rows of view v at offset off into
+ * buf[l * cnt + j] (doubles). */
+static void gather(const plan_t* p, int v, int64_t off, int64_t l0, int64_t nl, int64_t cnt,
+                   double* buf) {
+  const tpu_view_t* w = p->views[v];
+  int64_t esz = (int64_t)tpu_dtype_size(w->dtype);
+  const char* base = ku_at(w, off);
+  if (cnt == 1) {
+    tpu_convert(buf, TPU_DTYPE_F64, 1, base + l0 * p->along[v] * esz, w->dtype, p->along[v], nl);
+    return;
+  }
+  for (int64_t l = 0; l < nl; ++l)
+    tpu_convert(buf + l * cnt, TPU_DTYPE_F64, 1, base + (l0 + l) * p->along[v] * esz, w->dtype,
+                p->axis[v], cnt);
+}
+
+/* The inverse of gather, into the output view. */
+static void scatter(const plan_t* p, int64_t off, int64_t l0, int64_t nl, int64_t cnt,
+                    const double* buf) {
+  int v = p->nviews - 1;
+  const tpu_view_t* w = p->views[v];
+  int64_t esz = (int64_t)tpu_dtype_size(w->dtype);
+  char* base = ku_at(w, off);
+  if (cnt == 1) {
+    tpu_convert(base + l0 * p->along[v] * esz, w->dtype, p->along[v], buf, TPU_DTYPE_F64, 1, nl);
+    return;
+  }
+  for (int64_t l = 0; l < nl; ++l)
+    tpu_convert(base + (l0 + l) * p->along[v] * esz, w->dtype, p->axis[v], buf + l * cnt,
+                TPU_DTYPE_F64, 1, cnt);
+}
+
+/* Forward over one block of cnt rows at offsets offs; buffers hold
+ * position l of row j at [l * cnt + j]. */
+static void forward_block(const plan_t* p, const int64_t* offs, int64_t cnt) {
+  double x[CHUNK], mx[BLOCK], sum[BLOCK], scale[BLOCK];
+  bool cached = p->len <= p->chunk, log_ = p->impl->log;
+  for (int64_t j = 0; j < cnt; ++j) {
+    mx[j] = -INFINITY;
+    sum[j] = 0.0;
+  }
+  for (int64_t l0 = 0; l0 < p->len; l0 += p->chunk) {
+    int64_t nl = p->len - l0 < p->chunk ? p->len - l0 : p->chunk;
+    gather(p, 0, offs[0], l0, nl, cnt, x);
+    for (int64_t l = 0; l < nl; ++l)
+      for (int64_t j = 0; j < cnt; ++j) {
+        double v = x[l * cnt + j];
+        if (v > mx[j]) mx[j] = v;
+      }
+  }
+  /* When cached, softmax keeps exp(x - m) in the buffer for the last pass. */
+  for (int64_t l0 = 0; l0 < p->len; l0 += p->chunk) {
+    int64_t nl = p->len - l0 < p->chunk ? p->len - l0 : p->chunk;
+    if (!cached) gather(p, 0, offs[0], l0, nl, cnt, x);
+    for (int64_t l = 0; l < nl; ++l)
+      for (int64_t j = 0; j < cnt; ++j) {
+        double e = exp(x[l * cnt + j] - mx[j]);
+        sum[j] += e;
+        if (cached && !log_) x[l * cnt + j] = e;
+      }
+  }
+  for (int64_t j = 0; j < cnt; ++j) scale[j] = log_ ? mx[j] + log(sum[j]) : 1.0 / sum[j];
+  for (int64_t l0 = 0; l0 < p->len; l0 += p->chunk) {
+    int64_t nl = p->len - l0 < p->chunk ? p->len - l0 : p->chunk;
+    if (!cached) gather(p, 0, offs[0], l0, nl, cnt, x);
+    for (int64_t l = 0; l < nl; ++l)
+      for (int64_t j = 0; j < cnt; ++j) {
+        double* v = &x[l * cnt + j];
+        *v = log_ ? *v - scale[j] : (cached ? *v : exp(*v - mx[j])) * scale[j];
+      }
+    scatter(p, offs[p->nviews - 1], l0, nl, cnt, x);
+  }
+}
+
+/* Backward over one block: views are g (0), y (1), grad_input (2). */
+static void backward_block(const plan_t* p, const int64_t* offs, int64_t cnt) {
+  double g[CHUNK], y[CHUNK], acc[BLOCK];
+  bool cached = p->len <= p->chunk, log_ = p->impl->log;
+  for (int64_t j = 0; j < cnt; ++j) acc[j] = 0.0;
+  for (int64_t l0 = 0; l0 < p->len; l0 += p->chunk) {
+    int64_t nl = p->len - l0 < p->chunk ? p->len - l0 : p->chunk;
+    gather(p, 0, offs[0], l0, nl, cnt, g);
+    if (!log_) gather(p, 1, offs[1], l0, nl, cnt, y);
+    for (int64_t l = 0; l < nl; ++l)
+      for (int64_t j = 0; j < cnt; ++j)
+        acc[j] += log_ ? g[l * cnt + j] : g[l * cnt + j] * y[l * cnt + j];
+  }
+  for (int64_t l0 = 0; l0 < p->len; l0 += p->chunk) {
+    int64_t nl = p->len - l0 < p->chunk ? p->len - l0 : p->chunk;
+    if (!cached) gather(p, 0, offs[0], l0, nl, cnt, g);
+    if (!cached || log_) gather(p, 1, offs[1], l0, nl, cnt, y);
+    for (int64_t l = 0; l < nl; ++l)
+      for (int64_t j = 0; j < cnt; ++j) {
+        int64_t i = l * cnt + j;
+        g[i] = log_ ? g[i] - exp(y[i]) * acc[j] : y[i] * (g[i] - acc[j]);
+      }
+    scatter(p, offs[2], l0, nl, cnt, g);
+  }
+}
+
+static void softmax_work(void* arg, int64_t begin, int64_t end) {
+  const plan_t* p = (const plan_t*)arg;
+  int64_t offs[KU_MAX_VIEWS];
+  for (int64_t b = begin; b < end; ++b) {
+    int64_t row = b / p->blocks_per_row, j0 = (b % p->blocks_per_row) * p->block;
+    ku_iter_offsets(&p->rows, p->outer_dims, row, offs);
+    for (int v = 0; v < p->nviews; ++v) offs[v] += j0 * p->axis[v];
+    int64_t cnt = p->inner - j0 < p->block ? p->inner - j0 : p->block;
+    if (p->impl->backward)
+      backward_block(p, offs, cnt);
+    else
+      forward_block(p, offs, cnt);
+  }
+}
+
+static tpu_status_t softmax_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                   tpu_exec_ctx_t* ctx) {
+  softmax_args_t a;
+  TPU_RETURN_IF_ERROR(tpu_softmax_parse(def, node, &a));
+  if (node->num_outputs < 1 || !ku_same_shape(&node->outputs[0], &a.shape))
+    TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "output has the wrong shape");
+  if (tpu_view_numel(&a.shape) == 0) return TPU_OK;
+
+  plan_t p;
+  memset(&p, 0, sizeof(p));
+  p.impl = a.impl;
+  p.nviews = 0;
+  if (a.g) p.views[p.nviews++] = a.g;
+  p.views[p.nviews++] = a.x;
+  p.views[p.nviews++] = &node->outputs[0];
+  p.len = a.x->ndim > 0 ? a.x->sizes[a.dim] : 1;
+  ku_iter_init(&p.rows, p.nviews);
+  for (int32_t d = 0; d < a.x->ndim; ++d) {
+    int64_t strides[3] = {0, 0, 0};
+    for (int v = 0; v < p.nviews; ++v) strides[v] = p.views[v]->strides[d];
+    if (d == a.dim) {
+      memcpy(p.along, strides, sizeof(strides));
+      continue;
+    }
+    ku_iter_add(&p.rows, a.x->sizes[d], strides);
+  }
+  ku_iter_finish(&p.rows);
+  p.outer_dims = p.rows.n;
+  p.inner = 1;
+  if (p.rows.n > 0 && p.len > 1 && p.rows.size[p.rows.n - 1] >= 4 &&
+      p.rows.stride[0][p.rows.n - 1] < p.along[0]) {
+    p.outer_dims = p.rows.n - 1;
+    p.inner = p.rows.size[p.outer_dims];
+    for (int v = 0; v < p.nviews; ++v) p.axis[v] = p.rows.stride[v][p.outer_dims];
+  }
+  p.block = p.inner < BLOCK ? p.inner : BLOCK;
+  p.blocks_per_row = (p.inner + p.block - 1) / p.block;
+  p.blocks = ku_iter_numel(&p.rows, p.outer_dims) * p.blocks_per_row;
+  p.chunk = CHUNK / p.block;
+  int64_t work = p.block * p.len;
+  tpu_parallel_for(p.blocks, work >= 16384 ? 1 : 16384 / work, softmax_work, &p);
+  return TPU_OK;
+}
+
+/* ---- the op table ----------------------------------------------------------------- */
+
+static const softmax_impl_t k_softmax = {false, false};
+static const softmax_impl_t k_log_softmax = {true, false};
+static const softmax_impl_t k_softmax_bwd = {false, true};
+static const softmax_impl_t k_log_softmax_bwd = {true, true};
+
+static const tpu_op_def_t k_rows[] = {
+    {"softmax", "self", "dim,half_to_float", "out", "_softmax.default _softmax.out",
+     softmax_kernel, softmax_infer, softmax_check, &k_softmax},
+    {"log_softmax", "self", "dim,half_to_float", "out", "_log_softmax.default _log_softmax.out",
+     softmax_kernel, softmax_infer, softmax_check, &k_log_softmax},
+    {"softmax_backward", "grad_output,output", "dim,input_dtype", "grad_input",
+     "_softmax_backward_data.default _softmax_backward_data.out", softmax_kernel, softmax_infer,
+     softmax_check, &k_softmax_bwd},
+    {"log_softmax_backward", "grad_output,output", "dim,input_dtype", "out",
+     "_log_softmax_backward_data.default _log_softmax_backward_data.out", softmax_kernel,
+     softmax_infer, softmax_check, &k_log_softmax_bwd},
+};
+
+const tpu_op_family_t tpu_family_softmax = {"softmax", k_rows,
+                                            (int32_t)(sizeof(k_rows) / sizeof(k_rows[0]))};

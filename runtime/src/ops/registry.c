@@ -1,0 +1,228 @@
+/* registry.c — gathers every kernel family's op rows into one table, and
+ * the shape/dtype helpers shared by the families' infer functions. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernel.h"
+#include "tpu/ops.h"
+
+/* Every family the runtime executes. Add one line per family. */
+#define TPU_FAMILIES(X) \
+  X(elementwise)        \
+  X(copy)               \
+  X(reduce)             \
+  X(softmax)            \
+  X(norm)               \
+  X(loss)               \
+  X(matmul)             \
+  X(index)              \
+  X(random)
+
+#define TPU_X_(f) extern const tpu_op_family_t tpu_family_##f;
+TPU_FAMILIES(TPU_X_)
+#undef TPU_X_
+
+static const tpu_op_family_t* const g_families[] = {
+#define TPU_X_(f) &tpu_family_##f,
+    TPU_FAMILIES(TPU_X_)
+#undef TPU_X_
+};
+enum { NUM_FAMILIES = sizeof(g_families) / sizeof(g_families[0]) };
+
+/* The flat table is built on first use; rows are borrowed from families. */
+static const tpu_op_def_t** g_ops;
+static const char** g_op_family;
+static int32_t g_op_count = -1;
+
+static void build_table(void) {
+  int32_t total = 0;
+  for (int f = 0; f < NUM_FAMILIES; ++f) total += g_families[f]->count;
+  const tpu_op_def_t** ops = malloc(sizeof(*ops) * (size_t)(total ? total : 1));
+  const char** fam = malloc(sizeof(*fam) * (size_t)(total ? total : 1));
+  if (!ops || !fam) {
+    free(ops);
+    free(fam);
+    g_op_count = 0;
+    return;
+  }
+  int32_t k = 0;
+  for (int f = 0; f < NUM_FAMILIES; ++f)
+    for (int32_t i = 0; i < g_families[f]->count; ++i) {
+      ops[k] = &g_families[f]->ops[i];
+      fam[k++] = g_families[f]->name;
+    }
+  g_ops = ops;
+  g_op_family = fam;
+  g_op_count = total;
+}
+
+static void ensure_table(void) {
+  /* Built once under the runtime's init (single-threaded) or the first
+   * lookup; a pthread_once keeps concurrent first lookups safe. */
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, build_table);
+}
+
+int32_t tpu_op_count(void) {
+  ensure_table();
+  return g_op_count;
+}
+
+const tpu_op_def_t* tpu_op_def(tpu_op_id_t id) {
+  ensure_table();
+  return (id >= 0 && id < g_op_count) ? g_ops[id] : NULL;
+}
+
+const char* tpu_op_family_of(tpu_op_id_t id) {
+  ensure_table();
+  return (id >= 0 && id < g_op_count) ? g_op_family[id] : NULL;
+}
+
+tpu_op_id_t tpu_op_lookup(const char* name) {
+  ensure_table();
+  for (int32_t i = 0; i < g_op_count; ++i)
+    if (strcmp(g_ops[i]->name, name) == 0) return i;
+  return -1;
+}
+
+/* ---- comma-separated specs ------------------------------------------------ */
+
+int32_t tpu_spec_count(const char* spec) {
+  if (!spec || !*spec) return 0;
+  int32_t n = 1;
+  for (const char* p = spec; *p; ++p) n += (*p == ',');
+  return n;
+}
+
+int32_t tpu_spec_index(const char* spec, const char* name) {
+  if (!spec || !*spec) return -1;
+  size_t len = strlen(name);
+  int32_t index = 0;
+  const char* p = spec;
+  while (*p) {
+    const char* end = strchr(p, ',');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    size_t m = (n && p[n - 1] == '*') ? n - 1 : n;
+    if (m == len && strncmp(p, name, len) == 0) return index;
+    if (!end) break;
+    p = end + 1;
+    index++;
+  }
+  return -1;
+}
+
+/* ---- checks and inference -------------------------------------------------- */
+
+tpu_status_t tpu_op_check(const tpu_node_t* node) {
+  const tpu_op_def_t* def = tpu_op_def(node->op);
+  if (!def) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "unknown op id %d", node->op);
+  for (int32_t i = 0; i < node->num_inputs; ++i)
+    if (node->inputs[i].kind == TPU_VALUE_VIEW && node->inputs[i].u.view.ndim > TPU_MAX_DIMS)
+      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: more than %d dims", def->name,
+                             TPU_MAX_DIMS);
+  return def->check ? def->check(def, node) : TPU_OK;
+}
+
+tpu_status_t tpu_op_infer(const tpu_node_t* node, tpu_view_t* out_views) {
+  const tpu_op_def_t* def = tpu_op_def(node->op);
+  if (!def) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "unknown op id %d", node->op);
+  if (!def->infer)
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s has no shape function", def->name);
+  return def->infer(def, node, out_views);
+}
+
+void tpu_view_set_contiguous(tpu_view_t* view) {
+  int64_t stride = 1;
+  for (int32_t i = view->ndim - 1; i >= 0; --i) {
+    view->strides[i] = stride;
+    stride *= view->sizes[i] > 1 ? view->sizes[i] : 1;
+  }
+}
+
+/* Categories: 0 bool, 1 integer, 2 floating. */
+static int category(tpu_dtype_t d) {
+  return tpu_dtype_is_floating(d) ? 2 : (tpu_dtype_is_integral(d) ? 1 : 0);
+}
+
+tpu_dtype_t tpu_result_type(const tpu_value_t* inputs, int32_t count) {
+  /* Three tiers as in c10's ResultTypeState. */
+  tpu_dtype_t dim_t = TPU_DTYPE_INVALID, zero_t = TPU_DTYPE_INVALID, scalar_t = TPU_DTYPE_INVALID;
+  for (int32_t i = 0; i < count; ++i) {
+    const tpu_value_t* v = &inputs[i];
+    tpu_dtype_t* slot;
+    tpu_dtype_t d;
+    if (v->kind == TPU_VALUE_VIEW) {
+      d = v->u.view.dtype;
+      slot = v->u.view.ndim > 0 ? &dim_t : &zero_t;
+    } else if (v->kind == TPU_VALUE_SCALAR && v->u.scalar.is_tensor) {
+      d = v->u.scalar.dtype;
+      slot = &zero_t;
+    } else if (v->kind == TPU_VALUE_SCALAR) {
+      /* Python floats promote to the default dtype (float32) at most. */
+      d = v->u.scalar.dtype == TPU_DTYPE_F64 ? TPU_DTYPE_F32 : v->u.scalar.dtype;
+      slot = &scalar_t;
+    } else {
+      continue;
+    }
+    *slot = *slot == TPU_DTYPE_INVALID ? d : tpu_dtype_promote(*slot, d);
+  }
+  tpu_dtype_t result = dim_t;
+  tpu_dtype_t lower[2] = {zero_t, scalar_t};
+  for (int k = 0; k < 2; ++k) {
+    if (lower[k] == TPU_DTYPE_INVALID) continue;
+    if (result == TPU_DTYPE_INVALID) {
+      result = lower[k];
+    } else if (category(lower[k]) > category(result)) {
+      /* A lower tier only matters when it is of a higher category; then the
+       * result is its dtype (for scalars: the default of that category). */
+      result = (k == 1 && category(lower[k]) == 2) ? TPU_DTYPE_F32
+               : (k == 1 && category(lower[k]) == 1) ? TPU_DTYPE_I64
+                                                      : lower[k];
+    }
+  }
+  return result == TPU_DTYPE_INVALID ? TPU_DTYPE_F32 : result;
+}
+
+tpu_status_t tpu_broadcast_shapes(const tpu_value_t* inputs, int32_t count, int64_t* out_sizes,
+                                  int32_t* out_ndim) {
+  int32_t ndim = 0;
+  for (int32_t i = 0; i < count; ++i)
+    if (inputs[i].kind == TPU_VALUE_VIEW && inputs[i].u.view.ndim > ndim)
+      ndim = inputs[i].u.view.ndim;
+  for (int32_t d = 0; d < ndim; ++d) out_sizes[d] = 1;
+  for (int32_t i = 0; i < count; ++i) {
+    if (inputs[i].kind != TPU_VALUE_VIEW) continue;
+    const tpu_view_t* v = &inputs[i].u.view;
+    for (int32_t d = 0; d < v->ndim; ++d) {
+      int32_t o = ndim - v->ndim + d;
+      int64_t s = v->sizes[d];
+      if (s == out_sizes[o] || s == 1) continue;
+      if (out_sizes[o] != 1)
+        return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                               "The size of tensor a (%lld) must match the size of tensor b "
+                               "(%lld) at non-singleton dimension %d",
+                               (long long)out_sizes[o], (long long)s, o);
+      out_sizes[o] = s;
+    }
+  }
+  *out_ndim = ndim;
+  return TPU_OK;
+}
+
+void tpu_value_to_view(const tpu_value_t* value, tpu_dtype_t dtype, uint64_t* storage,
+                       tpu_view_t* out_view) {
+  if (value->kind == TPU_VALUE_VIEW) {
+    *out_view = value->u.view;
+    return;
+  }
+  memset(out_view, 0, sizeof(*out_view));
+  /* The scalar holds an int64 (v.i) or a double (v.f); convert from that. */
+  tpu_dtype_t held = tpu_dtype_is_floating(value->u.scalar.dtype) ? TPU_DTYPE_F64 : TPU_DTYPE_I64;
+  tpu_dtype_t dst = dtype == TPU_DTYPE_INVALID ? value->u.scalar.dtype : dtype;
+  *storage = 0;
+  tpu_convert(storage, dst, 1, &value->u.scalar.v, held, 1, 1);
+  out_view->addr = (uint64_t)(uintptr_t)storage;
+  out_view->dtype = dst;
+  out_view->ndim = 0;
+}

@@ -1,0 +1,265 @@
+/* runtime.c — chips, streams, events and submission (see tpu/runtime.h). */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "kernel.h"
+#include "tpu/ops.h"
+
+static struct {
+  const tpu_hal_driver_t* driver;
+  tpu_chip_t* chips[TPU_MAX_CHIPS];
+  int chip_count;
+  tpu_status_t init_status;
+  atomic_bool launch_blocking;
+} g_rt;
+
+const tpu_hal_driver_t* tpu_hal_driver(void) {
+  const char* env = getenv("TORCH_TPU_DRIVER");
+  if (env && strcmp(env, "null") == 0) return &tpu_null_driver;
+  return &tpu_host_driver;
+}
+
+const tpu_hal_driver_t* tpu_hal(void) { return g_rt.driver; }
+
+static uint64_t capacity_from_env(void) {
+  const char* env = getenv("TORCH_TPU_MEMORY_GB");
+  double gb = env ? atof(env) : 16.0;
+  if (!(gb > 0)) gb = 16.0;
+  return (uint64_t)(gb * (double)(1ull << 30));
+}
+
+static void init_once(void) {
+  g_rt.driver = tpu_hal_driver();
+  const char* lb = getenv("TPU_LAUNCH_BLOCKING");
+  atomic_store(&g_rt.launch_blocking, lb && strcmp(lb, "1") == 0);
+  (void)tpu_op_count(); /* build the op table before any worker runs */
+  (void)tpu_parallel_threads();
+  int n = g_rt.driver->chip_count();
+  if (n > TPU_MAX_CHIPS) n = TPU_MAX_CHIPS;
+  uint64_t capacity = capacity_from_env();
+  for (int i = 0; i < n; ++i) {
+    tpu_chip_t* c = calloc(1, sizeof(*c));
+    if (!c) {
+      g_rt.init_status = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "chip allocation failed");
+      return;
+    }
+    c->index = i;
+    c->capacity = capacity;
+    pthread_mutex_init(&c->mu, NULL);
+    for (int s = 0; s < TPU_STREAMS_PER_CHIP; ++s) {
+      c->streams[s].chip = c;
+      c->streams[s].index = s;
+    }
+    tpu_status_t s = g_rt.driver->chip_open(i, capacity, &c->hal);
+    if (s == TPU_OK) s = tpu_allocator_create(c, &c->allocator);
+    if (s != TPU_OK) {
+      g_rt.init_status = tpu_status_annotate(s, "opening tpu:%d", i);
+      free(c);
+      return;
+    }
+    g_rt.chips[i] = c;
+    g_rt.chip_count = i + 1;
+  }
+}
+
+tpu_status_t tpu_runtime_init(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, init_once);
+  if (g_rt.init_status == TPU_OK) return TPU_OK;
+  return tpu_status_make(tpu_status_code(g_rt.init_status), "%s",
+                         tpu_status_message(g_rt.init_status));
+}
+
+int tpu_chip_count(void) {
+  tpu_status_free(tpu_runtime_init());
+  return g_rt.chip_count;
+}
+
+const char* tpu_driver_name(void) {
+  tpu_status_free(tpu_runtime_init());
+  return g_rt.driver->name;
+}
+
+int tpu_compute_threads(void) { return tpu_parallel_threads(); }
+
+void tpu_set_launch_blocking(bool blocking) { atomic_store(&g_rt.launch_blocking, blocking); }
+bool tpu_launch_blocking(void) { return atomic_load(&g_rt.launch_blocking); }
+
+/* ---- chips ------------------------------------------------------------------ */
+
+tpu_status_t tpu_chip_get(int index, tpu_chip_t** out_chip) {
+  TPU_RETURN_IF_ERROR(tpu_runtime_init());
+  if (index < 0 || index >= g_rt.chip_count)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                           "invalid device ordinal tpu:%d (this process has %d chips)", index,
+                           g_rt.chip_count);
+  *out_chip = g_rt.chips[index];
+  return TPU_OK;
+}
+
+int tpu_chip_index(const tpu_chip_t* chip) { return chip->index; }
+uint64_t tpu_chip_capacity(const tpu_chip_t* chip) { return chip->capacity; }
+
+int tpu_chip_of_address(uint64_t addr) {
+  for (int i = 0; i < g_rt.chip_count; ++i)
+    if (g_rt.driver->owns_address(g_rt.chips[i]->hal, addr)) return i;
+  return -1;
+}
+
+tpu_status_t tpu_chip_synchronize(tpu_chip_t* chip) {
+  tpu_status_t first = TPU_OK;
+  for (int s = 0; s < TPU_STREAMS_PER_CHIP; ++s) {
+    pthread_mutex_lock(&chip->mu);
+    tpu_hal_queue_t* q = chip->streams[s].queue;
+    pthread_mutex_unlock(&chip->mu);
+    if (!q) continue;
+    tpu_status_t st = g_rt.driver->queue_wait_idle(q);
+    if (first == TPU_OK) first = st;
+    else tpu_status_free(st);
+  }
+  return first;
+}
+
+/* ---- streams ------------------------------------------------------------------ */
+
+tpu_status_t tpu_stream_get(tpu_chip_t* chip, int index, tpu_stream_t** out_stream) {
+  if (index < 0 || index >= TPU_STREAMS_PER_CHIP)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "invalid stream index %d", index);
+  *out_stream = &chip->streams[index];
+  return TPU_OK;
+}
+
+int tpu_stream_index(const tpu_stream_t* stream) { return stream->index; }
+tpu_chip_t* tpu_stream_chip(const tpu_stream_t* stream) { return stream->chip; }
+
+tpu_status_t tpu_stream_queue(tpu_stream_t* stream, tpu_hal_queue_t** out_queue) {
+  tpu_chip_t* chip = stream->chip;
+  pthread_mutex_lock(&chip->mu);
+  tpu_status_t s = TPU_OK;
+  if (!stream->queue) s = g_rt.driver->queue_create(chip->hal, &stream->queue);
+  *out_queue = stream->queue;
+  pthread_mutex_unlock(&chip->mu);
+  return s;
+}
+
+/* Submits a command; in launch-blocking mode waits for it and returns its
+ * error at once. */
+static tpu_status_t submit(tpu_stream_t* stream, tpu_hal_command_t* cmd) {
+  tpu_hal_queue_t* q;
+  tpu_status_t s = tpu_stream_queue(stream, &q);
+  if (s != TPU_OK) {
+    if (cmd->kind == TPU_HAL_CMD_EXEC) tpu_graph_release(cmd->u.exec.graph);
+    if (cmd->kind == TPU_HAL_CMD_RECORD || cmd->kind == TPU_HAL_CMD_WAIT)
+      g_rt.driver->event_release(cmd->u.event.event);
+    return s;
+  }
+  TPU_RETURN_IF_ERROR(g_rt.driver->queue_submit(q, cmd));
+  if (atomic_load(&g_rt.launch_blocking)) return g_rt.driver->queue_wait_idle(q);
+  return TPU_OK;
+}
+
+tpu_status_t tpu_stream_submit(tpu_stream_t* stream, tpu_graph_t* graph) {
+  tpu_status_t s = tpu_graph_verify(graph);
+  if (s != TPU_OK) {
+    tpu_graph_release(graph);
+    return s;
+  }
+  tpu_hal_command_t cmd = {.kind = TPU_HAL_CMD_EXEC, .u.exec.graph = graph};
+  return submit(stream, &cmd);
+}
+
+tpu_status_t tpu_stream_copy(tpu_stream_t* stream, tpu_copy_kind_t kind, uint64_t dst,
+                             uint64_t src, size_t bytes) {
+  tpu_hal_command_t cmd = {.kind = TPU_HAL_CMD_COPY};
+  cmd.u.copy.kind = kind;
+  cmd.u.copy.dst = dst;
+  cmd.u.copy.src = src;
+  cmd.u.copy.bytes = bytes;
+  return submit(stream, &cmd);
+}
+
+tpu_status_t tpu_stream_host_fn(tpu_stream_t* stream, void (*fn)(void* arg), void* arg) {
+  tpu_hal_command_t cmd = {.kind = TPU_HAL_CMD_HOST_FN};
+  cmd.u.host.fn = fn;
+  cmd.u.host.arg = arg;
+  return submit(stream, &cmd);
+}
+
+tpu_status_t tpu_stream_synchronize(tpu_stream_t* stream) {
+  pthread_mutex_lock(&stream->chip->mu);
+  tpu_hal_queue_t* q = stream->queue;
+  pthread_mutex_unlock(&stream->chip->mu);
+  return q ? g_rt.driver->queue_wait_idle(q) : TPU_OK;
+}
+
+bool tpu_stream_query(tpu_stream_t* stream) {
+  pthread_mutex_lock(&stream->chip->mu);
+  tpu_hal_queue_t* q = stream->queue;
+  pthread_mutex_unlock(&stream->chip->mu);
+  return q ? g_rt.driver->queue_is_idle(q) : true;
+}
+
+/* ---- events --------------------------------------------------------------------- */
+
+struct tpu_event {
+  tpu_hal_event_t* hal;
+};
+
+tpu_status_t tpu_event_create(bool timing, tpu_event_t** out_event) {
+  TPU_RETURN_IF_ERROR(tpu_runtime_init());
+  tpu_event_t* e = calloc(1, sizeof(*e));
+  if (!e) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "event allocation failed");
+  tpu_status_t s = g_rt.driver->event_create(timing, &e->hal);
+  if (s != TPU_OK) {
+    free(e);
+    return s;
+  }
+  *out_event = e;
+  return TPU_OK;
+}
+
+void tpu_event_release(tpu_event_t* event) {
+  if (!event) return;
+  g_rt.driver->event_release(event->hal);
+  free(event);
+}
+
+tpu_status_t tpu_event_record(tpu_event_t* event, tpu_stream_t* stream) {
+  tpu_hal_command_t cmd = {.kind = TPU_HAL_CMD_RECORD};
+  g_rt.driver->event_retain(event->hal);
+  cmd.u.event.event = event->hal;
+  cmd.u.event.seq = g_rt.driver->event_next_seq(event->hal);
+  return submit(stream, &cmd);
+}
+
+tpu_status_t tpu_stream_wait_event(tpu_stream_t* stream, tpu_event_t* event) {
+  uint64_t seq = g_rt.driver->event_last_seq(event->hal);
+  if (seq == 0 || g_rt.driver->event_reached(event->hal, seq)) return TPU_OK;
+  tpu_hal_command_t cmd = {.kind = TPU_HAL_CMD_WAIT};
+  g_rt.driver->event_retain(event->hal);
+  cmd.u.event.event = event->hal;
+  cmd.u.event.seq = seq;
+  return submit(stream, &cmd);
+}
+
+bool tpu_event_query(tpu_event_t* event) {
+  return g_rt.driver->event_reached(event->hal, g_rt.driver->event_last_seq(event->hal));
+}
+
+tpu_status_t tpu_event_synchronize(tpu_event_t* event) {
+  g_rt.driver->event_wait(event->hal, g_rt.driver->event_last_seq(event->hal));
+  return TPU_OK;
+}
+
+tpu_status_t tpu_event_elapsed_ms(tpu_event_t* start, tpu_event_t* end, double* out_ms) {
+  int64_t a = g_rt.driver->event_time_ns(start->hal), b = g_rt.driver->event_time_ns(end->hal);
+  if (a < 0 || b < 0)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                           "elapsed_time needs two completed records of events created with "
+                           "enable_timing=True");
+  *out_ms = (double)(b - a) / 1e6;
+  return TPU_OK;
+}

@@ -1,0 +1,49 @@
+/* test.h — the runtime's C test harness.
+ *
+ * TEST(name) { ... } registers a test; CHECK(cond) / CHECK_OK(status) /
+ * CHECK_NEAR(a, b, tol) record a failure (with file:line) and go on. The
+ * runner (test_main.c) runs every test, or those whose name contains argv[1],
+ * and ends with the line "N passed, N failed".
+ */
+#ifndef TPU_TEST_H_
+#define TPU_TEST_H_
+
+#include <math.h>
+#include <stdio.h>
+
+#include "tpu/status.h"
+
+typedef void (*tpu_test_fn)(void);
+void tpu_test_register(const char* name, tpu_test_fn fn);
+void tpu_test_fail(const char* file, int line, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define TEST(name)                                                              \
+  static void name(void);                                                       \
+  __attribute__((constructor)) static void tpu_test_reg_##name(void) {          \
+    tpu_test_register(#name, name);                                             \
+  }                                                                             \
+  static void name(void)
+
+#define CHECK(cond)                                                             \
+  do {                                                                          \
+    if (!(cond)) tpu_test_fail(__FILE__, __LINE__, "CHECK(%s)", #cond);         \
+  } while (0)
+
+#define CHECK_OK(expr)                                                          \
+  do {                                                                          \
+    tpu_status_t s_ = (expr);                                                   \
+    if (s_ != TPU_OK) {                                                         \
+      tpu_test_fail(__FILE__, __LINE__, "%s: %s", #expr, tpu_status_message(s_)); \
+      tpu_status_free(s_);                                                      \
+    }                                                                           \
+  } while (0)
+
+#define CHECK_NEAR(a, b, tol)                                                   \
+  do {                                                                          \
+    double a_ = (double)(a), b_ = (double)(b);                                  \
+    if (!(fabs(a_ - b_) <= (tol) * (1.0 + fabs(b_))))                           \
+      tpu_test_fail(__FILE__, __LINE__, "%s=%g vs %s=%g", #a, a_, #b, b_);      \
+  } while (0)
+
+#endif /* TPU_TEST_H_ */

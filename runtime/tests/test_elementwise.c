@@ -1,0 +1,980 @@
+/* test_elementwise.c — the elementwise and copy families against a plain
+ * reference.
+ *
+ * The reference (k_cases) restates each op from PyTorch's semantics: its
+ * dtype rule, the dtypes it supports, and its value as a formula over
+ * doubles (floating common dtype) or int64 (bool/integer common dtype).
+ * Inputs are read as PyTorch does (cast to the common dtype first) and the
+ * result is cast to the output dtype; the kernel must agree within the
+ * output's precision (exactly for integers and bools).
+ *
+ * ew_ops_same_dtype runs every case over every dtype in several layouts:
+ * contiguous, broadcast, transposed/sliced inputs, Python-number operands,
+ * in-place (output == input 0, also strided), out= with a strided float64
+ * output, 0-dim, empty and multi-tile parallel shapes. ew_ops_mixed_dtypes
+ * runs the binary cases over all dtype pairs. The other tests pin dtype
+ * rules, errors and fallbacks against values checked with PyTorch, and the
+ * converting copy against tpu_convert.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/elementwise.h"
+#include "test.h"
+
+/* ---- reference cases ----------------------------------------------------------- */
+
+enum { R_PROMOTE, R_FLOAT, R_BOOL, R_FIRST };
+enum { SB = 1, SI = 2, SF = 4 }; /* supported common dtypes: bool, integer, floating */
+
+typedef double (*ref_f_fn)(const double* x, const double* p);
+typedef int64_t (*ref_i_fn)(const int64_t* x, const int64_t* p);
+
+typedef struct ew_case {
+  const char* op;
+  int rule;
+  uint8_t nin;
+  uint8_t support;
+  uint8_t promote;   /* inputs in the result type (0: all) */
+  uint8_t bool_in;   /* bool condition/mask inputs */
+  uint8_t scalar_ok; /* inputs the schema lets be Python numbers */
+  uint8_t nonzero;   /* divisors: test data avoids 0 */
+  uint8_t none;      /* inputs passed as None */
+  bool opmath;       /* Python numbers keep float precision with half tensors */
+  bool value_0dim;   /* the last input is a 0-dim tensor */
+  bool same_dtype;   /* every tensor must share one dtype */
+  uint8_t float_in;  /* inputs that must be floating tensors */
+  int nattrs;
+  tpu_attr_t attrs[4];
+  ref_f_fn f;
+  ref_i_fn i;
+  ref_i_fn bool_i; /* for a bool common dtype, when it differs from i */
+} ew_case_t;
+
+#define AI(v) {.kind = TPU_ATTR_INT, .u.i = (v)}
+#define AF(v) {.kind = TPU_ATTR_FLOAT, .u.f = (v)}
+#define AB(v) {.kind = TPU_ATTR_BOOL, .u.i = (v)}
+#define AS(s) {.kind = TPU_ATTR_STR, .u.str = s}
+#define AN {.kind = TPU_ATTR_NONE}
+
+#define EW_PI 3.14159265358979323846
+
+static uint64_t wrap(int64_t v) { return (uint64_t)v; }
+static double rsig(double v) { return 1.0 / (1.0 + exp(-v)); }
+static double rmax(double a, double b) { return isnan(a) || isnan(b) ? NAN : (a > b ? a : b); }
+static double rmin(double a, double b) { return isnan(a) || isnan(b) ? NAN : (a < b ? a : b); }
+static double rsign(double v) { return v > 0 ? 1 : (v < 0 ? -1 : 0); }
+static int64_t rpowi(int64_t a, int64_t b) {
+  if (b < 0) return a == 1 ? 1 : (a == -1 ? (b % 2 ? -1 : 1) : 0);
+  uint64_t r = 1;
+  for (int64_t k = 0; k < b; ++k) r *= (uint64_t)a;
+  return (int64_t)r;
+}
+static double rfloordiv(double a, double b) { return floor(a / b); }
+static double rpymod(double a, double b) { return a - b * floor(a / b); }
+static double rgelu_tanh(double v) {
+  return 0.5 * v * (1 + tanh(sqrt(2 / EW_PI) * (v + 0.044715 * v * v * v)));
+}
+static double rgelu_tanh_grad(double v) { /* d/dv of 0.5 v (1 + tanh(k (v + a v^3))) */
+  double k = sqrt(2 / EW_PI), t = tanh(k * (v + 0.044715 * v * v * v));
+  return 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * k * (1 + 3 * 0.044715 * v * v);
+}
+
+#define RF(name, expr) \
+  static double rf_##name(const double* x, const double* p) { (void)p; return (expr); }
+#define RI(name, expr) \
+  static int64_t ri_##name(const int64_t* x, const int64_t* p) { (void)p; return (expr); }
+
+RF(add, x[0] + p[0] * x[1])
+RI(add, (int64_t)(wrap(x[0]) + wrap(p[0]) * wrap(x[1])))
+RF(sub, x[0] - p[0] * x[1])
+RI(sub, (int64_t)(wrap(x[0]) - wrap(p[0]) * wrap(x[1])))
+RF(mul, x[0] * x[1])
+RI(mul, (int64_t)(wrap(x[0]) * wrap(x[1])))
+RF(div, x[0] / x[1])
+RF(div_trunc, trunc(x[0] / x[1]))
+RI(div_trunc, x[0] / x[1])
+RF(div_floor, rfloordiv(x[0], x[1]))
+RI(div_floor, (int64_t)floor((double)x[0] / (double)x[1]))
+RF(remainder, rpymod(x[0], x[1]))
+RI(remainder, (int64_t)rpymod((double)x[0], (double)x[1]))
+RF(fmod, fmod(x[0], x[1]))
+RI(fmod, (int64_t)fmod((double)x[0], (double)x[1]))
+RF(pow, pow(x[0], x[1]))
+RI(pow, rpowi(x[0], x[1]))
+RF(maximum, rmax(x[0], x[1]))
+RI(maximum, x[0] > x[1] ? x[0] : x[1])
+RF(minimum, rmin(x[0], x[1]))
+RI(minimum, x[0] < x[1] ? x[0] : x[1])
+RF(clamp, isnan(x[1]) || isnan(x[2]) ? NAN : rmin(rmax(x[0], x[1]), x[2]))
+RI(clamp, x[0] < x[1] ? (x[1] > x[2] ? x[2] : x[1]) : (x[0] > x[2] ? x[2] : x[0]))
+RF(clamp_hi, rmin(x[0], x[2]))
+RI(clamp_hi, x[0] < x[2] ? x[0] : x[2])
+RF(neg, -x[0])
+RI(neg, (int64_t)(0 - wrap(x[0])))
+RF(abs, fabs(x[0]))
+RI(abs, x[0] < 0 ? -x[0] : x[0])
+RF(sign, rsign(x[0]))
+RI(sign, (int64_t)rsign((double)x[0]))
+RF(exp, exp(x[0]))
+RF(exp2, exp2(x[0]))
+RF(expm1, expm1(x[0]))
+RF(log, log(x[0]))
+RF(log2, log2(x[0]))
+RF(log10, log10(x[0]))
+RF(log1p, log1p(x[0]))
+RF(sqrt, sqrt(x[0]))
+RF(rsqrt, 1 / sqrt(x[0]))
+RF(reciprocal, 1 / x[0])
+RF(sin, sin(x[0]))
+RF(cos, cos(x[0]))
+RF(tan, tan(x[0]))
+RF(tanh, tanh(x[0]))
+RF(sigmoid, rsig(x[0]))
+RF(erf, erf(x[0]))
+RF(floor, floor(x[0]))
+RF(ceil, ceil(x[0]))
+RF(round, nearbyint(x[0]))
+RF(trunc, trunc(x[0]))
+RI(ident, x[0])
+RF(relu, x[0] < 0 ? 0 : x[0])
+RI(relu, x[0] < 0 ? 0 : x[0])
+RF(gelu, 0.5 * x[0] * (1 + erf(x[0] / sqrt(2))))
+RF(gelu_tanh, rgelu_tanh(x[0]))
+RF(silu, x[0] * rsig(x[0]))
+RF(hardtanh, rmin(rmax(x[0], p[0]), p[1]))
+RI(hardtanh, x[0] < p[0] ? p[0] : (x[0] > p[1] ? p[1] : x[0]))
+RF(leaky_relu, x[0] > 0 ? x[0] : x[0] * p[0])
+RF(elu, x[0] > 0 ? x[0] * p[1] : p[0] * p[1] * (exp(x[0] * p[2]) - 1))
+RF(threshold, x[0] <= p[0] ? p[1] : x[0])
+RI(threshold, x[0] <= p[0] ? p[1] : x[0])
+RF(eq, x[0] == x[1])
+RI(eq, x[0] == x[1])
+RF(ne, x[0] != x[1])
+RI(ne, x[0] != x[1])
+RF(lt, x[0] < x[1])
+RI(lt, x[0] < x[1])
+RF(le, x[0] <= x[1])
+RI(le, x[0] <= x[1])
+RF(gt, x[0] > x[1])
+RI(gt, x[0] > x[1])
+RF(ge, x[0] >= x[1])
+RI(ge, x[0] >= x[1])
+RF(logical_not, x[0] == 0)
+RI(logical_not, x[0] == 0)
+RF(logical_and, x[0] != 0 && x[1] != 0)
+RI(logical_and, x[0] != 0 && x[1] != 0)
+RF(logical_or, x[0] != 0 || x[1] != 0)
+RI(logical_or, x[0] != 0 || x[1] != 0)
+RF(logical_xor, (x[0] != 0) != (x[1] != 0))
+RI(logical_xor, (x[0] != 0) != (x[1] != 0))
+RI(bitwise_and, x[0] & x[1])
+RI(bitwise_or, x[0] | x[1])
+RI(bitwise_xor, x[0] ^ x[1])
+RI(bitwise_not, ~x[0])
+RF(where, x[0] != 0 ? x[1] : x[2])
+RI(where, x[0] != 0 ? x[1] : x[2])
+RF(masked_fill, x[1] != 0 ? x[2] : x[0])
+RI(masked_fill, x[1] != 0 ? x[2] : x[0])
+RF(lerp, x[0] + x[2] * (x[1] - x[0]))
+RF(addcmul, x[0] + p[0] * x[1] * x[2])
+RI(addcmul, (int64_t)(wrap(x[0]) + wrap(p[0]) * wrap(x[1]) * wrap(x[2])))
+RF(addcdiv, x[0] + p[0] * x[1] / x[2])
+RF(gelu_backward, x[0] * (0.5 * (1 + erf(x[1] / sqrt(2))) +
+                          x[1] * exp(-0.5 * x[1] * x[1]) / sqrt(2 * EW_PI)))
+RF(gelu_backward_tanh, x[0] * rgelu_tanh_grad(x[1]))
+RF(silu_backward, x[0] * rsig(x[1]) * (1 + x[1] * (1 - rsig(x[1]))))
+RF(sigmoid_backward, x[0] * (1 - x[1]) * x[1])
+RF(tanh_backward, x[0] * (1 - x[1] * x[1]))
+RF(threshold_backward, x[1] <= p[0] ? 0 : x[0])
+RI(threshold_backward, x[1] <= p[0] ? 0 : x[0])
+RF(hardtanh_backward, x[1] <= p[0] || x[1] >= p[1] ? 0 : x[0])
+RF(leaky_relu_backward, x[1] > 0 ? x[0] : x[0] * p[0])
+RF(elu_backward, x[1] > 0 ? x[0] * p[1] : x[0] * p[2] * p[0] * p[1] * exp(x[1] * p[2]))
+
+#define UN(op, rule, sup, F, I) {op, rule, 1, sup, .f = F, .i = I}
+#define BIN(op, rule, sup, F, I) {op, rule, 2, sup, .scalar_ok = 2, .f = F, .i = I}
+#define PRED_CASE(op) BIN(#op, R_BOOL, SB | SI | SF, rf_##op, ri_##op)
+#define FLOAT_UNARY(op) UN(#op, R_FLOAT, SB | SI | SF, rf_##op, NULL)
+
+static const ew_case_t k_cases[] = {
+    {"add", R_PROMOTE, 2, SB | SI | SF, .scalar_ok = 2, .opmath = true, .nattrs = 1,
+     .attrs = {AI(2)}, .f = rf_add, .i = ri_add},
+    {"sub", R_PROMOTE, 2, SI | SF, .scalar_ok = 2, .opmath = true, .nattrs = 1,
+     .attrs = {AI(3)}, .f = rf_sub, .i = ri_sub},
+    {"mul", R_PROMOTE, 2, SB | SI | SF, .scalar_ok = 2, .opmath = true, .f = rf_mul, .i = ri_mul},
+    {"div", R_FLOAT, 2, SB | SI | SF, .scalar_ok = 2, .nonzero = 2, .opmath = true, .nattrs = 1,
+     .attrs = {AN}, .f = rf_div},
+    {"div", R_PROMOTE, 2, SI | SF, .scalar_ok = 2, .nonzero = 2, .opmath = true, .nattrs = 1,
+     .attrs = {AS("trunc")}, .f = rf_div_trunc, .i = ri_div_trunc},
+    {"div", R_PROMOTE, 2, SI | SF, .scalar_ok = 2, .nonzero = 2, .opmath = true, .nattrs = 1,
+     .attrs = {AS("floor")}, .f = rf_div_floor, .i = ri_div_floor},
+    {"remainder", R_PROMOTE, 2, SI | SF, .scalar_ok = 3, .nonzero = 2, .f = rf_remainder,
+     .i = ri_remainder},
+    {"fmod", R_PROMOTE, 2, SI | SF, .scalar_ok = 2, .nonzero = 2, .f = rf_fmod, .i = ri_fmod},
+    {"pow", R_PROMOTE, 2, SI | SF, .scalar_ok = 3, .f = rf_pow, .i = ri_pow},
+    BIN("maximum", R_PROMOTE, SB | SI | SF, rf_maximum, ri_maximum),
+    BIN("minimum", R_PROMOTE, SB | SI | SF, rf_minimum, ri_minimum),
+    {"clamp", R_PROMOTE, 3, SI | SF, .scalar_ok = 6, .f = rf_clamp, .i = ri_clamp},
+    {"clamp_min", R_PROMOTE, 2, SI | SF, .scalar_ok = 2, .f = rf_maximum, .i = ri_maximum},
+    {"clamp_max", R_PROMOTE, 2, SI | SF, .scalar_ok = 2, .f = rf_minimum, .i = ri_minimum},
+    UN("neg", R_PROMOTE, SI | SF, rf_neg, ri_neg),
+    UN("abs", R_PROMOTE, SI | SF, rf_abs, ri_abs),
+    UN("sign", R_PROMOTE, SB | SI | SF, rf_sign, ri_sign),
+    FLOAT_UNARY(exp), FLOAT_UNARY(exp2), FLOAT_UNARY(expm1), FLOAT_UNARY(log),
+    FLOAT_UNARY(log2), FLOAT_UNARY(log10), FLOAT_UNARY(log1p), FLOAT_UNARY(sqrt),
+    FLOAT_UNARY(rsqrt), FLOAT_UNARY(reciprocal), FLOAT_UNARY(sin), FLOAT_UNARY(cos),
+    FLOAT_UNARY(tan), FLOAT_UNARY(tanh), FLOAT_UNARY(sigmoid), FLOAT_UNARY(erf),
+    UN("floor", R_PROMOTE, SI | SF, rf_floor, ri_ident),
+    UN("ceil", R_PROMOTE, SI | SF, rf_ceil, ri_ident),
+    UN("trunc", R_PROMOTE, SI | SF, rf_trunc, ri_ident),
+    {"round", R_PROMOTE, 1, SI | SF, .nattrs = 1, .attrs = {AI(0)}, .f = rf_round, .i = ri_ident},
+    UN("relu", R_PROMOTE, SI | SF, rf_relu, ri_relu),
+    {"gelu", R_PROMOTE, 1, SF, .nattrs = 1, .attrs = {AS("none")}, .f = rf_gelu},
+    {"gelu", R_PROMOTE, 1, SF, .nattrs = 1, .attrs = {AS("tanh")}, .f = rf_gelu_tanh},
+    UN("silu", R_PROMOTE, SF, rf_silu, NULL),
+    {"hardtanh", R_PROMOTE, 1, SI | SF, .nattrs = 2, .attrs = {AF(-1.5), AF(2.5)},
+     .f = rf_hardtanh, .i = ri_hardtanh},
+    {"leaky_relu", R_PROMOTE, 1, SF, .nattrs = 1, .attrs = {AF(0.25)}, .f = rf_leaky_relu},
+    {"elu", R_PROMOTE, 1, SF, .nattrs = 3, .attrs = {AF(1.5), AF(2.0), AF(0.5)}, .f = rf_elu},
+    {"threshold", R_PROMOTE, 1, SI | SF, .nattrs = 2, .attrs = {AI(1), AI(7)}, .f = rf_threshold,
+     .i = ri_threshold},
+    PRED_CASE(eq), PRED_CASE(ne), PRED_CASE(lt), PRED_CASE(le), PRED_CASE(gt), PRED_CASE(ge),
+    UN("logical_not", R_BOOL, SB | SI | SF, rf_logical_not, ri_logical_not),
+    {"logical_and", R_BOOL, 2, SB | SI | SF, .f = rf_logical_and, .i = ri_logical_and},
+    {"logical_or", R_BOOL, 2, SB | SI | SF, .f = rf_logical_or, .i = ri_logical_or},
+    {"logical_xor", R_BOOL, 2, SB | SI | SF, .f = rf_logical_xor, .i = ri_logical_xor},
+    BIN("bitwise_and", R_PROMOTE, SB | SI, NULL, ri_bitwise_and),
+    BIN("bitwise_or", R_PROMOTE, SB | SI, NULL, ri_bitwise_or),
+    BIN("bitwise_xor", R_PROMOTE, SB | SI, NULL, ri_bitwise_xor),
+    {"bitwise_not", R_PROMOTE, 1, SB | SI, .i = ri_bitwise_not, .bool_i = ri_logical_not},
+    {"where", R_PROMOTE, 3, SB | SI | SF, .promote = 6, .bool_in = 1, .scalar_ok = 6,
+     .f = rf_where, .i = ri_where},
+    {"masked_fill", R_FIRST, 3, SB | SI | SF, .bool_in = 2, .scalar_ok = 4, .value_0dim = true,
+     .f = rf_masked_fill, .i = ri_masked_fill},
+    {"lerp", R_PROMOTE, 3, SF, .scalar_ok = 4, .opmath = true, .same_dtype = true,
+     .f = rf_lerp},
+    {"addcmul", R_PROMOTE, 3, SI | SF, .nattrs = 1, .attrs = {AI(2)}, .f = rf_addcmul,
+     .i = ri_addcmul},
+    {"addcdiv", R_PROMOTE, 3, SF, .nonzero = 4, .float_in = 6, .nattrs = 1, .attrs = {AF(0.5)},
+     .f = rf_addcdiv},
+    {"gelu_backward", R_PROMOTE, 2, SF, .nattrs = 1, .attrs = {AN}, .f = rf_gelu_backward},
+    {"gelu_backward", R_PROMOTE, 2, SF, .nattrs = 1, .attrs = {AS("tanh")},
+     .f = rf_gelu_backward_tanh},
+    BIN("silu_backward", R_PROMOTE, SF, rf_silu_backward, NULL),
+    BIN("sigmoid_backward", R_PROMOTE, SF, rf_sigmoid_backward, NULL),
+    BIN("tanh_backward", R_PROMOTE, SF, rf_tanh_backward, NULL),
+    {"threshold_backward", R_PROMOTE, 2, SI | SF, .nattrs = 1, .attrs = {AI(1)},
+     .f = rf_threshold_backward, .i = ri_threshold_backward},
+    {"hardtanh_backward", R_PROMOTE, 2, SF, .nattrs = 2, .attrs = {AF(-1), AF(2)},
+     .f = rf_hardtanh_backward},
+    {"leaky_relu_backward", R_PROMOTE, 2, SF, .nattrs = 2, .attrs = {AF(0.5), AB(0)},
+     .f = rf_leaky_relu_backward},
+    {"elu_backward", R_PROMOTE, 2, SF, .nattrs = 4, .attrs = {AF(1.5), AF(2), AF(0.5), AB(0)},
+     .f = rf_elu_backward},
+};
+enum { NUM_CASES = sizeof(k_cases) / sizeof(k_cases[0]) };
+
+/* clamp with a bound of None, as extra cases. */
+static const ew_case_t k_clamp_none[] = {
+    {"clamp", R_PROMOTE, 3, SI | SF, .none = 4, .f = rf_maximum, .i = ri_maximum},
+    {"clamp", R_PROMOTE, 3, SI | SF, .none = 2, .f = rf_clamp_hi, .i = ri_clamp_hi},
+};
+
+/* ---- host tensors and nodes ------------------------------------------------------ */
+
+enum { L_CONTIG, L_TRANSPOSED, L_GAPS };
+
+typedef struct ht {
+  void* mem;
+  tpu_view_t v;
+} ht_t;
+
+static ht_t ht_make(tpu_dtype_t dtype, int32_t ndim, const int64_t* sizes, int layout) {
+  ht_t t;
+  memset(&t, 0, sizeof(t));
+  t.v.dtype = dtype;
+  t.v.ndim = ndim;
+  int64_t stride = 1, span = 1;
+  for (int32_t k = 0; k < ndim; ++k) {
+    int32_t d = layout == L_TRANSPOSED ? k : ndim - 1 - k;
+    t.v.sizes[d] = sizes[d];
+    t.v.strides[d] = layout == L_GAPS ? 2 * stride : stride;
+    stride *= sizes[d] > 1 ? sizes[d] : 1;
+  }
+  for (int32_t d = 0; d < ndim; ++d) span += (sizes[d] > 0 ? sizes[d] - 1 : 0) * t.v.strides[d];
+  t.mem = calloc((size_t)span, tpu_dtype_size(dtype));
+  t.v.addr = (uint64_t)(uintptr_t)t.mem;
+  return t;
+}
+
+static int64_t numel_of(int32_t ndim, const int64_t* sizes) {
+  int64_t n = 1;
+  for (int32_t d = 0; d < ndim; ++d) n *= sizes[d];
+  return n;
+}
+
+/* Element address of `v` at the output index `idx` (right-aligned broadcast). */
+static char* ht_at(const tpu_view_t* v, int32_t out_ndim, const int64_t* idx) {
+  int64_t off = 0;
+  for (int32_t d = 0; d < v->ndim; ++d) {
+    int32_t o = out_ndim - v->ndim + d;
+    if (v->sizes[d] > 1) off += idx[o] * v->strides[d];
+  }
+  return (char*)tpu_view_ptr(v) + off * (int64_t)tpu_dtype_size(v->dtype);
+}
+
+static void unravel(int64_t k, int32_t ndim, const int64_t* sizes, int64_t* idx) {
+  for (int32_t d = ndim - 1; d >= 0; --d) {
+    idx[d] = k % sizes[d];
+    k /= sizes[d];
+  }
+}
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static int64_t rnd(int64_t lo, int64_t hi) {
+  g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+  return lo + (int64_t)((g_rng >> 33) % (uint64_t)(hi - lo + 1));
+}
+
+/* Test values: quarters in [-4, 4] for floats, [-10, 10] (uint8 [0, 20]) for
+ * integers, 0/1 for bool; `nonzero` skips 0. */
+static void ht_fill(ht_t* t, bool nonzero) {
+  int64_t idx[TPU_MAX_DIMS], n = numel_of(t->v.ndim, t->v.sizes);
+  for (int64_t k = 0; k < n; ++k) {
+    double v;
+    do {
+      if (tpu_dtype_is_floating(t->v.dtype))
+        v = (double)rnd(-16, 16) / 4;
+      else if (t->v.dtype == TPU_DTYPE_BOOL)
+        v = (double)rnd(0, 1);
+      else
+        v = (double)rnd(t->v.dtype == TPU_DTYPE_U8 ? 0 : -10, t->v.dtype == TPU_DTYPE_U8 ? 20 : 10);
+    } while (nonzero && v == 0);
+    unravel(k, t->v.ndim, t->v.sizes, idx);
+    tpu_convert(ht_at(&t->v, t->v.ndim, idx), t->v.dtype, 1, &v, TPU_DTYPE_F64, 1, 1);
+  }
+}
+
+static const tpu_op_def_t* find_def(const char* name) {
+  const tpu_op_family_t* fams[2] = {&tpu_family_elementwise, &tpu_family_copy};
+  for (int f = 0; f < 2; ++f)
+    for (int32_t i = 0; i < fams[f]->count; ++i)
+      if (strcmp(fams[f]->ops[i].name, name) == 0) return &fams[f]->ops[i];
+  return NULL;
+}
+
+static tpu_node_t make_node(const char* op, tpu_value_t* in, int32_t nin, tpu_view_t* out,
+                            const tpu_attr_t* attrs, int32_t nattrs) {
+  tpu_node_t node;
+  memset(&node, 0, sizeof(node));
+  node.op = tpu_op_lookup(op);
+  node.num_inputs = nin;
+  node.num_outputs = 1;
+  node.num_attrs = nattrs;
+  node.inputs = in;
+  node.outputs = out;
+  for (int32_t j = 0; j < nattrs; ++j) node.attrs[j] = attrs[j];
+  return node;
+}
+
+static tpu_value_t vview(const tpu_view_t* v) {
+  tpu_value_t x = {.kind = TPU_VALUE_VIEW};
+  x.u.view = *v;
+  return x;
+}
+
+static tpu_value_t vint(int64_t i) {
+  tpu_value_t x = {.kind = TPU_VALUE_SCALAR};
+  x.u.scalar.dtype = TPU_DTYPE_I64;
+  x.u.scalar.v.i = i;
+  return x;
+}
+
+static tpu_value_t vfloat(double f) {
+  tpu_value_t x = {.kind = TPU_VALUE_SCALAR};
+  x.u.scalar.dtype = TPU_DTYPE_F64;
+  x.u.scalar.v.f = f;
+  return x;
+}
+
+/* Runs a node through check, infer (when out is NULL: a fresh contiguous
+ * output is made and returned in *made) and the kernel. */
+static tpu_status_t run_node(const char* op, tpu_value_t* in, int32_t nin, const tpu_attr_t* attrs,
+                             int32_t nattrs, tpu_view_t* out, ht_t* made) {
+  const tpu_op_def_t* def = find_def(op);
+  if (!def) return tpu_status_make(TPU_CODE_INTERNAL, "no op %s", op);
+  tpu_view_t o;
+  tpu_node_t node = make_node(op, in, nin, &o, attrs, nattrs);
+  if (def->check) TPU_RETURN_IF_ERROR(def->check(def, &node));
+  if (out) {
+    o = *out;
+  } else {
+    TPU_RETURN_IF_ERROR(def->infer(def, &node, &o));
+    *made = ht_make(o.dtype, o.ndim, o.sizes, L_CONTIG);
+    o = made->v;
+  }
+  tpu_exec_ctx_t ctx = {0};
+  return def->kernel(def, &node, &ctx);
+}
+
+/* ---- the reference ---------------------------------------------------------------- */
+
+static bool is_half(tpu_dtype_t d) { return d == TPU_DTYPE_F16 || d == TPU_DTYPE_BF16; }
+
+/* The case's common dtype for these inputs (NONE inputs skipped). */
+static tpu_dtype_t case_common(const ew_case_t* c, const tpu_value_t* in) {
+  if (c->rule == R_FIRST) return in[0].u.view.dtype;
+  tpu_value_t vals[4];
+  int32_t n = 0;
+  for (int k = 0; k < c->nin; ++k)
+    if ((!c->promote || (c->promote >> k & 1)) && in[k].kind != TPU_VALUE_NONE) vals[n++] = in[k];
+  tpu_dtype_t rt = tpu_result_type(vals, n);
+  return (c->rule == R_FLOAT && !tpu_dtype_is_floating(rt)) ? TPU_DTYPE_F32 : rt;
+}
+
+static bool case_supports(const ew_case_t* c, tpu_dtype_t common) {
+  int cls = tpu_dtype_is_floating(common) ? SF : (common == TPU_DTYPE_BOOL ? SB : SI);
+  return (c->support & cls) != 0;
+}
+
+/* Reads input k at idx as PyTorch does: cast to the common dtype (bool for
+ * masks; float32 for opmath Python numbers with half tensors). */
+static void ref_input(const ew_case_t* c, const tpu_value_t* v, int k, tpu_dtype_t common,
+                      int32_t ndim, const int64_t* idx, double* f, int64_t* i) {
+  tpu_dtype_t as = (c->bool_in >> k & 1) ? TPU_DTYPE_BOOL : common;
+  uint64_t tmp = 0;
+  if (v->kind == TPU_VALUE_VIEW) {
+    tpu_convert(&tmp, as, 1, ht_at(&v->u.view, ndim, idx), v->u.view.dtype, 1, 1);
+  } else if (v->kind == TPU_VALUE_SCALAR) {
+    if (c->opmath && is_half(common)) as = TPU_DTYPE_F32;
+    tpu_dtype_t held = tpu_dtype_is_floating(v->u.scalar.dtype) ? TPU_DTYPE_F64 : TPU_DTYPE_I64;
+    tpu_convert(&tmp, as, 1, &v->u.scalar.v, held, 1, 1);
+  } else {
+    *f = NAN;
+    *i = 0;
+    return;
+  }
+  tpu_convert(f, TPU_DTYPE_F64, 1, &tmp, as, 1, 1);
+  tpu_convert(i, TPU_DTYPE_I64, 1, &tmp, as, 1, 1);
+}
+
+static double tol_of(tpu_dtype_t d) {
+  return d == TPU_DTYPE_F16 ? 2e-3 : d == TPU_DTYPE_BF16 ? 1.6e-2 : d == TPU_DTYPE_F32 ? 1e-5 : 1e-11;
+}
+
+/* Compares out (shape ndim/sizes) against the reference. */
+static void check_values(const ew_case_t* c, const tpu_value_t* in, const tpu_view_t* out,
+                         const char* variant) {
+  tpu_dtype_t common = case_common(c, in);
+  bool fdom = tpu_dtype_is_floating(common);
+  double p[4] = {0};
+  int64_t pi[4] = {0};
+  for (int j = 0; j < c->nattrs; ++j) {
+    p[j] = tpu_attr_float(&c->attrs[j], 0);
+    pi[j] = tpu_attr_int(&c->attrs[j], 0);
+  }
+  double tol = fmax(tol_of(common), tol_of(out->dtype));
+  int64_t idx[TPU_MAX_DIMS], n = tpu_view_numel(out);
+  int failures = 0;
+  for (int64_t k = 0; k < n && failures < 3; ++k) {
+    unravel(k, out->ndim, out->sizes, idx);
+    double xf[4];
+    int64_t xi[4];
+    for (int j = 0; j < c->nin; ++j) ref_input(c, &in[j], j, common, out->ndim, idx, &xf[j], &xi[j]);
+    double ef = 0, got = 0;
+    int64_t ei = 0;
+    uint64_t tmp = 0;
+    tpu_dtype_t rdt = c->rule == R_BOOL ? TPU_DTYPE_BOOL : common;
+    if (fdom) {
+      ef = c->f(xf, p);
+      tpu_convert(&tmp, rdt, 1, &ef, TPU_DTYPE_F64, 1, 1);
+    } else {
+      ei = (common == TPU_DTYPE_BOOL && c->bool_i ? c->bool_i : c->i)(xi, pi);
+      tpu_convert(&tmp, rdt, 1, &ei, TPU_DTYPE_I64, 1, 1);
+    }
+    double want;
+    tpu_convert(&want, TPU_DTYPE_F64, 1, &tmp, rdt, 1, 1);
+    uint64_t wide = 0;
+    tpu_convert(&wide, out->dtype, 1, &want, TPU_DTYPE_F64, 1, 1);
+    tpu_convert(&want, TPU_DTYPE_F64, 1, &wide, out->dtype, 1, 1);
+    tpu_convert(&got, TPU_DTYPE_F64, 1, ht_at(out, out->ndim, idx), out->dtype, 1, 1);
+    bool ok = (isnan(want) && isnan(got)) || want == got ||
+              (tpu_dtype_is_floating(out->dtype) && fdom && !isinf(want) &&
+               fabs(got - want) <= tol * (1 + fabs(want)));
+    if (!ok) {
+      failures++;
+      tpu_test_fail(__FILE__, __LINE__, "%s[%s] %s common=%s out=%s elem %lld: got %.9g want %.9g "
+                    "(x0=%g x1=%g)", c->op, c->nattrs && c->attrs[0].kind == TPU_ATTR_STR ?
+                    c->attrs[0].u.str : "", variant, tpu_dtype_name(common),
+                    tpu_dtype_name(out->dtype), (long long)k, got, want, xf[0],
+                    c->nin > 1 ? xf[1] : 0.0);
+    }
+  }
+}
+
+/* ---- one case, one layout ---------------------------------------------------------- */
+
+typedef struct variant {
+  const char* name;
+  int32_t ndim[4];
+  int64_t sizes[4][3];
+  int layout[4];
+  int scalar; /* 0: none, 1: int 3 in the last scalar_ok input, 2: float 1.5 */
+  int inplace;
+  bool out_f64_transposed;
+} variant_t;
+
+static const variant_t k_variants[] = {
+    {"contig", {3, 3, 3, 3}, {{3, 5, 7}, {3, 5, 7}, {3, 5, 7}}, {0, 0, 0}, 0, 0, false},
+    {"broadcast", {2, 3, 1, 3}, {{5, 1}, {3, 1, 7}, {7}}, {0, 0, 0}, 0, 0, false},
+    {"strided", {3, 3, 3, 3}, {{3, 5, 7}, {3, 5, 7}, {3, 5, 7}}, {1, 2, 1}, 0, 0, false},
+    {"scalar_int", {3, 3, 3, 3}, {{3, 5, 7}, {3, 5, 7}, {3, 5, 7}}, {2, 0, 0}, 1, 0, false},
+    {"scalar_float", {3, 3, 3, 3}, {{3, 5, 7}, {3, 5, 7}, {3, 5, 7}}, {0, 1, 0}, 2, 0, false},
+    {"inplace", {3, 2, 3, 3}, {{3, 5, 7}, {5, 7}, {3, 5, 7}}, {0, 0, 0}, 0, 1, false},
+    {"inplace_strided", {3, 3, 1, 3}, {{3, 5, 7}, {3, 5, 7}, {7}}, {1, 0, 2}, 0, 1, false},
+    {"out_f64_strided", {3, 2, 3, 3}, {{3, 5, 7}, {1, 7}, {3, 5, 7}}, {0, 0, 1}, 0, 0, true},
+    {"zero_dim", {0, 0, 0, 0}, {{0}, {0}, {0}}, {0, 0, 0}, 0, 0, false},
+    {"empty", {2, 2, 2, 2}, {{0, 5}, {0, 5}, {1, 5}}, {0, 0, 0}, 0, 0, false},
+    {"tiles_rows", {2, 1, 2, 2}, {{37, 1100}, {1100}, {37, 1100}}, {0, 0, 0}, 0, 0, false},
+    {"tiles_long", {2, 2, 2, 2}, {{2, 25000}, {2, 25000}, {2, 1}}, {0, 1, 0}, 0, 0, false},
+};
+enum { NUM_VARIANTS = sizeof(k_variants) / sizeof(k_variants[0]) };
+
+/* Runs case c with the given input dtypes in layout v: the kernel must
+ * match the reference, or answer UNIMPLEMENTED where PyTorch has no kernel. */
+static void run_case(const ew_case_t* c, const tpu_dtype_t* dtypes, const variant_t* v) {
+  ht_t tensors[4] = {{0}};
+  tpu_value_t in[4];
+  int last_scalar = -1;
+  for (int k = 0; k < c->nin; ++k)
+    if (c->scalar_ok >> k & 1) last_scalar = k;
+  for (int k = 0; k < c->nin; ++k) {
+    if (c->none >> k & 1) {
+      in[k].kind = TPU_VALUE_NONE;
+      continue;
+    }
+    if (v->scalar && k == last_scalar) {
+      in[k] = v->scalar == 1 ? vint(3) : vfloat(1.5);
+      continue;
+    }
+    tpu_dtype_t dt = (c->bool_in >> k & 1) ? TPU_DTYPE_BOOL : dtypes[k];
+    bool zero_dim = c->value_0dim && k == c->nin - 1;
+    tensors[k] = ht_make(dt, zero_dim ? 0 : v->ndim[k], v->sizes[k], v->layout[k]);
+    ht_fill(&tensors[k], c->nonzero >> k & 1);
+    in[k] = vview(&tensors[k].v);
+  }
+  tpu_dtype_t common = case_common(c, in);
+  bool supported = case_supports(c, common);
+  for (int k = 0; supported && c->same_dtype && k < c->nin; ++k)
+    supported = in[k].kind != TPU_VALUE_VIEW || in[k].u.view.dtype == common;
+  for (int k = 0; k < c->nin; ++k)
+    if ((c->float_in >> k & 1) && !tpu_dtype_is_floating(in[k].u.view.dtype)) supported = false;
+  tpu_dtype_t result = c->rule == R_BOOL ? TPU_DTYPE_BOOL : common;
+  int64_t bsizes[TPU_MAX_DIMS];
+  int32_t bndim = 0;
+  tpu_status_t st = tpu_broadcast_shapes(in, c->nin, bsizes, &bndim);
+  CHECK(st == TPU_OK);
+  tpu_status_free(st);
+  ht_t out = {0}, made = {0};
+  tpu_view_t* outp = NULL;
+  if (v->inplace) {
+    if (in[0].kind != TPU_VALUE_VIEW || in[0].u.view.dtype != result ||
+        in[0].u.view.ndim != bndim)
+      goto done;
+    outp = &in[0].u.view;
+  } else if (v->out_f64_transposed) {
+    out = ht_make(TPU_DTYPE_F64, bndim, bsizes, L_TRANSPOSED);
+    outp = &out.v;
+  }
+  /* The reference reads a copy of input 0, which an in-place run overwrites. */
+  tpu_value_t ref_in[4];
+  memcpy(ref_in, in, sizeof(ref_in));
+  ht_t saved = {0};
+  if (v->inplace) {
+    saved = ht_make(in[0].u.view.dtype, in[0].u.view.ndim, in[0].u.view.sizes, L_CONTIG);
+    int64_t idx[TPU_MAX_DIMS], n = tpu_view_numel(&saved.v);
+    for (int64_t k = 0; k < n; ++k) {
+      unravel(k, saved.v.ndim, saved.v.sizes, idx);
+      tpu_convert(ht_at(&saved.v, saved.v.ndim, idx), saved.v.dtype, 1,
+                  ht_at(&in[0].u.view, saved.v.ndim, idx), saved.v.dtype, 1, 1);
+    }
+    ref_in[0] = vview(&saved.v);
+  }
+  st = run_node(c->op, in, c->nin, c->attrs, c->nattrs, outp, &made);
+  if (!supported) {
+    if (tpu_status_code(st) != TPU_CODE_UNIMPLEMENTED)
+      tpu_test_fail(__FILE__, __LINE__, "%s %s common %s: expected UNIMPLEMENTED, got %s", c->op,
+                    v->name, tpu_dtype_name(common), st ? tpu_status_message(st) : "OK");
+  } else if (st != TPU_OK) {
+    tpu_test_fail(__FILE__, __LINE__, "%s %s common %s: %s", c->op, v->name,
+                  tpu_dtype_name(common), tpu_status_message(st));
+  } else {
+    const tpu_view_t* o = outp ? outp : &made.v;
+    if (!outp && (o->dtype != result || o->ndim != bndim))
+      tpu_test_fail(__FILE__, __LINE__, "%s %s: infer gave %s/%d dims, want %s/%d", c->op,
+                    v->name, tpu_dtype_name(o->dtype), o->ndim, tpu_dtype_name(result), bndim);
+    else
+      check_values(c, ref_in, o, v->name);
+  }
+  free(saved.mem);
+  tpu_status_free(st);
+done:
+  free(made.mem);
+  free(out.mem);
+  for (int k = 0; k < c->nin; ++k) free(tensors[k].mem);
+}
+
+static const tpu_dtype_t k_all[] = {TPU_DTYPE_BOOL, TPU_DTYPE_U8,  TPU_DTYPE_I8,
+                                    TPU_DTYPE_I16,  TPU_DTYPE_I32, TPU_DTYPE_I64,
+                                    TPU_DTYPE_F16,  TPU_DTYPE_BF16, TPU_DTYPE_F32,
+                                    TPU_DTYPE_F64};
+enum { NUM_DTYPES = sizeof(k_all) / sizeof(k_all[0]) };
+
+/* ---- tests ------------------------------------------------------------------------------ */
+
+static bool is_tiled_variant(const variant_t* v) { return v->sizes[0][1] >= 1000; }
+
+TEST(ew_ops_same_dtype) {
+  for (int ci = 0; ci < NUM_CASES; ++ci)
+    for (int di = 0; di < NUM_DTYPES; ++di)
+      for (int vi = 0; vi < NUM_VARIANTS; ++vi) {
+        tpu_dtype_t d = k_all[di];
+        if (is_tiled_variant(&k_variants[vi]) && d != TPU_DTYPE_F32 && d != TPU_DTYPE_F16 &&
+            d != TPU_DTYPE_I32)
+          continue;
+        tpu_dtype_t dtypes[4] = {d, d, d, d};
+        run_case(&k_cases[ci], dtypes, &k_variants[vi]);
+      }
+  for (int ci = 0; ci < 2; ++ci)
+    for (int di = 0; di < NUM_DTYPES; ++di)
+      for (int vi = 0; vi < 3; ++vi) {
+        tpu_dtype_t dtypes[4] = {k_all[di], k_all[di], k_all[di], k_all[di]};
+        run_case(&k_clamp_none[ci], dtypes, &k_variants[vi]);
+      }
+}
+
+TEST(ew_ops_mixed_dtypes) {
+  for (int ci = 0; ci < NUM_CASES; ++ci)
+    for (int a = 0; a < NUM_DTYPES; ++a)
+      for (int b = 0; b < NUM_DTYPES; ++b) {
+        const ew_case_t* c = &k_cases[ci];
+        if (c->nin == 1) continue;
+        /* Input 0 and the first non-mask input after it get dtypes a and b. */
+        tpu_dtype_t dtypes[4] = {k_all[a], k_all[b], k_all[b], k_all[a]};
+        if (c->bool_in == 1) dtypes[1] = k_all[a];
+        run_case(c, dtypes, &k_variants[1]);
+      }
+}
+
+/* A 1-d tensor of doubles converted to `dtype`. */
+static ht_t vec(tpu_dtype_t dtype, int64_t n, const double* values) {
+  ht_t t = ht_make(dtype, 1, &n, L_CONTIG);
+  tpu_convert(t.mem, dtype, 1, values, TPU_DTYPE_F64, 1, n);
+  return t;
+}
+
+static bool near(double got, double want) {
+  return got == want || fabs(got - want) <= 1e-6 * (1 + fabs(want));
+}
+
+/* Runs a functional node; returns its status and (if OK) the output as doubles. */
+static tpu_status_t eval(const char* op, tpu_value_t* in, int32_t nin, const tpu_attr_t* attrs,
+                         int32_t nattrs, tpu_dtype_t* dtype, double* values) {
+  ht_t made = {0};
+  tpu_status_t st = run_node(op, in, nin, attrs, nattrs, NULL, &made);
+  if (st == TPU_OK) {
+    *dtype = made.v.dtype;
+    tpu_convert(values, TPU_DTYPE_F64, 1, made.mem, made.v.dtype, 1, tpu_view_numel(&made.v));
+  }
+  free(made.mem);
+  return st;
+}
+
+#define EXPECT2(op, in, nattrs, attrs, want_dtype, w0, w1)                        \
+  do {                                                                           \
+    tpu_dtype_t dt_ = TPU_DTYPE_INVALID;                                         \
+    double got_[2] = {0, 0};                                                     \
+    CHECK_OK(eval(op, in, (int32_t)(sizeof(in) / sizeof(in[0])), attrs, nattrs, &dt_, got_)); \
+    CHECK(dt_ == (want_dtype));                                                  \
+    CHECK(near(got_[0], w0) && near(got_[1], w1));                               \
+  } while (0)
+
+/* Results checked with PyTorch 2.x on CPU. */
+TEST(ew_semantics_match_pytorch) {
+  const double a12[2] = {1, 2}, a32[2] = {3, 2}, a3m3[2] = {3, -3}, tf[2] = {1, 0};
+  ht_t i64 = vec(TPU_DTYPE_I64, 2, a12), u8 = vec(TPU_DTYPE_U8, 2, a12);
+  ht_t i8 = vec(TPU_DTYPE_I8, 2, a12), i8b = vec(TPU_DTYPE_I8, 2, a32);
+  ht_t f16 = vec(TPU_DTYPE_F16, 2, a32), mask = vec(TPU_DTYPE_BOOL, 2, tf);
+  ht_t i3 = vec(TPU_DTYPE_I64, 2, a3m3);
+  const double small[2] = {1e-3, 1e-3};
+  ht_t f16s = vec(TPU_DTYPE_F16, 2, small);
+  const tpu_attr_t none[1] = {AN}, floor_mode[1] = {AS("floor")}, alpha1[1] = {AI(1)};
+  {
+    tpu_value_t in[2] = {vview(&i64.v), vfloat(2.5)};
+    EXPECT2("add", in, 1, alpha1, TPU_DTYPE_F32, 3.5, 4.5);
+  }
+  {
+    tpu_value_t in[2] = {vview(&i8.v), vint(300)};
+    EXPECT2("add", in, 1, alpha1, TPU_DTYPE_I8, 45, 46);
+  }
+  {
+    tpu_value_t in[2] = {vview(&u8.v), vview(&i8.v)};
+    EXPECT2("mul", in, 0, NULL, TPU_DTYPE_I16, 1, 4);
+  }
+  {
+    tpu_value_t in[2] = {vview(&f16s.v), vfloat(1e5)}; /* opmath: not 1e5 as half (inf) */
+    EXPECT2("mul", in, 0, NULL, TPU_DTYPE_F16, 100.0625, 100.0625);
+  }
+  {
+    tpu_value_t in[2] = {vview(&f16.v), vfloat(1e5)};
+    EXPECT2("lt", in, 0, NULL, TPU_DTYPE_BOOL, 1, 1);
+  }
+  {
+    tpu_value_t in[2] = {vview(&u8.v), vint(-1)}; /* -1 wraps to 255 as uint8 */
+    EXPECT2("lt", in, 0, NULL, TPU_DTYPE_BOOL, 1, 1);
+  }
+  {
+    tpu_value_t in[2] = {vview(&u8.v), vint(256)}; /* 256 wraps to 0 */
+    EXPECT2("lt", in, 0, NULL, TPU_DTYPE_BOOL, 0, 0);
+  }
+  {
+    tpu_value_t in[3] = {vview(&mask.v), vview(&i8.v), vview(&f16.v)};
+    EXPECT2("where", in, 0, NULL, TPU_DTYPE_F16, 1, 2);
+  }
+  {
+    tpu_value_t in[3] = {vview(&mask.v), vint(1), vfloat(2.5)};
+    EXPECT2("where", in, 0, NULL, TPU_DTYPE_F32, 1, 2.5);
+  }
+  {
+    tpu_value_t in[3] = {vview(&mask.v), vint(1), vint(2)};
+    EXPECT2("where", in, 0, NULL, TPU_DTYPE_I64, 1, 2);
+  }
+  {
+    tpu_value_t in[2] = {vview(&i64.v), vview(&i3.v)};
+    EXPECT2("div", in, 1, none, TPU_DTYPE_F32, 1.0 / 3, -2.0 / 3);
+    EXPECT2("div", in, 1, floor_mode, TPU_DTYPE_I64, 0, -1);
+  }
+  {
+    tpu_value_t in[3] = {vview(&i64.v), vview(&mask.v), vfloat(2.7)};
+    EXPECT2("masked_fill", in, 0, NULL, TPU_DTYPE_I64, 2, 2);
+  }
+  {
+    tpu_value_t in[3] = {vview(&i64.v), vfloat(1.5), {.kind = TPU_VALUE_NONE}};
+    EXPECT2("clamp", in, 0, NULL, TPU_DTYPE_F32, 1.5, 2);
+  }
+  {
+    tpu_value_t in[2] = {vint(2), vview(&i64.v)};
+    EXPECT2("pow", in, 0, NULL, TPU_DTYPE_I64, 2, 4);
+  }
+  {
+    tpu_value_t in[2] = {vint(1000), vview(&i8.v)}; /* 1000 -> int8 -24 */
+    EXPECT2("pow", in, 0, NULL, TPU_DTYPE_I8, -24, 64);
+  }
+  {
+    tpu_value_t in[2] = {vview(&i8b.v), vint(5)};
+    EXPECT2("pow", in, 0, NULL, TPU_DTYPE_I8, -13, 32);
+  }
+  {
+    tpu_value_t in[2] = {vint(5), vview(&i3.v)};
+    EXPECT2("remainder", in, 0, NULL, TPU_DTYPE_I64, 2, -1);
+  }
+  {
+    const double m128[2] = {-128, 3};
+    ht_t t = vec(TPU_DTYPE_I8, 2, m128);
+    tpu_value_t in[1] = {vview(&t.v)};
+    EXPECT2("abs", in, 0, NULL, TPU_DTYPE_I8, -128, 3);
+    free(t.mem);
+  }
+  {
+    const double x[2] = {-7.5, 7.5};
+    ht_t t = vec(TPU_DTYPE_F32, 2, x);
+    tpu_value_t in[2] = {vview(&t.v), vint(2)};
+    EXPECT2("div", in, 1, floor_mode, TPU_DTYPE_F32, -4, 3);
+    tpu_value_t z[2] = {vview(&t.v), vint(0)};
+    EXPECT2("div", z, 1, floor_mode, TPU_DTYPE_F32, -INFINITY, INFINITY);
+    free(t.mem);
+  }
+  free(i64.mem), free(u8.mem), free(i8.mem), free(i8b.mem), free(f16.mem), free(mask.mem);
+  free(i3.mem), free(f16s.mem);
+}
+
+static void expect_code(const char* op, tpu_value_t* in, int32_t nin, const tpu_attr_t* attrs,
+                        int32_t nattrs, tpu_view_t* out, tpu_status_code_t code, int line) {
+  ht_t made = {0};
+  tpu_status_t st = run_node(op, in, nin, attrs, nattrs, out, &made);
+  if (tpu_status_code(st) != code)
+    tpu_test_fail(__FILE__, line, "%s: expected %s, got %s (%s)", op, tpu_status_code_name(code),
+                  tpu_status_code_name(tpu_status_code(st)), st ? tpu_status_message(st) : "");
+  tpu_status_free(st);
+  free(made.mem);
+}
+#define EXPECT_CODE(op, in, attrs, nattrs, out, code) \
+  expect_code(op, in, (int32_t)(sizeof(in) / sizeof(in[0])), attrs, nattrs, out, code, __LINE__)
+
+TEST(ew_errors_and_fallbacks) {
+  const double v[3] = {1, 0, 2};
+  int64_t n3 = 3, n4 = 4;
+  ht_t i32 = vec(TPU_DTYPE_I32, 3, v), f32 = vec(TPU_DTYPE_F32, 3, v), b = vec(TPU_DTYPE_BOOL, 3, v);
+  ht_t u8 = vec(TPU_DTYPE_U8, 3, v), f64 = vec(TPU_DTYPE_F64, 3, v), i8 = vec(TPU_DTYPE_I8, 3, v);
+  ht_t f4 = ht_make(TPU_DTYPE_F32, 1, &n4, L_CONTIG);
+  const tpu_attr_t floor_mode[1] = {AS("floor")}, bad_mode[1] = {AS("round")};
+  const tpu_attr_t alpha_half[1] = {AF(0.5)}, alpha_true[1] = {AB(1)}, foo[1] = {AS("foo")};
+  const tpu_attr_t dec1[1] = {AI(1)}, leaky_bad[2] = {AF(-0.1), AB(1)};
+  const tpu_status_code_t U = TPU_CODE_UNIMPLEMENTED, I = TPU_CODE_INVALID_ARGUMENT;
+  {
+    tpu_value_t in[2] = {vview(&f32.v), vview(&i32.v)}; /* i32 holds a 0 */
+    tpu_value_t ii[2] = {vview(&i32.v), vview(&i32.v)};
+    EXPECT_CODE("div", in, floor_mode, 1, NULL, TPU_CODE_OK);
+    EXPECT_CODE("div", ii, floor_mode, 1, NULL, I);
+    EXPECT_CODE("remainder", ii, NULL, 0, NULL, I);
+    EXPECT_CODE("fmod", ii, NULL, 0, NULL, I);
+    EXPECT_CODE("div", ii, bad_mode, 1, NULL, I);
+    EXPECT_CODE("add", ii, alpha_half, 1, NULL, U);
+    EXPECT_CODE("add", ii, alpha_true, 1, NULL, U);
+    EXPECT_CODE("bitwise_and", in, NULL, 0, NULL, U);
+    EXPECT_CODE("add", in, NULL, 0, &i32.v, I); /* float result into an int out */
+    EXPECT_CODE("add", ii, NULL, 0, &b.v, I);   /* int result into a bool out */
+    EXPECT_CODE("add", in, NULL, 0, &f4.v, I);  /* shapes [3] and out [4] */
+    ht_t made = {0};
+    tpu_status_t st = run_node("div", ii, 2, floor_mode, 1, NULL, &made);
+    CHECK(st && strcmp(tpu_status_message(st), "ZeroDivisionError") == 0);
+    tpu_status_free(st);
+    free(made.mem);
+  }
+  {
+    tpu_value_t bb[2] = {vview(&b.v), vview(&b.v)}, bo[1] = {vview(&b.v)};
+    tpu_value_t io[1] = {vview(&i32.v)};
+    EXPECT_CODE("sub", bb, NULL, 0, NULL, U);
+    EXPECT_CODE("neg", bo, NULL, 0, NULL, U);
+    EXPECT_CODE("abs", bo, NULL, 0, NULL, U);
+    EXPECT_CODE("relu", bo, NULL, 0, NULL, U);
+    EXPECT_CODE("gelu", io, NULL, 0, NULL, U);
+    EXPECT_CODE("round", io, dec1, 1, NULL, U);
+    tpu_value_t fo[1] = {vview(&f32.v)};
+    EXPECT_CODE("gelu", fo, foo, 1, NULL, I);
+  }
+  {
+    tpu_value_t m_u8[3] = {vview(&f32.v), vview(&u8.v), vfloat(1)};
+    tpu_value_t c_u8[3] = {vview(&u8.v), vview(&f32.v), vview(&f32.v)};
+    tpu_value_t lerp_mixed[3] = {vview(&f32.v), vview(&f64.v), vfloat(0.5)};
+    tpu_value_t addcdiv_int[3] = {vview(&f32.v), vview(&i32.v), vview(&f32.v)};
+    tpu_value_t pow_neg[2] = {vview(&i32.v), vint(-1)};
+    tpu_value_t mf_over[3] = {vview(&i8.v), vview(&b.v), vint(300)};
+    tpu_value_t mf_1d[3] = {vview(&f32.v), vview(&b.v), vview(&f32.v)};
+    tpu_value_t clamp_over[3] = {vview(&i8.v), vint(300), {.kind = TPU_VALUE_NONE}};
+    tpu_value_t clamp_none[3] = {vview(&i8.v), {.kind = TPU_VALUE_NONE}, {.kind = TPU_VALUE_NONE}};
+    tpu_value_t fill_over[2] = {vview(&i8.v), vint(300)};
+    tpu_value_t fill_1d[2] = {vview(&i8.v), vview(&f32.v)};
+    tpu_value_t leaky[2] = {vview(&f32.v), vview(&f32.v)};
+    EXPECT_CODE("masked_fill", m_u8, NULL, 0, NULL, U);
+    EXPECT_CODE("where", c_u8, NULL, 0, NULL, U);
+    EXPECT_CODE("lerp", lerp_mixed, NULL, 0, NULL, U);
+    EXPECT_CODE("addcdiv", addcdiv_int, NULL, 0, NULL, U);
+    EXPECT_CODE("pow", pow_neg, NULL, 0, NULL, U);
+    EXPECT_CODE("masked_fill", mf_over, NULL, 0, NULL, U);
+    EXPECT_CODE("masked_fill", mf_1d, NULL, 0, NULL, U);
+    EXPECT_CODE("clamp", clamp_over, NULL, 0, NULL, U);
+    EXPECT_CODE("clamp", clamp_none, NULL, 0, NULL, U);
+    EXPECT_CODE("fill", fill_over, NULL, 0, NULL, U);
+    EXPECT_CODE("fill", fill_1d, NULL, 0, NULL, U);
+    EXPECT_CODE("leaky_relu_backward", leaky, leaky_bad, 2, NULL, U);
+  }
+  {
+    /* Output broadcast over a dim (stride 0) is rejected. */
+    tpu_view_t expanded = f32.v;
+    expanded.strides[0] = 0;
+    tpu_value_t in[2] = {vview(&f32.v), vview(&f32.v)};
+    EXPECT_CODE("mul", in, NULL, 0, &expanded, I);
+    (void)n3;
+  }
+  free(i32.mem), free(f32.mem), free(b.mem), free(u8.mem), free(f64.mem), free(i8.mem);
+  free(f4.mem);
+}
+
+/* Values that exercise every conversion: rounding, overflow, NaN, subnormals. */
+static const double k_special[] = {
+    0.0, -0.0, 1.0, -1.0, 0.5, 1.5, 2.5, -2.5, 100.7, 255, 256, -129, 300, 65504, 65519, 65520,
+    1e5, 1e-5, 6e-8, 3e-5, 1e-40, INFINITY, -INFINITY, NAN, 3e38, 1e300, 9.3e18, -9.3e18,
+    123456789, 1.00390625, 1.0048828125, 0.1};
+enum { NUM_SPECIAL = sizeof(k_special) / sizeof(k_special[0]) };
+
+TEST(ew_convert_matches_core) {
+  for (int s = 0; s < NUM_DTYPES; ++s)
+    for (int d = 0; d < NUM_DTYPES; ++d) {
+      tpu_dtype_t sd = k_all[s], dd = k_all[d];
+      uint64_t src[NUM_SPECIAL], want[NUM_SPECIAL], got[NUM_SPECIAL * 2];
+      memset(want, 0, sizeof(want));
+      memset(got, 0, sizeof(got));
+      tpu_convert(src, sd, 1, k_special, TPU_DTYPE_F64, 1, NUM_SPECIAL);
+      tpu_convert(want, dd, 1, src, sd, 1, NUM_SPECIAL);
+      tpu_ew_convert(got, dd, 2, src, sd, 1, NUM_SPECIAL); /* strided destination */
+      size_t size = tpu_dtype_size(dd);
+      for (int k = 0; k < NUM_SPECIAL; ++k)
+        if (memcmp((char*)want + k * size, (char*)got + 2 * k * size, size) != 0)
+          tpu_test_fail(__FILE__, __LINE__, "%s -> %s of %g differs", tpu_dtype_name(sd),
+                        tpu_dtype_name(dd), k_special[k]);
+    }
+}
+
+TEST(ew_copy_and_fill) {
+  int64_t shape[3] = {3, 40, 50}, row[2] = {40, 1};
+  for (int s = 0; s < NUM_DTYPES; ++s)
+    for (int d = 0; d < NUM_DTYPES; ++d)
+      for (int bcast = 0; bcast < 2; ++bcast) {
+        ht_t src = bcast ? ht_make(k_all[s], 2, row, L_CONTIG)
+                         : ht_make(k_all[s], 3, shape, L_TRANSPOSED);
+        ht_t dst = ht_make(k_all[d], 3, shape, bcast ? L_CONTIG : L_GAPS);
+        ht_fill(&src, false);
+        tpu_value_t in[1] = {vview(&src.v)};
+        ht_t made = {0};
+        CHECK_OK(run_node("copy", in, 1, NULL, 0, &dst.v, &made));
+        int64_t idx[3], n = tpu_view_numel(&dst.v);
+        for (int64_t k = 0; k < n; ++k) {
+          unravel(k, 3, shape, idx);
+          uint64_t want = 0;
+          tpu_convert(&want, k_all[d], 1, ht_at(&src.v, 3, idx), k_all[s], 1, 1);
+          if (memcmp(&want, ht_at(&dst.v, 3, idx), tpu_dtype_size(k_all[d])) != 0) {
+            tpu_test_fail(__FILE__, __LINE__, "copy %s -> %s differs at %lld",
+                          tpu_dtype_name(k_all[s]), tpu_dtype_name(k_all[d]), (long long)k);
+            break;
+          }
+        }
+        free(src.mem), free(dst.mem);
+      }
+  /* fill_: Python numbers and 0-dim tensors into strided outputs. */
+  for (int d = 0; d < NUM_DTYPES; ++d) {
+    ht_t dst = ht_make(k_all[d], 3, shape, L_GAPS);
+    ht_t zero_dim = ht_make(TPU_DTYPE_F64, 0, shape, L_CONTIG);
+    *(double*)zero_dim.mem = 3.0;
+    tpu_value_t values[2] = {vfloat(2.5), vview(&zero_dim.v)};
+    for (int k = 0; k < 2; ++k) {
+      tpu_value_t in[2] = {vview(&dst.v), values[k]};
+      ht_t made = {0};
+      CHECK_OK(run_node("fill", in, 2, NULL, 0, &dst.v, &made));
+      double want = k == 0 ? 2.5 : 3.0, got = 0;
+      uint64_t w = 0;
+      tpu_convert(&w, k_all[d], 1, &want, TPU_DTYPE_F64, 1, 1);
+      tpu_convert(&want, TPU_DTYPE_F64, 1, &w, k_all[d], 1, 1);
+      int64_t idx[3] = {2, 39, 49};
+      tpu_convert(&got, TPU_DTYPE_F64, 1, ht_at(&dst.v, 3, idx), k_all[d], 1, 1);
+      CHECK(got == want);
+    }
+    free(dst.mem), free(zero_dim.mem);
+  }
+}
+
+TEST(ew_rows_registered) {
+  const char* names[] = {"add", "where", "masked_fill", "gelu_backward", "copy", "fill"};
+  for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); ++k) {
+    tpu_op_id_t id = tpu_op_lookup(names[k]);
+    CHECK(id >= 0);
+    CHECK(id < 0 || tpu_op_def(id) == find_def(names[k]));
+  }
+  for (int32_t i = 0; i < tpu_family_elementwise.count; ++i) {
+    const tpu_op_def_t* def = &tpu_family_elementwise.ops[i];
+    CHECK(def->impl != NULL && def->kernel && def->infer && def->check);
+    CHECK(tpu_spec_count(def->inputs) <= TPU_EW_MAX_INPUTS);
+  }
+}

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Idempotent set-up: a local virtual environment (.venv) with the pinned torch
+# (2.13.0, the CPU build on this machine's disk), the build tools, and
+# torch_tpu itself built by CMake against that torch (no build isolation).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+. .venv/bin/activate
+python -m pip install -q --disable-pip-version-check -r requirements.txt
+# Rebuilds incrementally (build/py keeps CMake's state).
+python -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
+python -c "import torch, torch_tpu; assert torch.tpu.is_available()"

@@ -1,0 +1,271 @@
+"""The counted CPU fallback: ops without a native tpu kernel give the CPU's
+results on tpu tensors, are counted in torch_tpu.fallback_counts(), warn
+once per op, and raise NotImplementedError in "error" mode (set from Python
+or with TORCH_TPU_FALLBACK=error). In-place and out= fallbacks write into
+the tpu tensors.
+
+Ops are picked, at run time, among candidates that have no native kernel
+(torch_tpu.native_ops()), so the tests keep exercising the fallback as
+kernels are added."""
+import warnings
+
+import pytest
+import torch
+
+import torch_tpu
+from conftest import TPU0, assert_same, check, check_result, make, run_checks
+
+
+def native(name):
+    return name in set(torch_tpu.native_ops())
+
+
+def fallback_count(fragment):
+    return sum(v for k, v in torch_tpu.fallback_counts().items() if fragment in k)
+
+
+def pick(candidates):
+    """(aten name, callable) of the first candidate without a native kernel."""
+    for aten, fn in candidates:
+        if not native(aten) and not native(aten.split(".")[0]):
+            return aten, fn
+    pytest.fail(f"every candidate has a native kernel now: {[c[0] for c in candidates]}")
+
+
+UNARY_FALLBACKS = [
+    ("special_bessel_j0", torch.special.bessel_j0),
+    ("special_bessel_y0", torch.special.bessel_y0),
+    ("special_modified_bessel_i0", torch.special.modified_bessel_i0),
+]
+INPLACE_FALLBACKS = [
+    ("i0_", torch.Tensor.i0_),
+    ("digamma_", torch.Tensor.digamma_),
+    ("erfinv_", torch.Tensor.erfinv_),
+]
+BINARY_INPLACE_FALLBACKS = [
+    ("hypot_", torch.Tensor.hypot_),
+    ("nextafter_", torch.Tensor.nextafter_),
+]
+OUT_FALLBACKS = [
+    ("special_bessel_j1.out", lambda x, out: torch.special.bessel_j1(x, out=out)),
+    ("special_modified_bessel_k0.out",
+     lambda x, out: torch.special.modified_bessel_k0(x, out=out)),
+]
+
+
+def test_linalg_det_gives_cpu_result_and_is_counted():
+    x = make((4, 4), torch.float64, seed=1)
+    before = fallback_count("det")
+    t, c = check(torch.linalg.det, x, atol=1e-12, rtol=1e-10)
+    assert t.device == TPU0
+    assert fallback_count("det") > before
+    check(torch.linalg.det, make((3, 5, 5), torch.float32, seed=2), atol=1e-4, rtol=1e-4)
+
+
+def test_unary_fallback_result_and_counter():
+    aten, fn = pick(UNARY_FALLBACKS)
+    x = make((3, 7), seed=3, low=0.1, high=4)
+    before = fallback_count(aten)
+    for _ in range(3):
+        check(fn, x)
+    assert fallback_count(aten) - before == 3
+    assert aten not in " ".join(torch_tpu.native_counts())
+
+
+def test_fallback_on_noncontiguous_input():
+    aten, fn = pick(UNARY_FALLBACKS)
+    check(fn, make((4, 6), seed=4, noncontig=True))
+    check(lambda t: fn(t.t()), make((5, 3), seed=5))
+
+
+def test_fallback_returning_several_tensors():
+    x = make((3, 4, 4), torch.float64, seed=6)
+    check(torch.linalg.slogdet, x, atol=1e-10, rtol=1e-10)
+
+
+def test_fallback_autograd_matches_cpu():
+    x = make((4, 4), torch.float64, seed=7)
+    c = x.clone().requires_grad_()
+    t = x.to("tpu").requires_grad_()
+    torch.linalg.det(c).backward()
+    torch.linalg.det(t).backward()
+    assert t.grad.device == TPU0
+    assert_same(t.grad, c.grad, atol=1e-10, rtol=1e-8)
+
+
+def test_warns_once_per_op():
+    aten, fn = "special_airy_ai", torch.special.airy_ai
+    assert not native(aten)
+    x = make((5,), seed=8).to("tpu")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        fn(x)
+        fn(x)
+        fn(x * 2)
+    msgs = [str(m.message) for m in w if "airy_ai" in str(m.message)]
+    assert len(msgs) == 1, msgs
+    assert "CPU" in msgs[0] and "fallback_counts" in msgs[0]
+
+
+def test_silent_mode_does_not_warn_but_counts():
+    torch_tpu.set_fallback_mode("silent")
+    fn = torch.special.scaled_modified_bessel_k1
+    x = make((6,), seed=9, low=0.5, high=3)
+    before = fallback_count("scaled_modified_bessel_k1")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        check(fn, x)
+    assert not [m for m in w if "scaled_modified_bessel_k1" in str(m.message)]
+    assert fallback_count("scaled_modified_bessel_k1") == before + 1
+
+
+def test_error_mode_raises_not_implemented():
+    aten, fn = pick(UNARY_FALLBACKS)
+    x = make((4,), seed=10)
+    xt = x.to("tpu")
+    torch_tpu.set_fallback_mode("error")
+    assert torch_tpu._C.fallback_mode() == "error"
+    with pytest.raises(NotImplementedError, match=aten):
+        fn(xt)
+    # bridge-level ops (creation, copies, views) still work
+    assert_same(xt.view(2, 2).t().contiguous(), x.view(2, 2).t().contiguous(), exact=True)
+    torch_tpu.set_fallback_mode("warn")
+    check(fn, x)
+
+
+def test_set_fallback_mode_rejects_unknown_modes():
+    with pytest.raises(RuntimeError):
+        torch_tpu.set_fallback_mode("sometimes")
+    assert torch_tpu._C.fallback_mode() in ("warn", "silent", "error")
+
+
+@pytest.mark.parametrize("view", ["whole", "slice", "transposed"])
+def test_inplace_fallback_writes_into_tpu_tensor(view):
+    aten, fn = pick(INPLACE_FALLBACKS)
+    views = {"whole": lambda t: t, "slice": lambda t: t[1:, ::2],
+             "transposed": lambda t: t.t()}
+    x = make((4, 6), seed=11, low=-0.9, high=0.9)
+    xt = x.to("tpu")
+    ptr = xt.data_ptr()
+    before = fallback_count(aten)
+    r_cpu = fn(views[view](x))
+    r_tpu = fn(views[view](xt))
+    assert fallback_count(aten) == before + 1
+    assert xt.data_ptr() == ptr
+    assert_same(r_tpu, r_cpu)
+    assert_same(xt, x)  # the base tensor was updated, untouched elements unchanged
+
+
+def test_binary_inplace_fallback():
+    aten, fn = pick(BINARY_INPLACE_FALLBACKS)
+    x, y = make((3, 4), seed=12), make((4,), seed=13)
+    before = fallback_count(aten)
+    check(lambda a, b: (fn(a, b), a)[1], x, y)
+    check(lambda a, b: (fn(a[:, 1:3], b[1:3]), a)[1], x, y)
+    assert fallback_count(aten) == before + 2
+
+
+@pytest.mark.parametrize("out_kind", ["right", "wrong_size", "empty", "noncontig"])
+def test_out_fallback_writes_into_tpu_tensor(out_kind):
+    aten, fn = pick(OUT_FALLBACKS)
+    x = make((3, 4), seed=14, low=0.2, high=3)
+    outs = {"right": lambda d: torch.full((3, 4), -1.0, device=d),
+            "wrong_size": lambda d: torch.full((5,), -1.0, device=d),
+            "empty": lambda d: torch.empty(0, device=d),
+            "noncontig": lambda d: torch.full((4, 3), -1.0, device=d).t()}
+    o_cpu, o_tpu = outs[out_kind]("cpu"), outs[out_kind]("tpu")
+    ptr = o_tpu.data_ptr()
+    before = fallback_count(aten.split(".")[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r_cpu = fn(x, o_cpu)
+        r_tpu = fn(x.to("tpu"), o_tpu)
+    assert fallback_count(aten.split(".")[0]) == before + 1
+    assert r_tpu is o_tpu
+    assert o_tpu.device == TPU0
+    assert_same(o_tpu, o_cpu)
+    assert o_tpu.stride() == o_cpu.stride()
+    if out_kind in ("right", "noncontig"):
+        assert o_tpu.data_ptr() == ptr
+
+
+def test_fallback_with_cpu_scalar_tensor_argument():
+    x = make((5,), seed=15, low=0.1, high=2)
+    got = torch.special.xlog1py(x.to("tpu"), torch.tensor(0.5))
+    assert got.device == TPU0
+    assert_same(got, torch.special.xlog1py(x, torch.tensor(0.5)))
+
+
+def test_counters_api():
+    torch_tpu.reset_counts()
+    assert sum(torch_tpu.fallback_counts().values()) == 0
+    aten, fn = pick(UNARY_FALLBACKS)
+    fn(make((3,), seed=16).to("tpu"))
+    counts = torch_tpu.fallback_counts()
+    assert isinstance(counts, dict)
+    assert sum(v for k, v in counts.items() if aten in k) == 1
+    torch_tpu.reset_counts()
+    assert sum(torch_tpu.fallback_counts().values()) == 0
+
+
+def test_native_ops_are_counted_as_native():
+    ops = torch_tpu.native_ops()
+    assert isinstance(ops, list) and ops == sorted(ops)
+    assert "add.Tensor" in ops, "the elementwise family binds aten::add.Tensor"
+    torch_tpu.reset_counts()
+    x = make((4,), seed=17)
+    check(lambda a: a + a, x)
+    assert torch_tpu.native_counts().get("add.Tensor", 0) == 1
+    assert not any("add.Tensor" in k for k in torch_tpu.fallback_counts())
+
+
+def test_no_binding_errors():
+    """Every runtime op's ATen overloads bound (a broken binding silently
+    falls back)."""
+    assert torch_tpu._C.binding_errors() == []
+
+
+# ---- TORCH_TPU_FALLBACK=error (child process) -------------------------------------------
+
+ERROR_ENV = r'''
+import warnings
+
+@check
+def mode_is_error():
+    assert torch_tpu._C.fallback_mode() == "error"
+
+@check
+def fallback_op_raises():
+    x = torch.rand(4).tpu()
+    try:
+        torch.special.bessel_j0(x)
+    except NotImplementedError as e:
+        assert "bessel_j0" in str(e), e
+    else:
+        raise AssertionError("no NotImplementedError")
+
+@check
+def core_ops_still_work():
+    x = torch.arange(6.0).view(2, 3)
+    t = x.tpu()
+    assert_close(t.t().contiguous().cpu(), x.t().contiguous(), rtol=0, atol=0)
+
+@check
+def switching_back_to_warn_works():
+    torch_tpu.set_fallback_mode("warn")
+    x = torch.rand(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert_close(torch.special.bessel_j0(x.tpu()).cpu(), torch.special.bessel_j0(x))
+'''
+
+
+@pytest.fixture(scope="module")
+def error_env_results():
+    return run_checks(ERROR_ENV, TORCH_TPU_FALLBACK="error")
+
+
+@pytest.mark.parametrize("name", ["mode_is_error", "fallback_op_raises", "core_ops_still_work",
+                                  "switching_back_to_warn_works"])
+def test_fallback_env_error(error_env_results, name):
+    check_result(error_env_results, name)

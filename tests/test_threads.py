@@ -1,0 +1,149 @@
+"""Ops issued from several Python threads at once (each with its own
+tensors) give the CPU's results; per-thread state (current stream, device)
+stays per thread; counters and memory accounting stay consistent."""
+import gc
+
+import torch
+import torch.nn.functional as F
+
+import torch_tpu
+from conftest import assert_same, make, run_threads
+
+THREADS = 4
+
+
+def workload(x, w, b, idx):
+    """A mix of native and fallback-prone ops."""
+    h = F.gelu(x @ w + b)
+    h = F.layer_norm(h, h.shape[-1:])
+    s = torch.softmax(h, -1)
+    e = F.embedding(idx, w.t().contiguous())
+    return {
+        "s": s,
+        "sum": s.sum(0),
+        "max": h.max(1),
+        "cat": torch.cat([h[:, :3], e.reshape(h.shape[0], -1)[:, :5]], 1),
+        "sel": h.index_select(0, idx),
+        "inplace": h.clone().mul_(2).add_(b).clamp_(-1, 1),
+        "ce": F.cross_entropy(h, idx % h.shape[1]),
+    }
+
+
+def inputs(i):
+    return (make((16, 24), seed=10 * i), make((24, 12), seed=10 * i + 1),
+            make((12,), seed=10 * i + 2),
+            torch.randint(0, 12, (16,), generator=torch.Generator().manual_seed(i)))
+
+
+def test_four_threads_compute_like_cpu():
+    expected = [workload(*inputs(i)) for i in range(THREADS)]
+
+    def body(i):
+        x, w, b, idx = (t.to("tpu") for t in inputs(i))
+        results = []
+        for _ in range(10):
+            r = workload(x, w, b, idx)
+            results.append({k: (tuple(t.cpu() for t in v) if isinstance(v, tuple)
+                                else v.cpu()) for k, v in r.items()})
+        return results
+
+    got = run_threads(body, THREADS)
+    for i in range(THREADS):
+        for r in got[i]:
+            for k in expected[i]:
+                assert_same(r[k], expected[i][k], atol=1e-5, rtol=1e-5, msg=f"thread {i} {k}")
+
+
+def test_threads_each_on_own_stream():
+    def body(i):
+        s = torch.tpu.Stream()
+        x = make((64, 64), seed=i).to("tpu") / 8
+        with torch.tpu.stream(s):
+            assert torch.tpu.current_stream() == s
+            torch.tpu.current_stream().wait_stream(torch.tpu.default_stream())
+            y = x
+            for _ in range(10):
+                y = torch.tanh(y @ x)
+        s.synchronize()
+        assert torch.tpu.current_stream() == torch.tpu.default_stream()
+        return y.cpu()
+
+    main_stream = torch.tpu.current_stream()
+    got = run_threads(body, THREADS)
+    assert torch.tpu.current_stream() == main_stream
+    for i in range(THREADS):
+        x = make((64, 64), seed=i) / 8
+        y = x
+        for _ in range(10):
+            y = torch.tanh(y @ x)
+        torch.testing.assert_close(got[i], y, atol=1e-5, rtol=1e-5)
+
+
+def test_current_stream_is_per_thread():
+    s = torch.tpu.Stream()
+    with torch.tpu.stream(s):
+        seen = run_threads(lambda i: torch.tpu.current_stream(), 2)
+        assert torch.tpu.current_stream() == s
+    assert all(st == torch.tpu.default_stream() for st in seen)
+
+
+def test_fallback_counter_is_thread_safe():
+    calls = 25
+    x = make((8,), seed=5, low=0.1, high=2)
+    key = "special_bessel_y1"
+    before = sum(v for k, v in torch_tpu.fallback_counts().items() if key in k)
+
+    def body(i):
+        xt = x.to("tpu")
+        out = None
+        for _ in range(calls):
+            out = torch.special.bessel_y1(xt)
+        return out.cpu()
+
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = run_threads(body, THREADS)
+    for g in got:
+        torch.testing.assert_close(g, torch.special.bessel_y1(x))
+    after = sum(v for k, v in torch_tpu.fallback_counts().items() if key in k)
+    assert after - before == THREADS * calls
+
+
+def test_memory_accounting_with_threads():
+    gc.collect()
+    torch.tpu.synchronize()
+    base = torch.tpu.memory_allocated()
+
+    def body(i):
+        keep = []
+        for j in range(50):
+            t = torch.full((1000 + 37 * j,), float(i), device="tpu")
+            keep.append(t * 2)
+            if j % 2:
+                keep.pop(0)
+        return [k.cpu() for k in keep]
+
+    got = run_threads(body, THREADS)
+    for i, ks in enumerate(got):
+        for k in ks:
+            torch.testing.assert_close(k, torch.full_like(k, 2.0 * i))
+    gc.collect()
+    torch.tpu.synchronize()
+    assert torch.tpu.memory_allocated() == base
+
+
+def test_rng_in_threads_gives_valid_samples():
+    def body(i):
+        g = torch.Generator(device="tpu")
+        g.manual_seed(i)
+        a = torch.rand(1000, device="tpu", generator=g).cpu()
+        g.manual_seed(i)
+        b = torch.rand(1000, device="tpu", generator=g).cpu()
+        return a, b
+
+    got = run_threads(body, THREADS)
+    for a, b in got:
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+        assert 0 <= a.min() and a.max() < 1
+    assert not torch.equal(got[0][0], got[1][0])

@@ -1,0 +1,74 @@
+"""torch_tpu: ``tpu`` as a native PyTorch device.
+
+Importing this package (or ``import torch``, through the ``torch.backends``
+autoload entry point) renames PyTorch's PrivateUse1 backend to ``tpu``, loads
+the bridge (``torch_tpu._C``: allocator, device guard, hooks, generator, op
+registration) and installs ``torch.tpu``. Programs then use ``device="tpu"``,
+``Tensor.tpu()``, ``torch.accelerator`` and ``torch.autocast("tpu")`` as they
+would with CUDA.
+"""
+import torch
+
+__version__ = "0.1.0"
+
+if torch._C._get_privateuse1_backend_name() != "tpu":
+    torch.utils.rename_privateuse1_backend("tpu")
+
+from torch_tpu import _C  # noqa: E402
+
+_C._init()
+
+from torch_tpu import device as _device_module  # noqa: E402
+
+torch._register_device_module("tpu", _device_module)
+torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,
+                                                     for_storage=True)
+torch.set_autocast_dtype("tpu", torch.bfloat16)
+
+from torch_tpu._internal.execution_mode import (  # noqa: E402
+    EagerMode,
+    eager_mode,
+    get_eager_mode,
+    set_eager_mode,
+    set_global_eager_mode,
+)
+
+
+def fallback_counts() -> dict:
+    """Calls per ATen op that ran on the CPU because no native kernel took them."""
+    return dict(_C.fallback_counts())
+
+
+def native_counts() -> dict:
+    """Calls per ATen op that ran natively on the tpu runtime."""
+    return dict(_C.native_counts())
+
+
+def reset_counts() -> None:
+    """Zeroes both counters."""
+    _C.reset_counts()
+
+
+def native_ops() -> list:
+    """The ATen overloads with a native tpu kernel."""
+    return sorted(_C.native_op_names())
+
+
+def set_fallback_mode(mode: str) -> None:
+    """'warn' (default: warn once per op), 'silent', or 'error' (raise
+    NotImplementedError instead of falling back). Also TORCH_TPU_FALLBACK."""
+    _C.set_fallback_mode(mode)
+
+
+__all__ = [
+    "EagerMode",
+    "eager_mode",
+    "fallback_counts",
+    "get_eager_mode",
+    "native_counts",
+    "native_ops",
+    "reset_counts",
+    "set_eager_mode",
+    "set_fallback_mode",
+    "set_global_eager_mode",
+]

@@ -1,0 +1,38 @@
+"""``python -m torch_tpu``: an environment report."""
+import os
+
+import torch
+
+import torch_tpu
+from torch_tpu import _C
+
+
+def main() -> None:
+    gib = 1024 ** 3
+    print(f"torch_tpu {torch_tpu.__version__} on torch {torch.__version__}")
+    print(f"driver: {_C.driver_name()}, compute threads: {_C.compute_threads()}")
+    print(f"accelerator: {torch.accelerator.current_accelerator()}")
+    print(f"chips: {torch.tpu.device_count()} (TORCH_TPU_NUM_CHIPS="
+          f"{os.environ.get('TORCH_TPU_NUM_CHIPS', '1')})")
+    for i in range(torch.tpu.device_count()):
+        free, total = torch.tpu.mem_get_info(i)
+        print(f"  tpu:{i}: {torch.tpu.get_device_name(i)}, memory {total / gib:.1f} GiB, "
+              f"free {free / gib:.2f} GiB, allocated "
+              f"{torch.tpu.memory_allocated(i) / 2**20:.1f} MiB")
+    print(f"eager mode: {torch_tpu.get_eager_mode().name}")
+    print(f"fallback mode: {_C.fallback_mode()}")
+    ops = _C.runtime_ops()
+    families = sorted({f for _, f in ops})
+    print(f"runtime ops: {len(ops)} in {len(families)} families ({', '.join(families)})")
+    print(f"native ATen overloads: {len(torch_tpu.native_ops())}")
+    errors = _C.binding_errors()
+    if errors:
+        print(f"binding errors: {len(errors)}")
+        for e in errors:
+            print(f"  {e}")
+    seen = torch_tpu.fallback_counts()
+    print(f"fallbacks seen in this process: {sum(seen.values())}")
+
+
+if __name__ == "__main__":
+    main()

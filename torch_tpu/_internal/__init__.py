@@ -1,0 +1,1 @@
+"""Names kept where the published TorchTPU API puts them."""
