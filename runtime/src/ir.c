@@ -14,6 +14,10 @@ typedef struct node_slot {
   int64_t output_offset;
 } node_slot_t;
 
+/* Room for a one-node graph inside the graph itself: strict eager submits
+ * one such graph per op, with a single allocation. */
+enum { INLINE_NODES = 1, INLINE_INPUTS = 4, INLINE_OUTPUTS = 3 };
+
 struct tpu_graph {
   node_slot_t* nodes;
   int32_t node_count, node_capacity;
@@ -21,6 +25,9 @@ struct tpu_graph {
   int64_t input_count, input_capacity;
   tpu_view_t* outputs;
   int64_t output_count, output_capacity;
+  node_slot_t inline_nodes[INLINE_NODES];
+  tpu_value_t inline_inputs[INLINE_INPUTS];
+  tpu_view_t inline_outputs[INLINE_OUTPUTS];
 };
 
 int64_t tpu_view_numel(const tpu_view_t* view) {
@@ -61,24 +68,42 @@ bool tpu_attr_bool(const tpu_attr_t* a, bool dflt) {
 }
 
 tpu_status_t tpu_graph_create(tpu_graph_t** out_graph) {
-  *out_graph = calloc(1, sizeof(tpu_graph_t));
-  if (!*out_graph) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "graph allocation failed");
+  tpu_graph_t* g = malloc(sizeof(tpu_graph_t));
+  if (!g) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "graph allocation failed");
+  g->nodes = g->inline_nodes;
+  g->node_count = 0;
+  g->node_capacity = INLINE_NODES;
+  g->inputs = g->inline_inputs;
+  g->input_count = 0;
+  g->input_capacity = INLINE_INPUTS;
+  g->outputs = g->inline_outputs;
+  g->output_count = 0;
+  g->output_capacity = INLINE_OUTPUTS;
+  *out_graph = g;
   return TPU_OK;
 }
 
 void tpu_graph_release(tpu_graph_t* graph) {
   if (!graph) return;
-  free(graph->nodes);
-  free(graph->inputs);
-  free(graph->outputs);
+  if (graph->nodes != graph->inline_nodes) free(graph->nodes);
+  if (graph->inputs != graph->inline_inputs) free(graph->inputs);
+  if (graph->outputs != graph->inline_outputs) free(graph->outputs);
   free(graph);
 }
 
-static int grow(void** data, int64_t* capacity, int64_t needed, size_t elem) {
+/* Grows an array that may still live in the graph's inline storage. */
+static int grow(void** data, const void* inline_data, int64_t count, int64_t* capacity,
+                int64_t needed, size_t elem) {
   if (needed <= *capacity) return 1;
-  int64_t cap = *capacity ? *capacity * 2 : 4;
+  int64_t cap = *capacity * 2;
   while (cap < needed) cap *= 2;
-  void* p = realloc(*data, (size_t)cap * elem);
+  void* p;
+  if (*data == inline_data) {
+    p = malloc((size_t)cap * elem);
+    if (p && count) memcpy(p, *data, (size_t)count * elem);
+  } else {
+    p = realloc(*data, (size_t)cap * elem);
+  }
   if (!p) return 0;
   *data = p;
   *capacity = cap;
@@ -91,15 +116,14 @@ tpu_status_t tpu_graph_add_node(tpu_graph_t* g, tpu_op_id_t op, const tpu_value_
   if (num_inputs < 0 || num_outputs < 0 || num_attrs < 0 || num_attrs > TPU_MAX_ATTRS)
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "bad node arity");
   int64_t cap = g->node_capacity;
-  if (!grow((void**)&g->nodes, &cap, g->node_count + 1, sizeof(node_slot_t)) ||
-      !grow((void**)&g->inputs, &g->input_capacity, g->input_count + num_inputs,
-            sizeof(tpu_value_t)) ||
-      !grow((void**)&g->outputs, &g->output_capacity, g->output_count + num_outputs,
-            sizeof(tpu_view_t))) {
-    g->node_capacity = (int32_t)cap;
-    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "graph growth failed");
-  }
+  int ok = grow((void**)&g->nodes, g->inline_nodes, g->node_count, &cap, g->node_count + 1,
+                sizeof(node_slot_t)) &&
+           grow((void**)&g->inputs, g->inline_inputs, g->input_count, &g->input_capacity,
+                g->input_count + num_inputs, sizeof(tpu_value_t)) &&
+           grow((void**)&g->outputs, g->inline_outputs, g->output_count, &g->output_capacity,
+                g->output_count + num_outputs, sizeof(tpu_view_t));
   g->node_capacity = (int32_t)cap;
+  if (!ok) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "graph growth failed");
   node_slot_t* slot = &g->nodes[g->node_count++];
   memset(slot, 0, sizeof(*slot));
   slot->node.op = op;
@@ -148,12 +172,12 @@ tpu_status_t tpu_graph_verify(const tpu_graph_t* graph) {
     const tpu_node_t* n = tpu_graph_node(graph, i);
     const tpu_op_def_t* def = tpu_op_def(n->op);
     if (!def) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "node %d: unknown op %d", i, n->op);
-    if (n->num_attrs != tpu_spec_count(def->attrs))
+    if (n->num_attrs != tpu_op_num_attrs(n->op))
       return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "node %d (%s): %d attrs, expected %d", i,
-                             def->name, n->num_attrs, tpu_spec_count(def->attrs));
-    if (n->num_outputs != tpu_spec_count(def->outputs))
+                             def->name, n->num_attrs, tpu_op_num_attrs(n->op));
+    if (n->num_outputs != tpu_op_num_outputs(n->op))
       return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "node %d (%s): %d outputs, expected %d", i,
-                             def->name, n->num_outputs, tpu_spec_count(def->outputs));
+                             def->name, n->num_outputs, tpu_op_num_outputs(n->op));
     for (int32_t k = 0; k < n->num_inputs; ++k)
       if (n->inputs[k].kind == TPU_VALUE_VIEW)
         TPU_RETURN_IF_ERROR(

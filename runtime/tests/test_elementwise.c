@@ -796,6 +796,19 @@ TEST(ew_semantics_match_pytorch) {
     EXPECT2("div", z, 1, floor_mode, TPU_DTYPE_F32, -INFINITY, INFINITY);
     free(t.mem);
   }
+  {
+    /* 0-dim tensors are cast to the common dtype first: 300 -> int8 44;
+     * int32 2049 -> float16 2048. */
+    const double v3[3] = {1, 44, 100}, big[1] = {2049};
+    ht_t a = vec(TPU_DTYPE_I8, 3, v3), b = vec(TPU_DTYPE_I32, 1, big);
+    ht_t s300 = ht_make(TPU_DTYPE_I64, 0, NULL, L_CONTIG), one = ht_make(TPU_DTYPE_F16, 0, NULL, L_CONTIG);
+    *(int64_t*)s300.mem = 300;
+    *(uint16_t*)one.mem = 0x3c00; /* 1.0 */
+    tpu_value_t lt[2] = {vview(&a.v), vview(&s300.v)}, add[2] = {vview(&b.v), vview(&one.v)};
+    EXPECT2("eq", lt, 0, NULL, TPU_DTYPE_BOOL, 0, 1);
+    EXPECT2("add", add, 1, alpha1, TPU_DTYPE_F16, 2048, 0); /* one element */
+    free(a.mem), free(b.mem), free(s300.mem), free(one.mem);
+  }
   free(i64.mem), free(u8.mem), free(i8.mem), free(i8b.mem), free(f16.mem), free(mask.mem);
   free(i3.mem), free(f16s.mem);
 }
@@ -889,6 +902,26 @@ TEST(ew_errors_and_fallbacks) {
     EXPECT_CODE("mul", in, NULL, 0, &expanded, I);
     (void)n3;
   }
+  {
+    /* Overlap: partial, or full with another layout, is PyTorch's error;
+     * interleaved slices and exact in-place aliasing are fine. */
+    int64_t n6 = 6, n2x2[2] = {2, 2};
+    ht_t x = ht_make(TPU_DTYPE_F32, 1, &n6, L_CONTIG), sq = ht_make(TPU_DTYPE_F32, 2, n2x2, L_CONTIG);
+    tpu_view_t head = x.v, tail = x.v, even = x.v, odd = x.v, t = sq.v;
+    head.sizes[0] = tail.sizes[0] = 5;
+    tail.addr += 4;
+    even.sizes[0] = odd.sizes[0] = 3;
+    even.strides[0] = odd.strides[0] = 2;
+    odd.addr += 4;
+    t.strides[0] = 1, t.strides[1] = 2;
+    tpu_value_t shifted[2] = {vview(&tail), vview(&head)}, inter[2] = {vview(&even), vview(&odd)};
+    tpu_value_t trans[2] = {vview(&sq.v), vview(&t)}, copy_in[1] = {vview(&head)};
+    EXPECT_CODE("add", shifted, NULL, 0, &tail, I);
+    EXPECT_CODE("add", trans, NULL, 0, &sq.v, I);
+    EXPECT_CODE("copy", copy_in, NULL, 0, &tail, I);
+    EXPECT_CODE("add", inter, NULL, 0, &even, TPU_CODE_OK);
+    free(x.mem), free(sq.mem);
+  }
   free(i32.mem), free(f32.mem), free(b.mem), free(u8.mem), free(f64.mem), free(i8.mem);
   free(f4.mem);
 }
@@ -896,8 +929,9 @@ TEST(ew_errors_and_fallbacks) {
 /* Values that exercise every conversion: rounding, overflow, NaN, subnormals. */
 static const double k_special[] = {
     0.0, -0.0, 1.0, -1.0, 0.5, 1.5, 2.5, -2.5, 100.7, 255, 256, -129, 300, 65504, 65519, 65520,
-    1e5, 1e-5, 6e-8, 3e-5, 1e-40, INFINITY, -INFINITY, NAN, 3e38, 1e300, 9.3e18, -9.3e18,
-    123456789, 1.00390625, 1.0048828125, 0.1};
+    1e5, 1e-5, 6e-8, 3e-5, 1e-40, INFINITY, -INFINITY, 3e38, 1e300, 9.3e18, -9.3e18,
+    123456789, 1.00390625, 1.0048828125, 0.1, -3e-6, 5.9604644775390625e-8, 2.98e-8, -1e-3, NAN,
+    0.2, 0.3};
 enum { NUM_SPECIAL = sizeof(k_special) / sizeof(k_special[0]) };
 
 TEST(ew_convert_matches_core) {
@@ -909,12 +943,14 @@ TEST(ew_convert_matches_core) {
       memset(got, 0, sizeof(got));
       tpu_convert(src, sd, 1, k_special, TPU_DTYPE_F64, 1, NUM_SPECIAL);
       tpu_convert(want, dd, 1, src, sd, 1, NUM_SPECIAL);
-      tpu_ew_convert(got, dd, 2, src, sd, 1, NUM_SPECIAL); /* strided destination */
       size_t size = tpu_dtype_size(dd);
-      for (int k = 0; k < NUM_SPECIAL; ++k)
-        if (memcmp((char*)want + k * size, (char*)got + 2 * k * size, size) != 0)
-          tpu_test_fail(__FILE__, __LINE__, "%s -> %s of %g differs", tpu_dtype_name(sd),
-                        tpu_dtype_name(dd), k_special[k]);
+      for (int stride = 1; stride <= 2; ++stride) { /* contiguous (fast paths) and strided */
+        tpu_ew_convert(got, dd, stride, src, sd, 1, NUM_SPECIAL);
+        for (int k = 0; k < NUM_SPECIAL; ++k)
+          if (memcmp((char*)want + k * size, (char*)got + stride * k * size, size) != 0)
+            tpu_test_fail(__FILE__, __LINE__, "%s -> %s of %g differs", tpu_dtype_name(sd),
+                          tpu_dtype_name(dd), k_special[k]);
+      }
     }
 }
 

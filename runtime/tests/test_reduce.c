@@ -37,70 +37,75 @@ typedef struct reduce_case {
 #define I64 TPU_DTYPE_I64
 #define I32 TPU_DTYPE_I32
 #define NONE_DT TPU_DTYPE_INVALID
+#define BOOL TPU_DTYPE_BOOL
+#define U8 TPU_DTYPE_U8
+#define I8 TPU_DTYPE_I8
+#define I16 TPU_DTYPE_I16
+#define TT_TRANSP TT_TRANSPOSED
 
 static const reduce_case_t k_cases[] = {
     /* op, dtype, ndim, sizes, layout, dim kind, ndims, dims, keepdim, dtype, corr, nan, strided */
     {"sum", F32, 3, {3, 4, 5}, TT_CONTIG, DIM_INTS, 1, {1}, false, NONE_DT, NAN, 0, false},
     {"sum", F32, 3, {3, 4, 5}, TT_CONTIG, DIM_INTS, 2, {0, 2}, true, NONE_DT, NAN, 0, false},
     {"sum", F32, 3, {3, 4, 5}, TT_CONTIG, DIM_INTS, 0, {0}, false, NONE_DT, NAN, 0, false},
-    {"sum", F32, 3, {3, 4, 5}, TT_TRANSPOSED, DIM_INTS, 1, {-1}, false, NONE_DT, NAN, 0, true},
+    {"sum", F32, 3, {3, 4, 5}, TT_TRANSP, DIM_INTS, 1, {-1}, false, NONE_DT, NAN, 0, true},
     {"sum", F64, 3, {6, 5, 40}, TT_GAPS, DIM_INTS, 2, {2, 0}, false, NONE_DT, NAN, 0, false},
     {"sum", F32, 2, {7, 33}, TT_BROADCAST, DIM_INTS, 1, {0}, false, NONE_DT, NAN, 0, false},
     {"sum", F32, 2, {7, 33}, TT_BROADCAST, DIM_INTS, 1, {1}, true, NONE_DT, NAN, 0, false},
     {"sum", I32, 2, {9, 31}, TT_CONTIG, DIM_INTS, 1, {1}, false, NONE_DT, NAN, 0, false},
-    {"sum", TPU_DTYPE_BOOL, 2, {9, 31}, TT_TRANSPOSED, DIM_INTS, 1, {0}, false, NONE_DT, NAN, 0, false},
-    {"sum", TPU_DTYPE_U8, 2, {9, 31}, TT_CONTIG, DIM_INTS, 1, {1}, false, F16, NAN, 0, false},
+    {"sum", BOOL, 2, {9, 31}, TT_TRANSP, DIM_INTS, 1, {0}, false, NONE_DT, NAN, 0, false},
+    {"sum", U8, 2, {9, 31}, TT_CONTIG, DIM_INTS, 1, {1}, false, F16, NAN, 0, false},
     {"sum", F16, 2, {64, 33}, TT_CONTIG, DIM_INTS, 1, {0}, false, NONE_DT, NAN, 0, true},
     {"sum", BF16, 2, {64, 33}, TT_CONTIG, DIM_INTS, 1, {1}, false, F32, NAN, 0, false},
     {"sum", F32, 2, {300, 700}, TT_CONTIG, DIM_INTS, 1, {0}, false, NONE_DT, NAN, 0, false},
     {"sum", F32, 2, {4, 70000}, TT_CONTIG, DIM_INTS, 1, {1}, false, NONE_DT, NAN, 0, false},
     {"sum", F32, 2, {70000, 20}, TT_CONTIG, DIM_INTS, 1, {0}, true, NONE_DT, NAN, 0, true},
-    {"sum", I64, 3, {50, 40, 70}, TT_TRANSPOSED, DIM_INTS, 2, {0, 1}, false, NONE_DT, NAN, 0, false},
+    {"sum", I64, 3, {50, 40, 70}, TT_TRANSP, DIM_INTS, 2, {0, 1}, false, NONE_DT, NAN, 0, false},
     {"sum", F32, 2, {0, 3}, TT_CONTIG, DIM_INTS, 1, {0}, false, NONE_DT, NAN, 0, false},
     {"sum", F32, 2, {3, 0}, TT_CONTIG, DIM_INTS, 1, {0}, false, NONE_DT, NAN, 0, false},
     {"sum", F32, 0, {0}, TT_CONTIG, DIM_INTS, 1, {0}, true, NONE_DT, NAN, 0, false},
     {"sum_all", F32, 2, {5, 6}, TT_CONTIG, DIM_NONE, 0, {0}, false, NONE_DT, NAN, 0, false},
-    {"sum_all", TPU_DTYPE_I8, 2, {5, 6}, TT_GAPS, DIM_NONE, 0, {0}, false, F64, NAN, 0, false},
+    {"sum_all", I8, 2, {5, 6}, TT_GAPS, DIM_NONE, 0, {0}, false, F64, NAN, 0, false},
     {"sum_all", F64, 1, {200001}, TT_CONTIG, DIM_NONE, 0, {0}, false, NONE_DT, NAN, 0, false},
     {"mean", F32, 3, {3, 4, 5}, TT_CONTIG, DIM_INTS, 1, {1}, false, NONE_DT, NAN, 0, false},
-    {"mean", F16, 3, {3, 4, 5}, TT_TRANSPOSED, DIM_INTS, 2, {0, 2}, true, NONE_DT, NAN, 0, false},
+    {"mean", F16, 3, {3, 4, 5}, TT_TRANSP, DIM_INTS, 2, {0, 2}, true, NONE_DT, NAN, 0, false},
     {"mean", I32, 2, {8, 9}, TT_CONTIG, DIM_INTS, 1, {0}, false, F32, NAN, 0, false},
     {"mean", F32, 2, {0, 4}, TT_CONTIG, DIM_INTS, 1, {0}, false, NONE_DT, NAN, 0, false},
     {"mean_all", F64, 1, {131072}, TT_GAPS, DIM_NONE, 0, {0}, false, NONE_DT, NAN, 0, false},
     {"mean_all", BF16, 2, {17, 19}, TT_CONTIG, DIM_NONE, 0, {0}, false, F32, NAN, 0, false},
     {"prod", F32, 2, {4, 5}, TT_CONTIG, DIM_INT, 1, {1}, false, NONE_DT, NAN, 0, false},
     {"prod", I64, 2, {30, 3}, TT_CONTIG, DIM_INT, 1, {0}, true, NONE_DT, NAN, 0, false},
-    {"prod", TPU_DTYPE_I16, 2, {30, 3}, TT_TRANSPOSED, DIM_INT, 1, {0}, false, NONE_DT, NAN, 0, false},
+    {"prod", I16, 2, {30, 3}, TT_TRANSP, DIM_INT, 1, {0}, false, NONE_DT, NAN, 0, false},
     {"prod_all", F64, 1, {6}, TT_CONTIG, DIM_NONE, 0, {0}, false, NONE_DT, NAN, 0, false},
     {"amax", F32, 3, {8, 9, 10}, TT_CONTIG, DIM_INTS, 2, {0, 1}, false, NONE_DT, NAN, 0.02, false},
-    {"amax", TPU_DTYPE_I16, 3, {8, 9, 10}, TT_TRANSPOSED, DIM_INTS, 1, {2}, true, NONE_DT, NAN, 0, false},
-    {"amax", TPU_DTYPE_BOOL, 2, {8, 9}, TT_CONTIG, DIM_INTS, 0, {0}, false, NONE_DT, NAN, 0, false},
-    {"amin", F64, 3, {8, 9, 10}, TT_TRANSPOSED, DIM_INTS, 1, {1}, false, NONE_DT, NAN, 0.01, false},
+    {"amax", I16, 3, {8, 9, 10}, TT_TRANSP, DIM_INTS, 1, {2}, true, NONE_DT, NAN, 0, false},
+    {"amax", BOOL, 2, {8, 9}, TT_CONTIG, DIM_INTS, 0, {0}, false, NONE_DT, NAN, 0, false},
+    {"amin", F64, 3, {8, 9, 10}, TT_TRANSP, DIM_INTS, 1, {1}, false, NONE_DT, NAN, 0.01, false},
     {"max_dim", F32, 2, {17, 300}, TT_CONTIG, DIM_INT, 1, {1}, false, NONE_DT, NAN, 0.005, false},
     {"max_dim", F32, 2, {300, 17}, TT_CONTIG, DIM_INT, 1, {0}, true, NONE_DT, NAN, 0.005, true},
     {"max_dim", I32, 3, {5, 6, 7}, TT_GAPS, DIM_INT, 1, {-2}, false, NONE_DT, NAN, 0, false},
-    {"max_dim", BF16, 2, {33, 12}, TT_TRANSPOSED, DIM_INT, 1, {1}, false, NONE_DT, NAN, 0, false},
+    {"max_dim", BF16, 2, {33, 12}, TT_TRANSP, DIM_INT, 1, {1}, false, NONE_DT, NAN, 0, false},
     {"max_dim", F32, 0, {0}, TT_CONTIG, DIM_INT, 1, {0}, false, NONE_DT, NAN, 0, false},
     {"min_dim", F64, 2, {40, 70}, TT_CONTIG, DIM_INT, 1, {0}, false, NONE_DT, NAN, 0.01, false},
-    {"min_dim", TPU_DTYPE_U8, 2, {40, 70}, TT_CONTIG, DIM_INT, 1, {1}, true, NONE_DT, NAN, 0, false},
+    {"min_dim", U8, 2, {40, 70}, TT_CONTIG, DIM_INT, 1, {1}, true, NONE_DT, NAN, 0, false},
     {"max", F32, 1, {140000}, TT_CONTIG, DIM_NONE, 0, {0}, false, NONE_DT, NAN, 0.0001, false},
-    {"max", I64, 2, {12, 13}, TT_TRANSPOSED, DIM_NONE, 0, {0}, false, NONE_DT, NAN, 0, false},
+    {"max", I64, 2, {12, 13}, TT_TRANSP, DIM_NONE, 0, {0}, false, NONE_DT, NAN, 0, false},
     {"min", F16, 2, {12, 13}, TT_CONTIG, DIM_NONE, 0, {0}, false, NONE_DT, NAN, 0, false},
-    {"argmax", F32, 3, {3, 4, 5}, TT_TRANSPOSED, DIM_NONE, 0, {0}, false, NONE_DT, NAN, 0, false},
+    {"argmax", F32, 3, {3, 4, 5}, TT_TRANSP, DIM_NONE, 0, {0}, false, NONE_DT, NAN, 0, false},
     {"argmax", F32, 3, {3, 4, 5}, TT_CONTIG, DIM_NONE, 0, {0}, true, NONE_DT, NAN, 0, false},
     {"argmax", I32, 2, {50, 60}, TT_CONTIG, DIM_INT, 1, {1}, false, NONE_DT, NAN, 0, false},
     {"argmax", F32, 2, {70000, 3}, TT_CONTIG, DIM_INT, 1, {0}, false, NONE_DT, NAN, 0.00001, true},
-    {"argmin", F16, 2, {50, 60}, TT_TRANSPOSED, DIM_INT, 1, {0}, true, NONE_DT, NAN, 0, false},
+    {"argmin", F16, 2, {50, 60}, TT_TRANSP, DIM_INT, 1, {0}, true, NONE_DT, NAN, 0, false},
     {"argmin", F64, 1, {150000}, TT_CONTIG, DIM_NONE, 0, {0}, false, NONE_DT, NAN, 0, false},
     {"all", I32, 2, {20, 30}, TT_CONTIG, DIM_INT, 1, {1}, false, NONE_DT, NAN, 0, false},
-    {"all", TPU_DTYPE_U8, 2, {20, 30}, TT_TRANSPOSED, DIM_INTS, 0, {0}, false, NONE_DT, NAN, 0, false},
+    {"all", U8, 2, {20, 30}, TT_TRANSP, DIM_INTS, 0, {0}, false, NONE_DT, NAN, 0, false},
     {"all", F32, 3, {4, 5, 6}, TT_CONTIG, DIM_NONE, 0, {0}, true, NONE_DT, NAN, 0, false},
     {"any", I32, 2, {20, 30}, TT_GAPS, DIM_INTS, 2, {0, 1}, false, NONE_DT, NAN, 0, false},
-    {"any", TPU_DTYPE_BOOL, 2, {20, 30}, TT_CONTIG, DIM_INT, 1, {0}, true, NONE_DT, NAN, 0, true},
-    {"all_all", TPU_DTYPE_BOOL, 1, {131072}, TT_CONTIG, DIM_NONE, 0, {0}, false, NONE_DT, NAN, 0, false},
+    {"any", BOOL, 2, {20, 30}, TT_CONTIG, DIM_INT, 1, {0}, true, NONE_DT, NAN, 0, true},
+    {"all_all", BOOL, 1, {131072}, TT_CONTIG, DIM_NONE, 0, {0}, false, NONE_DT, NAN, 0, false},
     {"any_all", F32, 2, {30, 40}, TT_CONTIG, DIM_NONE, 0, {0}, false, NONE_DT, NAN, 0.001, false},
     {"var", F32, 2, {9, 40}, TT_CONTIG, DIM_INTS, 1, {1}, false, NONE_DT, NAN, 0, false},
-    {"var", F32, 2, {9, 40}, TT_TRANSPOSED, DIM_INTS, 1, {0}, true, NONE_DT, 0.0, 0, false},
+    {"var", F32, 2, {9, 40}, TT_TRANSP, DIM_INTS, 1, {0}, true, NONE_DT, 0.0, 0, false},
     {"var", F64, 1, {100000}, TT_CONTIG, DIM_NONE, 0, {0}, false, NONE_DT, NAN, 0, false},
     {"var", BF16, 3, {4, 5, 6}, TT_CONTIG, DIM_INTS, 2, {0, 2}, false, NONE_DT, 2.0, 0, false},
     {"var", F32, 2, {9, 1}, TT_CONTIG, DIM_INTS, 1, {1}, false, NONE_DT, NAN, 0, false},
@@ -295,9 +300,9 @@ TEST(reduce_infer_and_check) {
   n.inputs = &ve;
   n.attrs[0] = tt_int(0);
   CHECK(tt_code(mx->check(mx, &n)) == TPU_CODE_UNIMPLEMENTED);
-  tpu_status_t s = mx->infer(mx, &n, out);
-  CHECK(tpu_status_code(s) == TPU_CODE_INDEX_ERROR);
-  tpu_status_free(s);
+  CHECK(tt_code(mx->infer(mx, &n, out)) == TPU_CODE_UNIMPLEMENTED);
+  reduce_args_t args;
+  CHECK(tt_code(tpu_reduce_parse(mx, &n, &args)) == TPU_CODE_INDEX_ERROR);
 
   const tpu_op_def_t* am_ = tt_find(&tpu_family_reduce, "argmax");
   tpu_attr_t aa[2] = {tt_none(), tt_bool(true)};
@@ -326,14 +331,11 @@ TEST(reduce_infer_and_check) {
   a[0] = tt_ints(2, dup);
   a[2] = tt_none();
   n = tt_node(&vx, 1, NULL, 0, a, 3);
-  s = sum->infer(sum, &n, out);
-  CHECK(tpu_status_code(s) == TPU_CODE_INVALID_ARGUMENT);
-  tpu_status_free(s);
+  CHECK(tt_code(tpu_reduce_parse(sum, &n, &args)) == TPU_CODE_INVALID_ARGUMENT);
   CHECK(tt_code(sum->check(sum, &n)) == TPU_CODE_UNIMPLEMENTED);
   n.attrs[0] = tt_ints(1, &far);
-  s = sum->infer(sum, &n, out);
-  CHECK(tpu_status_code(s) == TPU_CODE_INDEX_ERROR);
-  tpu_status_free(s);
+  CHECK(tt_code(tpu_reduce_parse(sum, &n, &args)) == TPU_CODE_INDEX_ERROR);
+  CHECK(tt_code(sum->infer(sum, &n, out)) == TPU_CODE_UNIMPLEMENTED);
 
   /* A wrongly shaped output is an error, not a write out of bounds. */
   n.attrs[0] = tt_ints(1, &d1);

@@ -62,6 +62,9 @@ typedef struct tpu_op_family {
 int32_t tpu_op_count(void);
 const tpu_op_def_t* tpu_op_def(tpu_op_id_t id); /* NULL when out of range */
 tpu_op_id_t tpu_op_lookup(const char* name);     /* -1 when unknown */
+/* Counts of the op's attrs and outputs (its specs, counted once). */
+int32_t tpu_op_num_attrs(tpu_op_id_t id);
+int32_t tpu_op_num_outputs(tpu_op_id_t id);
 const char* tpu_op_family_of(tpu_op_id_t id);
 
 /* Counts of names in a comma-separated spec, and the index of `name` in it

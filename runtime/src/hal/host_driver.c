@@ -238,7 +238,8 @@ struct tpu_hal_queue {
   pthread_cond_t has_work, idle;
   tpu_hal_command_t* ring;
   size_t head, count, capacity;
-  bool running; /* a command is executing */
+  bool running;  /* a command is executing */
+  bool sleeping; /* the worker waits on has_work: submitters must signal */
   bool stop;
   tpu_status_t error; /* first failure since the last wait_idle */
 };
@@ -283,11 +284,39 @@ static tpu_status_t run_command(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
   return tpu_status_make(TPU_CODE_INTERNAL, "unknown command %d", (int)cmd->kind);
 }
 
+/* How long an idle worker polls for new work before it sleeps. Eager
+ * programs submit op after op; polling spares each submission a wake-up. */
+#define SPIN_NS 50000
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static void wait_for_work(tpu_hal_queue_t* q) {
+  if (q->count == 0 && !q->stop) {
+    int64_t until = now_ns() + SPIN_NS;
+    pthread_mutex_unlock(&q->mu);
+    while (__atomic_load_n(&q->count, __ATOMIC_ACQUIRE) == 0 && now_ns() < until) {
+      for (int i = 0; i < 64; ++i) cpu_relax();
+    }
+    pthread_mutex_lock(&q->mu);
+  }
+  while (q->count == 0 && !q->stop) {
+    q->sleeping = true;
+    pthread_cond_wait(&q->has_work, &q->mu);
+    q->sleeping = false;
+  }
+}
+
 static void* queue_main(void* arg) {
   tpu_hal_queue_t* q = arg;
   pthread_mutex_lock(&q->mu);
   for (;;) {
-    while (q->count == 0 && !q->stop) pthread_cond_wait(&q->has_work, &q->mu);
+    wait_for_work(q);
     if (q->count == 0 && q->stop) break;
     tpu_hal_command_t cmd = q->ring[q->head];
     q->head = (q->head + 1) % q->capacity;
@@ -358,8 +387,8 @@ static tpu_status_t host_queue_submit(tpu_hal_queue_t* q, tpu_hal_command_t* cmd
     q->capacity = cap;
   }
   q->ring[(q->head + q->count) % q->capacity] = *cmd;
-  q->count++;
-  bool wake = q->count == 1 && !q->running;
+  __atomic_store_n(&q->count, q->count + 1, __ATOMIC_RELEASE);
+  bool wake = q->sleeping;
   pthread_mutex_unlock(&q->mu);
   if (wake) pthread_cond_signal(&q->has_work);
   return TPU_OK;

@@ -560,18 +560,59 @@ static bool ew_layout_flat(const ew_layout_t* L, int32_t k) {
   return true;
 }
 
+/* PyTorch's non-overlapping-and-dense: strides, sorted, are contiguous ones. */
+static bool ew_dense(const tpu_view_t* v) {
+  int64_t size[TPU_MAX_DIMS], stride[TPU_MAX_DIMS];
+  int32_t n = 0;
+  for (int32_t d = 0; d < v->ndim; ++d) {
+    if (v->sizes[d] == 1) continue;
+    int32_t j = n++;
+    for (; j > 0 && stride[j - 1] > v->strides[d]; --j) {
+      size[j] = size[j - 1];
+      stride[j] = stride[j - 1];
+    }
+    size[j] = v->sizes[d];
+    stride[j] = v->strides[d];
+  }
+  int64_t expected = 1;
+  for (int32_t j = 0; j < n; ++j) {
+    if (stride[j] != expected) return false;
+    expected *= size[j];
+  }
+  return true;
+}
+
+/* PyTorch's partial-overlap error: two dense views over intersecting
+ * memory that are not the same elements in the same layout. */
+static bool ew_partial_overlap(const tpu_view_t* a, const tpu_view_t* b) {
+  if (tpu_view_numel(a) == 0 || tpu_view_numel(b) == 0 || !ew_dense(a) || !ew_dense(b))
+    return false;
+  uint64_t lo[2] = {a->addr, b->addr}, hi[2];
+  const tpu_view_t* v[2] = {a, b};
+  for (int i = 0; i < 2; ++i)
+    hi[i] = lo[i] + (uint64_t)tpu_view_numel(v[i]) * tpu_dtype_size(v[i]->dtype);
+  if (lo[0] >= hi[1] || lo[1] >= hi[0]) return false;
+  bool same = lo[0] == lo[1] && hi[0] == hi[1] && a->ndim == b->ndim;
+  for (int32_t d = 0; same && d < a->ndim; ++d)
+    same = a->sizes[d] == b->sizes[d] && (a->sizes[d] == 1 || a->strides[d] == b->strides[d]);
+  return !same;
+}
+
 /* ---- 4. tiles ---------------------------------------------------------------- */
 
 typedef struct ew_operand {
   char* base;
   tpu_dtype_t dtype;
   tpu_compute_type_t ct; /* the type the tile function sees */
-  int64_t esize, csize;
+  tpu_dtype_t cdtype;    /* its storage dtype */
+  tpu_dtype_t via;       /* values pass through this dtype (INVALID: none) */
+  int64_t esize;
   bool present;
-  bool flat;   /* contiguous in the layout's order: tile k is at its linear index */
-  bool konst;  /* one value for every element */
-  bool same;   /* dtype is the compute type's storage dtype */
-  int32_t slot; /* scratch slot, -1 when always used in place */
+  bool flat;     /* contiguous in the layout's order: a tile is at its linear index */
+  bool konst;    /* one value for every element */
+  bool same;     /* usable in place: dtype is cdtype and no via */
+  int32_t slot;  /* scratch slot for cdtype values, -1 when always used in place */
+  int32_t vslot; /* scratch slot for via values, or -1 */
 } ew_operand_t;
 
 typedef struct ew_exec {
@@ -582,8 +623,6 @@ typedef struct ew_exec {
   int64_t rows_per_tile; /* rows per tile when rows are short */
   int64_t ntiles;
   int32_t nslots;
-  tpu_dtype_t via;  /* output rounded to this dtype first (INVALID: none) */
-  int32_t via_slot;
   tpu_ew_tile_fn fn; /* NULL: converting copy of operand 1 into operand 0 */
   const tpu_ew_params_t* params;
   atomic_int error;
@@ -677,23 +716,56 @@ static bool ew_direct(const ew_exec_t* e, const ew_operand_t* o, int32_t k, cons
   return o->same && (o->flat || (t->nrows == 1 && e->L.strides[k][e->L.ndim - 1] == 1));
 }
 
+#define EW_SLOT_BYTES (TPU_EW_TILE * 8)
+
+/* Input k of a tile as an array of its compute type. */
+static const void* ew_input(const ew_exec_t* e, int32_t k, const ew_tile_t* tile,
+                            const ew_pos_t* pos, char* scratch) {
+  const ew_operand_t* o = &e->op[k];
+  if (!o->present) return NULL;
+  if (ew_direct(e, o, k, tile)) return o->base + (o->flat ? tile->lin : pos->off[k]) * o->esize;
+  char* buf = scratch + o->slot * EW_SLOT_BYTES;
+  if (o->konst) return buf; /* filled once per chunk */
+  if (o->via == TPU_DTYPE_INVALID) {
+    ew_move(e, k, tile, pos, buf, o->cdtype, true);
+  } else {
+    char* vbuf = scratch + o->vslot * EW_SLOT_BYTES;
+    ew_move(e, k, tile, pos, vbuf, o->via, true);
+    tpu_ew_convert(buf, o->cdtype, 1, vbuf, o->via, 1, tile->len);
+  }
+  return buf;
+}
+
+/* Writes a tile's results (in `out`, compute type) to the output. */
+static void ew_output(const ew_exec_t* e, const ew_tile_t* tile, const ew_pos_t* pos, char* out,
+                      char* scratch) {
+  const ew_operand_t* o = &e->op[0];
+  if (o->via == TPU_DTYPE_INVALID) {
+    ew_move(e, 0, tile, pos, out, o->cdtype, false);
+  } else {
+    char* vbuf = scratch + o->vslot * EW_SLOT_BYTES;
+    tpu_ew_convert(vbuf, o->via, 1, out, o->cdtype, 1, tile->len);
+    ew_move(e, 0, tile, pos, vbuf, o->via, false);
+  }
+}
+
 static void ew_chunk(void* arg, int64_t t0, int64_t t1) {
   ew_exec_t* e = (ew_exec_t*)arg;
   if (atomic_load(&e->error)) return;
   char* scratch = NULL;
-  const int64_t slot_bytes = TPU_EW_TILE * 8;
-  if (e->nslots > 0) {
-    scratch = malloc((size_t)(e->nslots * slot_bytes));
-    if (!scratch) {
-      ew_fail(e, TPU_EW_ERR_NO_MEMORY);
-      return;
-    }
+  if (e->nslots > 0 && !(scratch = malloc((size_t)e->nslots * EW_SLOT_BYTES))) {
+    ew_fail(e, TPU_EW_ERR_NO_MEMORY);
+    return;
   }
+  /* Constant inputs are converted once per chunk. */
   int64_t fill = e->L.numel < TPU_EW_TILE ? e->L.numel : TPU_EW_TILE;
   for (int32_t k = 1; k < e->L.nops; ++k) {
     const ew_operand_t* o = &e->op[k];
-    if (o->present && o->konst && o->slot >= 0)
-      g_load[o->dtype][o->ct](scratch + o->slot * slot_bytes, 1, o->base, 0, fill);
+    if (!o->present || !o->konst || o->slot < 0) continue;
+    uint64_t one = 0;
+    tpu_dtype_t t = o->via != TPU_DTYPE_INVALID ? o->via : o->dtype;
+    tpu_ew_convert(&one, t, 1, o->base, o->dtype, 1, 1);
+    tpu_ew_convert(scratch + o->slot * EW_SLOT_BYTES, o->cdtype, 1, &one, t, 0, fill);
   }
   for (int64_t t = t0; t < t1; ++t) {
     ew_tile_t tile;
@@ -705,74 +777,67 @@ static void ew_chunk(void* arg, int64_t t0, int64_t t1) {
     }
     ew_pos_init(e, &pos, tile.row, tile.col);
     const void* in[TPU_EW_MAX_INPUTS];
-    for (int32_t k = 1; k < e->L.nops; ++k) {
-      const ew_operand_t* o = &e->op[k];
-      char* buf = o->slot >= 0 ? scratch + o->slot * slot_bytes : NULL;
-      if (!o->present) {
-        in[k - 1] = NULL;
-      } else if (ew_direct(e, o, k, &tile)) {
-        in[k - 1] = o->base + (o->flat ? tile.lin : pos.off[k]) * o->esize;
-      } else {
-        if (!o->konst) ew_move(e, k, &tile, &pos, buf, tpu_compute_storage_dtype(o->ct), true);
-        in[k - 1] = buf;
-      }
-    }
+    for (int32_t k = 1; k < e->L.nops; ++k) in[k - 1] = ew_input(e, k, &tile, &pos, scratch);
     const ew_operand_t* o = &e->op[0];
     bool direct = ew_direct(e, o, 0, &tile);
-    void* out = direct ? o->base + (o->flat ? tile.lin : pos.off[0]) * o->esize
-                       : scratch + o->slot * slot_bytes;
+    char* out = direct ? o->base + (o->flat ? tile.lin : pos.off[0]) * o->esize
+                       : scratch + o->slot * EW_SLOT_BYTES;
     int rc = e->fn(out, in, tile.len, e->params);
     if (rc) {
       ew_fail(e, rc);
       break;
     }
-    if (!direct && e->via != TPU_DTYPE_INVALID) {
-      char* via = scratch + e->via_slot * slot_bytes;
-      tpu_ew_convert(via, e->via, 1, out, tpu_compute_storage_dtype(o->ct), 1, tile.len);
-      ew_move(e, 0, &tile, &pos, via, e->via, false);
-    } else if (!direct) {
-      ew_move(e, 0, &tile, &pos, out, tpu_compute_storage_dtype(o->ct), false);
-    }
+    if (!direct) ew_output(e, &tile, &pos, out, scratch);
   }
   free(scratch);
 }
 
-static void ew_operand_init(ew_exec_t* e, int32_t k, const tpu_view_t* v, tpu_compute_type_t ct) {
+static void ew_operand_init(ew_exec_t* e, int32_t k, const tpu_view_t* v, tpu_compute_type_t ct,
+                            tpu_dtype_t via) {
   ew_operand_t* o = &e->op[k];
   memset(o, 0, sizeof(*o));
-  o->slot = -1;
+  o->slot = o->vslot = -1;
+  o->via = TPU_DTYPE_INVALID;
   if (!v) return;
   o->present = true;
   o->base = (char*)tpu_view_ptr(v);
   o->dtype = v->dtype;
   o->ct = ct;
+  o->cdtype = tpu_compute_storage_dtype(ct);
   o->esize = (int64_t)tpu_dtype_size(v->dtype);
-  o->csize = (int64_t)tpu_compute_size(ct);
-  o->same = tpu_compute_storage_dtype(ct) == v->dtype && (k > 0 || e->via == TPU_DTYPE_INVALID);
   o->flat = ew_layout_flat(&e->L, k);
   o->konst = true;
   for (int32_t d = 0; d < e->L.ndim; ++d) o->konst = o->konst && e->L.strides[k][d] == 0;
+  if (!e->fn) return; /* a copy converts directly */
+  if (via != o->cdtype && via != v->dtype) o->via = via;
+  o->same = o->cdtype == v->dtype && o->via == TPU_DTYPE_INVALID;
   bool single_rows = e->per_row > 0 || e->rows_per_tile == 1;
   bool always_direct =
       o->same && (o->flat || (single_rows && e->L.strides[k][e->L.ndim - 1] == 1));
-  if (!always_direct && e->fn) o->slot = e->nslots++;
+  if (!always_direct) o->slot = e->nslots++;
+  if (!always_direct && o->via != TPU_DTYPE_INVALID && !o->konst) o->vslot = e->nslots++;
 }
 
 /* Runs fn (or a converting copy when fn is NULL) over views[0] (output) and
- * views[1..nops) (inputs, NULL when absent); cts[k] is the compute type the
- * tile function sees for operand k. Results are rounded to `via` (the op's
- * result dtype) before they are cast to a different output dtype, as
- * PyTorch computes in the result dtype. */
+ * views[1..nops) (inputs, NULL when absent). cts[k] is the compute type the
+ * tile function sees for operand k; vias[k] a dtype its values are rounded
+ * to on the way (PyTorch casts inputs to the common dtype and computes the
+ * result in it before casting to the output's dtype), or INVALID. */
 static tpu_status_t ew_run(const tpu_view_t* const* views, int32_t nops, tpu_ew_tile_fn fn,
                            const tpu_ew_params_t* params, const tpu_compute_type_t* cts,
-                           tpu_dtype_t via) {
+                           const tpu_dtype_t* vias) {
   ew_exec_t e;
   TPU_RETURN_IF_ERROR(ew_layout_init(&e.L, views, nops));
+  for (int32_t k = 1; k < nops; ++k)
+    if (views[k] && ew_partial_overlap(views[0], views[k]))
+      return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                             "unsupported operation: some elements of the input tensor and the "
+                             "written-to tensor refer to a single memory location. Please "
+                             "clone() the tensor before performing the operation.");
   if (e.L.numel == 0) return TPU_OK;
   e.fn = fn;
   e.params = params;
   e.nslots = 0;
-  e.via = via;
   atomic_init(&e.error, 0);
   e.inner = e.L.sizes[e.L.ndim - 1];
   e.rows = e.L.numel / e.inner;
@@ -785,8 +850,7 @@ static tpu_status_t ew_run(const tpu_view_t* const* views, int32_t nops, tpu_ew_
     e.rows_per_tile = TPU_EW_TILE / e.inner;
     e.ntiles = (e.rows + e.rows_per_tile - 1) / e.rows_per_tile;
   }
-  for (int32_t k = 0; k < nops; ++k) ew_operand_init(&e, k, views[k], cts[k]);
-  e.via_slot = (via != TPU_DTYPE_INVALID && fn) ? e.nslots++ : -1;
+  for (int32_t k = 0; k < nops; ++k) ew_operand_init(&e, k, views[k], cts[k], vias[k]);
   int64_t per_tile = e.L.numel / e.ntiles;
   int64_t grain = per_tile >= EW_GRAIN ? 1 : EW_GRAIN / (per_tile > 0 ? per_tile : 1);
   tpu_parallel_for(e.ntiles, grain, ew_chunk, &e);
@@ -836,11 +900,16 @@ tpu_status_t tpu_ew_kernel(const tpu_op_def_t* def, const tpu_node_t* node, tpu_
       views[k + 1] = NULL;
     }
   }
-  tpu_dtype_t via = (out->dtype != plan.result &&
-                     plan.result != tpu_compute_storage_dtype(cts[0]))
-                        ? plan.result
-                        : TPU_DTYPE_INVALID;
-  return ew_run(views, 1 + node->num_inputs, plan.fn, &plan.params, cts, via);
+  /* Tensors reach the tile function as the common dtype, and results
+   * leave it as the result dtype (vias only matter when those are narrower
+   * than the compute type). Python numbers were converted above. */
+  tpu_dtype_t vias[EW_MAX_OPS];
+  vias[0] = out->dtype != plan.result ? plan.result : TPU_DTYPE_INVALID;
+  for (int32_t k = 0; k < node->num_inputs; ++k)
+    vias[k + 1] = (node->inputs[k].kind == TPU_VALUE_VIEW && !(impl->bool_in >> k & 1))
+                      ? plan.common
+                      : TPU_DTYPE_INVALID;
+  return ew_run(views, 1 + node->num_inputs, plan.fn, &plan.params, cts, vias);
 }
 
 tpu_status_t tpu_ew_infer(const tpu_op_def_t* def, const tpu_node_t* node, tpu_view_t* out_views) {
@@ -863,5 +932,6 @@ tpu_status_t tpu_ew_check(const tpu_op_def_t* def, const tpu_node_t* node) {
 tpu_status_t tpu_ew_copy(const tpu_view_t* dst, const tpu_view_t* src) {
   const tpu_view_t* views[2] = {dst, src};
   const tpu_compute_type_t cts[2] = {tpu_dtype_compute(dst->dtype), tpu_dtype_compute(src->dtype)};
-  return ew_run(views, 2, NULL, NULL, cts, TPU_DTYPE_INVALID);
+  const tpu_dtype_t vias[2] = {TPU_DTYPE_INVALID, TPU_DTYPE_INVALID};
+  return ew_run(views, 2, NULL, NULL, cts, vias);
 }

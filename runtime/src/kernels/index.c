@@ -516,8 +516,7 @@ static tpu_status_t run_embedding(const ix_args_t* a, const tpu_node_t* node,
   tpu_dtype_t cdt = tpu_compute_storage_dtype(ct);
   size_t es = tpu_dtype_size(cdt);
   int64_t* idx = NULL;
-  tpu_view_t flat = *a->index;
-  TPU_RETURN_IF_ERROR(load_index(&flat, 0, 0, w, &idx));
+  TPU_RETURN_IF_ERROR(load_index(a->index, 0, 0, w, &idx));
   bool grad_direct = a->self->dtype == cdt && tpu_view_is_contiguous(a->self);
   bool acc_direct = out->dtype == cdt && tpu_view_is_contiguous(out);
   int64_t* start = calloc((size_t)w + 2, sizeof(int64_t));

@@ -8,7 +8,9 @@
  *   - ku_dims_t: a list of (size, stride) dims walked in row-major order,
  *     with gather/scatter of a flat range of its elements to and from a
  *     contiguous compute buffer. Every dtype conversion goes through
- *     tpu_convert, so no family writes per-dtype loads or stores;
+ *     ku_convert (tpu_convert, with typed loops generated from
+ *     TPU_DTYPE_LIST for the to/from-double cases), so no family writes
+ *     per-dtype loads or stores;
  *   - ku_iter_t: the "outer" dims shared by several views (input and
  *     outputs), reordered so view 0 walks memory forwards and merged where
  *     every view is contiguous, then indexed by a flat position.
@@ -42,6 +44,16 @@ static inline const tpu_view_t* ku_input(const tpu_op_def_t* def, const tpu_node
   return &node->inputs[i].u.view;
 }
 
+/* Turns a failed argument check into UNIMPLEMENTED (keeping its message),
+ * for infer and check functions: the bridge then asks PyTorch's meta kernel
+ * (which raises PyTorch's own error for bad arguments) or falls back. */
+static inline tpu_status_t ku_unimplemented(tpu_status_t s) {
+  if (s == TPU_OK || tpu_status_code(s) == TPU_CODE_UNIMPLEMENTED) return s;
+  tpu_status_t u = tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s", tpu_status_message(s));
+  tpu_status_free(s);
+  return u;
+}
+
 /* PyTorch's maybe_wrap_dim: [-ndim, ndim) with a 0-dim tensor taking -1 and 0. */
 static inline tpu_status_t ku_wrap_dim(int64_t dim, int32_t ndim, int32_t* out) {
   int32_t n = ndim > 0 ? ndim : 1;
@@ -64,6 +76,68 @@ static inline bool ku_same_shape(const tpu_view_t* a, const tpu_view_t* b) {
   for (int32_t d = 0; d < a->ndim; ++d)
     if (a->sizes[d] != b->sizes[d]) return false;
   return true;
+}
+
+/* ---- conversion to and from double ---------------------------------------- */
+/* tpu_convert handles every dtype pair one element at a time; the row-wise
+ * families move almost everything between a view and a double buffer, so
+ * those two directions get typed loops, generated from TPU_DTYPE_LIST with
+ * tpu_convert's semantics (bool reads as 0/1, halves via float32). Stores
+ * into integer and bool dtypes keep going through tpu_convert. */
+
+/* Element at p of dtype E (category K, storage T) as a double. */
+#define KU_ELEM_F64_(E, K, T, p)                                                  \
+  ((K) == 0                                   ? (double)(*(const uint8_t*)(p) != 0) \
+   : TPU_DTYPE_##E == TPU_DTYPE_F16  ? (double)tpu_f16_to_f32(*(const uint16_t*)(p))   \
+   : TPU_DTYPE_##E == TPU_DTYPE_BF16 ? (double)tpu_bf16_to_f32(*(const uint16_t*)(p))  \
+                                              : (double)*(const T*)(p))
+
+/* Stores double x at p as floating dtype E (storage T). */
+#define KU_STORE_F64_(E, T, p, x)                                                 \
+  (TPU_DTYPE_##E == TPU_DTYPE_F16    ? (void)(*(uint16_t*)(p) = tpu_f32_to_f16((float)(x)))  \
+   : TPU_DTYPE_##E == TPU_DTYPE_BF16 ? (void)(*(uint16_t*)(p) = tpu_f32_to_bf16((float)(x))) \
+                                     : (void)(*(T*)(p) = (T)(x)))
+
+#define KU_CONVERT_FNS_(E, name, T, C, K)                                                 \
+  static inline void ku_to_f64_##E(double* dst, const void* src, int64_t stride, int64_t n) { \
+    const T* s = (const T*)src;                                                           \
+    for (int64_t i = 0; i < n; ++i) dst[i] = KU_ELEM_F64_(E, K, T, s + i * stride);       \
+  }                                                                                       \
+  static inline void ku_from_f64_##E(void* dst, int64_t stride, const double* src, int64_t n) { \
+    if ((K) != 2) {                                                                       \
+      tpu_convert(dst, TPU_DTYPE_##E, stride, src, TPU_DTYPE_F64, 1, n);                  \
+      return;                                                                             \
+    }                                                                                     \
+    T* d = (T*)dst;                                                                       \
+    for (int64_t i = 0; i < n; ++i) KU_STORE_F64_(E, T, d + i * stride, src[i]);          \
+  }
+TPU_DTYPE_LIST(KU_CONVERT_FNS_)
+#undef KU_CONVERT_FNS_
+
+typedef void (*ku_to_f64_fn)(double* dst, const void* src, int64_t stride, int64_t n);
+typedef void (*ku_from_f64_fn)(void* dst, int64_t stride, const double* src, int64_t n);
+
+/* tpu_convert with typed loops for (any -> contiguous double) and
+ * (contiguous double -> any). */
+static inline void ku_convert(void* dst, tpu_dtype_t dt, int64_t dstride, const void* src,
+                              tpu_dtype_t st, int64_t sstride, int64_t n) {
+  static const ku_to_f64_fn to_f64[TPU_DTYPE_COUNT] = {
+#define KU_X_(E, name, T, C, K) ku_to_f64_##E,
+      TPU_DTYPE_LIST(KU_X_)
+#undef KU_X_
+  };
+  static const ku_from_f64_fn from_f64[TPU_DTYPE_COUNT] = {
+#define KU_X_(E, name, T, C, K) ku_from_f64_##E,
+      TPU_DTYPE_LIST(KU_X_)
+#undef KU_X_
+  };
+  bool valid = (unsigned)dt < TPU_DTYPE_COUNT && (unsigned)st < TPU_DTYPE_COUNT;
+  if (valid && dt == TPU_DTYPE_F64 && dstride == 1)
+    to_f64[st]((double*)dst, src, sstride, n);
+  else if (valid && st == TPU_DTYPE_F64 && sstride == 1)
+    from_f64[dt](dst, dstride, (const double*)src, n);
+  else
+    tpu_convert(dst, dt, dstride, src, st, sstride, n);
 }
 
 /* ---- strided blocks ------------------------------------------------------- */
@@ -102,7 +176,7 @@ static inline void ku_gather(void* buf, tpu_dtype_t bt, const char* base, tpu_dt
   int64_t bsz = (int64_t)tpu_dtype_size(bt), dsz = (int64_t)tpu_dtype_size(dt);
   char* out = (char*)buf;
   if (d->n == 0) {
-    tpu_convert(out, bt, 1, base, dt, 0, n);
+    ku_convert(out, bt, 1, base, dt, 0, n);
     return;
   }
   int64_t idx[TPU_MAX_DIMS], off = 0, rem = k;
@@ -115,7 +189,7 @@ static inline void ku_gather(void* buf, tpu_dtype_t bt, const char* base, tpu_dt
   while (n > 0) {
     int64_t run = d->size[last] - idx[last];
     if (run > n) run = n;
-    tpu_convert(out, bt, 1, base + off * dsz, dt, d->stride[last], run);
+    ku_convert(out, bt, 1, base + off * dsz, dt, d->stride[last], run);
     out += run * bsz;
     n -= run;
     idx[last] += run;
@@ -134,7 +208,7 @@ static inline void ku_scatter(char* base, tpu_dtype_t dt, const ku_dims_t* d, in
   int64_t bsz = (int64_t)tpu_dtype_size(bt), dsz = (int64_t)tpu_dtype_size(dt);
   const char* in = (const char*)buf;
   if (d->n == 0) {
-    tpu_convert(base, dt, 0, in, bt, 1, n);
+    ku_convert(base, dt, 0, in, bt, 1, n);
     return;
   }
   int64_t idx[TPU_MAX_DIMS], off = 0, rem = k;
@@ -147,7 +221,7 @@ static inline void ku_scatter(char* base, tpu_dtype_t dt, const ku_dims_t* d, in
   while (n > 0) {
     int64_t run = d->size[last] - idx[last];
     if (run > n) run = n;
-    tpu_convert(base + off * dsz, dt, d->stride[last], in, bt, 1, run);
+    ku_convert(base + off * dsz, dt, d->stride[last], in, bt, 1, run);
     in += run * bsz;
     n -= run;
     idx[last] += run;

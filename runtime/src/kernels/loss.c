@@ -105,7 +105,7 @@ int64_t tpu_loss_offset(const loss_args_t* a, const tpu_view_t* v, int64_t q, in
 static tpu_status_t loss_infer(const tpu_op_def_t* def, const tpu_node_t* node,
                                tpu_view_t* out_views) {
   loss_args_t a;
-  TPU_RETURN_IF_ERROR(tpu_loss_parse(def, node, &a));
+  TPU_RETURN_IF_ERROR(ku_unimplemented(tpu_loss_parse(def, node, &a)));
   out_views[0] = a.shape[0];
   if (!a.impl->backward) out_views[1] = a.shape[1];
   return TPU_OK;
@@ -113,11 +113,7 @@ static tpu_status_t loss_infer(const tpu_op_def_t* def, const tpu_node_t* node,
 
 static tpu_status_t loss_check(const tpu_op_def_t* def, const tpu_node_t* node) {
   loss_args_t a;
-  tpu_status_t s = tpu_loss_parse(def, node, &a);
-  if (s == TPU_OK) return TPU_OK;
-  tpu_status_t u = tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s", tpu_status_message(s));
-  tpu_status_free(s);
-  return u;
+  return ku_unimplemented(tpu_loss_parse(def, node, &a));
 }
 
 /* ---- the optimised kernels -------------------------------------------------------- */
@@ -163,12 +159,12 @@ static void chunk_work(void* arg, int64_t begin, int64_t end) {
       double wt = p->w ? p->w[t] : 1.0;
       if (backward) {
         double g = (a->per_sample ? -v[j] : p->grad) * wt;
-        tpu_convert(ku_at(p->out, tpu_loss_offset(a, p->out, q0 + j, t)), p->out->dtype, 1, &g,
+        ku_convert(ku_at(p->out, tpu_loss_offset(a, p->out, q0 + j, t)), p->out->dtype, 1, &g,
                     TPU_DTYPE_F64, 1, 1);
         continue;
       }
       double x;
-      tpu_convert(&x, TPU_DTYPE_F64, 1, ku_at(a->x, tpu_loss_offset(a, a->x, q0 + j, t)),
+      ku_convert(&x, TPU_DTYPE_F64, 1, ku_at(a->x, tpu_loss_offset(a, a->x, q0 + j, t)),
                   a->x->dtype, 1, 1);
       v[j] = -wt * x;
       loss += v[j];
@@ -193,12 +189,12 @@ static void zero_work(void* arg, int64_t begin, int64_t end) {
 
 static double read_scalar(const tpu_view_t* v) {
   double x;
-  tpu_convert(&x, TPU_DTYPE_F64, 1, tpu_view_ptr(v), v->dtype, 1, 1);
+  ku_convert(&x, TPU_DTYPE_F64, 1, tpu_view_ptr(v), v->dtype, 1, 1);
   return x;
 }
 
 static void write_scalar(const tpu_view_t* v, double x) {
-  tpu_convert(tpu_view_ptr(v), v->dtype, 1, &x, TPU_DTYPE_F64, 1, 1);
+  ku_convert(tpu_view_ptr(v), v->dtype, 1, &x, TPU_DTYPE_F64, 1, 1);
 }
 
 /* Runs a planned node with `chunks` sample chunks; outputs are node->outputs. */

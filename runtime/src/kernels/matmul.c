@@ -11,10 +11,13 @@
  * are copied to a contiguous scratch matrix first. The result is written in
  * place when `out` is a row- or column-major float32/float64 matrix that
  * does not overlap A or B, else computed in scratch and converted into `out`
- * (which may be any strided view). Batches of small matrices run in parallel
- * on the compute pool; large ones run one after another on OpenBLAS's threads
- * (set once to tpu_parallel_threads(), so the two never run together). bool
- * is not supported (as in PyTorch's CPU kernels): the check falls back.
+ * (which may be any strided view).
+ *
+ * Threading: OpenBLAS is set to one thread and the compute pool runs units
+ * (whole matrices of a batch, or row blocks of C when the batch is smaller
+ * than twice the thread count), so GEMMs share the pool's thread budget with
+ * every other kernel and tiny problems stay on one thread. bool is not
+ * supported (as in PyTorch's CPU kernels): the check falls back.
  */
 #include "matmul.h"
 
@@ -29,9 +32,10 @@
 #include <cblas.h>
 #endif
 
-/* Below this many multiply-adds per matrix, batches are split over the pool
- * (OpenBLAS runs such sizes single-threaded itself). */
+/* Multiply-adds below which work stays on one thread, and the least a row
+ * block of a large matrix gets. */
 #define MM_SMALL_WORK (1 << 18)
+#define MM_BLOCK_WORK (1 << 16)
 
 /* ---- shapes ----------------------------------------------------------------- */
 
@@ -193,7 +197,10 @@ static void gemm_f64(bool ta, bool tb, int m, int n, int k, double alpha, const 
 }
 #undef MM_T
 
-static void blas_init(void) { scipy_openblas_set_num_threads(tpu_parallel_threads()); }
+/* OpenBLAS runs single-threaded: the compute pool splits GEMMs into row
+ * blocks and batches, so BLAS never competes with the pool for cores (its
+ * spinning threads degrade by orders of magnitude when cores are busy). */
+static void blas_init(void) { scipy_openblas_set_num_threads(1); }
 
 /* The GEMM for each compute type: floats through OpenBLAS, integers below. */
 static const gemm_fn k_blas[TPU_COMPUTE_COUNT] = {[TPU_COMPUTE_F32] = gemm_f32,
@@ -206,8 +213,8 @@ static const gemm_fn k_blas[TPU_COMPUTE_COUNT] = {0};
 
 /* Wrapping int64 arithmetic (PyTorch's integer overflow wraps too). */
 #define MM_WRAP(x) ((uint64_t)(x))
-#define MM_KBLOCK 128
-#define MM_NBLOCK 512
+#define MM_KBLOCK 64  /* a 64 x 256 block of B (128 KiB) is reused by every row */
+#define MM_NBLOCK 256
 
 typedef struct igemm_job {
   int64_t m, n, k;
@@ -216,16 +223,15 @@ typedef struct igemm_job {
   int64_t alpha, beta;
 } igemm_job_t;
 
-static void igemm_rows(void* arg, int64_t begin, int64_t end) {
-  const igemm_job_t* j = (const igemm_job_t*)arg;
-  for (int64_t i = begin; i < end; ++i) {
-    int64_t* c = j->c + i * j->n;
-    for (int64_t x = 0; x < j->n; ++x)
-      c[x] = j->beta == 0 ? 0 : (int64_t)(MM_WRAP(c[x]) * MM_WRAP(j->beta));
+static void igemm(const igemm_job_t* j) {
+  for (int64_t e = 0; e < j->m * j->n; ++e)
+    j->c[e] = j->beta == 0 ? 0 : (int64_t)(MM_WRAP(j->c[e]) * MM_WRAP(j->beta));
+  for (int64_t k0 = 0; k0 < j->k; k0 += MM_KBLOCK) {
+    int64_t k1 = k0 + MM_KBLOCK < j->k ? k0 + MM_KBLOCK : j->k;
     for (int64_t x0 = 0; x0 < j->n; x0 += MM_NBLOCK) {
       int64_t x1 = x0 + MM_NBLOCK < j->n ? x0 + MM_NBLOCK : j->n;
-      for (int64_t k0 = 0; k0 < j->k; k0 += MM_KBLOCK) {
-        int64_t k1 = k0 + MM_KBLOCK < j->k ? k0 + MM_KBLOCK : j->k;
+      for (int64_t i = 0; i < j->m; ++i) {
+        int64_t* c = j->c + i * j->n;
         for (int64_t kk = k0; kk < k1; ++kk) {
           uint64_t aik = MM_WRAP(j->a[i * j->k + kk]) * MM_WRAP(j->alpha);
           const int64_t* b = j->b + kk * j->n;
@@ -238,107 +244,130 @@ static void igemm_rows(void* arg, int64_t begin, int64_t end) {
 
 /* ---- plan and execution ------------------------------------------------------ */
 
-typedef struct mm_operand {
-  bool direct; /* BLAS reads the view in place */
-  bool trans;
-  int64_t ld;
-} mm_operand_t;
-
+/* A node runs as units: row blocks of one batch's C, spread over the pool. */
 typedef struct mm_plan {
   mm_problem_t p;
-  tpu_dtype_t work;      /* what the GEMM reads and writes: F32, F64 or I64 */
-  gemm_fn gemm;          /* NULL: integer loop */
-  mm_operand_t a, b, c;  /* c.direct: results land in `out` itself */
-  bool bias_is_c;        /* in-place form: the bias already sits in C */
-  atomic_int failed;     /* a worker's scratch allocation failed */
+  tpu_dtype_t work;     /* what the GEMM reads and writes: F32, F64 or I64 */
+  gemm_fn gemm;         /* NULL: the integer loop */
+  bool c_direct;        /* BLAS may write `out` in place (dtype, no overlap) */
+  bool bias_is_c;       /* in-place form: the bias already sits in C */
+  int64_t rows, blocks; /* rows of C per unit, units per batch */
+  atomic_int failed;    /* a unit's scratch allocation failed */
 } mm_plan_t;
 
-static tpu_view_t slice2d(const tpu_view_t* v, int64_t batch) {
+/* Rows [i0, i0 + m) of batch `bi` of a 3-D operand, as a 2-D view. */
+static tpu_view_t block2d(const tpu_view_t* v, int64_t bi, int64_t i0, int64_t m) {
   tpu_view_t r = *v;
-  r.addr = (uint64_t)(uintptr_t)view_at(v, batch * v->strides[0]);
+  r.addr = (uint64_t)(uintptr_t)view_at(v, bi * v->strides[0] + i0 * v->strides[1]);
   r.ndim = 2;
-  r.sizes[0] = v->sizes[1], r.sizes[1] = v->sizes[2];
+  r.sizes[0] = m, r.sizes[1] = v->sizes[2];
   r.strides[0] = v->strides[1], r.strides[1] = v->strides[2];
   return r;
 }
 
-typedef struct mm_scratch {
-  void *a, *b, *c;
-} mm_scratch_t;
+/* Scratch of one pool chunk, grown on demand. */
+typedef struct mm_buf {
+  void* p;
+  size_t cap;
+} mm_buf_t;
 
-static bool scratch_alloc(const mm_plan_t* pl, mm_scratch_t* s) {
-  const mm_problem_t* p = &pl->p;
-  size_t es = tpu_dtype_size(pl->work);
-  s->a = pl->a.direct ? NULL : malloc((size_t)(p->m * p->k) * es + 64);
-  s->b = pl->b.direct ? NULL : malloc((size_t)(p->k * p->n) * es + 64);
-  s->c = pl->c.direct ? NULL : malloc((size_t)(p->m * p->n) * es + 64);
-  return (pl->a.direct || s->a) && (pl->b.direct || s->b) && (pl->c.direct || s->c);
-}
-
-static void scratch_free(mm_scratch_t* s) {
-  free(s->a);
-  free(s->b);
-  free(s->c);
-}
-
-/* Pointer, transposition and leading dimension of one factor of batch `bi`,
- * copying it into scratch when BLAS cannot read it in place. */
-static const void* factor(const mm_plan_t* pl, const tpu_view_t* v, const mm_operand_t* o,
-                          int64_t bi, void* scratch, bool* trans, int* ld) {
-  tpu_view_t s = slice2d(v, bi);
-  if (o->direct) {
-    *trans = o->trans;
-    *ld = (int)o->ld;
-    return tpu_view_ptr(&s);
+static void* buf_get(mm_buf_t* b, int64_t elems, tpu_dtype_t dtype) {
+  size_t bytes = (size_t)elems * tpu_dtype_size(dtype) + 64;
+  if (b->cap < bytes) {
+    free(b->p);
+    b->p = malloc(bytes);
+    b->cap = b->p ? bytes : 0;
   }
-  tpu_view_t dst = view_of(scratch, pl->work, 2, s.sizes);
-  view_copy(&dst, &s);
-  *trans = false;
-  *ld = (int)(s.sizes[1] > 1 ? s.sizes[1] : 1);
-  return scratch;
+  return b->p;
 }
 
-static void run_one(const mm_plan_t* pl, int64_t bi, const mm_scratch_t* s) {
+/* Pointer, transposition and leading dimension of a factor: the view itself
+ * when BLAS can read it, else a contiguous copy (NULL if out of memory). */
+static const void* factor(const mm_plan_t* pl, const tpu_view_t* v, mm_buf_t* buf, bool* trans,
+                          int* ld) {
+  int64_t l;
+  if (pl->gemm && v->dtype == pl->work && pl->p.k > 0 &&
+      blas_layout(v->sizes[0], v->sizes[1], v->strides[0], v->strides[1], trans, &l)) {
+    *ld = (int)l;
+    return tpu_view_ptr(v);
+  }
+  void* p = buf_get(buf, v->sizes[0] * v->sizes[1], pl->work);
+  if (!p) return NULL;
+  tpu_view_t dst = view_of(p, pl->work, 2, v->sizes);
+  view_copy(&dst, v);
+  *trans = false;
+  *ld = (int)(v->sizes[1] > 1 ? v->sizes[1] : 1);
+  return p;
+}
+
+/* Computes unit `u`; false when scratch could not be allocated. */
+static bool run_unit(const mm_plan_t* pl, int64_t u, mm_buf_t bufs[3]) {
   const mm_problem_t* p = &pl->p;
-  bool ta, tb;
+  int64_t bi = u / pl->blocks, i0 = (u % pl->blocks) * pl->rows;
+  int64_t m = p->m - i0 < pl->rows ? p->m - i0 : pl->rows;
+  if (m <= 0) return true;
+  bool ta, tb, tc = false;
   int lda, ldb;
-  const void* a = factor(pl, &p->a, &pl->a, bi, s->a, &ta, &lda);
-  const void* b = factor(pl, &p->b, &pl->b, bi, s->b, &tb, &ldb);
-  tpu_view_t out = slice2d(&p->c, bi);
-  tpu_view_t c = pl->c.direct ? out : view_of(s->c, pl->work, 2, out.sizes);
-  if (p->has_bias && !pl->bias_is_c) {
-    tpu_view_t bias = slice2d(&p->bias, bi);
+  int64_t ldc = 1;
+  tpu_view_t av = block2d(&p->a, bi, i0, m), bv = block2d(&p->b, bi, 0, p->k);
+  tpu_view_t out = block2d(&p->c, bi, i0, m), c = out;
+  const void* a = factor(pl, &av, &bufs[0], &ta, &lda);
+  const void* b = factor(pl, &bv, &bufs[1], &tb, &ldb);
+  if (!a || !b) return false;
+  bool direct = pl->c_direct && blas_layout(m, p->n, out.strides[0], out.strides[1], &tc, &ldc);
+  if (!direct) {
+    void* cp = buf_get(&bufs[2], m * p->n, pl->work);
+    if (!cp) return false;
+    c = view_of(cp, pl->work, 2, out.sizes);
+    ldc = p->n > 1 ? p->n : 1;
+    tc = false;
+  }
+  if (p->has_bias && !(direct && pl->bias_is_c)) {
+    tpu_view_t bias = block2d(&p->bias, bi, i0, m);
     view_copy(&c, &bias);
   }
   if (pl->gemm) {
     double beta = p->has_bias ? p->beta : 0.0;
-    int m = (int)p->m, n = (int)p->n, k = (int)p->k;
-    if (pl->c.direct && pl->c.trans) /* C column-major: C^T = B^T A^T */
-      pl->gemm(!tb, !ta, n, m, k, p->alpha, b, ldb, a, lda, beta, tpu_view_ptr(&c),
-               (int)pl->c.ld);
+    if (tc) /* C column-major: C^T = B^T A^T */
+      pl->gemm(!tb, !ta, (int)p->n, (int)m, (int)p->k, p->alpha, b, ldb, a, lda, beta,
+               tpu_view_ptr(&c), (int)ldc);
     else
-      pl->gemm(ta, tb, m, n, k, p->alpha, a, lda, b, ldb, beta, tpu_view_ptr(&c),
-               pl->c.direct ? (int)pl->c.ld : (n > 1 ? n : 1));
+      pl->gemm(ta, tb, (int)m, (int)p->n, (int)p->k, p->alpha, a, lda, b, ldb, beta,
+               tpu_view_ptr(&c), (int)ldc);
   } else {
-    igemm_job_t j = {p->m, p->n, p->k, a, b, s->c, p->ialpha, p->has_bias ? p->ibeta : 0};
-    tpu_parallel_for(p->m, p->n * p->k > 4096 ? 1 : 4096 / (p->n * p->k + 1) + 1, igemm_rows, &j);
+    igemm_job_t j = {m, p->n, p->k, a, b, tpu_view_ptr(&c), p->ialpha, p->has_bias ? p->ibeta : 0};
+    igemm(&j);
   }
-  if (!pl->c.direct) view_copy(&out, &c);
+  if (!direct) view_copy(&out, &c);
+  return true;
 }
 
-static void run_batches(void* arg, int64_t begin, int64_t end) {
+static void run_units(void* arg, int64_t begin, int64_t end) {
   mm_plan_t* pl = (mm_plan_t*)arg;
-  mm_scratch_t s;
-  if (!scratch_alloc(pl, &s)) {
-    atomic_store(&pl->failed, 1);
-  } else {
-    for (int64_t bi = begin; bi < end; ++bi) run_one(pl, bi, &s);
-  }
-  scratch_free(&s);
+  mm_buf_t bufs[3] = {{0}};
+  for (int64_t u = begin; u < end; ++u)
+    if (!run_unit(pl, u, bufs)) {
+      atomic_store(&pl->failed, 1);
+      break;
+    }
+  for (int i = 0; i < 3; ++i) free(bufs[i].p);
 }
 
 static bool fits_blas(const mm_problem_t* p) {
   return p->m <= INT_MAX && p->n <= INT_MAX && p->k <= INT_MAX;
+}
+
+/* Splits the batch into units: whole matrices when there are enough, else
+ * row blocks (at least MM_BLOCK_WORK multiply-adds each) for 2 per thread. */
+static void partition(mm_plan_t* pl) {
+  const mm_problem_t* p = &pl->p;
+  int64_t threads = tpu_parallel_threads(), work = p->m * p->n * (p->k > 0 ? p->k : 1);
+  int64_t blocks = p->batch < 2 * threads ? (2 * threads + p->batch - 1) / p->batch : 1;
+  if (blocks > work / MM_BLOCK_WORK) blocks = work / MM_BLOCK_WORK;
+  if (blocks > p->m) blocks = p->m;
+  if (blocks < 1) blocks = 1;
+  pl->rows = (p->m + blocks - 1) / blocks;
+  pl->blocks = (p->m + pl->rows - 1) / pl->rows;
 }
 
 static tpu_status_t matmul_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
@@ -361,25 +390,15 @@ static tpu_status_t matmul_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
   pthread_once(&once, blas_init);
 #endif
   pl.work = tpu_compute_storage_dtype(ct);
-  if (pl.gemm) {
-    pl.a.direct = p->a.dtype == pl.work && p->k > 0 &&
-                  blas_layout(p->m, p->k, p->a.strides[1], p->a.strides[2], &pl.a.trans, &pl.a.ld);
-    pl.b.direct = p->b.dtype == pl.work && p->k > 0 &&
-                  blas_layout(p->k, p->n, p->b.strides[1], p->b.strides[2], &pl.b.trans, &pl.b.ld);
-    pl.c.direct = p->c.dtype == pl.work && !views_overlap(&p->c, &p->a) &&
-                  !views_overlap(&p->c, &p->b) &&
-                  blas_layout(p->m, p->n, p->c.strides[1], p->c.strides[2], &pl.c.trans, &pl.c.ld);
-  }
-  if (p->has_bias && pl.c.direct && !views_same(&p->bias, &p->c) &&
-      views_overlap(&p->bias, &p->c))
-    pl.c.direct = false;
-  pl.bias_is_c = p->has_bias && pl.c.direct && views_same(&p->bias, &p->c);
+  pl.c_direct = pl.gemm && p->c.dtype == pl.work && !views_overlap(&p->c, &p->a) &&
+                !views_overlap(&p->c, &p->b) &&
+                !(p->has_bias && !views_same(&p->bias, &p->c) && views_overlap(&p->bias, &p->c));
+  pl.bias_is_c = p->has_bias && views_same(&p->bias, &p->c);
   atomic_init(&pl.failed, 0);
-  int64_t work = p->m * p->n * (p->k > 0 ? p->k : 1);
-  if (p->batch > 1 && work < MM_SMALL_WORK)
-    tpu_parallel_for(p->batch, MM_SMALL_WORK / work, run_batches, &pl);
-  else
-    run_batches(&pl, 0, p->batch);
+  partition(&pl);
+  int64_t unit_work = pl.rows * p->n * (p->k > 0 ? p->k : 1);
+  tpu_parallel_for(p->batch * pl.blocks, unit_work >= MM_SMALL_WORK ? 1 : MM_SMALL_WORK / unit_work,
+                   run_units, &pl);
   if (atomic_load(&pl.failed))
     return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matmul scratch allocation failed");
   return TPU_OK;

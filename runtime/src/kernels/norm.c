@@ -102,18 +102,14 @@ tpu_status_t tpu_norm_parse(const tpu_op_def_t* def, const tpu_node_t* node, nor
 static tpu_status_t norm_infer(const tpu_op_def_t* def, const tpu_node_t* node,
                                tpu_view_t* out_views) {
   norm_args_t a;
-  TPU_RETURN_IF_ERROR(tpu_norm_parse(def, node, &a));
+  TPU_RETURN_IF_ERROR(ku_unimplemented(tpu_norm_parse(def, node, &a)));
   for (int i = 0; i < 3; ++i) out_views[i] = a.shape[i];
   return TPU_OK;
 }
 
 static tpu_status_t norm_check(const tpu_op_def_t* def, const tpu_node_t* node) {
   norm_args_t a;
-  tpu_status_t s = tpu_norm_parse(def, node, &a);
-  if (s == TPU_OK) return TPU_OK;
-  tpu_status_t u = tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s", tpu_status_message(s));
-  tpu_status_free(s);
-  return u;
+  return ku_unimplemented(tpu_norm_parse(def, node, &a));
 }
 
 /* ---- the optimised kernels ------------------------------------------------------- */
@@ -171,8 +167,8 @@ static void forward_rows(void* arg, int64_t begin, int64_t end) {
       ku_scatter(ku_at(p->out[0], offs[V_OUT]), p->out[0]->dtype, &p->od, k, x, TPU_DTYPE_F64,
                  c);
     }
-    tpu_convert(ku_at(p->out[1], offs[V_MEAN]), p->out[1]->dtype, 1, &mean, TPU_DTYPE_F64, 1, 1);
-    tpu_convert(ku_at(p->out[2], offs[V_RSTD]), p->out[2]->dtype, 1, &rstd, TPU_DTYPE_F64, 1, 1);
+    ku_convert(ku_at(p->out[1], offs[V_MEAN]), p->out[1]->dtype, 1, &mean, TPU_DTYPE_F64, 1, 1);
+    ku_convert(ku_at(p->out[2], offs[V_RSTD]), p->out[2]->dtype, 1, &rstd, TPU_DTYPE_F64, 1, 1);
   }
 }
 
@@ -261,9 +257,9 @@ static tpu_status_t gather_stats(plan_t* p) {
   int64_t offs[NUM_V];
   for (int64_t r = 0; r < p->a->m; ++r) {
     ku_iter_offsets(&p->rows, p->rows.n, r, offs);
-    tpu_convert(&p->mean[r], TPU_DTYPE_F64, 1, ku_at(p->a->mean, offs[V_MEAN]),
+    ku_convert(&p->mean[r], TPU_DTYPE_F64, 1, ku_at(p->a->mean, offs[V_MEAN]),
                 p->a->mean->dtype, 1, 1);
-    tpu_convert(&p->rstd[r], TPU_DTYPE_F64, 1, ku_at(p->a->rstd, offs[V_RSTD]),
+    ku_convert(&p->rstd[r], TPU_DTYPE_F64, 1, ku_at(p->a->rstd, offs[V_RSTD]),
                 p->a->rstd->dtype, 1, 1);
   }
   return TPU_OK;

@@ -17,7 +17,7 @@
  *      compute buffer) or "column" (when the tile axis is the faster one in
  *      memory: for each reduced index, the tile's inputs are gathered at
  *      once and every output takes one step). Values are converted on the
- *      way in (tpu_convert) to the compute domain: double for floating
+ *      way in (ku_convert) to the compute domain: double for floating
  *      work (so half and float inputs accumulate in double), int64 for
  *      integer/bool sums and extrema, uint8 for all/any.
  *   4. Tiles run on tpu_parallel_for. When there are few tiles and long
@@ -59,7 +59,8 @@ tpu_status_t tpu_reduce_parse(const tpu_op_def_t* def, const tpu_node_t* node,
     TPU_RETURN_IF_ERROR(ku_wrap_dim(dim->u.i, in->ndim, &d));
     if (in->ndim > 0) a->reduced[d] = true;
     all = false;
-  } else if (dim && dim->kind == TPU_ATTR_INTS && (dim->count > 0 || !impl->empty_dims_reduce_all)) {
+  } else if (dim && dim->kind == TPU_ATTR_INTS &&
+             (dim->count > 0 || !impl->empty_dims_reduce_all)) {
     for (int32_t i = 0; i < dim->count; ++i) {
       int32_t d = 0;
       TPU_RETURN_IF_ERROR(ku_wrap_dim(dim->u.ints[i], in->ndim, &d));
@@ -177,19 +178,15 @@ tpu_status_t tpu_reduce_check_outputs(const reduce_args_t* a, const tpu_node_t* 
 static tpu_status_t reduce_infer(const tpu_op_def_t* def, const tpu_node_t* node,
                                  tpu_view_t* out_views) {
   reduce_args_t a;
-  TPU_RETURN_IF_ERROR(tpu_reduce_parse(def, node, &a));
+  TPU_RETURN_IF_ERROR(ku_unimplemented(tpu_reduce_parse(def, node, &a)));
   for (int32_t i = 0; i < a.num_outputs; ++i) out_views[i] = a.shape[i];
   return TPU_OK;
 }
 
-/* Every argument error falls back, so PyTorch's CPU kernel raises its own. */
+/* Argument errors fall back (see ku_unimplemented), so PyTorch raises its own. */
 static tpu_status_t reduce_check(const tpu_op_def_t* def, const tpu_node_t* node) {
   reduce_args_t a;
-  tpu_status_t s = tpu_reduce_parse(def, node, &a);
-  if (s == TPU_OK) return TPU_OK;
-  tpu_status_t u = tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s", tpu_status_message(s));
-  tpu_status_free(s);
-  return u;
+  return ku_unimplemented(tpu_reduce_parse(def, node, &a));
 }
 
 /* ---- accumulators ------------------------------------------------------------- */
@@ -413,7 +410,7 @@ static void accumulate(const plan_t* p, const int64_t* offs, int64_t cnt, int64_
       off += idx[j] * r->stride[j];
     }
     for (int64_t k = k0; k < k1; ++k) {
-      tpu_convert(&buf, p->dom_dtype, 1, base + off * isz, p->in_dtype, p->axis_stride[0], cnt);
+      ku_convert(&buf, p->dom_dtype, 1, base + off * isz, p->in_dtype, p->axis_stride[0], cnt);
       p->ops->col(st, &buf, cnt, k);
       idx[last]++;
       off += r->stride[last];
@@ -468,7 +465,7 @@ static void finish(const plan_t* p, const int64_t* offs, int64_t cnt, const rsta
   if (p->out == ROUT_VAR_MEAN || p->out == ROUT_STD_MEAN) src[1] = second, type[1] = TPU_DTYPE_F64;
   for (int32_t o = 0; o < p->num_outputs; ++o) {
     int64_t osz = (int64_t)tpu_dtype_size(p->out_dtype[o]);
-    tpu_convert(p->outp[o] + offs[1 + o] * osz, p->out_dtype[o], p->axis_stride[1 + o], src[o],
+    ku_convert(p->outp[o] + offs[1 + o] * osz, p->out_dtype[o], p->axis_stride[1 + o], src[o],
                 type[o], 1, cnt);
   }
 }

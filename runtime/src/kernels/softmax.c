@@ -26,7 +26,7 @@
 #include "kernels/softmax.h"
 
 #define BLOCK 64   /* rows per block */
-#define CHUNK 2048 /* elements per gathered chunk (rows x positions) */
+#define CHUNK 4096 /* elements per gathered chunk (rows x positions) */
 
 /* ---- parsing ---------------------------------------------------------------- */
 
@@ -80,18 +80,14 @@ tpu_status_t tpu_softmax_parse(const tpu_op_def_t* def, const tpu_node_t* node,
 static tpu_status_t softmax_infer(const tpu_op_def_t* def, const tpu_node_t* node,
                                   tpu_view_t* out_views) {
   softmax_args_t a;
-  TPU_RETURN_IF_ERROR(tpu_softmax_parse(def, node, &a));
+  TPU_RETURN_IF_ERROR(ku_unimplemented(tpu_softmax_parse(def, node, &a)));
   out_views[0] = a.shape;
   return TPU_OK;
 }
 
 static tpu_status_t softmax_check(const tpu_op_def_t* def, const tpu_node_t* node) {
   softmax_args_t a;
-  tpu_status_t s = tpu_softmax_parse(def, node, &a);
-  if (s == TPU_OK) return TPU_OK;
-  tpu_status_t u = tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s", tpu_status_message(s));
-  tpu_status_free(s);
-  return u;
+  return ku_unimplemented(tpu_softmax_parse(def, node, &a));
 }
 
 /* ---- the optimised kernel ------------------------------------------------------ */
@@ -118,11 +114,11 @@ static void gather(const plan_t* p, int v, int64_t off, int64_t l0, int64_t nl, 
   int64_t esz = (int64_t)tpu_dtype_size(w->dtype);
   const char* base = ku_at(w, off);
   if (cnt == 1) {
-    tpu_convert(buf, TPU_DTYPE_F64, 1, base + l0 * p->along[v] * esz, w->dtype, p->along[v], nl);
+    ku_convert(buf, TPU_DTYPE_F64, 1, base + l0 * p->along[v] * esz, w->dtype, p->along[v], nl);
     return;
   }
   for (int64_t l = 0; l < nl; ++l)
-    tpu_convert(buf + l * cnt, TPU_DTYPE_F64, 1, base + (l0 + l) * p->along[v] * esz, w->dtype,
+    ku_convert(buf + l * cnt, TPU_DTYPE_F64, 1, base + (l0 + l) * p->along[v] * esz, w->dtype,
                 p->axis[v], cnt);
 }
 
@@ -134,11 +130,11 @@ static void scatter(const plan_t* p, int64_t off, int64_t l0, int64_t nl, int64_
   int64_t esz = (int64_t)tpu_dtype_size(w->dtype);
   char* base = ku_at(w, off);
   if (cnt == 1) {
-    tpu_convert(base + l0 * p->along[v] * esz, w->dtype, p->along[v], buf, TPU_DTYPE_F64, 1, nl);
+    ku_convert(base + l0 * p->along[v] * esz, w->dtype, p->along[v], buf, TPU_DTYPE_F64, 1, nl);
     return;
   }
   for (int64_t l = 0; l < nl; ++l)
-    tpu_convert(base + (l0 + l) * p->along[v] * esz, w->dtype, p->axis[v], buf + l * cnt,
+    ku_convert(base + (l0 + l) * p->along[v] * esz, w->dtype, p->axis[v], buf + l * cnt,
                 TPU_DTYPE_F64, 1, cnt);
 }
 

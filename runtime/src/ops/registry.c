@@ -33,6 +33,7 @@ enum { NUM_FAMILIES = sizeof(g_families) / sizeof(g_families[0]) };
 /* The flat table is built on first use; rows are borrowed from families. */
 static const tpu_op_def_t** g_ops;
 static const char** g_op_family;
+static int32_t* g_op_counts; /* attrs, outputs per op */
 static int32_t g_op_count = -1;
 
 static void build_table(void) {
@@ -40,9 +41,11 @@ static void build_table(void) {
   for (int f = 0; f < NUM_FAMILIES; ++f) total += g_families[f]->count;
   const tpu_op_def_t** ops = malloc(sizeof(*ops) * (size_t)(total ? total : 1));
   const char** fam = malloc(sizeof(*fam) * (size_t)(total ? total : 1));
-  if (!ops || !fam) {
+  int32_t* counts = malloc(sizeof(*counts) * 2 * (size_t)(total ? total : 1));
+  if (!ops || !fam || !counts) {
     free(ops);
     free(fam);
+    free(counts);
     g_op_count = 0;
     return;
   }
@@ -50,10 +53,13 @@ static void build_table(void) {
   for (int f = 0; f < NUM_FAMILIES; ++f)
     for (int32_t i = 0; i < g_families[f]->count; ++i) {
       ops[k] = &g_families[f]->ops[i];
+      counts[2 * k] = tpu_spec_count(ops[k]->attrs);
+      counts[2 * k + 1] = tpu_spec_count(ops[k]->outputs);
       fam[k++] = g_families[f]->name;
     }
   g_ops = ops;
   g_op_family = fam;
+  g_op_counts = counts;
   g_op_count = total;
 }
 
@@ -77,6 +83,16 @@ const tpu_op_def_t* tpu_op_def(tpu_op_id_t id) {
 const char* tpu_op_family_of(tpu_op_id_t id) {
   ensure_table();
   return (id >= 0 && id < g_op_count) ? g_op_family[id] : NULL;
+}
+
+int32_t tpu_op_num_attrs(tpu_op_id_t id) {
+  ensure_table();
+  return (id >= 0 && id < g_op_count) ? g_op_counts[2 * id] : 0;
+}
+
+int32_t tpu_op_num_outputs(tpu_op_id_t id) {
+  ensure_table();
+  return (id >= 0 && id < g_op_count) ? g_op_counts[2 * id + 1] : 0;
 }
 
 tpu_op_id_t tpu_op_lookup(const char* name) {
