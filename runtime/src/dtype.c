@@ -130,8 +130,10 @@ uint16_t tpu_f32_to_bf16(float f) {
 }
 
 /* ---- conversion ---------------------------------------------------------- */
-/* Every dtype is read into a double or int64 "wide" value and written back.
- * Loads and stores are generated per dtype from the table. */
+/* A conversion reads a chunk of source elements into a "wide" buffer (double
+ * for floating sources, int64 otherwise) and writes the chunk out as the
+ * destination dtype. One load and one store loop per dtype, generated from
+ * the table; each loop is branch-free over its chunk. */
 
 #define LOAD_AS_DOUBLE_BOOL(p) ((double)(*(const uint8_t*)(p) != 0))
 #define LOAD_AS_DOUBLE_U8(p) ((double)*(const uint8_t*)(p))
@@ -144,29 +146,9 @@ uint16_t tpu_f32_to_bf16(float f) {
 #define LOAD_AS_DOUBLE_F32(p) ((double)*(const float*)(p))
 #define LOAD_AS_DOUBLE_F64(p) (*(const double*)(p))
 
-static inline double load_f(const void* p, tpu_dtype_t d) {
-  switch (d) {
-#define TPU_X_(E, n, T, C, K) \
-  case TPU_DTYPE_##E:         \
-    return LOAD_AS_DOUBLE_##E(p);
-    TPU_DTYPE_LIST(TPU_X_)
-#undef TPU_X_
-    default:
-      return 0.0;
-  }
-}
-
-static inline int64_t load_i(const void* p, tpu_dtype_t d) {
-  switch (d) {
-#define TPU_X_(E, n, T, C, K) \
-  case TPU_DTYPE_##E:         \
-    return K == 2 ? (int64_t)LOAD_AS_DOUBLE_##E(p) : (int64_t) * (const T*)(p);
-    TPU_DTYPE_LIST(TPU_X_)
-#undef TPU_X_
-    default:
-      return 0;
-  }
-}
+/* Integer loads (bool normalised to 0/1); unused for floating dtypes. */
+#define LOAD_AS_INT(E, T, p) \
+  (TPU_DTYPE_##E == TPU_DTYPE_BOOL ? (int64_t)(*(const uint8_t*)(p) != 0) : (int64_t) * (const T*)(p))
 
 /* Float -> integer casts of out-of-range values are undefined in C; PyTorch's
  * are unspecified. Clamp into int64 range first so the result is defined. */
@@ -189,32 +171,93 @@ static inline int64_t f2i(double v) {
 #define STORE_AS_F32(p) (*(float*)(p) = isf ? (float)fv : (float)iv)
 #define STORE_AS_F64(p) (*(double*)(p) = isf ? fv : (double)iv)
 
-static inline void store(void* p, tpu_dtype_t d, const void* src, tpu_dtype_t s) {
-  int isf = tpu_dtype_is_floating(s);
-  double fv = isf ? load_f(src, s) : 0.0;
-  int64_t iv = isf ? 0 : load_i(src, s);
-  switch (d) {
-#define TPU_X_(E, n, T, C, K) \
-  case TPU_DTYPE_##E:         \
-    STORE_AS_##E(p);          \
-    return;
+typedef void (*load_fn)(void* wide, const char* src, int64_t stride, int64_t n);
+typedef void (*store_fn)(char* dst, int64_t stride, const void* wide, int wide_float, int64_t n);
+
+#define TPU_X_(E, n, T, C, K)                                                    \
+  static void load_##E(void* wide, const char* s, int64_t st, int64_t cnt) {     \
+    if (K == 2) {                                                                \
+      double* w = (double*)wide;                                                 \
+      for (int64_t i = 0; i < cnt; ++i) w[i] = LOAD_AS_DOUBLE_##E(s + i * st);  \
+    } else {                                                                     \
+      int64_t* w = (int64_t*)wide;                                               \
+      for (int64_t i = 0; i < cnt; ++i) w[i] = LOAD_AS_INT(E, T, s + i * st);    \
+    }                                                                            \
+  }                                                                              \
+  static void store_##E(char* d, int64_t st, const void* wide, int wide_float,  \
+                        int64_t cnt) {                                           \
+    if (wide_float) {                                                            \
+      const int isf = 1;                                                         \
+      const double* w = (const double*)wide;                                     \
+      for (int64_t i = 0; i < cnt; ++i) {                                        \
+        double fv = w[i];                                                        \
+        int64_t iv = 0;                                                          \
+        (void)iv;                                                                \
+        STORE_AS_##E(d + i * st);                                                \
+      }                                                                          \
+    } else {                                                                     \
+      const int isf = 0;                                                         \
+      const int64_t* w = (const int64_t*)wide;                                   \
+      for (int64_t i = 0; i < cnt; ++i) {                                        \
+        int64_t iv = w[i];                                                       \
+        double fv = 0.0;                                                         \
+        (void)fv;                                                                \
+        STORE_AS_##E(d + i * st);                                                \
+      }                                                                          \
+    }                                                                            \
+  }
+TPU_DTYPE_LIST(TPU_X_)
+#undef TPU_X_
+
+static const load_fn g_load[TPU_DTYPE_COUNT] = {
+#define TPU_X_(E, n, T, C, K) load_##E,
     TPU_DTYPE_LIST(TPU_X_)
 #undef TPU_X_
-    default:
-      return;
-  }
-}
+};
+static const store_fn g_store[TPU_DTYPE_COUNT] = {
+#define TPU_X_(E, n, T, C, K) store_##E,
+    TPU_DTYPE_LIST(TPU_X_)
+#undef TPU_X_
+};
+
+/* Same-dtype strided copy by element size. */
+#define COPY_STRIDED(T)                                                          \
+  do {                                                                           \
+    T* d_ = (T*)dst;                                                             \
+    const T* s_ = (const T*)src;                                                 \
+    for (int64_t i = 0; i < n; ++i) d_[i * dst_stride] = s_[i * src_stride];     \
+  } while (0)
 
 void tpu_convert(void* dst, tpu_dtype_t dst_dtype, int64_t dst_stride, const void* src,
                  tpu_dtype_t src_dtype, int64_t src_stride, int64_t n) {
-  size_t ds = tpu_dtype_size(dst_dtype), ss = tpu_dtype_size(src_dtype);
-  char* d = (char*)dst;
-  const char* s = (const char*)src;
-  if (dst_dtype == src_dtype && dst_stride == 1 && src_stride == 1) {
-    memmove(d, s, (size_t)n * ds);
+  if (!valid(dst_dtype) || !valid(src_dtype) || n <= 0) return;
+  size_t ds = g_info[dst_dtype].size, ss = g_info[src_dtype].size;
+  if (dst_dtype == src_dtype) {
+    if (dst_stride == 1 && src_stride == 1) {
+      memmove(dst, src, (size_t)n * ds);
+    } else if (ds == 1) {
+      COPY_STRIDED(uint8_t);
+    } else if (ds == 2) {
+      COPY_STRIDED(uint16_t);
+    } else if (ds == 4) {
+      COPY_STRIDED(uint32_t);
+    } else {
+      COPY_STRIDED(uint64_t);
+    }
     return;
   }
-  for (int64_t i = 0; i < n; ++i)
-    store(d + i * dst_stride * (int64_t)ds, dst_dtype, s + i * src_stride * (int64_t)ss,
-          src_dtype);
+  enum { CHUNK = 256 };
+  union {
+    double f[CHUNK];
+    int64_t i[CHUNK];
+  } wide;
+  int wide_float = g_info[src_dtype].category == 2;
+  char* d = (char*)dst;
+  const char* s = (const char*)src;
+  int64_t dst_step = dst_stride * (int64_t)ds, src_step = src_stride * (int64_t)ss;
+  for (int64_t off = 0; off < n; off += CHUNK) {
+    int64_t cnt = n - off < CHUNK ? n - off : CHUNK;
+    g_load[src_dtype](&wide, s + off * src_step, src_step, cnt);
+    g_store[dst_dtype](d + off * dst_step, dst_step, &wide, wide_float, cnt);
+  }
 }
