@@ -72,7 +72,8 @@ def to_tpu(obj, device=TPU):
     """Tensors (nested in lists/tuples/dicts) copied to tpu; keeps strides of
     non-contiguous tensors by copying into an equally strided tpu tensor."""
     if isinstance(obj, torch.Tensor):
-        if obj.is_contiguous() or obj.dim() == 0:
+        if obj.is_contiguous() or obj.dim() == 0 or 0 in obj.stride():
+            # (expanded tensors cannot be the destination of a copy: copied dense)
             t = obj.detach().to(device)
         else:
             t = torch.empty_strided(obj.size(), obj.stride(), dtype=obj.dtype, device=device)
@@ -223,7 +224,7 @@ def run_python(code, timeout=120, args=(), **env):
     """Runs `code` in a fresh interpreter of this environment."""
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args],
                           capture_output=True, text=True, timeout=timeout,
-                          env=child_env(**env), cwd=os.path.dirname(os.path.dirname(__file__)))
+                          env=child_env(**env))
 
 
 _CHECKS_PRELUDE = '''

@@ -242,6 +242,10 @@ VIEW_OPS = {
     "chunk": lambda t: t.chunk(2, dim=1)[1],
     "movedim": lambda t: t.view(2, 3, 4).movedim(0, -1),
     "unfold": lambda t: t.unfold(1, 2, 1),
+    "view_dtype": lambda t: t.view(torch.int32),
+    "swapaxes": lambda t: t.swapaxes(0, 1),
+    "T": lambda t: t.T,
+    "mT": lambda t: t.view(2, 3, 4).mT,
 }
 
 
@@ -315,6 +319,8 @@ WRITES = {
     "unsqueeze_div_": lambda t: t.unsqueeze(0)[:, 3].div_(4),
     "bool_mask_setitem": lambda t: t.__setitem__(t < 0, 0.0),
     "index_setitem": lambda t: t.__setitem__(torch.tensor([0, 5]).to(t.device), -1.0),
+    "unfold_mul_": lambda t: t.unfold(0, 2, 2).mul_(3),
+    "view_dtype_zero_": lambda t: t.view(torch.int32)[1].zero_(),
 }
 
 

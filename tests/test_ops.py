@@ -124,25 +124,44 @@ def test_binary_broadcast_promotion(name, da, db):
 
 
 SCALARS = [2, -3, 2.5, True, 0.5]
+SCALAR_OPS = {
+    "t+s": lambda t, s: t + s,
+    "s+t": lambda t, s: s + t,
+    "t*s": lambda t, s: t * s,
+    "t-s": lambda t, s: t - s,
+    "s-t": lambda t, s: s - t,
+    "t==s": lambda t, s: t == s,
+    "t<s": lambda t, s: t < s,
+    "t>=s": lambda t, s: t >= s,
+    "where": lambda t, s: torch.where(t > 0, t, s),
+    "t/s": lambda t, s: t / s,
+    "div_floor": lambda t, s: torch.div(t, s, rounding_mode="floor"),
+    "div_trunc": lambda t, s: torch.div(t, s, rounding_mode="trunc"),
+    "maximum": lambda t, s: torch.clamp_min(t, s),
+}
 
 
 @pytest.mark.parametrize("dtype", [f32, f64, bf16, f16, i32, i64, u8, b8], ids=dtype_id)
 @pytest.mark.parametrize("scalar", SCALARS, ids=str)
-def test_binary_with_python_scalar(dtype, scalar):
+@pytest.mark.parametrize("op", list(SCALAR_OPS))
+def test_binary_with_python_scalar(op, scalar, dtype):
     a = make((4, 5), dtype, seed=3)
-    for fn in (lambda t: t + scalar, lambda t: scalar + t, lambda t: t * scalar,
-               lambda t: t - scalar, lambda t: scalar - t, lambda t: t == scalar,
-               lambda t: t < scalar, lambda t: t >= scalar,
-               lambda t: torch.where(t > 0, t, scalar)):
-        check(fn, a, atol=1e-6 if dtype in (f32, f64) else None)
-    if scalar not in (True,):
-        check(lambda t: t / scalar, a)
-        check(lambda t: torch.div(t, scalar, rounding_mode="floor"), a)
-        check(lambda t: torch.div(t, scalar, rounding_mode="trunc"), a)
+    precise = dtype in (f32, f64)
+    check(lambda t: SCALAR_OPS[op](t, scalar), a, atol=1e-6 if precise else None,
+          rtol=1e-6 if precise else None)
+
+
+@pytest.mark.parametrize("dtype", [f32, f64, bf16, f16, i32, i64, u8], ids=dtype_id)
+@pytest.mark.parametrize("scalar", [2, 3, 0.5, -1, 2.5], ids=str)
+def test_pow_with_python_scalar(dtype, scalar):
     if dtype.is_floating_point:
-        check(lambda t: t ** scalar, a.abs(), atol=tol(dtype)[0], rtol=tol(dtype)[1])
-    elif dtype != b8 and scalar == 2:
-        check(lambda t: t ** scalar, a % 5, exact=True)
+        a = make((4, 5), dtype, seed=3).abs() + 0.1
+        check(lambda t: t ** scalar, a, atol=tol(dtype)[0], rtol=tol(dtype)[1])
+        check(lambda t: scalar ** t, a, atol=tol(dtype)[0], rtol=tol(dtype)[1])
+    elif isinstance(scalar, int) and scalar >= 0:
+        a = make((4, 5), dtype, seed=3, low=0, high=6)
+        check(lambda t: t ** scalar, a, exact=True)
+        check(lambda t: scalar ** t, a, exact=True)
 
 
 @pytest.mark.parametrize("dtype", [f32, bf16, i32, i64, u8], ids=dtype_id)
@@ -213,9 +232,11 @@ def test_unary(name, dtype):
 def test_unary_special_values():
     x = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0, -0.0, 1e30, -1e30,
                       88.0, -88.0, 1e-40])
-    for fn in (torch.exp, torch.tanh, torch.sigmoid, torch.relu, F.gelu, F.silu,
+    for fn in (torch.exp, torch.tanh, torch.sigmoid, torch.relu, F.silu,
                torch.abs, torch.sign, torch.floor, torch.round):
         check(fn, x, atol=1e-6, rtol=1e-5)
+    # (the CPU's gelu(+inf) is nan, a quirk of its vectorised erf: not compared)
+    check(F.gelu, x[1:], atol=1e-6, rtol=1e-5)
 
 
 # ---- where, clamp, masked_fill ----------------------------------------------------------------
@@ -369,11 +390,19 @@ def test_var_std(dim):
         check(lambda t: torch.var_mean(t, dim, correction=correction), x, atol=1e-5, rtol=1e-5)
 
 
-def test_reductions_of_empty_and_large():
-    check(lambda t: t.sum(), torch.empty(0))
-    check(lambda t: t.sum(0), torch.empty(0, 3))
-    check(lambda t: t.max(), torch.empty(0))
-    check(lambda t: t.argmax(), torch.empty(0))
+EMPTY_REDUCTIONS = {
+    "sum": lambda t: t.sum(), "sum_dim": lambda t: t.sum(0), "mean": lambda t: t.mean(),
+    "prod": lambda t: t.prod(), "amax_dim1": lambda t: t.amax(1), "max": lambda t: t.max(),
+    "argmax": lambda t: t.argmax(), "max_dim0": lambda t: t.max(0), "any": lambda t: t.any(),
+}
+
+
+@pytest.mark.parametrize("name", list(EMPTY_REDUCTIONS))
+def test_reductions_of_empty(name):
+    check(EMPTY_REDUCTIONS[name], torch.empty(0, 3))
+
+
+def test_reductions_large():
     big = make((1000, 1000), f32, seed=23)
     check(lambda t: t.sum(), big, atol=1e-2, rtol=1e-4)
     check(lambda t: t.sum(0), big, atol=1e-3, rtol=1e-4)
@@ -666,16 +695,21 @@ def test_out_forms(name, out_kind):
         big = torch.full(tuple(s * 2 for s in shape), -1.0, device=device)
         return big[tuple(slice(None, None, 2) for _ in shape)]
 
-    cpu_out, tpu_out = make_out("cpu"), make_out("tpu")
-    tpu_ptr = tpu_out.data_ptr()
+    # (the CPU reference writes into a dense out: the CPU's _softmax.out
+    # ignores the strides of a non-contiguous out)
+    cpu_out = make_out("cpu") if out_kind != "noncontig" else torch.full(shape, -1.0)
+    tpu_out = make_out("tpu")
+    tpu_ptr, tpu_stride = tpu_out.data_ptr(), tpu_out.stride()
     cpu_warn = _capture_resize_warnings(lambda: fn(a, b, cpu_out))
     tpu_warn = _capture_resize_warnings(lambda: fn(a.to("tpu"), b.to("tpu"), tpu_out))
     assert tpu_out.device == TPU0
     assert_same(tpu_out, cpu_out, atol=1e-5, rtol=1e-5)
-    assert tpu_out.stride() == cpu_out.stride()
     assert bool(tpu_warn) == bool(cpu_warn), (cpu_warn, tpu_warn)
     if out_kind in ("right", "noncontig"):
         assert tpu_out.data_ptr() == tpu_ptr  # written in place, not replaced
+        assert tpu_out.stride() == tpu_stride
+    else:
+        assert tpu_out.stride() == cpu_out.stride()
 
 
 def test_out_dtype_rules_follow_cpu():

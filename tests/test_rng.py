@@ -131,8 +131,9 @@ def test_generator_objects():
     g.set_state(s)
     torch.testing.assert_close(torch.randn(20, device="tpu", generator=g).cpu(), x,
                                rtol=0, atol=0)
+    s2 = g.get_state()
     x2 = torch.empty(20, device="tpu").normal_(generator=g).cpu()
-    g.set_state(s)
+    g.set_state(s2)
     torch.testing.assert_close(torch.empty(20, device="tpu").normal_(generator=g).cpu(), x2,
                                rtol=0, atol=0)
 

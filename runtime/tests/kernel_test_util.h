@@ -2,7 +2,7 @@
  * host tensors behind views (malloc'd, valid as device addresses on the host
  * driver) in several layouts, deterministic fills, attribute builders, a
  * node builder, and an element-wise comparison with per-dtype tolerances.
- * Every helper is static; each test file includes this once.
+ * Every helper is static inline; each test file includes this once.
  */
 #ifndef TPU_KERNEL_TEST_UTIL_H_
 #define TPU_KERNEL_TEST_UTIL_H_
@@ -38,7 +38,7 @@ static inline double tt_rand(void) {
 
 /* A tensor of the given shape and layout; its memory is zeroed. */
 static inline tt_tensor_t tt_make(tpu_dtype_t dtype, int32_t ndim, const int64_t* sizes,
-                           tt_layout_t layout) {
+                                  tt_layout_t layout) {
   tt_tensor_t t;
   memset(&t, 0, sizeof(t));
   t.view.dtype = dtype;
@@ -119,7 +119,7 @@ static inline double tt_tol(tpu_dtype_t dtype) {
 /* Compares every element of got with want (same shape); NaN equals NaN.
  * Returns the number of mismatches and reports the first few. */
 static inline int tt_compare(const char* what, const tpu_view_t* got, const tpu_view_t* want,
-                      double tol) {
+                             double tol) {
   if (got->ndim != want->ndim) {
     tpu_test_fail(__FILE__, __LINE__, "%s: ndim %d vs %d", what, got->ndim, want->ndim);
     return 1;
@@ -192,8 +192,9 @@ static inline const tpu_op_def_t* tt_find(const tpu_op_family_t* family, const c
   return NULL;
 }
 
-static inline tpu_node_t tt_node(tpu_value_t* inputs, int32_t num_inputs, tpu_view_t* outputs,
-                          int32_t num_outputs, const tpu_attr_t* attrs, int32_t num_attrs) {
+static inline tpu_node_t tt_node(tpu_value_t* inputs, int32_t num_inputs,
+                                 tpu_view_t* outputs, int32_t num_outputs,
+                                 const tpu_attr_t* attrs, int32_t num_attrs) {
   tpu_node_t n;
   memset(&n, 0, sizeof(n));
   n.inputs = inputs;

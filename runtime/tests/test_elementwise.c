@@ -12,9 +12,10 @@
  * contiguous, broadcast, transposed/sliced inputs, Python-number operands,
  * in-place (output == input 0, also strided), out= with a strided float64
  * output, 0-dim, empty and multi-tile parallel shapes. ew_ops_mixed_dtypes
- * runs the binary cases over all dtype pairs. The other tests pin dtype
- * rules, errors and fallbacks against values checked with PyTorch, and the
- * converting copy against tpu_convert.
+ * runs the cases with two or more inputs over all dtype pairs. The other
+ * tests pin dtype rules, casts of 0-dim tensors and Python numbers, errors
+ * (ZeroDivisionError, bad casts, overlap) and CPU fallbacks against values
+ * checked with PyTorch, and the converting copy and fill against tpu_convert.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -85,6 +86,7 @@ static double rgelu_tanh_grad(double v) { /* d/dv of 0.5 v (1 + tanh(k (v + a v^
   static double rf_##name(const double* x, const double* p) { (void)p; return (expr); }
 #define RI(name, expr) \
   static int64_t ri_##name(const int64_t* x, const int64_t* p) { (void)p; return (expr); }
+#define RFI(name, expr) RF(name, expr) RI(name, expr) /* the same formula for both */
 
 RF(add, x[0] + p[0] * x[1])
 RI(add, (int64_t)(wrap(x[0]) + wrap(p[0]) * wrap(x[1])))
@@ -138,8 +140,7 @@ RF(ceil, ceil(x[0]))
 RF(round, nearbyint(x[0]))
 RF(trunc, trunc(x[0]))
 RI(ident, x[0])
-RF(relu, x[0] < 0 ? 0 : x[0])
-RI(relu, x[0] < 0 ? 0 : x[0])
+RFI(relu, x[0] < 0 ? 0 : x[0])
 RF(gelu, 0.5 * x[0] * (1 + erf(x[0] / sqrt(2))))
 RF(gelu_tanh, rgelu_tanh(x[0]))
 RF(silu, x[0] * rsig(x[0]))
@@ -147,36 +148,23 @@ RF(hardtanh, rmin(rmax(x[0], p[0]), p[1]))
 RI(hardtanh, x[0] < p[0] ? p[0] : (x[0] > p[1] ? p[1] : x[0]))
 RF(leaky_relu, x[0] > 0 ? x[0] : x[0] * p[0])
 RF(elu, x[0] > 0 ? x[0] * p[1] : p[0] * p[1] * (exp(x[0] * p[2]) - 1))
-RF(threshold, x[0] <= p[0] ? p[1] : x[0])
-RI(threshold, x[0] <= p[0] ? p[1] : x[0])
-RF(eq, x[0] == x[1])
-RI(eq, x[0] == x[1])
-RF(ne, x[0] != x[1])
-RI(ne, x[0] != x[1])
-RF(lt, x[0] < x[1])
-RI(lt, x[0] < x[1])
-RF(le, x[0] <= x[1])
-RI(le, x[0] <= x[1])
-RF(gt, x[0] > x[1])
-RI(gt, x[0] > x[1])
-RF(ge, x[0] >= x[1])
-RI(ge, x[0] >= x[1])
-RF(logical_not, x[0] == 0)
-RI(logical_not, x[0] == 0)
-RF(logical_and, x[0] != 0 && x[1] != 0)
-RI(logical_and, x[0] != 0 && x[1] != 0)
-RF(logical_or, x[0] != 0 || x[1] != 0)
-RI(logical_or, x[0] != 0 || x[1] != 0)
-RF(logical_xor, (x[0] != 0) != (x[1] != 0))
-RI(logical_xor, (x[0] != 0) != (x[1] != 0))
+RFI(threshold, x[0] <= p[0] ? p[1] : x[0])
+RFI(eq, x[0] == x[1])
+RFI(ne, x[0] != x[1])
+RFI(lt, x[0] < x[1])
+RFI(le, x[0] <= x[1])
+RFI(gt, x[0] > x[1])
+RFI(ge, x[0] >= x[1])
+RFI(logical_not, x[0] == 0)
+RFI(logical_and, x[0] != 0 && x[1] != 0)
+RFI(logical_or, x[0] != 0 || x[1] != 0)
+RFI(logical_xor, (x[0] != 0) != (x[1] != 0))
 RI(bitwise_and, x[0] & x[1])
 RI(bitwise_or, x[0] | x[1])
 RI(bitwise_xor, x[0] ^ x[1])
 RI(bitwise_not, ~x[0])
-RF(where, x[0] != 0 ? x[1] : x[2])
-RI(where, x[0] != 0 ? x[1] : x[2])
-RF(masked_fill, x[1] != 0 ? x[2] : x[0])
-RI(masked_fill, x[1] != 0 ? x[2] : x[0])
+RFI(where, x[0] != 0 ? x[1] : x[2])
+RFI(masked_fill, x[1] != 0 ? x[2] : x[0])
 RF(lerp, x[0] + x[2] * (x[1] - x[0]))
 RF(addcmul, x[0] + p[0] * x[1] * x[2])
 RI(addcmul, (int64_t)(wrap(x[0]) + wrap(p[0]) * wrap(x[1]) * wrap(x[2])))
@@ -187,8 +175,7 @@ RF(gelu_backward_tanh, x[0] * rgelu_tanh_grad(x[1]))
 RF(silu_backward, x[0] * rsig(x[1]) * (1 + x[1] * (1 - rsig(x[1]))))
 RF(sigmoid_backward, x[0] * (1 - x[1]) * x[1])
 RF(tanh_backward, x[0] * (1 - x[1] * x[1]))
-RF(threshold_backward, x[1] <= p[0] ? 0 : x[0])
-RI(threshold_backward, x[1] <= p[0] ? 0 : x[0])
+RFI(threshold_backward, x[1] <= p[0] ? 0 : x[0])
 RF(hardtanh_backward, x[1] <= p[0] || x[1] >= p[1] ? 0 : x[0])
 RF(leaky_relu_backward, x[1] > 0 ? x[0] : x[0] * p[0])
 RF(elu_backward, x[1] > 0 ? x[0] * p[1] : x[0] * p[2] * p[0] * p[1] * exp(x[1] * p[2]))
@@ -365,38 +352,14 @@ static const tpu_op_def_t* find_def(const char* name) {
   return NULL;
 }
 
-static tpu_node_t make_node(const char* op, tpu_value_t* in, int32_t nin, tpu_view_t* out,
-                            const tpu_attr_t* attrs, int32_t nattrs) {
-  tpu_node_t node;
-  memset(&node, 0, sizeof(node));
-  node.op = tpu_op_lookup(op);
-  node.num_inputs = nin;
-  node.num_outputs = 1;
-  node.num_attrs = nattrs;
-  node.inputs = in;
-  node.outputs = out;
-  for (int32_t j = 0; j < nattrs; ++j) node.attrs[j] = attrs[j];
-  return node;
-}
-
 static tpu_value_t vview(const tpu_view_t* v) {
-  tpu_value_t x = {.kind = TPU_VALUE_VIEW};
-  x.u.view = *v;
-  return x;
+  return (tpu_value_t){.kind = TPU_VALUE_VIEW, .u.view = *v};
 }
-
 static tpu_value_t vint(int64_t i) {
-  tpu_value_t x = {.kind = TPU_VALUE_SCALAR};
-  x.u.scalar.dtype = TPU_DTYPE_I64;
-  x.u.scalar.v.i = i;
-  return x;
+  return (tpu_value_t){.kind = TPU_VALUE_SCALAR, .u.scalar = {.dtype = TPU_DTYPE_I64, .v.i = i}};
 }
-
 static tpu_value_t vfloat(double f) {
-  tpu_value_t x = {.kind = TPU_VALUE_SCALAR};
-  x.u.scalar.dtype = TPU_DTYPE_F64;
-  x.u.scalar.v.f = f;
-  return x;
+  return (tpu_value_t){.kind = TPU_VALUE_SCALAR, .u.scalar = {.dtype = TPU_DTYPE_F64, .v.f = f}};
 }
 
 /* Runs a node through check, infer (when out is NULL: a fresh contiguous
@@ -406,7 +369,9 @@ static tpu_status_t run_node(const char* op, tpu_value_t* in, int32_t nin, const
   const tpu_op_def_t* def = find_def(op);
   if (!def) return tpu_status_make(TPU_CODE_INTERNAL, "no op %s", op);
   tpu_view_t o;
-  tpu_node_t node = make_node(op, in, nin, &o, attrs, nattrs);
+  tpu_node_t node = {.op = tpu_op_lookup(op), .num_inputs = nin, .num_outputs = 1,
+                     .num_attrs = nattrs, .inputs = in, .outputs = &o};
+  for (int32_t j = 0; j < nattrs; ++j) node.attrs[j] = attrs[j];
   if (def->check) TPU_RETURN_IF_ERROR(def->check(def, &node));
   if (out) {
     o = *out;
@@ -695,7 +660,7 @@ static tpu_status_t eval(const char* op, tpu_value_t* in, int32_t nin, const tpu
 #define EXPECT2(op, in, nattrs, attrs, want_dtype, w0, w1)                        \
   do {                                                                           \
     tpu_dtype_t dt_ = TPU_DTYPE_INVALID;                                         \
-    double got_[2] = {0, 0};                                                     \
+    double got_[8] = {0};                                                        \
     CHECK_OK(eval(op, in, (int32_t)(sizeof(in) / sizeof(in[0])), attrs, nattrs, &dt_, got_)); \
     CHECK(dt_ == (want_dtype));                                                  \
     CHECK(near(got_[0], w0) && near(got_[1], w1));                               \
@@ -920,6 +885,15 @@ TEST(ew_errors_and_fallbacks) {
     EXPECT_CODE("add", trans, NULL, 0, &sq.v, I);
     EXPECT_CODE("copy", copy_in, NULL, 0, &tail, I);
     EXPECT_CODE("add", inter, NULL, 0, &even, TPU_CODE_OK);
+    /* fill_ and masked_fill_ read a 0-dim value first, even from the output. */
+    tpu_view_t x1 = x.v;
+    x1.ndim = 0;
+    x1.addr += 4;
+    ((float*)x.mem)[1] = 7;
+    tpu_value_t fill_in[2] = {vview(&x.v), vview(&x1)}, add0[2] = {vview(&x.v), vview(&x1)};
+    EXPECT_CODE("fill", fill_in, NULL, 0, &x.v, TPU_CODE_OK);
+    CHECK(((float*)x.mem)[0] == 7 && ((float*)x.mem)[5] == 7);
+    EXPECT_CODE("add", add0, NULL, 0, &x.v, I);
     free(x.mem), free(sq.mem);
   }
   free(i32.mem), free(f32.mem), free(b.mem), free(u8.mem), free(f64.mem), free(i8.mem);

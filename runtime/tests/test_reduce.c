@@ -177,8 +177,8 @@ TEST(reduce_cases) {
   for (size_t i = 0; i < sizeof(k_cases) / sizeof(k_cases[0]); ++i) run_case((int)i, &k_cases[i]);
 }
 
-/* Runs row `op` on a 1-D input of n values with one attr at `dim`, returning
- * output o's elements as doubles in out (at most 8). */
+/* Runs row `op` on a contiguous input holding `values`, with `dim` and
+ * `keepdim` (other attrs None), returning output o's first 8 elements. */
 static void run_simple(const char* op, tpu_dtype_t dtype, int32_t ndim, const int64_t* sizes,
                        const double* values, const tpu_attr_t* dim, bool keepdim, int32_t o,
                        double* out) {

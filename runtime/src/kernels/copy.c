@@ -1,12 +1,14 @@
 /* kernels/copy.c — the copy family: "copy" (device-to-device copies with
  * dtype conversion and arbitrary strides, used by the bridge; no ATen
- * binding) and "fill" (fill_ and its functional/out forms).
+ * binding), "fill" (fill_ and its functional/out forms) and "zero" (zero_).
  *
  * Both run on the elementwise executor's converting copy (tpu_ew_copy): the
  * source is broadcast to the destination's shape, dims are collapsed and
  * ordered by the destination's strides, and each run is converted with
  * generated per-dtype loops (same-dtype runs are copied bit for bit).
  */
+#include <string.h>
+
 #include "kernels/elementwise.h"
 
 /* ---- copy(src) -> out ---------------------------------------------------------- */
@@ -60,9 +62,17 @@ static tpu_status_t fill_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   if (node->num_outputs != 1)
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: expected 1 output", def->name);
   const tpu_view_t* out = &node->outputs[0];
-  uint64_t storage;
+  const tpu_value_t* v = &node->inputs[1];
+  uint64_t storage = 0;
   tpu_view_t value;
-  tpu_value_to_view(&node->inputs[1], out->dtype, &storage, &value);
+  if (v->kind == TPU_VALUE_VIEW) { /* read first: it may be an element of out */
+    tpu_ew_convert(&storage, out->dtype, 1, tpu_view_ptr(&v->u.view), v->u.view.dtype, 1, 1);
+    memset(&value, 0, sizeof(value));
+    value.addr = (uint64_t)(uintptr_t)&storage;
+    value.dtype = out->dtype;
+  } else {
+    tpu_value_to_view(v, out->dtype, &storage, &value);
+  }
   return tpu_ew_copy(out, &value);
 }
 
@@ -75,7 +85,36 @@ static tpu_status_t fill_infer(const tpu_op_def_t* def, const tpu_node_t* node,
   return TPU_OK;
 }
 
+/* ---- zero(self) -> out: fill with 0 ------------------------------------------------ */
+
+static tpu_status_t zero_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                tpu_exec_ctx_t* ctx) {
+  (void)ctx;
+  if (node->num_outputs != 1)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: expected 1 output", def->name);
+  const tpu_view_t* out = &node->outputs[0];
+  tpu_value_t zero;
+  memset(&zero, 0, sizeof(zero));
+  zero.kind = TPU_VALUE_SCALAR;
+  zero.u.scalar.dtype = TPU_DTYPE_I64;
+  uint64_t storage = 0;
+  tpu_view_t value;
+  tpu_value_to_view(&zero, out->dtype, &storage, &value);
+  return tpu_ew_copy(out, &value);
+}
+
+static tpu_status_t zero_infer(const tpu_op_def_t* def, const tpu_node_t* node,
+                               tpu_view_t* out_views) {
+  if (node->num_inputs != 1 || node->inputs[0].kind != TPU_VALUE_VIEW)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: expected self", def->name);
+  out_views[0] = node->inputs[0].u.view;
+  out_views[0].addr = 0;
+  tpu_view_set_contiguous(&out_views[0]);
+  return TPU_OK;
+}
+
 static const tpu_op_def_t g_rows[] = {
+    {"zero", "self", "", "out", "zero_ zero zero.out", zero_kernel, zero_infer, NULL, NULL},
     {"copy", "src", "", "out", "", copy_kernel, copy_infer, NULL, NULL},
     {"fill", "self,value", "", "out",
      "fill.Scalar fill.Tensor fill.Scalar_out fill.Tensor_out fill_.Scalar fill_.Tensor",

@@ -144,7 +144,7 @@ typedef void (*ew_cvt_fn)(void* dst, int64_t ds, const void* src, int64_t ss, in
 #define EW_LOAD_DEF(E, T, CT, CTT)                                                     \
   static void ew_load_##E##_##CT(void* dst, int64_t ds, const void* src, int64_t ss,   \
                                  int64_t n) {                                          \
-    EW_CVT_BODY(CTT, T, EW_LOAD_CONV_##CT##_##E)                                       \
+    EW_CVT_BODY(CTT, T, ew_to_##CT##_##E)                                       \
   }
 #define EW_STORE_DEF(E, T, CT, CTT)                                                    \
   static void ew_store_##CT##_##E(void* dst, int64_t ds, const void* src, int64_t ss,  \
@@ -153,12 +153,12 @@ typedef void (*ew_cvt_fn)(void* dst, int64_t ds, const void* src, int64_t ss, in
   }
 
 /* Loading into a compute type = reading, then writing as its storage dtype. */
-#define EW_CONV_DEFS(E, n, T, C, K)                                         \
-  static inline uint8_t EW_LOAD_CONV_B8_##E(T v) { return EW_WRITE_BOOL(EW_READ_##E(v)); } \
-  static inline int64_t EW_LOAD_CONV_I64_##E(T v) { return EW_WRITE_I64(EW_READ_##E(v)); } \
-  static inline float EW_LOAD_CONV_F32_##E(T v) { return EW_WRITE_F32(EW_READ_##E(v)); }   \
-  static inline double EW_LOAD_CONV_F64_##E(T v) { return EW_WRITE_F64(EW_READ_##E(v)); }  \
-  EW_COMPUTE_LIST(EW_LOAD_DEF, E, T)                                        \
+#define EW_CONV_DEFS(E, n, T, C, K)                                                      \
+  static inline uint8_t ew_to_B8_##E(T v) { return EW_WRITE_BOOL(EW_READ_##E(v)); }     \
+  static inline int64_t ew_to_I64_##E(T v) { return EW_WRITE_I64(EW_READ_##E(v)); }    \
+  static inline float ew_to_F32_##E(T v) { return EW_WRITE_F32(EW_READ_##E(v)); }      \
+  static inline double ew_to_F64_##E(T v) { return EW_WRITE_F64(EW_READ_##E(v)); }     \
+  EW_COMPUTE_LIST(EW_LOAD_DEF, E, T)                                                     \
   EW_COMPUTE_LIST(EW_STORE_DEF, E, T)
 TPU_DTYPE_LIST(EW_CONV_DEFS)
 #undef EW_CONV_DEFS
@@ -266,11 +266,14 @@ __attribute__((target("avx2"))) static void ew_f32_to_bf16_avx2(uint16_t* d, con
 /* Contiguous conversions taken by a fast path; false when none applies. */
 static bool ew_convert_fast(void* dst, tpu_dtype_t dd, const void* src, tpu_dtype_t sd,
                             int64_t n) {
-  static int have_f16c = -1, have_avx2 = -1;
-  if (have_f16c < 0) { /* benign race: every thread computes the same answers */
-    have_f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-    have_avx2 = __builtin_cpu_supports("avx2");
+  static atomic_int features = -1; /* bit 0: avx+f16c, bit 1: avx2 */
+  int f = atomic_load_explicit(&features, memory_order_relaxed);
+  if (f < 0) {
+    f = (__builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c")) |
+        (__builtin_cpu_supports("avx2") ? 2 : 0);
+    atomic_store_explicit(&features, f, memory_order_relaxed);
   }
+  bool have_f16c = f & 1, have_avx2 = f & 2;
   if (have_f16c && dd == TPU_DTYPE_F32 && sd == TPU_DTYPE_F16) {
     ew_f16_to_f32_f16c((float*)dst, (const uint16_t*)src, n);
   } else if (have_f16c && dd == TPU_DTYPE_F16 && sd == TPU_DTYPE_F32) {
@@ -891,7 +894,17 @@ tpu_status_t tpu_ew_kernel(const tpu_op_def_t* def, const tpu_node_t* node, tpu_
   for (int32_t k = 0; k < node->num_inputs; ++k) {
     const tpu_value_t* v = &node->inputs[k];
     cts[k + 1] = (impl->bool_in >> k & 1) ? TPU_COMPUTE_B8 : plan.ct;
-    if (v->kind == TPU_VALUE_VIEW) {
+    bool value = (impl->flags & TPU_EW_VALUE_0DIM) && k == node->num_inputs - 1;
+    if (v->kind == TPU_VALUE_VIEW && value) {
+      /* A 0-dim value tensor is read first, as PyTorch's value.item() (it
+       * may be an element of the output). */
+      storage[k] = 0;
+      tpu_ew_convert(&storage[k], plan.common, 1, tpu_view_ptr(&v->u.view), v->u.view.dtype, 1, 1);
+      memset(&scalars[k], 0, sizeof(scalars[k]));
+      scalars[k].addr = (uint64_t)(uintptr_t)&storage[k];
+      scalars[k].dtype = plan.common;
+      views[k + 1] = &scalars[k];
+    } else if (v->kind == TPU_VALUE_VIEW) {
       views[k + 1] = &v->u.view;
     } else if (v->kind == TPU_VALUE_SCALAR) {
       tpu_value_to_view(v, scalar_dtype, &storage[k], &scalars[k]);

@@ -19,6 +19,14 @@
  * scratch. The result is written in place or converted and scattered. A tile
  * function is therefore a plain loop over arrays that the compiler
  * vectorises; the output array may be exactly input 0's array (in-place ops).
+ *
+ * Values follow PyTorch's TensorIterator: tensors are cast to the common
+ * dtype, Python numbers too (except opmath ops on half tensors, which keep
+ * them in float32), the op computes in the common dtype's compute type, and
+ * the result is rounded to the result dtype before it is cast to an output
+ * of another dtype (out=, in-place). Partial overlap of an input with the
+ * output is PyTorch's "unsupported operation" error; an output broadcast
+ * over a dim (stride 0) too.
  */
 #ifndef TPU_KERNELS_ELEMENTWISE_H_
 #define TPU_KERNELS_ELEMENTWISE_H_

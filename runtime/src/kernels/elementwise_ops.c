@@ -452,7 +452,7 @@ static tpu_status_t prep_leaky_bw(const tpu_node_t* node, tpu_dtype_t common, tp
 #define EW_ALPHA .flags = TPU_EW_OPMATH_SCALAR | TPU_EW_ALPHA, .num_params = 1, \
                  .checked_params = 1, .dflt = {1}
 
-EW_IMPL(k_add, PROMOTE, EW_FNS(ew_add_B8, ew_add_I64, ew_add_F32, ew_add_F64), EW_ALPHA)
+EW_IMPL(k_add, PROMOTE, EW_A(ew_add), EW_ALPHA)
 EW_IMPL(k_sub, PROMOTE, EW_N(ew_sub), EW_ALPHA)
 EW_IMPL(k_mul, PROMOTE, EW_A(ew_mul), .flags = TPU_EW_OPMATH_SCALAR)
 EW_IMPL(k_div, DIV, EW_N(ew_div), .flags = TPU_EW_OPMATH_SCALAR)

@@ -79,37 +79,44 @@ static inline bool ku_same_shape(const tpu_view_t* a, const tpu_view_t* b) {
 }
 
 /* ---- conversion to and from double ---------------------------------------- */
-/* tpu_convert handles every dtype pair one element at a time; the row-wise
- * families move almost everything between a view and a double buffer, so
- * those two directions get typed loops, generated from TPU_DTYPE_LIST with
- * tpu_convert's semantics (bool reads as 0/1, halves via float32). Stores
- * into integer and bool dtypes keep going through tpu_convert. */
+/* tpu_convert handles every dtype pair through an intermediate buffer, with
+ * a cost per call; the row-wise families move almost everything between a
+ * view and a double buffer, often in short runs, so those two directions get
+ * direct typed loops, generated from TPU_DTYPE_LIST with tpu_convert's
+ * semantics (bool reads as 0/1, halves via float32). Stores into integer
+ * and bool dtypes keep going through tpu_convert. */
 
 /* Element at p of dtype E (category K, storage T) as a double. */
-#define KU_ELEM_F64_(E, K, T, p)                                                  \
-  ((K) == 0                                   ? (double)(*(const uint8_t*)(p) != 0) \
-   : TPU_DTYPE_##E == TPU_DTYPE_F16  ? (double)tpu_f16_to_f32(*(const uint16_t*)(p))   \
-   : TPU_DTYPE_##E == TPU_DTYPE_BF16 ? (double)tpu_bf16_to_f32(*(const uint16_t*)(p))  \
-                                              : (double)*(const T*)(p))
+#define KU_ELEM_F64_(E, K, T, p)                                                 \
+  ((K) == 0 ? (double)(*(const uint8_t*)(p) != 0)                                \
+   : TPU_DTYPE_##E == TPU_DTYPE_F16                                             \
+       ? (double)tpu_f16_to_f32(*(const uint16_t*)(p))                          \
+   : TPU_DTYPE_##E == TPU_DTYPE_BF16                                            \
+       ? (double)tpu_bf16_to_f32(*(const uint16_t*)(p))                         \
+       : (double)*(const T*)(p))
 
 /* Stores double x at p as floating dtype E (storage T). */
-#define KU_STORE_F64_(E, T, p, x)                                                 \
-  (TPU_DTYPE_##E == TPU_DTYPE_F16    ? (void)(*(uint16_t*)(p) = tpu_f32_to_f16((float)(x)))  \
-   : TPU_DTYPE_##E == TPU_DTYPE_BF16 ? (void)(*(uint16_t*)(p) = tpu_f32_to_bf16((float)(x))) \
-                                     : (void)(*(T*)(p) = (T)(x)))
+#define KU_STORE_F64_(E, T, p, x)                                                \
+  (TPU_DTYPE_##E == TPU_DTYPE_F16                                               \
+       ? (void)(*(uint16_t*)(p) = tpu_f32_to_f16((float)(x)))                   \
+   : TPU_DTYPE_##E == TPU_DTYPE_BF16                                            \
+       ? (void)(*(uint16_t*)(p) = tpu_f32_to_bf16((float)(x)))                  \
+       : (void)(*(T*)(p) = (T)(x)))
 
-#define KU_CONVERT_FNS_(E, name, T, C, K)                                                 \
-  static inline void ku_to_f64_##E(double* dst, const void* src, int64_t stride, int64_t n) { \
-    const T* s = (const T*)src;                                                           \
-    for (int64_t i = 0; i < n; ++i) dst[i] = KU_ELEM_F64_(E, K, T, s + i * stride);       \
-  }                                                                                       \
-  static inline void ku_from_f64_##E(void* dst, int64_t stride, const double* src, int64_t n) { \
-    if ((K) != 2) {                                                                       \
-      tpu_convert(dst, TPU_DTYPE_##E, stride, src, TPU_DTYPE_F64, 1, n);                  \
-      return;                                                                             \
-    }                                                                                     \
-    T* d = (T*)dst;                                                                       \
-    for (int64_t i = 0; i < n; ++i) KU_STORE_F64_(E, T, d + i * stride, src[i]);          \
+#define KU_CONVERT_FNS_(E, name, T, C, K)                                         \
+  static inline void ku_to_f64_##E(double* dst, const void* src, int64_t stride, \
+                                   int64_t n) {                                  \
+    const T* s = (const T*)src;                                                  \
+    for (int64_t i = 0; i < n; ++i) dst[i] = KU_ELEM_F64_(E, K, T, s + i * stride); \
+  }                                                                              \
+  static inline void ku_from_f64_##E(void* dst, int64_t stride, const double* src, \
+                                     int64_t n) {                                \
+    if ((K) != 2) {                                                              \
+      tpu_convert(dst, TPU_DTYPE_##E, stride, src, TPU_DTYPE_F64, 1, n);         \
+      return;                                                                    \
+    }                                                                            \
+    T* d = (T*)dst;                                                              \
+    for (int64_t i = 0; i < n; ++i) KU_STORE_F64_(E, T, d + i * stride, src[i]); \
   }
 TPU_DTYPE_LIST(KU_CONVERT_FNS_)
 #undef KU_CONVERT_FNS_

@@ -260,17 +260,16 @@ static void random_fill(const rng_job_t* j, int64_t first, int64_t n, rng_tile_t
   }
 }
 
-#define RNG_ALL(fn) {fn, fn, fn, fn}
-static const rng_fill_fn k_fill[RNG_KIND_COUNT][TPU_COMPUTE_COUNT] = {
+/* Fills by kind: per compute type for floating kinds, one for any dtype else. */
+static const rng_fill_fn k_fill_float[RNG_KIND_COUNT][TPU_COMPUTE_COUNT] = {
     [RNG_UNIFORM] = {[TPU_COMPUTE_F32] = uniform_F32, [TPU_COMPUTE_F64] = uniform_F64},
     [RNG_NORMAL] = {[TPU_COMPUTE_F32] = normal_F32, [TPU_COMPUTE_F64] = normal_F64},
-    [RNG_BERNOULLI] = RNG_ALL(bernoulli_fill),
-    [RNG_RANDOM] = RNG_ALL(random_fill),
     [RNG_DROPOUT] = {[TPU_COMPUTE_F32] = dropout_F32, [TPU_COMPUTE_F64] = dropout_F64},
     [RNG_DROPOUT_BACKWARD] = {[TPU_COMPUTE_F32] = dropout_backward_F32,
                               [TPU_COMPUTE_F64] = dropout_backward_F64},
 };
-#undef RNG_ALL
+static const rng_fill_fn k_fill_any[RNG_KIND_COUNT] = {[RNG_BERNOULLI] = bernoulli_fill,
+                                                       [RNG_RANDOM] = random_fill};
 
 typedef struct rng_io {
   const rng_job_t* j;
@@ -375,7 +374,7 @@ static tpu_status_t random_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
     j.esize[v] = (int64_t)tpu_dtype_size(views[v].dtype);
   }
   tpu_compute_type_t ct = tpu_dtype_compute(j.a.dtype);
-  j.fill = k_fill[j.a.kind][ct];
+  j.fill = k_fill_any[j.a.kind] ? k_fill_any[j.a.kind] : k_fill_float[j.a.kind][ct];
   j.tile_dtype = j.a.kind == RNG_BERNOULLI ? TPU_DTYPE_BOOL
                  : j.a.kind == RNG_RANDOM  ? TPU_DTYPE_I64
                                            : tpu_compute_storage_dtype(ct);
