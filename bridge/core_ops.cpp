@@ -8,6 +8,7 @@
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/_unsafe_view_native.h>
 #include <ATen/ops/alias_native.h>
+#include <ATen/ops/unfold_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
@@ -211,6 +212,13 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   return copy_from(self, dst, false);
 }
 
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  auto* ctx = self.storage().data_ptr().get_context();
+  if (ctx && stream.device_type() == c10::DeviceType::PrivateUse1)
+    tpu_block_record_stream(static_cast<tpu_block_t*>(ctx),
+                            runtime_stream(stream.device_index(), stream.id()));
+}
+
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   at::Tensor host = at::empty({}, self.options().device(at::kCPU));
   copy_d2h(host, self, false);
@@ -233,6 +241,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  m.impl("record_stream", TORCH_FN(record_stream));
+  m.impl("unfold", TORCH_FN(at::native::unfold));
 }
 
 }  // namespace torch_tpu

@@ -88,17 +88,22 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return (c10::DeviceIndex)device_count();
   }
 
-  c10::Stream getStream(c10::Device d) const override { return current_stream(d.index()); }
+  c10::Stream getStream(c10::Device d) const override {
+    return current_stream(d.has_index() ? d.index() : current_device());
+  }
   c10::Stream getDefaultStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::UNSAFE, d, 0);
+    return c10::Stream(c10::Stream::UNSAFE,
+                       c10::Device(kType, d.has_index() ? d.index() : current_device()), 0);
   }
   c10::Stream getNewStream(c10::Device d, int priority = 0) const override {
     return getStreamFromGlobalPool(d, priority < 0);
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool = false) const override {
-    check_index(d.index());
-    uint32_t n = g_next_pool_stream[d.index()]++;
-    return c10::Stream(c10::Stream::UNSAFE, d, 1 + (n % (TPU_STREAMS_PER_CHIP - 1)));
+    c10::DeviceIndex index = d.has_index() ? d.index() : current_device();
+    check_index(index);
+    uint32_t n = g_next_pool_stream[index]++;
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(kType, index),
+                       1 + (n % (TPU_STREAMS_PER_CHIP - 1)));
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
     auto old = current_stream(s.device_index());

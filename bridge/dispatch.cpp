@@ -30,6 +30,8 @@
 namespace torch_tpu {
 namespace {
 
+constexpr int kMaxOutputs = 8;
+
 enum class Role { Ignore, Input, InputList, Attr, Out, SelfOut, Generator };
 
 struct ArgRole {
@@ -80,8 +82,8 @@ void run_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                               " has no native tpu kernel (TORCH_TPU_FALLBACK=error)");
   if (warn)
     TORCH_WARN("torch_tpu: ", name,
-               " runs on the CPU (no native tpu kernel yet); this is counted in "
-               "torch_tpu.fallback_counts().");
+               " ran on the CPU (no native tpu kernel for these arguments); calls are counted "
+               "in torch_tpu.fallback_counts().");
   at::native::cpu_fallback(op, stack);
 }
 
@@ -95,7 +97,7 @@ struct Call {
   tpu_value_t inputs[64];
   int num_inputs = 0;
   tpu_attr_t attrs[TPU_MAX_ATTRS];
-  tpu_view_t outputs[8];
+  tpu_view_t outputs[kMaxOutputs];
   c10::DeviceIndex device = -1;
   bool unsupported = false;  // something a native kernel cannot take
 };
@@ -231,7 +233,7 @@ bool is_default(const c10::Argument& arg, const c10::IValue& iv) {
 // Output metadata from PyTorch's meta kernel: the call's tensors as meta
 // tensors, redispatched to Meta. Fills meta_outs (functional results, or the
 // meta self/out tensors after the kernel resized them). False when there is
-// no meta kernel.
+// no meta kernel or it rejects the call.
 bool meta_outputs(const c10::OperatorHandle& op, const Binding& b, const torch::jit::Stack& args,
                   std::vector<at::Tensor>& meta_outs) {
   auto to_meta = [](const at::Tensor& t) {
@@ -264,7 +266,10 @@ bool meta_outputs(const c10::OperatorHandle& op, const Binding& b, const torch::
   }
   try {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
-  } catch (const c10::NotImplementedError&) {
+  } catch (const std::exception&) {
+    // No meta kernel, or the meta kernel (C++ or Python) rejects the call:
+    // the CPU kernel then runs it, and raises exactly the error PyTorch
+    // raises on CPU.
     return false;
   }
   if (b.inplace || b.has_out) {
@@ -302,7 +307,7 @@ struct NativeKernel final : public c10::OperatorKernel {
     const size_t n = b->args.size();
     torch::jit::Stack args(stack->end() - n, stack->end());
     Call call;
-    std::memset(call.attrs, 0, sizeof(call.attrs));  // attrs the schema lacks are None
+    std::memset(call.attrs, 0, sizeof(tpu_attr_t) * b->num_attrs);  // absent attrs are None
     std::optional<at::Generator> gen;
     std::vector<at::Tensor> out_tensors(b->num_outputs);
     bool native = true;
@@ -370,8 +375,8 @@ struct NativeKernel final : public c10::OperatorKernel {
     std::memcpy(node.attrs, call.attrs, sizeof(tpu_attr_t) * b->num_attrs);
 
     // Output metadata: the runtime's shape function, else PyTorch's meta kernel.
-    tpu_view_t inferred[8];
-    std::memset(inferred, 0, sizeof(inferred));
+    tpu_view_t inferred[kMaxOutputs];
+    std::memset(inferred, 0, sizeof(tpu_view_t) * b->num_outputs);
     bool have_meta = false;
     if (b->def->infer) {
       tpu_status_t s = tpu_op_infer(&node, inferred);
@@ -489,6 +494,8 @@ std::string bind_one(const std::string& aten, tpu_op_id_t id, Binding& b) {
   b.num_attrs = tpu_spec_count(def->attrs);
   b.num_outputs = tpu_spec_count(def->outputs);
   b.num_returns = schema.returns().size();
+  if (b.num_outputs > kMaxOutputs || b.num_attrs > TPU_MAX_ATTRS)
+    return aten + ": too many outputs or attrs for the bridge";
   b.seed_attr = tpu_spec_index(def->attrs, "seed");
   b.offset_attr = tpu_spec_index(def->attrs, "offset");
   int out_pos = 0;

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import TPU0, assert_same, make, to_tpu
+from conftest import TPU0, assert_same, make
 
 
 def grads_of(model):

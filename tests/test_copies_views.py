@@ -4,8 +4,7 @@ ops on non-contiguous views, resize_, set_)."""
 import pytest
 import torch
 
-from conftest import (ALL_DTYPES, TPU0, assert_on_tpu, assert_same, check, dtype_id, make,
-                      to_tpu)
+from conftest import ALL_DTYPES, TPU0, assert_same, check, dtype_id, make
 
 VALUES = [0.0, 1.0, 2.5, 3.75, 17.0, 99.5, 127.0, 0.25, -1.0, -2.5, -100.0, 64.0]
 
@@ -106,6 +105,25 @@ def test_noncontiguous_source(direction):
             assert_same(dst, expected, exact=True)
             assert_same(v(x.to("tpu")).contiguous(), expected, exact=True)
             assert_same(v(x.to("tpu")).clone(), expected, exact=True)
+
+
+@pytest.mark.parametrize("direction", ["cpu->tpu", "tpu->cpu", "tpu->tpu"])
+@pytest.mark.parametrize("dst_dtype", [torch.float64, torch.int16, torch.float16, torch.bool],
+                         ids=dtype_id)
+def test_noncontiguous_source_with_conversion(direction, dst_dtype):
+    x = make((6, 8), torch.float32, seed=21) * 20
+    src = x.t()[1::2]
+    expected = src.to(dst_dtype)
+    if direction == "cpu->tpu":
+        got = src.to("tpu", dtype=dst_dtype)
+    elif direction == "tpu->cpu":
+        got = x.to("tpu").t()[1::2].to("cpu", dtype=dst_dtype)
+        assert got.device.type == "cpu"
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+        return
+    else:
+        got = x.to("tpu").t()[1::2].to(dst_dtype)
+    assert_same(got, expected, exact=True)
 
 
 @pytest.mark.parametrize("direction", ["cpu->tpu", "tpu->cpu", "tpu->tpu"])
@@ -440,3 +458,56 @@ def test_storage_of_tpu_tensor():
     assert cpu_st.device.type == "cpu"
     back = torch.empty(0, dtype=torch.float32).set_(cpu_st)
     torch.testing.assert_close(back, x, rtol=0, atol=0)
+
+
+# ---- rounding of conversions, tile boundaries -----------------------------------------------
+
+
+@pytest.mark.parametrize("dst_dtype", [torch.float16, torch.bfloat16, torch.float32,
+                                       torch.int32, torch.int8, torch.bool], ids=dtype_id)
+@pytest.mark.parametrize("src_dtype", [torch.float32, torch.float64], ids=dtype_id)
+def test_conversion_rounding_of_random_values(src_dtype, dst_dtype):
+    """Full-mantissa values (and exact ties) round like the CPU: nearest-even
+    for floats, truncation toward zero for integers."""
+    g = torch.Generator().manual_seed(22)
+    x = (torch.randn(4096, generator=g, dtype=torch.float64) * 50)
+    ties = torch.tensor([1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -11, 1 + 3 * 2 ** -11, 0.5, 1.5,
+                         2.5, -2.5, 65520.0, 1e-8, -1e-8, 3.4e38], dtype=torch.float64)
+    x = torch.cat([x, ties])
+    if not dst_dtype.is_floating_point and dst_dtype != torch.bool:
+        info = torch.iinfo(dst_dtype)  # out-of-range float -> int is undefined behaviour
+        x = x.clamp(info.min // 2, info.max // 2)
+    x = x.to(src_dtype)
+    assert_same(x.to("tpu").to(dst_dtype), x.to(dst_dtype), exact=True)
+    assert_same(x.to("tpu", dtype=dst_dtype), x.to(dst_dtype), exact=True)
+    torch.testing.assert_close(x.to("tpu").to("cpu", dtype=dst_dtype), x.to(dst_dtype),
+                               rtol=0, atol=0)
+
+
+def test_int64_values_beyond_float_precision():
+    x = torch.tensor([2 ** 62 + 1, -(2 ** 62) - 3, 2 ** 53 + 1, -1, 0], dtype=torch.int64)
+    assert_same(x.to("tpu"), x, exact=True)
+    check(lambda t: t + 1, x, exact=True)
+    check(lambda t: t * 2, x, exact=True)
+    check(lambda t: t.sum(), x, exact=True)
+    check(lambda t: t.max(), x, exact=True)
+    check(lambda t: t.to(torch.int32), x, exact=True)
+
+
+@pytest.mark.parametrize("inner", [1, 2047, 2048, 2049, 4097])
+def test_tile_boundaries(inner):
+    """Sizes around the elementwise tile (2048 elements), broadcast and
+    strided."""
+    a = make((3, inner), seed=23)
+    b = make((inner,), seed=24)
+    check(lambda x, y: x * y + 1, a, b, exact=True)
+    check(lambda x, y: x.t() - y.unsqueeze(1), a, b, exact=True)
+    check(lambda x: x[:, ::2].exp(), a, atol=1e-5, rtol=1e-5)
+    check(lambda x: x.t().contiguous(), a, exact=True)
+    check(lambda x: x.sum(1), a, atol=1e-3, rtol=1e-5)
+    check(lambda x: x.t().sum(0), a, atol=1e-3, rtol=1e-5)
+    check(lambda x: x.max(1), a, exact=True)
+    check(lambda x: torch.softmax(x, 1), a, atol=1e-6, rtol=1e-5)
+    dst = torch.zeros(inner, 3, device="tpu")
+    dst.copy_(a.t())
+    assert_same(dst, a.t().contiguous(), exact=True)

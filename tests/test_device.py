@@ -7,9 +7,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-import torch_tpu
-from conftest import (ALL_DTYPES, TPU, TPU0, assert_on_tpu, assert_same, check_result, dtype_id,
-                      make, run_checks)
+from conftest import ALL_DTYPES, TPU0, assert_same, check_result, dtype_id, make, run_checks
 
 EXPECTED_CHIPS = int(os.environ.get("TORCH_TPU_NUM_CHIPS", "1"))
 

@@ -147,7 +147,7 @@ def test_allocation_churn_keeps_data_correct():
     base = torch.tpu.memory_allocated()
     live, ref = [], []
     for i in range(60):
-        n = [7, 300, 5000, 70000, 300000, 1 << 20][i % 6] + i
+        n = [7, 300, 5000, 70000, 300000, 600000][i % 6] + i
         x = make((n,), seed=i)
         live.append(x.to("tpu") * 2)
         ref.append(x * 2)

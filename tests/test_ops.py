@@ -8,8 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import (ALL_DTYPES, FLOAT_DTYPES, TPU0, assert_same, check, dtype_id, make,
-                      to_tpu)
+from conftest import ALL_DTYPES, TPU0, assert_same, check, dtype_id, make
 
 f16, bf16, f32, f64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
 i8, i16, i32, i64, u8, b8 = torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, \
@@ -726,3 +725,29 @@ def test_out_aliasing_input():
     a, b = make((4, 4), seed=69), make((4, 4), seed=70)
     check(lambda x, y: torch.add(x, y, out=x), a, b, exact=True)
     check(lambda x, y: (torch.mul(x, y, out=y), y)[1], a, b, exact=True)
+
+
+# ---- integer wrap-around and half overflow ---------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [u8, i8, i16, i32], ids=dtype_id)
+def test_integer_overflow_wraps_like_cpu(dtype):
+    info = torch.iinfo(dtype)
+    x = torch.tensor([info.max, info.max - 1, info.min, info.min + 1, 0, 1], dtype=dtype)
+    y = torch.tensor([1, 2, 1, 3, 1, info.max], dtype=dtype)
+    check(lambda a, b: a + b, x, y, exact=True)
+    check(lambda a, b: a * b, x, y, exact=True)
+    check(lambda a, b: a - b, x, y, exact=True)
+    check(lambda a: a * 3 + 7, x, exact=True)
+    check(lambda a: a.sum(dtype=dtype), x, exact=True)
+
+
+@pytest.mark.parametrize("dtype", [f16, bf16], ids=dtype_id)
+def test_half_overflow_and_underflow(dtype):
+    info = torch.finfo(dtype)
+    x = torch.tensor([info.max, -info.max, info.tiny, info.eps, 1.0], dtype=dtype)
+    check(lambda a: a * 2, x, exact=True)
+    check(lambda a: a + a, x, exact=True)
+    check(lambda a: a / 1e4, x)
+    check(lambda a: a.float() * 2, x, exact=True)
+    check(lambda a: a.sum(), x)

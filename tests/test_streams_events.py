@@ -178,9 +178,6 @@ def test_elapsed_time_requires_timing_events():
         c.elapsed_time(d)
 
 
-@pytest.mark.xfail(strict=True, raises=NotImplementedError,
-                   reason="aten::record_stream has no tpu kernel: Tensor.record_stream goes to "
-                          "the CPU fallback, which raises NotImplementedError")
 def test_record_stream_keeps_memory_until_side_work_is_done():
     """A tensor freed on the default stream while a side stream still reads
     it must not be handed out again before the side stream is done."""

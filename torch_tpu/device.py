@@ -81,10 +81,23 @@ class Stream(torch.Stream):
         return super().__new__(cls, device=torch.device("tpu", _index(device)), priority=priority)
 
 
-class Event(torch.Event):
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
-        return super().__new__(cls, device="tpu", enable_timing=enable_timing, blocking=blocking,
-                               interprocess=interprocess)
+class _EventMeta(type):
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, torch.Event) and obj.device.type == "tpu"
+
+
+class Event(metaclass=_EventMeta):
+    """``torch.tpu.Event(...)`` makes a ``torch.Event`` on the tpu device.
+
+    It returns a plain ``torch.Event`` (PyTorch's ``elapsed_time`` and
+    ``wait_event`` accept only that exact type); ``isinstance(e,
+    torch.tpu.Event)`` holds for every tpu event."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False,
+                interprocess: bool = False):
+        return torch.Event(device=torch.device("tpu", _C.current_device()),
+                           enable_timing=enable_timing, blocking=blocking,
+                           interprocess=interprocess)
 
 
 def current_stream(device: _DeviceLike = None) -> torch.Stream:

@@ -3,6 +3,7 @@
  * never invalidates what a node describes. */
 #include "tpu/ir.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,8 +68,22 @@ bool tpu_attr_bool(const tpu_attr_t* a, bool dflt) {
   return dflt;
 }
 
+/* Released graphs that never outgrew their inline storage are kept for
+ * reuse: eager mode creates one per op on the caller's thread and releases
+ * it on a queue worker, and recycling spares both sides the allocator. */
+enum { RECYCLE_MAX = 64 };
+static struct {
+  pthread_mutex_t mu;
+  tpu_graph_t* items[RECYCLE_MAX];
+  int count;
+} g_recycle = {PTHREAD_MUTEX_INITIALIZER, {NULL}, 0};
+
 tpu_status_t tpu_graph_create(tpu_graph_t** out_graph) {
-  tpu_graph_t* g = malloc(sizeof(tpu_graph_t));
+  tpu_graph_t* g = NULL;
+  pthread_mutex_lock(&g_recycle.mu);
+  if (g_recycle.count) g = g_recycle.items[--g_recycle.count];
+  pthread_mutex_unlock(&g_recycle.mu);
+  if (!g) g = malloc(sizeof(tpu_graph_t));
   if (!g) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "graph allocation failed");
   g->nodes = g->inline_nodes;
   g->node_count = 0;
@@ -85,9 +100,27 @@ tpu_status_t tpu_graph_create(tpu_graph_t** out_graph) {
 
 void tpu_graph_release(tpu_graph_t* graph) {
   if (!graph) return;
-  if (graph->nodes != graph->inline_nodes) free(graph->nodes);
-  if (graph->inputs != graph->inline_inputs) free(graph->inputs);
-  if (graph->outputs != graph->inline_outputs) free(graph->outputs);
+  bool all_inline = true;
+  if (graph->nodes != graph->inline_nodes) {
+    free(graph->nodes);
+    all_inline = false;
+  }
+  if (graph->inputs != graph->inline_inputs) {
+    free(graph->inputs);
+    all_inline = false;
+  }
+  if (graph->outputs != graph->inline_outputs) {
+    free(graph->outputs);
+    all_inline = false;
+  }
+  if (all_inline) {
+    pthread_mutex_lock(&g_recycle.mu);
+    if (g_recycle.count < RECYCLE_MAX) {
+      g_recycle.items[g_recycle.count++] = graph;
+      graph = NULL;
+    }
+    pthread_mutex_unlock(&g_recycle.mu);
+  }
   free(graph);
 }
 

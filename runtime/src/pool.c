@@ -41,6 +41,7 @@ static void run_chunks(job_t* job) {
 
 static void* worker_main(void* unused) {
   (void)unused;
+  pthread_setname_np(pthread_self(), "tpu-pool");
   uint64_t seen = 0;
   pthread_mutex_lock(&g_pool.mu);
   for (;;) {

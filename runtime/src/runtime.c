@@ -206,6 +206,7 @@ bool tpu_stream_query(tpu_stream_t* stream) {
 
 struct tpu_event {
   tpu_hal_event_t* hal;
+  _Atomic(tpu_stream_t*) last_stream; /* where it was last recorded */
 };
 
 tpu_status_t tpu_event_create(bool timing, tpu_event_t** out_event) {
@@ -232,6 +233,7 @@ tpu_status_t tpu_event_record(tpu_event_t* event, tpu_stream_t* stream) {
   g_rt.driver->event_retain(event->hal);
   cmd.u.event.event = event->hal;
   cmd.u.event.seq = g_rt.driver->event_next_seq(event->hal);
+  atomic_store(&event->last_stream, stream);
   return submit(stream, &cmd);
 }
 
@@ -251,7 +253,13 @@ bool tpu_event_query(tpu_event_t* event) {
 
 tpu_status_t tpu_event_synchronize(tpu_event_t* event) {
   g_rt.driver->event_wait(event->hal, g_rt.driver->event_last_seq(event->hal));
-  return TPU_OK;
+  /* Work before the record has run: report what failed in it. */
+  tpu_stream_t* stream = atomic_load(&event->last_stream);
+  if (!stream) return TPU_OK;
+  pthread_mutex_lock(&stream->chip->mu);
+  tpu_hal_queue_t* q = stream->queue;
+  pthread_mutex_unlock(&stream->chip->mu);
+  return q ? g_rt.driver->queue_take_error(q) : TPU_OK;
 }
 
 tpu_status_t tpu_event_elapsed_ms(tpu_event_t* start, tpu_event_t* end, double* out_ms) {

@@ -46,6 +46,7 @@ typedef struct ew_case {
   bool value_0dim;   /* the last input is a 0-dim tensor */
   bool same_dtype;   /* every tensor must share one dtype */
   uint8_t float_in;  /* inputs that must be floating tensors */
+  bool no_bool;      /* any bool operand (tensor or number) is refused */
   int nattrs;
   tpu_attr_t attrs[4];
   ref_f_fn f;
@@ -188,7 +189,7 @@ RF(elu_backward, x[1] > 0 ? x[0] * p[1] : x[0] * p[2] * p[0] * p[1] * exp(x[1] *
 static const ew_case_t k_cases[] = {
     {"add", R_PROMOTE, 2, SB | SI | SF, .scalar_ok = 2, .opmath = true, .nattrs = 1,
      .attrs = {AI(2)}, .f = rf_add, .i = ri_add},
-    {"sub", R_PROMOTE, 2, SI | SF, .scalar_ok = 2, .opmath = true, .nattrs = 1,
+    {"sub", R_PROMOTE, 2, SI | SF, .scalar_ok = 2, .opmath = true, .no_bool = true, .nattrs = 1,
      .attrs = {AI(3)}, .f = rf_sub, .i = ri_sub},
     {"mul", R_PROMOTE, 2, SB | SI | SF, .scalar_ok = 2, .opmath = true, .f = rf_mul, .i = ri_mul},
     {"div", R_FLOAT, 2, SB | SI | SF, .scalar_ok = 2, .nonzero = 2, .opmath = true, .nattrs = 1,
@@ -534,8 +535,11 @@ static void run_case(const ew_case_t* c, const tpu_dtype_t* dtypes, const varian
   bool supported = case_supports(c, common);
   for (int k = 0; supported && c->same_dtype && k < c->nin; ++k)
     supported = in[k].kind != TPU_VALUE_VIEW || in[k].u.view.dtype == common;
-  for (int k = 0; k < c->nin; ++k)
+  for (int k = 0; k < c->nin; ++k) {
     if ((c->float_in >> k & 1) && !tpu_dtype_is_floating(in[k].u.view.dtype)) supported = false;
+    tpu_dtype_t dk = in[k].kind == TPU_VALUE_VIEW ? in[k].u.view.dtype : in[k].u.scalar.dtype;
+    if (c->no_bool && in[k].kind != TPU_VALUE_NONE && dk == TPU_DTYPE_BOOL) supported = false;
+  }
   tpu_dtype_t result = c->rule == R_BOOL ? TPU_DTYPE_BOOL : common;
   int64_t bsizes[TPU_MAX_DIMS];
   int32_t bndim = 0;

@@ -241,7 +241,9 @@ static void expect_kernel_error(const char* op, tpu_value_t* in, int32_t nin, tp
   tpu_status_free(st);
 }
 
-TEST(index_out_of_range_is_an_index_error) {
+/* PyTorch raises IndexError for index_select/index_add/embedding and
+ * RuntimeError (INVALID_ARGUMENT) for gather/scatter. */
+TEST(index_out_of_range_errors) {
   int64_t s5[1] = {5}, s1[1] = {1}, s2[1] = {2}, s54[2] = {5, 4}, s14[2] = {1, 4};
   tt_t self = tt_make(TPU_DTYPE_F32, 1, s5, TT_CONTIG), out = tt_make(TPU_DTYPE_F32, 1, s1, 0);
   tt_t out5 = tt_make(TPU_DTYPE_F32, 1, s5, TT_CONTIG), idx = tt_make(TPU_DTYPE_I64, 1, s1, 0);
@@ -255,9 +257,9 @@ TEST(index_out_of_range_is_an_index_error) {
   tpu_attr_t a[3] = {tt_attr_int(0), tt_attr_int(5), tt_attr_int(-1)};
   const char* msg = "index 7 is out of bounds for dimension 0 with size 5";
   expect_kernel_error("index_select", in, 2, a, 1, &out, TPU_CODE_INDEX_ERROR, msg);
-  expect_kernel_error("gather", in, 2, a, 1, &out, TPU_CODE_INDEX_ERROR, msg);
-  expect_kernel_error("scatter", in, 3, a, 1, &out5, TPU_CODE_INDEX_ERROR, msg);
-  expect_kernel_error("scatter_add", in, 3, a, 1, &out5, TPU_CODE_INDEX_ERROR, msg);
+  expect_kernel_error("gather", in, 2, a, 1, &out, TPU_CODE_INVALID_ARGUMENT, msg);
+  expect_kernel_error("scatter", in, 3, a, 1, &out5, TPU_CODE_INVALID_ARGUMENT, msg);
+  expect_kernel_error("scatter_add", in, 3, a, 1, &out5, TPU_CODE_INVALID_ARGUMENT, msg);
   expect_kernel_error("index_add", in, 3, a, 1, &out5, TPU_CODE_INDEX_ERROR, msg);
   CHECK(tt_get(&out5, 0) == 0 && tt_get(&out5, 4) == 0); /* out = self, then nothing written */
   in[1] = tt_value(&idx2);

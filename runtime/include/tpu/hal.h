@@ -65,6 +65,8 @@ typedef struct tpu_hal_driver {
   /* Waits for the queue to drain; returns and clears its recorded error. */
   tpu_status_t (*queue_wait_idle)(tpu_hal_queue_t* queue);
   bool (*queue_is_idle)(tpu_hal_queue_t* queue);
+  /* Returns and clears the queue's recorded error without waiting. */
+  tpu_status_t (*queue_take_error)(tpu_hal_queue_t* queue);
 
   tpu_status_t (*event_create)(bool timing, tpu_hal_event_t** out_event);
   void (*event_retain)(tpu_hal_event_t* event);

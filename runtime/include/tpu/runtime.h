@@ -103,6 +103,8 @@ tpu_status_t tpu_event_record(tpu_event_t* event, tpu_stream_t* stream);
 tpu_status_t tpu_stream_wait_event(tpu_stream_t* stream, tpu_event_t* event);
 /* True when the last record has completed (or was never made). */
 bool tpu_event_query(tpu_event_t* event);
+/* Waits for the last record; returns (and clears) the error recorded on the
+ * stream it was recorded on, if any. */
 tpu_status_t tpu_event_synchronize(tpu_event_t* event);
 /* Milliseconds between two completed, timed records. */
 tpu_status_t tpu_event_elapsed_ms(tpu_event_t* start, tpu_event_t* end, double* out_ms);

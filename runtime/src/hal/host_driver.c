@@ -11,6 +11,7 @@
  * the op) and returned by the next queue_wait_idle, which clears it. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -314,6 +315,9 @@ static void wait_for_work(tpu_hal_queue_t* q) {
 
 static void* queue_main(void* arg) {
   tpu_hal_queue_t* q = arg;
+  char name[16];
+  snprintf(name, sizeof(name), "tpu%d-queue", q->chip->index);
+  pthread_setname_np(pthread_self(), name);
   pthread_mutex_lock(&q->mu);
   for (;;) {
     wait_for_work(q);
@@ -410,6 +414,14 @@ static bool host_queue_is_idle(tpu_hal_queue_t* q) {
   return idle;
 }
 
+static tpu_status_t host_queue_take_error(tpu_hal_queue_t* q) {
+  pthread_mutex_lock(&q->mu);
+  tpu_status_t s = q->error;
+  q->error = TPU_OK;
+  pthread_mutex_unlock(&q->mu);
+  return s;
+}
+
 const tpu_hal_driver_t tpu_host_driver = {
     .name = "host",
     .chip_count = host_chip_count,
@@ -423,6 +435,7 @@ const tpu_hal_driver_t tpu_host_driver = {
     .queue_submit = host_queue_submit,
     .queue_wait_idle = host_queue_wait_idle,
     .queue_is_idle = host_queue_is_idle,
+    .queue_take_error = host_queue_take_error,
     .event_create = host_event_create,
     .event_retain = host_event_retain,
     .event_release = host_event_release,

@@ -438,6 +438,9 @@ tpu_status_t tpu_ew_plan(const tpu_op_def_t* def, const tpu_node_t* node, tpu_ew
         (v->kind != TPU_VALUE_VIEW || v->u.view.dtype != TPU_DTYPE_BOOL))
       return ew_unsupported(def, "non-bool mask or condition",
                             v->kind == TPU_VALUE_VIEW ? v->u.view.dtype : v->u.scalar.dtype);
+    if ((impl->flags & TPU_EW_NO_BOOL) && v->kind != TPU_VALUE_NONE &&
+        (v->kind == TPU_VALUE_VIEW ? v->u.view.dtype : v->u.scalar.dtype) == TPU_DTYPE_BOOL)
+      return ew_unsupported(def, "bool operand", TPU_DTYPE_BOOL);
     if ((impl->flags & TPU_EW_SAME_DTYPE) && v->kind == TPU_VALUE_VIEW &&
         v->u.view.dtype != plan->common)
       return ew_unsupported(def, "inputs of different dtypes", v->u.view.dtype);

@@ -78,6 +78,8 @@ enum tpu_ew_flags {
   /* Attr 0 is `alpha`: not floating for integer/bool results, bool only for
    * bool results. */
   TPU_EW_ALPHA = 1 << 3,
+  /* No operand may be bool, tensor or number (sub: PyTorch refuses it). */
+  TPU_EW_NO_BOOL = 1 << 4,
 };
 
 /* Op-specific validation and parameter setup, after the generic parsing

@@ -453,7 +453,8 @@ static tpu_status_t prep_leaky_bw(const tpu_node_t* node, tpu_dtype_t common, tp
                  .checked_params = 1, .dflt = {1}
 
 EW_IMPL(k_add, PROMOTE, EW_A(ew_add), EW_ALPHA)
-EW_IMPL(k_sub, PROMOTE, EW_N(ew_sub), EW_ALPHA)
+EW_IMPL(k_sub, PROMOTE, EW_N(ew_sub), .flags = TPU_EW_OPMATH_SCALAR | TPU_EW_ALPHA | TPU_EW_NO_BOOL,
+        .num_params = 1, .checked_params = 1, .dflt = {1})
 EW_IMPL(k_mul, PROMOTE, EW_A(ew_mul), .flags = TPU_EW_OPMATH_SCALAR)
 EW_IMPL(k_div, DIV, EW_N(ew_div), .flags = TPU_EW_OPMATH_SCALAR)
 EW_IMPL(k_remainder, PROMOTE, EW_N(ew_remainder))

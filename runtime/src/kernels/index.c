@@ -375,9 +375,11 @@ static tpu_view_t as_1d(const tpu_view_t* v) {
 }
 
 /* Copies `index` into a new int64 buffer ordered [dim, other dims...] and
- * checks every value against `bound` (messages name dimension `msg_dim`). */
+ * checks every value against `bound` (messages name dimension `msg_dim`).
+ * An out-of-range value fails with `code`: PyTorch raises IndexError for
+ * index_select/index_add/embedding but RuntimeError for gather/scatter. */
 static tpu_status_t load_index(const tpu_view_t* index, int32_t dim, int32_t msg_dim,
-                               int64_t bound, int64_t** out) {
+                               int64_t bound, tpu_status_code_t code, int64_t** out) {
   tpu_view_t v = as_1d(index), perm = v;
   for (int32_t d = 0, k = 1; d < v.ndim; ++d) {
     int32_t to = d == dim ? 0 : k++;
@@ -390,9 +392,10 @@ static tpu_status_t load_index(const tpu_view_t* index, int32_t dim, int32_t msg
   view_copy(&dst, &perm);
   for (int64_t i = 0; i < n; ++i)
     if (buf[i] < 0 || buf[i] >= bound) {
-      tpu_status_t s = tpu_ix_out_of_bounds(buf[i], msg_dim, bound);
+      long long bad = (long long)buf[i];
       free(buf);
-      return s;
+      return tpu_status_make(code, "index %lld is out of bounds for dimension %d with size %lld",
+                             bad, msg_dim, (long long)bound);
     }
   *out = buf;
   return TPU_OK;
@@ -404,7 +407,8 @@ static tpu_status_t run_gather(const ix_args_t* a, const tpu_node_t* node, const
   bool select = a->kind == IX_INDEX_SELECT;
   if (tpu_view_numel(&res) == 0) return TPU_OK;
   int64_t* idx = NULL;
-  TPU_RETURN_IF_ERROR(load_index(a->index, select ? 0 : a->dim, a->dim, self.sizes[a->dim], &idx));
+  TPU_RETURN_IF_ERROR(load_index(a->index, select ? 0 : a->dim, a->dim, self.sizes[a->dim],
+                                 select ? TPU_CODE_INDEX_ERROR : TPU_CODE_INVALID_ARGUMENT, &idx));
   ix_job_t jb = {0};
   job_init(&jb, &res, a->dim, res.strides, self.strides, false);
   jb.idx = idx;
@@ -434,7 +438,8 @@ static tpu_status_t run_scatter(const ix_args_t* a, const tpu_node_t* node, cons
   else
     src = as_1d(a->src);
   int64_t* idx = NULL;
-  TPU_RETURN_IF_ERROR(load_index(a->index, by_row ? 0 : a->dim, a->dim, dst.sizes[a->dim], &idx));
+  TPU_RETURN_IF_ERROR(load_index(a->index, by_row ? 0 : a->dim, a->dim, dst.sizes[a->dim],
+                                 by_row ? TPU_CODE_INDEX_ERROR : TPU_CODE_INVALID_ARGUMENT, &idx));
   ix_job_t jb = {0};
   jb.idx = idx;
   jb.run = k_copy[a->dtype];
@@ -516,7 +521,7 @@ static tpu_status_t run_embedding(const ix_args_t* a, const tpu_node_t* node,
   tpu_dtype_t cdt = tpu_compute_storage_dtype(ct);
   size_t es = tpu_dtype_size(cdt);
   int64_t* idx = NULL;
-  TPU_RETURN_IF_ERROR(load_index(a->index, 0, 0, w, &idx));
+  TPU_RETURN_IF_ERROR(load_index(a->index, 0, 0, w, TPU_CODE_INDEX_ERROR, &idx));
   bool grad_direct = a->self->dtype == cdt && tpu_view_is_contiguous(a->self);
   bool acc_direct = out->dtype == cdt && tpu_view_is_contiguous(out);
   int64_t* start = calloc((size_t)w + 2, sizeof(int64_t));
