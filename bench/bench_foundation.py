@@ -51,20 +51,24 @@ SMALL_OPS = {
 }
 
 
-def latency(device, op, n_iter, repeats):
-    a = torch.randn(32, 32).to(device)
-    b = torch.randn(32, 32).to(device)
-    for _ in range(20):
-        op(a, b)
-    sync(device)
-
-    def run():
-        for _ in range(n_iter):
+def latency_pair(op, n_iter, repeats):
+    """Per-op microseconds on tpu and cpu, measured in alternating rounds (so
+    both see the same machine load) and reduced to the best round each."""
+    args = {d: (torch.randn(32, 32).to(d), torch.randn(32, 32).to(d)) for d in ("tpu", "cpu")}
+    best = {}
+    for d, (a, b) in args.items():
+        for _ in range(50):
             op(a, b)
-        sync(device)
-
-    best, _ = best_of(run, repeats)
-    return best / n_iter * 1e6  # microseconds
+        sync(d)
+    for _ in range(repeats):
+        for d, (a, b) in args.items():
+            t0 = time.perf_counter()
+            for _ in range(n_iter):
+                op(a, b)
+            sync(d)
+            t = (time.perf_counter() - t0) / n_iter * 1e6
+            best[d] = min(best.get(d, t), t)
+    return best["tpu"], best["cpu"]
 
 
 # ---- 2. bandwidth -----------------------------------------------------------------
@@ -157,8 +161,7 @@ def main():
     print("== small-op latency (32x32 float32), microseconds per op")
     print(f"{'op':<10}{'tpu':>10}{'cpu':>10}{'tpu/cpu':>10}")
     for name, op in SMALL_OPS.items():
-        t = latency("tpu", op, n_iter, reps)
-        c = latency("cpu", op, n_iter, reps)
+        t, c = latency_pair(op, n_iter, reps)
         results["latency_us"][name] = {"tpu": t, "cpu": c, "ratio": t / c}
         print(f"{name:<10}{t:>10.2f}{c:>10.2f}{t / c:>10.2f}")
 

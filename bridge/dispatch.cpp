@@ -50,6 +50,7 @@ struct Binding {
   bool inplace = false, has_out = false;
   int seed_attr = -1, offset_attr = -1;
   size_t num_returns = 0;
+  std::optional<c10::OperatorHandle> handle;
   std::atomic<int64_t> calls{0};
 };
 
@@ -132,13 +133,12 @@ bool add_tensor_input(Call& call, const at::Tensor& t) {
     v.kind = TPU_VALUE_SCALAR;
     bool wrapped = t.unsafeGetTensorImpl()->is_wrapped_number();
     v.u.scalar.is_tensor = !wrapped;
-    if (tpu_dtype_is_floating(dt)) {
-      v.u.scalar.v.f = t.item<double>();
-      v.u.scalar.dtype = wrapped ? TPU_DTYPE_F64 : dt;
-    } else {
-      v.u.scalar.v.i = t.item<int64_t>();
-      v.u.scalar.dtype = wrapped ? (dt == TPU_DTYPE_BOOL ? TPU_DTYPE_BOOL : TPU_DTYPE_I64) : dt;
-    }
+    // Read the host value in place (a CPU tensor's storage is host memory).
+    bool floating = tpu_dtype_is_floating(dt);
+    tpu_convert(&v.u.scalar.v, floating ? TPU_DTYPE_F64 : TPU_DTYPE_I64, 1, t.const_data_ptr(), dt,
+                1, 1);
+    if (floating) v.u.scalar.dtype = wrapped ? TPU_DTYPE_F64 : dt;
+    else v.u.scalar.dtype = wrapped ? (dt == TPU_DTYPE_BOOL ? TPU_DTYPE_BOOL : TPU_DTYPE_I64) : dt;
     return true;
   }
   device_mismatch(call.device >= 0 ? c10::Device(c10::DeviceType::PrivateUse1, call.device)
@@ -234,7 +234,7 @@ bool is_default(const c10::Argument& arg, const c10::IValue& iv) {
 // tensors, redispatched to Meta. Fills meta_outs (functional results, or the
 // meta self/out tensors after the kernel resized them). False when there is
 // no meta kernel or it rejects the call.
-bool meta_outputs(const c10::OperatorHandle& op, const Binding& b, const torch::jit::Stack& args,
+bool meta_outputs(const c10::OperatorHandle& op, const Binding& b, c10::ArrayRef<c10::IValue> args,
                   std::vector<at::Tensor>& meta_outs) {
   auto to_meta = [](const at::Tensor& t) {
     if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return t;
@@ -298,177 +298,295 @@ std::string shape_str(const tpu_view_t& v) {
   return s + "]";
 }
 
+// ---- running a call -------------------------------------------------------------
+
+enum class Outcome { Done, NeedMeta, Fallback };
+
+// Runs a call whose inputs and attrs are in `call` and whose given outputs
+// (in-place self, out=) are borrowed in `given` (nullptr where an output is
+// fresh): output metadata from the runtime's shape function (or `meta`, when
+// given), checks, allocation of fresh outputs (into `fresh`), submission.
+Outcome run_native(Binding* b, Call& call, const at::Tensor* const* given, at::Tensor* fresh,
+                   const std::optional<at::Generator>& gen, const tpu_view_t* meta) {
+  tpu_node_t node{};
+  node.op = b->op;
+  node.num_inputs = call.num_inputs;
+  node.num_outputs = b->num_outputs;
+  node.num_attrs = b->num_attrs;
+  node.inputs = call.inputs;
+  node.outputs = call.outputs;
+  std::memcpy(node.attrs, call.attrs, sizeof(tpu_attr_t) * b->num_attrs);
+
+  tpu_view_t inferred[kMaxOutputs];
+  if (meta) {
+    std::memcpy(inferred, meta, sizeof(tpu_view_t) * b->num_outputs);
+  } else {
+    if (!b->def->infer) return Outcome::NeedMeta;
+    std::memset(inferred, 0, sizeof(tpu_view_t) * b->num_outputs);
+    tpu_status_t s = tpu_op_infer(&node, inferred);
+    if (tpu_status_code(s) == TPU_CODE_UNIMPLEMENTED) {
+      tpu_status_free(s);
+      return Outcome::NeedMeta;
+    }
+    check(s);
+  }
+  // Outputs: given (in-place, out=) or fresh.
+  for (int k = 0; k < b->num_outputs; ++k) {
+    const tpu_view_t& want = inferred[k];
+    if (given[k]) {
+      const at::Tensor& out = *given[k];
+      if (out.device().type() != c10::DeviceType::PrivateUse1 || out.device().index() != call.device)
+        device_mismatch(c10::Device(c10::DeviceType::PrivateUse1, call.device), out.device());
+      c10::ScalarType want_t = to_scalar_type(want.dtype);
+      TORCH_CHECK(c10::canCast(want_t, out.scalar_type()), "result type ", want_t,
+                  " can't be cast to the desired output type ", out.scalar_type());
+      if (b->inplace && k == 0) {
+        TORCH_CHECK(out.dim() == want.ndim &&
+                        std::equal(out.sizes().begin(), out.sizes().end(), want.sizes),
+                    "output with shape ", out.sizes(), " doesn't match the broadcast shape ",
+                    shape_str(want));
+      } else {
+        at::native::resize_output(out, c10::IntArrayRef(want.sizes, want.ndim));
+      }
+      if (!make_view(out, &call.outputs[k])) return Outcome::Fallback;
+    } else {
+      call.outputs[k] = want;
+      call.outputs[k].addr = 1;  // placeholder until allocated below
+    }
+  }
+  // Does the runtime run this node natively?
+  tpu_status_t s = tpu_op_check(&node);
+  if (tpu_status_code(s) == TPU_CODE_UNIMPLEMENTED) {
+    tpu_status_free(s);
+    return Outcome::Fallback;
+  }
+  check(s);
+  for (int k = 0; k < b->num_outputs; ++k) {
+    if (given[k]) continue;
+    fresh[k] = alloc_output(inferred[k], call.device);
+    make_view(fresh[k], &call.outputs[k]);
+  }
+  if (b->seed_attr >= 0) {
+    const at::Tensor& out0 = given[0] ? *given[0] : fresh[0];
+    uint64_t seed = 0, offset = 0;
+    reserve_philox(gen, call.device, (uint64_t)std::max<int64_t>(1, out0.numel()), &seed,
+                   &offset);
+    node.attrs[b->seed_attr].kind = TPU_ATTR_INT;
+    node.attrs[b->seed_attr].u.i = (int64_t)seed;
+    node.attrs[b->offset_attr].kind = TPU_ATTR_INT;
+    node.attrs[b->offset_attr].u.i = (int64_t)offset;
+  }
+  tpu_graph_t* g = nullptr;
+  check(tpu_graph_create(&g));
+  s = tpu_graph_add_node(g, node.op, node.inputs, node.num_inputs, node.outputs, node.num_outputs,
+                         node.attrs, node.num_attrs);
+  if (s != TPU_OK) {
+    tpu_graph_release(g);
+    check(s);
+  }
+  tpu_stream_t* stream = current_runtime_stream(call.device);
+  check(tpu_stream_submit(stream, g));
+  maybe_block(stream);
+  b->calls.fetch_add(1, std::memory_order_relaxed);
+  return Outcome::Done;
+}
+
+// The general path: any schema, arguments as IValues on the stack.
+void boxed_call(Binding* b, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = b->args.size();
+  // The call's arguments, borrowed from the stack (popped only on success).
+  c10::ArrayRef<c10::IValue> args(stack->data() + stack->size() - n, n);
+  Call call;
+  std::memset(call.attrs, 0, sizeof(tpu_attr_t) * b->num_attrs);  // absent attrs are None
+  std::optional<at::Generator> gen;
+  const at::Tensor* given[kMaxOutputs] = {};
+  at::Tensor fresh[kMaxOutputs];
+  bool native = true;
+
+  // Pass 1: the device of the call.
+  for (size_t i = 0; i < n; ++i) {
+    const c10::IValue& iv = args[i];
+    if (iv.isTensor()) note_device(call, iv.toTensor());
+    else if (iv.isTensorList())
+      for (const at::Tensor& t : iv.toTensorList()) note_device(call, t);
+  }
+  if (call.device < 0) {  // only CPU operands: nothing of ours is involved
+    run_fallback(op, stack);
+    return;
+  }
+  // Pass 2: inputs, attrs, outputs.
+  for (size_t i = 0; i < n && native; ++i) {
+    const ArgRole& r = b->args[i];
+    const c10::IValue& iv = args[i];
+    switch (r.role) {
+      case Role::Input:
+        native = iv.isTensor() ? add_tensor_input(call, iv.toTensor())
+                 : iv.isNone() ? add_tensor_input(call, at::Tensor())
+                               : add_scalar_input(call, iv);
+        break;
+      case Role::InputList:
+        if (iv.isTensorList()) {
+          for (const at::Tensor& t : iv.toTensorList()) native = native && add_tensor_input(call, t);
+        } else if (iv.isOptionalTensorList()) {
+          for (const std::optional<at::Tensor> t : iv.toOptionalTensorList())
+            native = native && add_tensor_input(call, t.has_value() ? *t : at::Tensor());
+        } else {
+          native = false;
+        }
+        break;
+      case Role::Attr:
+        native = to_attr(iv, r.is_dtype, &call.attrs[r.index]);
+        break;
+      case Role::Out:
+      case Role::SelfOut:
+        given[r.index] = &iv.toTensor();
+        if (r.also_input) native = add_tensor_input(call, iv.toTensor());
+        break;
+      case Role::Generator:
+        if (!iv.isNone()) gen = iv.toGenerator();
+        break;
+      case Role::Ignore:
+        native = is_default(op.schema().arguments()[i], iv);
+        break;
+    }
+  }
+  if (!native) {
+    run_fallback(op, stack);
+    return;
+  }
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, call.device));
+  Outcome outcome = run_native(b, call, given, fresh, gen, nullptr);
+  if (outcome == Outcome::NeedMeta) {
+    std::vector<at::Tensor> metas;
+    tpu_view_t views[kMaxOutputs];
+    bool ok = meta_outputs(op, *b, args, metas) && (int)metas.size() >= b->num_outputs;
+    for (int k = 0; ok && k < b->num_outputs; ++k) ok = make_view(metas[k], &views[k]);
+    outcome = ok ? run_native(b, call, given, fresh, gen, views) : Outcome::Fallback;
+  }
+  if (outcome != Outcome::Done) {
+    run_fallback(op, stack);
+    return;
+  }
+  at::Tensor results[kMaxOutputs];
+  for (size_t k = 0; k < b->num_returns; ++k)
+    results[k] = given[k] ? *given[k] : std::move(fresh[k]);
+  torch::jit::drop(*stack, n);  // `given` points into the stack: copied above
+  for (size_t k = 0; k < b->num_returns; ++k) stack->emplace_back(std::move(results[k]));
+}
+
 // The boxed kernel registered for each bound overload.
 struct NativeKernel final : public c10::OperatorKernel {
   explicit NativeKernel(Binding* binding) : b(binding) {}
   Binding* b;
-
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
-    const size_t n = b->args.size();
-    torch::jit::Stack args(stack->end() - n, stack->end());
-    Call call;
-    std::memset(call.attrs, 0, sizeof(tpu_attr_t) * b->num_attrs);  // absent attrs are None
-    std::optional<at::Generator> gen;
-    std::vector<at::Tensor> out_tensors(b->num_outputs);
-    bool native = true;
-
-    // Pass 1: the device of the call.
-    for (size_t i = 0; i < n; ++i) {
-      const c10::IValue& iv = args[i];
-      if (iv.isTensor()) note_device(call, iv.toTensor());
-      else if (iv.isTensorList())
-        for (const at::Tensor& t : iv.toTensorList()) note_device(call, t);
-    }
-    if (call.device < 0) {  // only CPU operands: nothing of ours is involved
-      run_fallback(op, stack);
-      return;
-    }
-    // Pass 2: inputs, attrs, outputs.
-    for (size_t i = 0; i < n && native; ++i) {
-      const ArgRole& r = b->args[i];
-      const c10::IValue& iv = args[i];
-      switch (r.role) {
-        case Role::Input:
-          native = iv.isTensor() ? add_tensor_input(call, iv.toTensor())
-                   : iv.isNone() ? add_tensor_input(call, at::Tensor())
-                                 : add_scalar_input(call, iv);
-          break;
-        case Role::InputList:
-          if (iv.isTensorList()) {
-            for (const at::Tensor& t : iv.toTensorList()) native = native && add_tensor_input(call, t);
-          } else if (iv.isOptionalTensorList()) {
-            for (const std::optional<at::Tensor> t : iv.toOptionalTensorList())
-              native = native && add_tensor_input(call, t.has_value() ? *t : at::Tensor());
-          } else {
-            native = false;
-          }
-          break;
-        case Role::Attr:
-          native = to_attr(iv, r.is_dtype, &call.attrs[r.index]);
-          break;
-        case Role::Out:
-        case Role::SelfOut:
-          out_tensors[r.index] = iv.toTensor();
-          if (r.also_input) native = add_tensor_input(call, iv.toTensor());
-          break;
-        case Role::Generator:
-          if (!iv.isNone()) gen = iv.toGenerator();
-          break;
-        case Role::Ignore:
-          native = is_default(op.schema().arguments()[i], iv);
-          break;
-      }
-    }
-    if (!native) {
-      run_fallback(op, stack);
-      return;
-    }
-    c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, call.device));
-
-    tpu_node_t node{};
-    node.op = b->op;
-    node.num_inputs = call.num_inputs;
-    node.num_outputs = b->num_outputs;
-    node.num_attrs = b->num_attrs;
-    node.inputs = call.inputs;
-    node.outputs = call.outputs;
-    std::memcpy(node.attrs, call.attrs, sizeof(tpu_attr_t) * b->num_attrs);
-
-    // Output metadata: the runtime's shape function, else PyTorch's meta kernel.
-    tpu_view_t inferred[kMaxOutputs];
-    std::memset(inferred, 0, sizeof(tpu_view_t) * b->num_outputs);
-    bool have_meta = false;
-    if (b->def->infer) {
-      tpu_status_t s = tpu_op_infer(&node, inferred);
-      if (tpu_status_code(s) == TPU_CODE_UNIMPLEMENTED) tpu_status_free(s);
-      else {
-        check(s);
-        have_meta = true;
-      }
-    }
-    if (!have_meta) {
-      std::vector<at::Tensor> metas;
-      if (!meta_outputs(op, *b, args, metas) || (int)metas.size() < b->num_outputs) {
-        run_fallback(op, stack);
-        return;
-      }
-      for (int k = 0; k < b->num_outputs; ++k) {
-        if (!make_view(metas[k], &inferred[k])) {
-          run_fallback(op, stack);
-          return;
-        }
-      }
-    }
-    // Outputs: given (in-place, out=) or fresh.
-    for (int k = 0; k < b->num_outputs; ++k) {
-      at::Tensor& out = out_tensors[k];
-      const tpu_view_t& want = inferred[k];
-      if (out.defined()) {
-        if (out.device().type() != c10::DeviceType::PrivateUse1 || out.device().index() != call.device)
-          device_mismatch(c10::Device(c10::DeviceType::PrivateUse1, call.device), out.device());
-        c10::ScalarType want_t = to_scalar_type(want.dtype);
-        TORCH_CHECK(c10::canCast(want_t, out.scalar_type()), "result type ", want_t,
-                    " can't be cast to the desired output type ", out.scalar_type());
-        if (b->inplace && k == 0) {
-          TORCH_CHECK(out.dim() == want.ndim &&
-                          std::equal(out.sizes().begin(), out.sizes().end(), want.sizes),
-                      "output with shape ", out.sizes(), " doesn't match the broadcast shape ",
-                      shape_str(want));
-        } else {
-          at::native::resize_output(out, c10::IntArrayRef(want.sizes, want.ndim));
-        }
-      }
-      if (out.defined()) {
-        if (!make_view(out, &call.outputs[k])) {
-          run_fallback(op, stack);
-          return;
-        }
-      } else {
-        call.outputs[k] = want;
-        call.outputs[k].addr = 1;  // placeholder until allocated below
-      }
-    }
-    // Does the runtime run this node natively?
-    {
-      tpu_status_t s = tpu_op_check(&node);
-      if (tpu_status_code(s) == TPU_CODE_UNIMPLEMENTED) {
-        tpu_status_free(s);
-        run_fallback(op, stack);
-        return;
-      }
-      check(s);
-    }
-    for (int k = 0; k < b->num_outputs; ++k) {
-      if (out_tensors[k].defined()) continue;
-      out_tensors[k] = alloc_output(inferred[k], call.device);
-      make_view(out_tensors[k], &call.outputs[k]);
-    }
-    if (b->seed_attr >= 0) {
-      uint64_t seed = 0, offset = 0;
-      reserve_philox(gen, call.device, (uint64_t)std::max<int64_t>(1, out_tensors[0].numel()), &seed,
-                     &offset);
-      node.attrs[b->seed_attr].kind = TPU_ATTR_INT;
-      node.attrs[b->seed_attr].u.i = (int64_t)seed;
-      node.attrs[b->offset_attr].kind = TPU_ATTR_INT;
-      node.attrs[b->offset_attr].u.i = (int64_t)offset;
-    }
-    tpu_graph_t* g = nullptr;
-    check(tpu_graph_create(&g));
-    tpu_status_t s = tpu_graph_add_node(g, node.op, node.inputs, node.num_inputs, node.outputs,
-                                        node.num_outputs, node.attrs, node.num_attrs);
-    if (s != TPU_OK) {
-      tpu_graph_release(g);
-      check(s);
-    }
-    tpu_stream_t* stream = current_runtime_stream(call.device);
-    check(tpu_stream_submit(stream, g));
-    maybe_block(stream);
-    b->calls.fetch_add(1, std::memory_order_relaxed);
-
-    torch::jit::drop(*stack, n);
-    for (size_t k = 0; k < b->num_returns; ++k) stack->emplace_back(out_tensors[k]);
+    boxed_call(b, op, stack);
   }
 };
+
+// ---- unboxed entries for the hot signatures ------------------------------------------
+// Boxing copies every tensor into an IValue, and each copy of a tensor that
+// Python holds touches its PyObject (under the GIL). Overloads whose
+// arguments are only tensors and scalars get a typed kernel that reads its
+// arguments in place; anything unusual (CPU operands, a shape function that
+// defers to PyTorch's meta kernel, a fallback) takes the boxed path.
+
+bool typed_arg(Binding* b, Call& call, const at::Tensor** given, size_t i, const at::Tensor& t) {
+  const ArgRole& r = b->args[i];
+  if (!t.defined()) return false;
+  if (t.device().type() != c10::DeviceType::PrivateUse1)  // a CPU number, as an input
+    return r.role == Role::Input && t.device().is_cpu() && t.dim() == 0 &&
+           add_tensor_input(call, t);
+  if (call.device < 0) call.device = t.device().index();
+  else if (call.device != t.device().index()) return false;
+  switch (r.role) {
+    case Role::Input:
+      return add_tensor_input(call, t);
+    case Role::SelfOut:
+      given[r.index] = &t;
+      return !r.also_input || add_tensor_input(call, t);
+    default:
+      return false;
+  }
+}
+
+bool typed_arg(Binding* b, Call& call, const at::Tensor**, size_t i, const c10::Scalar& v) {
+  const ArgRole& r = b->args[i];
+  c10::IValue iv(v);  // a number: no tensor, no refcount traffic
+  if (r.role == Role::Input) return add_scalar_input(call, iv);
+  if (r.role == Role::Attr) return to_attr(iv, false, &call.attrs[r.index]);
+  return r.role == Role::Ignore && is_default(b->handle->schema().arguments()[i], iv);
+}
+
+template <class... Args>
+bool typed_fast(Binding* b, at::Tensor* fresh, const Args&... args) {
+  Call call;
+  std::memset(call.attrs, 0, sizeof(tpu_attr_t) * b->num_attrs);
+  const at::Tensor* given[kMaxOutputs] = {};
+  size_t i = 0;
+  bool ok = (typed_arg(b, call, given, i++, args) && ...);
+  if (!ok || call.device < 0) return false;
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, call.device));
+  return run_native(b, call, given, fresh, std::nullopt, nullptr) == Outcome::Done;
+}
+
+template <class... Args>
+torch::jit::Stack boxed_from_typed(Binding* b, const Args&... args) {
+  torch::jit::Stack stack;
+  stack.reserve(sizeof...(Args));
+  (stack.emplace_back(args), ...);
+  boxed_call(b, *b->handle, &stack);
+  return stack;
+}
+
+// Functional: Tensor f(args...).
+template <class... Args>
+struct TypedFunctional {
+  Binding* b;
+  at::Tensor operator()(const Args&... args) const {
+    at::Tensor fresh[kMaxOutputs];
+    if (typed_fast(b, fresh, args...)) return std::move(fresh[0]);
+    return boxed_from_typed(b, args...)[0].toTensor();
+  }
+};
+
+// In-place: Tensor& f_(Tensor& self, args...).
+template <class... Args>
+struct TypedInplace {
+  Binding* b;
+  at::Tensor& operator()(at::Tensor& self, const Args&... args) const {
+    at::Tensor fresh[kMaxOutputs];
+    if (!typed_fast(b, fresh, self, args...)) boxed_from_typed(b, self, args...);
+    return self;
+  }
+};
+
+// The typed kernel for an overload, or an empty CppFunction-less result.
+std::optional<torch::CppFunction> typed_kernel(Binding* b) {
+  const c10::FunctionSchema& schema = b->handle->schema();
+  if (schema.returns().size() != 1 || b->has_out || b->seed_attr >= 0) return std::nullopt;
+  std::string sig;
+  for (const c10::Argument& a : schema.arguments()) {
+    auto kind = a.real_type()->kind();
+    if (kind == c10::TypeKind::TensorType) sig += 'T';
+    else if (kind == c10::TypeKind::NumberType) sig += 'S';
+    else return std::nullopt;
+  }
+  using T = at::Tensor;
+  using S = c10::Scalar;
+  if (b->inplace) {
+    if (sig == "T") return torch::CppFunction(TypedInplace<>{b});
+    if (sig == "TT") return torch::CppFunction(TypedInplace<T>{b});
+    if (sig == "TS") return torch::CppFunction(TypedInplace<S>{b});
+    if (sig == "TTS") return torch::CppFunction(TypedInplace<T, S>{b});
+    return std::nullopt;
+  }
+  if (sig == "T") return torch::CppFunction(TypedFunctional<T>{b});
+  if (sig == "TT") return torch::CppFunction(TypedFunctional<T, T>{b});
+  if (sig == "TS") return torch::CppFunction(TypedFunctional<T, S>{b});
+  if (sig == "TTS") return torch::CppFunction(TypedFunctional<T, T, S>{b});
+  if (sig == "TTT") return torch::CppFunction(TypedFunctional<T, T, T>{b});
+  return std::nullopt;
+}
 
 // ---- building bindings -------------------------------------------------------------
 
@@ -487,6 +605,7 @@ std::string bind_one(const std::string& aten, tpu_op_id_t id, Binding& b) {
   if (!handle) return aten + ": no such ATen overload";
   const c10::FunctionSchema& schema = handle->schema();
   const tpu_op_def_t* def = tpu_op_def(id);
+  b.handle = *handle;
   b.aten = aten;
   b.op = id;
   b.def = def;
@@ -585,8 +704,11 @@ void register_native_ops() {
       std::string reg = aten;  // "sum.default" registers as "sum"
       if (reg.size() > 8 && reg.compare(reg.size() - 8, 8, ".default") == 0)
         reg.resize(reg.size() - 8);
-      g_library->impl(reg.c_str(), torch::CppFunction::makeFromBoxedFunctor(
-                                        std::make_unique<NativeKernel>(&b)));
+      if (auto typed = typed_kernel(&b))
+        g_library->impl(reg.c_str(), std::move(*typed));
+      else
+        g_library->impl(reg.c_str(), torch::CppFunction::makeFromBoxedFunctor(
+                                          std::make_unique<NativeKernel>(&b)));
     }
   }
 }
