@@ -1,11 +1,19 @@
-/* kernel_test_util.h — helpers for the kernel families' table-driven tests:
- * host tensors behind views (malloc'd, valid as device addresses on the host
- * driver) in several layouts, deterministic fills, attribute builders, a
- * node builder, and an element-wise comparison with per-dtype tolerances.
- * Every helper is static inline; each test file includes this once.
+/* kernel_test_util.h — what the kernel families' table-driven tests share:
+ *   - host tensors: a tt_t is a calloc'd buffer and a view of it (valid on
+ *     the host driver, whose device addresses are host pointers), laid out
+ *     in the ways kernels must handle (tt_layout_t);
+ *   - elements by logical (row-major) index, as doubles (view_walk.h's
+ *     single-element accessors, so through tpu_convert);
+ *   - deterministic fills from one LCG: integers from a seed (exact in every
+ *     dtype, so GEMM paths and sums agree bit for bit) or reals from a shared
+ *     stream, optionally with NaNs;
+ *   - comparisons with per-dtype tolerances;
+ *   - attribute, value and node builders, and status checks.
+ * Every helper is static inline: each test file gets its own copy (and its
+ * own random stream).
  */
-#ifndef TPU_KERNEL_TEST_UTIL_H_
-#define TPU_KERNEL_TEST_UTIL_H_
+#ifndef TPU_TESTS_KERNEL_TEST_UTIL_H_
+#define TPU_TESTS_KERNEL_TEST_UTIL_H_
 
 #include <math.h>
 #include <stdbool.h>
@@ -14,62 +22,66 @@
 #include <string.h>
 
 #include "kernel.h"
+#include "kernels/view_walk.h"
 #include "test.h"
+#include "tpu/ops.h"
 
-/* How a test tensor's elements are laid out. */
+/* ---- host tensors ----------------------------------------------------------------- */
+
+/* How a test tensor's elements are laid out in memory. */
 typedef enum tt_layout {
   TT_CONTIG = 0,
-  TT_TRANSPOSED, /* dims stored in reverse order (a permuted view) */
-  TT_GAPS,       /* every dim's stride doubled (a sliced view) */
+  TT_TRANSPOSED, /* the last two dims swapped (a .mT view) */
+  TT_REVERSED,   /* every dim in reverse order (a .permute(n-1, ..., 0) view) */
+  TT_GAPS,       /* every stride doubled (a [..., ::2] slice): dims still merge */
+  TT_PADDED,     /* innermost stride 2 and each dim padded by one: no dims merge */
   TT_BROADCAST,  /* dim 0 expanded (stride 0) when it has more than one element */
 } tt_layout_t;
 
-typedef struct tt_tensor {
+typedef struct tt {
   tpu_view_t view;
   void* mem;
-} tt_tensor_t;
+} tt_t;
 
-/* Deterministic pseudo-random numbers in [0, 1). */
-static uint64_t tt_rng_state = 0x9e3779b97f4a7c15ull;
-static inline double tt_rand(void) {
-  tt_rng_state = tt_rng_state * 6364136223846793005ull + 1442695040888963407ull;
-  return (double)(tt_rng_state >> 11) / 9007199254740992.0;
-}
-
-/* A tensor of the given shape and layout; its memory is zeroed. */
-static inline tt_tensor_t tt_make(tpu_dtype_t dtype, int32_t ndim, const int64_t* sizes,
-                                  tt_layout_t layout) {
-  tt_tensor_t t;
+/* A tensor of `sizes` in `layout`, zero-filled. */
+static inline tt_t tt_make(tpu_dtype_t dtype, int32_t ndim, const int64_t* sizes,
+                           tt_layout_t layout) {
+  tt_t t;
   memset(&t, 0, sizeof(t));
   t.view.dtype = dtype;
   t.view.ndim = ndim;
-  int64_t stride = 1, span = 1;
+  int32_t order[TPU_MAX_DIMS]; /* memory order, innermost first */
+  for (int32_t k = 0; k < ndim; ++k) order[k] = layout == TT_REVERSED ? k : ndim - 1 - k;
+  if (layout == TT_TRANSPOSED && ndim >= 2) order[0] = ndim - 2, order[1] = ndim - 1;
+  int64_t stride = layout == TT_PADDED ? 2 : 1, span = 1;
   for (int32_t k = 0; k < ndim; ++k) {
-    int32_t d = layout == TT_TRANSPOSED ? k : ndim - 1 - k;
+    int32_t d = order[k];
     t.view.sizes[d] = sizes[d];
     t.view.strides[d] = layout == TT_GAPS ? 2 * stride : stride;
-    stride *= sizes[d] > 1 ? sizes[d] : 1;
+    stride *= (sizes[d] > 1 ? sizes[d] : 1) + (layout == TT_PADDED ? 1 : 0);
   }
   if (layout == TT_BROADCAST && ndim > 0 && sizes[0] > 1) t.view.strides[0] = 0;
-  for (int32_t d = 0; d < ndim; ++d)
-    if (sizes[d] == 0) span = 0;
-  for (int32_t d = 0; span && d < ndim; ++d) span += (sizes[d] - 1) * t.view.strides[d];
+  /* Elements the view reaches (one for an empty tensor, so mem is valid). */
+  for (int32_t d = 0; d < ndim && span > 0; ++d)
+    span = sizes[d] == 0 ? 0 : span + (sizes[d] - 1) * t.view.strides[d];
   t.mem = calloc((size_t)(span > 0 ? span : 1), tpu_dtype_size(dtype));
   t.view.addr = (uint64_t)(uintptr_t)t.mem;
   return t;
 }
 
 /* A tensor shaped like `shape` (only its dtype, ndim, sizes are used). */
-static inline tt_tensor_t tt_like(const tpu_view_t* shape, tt_layout_t layout) {
+static inline tt_t tt_like(const tpu_view_t* shape, tt_layout_t layout) {
   return tt_make(shape->dtype, shape->ndim, shape->sizes, layout);
 }
 
-static inline void tt_free(tt_tensor_t* t) {
+static inline void tt_free(tt_t* t) {
   free(t->mem);
   t->mem = NULL;
 }
 
-/* Offset of flat (logical row-major) index k. */
+/* ---- elements ------------------------------------------------------------------------ */
+
+/* Offset (in elements) of logical index k. */
 static inline int64_t tt_offset(const tpu_view_t* v, int64_t k) {
   int64_t off = 0;
   for (int32_t d = v->ndim - 1; d >= 0; --d) {
@@ -79,24 +91,44 @@ static inline int64_t tt_offset(const tpu_view_t* v, int64_t k) {
   return off;
 }
 
+static inline char* tt_elem(const tpu_view_t* v, int64_t k) { return view_at(v, tt_offset(v, k)); }
 static inline double tt_get(const tpu_view_t* v, int64_t k) {
-  double x;
-  tpu_convert(&x, TPU_DTYPE_F64, 1,
-              (char*)tpu_view_ptr(v) + tt_offset(v, k) * (int64_t)tpu_dtype_size(v->dtype),
-              v->dtype, 1, 1);
-  return x;
+  return view_get_f64(v, tt_offset(v, k));
 }
-
 static inline void tt_set(const tpu_view_t* v, int64_t k, double x) {
-  tpu_convert((char*)tpu_view_ptr(v) + tt_offset(v, k) * (int64_t)tpu_dtype_size(v->dtype),
-              v->dtype, 1, &x, TPU_DTYPE_F64, 1, 1);
+  view_set_f64(v, tt_offset(v, k), x);
 }
 
-/* Fills with values in [lo, hi) (integers: whole numbers; bool: 0/1); each
- * floating element is NaN with probability nan_rate. */
+/* ---- fills ------------------------------------------------------------------------- */
+
+/* The next state of a 64-bit LCG (Knuth's MMIX constants). */
+static inline uint64_t tt_lcg(uint64_t* state) {
+  *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+  return *state;
+}
+
+/* An integer in [lo, hi] from the LCG at `state`. */
+static inline int64_t tt_rand_int(uint64_t* state, int64_t lo, int64_t hi) {
+  return lo + (int64_t)((tt_lcg(state) >> 33) % (uint64_t)(hi - lo + 1));
+}
+
+/* The file's shared stream: doubles in [0, 1). */
+static uint64_t tt_rng_state = 0x9e3779b97f4a7c15ull;
+static inline double tt_rand(void) {
+  return (double)(tt_lcg(&tt_rng_state) >> 11) / 9007199254740992.0;
+}
+
+/* Integers in [lo, hi] from their own stream, fixed by `seed`. */
+static inline void tt_fill_ints(const tpu_view_t* v, uint64_t seed, int64_t lo, int64_t hi) {
+  uint64_t s = seed;
+  tt_lcg(&s);
+  for (int64_t k = 0; k < tpu_view_numel(v); ++k) tt_set(v, k, (double)tt_rand_int(&s, lo, hi));
+}
+
+/* Values in [lo, hi) from the shared stream (integers: whole numbers; bool:
+ * 0/1); each floating element is NaN with probability nan_rate. */
 static inline void tt_fill(const tpu_view_t* v, double lo, double hi, double nan_rate) {
-  int64_t n = tpu_view_numel(v);
-  for (int64_t k = 0; k < n; ++k) {
+  for (int64_t k = 0; k < tpu_view_numel(v); ++k) {
     double x = lo + (hi - lo) * tt_rand();
     if (!tpu_dtype_is_floating(v->dtype)) x = floor(x);
     if (v->dtype == TPU_DTYPE_BOOL) x = tt_rand() < 0.5 ? 0.0 : 1.0;
@@ -105,7 +137,13 @@ static inline void tt_fill(const tpu_view_t* v, double lo, double hi, double nan
   }
 }
 
-/* Tolerance of a result stored in dtype (relative, see CHECK_NEAR). */
+static inline void tt_fill_value(const tpu_view_t* v, double x) {
+  for (int64_t k = 0; k < tpu_view_numel(v); ++k) tt_set(v, k, x);
+}
+
+/* ---- comparisons --------------------------------------------------------------------- */
+
+/* Tolerance of a result stored in dtype (relative, see tt_rel_diff). */
 static inline double tt_tol(tpu_dtype_t dtype) {
   switch (dtype) {
     case TPU_DTYPE_F64: return 1e-9;
@@ -116,65 +154,62 @@ static inline double tt_tol(tpu_dtype_t dtype) {
   }
 }
 
-/* Compares every element of got with want (same shape); NaN equals NaN.
- * Returns the number of mismatches and reports the first few. */
+/* |got - want| / (1 + |want|): 0 when equal (NaN equals NaN, inf equals
+ * inf), infinite when only one is NaN. */
+static inline double tt_rel_diff(double got, double want) {
+  if (got == want || (isnan(got) && isnan(want))) return 0.0;
+  double d = fabs(got - want) / (1.0 + fabs(want));
+  return d == d ? d : INFINITY;
+}
+
+/* The largest tt_rel_diff over the elements of two views of one shape. */
+static inline double tt_max_rel_diff(const tpu_view_t* got, const tpu_view_t* want) {
+  double worst = 0.0;
+  for (int64_t k = 0; k < tpu_view_numel(want); ++k) {
+    double d = tt_rel_diff(tt_get(got, k), tt_get(want, k));
+    if (d > worst) worst = d;
+  }
+  return worst;
+}
+
+/* Compares every element of got with want (same shape) within tol; returns
+ * the number of mismatches and reports the first few. */
 static inline int tt_compare(const char* what, const tpu_view_t* got, const tpu_view_t* want,
                              double tol) {
   if (got->ndim != want->ndim) {
     tpu_test_fail(__FILE__, __LINE__, "%s: ndim %d vs %d", what, got->ndim, want->ndim);
     return 1;
   }
-  int64_t n = tpu_view_numel(want);
   int bad = 0;
-  for (int64_t k = 0; k < n; ++k) {
+  for (int64_t k = 0; k < tpu_view_numel(want); ++k) {
     double g = tt_get(got, k), w = tt_get(want, k);
-    bool ok = (isnan(g) && isnan(w)) || g == w || fabs(g - w) <= tol * (1.0 + fabs(w));
-    if (!ok && bad++ < 3)
+    if (!(tt_rel_diff(g, w) <= tol) && bad++ < 3)
       tpu_test_fail(__FILE__, __LINE__, "%s: element %lld: got %.17g, want %.17g", what,
                     (long long)k, g, w);
   }
   return bad;
 }
 
-/* ---- attributes and nodes --------------------------------------------------- */
+/* ---- attributes, values and nodes ------------------------------------------------------ */
 
-static inline tpu_attr_t tt_none(void) {
-  tpu_attr_t a;
-  memset(&a, 0, sizeof(a));
-  return a;
-}
-static inline tpu_attr_t tt_int(int64_t v) {
-  tpu_attr_t a = tt_none();
-  a.kind = TPU_ATTR_INT;
-  a.u.i = v;
-  return a;
-}
-static inline tpu_attr_t tt_bool(bool v) {
-  tpu_attr_t a = tt_int(v);
-  a.kind = TPU_ATTR_BOOL;
-  return a;
-}
+/* Attributes (unnamed fields zero). */
+static inline tpu_attr_t tt_none(void) { return (tpu_attr_t){.kind = TPU_ATTR_NONE}; }
+static inline tpu_attr_t tt_int(int64_t v) { return (tpu_attr_t){.kind = TPU_ATTR_INT, .u.i = v}; }
+static inline tpu_attr_t tt_bool(bool v) { return (tpu_attr_t){.kind = TPU_ATTR_BOOL, .u.i = v}; }
 static inline tpu_attr_t tt_float(double v) {
-  tpu_attr_t a = tt_none();
-  a.kind = TPU_ATTR_FLOAT;
-  a.u.f = v;
-  return a;
+  return (tpu_attr_t){.kind = TPU_ATTR_FLOAT, .u.f = v};
 }
 static inline tpu_attr_t tt_dtype(tpu_dtype_t d) {
-  tpu_attr_t a = tt_none();
-  a.kind = TPU_ATTR_DTYPE;
-  a.u.dtype = d;
-  return a;
+  return (tpu_attr_t){.kind = TPU_ATTR_DTYPE, .u.dtype = d};
 }
 /* An int list of count (<= TPU_MAX_INTS) values. */
 static inline tpu_attr_t tt_ints(int32_t count, const int64_t* v) {
-  tpu_attr_t a = tt_none();
-  a.kind = TPU_ATTR_INTS;
-  a.count = count;
+  tpu_attr_t a = {.kind = TPU_ATTR_INTS, .count = count};
   for (int32_t i = 0; i < count; ++i) a.u.ints[i] = v[i];
   return a;
 }
 
+/* A view as an input value (NULL: None). */
 static inline tpu_value_t tt_value(const tpu_view_t* v) {
   tpu_value_t x;
   memset(&x, 0, sizeof(x));
@@ -185,16 +220,15 @@ static inline tpu_value_t tt_value(const tpu_view_t* v) {
   return x;
 }
 
-static inline const tpu_op_def_t* tt_find(const tpu_op_family_t* family, const char* name) {
-  for (int32_t i = 0; i < family->count; ++i)
-    if (strcmp(family->ops[i].name, name) == 0) return &family->ops[i];
-  tpu_test_fail(__FILE__, __LINE__, "no op %s in family %s", name, family->name);
-  return NULL;
+/* The registered row called `name` (a failed check and NULL when missing). */
+static inline const tpu_op_def_t* tt_def(const char* name) {
+  const tpu_op_def_t* def = tpu_op_def(tpu_op_lookup(name));
+  if (!def) tpu_test_fail(__FILE__, __LINE__, "op %s is not registered", name);
+  return def;
 }
 
-static inline tpu_node_t tt_node(tpu_value_t* inputs, int32_t num_inputs,
-                                 tpu_view_t* outputs, int32_t num_outputs,
-                                 const tpu_attr_t* attrs, int32_t num_attrs) {
+static inline tpu_node_t tt_node(tpu_value_t* inputs, int32_t num_inputs, tpu_view_t* outputs,
+                                 int32_t num_outputs, const tpu_attr_t* attrs, int32_t num_attrs) {
   tpu_node_t n;
   memset(&n, 0, sizeof(n));
   n.inputs = inputs;
@@ -206,6 +240,15 @@ static inline tpu_node_t tt_node(tpu_value_t* inputs, int32_t num_inputs,
   return n;
 }
 
+/* Runs a kernel (or reference) on a node. */
+static inline tpu_status_t tt_run(tpu_kernel_fn fn, const tpu_op_def_t* def,
+                                  const tpu_node_t* node) {
+  tpu_exec_ctx_t ctx = {0};
+  return fn(def, node, &ctx);
+}
+
+/* ---- statuses ------------------------------------------------------------------------ */
+
 /* The code of a status, which it frees. */
 static inline tpu_status_code_t tt_code(tpu_status_t s) {
   tpu_status_code_t code = tpu_status_code(s);
@@ -213,14 +256,15 @@ static inline tpu_status_code_t tt_code(tpu_status_t s) {
   return code;
 }
 
-/* Runs a kernel and returns its status code (freeing the status). */
-static inline tpu_status_code_t tt_run(tpu_kernel_fn fn, const tpu_op_def_t* def,
-                                        const tpu_node_t* node) {
-  tpu_exec_ctx_t ctx = {0};
-  tpu_status_t s = fn(def, node, &ctx);
-  tpu_status_code_t code = tpu_status_code(s);
-  tpu_status_free(s);
-  return code;
-}
+/* Expects the status `expr` to carry `code` (reporting its message if not); frees it. */
+#define CHECK_CODE(expr, code)                                                      \
+  do {                                                                              \
+    tpu_status_t s2_ = (expr);                                                      \
+    if (tpu_status_code(s2_) != (code))                                             \
+      tpu_test_fail(__FILE__, __LINE__, "%s: got %s (%s)", #expr,                   \
+                    tpu_status_code_name(tpu_status_code(s2_)),                     \
+                    s2_ ? tpu_status_message(s2_) : "ok");                          \
+    tpu_status_free(s2_);                                                           \
+  } while (0)
 
-#endif /* TPU_KERNEL_TEST_UTIL_H_ */
+#endif /* TPU_TESTS_KERNEL_TEST_UTIL_H_ */

@@ -4,7 +4,7 @@
  * embedding_dense_backward, cat, and the errors: out-of-range indices, bad
  * dims and shapes. */
 #include "kernels/index.h"
-#include "tensor_util.h"
+#include "kernel_test_util.h"
 
 /* Runs `def` on inputs `in` (output from infer, in `out_layout`, or input 0
  * itself when `inplace`) and the reference on copies; returns the worst
@@ -22,23 +22,23 @@ static double run_node(const tpu_op_def_t* def, tpu_value_t* in, int32_t nin,
   if (inplace) {
     out.view = in[0].u.view;
     self_copy = tt_make(shape.dtype, shape.ndim, shape.sizes, TT_CONTIG);
-    tt_t self = {.view = in[0].u.view};
-    for (int64_t i = 0; i < tt_numel(&self); ++i) tt_set(&self_copy, i, tt_get(&self, i));
+    const tpu_view_t* self = &in[0].u.view;
+    for (int64_t i = 0; i < tpu_view_numel(self); ++i) tt_set(&self_copy.view, i, tt_get(self, i));
   } else {
     out = tt_make(shape.dtype, shape.ndim, shape.sizes, out_layout);
-    tt_fill_value(&out, 99);
+    tt_fill_value(&out.view, 99);
   }
   tt_t want = tt_make(shape.dtype, shape.ndim, shape.sizes, TT_CONTIG);
   node.outputs = &out.view;
   tpu_exec_ctx_t ctx = {0};
   double worst = INFINITY;
   tpu_status_t st = def->kernel(def, &node, &ctx);
-  if (inplace) in[0] = tt_value(&self_copy);
+  if (inplace) in[0] = tt_value(&self_copy.view);
   node.outputs = &want.view;
   if (st == TPU_OK) st = tpu_index_reference(def, &node);
   in[0] = saved;
   if (st == TPU_OK) {
-    worst = tt_max_rel_diff(&out, &want);
+    worst = tt_max_rel_diff(&out.view, &want.view);
   } else {
     tpu_test_fail(__FILE__, __LINE__, "%s: %s", def->name, tpu_status_message(st));
     tpu_status_free(st);
@@ -120,23 +120,23 @@ TEST(index_matches_reference) {
     tt_t self = tt_make(c->dtype, c->self_nd, c->self_sizes, c->self_layout);
     tt_t index = tt_make(c->index_dtype, c->index_nd, c->index_sizes, c->index_layout);
     tt_t src = {0};
-    tt_fill(&self, 10 + i, -5, 5);
+    tt_fill_ints(&self.view, 10 + i, -5, 5);
     int64_t dim = c->dim < 0 ? c->dim + (c->self_nd ? c->self_nd : 1) : c->dim;
     int64_t bound = c->self_nd ? c->self_sizes[dim] : 1;
-    tt_fill(&index, 20 + i, 0, (int)bound - 1);
-    tpu_value_t in[3] = {tt_value(&self), tt_value(&index)};
+    tt_fill_ints(&index.view, 20 + i, 0, (int)bound - 1);
+    tpu_value_t in[3] = {tt_value(&self.view), tt_value(&index.view)};
     int32_t nin = 2;
     if (c->src_nd >= 0) {
       src = tt_make(c->dtype, c->src_nd, c->src_sizes, c->src_layout);
-      tt_fill(&src, 30 + i, -5, 5);
-      in[nin++] = tt_value(&src);
+      tt_fill_ints(&src.view, 30 + i, -5, 5);
+      in[nin++] = tt_value(&src.view);
     } else if (strcmp(c->op, "scatter_value") == 0) {
       in[nin].kind = TPU_VALUE_SCALAR;
       in[nin].u.scalar.dtype = TPU_DTYPE_F64;
       in[nin++].u.scalar.v.f = c->scalar;
     }
-    tpu_attr_t attrs[2] = {tt_attr_int(c->dim), tt_attr_float(c->scalar)};
-    if (!tpu_dtype_is_floating(c->dtype)) attrs[1] = tt_attr_int((int64_t)c->scalar);
+    tpu_attr_t attrs[2] = {tt_int(c->dim), tt_float(c->scalar)};
+    if (!tpu_dtype_is_floating(c->dtype)) attrs[1] = tt_int((int64_t)c->scalar);
     int32_t nattrs = strcmp(c->op, "index_add") == 0 ? 2 : 1;
     double tol = c->dtype == TPU_DTYPE_BF16 ? 1e-2 : c->dtype == TPU_DTYPE_F16 ? 1e-3 : 0;
     double worst = run_node(def, in, nin, attrs, nattrs, c->out_layout, c->inplace);
@@ -174,11 +174,11 @@ TEST(index_embedding_backward_matches_reference) {
     gsizes[nd] = cases[i].dim;
     tt_t grad = tt_make(cases[i].dtype, nd + 1, gsizes, cases[i].grad_layout);
     tt_t idx = tt_make(cases[i].index_dtype, nd, cases[i].index_sizes, TT_CONTIG);
-    tt_fill(&grad, 40 + i, -3, 3);
-    tt_fill(&idx, 50 + i, 0, (int)cases[i].num_weights - 1);
-    tpu_value_t in[2] = {tt_value(&grad), tt_value(&idx)};
-    tpu_attr_t attrs[3] = {tt_attr_int(cases[i].num_weights), tt_attr_int(cases[i].padding_idx),
-                           tt_attr_bool(cases[i].scale)};
+    tt_fill_ints(&grad.view, 40 + i, -3, 3);
+    tt_fill_ints(&idx.view, 50 + i, 0, (int)cases[i].num_weights - 1);
+    tpu_value_t in[2] = {tt_value(&grad.view), tt_value(&idx.view)};
+    tpu_attr_t attrs[3] = {tt_int(cases[i].num_weights), tt_int(cases[i].padding_idx),
+                           tt_bool(cases[i].scale)};
     double tol = cases[i].dtype == TPU_DTYPE_BF16 ? 1e-2 : cases[i].dtype == TPU_DTYPE_F16 ? 1e-3 : 1e-6;
     double worst = run_node(def, in, 2, attrs, 3, cases[i].out_layout, false);
     if (!(worst <= tol)) tpu_test_fail(__FILE__, __LINE__, "embedding case %zu: diff %g", i, worst);
@@ -195,10 +195,10 @@ TEST(index_cat_matches_reference) {
   tt_t b = tt_make(TPU_DTYPE_F16, 2, s43, TT_TRANSPOSED);
   tt_t e = tt_make(TPU_DTYPE_F32, 1, s0, TT_CONTIG);
   tt_t c = tt_make(TPU_DTYPE_I64, 2, s25, TT_PADDED);
-  tt_fill(&a, 1, -9, 9), tt_fill(&b, 2, -9, 9), tt_fill(&c, 3, -9, 9);
+  tt_fill_ints(&a.view, 1, -9, 9), tt_fill_ints(&b.view, 2, -9, 9), tt_fill_ints(&c.view, 3, -9, 9);
   /* int32 + float16 + a skipped float32 legacy empty: float32, as in PyTorch */
-  tpu_value_t in[3] = {tt_value(&a), tt_value(&e), tt_value(&b)};
-  tpu_attr_t dim0 = tt_attr_int(0), dim1 = tt_attr_int(-1);
+  tpu_value_t in[3] = {tt_value(&a.view), tt_value(&e.view), tt_value(&b.view)};
+  tpu_attr_t dim0 = tt_int(0), dim1 = tt_int(-1);
   tpu_node_t node = {.op = tpu_op_lookup("cat"), .num_inputs = 3, .num_attrs = 1, .inputs = in};
   node.attrs[0] = dim0;
   tpu_view_t shape;
@@ -206,17 +206,17 @@ TEST(index_cat_matches_reference) {
   CHECK(shape.dtype == TPU_DTYPE_F32 && shape.ndim == 2 && shape.sizes[0] == 6 &&
         shape.sizes[1] == 3);
   CHECK(run_node(def, in, 3, &dim0, 1, TT_PADDED, false) == 0);
-  in[1] = tt_value(&c); /* along the last dim, with a non-contiguous output */
-  in[2] = tt_value(&a);
+  in[1] = tt_value(&c.view); /* along the last dim, with a non-contiguous output */
+  in[2] = tt_value(&a.view);
   CHECK(run_node(def, in, 3, &dim1, 1, TT_TRANSPOSED, false) == 0);
   node.num_inputs = 2;
-  in[0] = tt_value(&a), in[1] = tt_value(&b);
+  in[0] = tt_value(&a.view), in[1] = tt_value(&b.view);
   node.attrs[0] = dim1;
   tpu_status_t st = def->check(def, &node);
   CHECK(tpu_status_code(st) == TPU_CODE_INVALID_ARGUMENT);
   CHECK(st && strstr(tpu_status_message(st), "Sizes of tensors must match except in dimension 1"));
   tpu_status_free(st);
-  in[0] = tt_value(&e), in[1] = tt_value(&e); /* only legacy empties: [0] */
+  in[0] = tt_value(&e.view), in[1] = tt_value(&e.view); /* only legacy empties: [0] */
   CHECK_OK(def->infer(def, &node, &shape));
   CHECK(shape.ndim == 1 && shape.sizes[0] == 0);
   node.num_inputs = 0;
@@ -250,30 +250,31 @@ TEST(index_out_of_range_errors) {
   tt_t src = tt_make(TPU_DTYPE_F32, 1, s1, TT_CONTIG), idx2 = tt_make(TPU_DTYPE_I64, 1, s2, 0);
   tt_t m = tt_make(TPU_DTYPE_F32, 2, s54, TT_CONTIG), g = tt_make(TPU_DTYPE_F32, 2, s14, 0);
   tt_t w = tt_make(TPU_DTYPE_F32, 2, s54, TT_CONTIG);
-  tt_set(&idx, 0, 7);
-  tt_set(&idx2, 0, 1), tt_set(&idx2, 1, -1);
-  tt_fill_value(&out5, 3);
-  tpu_value_t in[3] = {tt_value(&self), tt_value(&idx), tt_value(&src)};
-  tpu_attr_t a[3] = {tt_attr_int(0), tt_attr_int(5), tt_attr_int(-1)};
+  tt_set(&idx.view, 0, 7);
+  tt_set(&idx2.view, 0, 1), tt_set(&idx2.view, 1, -1);
+  tt_fill_value(&out5.view, 3);
+  tpu_value_t in[3] = {tt_value(&self.view), tt_value(&idx.view), tt_value(&src.view)};
+  tpu_attr_t a[3] = {tt_int(0), tt_int(5), tt_int(-1)};
   const char* msg = "index 7 is out of bounds for dimension 0 with size 5";
   expect_kernel_error("index_select", in, 2, a, 1, &out, TPU_CODE_INDEX_ERROR, msg);
   expect_kernel_error("gather", in, 2, a, 1, &out, TPU_CODE_INVALID_ARGUMENT, msg);
   expect_kernel_error("scatter", in, 3, a, 1, &out5, TPU_CODE_INVALID_ARGUMENT, msg);
   expect_kernel_error("scatter_add", in, 3, a, 1, &out5, TPU_CODE_INVALID_ARGUMENT, msg);
   expect_kernel_error("index_add", in, 3, a, 1, &out5, TPU_CODE_INDEX_ERROR, msg);
-  CHECK(tt_get(&out5, 0) == 0 && tt_get(&out5, 4) == 0); /* out = self, then nothing written */
-  in[1] = tt_value(&idx2);
+  /* out = self, then nothing written */
+  CHECK(tt_get(&out5.view, 0) == 0 && tt_get(&out5.view, 4) == 0);
+  in[1] = tt_value(&idx2.view);
   expect_kernel_error("index_select", in, 2, a, 1, &out, TPU_CODE_INVALID_ARGUMENT, "wrong shape");
   tt_t out2 = tt_make(TPU_DTYPE_F32, 1, s2, TT_CONTIG);
   expect_kernel_error("index_select", in, 2, a, 1, &out2, TPU_CODE_INDEX_ERROR,
                       "index -1 is out of bounds for dimension 0 with size 5");
-  in[0] = tt_value(&g), in[1] = tt_value(&idx); /* embedding: index 7 of 5 weights */
+  in[0] = tt_value(&g.view), in[1] = tt_value(&idx.view); /* embedding: index 7 of 5 weights */
   expect_kernel_error("embedding_dense_backward", in, 2, &a[1], 2, &w, TPU_CODE_INVALID_ARGUMENT,
                       "attrs");
-  tpu_attr_t ea[3] = {tt_attr_int(5), tt_attr_int(-1), tt_attr_bool(false)};
+  tpu_attr_t ea[3] = {tt_int(5), tt_int(-1), tt_bool(false)};
   expect_kernel_error("embedding_dense_backward", in, 2, ea, 3, &w, TPU_CODE_INDEX_ERROR, msg);
-  in[0] = tt_value(&m);
-  tpu_attr_t bad_dim = tt_attr_int(2);
+  in[0] = tt_value(&m.view);
+  tpu_attr_t bad_dim = tt_int(2);
   expect_kernel_error("gather", in, 2, &bad_dim, 1, &out, TPU_CODE_INDEX_ERROR,
                       "Dimension out of range (expected to be in range of [-2, 1], but got 2)");
   tt_free(&self), tt_free(&out), tt_free(&out5), tt_free(&idx), tt_free(&src), tt_free(&idx2);
@@ -288,22 +289,22 @@ TEST(index_shape_errors_and_checks) {
   tt_t self = tt_make(TPU_DTYPE_F32, 2, s34, TT_CONTIG), big = tt_make(TPU_DTYPE_I64, 2, s42, 0);
   tt_t src = tt_make(TPU_DTYPE_F32, 2, s22, TT_CONTIG), idx = tt_make(TPU_DTYPE_I64, 2, s32, 0);
   tt_t fidx = tt_make(TPU_DTYPE_F32, 2, s32, TT_CONTIG), dsrc = tt_make(TPU_DTYPE_F64, 2, s32, 0);
-  tpu_value_t in[3] = {tt_value(&self), tt_value(&big), tt_value(&src)};
+  tpu_value_t in[3] = {tt_value(&self.view), tt_value(&big.view), tt_value(&src.view)};
   tpu_node_t node = {.op = tpu_op_lookup("gather"), .num_inputs = 2, .num_attrs = 1, .inputs = in};
-  node.attrs[0] = tt_attr_int(1);
+  node.attrs[0] = tt_int(1);
   tpu_status_t st = gather->check(gather, &node);
   CHECK(st && strstr(tpu_status_message(st),
                      "expected index [4, 2] to be no larger than self [3, 4] apart from "
                      "dimension 1"));
   tpu_status_free(st);
   node.num_inputs = 3;
-  in[1] = tt_value(&idx);
+  in[1] = tt_value(&idx.view);
   st = scatter->check(scatter, &node);
   CHECK(st && strstr(tpu_status_message(st), "to be no larger size than src [2, 2]"));
   tpu_status_free(st);
-  in[2] = tt_value(&dsrc); /* dtype mismatch: PyTorch's CPU kernel reports it */
+  in[2] = tt_value(&dsrc.view); /* dtype mismatch: PyTorch's CPU kernel reports it */
   CHECK_CODE(scatter->check(scatter, &node), TPU_CODE_UNIMPLEMENTED);
-  in[1] = tt_value(&fidx);
+  in[1] = tt_value(&fidx.view);
   node.num_inputs = 2;
   CHECK_CODE(gather->check(gather, &node), TPU_CODE_UNIMPLEMENTED);
   tt_free(&self), tt_free(&big), tt_free(&src), tt_free(&idx), tt_free(&fidx), tt_free(&dsrc);

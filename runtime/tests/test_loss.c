@@ -36,7 +36,7 @@ typedef struct loss_case {
 static const loss_case_t k_cases[] = {
     {false, F32, 2, {6, 5}, TT_CONTIG, LOSS_MEAN, false, -100, I64, false},
     {false, F32, 2, {6, 5}, TT_CONTIG, LOSS_SUM, true, 2, I64, false},
-    {false, F32, 2, {6, 5}, TT_TRANSPOSED, LOSS_NONE, true, 1, I64, true},
+    {false, F32, 2, {6, 5}, TT_REVERSED, LOSS_NONE, true, 1, I64, true},
     {false, F64, 2, {9000, 7}, TT_GAPS, LOSS_MEAN, true, 3, I64, false},
     {false, F64, 2, {9000, 7}, TT_CONTIG, LOSS_NONE, false, -100, U8, false},
     {false, F16, 2, {40, 10}, TT_CONTIG, LOSS_MEAN, true, 0, I64, false},
@@ -46,7 +46,7 @@ static const loss_case_t k_cases[] = {
     {false, F32, 2, {0, 5}, TT_CONTIG, LOSS_MEAN, false, -100, I64, false},
     {false, F32, 2, {0, 5}, TT_CONTIG, LOSS_NONE, false, -100, I64, false},
     {true, F32, 4, {2, 3, 4, 5}, TT_CONTIG, LOSS_MEAN, true, 1, I64, false},
-    {true, F32, 4, {2, 3, 4, 5}, TT_TRANSPOSED, LOSS_NONE, false, -100, I64, true},
+    {true, F32, 4, {2, 3, 4, 5}, TT_REVERSED, LOSS_NONE, false, -100, I64, true},
     {true, F64, 4, {3, 4, 60, 70}, TT_GAPS, LOSS_SUM, true, 2, I64, false},
     {true, F16, 4, {2, 3, 8, 9}, TT_CONTIG, LOSS_NONE, true, 0, U8, false},
 };
@@ -57,8 +57,8 @@ static const char* op_name(bool spatial, bool backward) {
 }
 
 static void run_case(int index, const loss_case_t* c) {
-  const tpu_op_def_t* fwd = tt_find(&tpu_family_loss, op_name(c->spatial, false));
-  const tpu_op_def_t* bwd = tt_find(&tpu_family_loss, op_name(c->spatial, true));
+  const tpu_op_def_t* fwd = tt_def(op_name(c->spatial, false));
+  const tpu_op_def_t* bwd = tt_def(op_name(c->spatial, true));
   if (!fwd || !bwd) return;
   char what[64];
   snprintf(what, sizeof(what), "case %d (%s)", index, tpu_dtype_name(c->dtype));
@@ -67,9 +67,9 @@ static void run_case(int index, const loss_case_t* c) {
   int32_t tndim = 0;
   for (int32_t d = 0; d < c->ndim; ++d)
     if (d != class_dim) tsizes[tndim++] = c->sizes[d];
-  tt_tensor_t x = tt_make(c->dtype, c->ndim, c->sizes, c->layout);
-  tt_tensor_t t = tt_make(c->target_dtype, tndim, tsizes, c->layout);
-  tt_tensor_t w = tt_make(c->dtype, 1, &classes, c->layout == TT_GAPS ? TT_GAPS : TT_CONTIG);
+  tt_t x = tt_make(c->dtype, c->ndim, c->sizes, c->layout);
+  tt_t t = tt_make(c->target_dtype, tndim, tsizes, c->layout);
+  tt_t w = tt_make(c->dtype, 1, &classes, c->layout == TT_GAPS ? TT_GAPS : TT_CONTIG);
   tt_fill(&x.view, -4, 1, 0);
   tt_fill(&w.view, 0.1, 2, 0);
   for (int64_t q = 0; q < tpu_view_numel(&t.view); ++q)
@@ -78,7 +78,7 @@ static void run_case(int index, const loss_case_t* c) {
   tpu_value_t in[5] = {tt_value(&x.view), tt_value(&t.view), tt_value(c->weight ? &w.view : NULL)};
   tpu_attr_t attrs[2] = {tt_int(c->reduction), tt_int(c->ignore_index)};
   tpu_view_t shapes[2], got_v[2], want_v[2];
-  tt_tensor_t got[2], want[2];
+  tt_t got[2], want[2];
   tpu_node_t node = tt_node(in, 3, NULL, 0, attrs, 2);
   CHECK_OK(fwd->check(fwd, &node));
   CHECK_OK(fwd->infer(fwd, &node, shapes));
@@ -90,27 +90,27 @@ static void run_case(int index, const loss_case_t* c) {
   }
   node.num_outputs = 2;
   node.outputs = got_v;
-  CHECK(tt_run(fwd->kernel, fwd, &node) == TPU_CODE_OK);
+  CHECK_OK(tt_run(fwd->kernel, fwd, &node));
   node.outputs = want_v;
-  CHECK(tt_run(tpu_loss_reference, fwd, &node) == TPU_CODE_OK);
+  CHECK_OK(tt_run(tpu_loss_reference, fwd, &node));
   for (int i = 0; i < 2; ++i) tt_compare(what, &got_v[i], &want_v[i], tt_tol(c->dtype) + 1e-12);
 
   /* Backward with the forward's total_weight. */
-  tt_tensor_t go = tt_like(&shapes[0], c->layout == TT_TRANSPOSED ? TT_TRANSPOSED : TT_CONTIG);
+  tt_t go = tt_like(&shapes[0], c->layout == TT_REVERSED ? TT_REVERSED : TT_CONTIG);
   tt_fill(&go.view, -1, 1, 0);
   tpu_value_t bin[5] = {tt_value(&go.view), in[0], in[1], in[2], tt_value(&want_v[1])};
   tpu_view_t gshape;
   node = tt_node(bin, 5, NULL, 0, attrs, 2);
   CHECK_OK(bwd->check(bwd, &node));
   CHECK_OK(bwd->infer(bwd, &node, &gshape));
-  tt_tensor_t ggot = tt_like(&gshape, c->strided_out ? TT_GAPS : TT_CONTIG);
-  tt_tensor_t gwant = tt_like(&gshape, TT_CONTIG);
+  tt_t ggot = tt_like(&gshape, c->strided_out ? TT_GAPS : TT_CONTIG);
+  tt_t gwant = tt_like(&gshape, TT_CONTIG);
   tt_fill(&ggot.view, 5, 6, 0); /* must be zeroed by the kernel */
   node.num_outputs = 1;
   node.outputs = &ggot.view;
-  CHECK(tt_run(bwd->kernel, bwd, &node) == TPU_CODE_OK);
+  CHECK_OK(tt_run(bwd->kernel, bwd, &node));
   node.outputs = &gwant.view;
-  CHECK(tt_run(tpu_loss_reference, bwd, &node) == TPU_CODE_OK);
+  CHECK_OK(tt_run(tpu_loss_reference, bwd, &node));
   snprintf(what, sizeof(what), "case %d backward (%s)", index, tpu_dtype_name(c->dtype));
   tt_compare(what, &ggot.view, &gwant.view, tt_tol(c->dtype) + 1e-12);
 
@@ -134,9 +134,9 @@ TEST(loss_cases) {
  * returns the status code and, on success, output and total_weight. */
 static tpu_status_code_t forward3(const int64_t* targets, int64_t reduction, tpu_dtype_t tdtype,
                                   double* out, double* tw, char* msg) {
-  const tpu_op_def_t* fwd = tt_find(&tpu_family_loss, "nll_loss_forward");
+  const tpu_op_def_t* fwd = tt_def("nll_loss_forward");
   int64_t xs[2] = {3, 4}, ts[1] = {3};
-  tt_tensor_t x = tt_make(F32, 2, xs, TT_CONTIG), t = tt_make(tdtype, 1, ts, TT_CONTIG);
+  tt_t x = tt_make(F32, 2, xs, TT_CONTIG), t = tt_make(tdtype, 1, ts, TT_CONTIG);
   for (int i = 0; i < 12; ++i) tt_set(&x.view, i, -(i / 4 + (i % 4) / 10.0));
   for (int i = 0; i < 3; ++i) tt_set(&t.view, i, (double)targets[i]);
   if (tdtype == I64) memcpy(t.mem, targets, 3 * sizeof(int64_t));
@@ -147,7 +147,7 @@ static tpu_status_code_t forward3(const int64_t* targets, int64_t reduction, tpu
   tpu_status_code_t code = tt_code(fwd->check(fwd, &node));
   if (code == TPU_CODE_OK) {
     CHECK_OK(fwd->infer(fwd, &node, shapes));
-    tt_tensor_t o = tt_like(&shapes[0], TT_CONTIG), w = tt_like(&shapes[1], TT_CONTIG);
+    tt_t o = tt_like(&shapes[0], TT_CONTIG), w = tt_like(&shapes[1], TT_CONTIG);
     tpu_view_t outs[2] = {o.view, w.view};
     node.outputs = outs;
     node.num_outputs = 2;
@@ -191,25 +191,25 @@ TEST(loss_semantics) {
   CHECK(forward3(t1, 3, I64, &out, &tw, NULL) == TPU_CODE_UNIMPLEMENTED);
 
   /* Backward reports bad targets too, and 1-D inputs reduce even with none. */
-  const tpu_op_def_t* bwd = tt_find(&tpu_family_loss, "nll_loss_backward");
-  const tpu_op_def_t* fwd = tt_find(&tpu_family_loss, "nll_loss_forward");
+  const tpu_op_def_t* bwd = tt_def("nll_loss_backward");
+  const tpu_op_def_t* fwd = tt_def("nll_loss_forward");
   int64_t c5 = 5, tval = 9;
-  tt_tensor_t x = tt_make(F32, 1, &c5, TT_CONTIG), t = tt_make(I64, 0, &c5, TT_CONTIG);
-  tt_tensor_t s0 = tt_make(F32, 0, &c5, TT_CONTIG), gi = tt_make(F32, 1, &c5, TT_CONTIG);
+  tt_t x = tt_make(F32, 1, &c5, TT_CONTIG), t = tt_make(I64, 0, &c5, TT_CONTIG);
+  tt_t s0 = tt_make(F32, 0, &c5, TT_CONTIG), gi = tt_make(F32, 1, &c5, TT_CONTIG);
   memcpy(t.mem, &tval, sizeof(tval));
   tt_set(&s0.view, 0, 1.0);
   tpu_value_t bin[5] = {tt_value(&s0.view), tt_value(&x.view), tt_value(&t.view), tt_value(NULL),
                         tt_value(&s0.view)};
   tpu_attr_t attrs[2] = {tt_int(LOSS_NONE), tt_int(-100)};
   tpu_node_t node = tt_node(bin, 5, &gi.view, 1, attrs, 2);
-  CHECK(tt_run(bwd->kernel, bwd, &node) == TPU_CODE_INDEX_ERROR);
+  CHECK_CODE(tt_run(bwd->kernel, bwd, &node), TPU_CODE_INDEX_ERROR);
   tpu_view_t shapes[2];
   node = tt_node(bin + 1, 3, NULL, 0, attrs, 2);
   CHECK_OK(fwd->infer(fwd, &node, shapes));
   CHECK(shapes[0].ndim == 0 && shapes[1].ndim == 0 && shapes[1].dtype == F32);
-  tt_tensor_t x3 = tt_make(F32, 3, (int64_t[3]){2, 3, 4}, TT_CONTIG);
+  tt_t x3 = tt_make(F32, 3, (int64_t[3]){2, 3, 4}, TT_CONTIG);
   bin[1] = tt_value(&x3.view);
-  CHECK(tt_code(fwd->check(fwd, &node)) == TPU_CODE_UNIMPLEMENTED);
+  CHECK_CODE(fwd->check(fwd, &node), TPU_CODE_UNIMPLEMENTED);
   tt_free(&x3);
   tt_free(&x);
   tt_free(&t);

@@ -3,7 +3,7 @@
  * strided and column-major outputs, broadcast and in-place bias), plus shape
  * errors, checks and shape inference. */
 #include "kernels/matmul.h"
-#include "tensor_util.h"
+#include "kernel_test_util.h"
 
 enum { BIAS_FULL = 0, BIAS_ROW, BIAS_SCALAR, BIAS_INPLACE };
 
@@ -112,33 +112,34 @@ static double run_case(const mm_case_t* c) {
   tt_t b = tt_make(c->dtype, nd[1], sz[1], c->b_layout);
   tt_t out = tt_make(c->dtype, nd[2], sz[2], c->c_layout);
   tt_t want = tt_make(c->dtype, nd[2], sz[2], TT_CONTIG);
-  tt_fill(&a, 1, -3, 3);
-  tt_fill(&b, 2, -3, 3);
+  tt_fill_ints(&a.view, 1, -3, 3);
+  tt_fill_ints(&b.view, 2, -3, 3);
   /* Garbage (NaN for floats) where beta == 0 must not leak in. */
-  tt_fill_value(&out, tpu_dtype_is_floating(c->dtype) ? NAN : 77);
+  tt_fill_value(&out.view, tpu_dtype_is_floating(c->dtype) ? NAN : 77);
   tt_t bias = {0}, bias_copy = {0};
   if (s->has_bias) {
     int64_t row[1] = {sz[2][nd[2] - 1]};
     if (c->bias == BIAS_INPLACE) {
       bias = out;
-      tt_fill(&out, 3, -4, 4);
+      tt_fill_ints(&out.view, 3, -4, 4);
     } else {
       bias = c->bias == BIAS_FULL  ? tt_make(c->dtype, nd[2], sz[2], TT_PADDED)
              : c->bias == BIAS_ROW ? tt_make(c->dtype, 1, row, TT_PADDED)
                                    : tt_make(c->dtype, 0, row, TT_CONTIG);
-      tt_fill(&bias, 3, -4, 4);
+      tt_fill_ints(&bias.view, 3, -4, 4);
     }
     bias_copy = tt_make(c->dtype, bias.view.ndim, bias.view.sizes, TT_CONTIG);
-    for (int64_t i = 0; i < tt_numel(&bias); ++i) tt_set(&bias_copy, i, tt_get(&bias, i));
+    for (int64_t i = 0; i < tpu_view_numel(&bias.view); ++i)
+      tt_set(&bias_copy.view, i, tt_get(&bias.view, i));
   }
   tpu_value_t in[3];
   int32_t n = 0;
-  if (s->has_bias) in[n++] = tt_value(&bias);
-  in[n++] = tt_value(&a);
-  in[n++] = tt_value(&b);
-  tpu_attr_t attrs[2] = {tt_attr_float(c->beta), tt_attr_float(c->alpha)};
+  if (s->has_bias) in[n++] = tt_value(&bias.view);
+  in[n++] = tt_value(&a.view);
+  in[n++] = tt_value(&b.view);
+  tpu_attr_t attrs[2] = {tt_float(c->beta), tt_float(c->alpha)};
   if (!tpu_dtype_is_floating(c->dtype))
-    attrs[0] = tt_attr_int((int64_t)c->beta), attrs[1] = tt_attr_int((int64_t)c->alpha);
+    attrs[0] = tt_int((int64_t)c->beta), attrs[1] = tt_int((int64_t)c->alpha);
   tpu_node_t node = {.op = tpu_op_lookup(c->op), .num_inputs = n, .num_outputs = 1,
                      .num_attrs = s->has_bias ? 2 : 0, .inputs = in, .outputs = &out.view};
   memcpy(node.attrs, attrs, sizeof(attrs));
@@ -146,11 +147,11 @@ static double run_case(const mm_case_t* c) {
   double worst = INFINITY;
   tpu_status_t st = def->check(def, &node);
   if (st == TPU_OK) st = def->kernel(def, &node, &ctx);
-  if (s->has_bias) in[0] = tt_value(&bias_copy);
+  if (s->has_bias) in[0] = tt_value(&bias_copy.view);
   node.outputs = &want.view;
   if (st == TPU_OK) st = tpu_matmul_reference(def, &node);
   if (st == TPU_OK) {
-    worst = tt_max_rel_diff(&out, &want);
+    worst = tt_max_rel_diff(&out.view, &want.view);
   } else {
     tpu_test_fail(__FILE__, __LINE__, "%s: %s", c->op, tpu_status_message(st));
     tpu_status_free(st);
@@ -192,24 +193,24 @@ TEST(matmul_shape_errors_and_checks) {
   tt_t a = tt_make(TPU_DTYPE_F32, 2, s23, TT_CONTIG), b = tt_make(TPU_DTYPE_F32, 2, s45, 0);
   tt_t c = tt_make(TPU_DTYPE_F32, 2, s35, TT_CONTIG), d = tt_make(TPU_DTYPE_F64, 2, s35, 0);
   tt_t e = tt_make(TPU_DTYPE_BOOL, 2, s23, TT_CONTIG), f = tt_make(TPU_DTYPE_BOOL, 2, s35, 0);
-  tpu_value_t in[2] = {tt_value(&a), tt_value(&b)};
+  tpu_value_t in[2] = {tt_value(&a.view), tt_value(&b.view)};
   tpu_view_t outs[1];
   tpu_node_t node = two_input_node("mm", in, outs);
   tpu_status_t st = mm->infer(mm, &node, outs);
   CHECK(tpu_status_code(st) == TPU_CODE_INVALID_ARGUMENT);
   CHECK(st && strstr(tpu_status_message(st), "cannot be multiplied (2x3 and 4x5)"));
   tpu_status_free(st);
-  in[1] = tt_value(&c);
+  in[1] = tt_value(&c.view);
   CHECK_OK(mm->infer(mm, &node, outs));
   CHECK(outs[0].ndim == 2 && outs[0].sizes[0] == 2 && outs[0].sizes[1] == 5);
   CHECK(outs[0].dtype == TPU_DTYPE_F32 && outs[0].strides[0] == 5 && outs[0].strides[1] == 1);
   CHECK_OK(mm->check(mm, &node));
-  in[1] = tt_value(&d); /* mixed dtypes: PyTorch's CPU kernel reports the error */
+  in[1] = tt_value(&d.view); /* mixed dtypes: PyTorch's CPU kernel reports the error */
   CHECK_CODE(mm->check(mm, &node), TPU_CODE_UNIMPLEMENTED);
-  in[0] = tt_value(&e), in[1] = tt_value(&f); /* bool is not run natively */
+  in[0] = tt_value(&e.view), in[1] = tt_value(&f.view); /* bool is not run natively */
   CHECK_CODE(mm->check(mm, &node), TPU_CODE_UNIMPLEMENTED);
   node = two_input_node("bmm", in, outs);
-  in[0] = tt_value(&a), in[1] = tt_value(&c);
+  in[0] = tt_value(&a.view), in[1] = tt_value(&c.view);
   CHECK_CODE(bmm->infer(bmm, &node, outs), TPU_CODE_INVALID_ARGUMENT);
   /* out of the wrong dtype for the kernel */
   node = two_input_node("mm", in, &d.view);

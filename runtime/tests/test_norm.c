@@ -31,29 +31,27 @@ typedef struct norm_case {
 static const norm_case_t k_cases[] = {
     {F32, 2, {4, 10}, 1, TT_CONTIG, true, true, ALL3, false, 1e-5},
     {F32, 3, {2, 3, 4}, 2, TT_CONTIG, false, false, ALL3, false, 1e-5},
-    {F64, 3, {5, 6, 7}, 1, TT_TRANSPOSED, true, false, ALL3, true, 1e-3},
+    {F64, 3, {5, 6, 7}, 1, TT_REVERSED, true, false, ALL3, true, 1e-3},
     {F64, 3, {5, 6, 7}, 2, TT_GAPS, false, true, {true, false, true}, false, 1e-5},
     {F16, 2, {8, 64}, 1, TT_CONTIG, true, true, ALL3, false, 1e-5},
-    {BF16, 3, {3, 4, 40}, 1, TT_TRANSPOSED, true, true, {false, true, true}, true, 1e-5},
+    {BF16, 3, {3, 4, 40}, 1, TT_REVERSED, true, true, {false, true, true}, true, 1e-5},
     {F32, 2, {3, 5000}, 1, TT_CONTIG, true, true, ALL3, false, 1e-5},
-    {F32, 3, {3, 50, 70}, 2, TT_TRANSPOSED, true, true, {true, true, false}, false, 1e-5},
+    {F32, 3, {3, 50, 70}, 2, TT_REVERSED, true, true, {true, true, false}, false, 1e-5},
     {F32, 2, {700, 300}, 1, TT_CONTIG, true, true, ALL3, true, 1e-5},
     {F32, 2, {0, 8}, 1, TT_CONTIG, true, true, ALL3, false, 1e-5},
     {F32, 1, {9}, 1, TT_CONTIG, true, true, ALL3, false, 0.5},
     {F64, 4, {2, 3, 4, 5}, 3, TT_BROADCAST, true, true, ALL3, false, 1e-5},
 };
 
-static const tpu_op_def_t* find(const char* op) { return tt_find(&tpu_family_norm, op); }
-
 /* Allocates outputs for `shapes` (contiguous or with gaps) into t/v. */
-static void alloc_outputs(const tpu_view_t* shapes, bool strided, tt_tensor_t* t, tpu_view_t* v) {
+static void alloc_outputs(const tpu_view_t* shapes, bool strided, tt_t* t, tpu_view_t* v) {
   for (int i = 0; i < 3; ++i) {
     t[i] = tt_like(&shapes[i], strided ? TT_GAPS : TT_CONTIG);
     v[i] = t[i].view;
   }
 }
 
-static void free3(tt_tensor_t* t) {
+static void free3(tt_t* t) {
   for (int i = 0; i < 3; ++i) tt_free(&t[i]);
 }
 
@@ -64,16 +62,16 @@ static void compare3(const char* what, const tpu_view_t* got, const tpu_view_t* 
 }
 
 static void run_case(int index, const norm_case_t* c) {
-  const tpu_op_def_t* fwd = find("layer_norm");
-  const tpu_op_def_t* bwd = find("layer_norm_backward");
+  const tpu_op_def_t* fwd = tt_def("layer_norm");
+  const tpu_op_def_t* bwd = tt_def("layer_norm_backward");
   if (!fwd || !bwd) return;
   char what[64];
   snprintf(what, sizeof(what), "case %d (%s)", index, tpu_dtype_name(c->dtype));
   const int64_t* wsizes = c->sizes + c->ndim - c->k;
-  tt_tensor_t x = tt_make(c->dtype, c->ndim, c->sizes, c->layout);
-  tt_tensor_t w = tt_make(c->dtype, c->k, wsizes, c->layout == TT_GAPS ? TT_GAPS : TT_CONTIG);
-  tt_tensor_t b = tt_make(c->dtype, c->k, wsizes, TT_CONTIG);
-  tt_tensor_t g = tt_make(c->dtype, c->ndim, c->sizes, TT_CONTIG);
+  tt_t x = tt_make(c->dtype, c->ndim, c->sizes, c->layout);
+  tt_t w = tt_make(c->dtype, c->k, wsizes, c->layout == TT_GAPS ? TT_GAPS : TT_CONTIG);
+  tt_t b = tt_make(c->dtype, c->k, wsizes, TT_CONTIG);
+  tt_t g = tt_make(c->dtype, c->ndim, c->sizes, TT_CONTIG);
   tt_fill(&x.view, -3, 5, 0);
   tt_fill(&w.view, 0.5, 1.5, 0);
   tt_fill(&b.view, -1, 1, 0);
@@ -84,7 +82,7 @@ static void run_case(int index, const norm_case_t* c) {
                        tt_value(c->bias ? &b.view : NULL)};
   tpu_attr_t attrs[2] = {tt_ints(c->k, wsizes), tt_float(c->eps)};
   tpu_view_t shapes[3], got_v[3], want_v[3];
-  tt_tensor_t got[3], want[3];
+  tt_t got[3], want[3];
   tpu_node_t node = tt_node(in, 3, NULL, 0, attrs, 2);
   CHECK_OK(fwd->check(fwd, &node));
   CHECK_OK(fwd->infer(fwd, &node, shapes));
@@ -92,9 +90,9 @@ static void run_case(int index, const norm_case_t* c) {
   alloc_outputs(shapes, false, want, want_v);
   node.num_outputs = 3;
   node.outputs = got_v;
-  CHECK(tt_run(fwd->kernel, fwd, &node) == TPU_CODE_OK);
+  CHECK_OK(tt_run(fwd->kernel, fwd, &node));
   node.outputs = want_v;
-  CHECK(tt_run(tpu_norm_reference, fwd, &node) == TPU_CODE_OK);
+  CHECK_OK(tt_run(tpu_norm_reference, fwd, &node));
   bool all[3] = ALL3;
   compare3(what, got_v, want_v, all);
 
@@ -105,7 +103,7 @@ static void run_case(int index, const norm_case_t* c) {
   int64_t mask[3] = {c->mask[0], c->mask[1], c->mask[2]};
   tpu_attr_t battrs[2] = {tt_ints(c->k, wsizes), tt_ints(3, mask)};
   tpu_view_t bshapes[3], bgot_v[3], bwant_v[3];
-  tt_tensor_t bgot[3], bwant[3];
+  tt_t bgot[3], bwant[3];
   node = tt_node(bin, 6, NULL, 0, battrs, 2);
   CHECK_OK(bwd->check(bwd, &node));
   CHECK_OK(bwd->infer(bwd, &node, bshapes));
@@ -113,9 +111,9 @@ static void run_case(int index, const norm_case_t* c) {
   alloc_outputs(bshapes, false, bwant, bwant_v);
   node.num_outputs = 3;
   node.outputs = bgot_v;
-  CHECK(tt_run(bwd->kernel, bwd, &node) == TPU_CODE_OK);
+  CHECK_OK(tt_run(bwd->kernel, bwd, &node));
   node.outputs = bwant_v;
-  CHECK(tt_run(tpu_norm_reference, bwd, &node) == TPU_CODE_OK);
+  CHECK_OK(tt_run(tpu_norm_reference, bwd, &node));
   snprintf(what, sizeof(what), "case %d backward (%s)", index, tpu_dtype_name(c->dtype));
   compare3(what, bgot_v, bwant_v, c->mask);
 
@@ -134,23 +132,23 @@ TEST(norm_cases) {
 }
 
 TEST(norm_semantics) {
-  const tpu_op_def_t* fwd = find("layer_norm");
-  const tpu_op_def_t* bwd = find("layer_norm_backward");
+  const tpu_op_def_t* fwd = tt_def("layer_norm");
+  const tpu_op_def_t* bwd = tt_def("layer_norm_backward");
   if (!fwd || !bwd) return;
   int64_t s3[1] = {3}, s23[2] = {2, 3};
-  tt_tensor_t x = tt_make(F32, 1, s3, TT_CONTIG);
+  tt_t x = tt_make(F32, 1, s3, TT_CONTIG);
   for (int i = 0; i < 3; ++i) tt_set(&x.view, i, i + 1);
   tpu_value_t in[3] = {tt_value(&x.view), tt_value(NULL), tt_value(NULL)};
   tpu_attr_t attrs[2] = {tt_ints(1, s3), tt_float(0.0)};
   tpu_view_t shapes[3], v[3];
-  tt_tensor_t t[3];
+  tt_t t[3];
   tpu_node_t node = tt_node(in, 3, NULL, 0, attrs, 2);
   CHECK_OK(fwd->infer(fwd, &node, shapes));
   CHECK(shapes[1].ndim == 1 && shapes[1].sizes[0] == 1 && shapes[2].dtype == F32);
   alloc_outputs(shapes, false, t, v);
   node.outputs = v;
   node.num_outputs = 3;
-  CHECK(tt_run(fwd->kernel, fwd, &node) == TPU_CODE_OK);
+  CHECK_OK(tt_run(fwd->kernel, fwd, &node));
   CHECK_NEAR(tt_get(&v[0], 0), -1.224744871, 1e-6);
   CHECK_NEAR(tt_get(&v[0], 1), 0.0, 1e-6);
   CHECK_NEAR(tt_get(&v[1], 0), 2.0, 1e-6);
@@ -159,26 +157,26 @@ TEST(norm_semantics) {
   tt_free(&x);
 
   /* Metadata: mean/rstd keep the input dtype; gradients follow weight/bias. */
-  tt_tensor_t h = tt_make(F16, 2, s23, TT_CONTIG), hw = tt_make(F16, 1, s3, TT_CONTIG);
-  tt_tensor_t fw = tt_make(F32, 1, s3, TT_CONTIG);
+  tt_t h = tt_make(F16, 2, s23, TT_CONTIG), hw = tt_make(F16, 1, s3, TT_CONTIG);
+  tt_t fw = tt_make(F32, 1, s3, TT_CONTIG);
   in[0] = tt_value(&h.view);
   node = tt_node(in, 3, NULL, 0, attrs, 2);
   CHECK_OK(fwd->infer(fwd, &node, shapes));
   CHECK(shapes[1].dtype == F16 && shapes[1].ndim == 2 && shapes[1].sizes[0] == 2 &&
         shapes[1].sizes[1] == 1);
   in[1] = tt_value(&fw.view); /* mixed dtypes fall back */
-  CHECK(tt_code(fwd->check(fwd, &node)) == TPU_CODE_UNIMPLEMENTED);
+  CHECK_CODE(fwd->check(fwd, &node), TPU_CODE_UNIMPLEMENTED);
   in[1] = tt_value(&hw.view);
   CHECK_OK(fwd->check(fwd, &node));
   node.attrs[0] = tt_ints(1, s23); /* normalized_shape [2] does not match */
-  CHECK(tt_code(fwd->check(fwd, &node)) == TPU_CODE_UNIMPLEMENTED);
+  CHECK_CODE(fwd->check(fwd, &node), TPU_CODE_UNIMPLEMENTED);
   node.attrs[0] = tt_ints(0, NULL);
-  CHECK(tt_code(fwd->check(fwd, &node)) == TPU_CODE_UNIMPLEMENTED);
-  tt_tensor_t empty_rows = tt_make(F32, 2, (int64_t[2]){3, 0}, TT_CONTIG);
+  CHECK_CODE(fwd->check(fwd, &node), TPU_CODE_UNIMPLEMENTED);
+  tt_t empty_rows = tt_make(F32, 2, (int64_t[2]){3, 0}, TT_CONTIG);
   in[0] = tt_value(&empty_rows.view);
   in[1] = tt_value(NULL);
   node.attrs[0] = tt_ints(1, (int64_t[1]){0});
-  CHECK(tt_code(fwd->check(fwd, &node)) == TPU_CODE_UNIMPLEMENTED);
+  CHECK_CODE(fwd->check(fwd, &node), TPU_CODE_UNIMPLEMENTED);
   tt_free(&empty_rows);
   tt_free(&h);
   tt_free(&hw);

@@ -4,7 +4,7 @@
  * shifts the stream), reproducibility, ranges, moments, dropout, and
  * argument errors. */
 #include "kernels/random.h"
-#include "tensor_util.h"
+#include "kernel_test_util.h"
 
 TEST(random_philox_known_answers) {
   /* Random123's kat_vectors for philox4x32_10. */
@@ -78,10 +78,10 @@ static int32_t case_attrs(const rng_case_t* c, uint64_t seed, uint64_t offset, t
     if (lead[i] != lead[i])
       out[i] = (tpu_attr_t){.kind = TPU_ATTR_NONE};
     else
-      out[i] = ints ? tt_attr_int((int64_t)lead[i]) : tt_attr_float(lead[i]);
+      out[i] = ints ? tt_int((int64_t)lead[i]) : tt_float(lead[i]);
   }
-  out[c->nlead] = tt_attr_int((int64_t)seed);
-  out[c->nlead + 1] = tt_attr_int((int64_t)offset);
+  out[c->nlead] = tt_int((int64_t)seed);
+  out[c->nlead + 1] = tt_int((int64_t)offset);
   return c->nlead + 2;
 }
 
@@ -92,7 +92,7 @@ TEST(random_matches_reference_bit_for_bit) {
     if (!def) continue;
     tt_t out = tt_make(c->dtype, c->ndim, c->sizes, c->layout);
     tt_t want = tt_make(c->dtype, c->ndim, c->sizes, TT_CONTIG);
-    tpu_value_t in[1] = {tt_value(&out)}; /* in place: self is output 0 */
+    tpu_value_t in[1] = {tt_value(&out.view)}; /* in place: self is output 0 */
     tpu_attr_t attrs[4];
     int32_t na = case_attrs(c, 0x1234567890abcdefull + i, 1000 * i, attrs);
     tpu_node_t node = rng_node(c->op, in, 1, attrs, na, &out.view, 1);
@@ -100,8 +100,8 @@ TEST(random_matches_reference_bit_for_bit) {
     node.outputs = &want.view;
     CHECK_OK(tpu_random_reference(def, &node));
     bool same = true;
-    for (int64_t k = 0; k < tt_numel(&want) && same; ++k)
-      same = memcmp(tt_elem(&out, k), tt_elem(&want, k), tpu_dtype_size(c->dtype)) == 0;
+    for (int64_t k = 0; k < tpu_view_numel(&want.view) && same; ++k)
+      same = memcmp(tt_elem(&out.view, k), tt_elem(&want.view, k), tpu_dtype_size(c->dtype)) == 0;
     if (!same) tpu_test_fail(__FILE__, __LINE__, "case %zu (%s %s) differs", i, c->op,
                              tpu_dtype_name(c->dtype));
     tt_free(&out);
@@ -113,12 +113,12 @@ TEST(random_matches_reference_bit_for_bit) {
 static double* draw(uint64_t seed, uint64_t offset, int64_t n, double lo, double hi) {
   int64_t sizes[1] = {n};
   tt_t t = tt_make(TPU_DTYPE_F64, 1, sizes, TT_CONTIG);
-  tpu_value_t in[1] = {tt_value(&t)};
-  tpu_attr_t attrs[4] = {tt_attr_float(lo), tt_attr_float(hi), tt_attr_int((int64_t)seed),
-                         tt_attr_int((int64_t)offset)};
+  tpu_value_t in[1] = {tt_value(&t.view)};
+  tpu_attr_t attrs[4] = {tt_float(lo), tt_float(hi), tt_int((int64_t)seed),
+                         tt_int((int64_t)offset)};
   tpu_node_t node = rng_node("uniform", in, 1, attrs, 4, &t.view, 1);
   CHECK_OK(run_kernel("uniform", &node));
-  return (double*)t.data;
+  return (double*)t.mem;
 }
 
 TEST(random_streams_are_counter_based) {
@@ -135,10 +135,10 @@ TEST(random_streams_are_counter_based) {
 }
 
 /* Mean and variance of a tensor. */
-static void moments(const tt_t* t, double* mean, double* var, double* lo, double* hi) {
+static void moments(const tpu_view_t* t, double* mean, double* var, double* lo, double* hi) {
   double s = 0, s2 = 0;
   *lo = INFINITY, *hi = -INFINITY;
-  int64_t n = tt_numel(t);
+  int64_t n = tpu_view_numel(t);
   for (int64_t i = 0; i < n; ++i) {
     double x = tt_get(t, i);
     s += x, s2 += x * x;
@@ -171,7 +171,7 @@ TEST(random_distributions_have_their_moments) {
   int64_t sizes[1] = {400000};
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
     tt_t t = tt_make(cases[i].dtype, 1, sizes, TT_CONTIG);
-    tpu_value_t in[1] = {tt_value(&t)};
+    tpu_value_t in[1] = {tt_value(&t.view)};
     rng_case_t c = {cases[i].op, cases[i].dtype, 1, {sizes[0]}, TT_CONTIG, cases[i].a,
                     cases[i].b, cases[i].nlead};
     tpu_attr_t attrs[4];
@@ -179,7 +179,7 @@ TEST(random_distributions_have_their_moments) {
     tpu_node_t node = rng_node(c.op, in, 1, attrs, na, &t.view, 1);
     CHECK_OK(run_kernel(c.op, &node));
     double mean, var, lo, hi, sd = sqrt(cases[i].var);
-    moments(&t, &mean, &var, &lo, &hi);
+    moments(&t.view, &mean, &var, &lo, &hi);
     /* 5 standard errors of the mean; variance within 2%. */
     if (!(fabs(mean - cases[i].mean) <= 5 * sd / sqrt((double)sizes[0]) + 1e-12) ||
         !(fabs(var - cases[i].var) <= 0.02 * cases[i].var) || lo < cases[i].lo ||
@@ -196,15 +196,15 @@ TEST(random_dropout_and_backward) {
   if (!fwd || !bwd) return;
   int64_t sizes[2] = {200, 301};
   tt_t x = tt_make(TPU_DTYPE_F32, 2, sizes, TT_TRANSPOSED);
-  tt_fill(&x, 5, 1, 9); /* nonzero, so kept elements are visible */
+  tt_fill_ints(&x.view, 5, 1, 9); /* nonzero, so kept elements are visible */
   tt_t out[2] = {tt_make(TPU_DTYPE_F32, 2, sizes, TT_PADDED),
                  tt_make(TPU_DTYPE_BOOL, 2, sizes, TT_TRANSPOSED)};
   tt_t want[2] = {tt_make(TPU_DTYPE_F32, 2, sizes, TT_CONTIG),
                   tt_make(TPU_DTYPE_BOOL, 2, sizes, TT_CONTIG)};
   tpu_view_t ov[2] = {out[0].view, out[1].view}, wv[2] = {want[0].view, want[1].view};
-  tpu_value_t in[2] = {tt_value(&x)};
-  tpu_attr_t attrs[4] = {tt_attr_float(0.25), tt_attr_bool(true), tt_attr_int(42),
-                         tt_attr_int(7)};
+  tpu_value_t in[2] = {tt_value(&x.view)};
+  tpu_attr_t attrs[4] = {tt_float(0.25), tt_bool(true), tt_int(42),
+                         tt_int(7)};
   tpu_node_t node = rng_node("native_dropout", in, 1, attrs, 4, ov, 2);
   tpu_view_t shapes[2];
   CHECK_OK(fwd->infer(fwd, &node, shapes));
@@ -212,30 +212,31 @@ TEST(random_dropout_and_backward) {
   CHECK_OK(run_kernel("native_dropout", &node));
   node.outputs = wv;
   CHECK_OK(tpu_random_reference(fwd, &node));
-  CHECK(tt_max_rel_diff(&out[0], &want[0]) == 0 && tt_max_rel_diff(&out[1], &want[1]) == 0);
-  int64_t kept = 0, n = tt_numel(&x);
+  CHECK(tt_max_rel_diff(&out[0].view, &want[0].view) == 0);
+  CHECK(tt_max_rel_diff(&out[1].view, &want[1].view) == 0);
+  int64_t kept = 0, n = tpu_view_numel(&x.view);
   for (int64_t i = 0; i < n; ++i) {
-    bool m = tt_get(&out[1], i) != 0;
+    bool m = tt_get(&out[1].view, i) != 0;
     kept += m;
-    CHECK_NEAR(tt_get(&out[0], i), m ? tt_get(&x, i) / 0.75 : 0.0, 1e-6);
+    CHECK_NEAR(tt_get(&out[0].view, i), m ? tt_get(&x.view, i) / 0.75 : 0.0, 1e-6);
   }
   CHECK(fabs((double)kept / (double)n - 0.75) < 0.01);
   /* backward: grad * mask * scale, against the reference */
   tt_t g = tt_make(TPU_DTYPE_F32, 2, sizes, TT_PADDED), gi = tt_make(TPU_DTYPE_F32, 2, sizes, 0);
-  tt_fill(&g, 6, -4, 4);
-  tpu_value_t bin[2] = {tt_value(&g), tt_value(&out[1])};
-  tpu_attr_t scale = tt_attr_float(1.0 / 0.75);
+  tt_fill_ints(&g.view, 6, -4, 4);
+  tpu_value_t bin[2] = {tt_value(&g.view), tt_value(&out[1].view)};
+  tpu_attr_t scale = tt_float(1.0 / 0.75);
   node = rng_node("native_dropout_backward", bin, 2, &scale, 1, &gi.view, 1);
   CHECK_OK(run_kernel("native_dropout_backward", &node));
   node.outputs = &want[0].view;
   CHECK_OK(tpu_random_reference(bwd, &node));
-  CHECK(tt_max_rel_diff(&gi, &want[0]) == 0);
+  CHECK(tt_max_rel_diff(&gi.view, &want[0].view) == 0);
   /* eval mode: a copy and an all-true mask */
-  attrs[1] = tt_attr_bool(false);
+  attrs[1] = tt_bool(false);
   node = rng_node("native_dropout", in, 1, attrs, 4, ov, 2);
   CHECK_OK(run_kernel("native_dropout", &node));
-  CHECK(tt_max_rel_diff(&out[0], &x) == 0);
-  for (int64_t i = 0; i < n; ++i) CHECK(tt_get(&out[1], i) == 1);
+  CHECK(tt_max_rel_diff(&out[0].view, &x.view) == 0);
+  for (int64_t i = 0; i < n; ++i) CHECK(tt_get(&out[1].view, i) == 1);
   tt_free(&x), tt_free(&out[0]), tt_free(&out[1]), tt_free(&want[0]), tt_free(&want[1]);
   tt_free(&g), tt_free(&gi);
 }
@@ -243,29 +244,29 @@ TEST(random_dropout_and_backward) {
 TEST(random_argument_errors) {
   int64_t sizes[1] = {4};
   tt_t f = tt_make(TPU_DTYPE_F32, 1, sizes, TT_CONTIG), l = tt_make(TPU_DTYPE_I64, 1, sizes, 0);
-  tpu_value_t in[1] = {tt_value(&f)};
-  tpu_attr_t a[4] = {tt_attr_float(2), tt_attr_float(1), tt_attr_int(0), tt_attr_int(0)};
+  tpu_value_t in[1] = {tt_value(&f.view)};
+  tpu_attr_t a[4] = {tt_float(2), tt_float(1), tt_int(0), tt_int(0)};
   tpu_node_t node = rng_node("uniform", in, 1, a, 4, &f.view, 1);
   tpu_status_t st = run_kernel("uniform", &node);
   CHECK(tpu_status_code(st) == TPU_CODE_INVALID_ARGUMENT &&
         strstr(tpu_status_message(st), "[from, to) range, but found from=2 > to=1"));
   tpu_status_free(st);
-  a[1] = tt_attr_float(-1);
+  a[1] = tt_float(-1);
   node = rng_node("normal", in, 1, a, 4, &f.view, 1);
   CHECK_CODE(run_kernel("normal", &node), TPU_CODE_INVALID_ARGUMENT);
   node = rng_node("bernoulli", in, 1, a, 3, &f.view, 1); /* p = 2 */
   CHECK_CODE(run_kernel("bernoulli", &node), TPU_CODE_INVALID_ARGUMENT);
-  tpu_attr_t r[4] = {tt_attr_int(5), tt_attr_int(2), tt_attr_int(0), tt_attr_int(0)};
+  tpu_attr_t r[4] = {tt_int(5), tt_int(2), tt_int(0), tt_int(0)};
   node = rng_node("random_from", in, 1, r, 4, &f.view, 1);
   CHECK_CODE(run_kernel("random_from", &node), TPU_CODE_INVALID_ARGUMENT);
-  in[0] = tt_value(&l); /* uniform_ of int64: not native (PyTorch rejects it) */
-  a[1] = tt_attr_float(3);
+  in[0] = tt_value(&l.view); /* uniform_ of int64: not native (PyTorch rejects it) */
+  a[1] = tt_float(3);
   node = rng_node("uniform", in, 1, a, 4, &l.view, 1);
   CHECK_CODE(run_kernel("uniform", &node), TPU_CODE_UNIMPLEMENTED);
-  r[0] = tt_attr_int(-1), r[1] = tt_attr_int(1ll << 62); /* fine for int64 */
+  r[0] = tt_int(-1), r[1] = tt_int(1ll << 62); /* fine for int64 */
   node = rng_node("random_from", in, 1, r, 4, &l.view, 1);
   CHECK_OK(run_kernel("random_from", &node));
-  in[0] = tt_value(&f); /* but outside float32's exact integers: PyTorch decides */
+  in[0] = tt_value(&f.view); /* but outside float32's exact integers: PyTorch decides */
   node = rng_node("random_from", in, 1, r, 4, &f.view, 1);
   CHECK_CODE(run_kernel("random_from", &node), TPU_CODE_UNIMPLEMENTED);
   tt_free(&f), tt_free(&l);

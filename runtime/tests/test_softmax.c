@@ -33,7 +33,7 @@ typedef struct softmax_case {
 static const softmax_case_t k_cases[] = {
     {"softmax", F32, 2, {5, 7}, TT_CONTIG, 1, false, SAME, false, 0},
     {"softmax", F32, 2, {5, 7}, TT_CONTIG, 0, false, SAME, true, 0},
-    {"softmax", F64, 3, {3, 4, 5}, TT_TRANSPOSED, 1, false, SAME, false, 0},
+    {"softmax", F64, 3, {3, 4, 5}, TT_REVERSED, 1, false, SAME, false, 0},
     {"softmax", F16, 4, {2, 3, 6, 7}, TT_CONTIG, 1, false, SAME, false, 0},
     {"softmax", F16, 2, {6, 9}, TT_CONTIG, -1, true, SAME, false, 0},
     {"softmax", BF16, 3, {4, 70, 3}, TT_GAPS, -2, false, SAME, false, 0},
@@ -45,32 +45,30 @@ static const softmax_case_t k_cases[] = {
     {"softmax", F32, 2, {0, 4}, TT_CONTIG, 1, false, SAME, false, 0},
     {"softmax", F32, 3, {64, 64, 8}, TT_CONTIG, 2, false, SAME, false, 0.01},
     {"log_softmax", F32, 2, {5, 7}, TT_CONTIG, 1, false, SAME, false, 0},
-    {"log_softmax", F64, 3, {3, 4, 5}, TT_TRANSPOSED, 0, false, SAME, true, 0},
+    {"log_softmax", F64, 3, {3, 4, 5}, TT_REVERSED, 0, false, SAME, true, 0},
     {"log_softmax", F16, 2, {6, 300}, TT_CONTIG, 0, true, SAME, false, 0},
     {"log_softmax", BF16, 2, {33, 2500}, TT_GAPS, 1, false, SAME, false, 0},
-    {"log_softmax", F32, 3, {2, 3000, 70}, TT_TRANSPOSED, 1, false, SAME, false, 0},
+    {"log_softmax", F32, 3, {2, 3000, 70}, TT_REVERSED, 1, false, SAME, false, 0},
     {"log_softmax", F32, 0, {0}, TT_CONTIG, -1, false, SAME, false, 0},
     {"softmax_backward", F32, 2, {5, 7}, TT_CONTIG, 1, false, SAME, false, 0},
-    {"softmax_backward", F64, 3, {3, 4, 5}, TT_TRANSPOSED, 1, false, SAME, true, 0},
+    {"softmax_backward", F64, 3, {3, 4, 5}, TT_REVERSED, 1, false, SAME, true, 0},
     {"softmax_backward", F32, 2, {6, 9}, TT_CONTIG, 0, false, F16, false, 0},
     {"softmax_backward", BF16, 3, {2, 3000, 70}, TT_CONTIG, 1, false, SAME, false, 0},
     {"softmax_backward", F32, 2, {3, 5000}, TT_GAPS, -1, false, SAME, false, 0},
     {"log_softmax_backward", F32, 2, {5, 7}, TT_CONTIG, 1, false, SAME, false, 0},
-    {"log_softmax_backward", F16, 4, {2, 3, 6, 7}, TT_TRANSPOSED, 2, false, SAME, true, 0},
+    {"log_softmax_backward", F16, 4, {2, 3, 6, 7}, TT_REVERSED, 2, false, SAME, true, 0},
     {"log_softmax_backward", F32, 3, {2, 3000, 70}, TT_CONTIG, 1, false, SAME, false, 0},
     {"log_softmax_backward", F64, 2, {3, 5000}, TT_CONTIG, 1, false, SAME, false, 0},
 };
 
-static const tpu_op_def_t* find(const char* op) { return tt_find(&tpu_family_softmax, op); }
-
 static void run_case(int index, const softmax_case_t* c) {
-  const tpu_op_def_t* def = find(c->op);
+  const tpu_op_def_t* def = tt_def(c->op);
   if (!def) return;
   const softmax_impl_t* impl = (const softmax_impl_t*)def->impl;
   char what[96];
   snprintf(what, sizeof(what), "case %d (%s %s)", index, c->op, tpu_dtype_name(c->dtype));
-  tt_tensor_t a = tt_make(c->dtype, c->ndim, c->sizes, c->layout);
-  tt_tensor_t b = tt_make(c->dtype, c->ndim, c->sizes, TT_CONTIG);
+  tt_t a = tt_make(c->dtype, c->ndim, c->sizes, c->layout);
+  tt_t b = tt_make(c->dtype, c->ndim, c->sizes, TT_CONTIG);
   tpu_value_t inputs[2];
   tpu_attr_t attrs[2] = {tt_int(c->dim), tt_bool(c->half_to_float)};
   if (impl->backward) {
@@ -91,13 +89,13 @@ static void run_case(int index, const softmax_case_t* c) {
   tpu_node_t node = tt_node(inputs, impl->backward ? 2 : 1, NULL, 0, attrs, 2);
   CHECK_OK(def->check(def, &node));
   CHECK_OK(def->infer(def, &node, &shape));
-  tt_tensor_t got = tt_like(&shape, c->strided_out ? TT_GAPS : TT_CONTIG);
-  tt_tensor_t want = tt_like(&shape, TT_CONTIG);
+  tt_t got = tt_like(&shape, c->strided_out ? TT_GAPS : TT_CONTIG);
+  tt_t want = tt_like(&shape, TT_CONTIG);
   node.num_outputs = 1;
   node.outputs = &got.view;
-  CHECK(tt_run(def->kernel, def, &node) == TPU_CODE_OK);
+  CHECK_OK(tt_run(def->kernel, def, &node));
   node.outputs = &want.view;
-  CHECK(tt_run(tpu_softmax_reference, def, &node) == TPU_CODE_OK);
+  CHECK_OK(tt_run(tpu_softmax_reference, def, &node));
   /* Half outputs may round either way of a tie between two double results. */
   tt_compare(what, &got.view, &want.view, tt_tol(shape.dtype) + 1e-12);
   tt_free(&got);
@@ -112,14 +110,14 @@ TEST(softmax_cases) {
 
 /* Runs a forward op over a 1-D F32 row, returning up to 4 outputs. */
 static void run_row(const char* op, int64_t n, const double* x, double* y) {
-  const tpu_op_def_t* def = find(op);
+  const tpu_op_def_t* def = tt_def(op);
   if (!def) return;
-  tt_tensor_t in = tt_make(F32, 1, &n, TT_CONTIG), out = tt_make(F32, 1, &n, TT_CONTIG);
+  tt_t in = tt_make(F32, 1, &n, TT_CONTIG), out = tt_make(F32, 1, &n, TT_CONTIG);
   for (int64_t i = 0; i < n; ++i) tt_set(&in.view, i, x[i]);
   tpu_value_t v = tt_value(&in.view);
   tpu_attr_t attrs[2] = {tt_int(0), tt_bool(false)};
   tpu_node_t node = tt_node(&v, 1, &out.view, 1, attrs, 2);
-  CHECK(tt_run(def->kernel, def, &node) == TPU_CODE_OK);
+  CHECK_OK(tt_run(def->kernel, def, &node));
   for (int64_t i = 0; i < n; ++i) y[i] = tt_get(&out.view, i);
   tt_free(&in);
   tt_free(&out);
@@ -143,38 +141,38 @@ TEST(softmax_semantics) {
 
   /* Output dtypes and fallbacks. */
   int64_t sizes[2] = {2, 3};
-  tt_tensor_t h = tt_make(F16, 2, sizes, TT_CONTIG), f = tt_make(F32, 2, sizes, TT_CONTIG);
-  tt_tensor_t i = tt_make(TPU_DTYPE_I32, 2, sizes, TT_CONTIG);
+  tt_t h = tt_make(F16, 2, sizes, TT_CONTIG), f = tt_make(F32, 2, sizes, TT_CONTIG);
+  tt_t i = tt_make(TPU_DTYPE_I32, 2, sizes, TT_CONTIG);
   tpu_value_t vh = tt_value(&h.view), vf = tt_value(&f.view), vi = tt_value(&i.view);
   tpu_view_t shape;
-  const tpu_op_def_t* sm = find("softmax");
+  const tpu_op_def_t* sm = tt_def("softmax");
   tpu_attr_t attrs[2] = {tt_int(1), tt_bool(true)};
   tpu_node_t node = tt_node(&vh, 1, NULL, 0, attrs, 2);
   CHECK_OK(sm->infer(sm, &node, &shape));
   CHECK(shape.dtype == F32 && shape.ndim == 2 && shape.strides[0] == 3);
   node.inputs = &vf;
-  CHECK(tt_code(sm->check(sm, &node)) == TPU_CODE_UNIMPLEMENTED);
+  CHECK_CODE(sm->check(sm, &node), TPU_CODE_UNIMPLEMENTED);
   node.attrs[1] = tt_bool(false);
   CHECK_OK(sm->check(sm, &node));
   node.inputs = &vi;
-  CHECK(tt_code(sm->check(sm, &node)) == TPU_CODE_UNIMPLEMENTED);
+  CHECK_CODE(sm->check(sm, &node), TPU_CODE_UNIMPLEMENTED);
   node.inputs = &vf;
   node.attrs[0] = tt_int(2);
   softmax_args_t args;
-  CHECK(tt_code(tpu_softmax_parse(sm, &node, &args)) == TPU_CODE_INDEX_ERROR);
-  CHECK(tt_code(sm->infer(sm, &node, &shape)) == TPU_CODE_UNIMPLEMENTED);
+  CHECK_CODE(tpu_softmax_parse(sm, &node, &args), TPU_CODE_INDEX_ERROR);
+  CHECK_CODE(sm->infer(sm, &node, &shape), TPU_CODE_UNIMPLEMENTED);
 
-  const tpu_op_def_t* bw = find("softmax_backward");
+  const tpu_op_def_t* bw = tt_def("softmax_backward");
   tpu_value_t gy[2] = {vf, vf};
   tpu_attr_t battrs[2] = {tt_int(0), tt_dtype(F16)};
   node = tt_node(gy, 2, NULL, 0, battrs, 2);
   CHECK_OK(bw->infer(bw, &node, &shape));
   CHECK(shape.dtype == F16);
   node.attrs[1] = tt_dtype(F64);
-  CHECK(tt_code(bw->check(bw, &node)) == TPU_CODE_UNIMPLEMENTED);
+  CHECK_CODE(bw->check(bw, &node), TPU_CODE_UNIMPLEMENTED);
   gy[1] = vh;
   node.attrs[1] = tt_dtype(F32);
-  CHECK(tt_code(bw->check(bw, &node)) == TPU_CODE_UNIMPLEMENTED);
+  CHECK_CODE(bw->check(bw, &node), TPU_CODE_UNIMPLEMENTED);
   tt_free(&h);
   tt_free(&f);
   tt_free(&i);

@@ -1,7 +1,8 @@
 /* tpu/dtype.h — the one table of element types.
  *
  * TPU_DTYPE_LIST is the single source of truth: every per-dtype switch in the
- * runtime is generated from it (conversions, sizes, names, promotion).
+ * runtime is generated from it (sizes, names, promotion in dtype.c; the
+ * conversion loops in convert.c).
  * Half types (float16, bfloat16) are stored as 16-bit patterns and computed in
  * float32. Integers compute in int64, floats in float32/float64, bool in bool.
  */
@@ -60,12 +61,17 @@ size_t tpu_compute_size(tpu_compute_type_t ct);
 tpu_dtype_t tpu_dtype_promote(tpu_dtype_t a, tpu_dtype_t b);
 
 /* Converts n elements between any two dtypes, with source and destination
- * element strides (in elements). Conversions follow PyTorch's casts
- * (float->int truncates, nonzero->true, round-to-nearest-even for halves). */
+ * element strides (in elements; 0 repeats one source element). A same-dtype
+ * conversion copies bits. Values follow PyTorch's casts: floating -> integer
+ * truncates (NaN -> 0, beyond int64 saturates, narrower integers wrap),
+ * nonzero (NaN too) -> true, integer -> floating rounds once to nearest
+ * even, half types round to nearest even through float32. Implemented in
+ * convert.c, the runtime's only conversion code; fast for any strides, and
+ * for short calls. */
 void tpu_convert(void* dst, tpu_dtype_t dst_dtype, int64_t dst_stride,
                  const void* src, tpu_dtype_t src_dtype, int64_t src_stride, int64_t n);
 
-/* Half helpers (exposed for kernels and tests). */
+/* One element of a half type from and to float32, as tpu_convert does it. */
 float tpu_f16_to_f32(uint16_t h);
 uint16_t tpu_f32_to_f16(float f);
 float tpu_bf16_to_f32(uint16_t h);

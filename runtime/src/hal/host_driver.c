@@ -324,8 +324,9 @@ static void* queue_main(void* arg) {
     if (q->count == 0 && q->stop) break;
     tpu_hal_command_t cmd = q->ring[q->head];
     q->head = (q->head + 1) % q->capacity;
-    q->count--;
-    q->running = true;
+    /* running before count: a polling waiter must never see neither. */
+    __atomic_store_n(&q->running, true, __ATOMIC_RELEASE);
+    __atomic_store_n(&q->count, q->count - 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&q->mu);
     tpu_status_t s = run_command(q, &cmd);
     command_dispose(&cmd);
@@ -334,7 +335,7 @@ static void* queue_main(void* arg) {
       if (q->error == TPU_OK) q->error = s;
       else tpu_status_free(s);
     }
-    q->running = false;
+    __atomic_store_n(&q->running, false, __ATOMIC_RELEASE);
     if (q->count == 0) pthread_cond_broadcast(&q->idle);
   }
   pthread_mutex_unlock(&q->mu);
@@ -398,7 +399,17 @@ static tpu_status_t host_queue_submit(tpu_hal_queue_t* q, tpu_hal_command_t* cmd
   return TPU_OK;
 }
 
+/* How long a synchronising caller polls before it sleeps: short eager work
+ * (an .item() after a few small ops) finishes within it, sparing a wake-up. */
+#define SYNC_SPIN_NS 20000
+
 static tpu_status_t host_queue_wait_idle(tpu_hal_queue_t* q) {
+  int64_t until = now_ns() + SYNC_SPIN_NS;
+  while ((__atomic_load_n(&q->count, __ATOMIC_ACQUIRE) > 0 ||
+          __atomic_load_n(&q->running, __ATOMIC_ACQUIRE)) &&
+         now_ns() < until) {
+    for (int i = 0; i < 16; ++i) cpu_relax();
+  }
   pthread_mutex_lock(&q->mu);
   while (q->count > 0 || q->running) pthread_cond_wait(&q->idle, &q->mu);
   tpu_status_t s = q->error;

@@ -66,7 +66,7 @@ static tpu_status_t fill_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   uint64_t storage = 0;
   tpu_view_t value;
   if (v->kind == TPU_VALUE_VIEW) { /* read first: it may be an element of out */
-    tpu_ew_convert(&storage, out->dtype, 1, tpu_view_ptr(&v->u.view), v->u.view.dtype, 1, 1);
+    tpu_convert(&storage, out->dtype, 1, tpu_view_ptr(&v->u.view), v->u.view.dtype, 1, 1);
     memset(&value, 0, sizeof(value));
     value.addr = (uint64_t)(uintptr_t)&storage;
     value.dtype = out->dtype;

@@ -1,8 +1,8 @@
 /* kernels/elementwise.c — the elementwise executor (see elementwise.h).
  *
- *   1. conversions: loads (any dtype -> compute type) and stores (compute
- *      type -> any dtype) generated from TPU_DTYPE_LIST, with contiguous and
- *      broadcast fast paths so they vectorise;
+ *   1. dtype ranges: which Python numbers fit a dtype (values themselves
+ *      are converted by tpu_convert, convert.c, which has typed loops and
+ *      SIMD half paths for the contiguous runs tiles move);
  *   2. planning: a node's common/result dtypes, tile function and
  *      parameters, from its row's tpu_ew_impl_t;
  *   3. layout: operands broadcast to the output's shape (stride 0), size-1
@@ -25,90 +25,7 @@
 /* Elements one thread handles before work is split. */
 #define EW_GRAIN 32768
 
-/* ---- 1. conversions -------------------------------------------------------- */
-
-static inline uint32_t ew_f2bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof(u));
-  return u;
-}
-
-static inline float ew_bits2f(uint32_t u) {
-  float f;
-  memcpy(&f, &u, sizeof(f));
-  return f;
-}
-
-/* Half conversions, bit-identical to tpu_f16_to_f32 and tpu_f32_to_f16
- * (round to nearest even, NaN -> quiet NaN). Every case is computed and one
- * is picked with masks: straight-line code, so the loops vectorise. */
-static inline uint32_t ew_mask(bool c) { return 0u - (uint32_t)c; }
-
-static inline float ew_h2f(uint16_t h) {
-  int32_t em = h & 0x7fff;
-  uint32_t norm = ((uint32_t)em << 13) + ((127u - 15u) << 23);
-  norm += ew_mask(em >= 0x7c00) & ((128u - 16u) << 23);                 /* inf, nan */
-  uint32_t sub = ew_f2bits((float)em * 5.9604644775390625e-8f);         /* em * 2^-24 */
-  uint32_t is_sub = ew_mask(em < 0x400);
-  uint32_t r = (is_sub & sub) | (~is_sub & norm);
-  return ew_bits2f(r | ((uint32_t)(h & 0x8000) << 16));
-}
-
-static inline uint16_t ew_f2h(float f) {
-  uint32_t x = ew_f2bits(f);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  int32_t a = (int32_t)(x & 0x7fffffffu);
-  uint32_t special = 0x7c00u | (ew_mask(a > 0x7f800000) & 0x200u);     /* inf, quiet nan */
-  uint32_t sub = ew_f2bits(ew_bits2f((uint32_t)a) + 0.5f) - (126u << 23); /* 0.5f: 126 << 23 */
-  uint32_t norm = ((uint32_t)a + 0xc8000fffu + (((uint32_t)a >> 13) & 1u)) >> 13;
-  uint32_t is_big = ew_mask(a >= 0x47800000), is_sub = ew_mask(a < 0x38800000);
-  uint32_t r = (is_big & special) | (~is_big & ((is_sub & sub) | (~is_sub & norm)));
-  return (uint16_t)(sign | r);
-}
-
-static inline float ew_bf2f(uint16_t h) { return ew_bits2f((uint32_t)h << 16); }
-
-static inline uint16_t ew_f2bf(float f) {
-  uint32_t x = ew_f2bits(f);
-  uint32_t nan = (x >> 16) | 0x40u;
-  uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-  uint32_t is_nan = ew_mask((int32_t)(x & 0x7fffffffu) > 0x7f800000);
-  return (uint16_t)((is_nan & nan) | (~is_nan & r));
-}
-
-/* Float -> integer: NaN -> 0, out of range clamps into int64 (as dtype.c). */
-static inline int64_t ew_f2i(double v) {
-  if (v != v) return 0;
-  if (v >= 9.2233720368547758e18) return INT64_MAX;
-  if (v <= -9.2233720368547758e18) return INT64_MIN;
-  return (int64_t)v;
-}
-static inline int64_t ew_i2i(int64_t v) { return v; }
-#define EW_AS_I64(c) _Generic((c), float: ew_f2i, double: ew_f2i, default: ew_i2i)(c)
-
-/* Reading a stored element as its natural C value. */
-#define EW_READ_BOOL(v) ((uint8_t)((v) != 0))
-#define EW_READ_U8(v) (v)
-#define EW_READ_I8(v) (v)
-#define EW_READ_I16(v) (v)
-#define EW_READ_I32(v) (v)
-#define EW_READ_I64(v) (v)
-#define EW_READ_F16(v) ew_h2f(v)
-#define EW_READ_BF16(v) ew_bf2f(v)
-#define EW_READ_F32(v) (v)
-#define EW_READ_F64(v) (v)
-
-/* Writing a value (uint8_t/int64_t/float/double) as a stored element. */
-#define EW_WRITE_BOOL(c) ((uint8_t)((c) != 0))
-#define EW_WRITE_U8(c) ((uint8_t)(uint64_t)EW_AS_I64(c))
-#define EW_WRITE_I8(c) ((int8_t)(uint64_t)EW_AS_I64(c))
-#define EW_WRITE_I16(c) ((int16_t)(uint64_t)EW_AS_I64(c))
-#define EW_WRITE_I32(c) ((int32_t)(uint64_t)EW_AS_I64(c))
-#define EW_WRITE_I64(c) ((int64_t)EW_AS_I64(c))
-#define EW_WRITE_F16(c) ew_f2h((float)(c))
-#define EW_WRITE_BF16(c) ew_f2bf((float)(c))
-#define EW_WRITE_F32(c) ((float)(c))
-#define EW_WRITE_F64(c) ((double)(c))
+/* ---- 1. dtype ranges -------------------------------------------------------- */
 
 /* Largest finite value of each floating dtype (0: not floating). */
 #define EW_FMAX_BOOL 0.0
@@ -122,61 +39,6 @@ static inline int64_t ew_i2i(int64_t v) { return v; }
 #define EW_FMAX_F32 FLT_MAX
 #define EW_FMAX_F64 DBL_MAX
 
-/* The compute types, as (name, C type), for generating per-pair loops. */
-#define EW_COMPUTE_LIST(X, E, T) \
-  X(E, T, B8, uint8_t) X(E, T, I64, int64_t) X(E, T, F32, float) X(E, T, F64, double)
-
-typedef void (*ew_cvt_fn)(void* dst, int64_t ds, const void* src, int64_t ss, int64_t n);
-
-/* dst[i*ds] = convert(src[i*ss]), with contiguous and broadcast fast paths. */
-#define EW_CVT_BODY(DT, ST, CONV)                                      \
-  DT* d = (DT*)dst;                                                    \
-  const ST* s = (const ST*)src;                                        \
-  if (ds == 1 && ss == 1) {                                            \
-    for (int64_t i = 0; i < n; ++i) d[i] = CONV(s[i]);                 \
-  } else if (ds == 1 && ss == 0) {                                     \
-    const DT v = CONV(s[0]);                                           \
-    for (int64_t i = 0; i < n; ++i) d[i] = v;                          \
-  } else {                                                             \
-    for (int64_t i = 0; i < n; ++i) d[i * ds] = CONV(s[i * ss]);       \
-  }
-
-#define EW_LOAD_DEF(E, T, CT, CTT)                                                     \
-  static void ew_load_##E##_##CT(void* dst, int64_t ds, const void* src, int64_t ss,   \
-                                 int64_t n) {                                          \
-    EW_CVT_BODY(CTT, T, ew_to_##CT##_##E)                                       \
-  }
-#define EW_STORE_DEF(E, T, CT, CTT)                                                    \
-  static void ew_store_##CT##_##E(void* dst, int64_t ds, const void* src, int64_t ss,  \
-                                  int64_t n) {                                         \
-    EW_CVT_BODY(T, CTT, EW_WRITE_##E)                                                  \
-  }
-
-/* Loading into a compute type = reading, then writing as its storage dtype. */
-#define EW_CONV_DEFS(E, n, T, C, K)                                                      \
-  static inline uint8_t ew_to_B8_##E(T v) { return EW_WRITE_BOOL(EW_READ_##E(v)); }     \
-  static inline int64_t ew_to_I64_##E(T v) { return EW_WRITE_I64(EW_READ_##E(v)); }    \
-  static inline float ew_to_F32_##E(T v) { return EW_WRITE_F32(EW_READ_##E(v)); }      \
-  static inline double ew_to_F64_##E(T v) { return EW_WRITE_F64(EW_READ_##E(v)); }     \
-  EW_COMPUTE_LIST(EW_LOAD_DEF, E, T)                                                     \
-  EW_COMPUTE_LIST(EW_STORE_DEF, E, T)
-TPU_DTYPE_LIST(EW_CONV_DEFS)
-#undef EW_CONV_DEFS
-
-#define EW_LOAD_ENTRY(E, T, CT, CTT) [TPU_COMPUTE_##CT] = ew_load_##E##_##CT,
-#define EW_STORE_ENTRY(E, T, CT, CTT) [TPU_COMPUTE_##CT] = ew_store_##CT##_##E,
-#define EW_X_(E, n, T, C, K) [TPU_DTYPE_##E] = {EW_COMPUTE_LIST(EW_LOAD_ENTRY, E, T)},
-static const ew_cvt_fn g_load[TPU_DTYPE_COUNT][TPU_COMPUTE_COUNT] = {TPU_DTYPE_LIST(EW_X_)};
-#undef EW_X_
-#define EW_X_(E, n, T, C, K) [TPU_DTYPE_##E] = {EW_COMPUTE_LIST(EW_STORE_ENTRY, E, T)},
-static const ew_cvt_fn g_store_by_dtype[TPU_DTYPE_COUNT][TPU_COMPUTE_COUNT] = {
-    TPU_DTYPE_LIST(EW_X_)};
-#undef EW_X_
-
-static inline ew_cvt_fn ew_store(tpu_compute_type_t ct, tpu_dtype_t dtype) {
-  return g_store_by_dtype[dtype][ct];
-}
-
 /* Facts per dtype: integer width/signedness and float range. */
 typedef struct ew_dtype_info {
   int8_t bits;
@@ -188,135 +50,6 @@ typedef struct ew_dtype_info {
   [TPU_DTYPE_##E] = {(int8_t)(8 * sizeof(T)), (T)-1 < (T)0, EW_FMAX_##E},
 static const ew_dtype_info_t g_info[TPU_DTYPE_COUNT] = {TPU_DTYPE_LIST(EW_X_)};
 #undef EW_X_
-
-static bool ew_is_compute_storage(tpu_dtype_t d) {
-  return tpu_compute_storage_dtype(tpu_dtype_compute(d)) == d;
-}
-
-/* Same-dtype strided copy of n elements of `size` bytes (bits unchanged). */
-#define EW_RAW_LOOP(T)                                                                  \
-  for (int64_t i = 0; i < n; ++i) ((T*)dst)[i * ds] = ((const T*)src)[i * ss];
-static void ew_raw_copy(void* dst, int64_t ds, const void* src, int64_t ss, int64_t n,
-                        size_t size) {
-  if (ds == 1 && ss == 1) {
-    memmove(dst, src, (size_t)n * size);
-  } else if (size == 1) {
-    EW_RAW_LOOP(uint8_t)
-  } else if (size == 2) {
-    EW_RAW_LOOP(uint16_t)
-  } else if (size == 4) {
-    EW_RAW_LOOP(uint32_t)
-  } else {
-    EW_RAW_LOOP(uint64_t)
-  }
-}
-#undef EW_RAW_LOOP
-
-/* x86 fast paths for the contiguous float16/bfloat16 <-> float32 loops that
- * half-precision work spends its time in (F16C and AVX2, chosen at run
- * time). A block holding a NaN takes the portable path, so results stay
- * bit-identical to it. */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define EW_X86 1
-
-__attribute__((target("avx,f16c"))) static void ew_f16_to_f32_f16c(float* d, const uint16_t* s,
-                                                                    int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m128i h = _mm_loadu_si128((const __m128i*)(s + i));
-    __m128i nan = _mm_cmpgt_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7fff)), _mm_set1_epi16(0x7c00));
-    if (_mm_movemask_epi8(nan)) break;
-    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(h));
-  }
-  for (; i < n; ++i) d[i] = ew_h2f(s[i]);
-}
-
-__attribute__((target("avx,f16c"))) static void ew_f32_to_f16_f16c(uint16_t* d, const float* s,
-                                                                    int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 x = _mm256_loadu_ps(s + i);
-    if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q))) break;
-    _mm_storeu_si128((__m128i*)(d + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-  }
-  for (; i < n; ++i) d[i] = ew_f2h(s[i]);
-}
-
-__attribute__((target("avx2"))) static void ew_f32_to_bf16_avx2(uint16_t* d, const float* s,
-                                                                 int64_t n) {
-  int64_t i = 0;
-  const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
-  for (; i + 16 <= n; i += 16) {
-    __m256 a = _mm256_loadu_ps(s + i), b = _mm256_loadu_ps(s + i + 8);
-    if (_mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(a, a, _CMP_UNORD_Q),
-                                        _mm256_cmp_ps(b, b, _CMP_UNORD_Q))))
-      break;
-    __m256i x = _mm256_castps_si256(a), y = _mm256_castps_si256(b);
-    x = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(bias, _mm256_and_si256(
-                                                  _mm256_srli_epi32(x, 16), one))), 16);
-    y = _mm256_srli_epi32(_mm256_add_epi32(y, _mm256_add_epi32(bias, _mm256_and_si256(
-                                                  _mm256_srli_epi32(y, 16), one))), 16);
-    __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(x, y), 0xd8);
-    _mm256_storeu_si256((__m256i*)(d + i), packed);
-  }
-  for (; i < n; ++i) d[i] = ew_f2bf(s[i]);
-}
-
-/* Contiguous conversions taken by a fast path; false when none applies. */
-static bool ew_convert_fast(void* dst, tpu_dtype_t dd, const void* src, tpu_dtype_t sd,
-                            int64_t n) {
-  static atomic_int features = -1; /* bit 0: avx+f16c, bit 1: avx2 */
-  int f = atomic_load_explicit(&features, memory_order_relaxed);
-  if (f < 0) {
-    f = (__builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c")) |
-        (__builtin_cpu_supports("avx2") ? 2 : 0);
-    atomic_store_explicit(&features, f, memory_order_relaxed);
-  }
-  bool have_f16c = f & 1, have_avx2 = f & 2;
-  if (have_f16c && dd == TPU_DTYPE_F32 && sd == TPU_DTYPE_F16) {
-    ew_f16_to_f32_f16c((float*)dst, (const uint16_t*)src, n);
-  } else if (have_f16c && dd == TPU_DTYPE_F16 && sd == TPU_DTYPE_F32) {
-    ew_f32_to_f16_f16c((uint16_t*)dst, (const float*)src, n);
-  } else if (have_avx2 && dd == TPU_DTYPE_BF16 && sd == TPU_DTYPE_F32) {
-    ew_f32_to_bf16_avx2((uint16_t*)dst, (const float*)src, n);
-  } else {
-    return false;
-  }
-  return true;
-}
-#endif
-
-void tpu_ew_convert(void* dst, tpu_dtype_t dst_dtype, int64_t dst_stride, const void* src,
-                    tpu_dtype_t src_dtype, int64_t src_stride, int64_t n) {
-  if (dst_dtype == src_dtype) {
-    ew_raw_copy(dst, dst_stride, src, src_stride, n, tpu_dtype_size(dst_dtype));
-    return;
-  }
-#ifdef EW_X86
-  if (dst_stride == 1 && src_stride == 1 && n >= 8 &&
-      ew_convert_fast(dst, dst_dtype, src, src_dtype, n))
-    return;
-#endif
-  tpu_compute_type_t sct = tpu_dtype_compute(src_dtype);
-  if (ew_is_compute_storage(src_dtype)) {
-    ew_store(sct, dst_dtype)(dst, dst_stride, src, src_stride, n);
-    return;
-  }
-  if (ew_is_compute_storage(dst_dtype)) {
-    g_load[src_dtype][tpu_dtype_compute(dst_dtype)](dst, dst_stride, src, src_stride, n);
-    return;
-  }
-  /* Neither side is a compute type: go through the source's (lossless). */
-  enum { CHUNK = 256 };
-  uint64_t buf[CHUNK];
-  size_t ds = tpu_dtype_size(dst_dtype), ss = tpu_dtype_size(src_dtype);
-  for (int64_t i = 0; i < n; i += CHUNK) {
-    int64_t m = n - i < CHUNK ? n - i : CHUNK;
-    g_load[src_dtype][sct](buf, 1, (const char*)src + i * src_stride * (int64_t)ss, src_stride, m);
-    ew_store(sct, dst_dtype)((char*)dst + i * dst_stride * (int64_t)ds, dst_stride, buf, 1, m);
-  }
-}
 
 bool tpu_ew_scalar_fits(const tpu_scalar_t* s, tpu_dtype_t dtype) {
   if (dtype < 0 || dtype >= TPU_DTYPE_COUNT || dtype == TPU_DTYPE_BOOL) return true;
@@ -382,7 +115,10 @@ static tpu_status_t ew_parse_params(const tpu_op_def_t* def, const tpu_node_t* n
     }
     bool is_float = s.dtype == TPU_DTYPE_F64;
     plan->params.f[j] = is_float ? s.v.f : (double)s.v.i;
-    plan->params.i[j] = is_float ? ew_f2i(s.v.f) : s.v.i;
+    if (is_float)
+      tpu_convert(&plan->params.i[j], TPU_DTYPE_I64, 1, &s.v.f, TPU_DTYPE_F64, 1, 1);
+    else
+      plan->params.i[j] = s.v.i;
     if ((impl->checked_params >> j & 1) && !tpu_ew_scalar_fits(&s, plan->common))
       return ew_unsupported(def, "value cannot be converted without overflow", plan->common);
     if (j == 0 && (impl->flags & TPU_EW_ALPHA) && a) {
@@ -693,9 +429,9 @@ static void ew_move(const ew_exec_t* e, int32_t k, const ew_tile_t* tile, const 
     char* mem = o->base + p.off[k] * o->esize;
     char* b = buf + r * seg * bsize;
     if (load)
-      tpu_ew_convert(b, bt, 1, mem, o->dtype, stride, seg);
+      tpu_convert(b, bt, 1, mem, o->dtype, stride, seg);
     else
-      tpu_ew_convert(mem, o->dtype, stride, b, bt, 1, seg);
+      tpu_convert(mem, o->dtype, stride, b, bt, 1, seg);
     if (r + 1 < tile->nrows) ew_pos_next_row(e, &p);
   }
 }
@@ -707,8 +443,8 @@ static void ew_copy_tile(const ew_exec_t* e, const ew_tile_t* tile) {
   ew_pos_t p;
   ew_pos_init(e, &p, tile->row, tile->col);
   for (int64_t r = 0; r < tile->nrows; ++r) {
-    tpu_ew_convert(d->base + p.off[0] * d->esize, d->dtype, ds, s->base + p.off[1] * s->esize,
-                   s->dtype, ss, seg);
+    tpu_convert(d->base + p.off[0] * d->esize, d->dtype, ds, s->base + p.off[1] * s->esize,
+                s->dtype, ss, seg);
     if (r + 1 < tile->nrows) ew_pos_next_row(e, &p);
   }
 }
@@ -737,7 +473,7 @@ static const void* ew_input(const ew_exec_t* e, int32_t k, const ew_tile_t* tile
   } else {
     char* vbuf = scratch + o->vslot * EW_SLOT_BYTES;
     ew_move(e, k, tile, pos, vbuf, o->via, true);
-    tpu_ew_convert(buf, o->cdtype, 1, vbuf, o->via, 1, tile->len);
+    tpu_convert(buf, o->cdtype, 1, vbuf, o->via, 1, tile->len);
   }
   return buf;
 }
@@ -750,7 +486,7 @@ static void ew_output(const ew_exec_t* e, const ew_tile_t* tile, const ew_pos_t*
     ew_move(e, 0, tile, pos, out, o->cdtype, false);
   } else {
     char* vbuf = scratch + o->vslot * EW_SLOT_BYTES;
-    tpu_ew_convert(vbuf, o->via, 1, out, o->cdtype, 1, tile->len);
+    tpu_convert(vbuf, o->via, 1, out, o->cdtype, 1, tile->len);
     ew_move(e, 0, tile, pos, vbuf, o->via, false);
   }
 }
@@ -770,8 +506,8 @@ static void ew_chunk(void* arg, int64_t t0, int64_t t1) {
     if (!o->present || !o->konst || o->slot < 0) continue;
     uint64_t one = 0;
     tpu_dtype_t t = o->via != TPU_DTYPE_INVALID ? o->via : o->dtype;
-    tpu_ew_convert(&one, t, 1, o->base, o->dtype, 1, 1);
-    tpu_ew_convert(scratch + o->slot * EW_SLOT_BYTES, o->cdtype, 1, &one, t, 0, fill);
+    tpu_convert(&one, t, 1, o->base, o->dtype, 1, 1);
+    tpu_convert(scratch + o->slot * EW_SLOT_BYTES, o->cdtype, 1, &one, t, 0, fill);
   }
   for (int64_t t = t0; t < t1; ++t) {
     ew_tile_t tile;
@@ -902,7 +638,7 @@ tpu_status_t tpu_ew_kernel(const tpu_op_def_t* def, const tpu_node_t* node, tpu_
       /* A 0-dim value tensor is read first, as PyTorch's value.item() (it
        * may be an element of the output). */
       storage[k] = 0;
-      tpu_ew_convert(&storage[k], plan.common, 1, tpu_view_ptr(&v->u.view), v->u.view.dtype, 1, 1);
+      tpu_convert(&storage[k], plan.common, 1, tpu_view_ptr(&v->u.view), v->u.view.dtype, 1, 1);
       memset(&scalars[k], 0, sizeof(scalars[k]));
       scalars[k].addr = (uint64_t)(uintptr_t)&storage[k];
       scalars[k].dtype = plan.common;

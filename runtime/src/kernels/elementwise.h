@@ -123,11 +123,6 @@ tpu_status_t tpu_ew_check(const tpu_op_def_t* def, const tpu_node_t* node);
  * dtype pair, any strides; a same-dtype copy moves bits unchanged). */
 tpu_status_t tpu_ew_copy(const tpu_view_t* dst, const tpu_view_t* src);
 
-/* Converts n elements with element strides (PyTorch's casts, like
- * tpu_convert, from generated per-dtype loops). */
-void tpu_ew_convert(void* dst, tpu_dtype_t dst_dtype, int64_t dst_stride, const void* src,
-                    tpu_dtype_t src_dtype, int64_t src_stride, int64_t n);
-
 /* Whether a Python number fits `dtype` without overflow (c10's checked
  * conversion: uint8 takes [-255, 255], floats any finite value in range or
  * inf/nan, bool anything). */

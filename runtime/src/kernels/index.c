@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "view_walk.h"
+#include "kernel_util.h"
 
 /* ---- argument parsing ------------------------------------------------------ */
 
@@ -59,19 +59,6 @@ tpu_status_t tpu_ix_out_of_bounds(int64_t index, int32_t dim, int64_t size) {
                          (long long)index, dim, (long long)size);
 }
 
-static tpu_status_t parse_dim(int64_t dim, int32_t ndim, int32_t* out) {
-  int64_t w;
-  if (!wrap_dim(dim, ndim, &w)) {
-    int32_t n = ndim > 0 ? ndim : 1;
-    return tpu_status_make(TPU_CODE_INDEX_ERROR,
-                           "Dimension out of range (expected to be in range of [%d, %d], but got "
-                           "%lld)",
-                           -n, n - 1, (long long)dim);
-  }
-  *out = (int32_t)w;
-  return TPU_OK;
-}
-
 static void set_result(ix_args_t* a, const tpu_view_t* like, tpu_dtype_t dtype) {
   a->ndim = like->ndim;
   memcpy(a->sizes, like->sizes, sizeof(a->sizes));
@@ -96,8 +83,8 @@ static tpu_status_t parse_cat(const tpu_node_t* node, ix_args_t* a) {
     set_result(a, in_view(node, 0), a->dtype);
     return TPU_OK;
   }
-  TPU_RETURN_IF_ERROR(parse_dim(node->num_attrs ? tpu_attr_int(&node->attrs[0], 0) : 0,
-                                ref->ndim, &a->dim));
+  TPU_RETURN_IF_ERROR(ku_wrap_dim(node->num_attrs ? tpu_attr_int(&node->attrs[0], 0) : 0,
+                                  ref->ndim, &a->dim));
   set_result(a, ref, a->dtype);
   a->sizes[a->dim] = 0;
   for (int32_t i = 0; i < node->num_inputs; ++i) {
@@ -216,8 +203,8 @@ tpu_status_t tpu_ix_parse(const tpu_op_def_t* def, const tpu_node_t* node, ix_ar
     return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s with %s index%s%s", tpu_dtype_name(dt),
                            tpu_dtype_name(a->index->dtype), a->src ? " and src " : "",
                            a->src ? tpu_dtype_name(a->src->dtype) : "");
-  TPU_RETURN_IF_ERROR(parse_dim(node->num_attrs ? tpu_attr_int(&node->attrs[0], 0) : 0,
-                                a->self->ndim, &a->dim));
+  TPU_RETURN_IF_ERROR(ku_wrap_dim(node->num_attrs ? tpu_attr_int(&node->attrs[0], 0) : 0,
+                                  a->self->ndim, &a->dim));
   set_result(a, a->self, dt);
   if (a->kind == IX_INDEX_SELECT) {
     int64_t n = tpu_view_numel(a->index);

@@ -24,15 +24,11 @@ static int64_t offset_of(const tpu_view_t* v, const int64_t* coord) {
 }
 
 static int64_t get_i(const tpu_view_t* v, const int64_t* coord) {
-  int64_t x;
-  tpu_convert(&x, TPU_DTYPE_I64, 1, view_at(v, offset_of(v, coord)), v->dtype, 1, 1);
-  return x;
+  return view_get_i64(v, offset_of(v, coord));
 }
 
 static double get_f(const tpu_view_t* v, const int64_t* coord) {
-  double x;
-  tpu_convert(&x, TPU_DTYPE_F64, 1, view_at(v, offset_of(v, coord)), v->dtype, 1, 1);
-  return x;
+  return view_get_f64(v, offset_of(v, coord));
 }
 
 static void copy_elem(const tpu_view_t* dst, const int64_t* dc, const tpu_view_t* src,
@@ -44,14 +40,12 @@ static void copy_elem(const tpu_view_t* dst, const int64_t* dc, const tpu_view_t
 /* dst[dc] += alpha * src[sc] (src NULL: += alpha). */
 static void add_elem(const tpu_view_t* dst, const int64_t* dc, const tpu_view_t* src,
                      const int64_t* sc, double alpha, int64_t ialpha) {
-  char* p = view_at(dst, offset_of(dst, dc));
-  if (tpu_dtype_is_floating(dst->dtype)) {
-    double r = get_f(dst, dc) + alpha * get_f(src, sc);
-    tpu_convert(p, dst->dtype, 1, &r, TPU_DTYPE_F64, 1, 1);
-  } else {
-    int64_t r = (int64_t)((uint64_t)get_i(dst, dc) + (uint64_t)ialpha * (uint64_t)get_i(src, sc));
-    tpu_convert(p, dst->dtype, 1, &r, TPU_DTYPE_I64, 1, 1);
-  }
+  int64_t off = offset_of(dst, dc);
+  if (tpu_dtype_is_floating(dst->dtype))
+    view_set_f64(dst, off, get_f(dst, dc) + alpha * get_f(src, sc));
+  else
+    view_set_i64(dst, off,
+                 (int64_t)((uint64_t)get_i(dst, dc) + (uint64_t)ialpha * (uint64_t)get_i(src, sc)));
 }
 
 static int32_t rank1(const tpu_view_t* v) { return v->ndim ? v->ndim : 1; }
@@ -104,7 +98,7 @@ static tpu_status_t ref_embedding(const ix_args_t* a, const tpu_view_t* out) {
   }
   for (int64_t e = 0; st == TPU_OK && e < a->num_weights * d; ++e) {
     oc[0] = e / d, oc[1] = e % d;
-    tpu_convert(view_at(out, offset_of(out, oc)), out->dtype, 1, &acc[e], TPU_DTYPE_F64, 1, 1);
+    view_set_f64(out, offset_of(out, oc), acc[e]);
   }
   free(counts);
   free(acc);

@@ -76,7 +76,7 @@ tpu_status_t tpu_loss_parse(const tpu_op_def_t* def, const tpu_node_t* node, los
     a->go = ku_input(def, node, "grad_output");
     a->tw = ku_input(def, node, "total_weight");
     if (!a->go || !a->tw || tpu_view_numel(a->tw) != 1 ||
-        !(a->per_sample ? ku_same_shape(a->go, t) : tpu_view_numel(a->go) == 1) ||
+        !(a->per_sample ? views_same_shape(a->go, t) : tpu_view_numel(a->go) == 1) ||
         !tpu_dtype_is_floating(a->go->dtype) || !tpu_dtype_is_floating(a->tw->dtype))
       TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "nll_loss_backward: unexpected grad_output");
     s[0] = *x;
@@ -121,9 +121,9 @@ static tpu_status_t loss_check(const tpu_op_def_t* def, const tpu_node_t* node) 
 typedef struct plan {
   const loss_args_t* a;
   const tpu_view_t* out;  /* forward: output; backward: grad_input */
-  ku_dims_t td;           /* target */
-  ku_dims_t sd;           /* per-sample values: output (forward), grad_output (backward) */
-  ku_dims_t gd;           /* backward: grad_input, all dims */
+  walk_t td;              /* target */
+  walk_t sd;              /* per-sample values: output (forward), grad_output (backward) */
+  walk_t gd;              /* backward: grad_input, all dims */
   double* w;              /* weight, or NULL */
   double grad;            /* backward, reduced: -grad_output (/ total_weight) */
   double* loss;           /* per chunk: loss sum, weight sum */
@@ -142,9 +142,9 @@ static void chunk_work(void* arg, int64_t begin, int64_t end) {
     int64_t q0 = c * CHUNK, n = a->samples - q0 < CHUNK ? a->samples - q0 : CHUNK;
     double loss = 0.0, weight = 0.0;
     p->bad_at[c] = -1;
-    ku_gather(tgt, TPU_DTYPE_I64, tpu_view_ptr(a->t), a->t->dtype, &p->td, q0, n);
+    walk_gather(tgt, TPU_DTYPE_I64, tpu_view_ptr(a->t), a->t->dtype, &p->td, q0, n);
     if (backward && a->per_sample)
-      ku_gather(v, TPU_DTYPE_F64, tpu_view_ptr(a->go), a->go->dtype, &p->sd, q0, n);
+      walk_gather(v, TPU_DTYPE_F64, tpu_view_ptr(a->go), a->go->dtype, &p->sd, q0, n);
     for (int64_t j = 0; j < n; ++j) {
       int64_t t = tgt[j];
       if (t == a->ignore_index) {
@@ -159,19 +159,15 @@ static void chunk_work(void* arg, int64_t begin, int64_t end) {
       double wt = p->w ? p->w[t] : 1.0;
       if (backward) {
         double g = (a->per_sample ? -v[j] : p->grad) * wt;
-        ku_convert(ku_at(p->out, tpu_loss_offset(a, p->out, q0 + j, t)), p->out->dtype, 1, &g,
-                    TPU_DTYPE_F64, 1, 1);
+        view_set_f64(p->out, tpu_loss_offset(a, p->out, q0 + j, t), g);
         continue;
       }
-      double x;
-      ku_convert(&x, TPU_DTYPE_F64, 1, ku_at(a->x, tpu_loss_offset(a, a->x, q0 + j, t)),
-                  a->x->dtype, 1, 1);
-      v[j] = -wt * x;
+      v[j] = -wt * view_get_f64(a->x, tpu_loss_offset(a, a->x, q0 + j, t));
       loss += v[j];
       weight += wt;
     }
     if (!backward && a->per_sample && p->bad_at[c] < 0)
-      ku_scatter(tpu_view_ptr(p->out), p->out->dtype, &p->sd, q0, v, TPU_DTYPE_F64, n);
+      walk_scatter(tpu_view_ptr(p->out), p->out->dtype, &p->sd, q0, v, TPU_DTYPE_F64, n);
     p->loss[c] = loss;
     p->weight[c] = weight;
   }
@@ -183,36 +179,26 @@ static void zero_work(void* arg, int64_t begin, int64_t end) {
   static const double zeros[CHUNK];
   for (int64_t k = begin; k < end; k += CHUNK) {
     int64_t n = end - k < CHUNK ? end - k : CHUNK;
-    ku_scatter(tpu_view_ptr(p->out), p->out->dtype, &p->gd, k, zeros, TPU_DTYPE_F64, n);
+    walk_scatter(tpu_view_ptr(p->out), p->out->dtype, &p->gd, k, zeros, TPU_DTYPE_F64, n);
   }
-}
-
-static double read_scalar(const tpu_view_t* v) {
-  double x;
-  ku_convert(&x, TPU_DTYPE_F64, 1, tpu_view_ptr(v), v->dtype, 1, 1);
-  return x;
-}
-
-static void write_scalar(const tpu_view_t* v, double x) {
-  ku_convert(tpu_view_ptr(v), v->dtype, 1, &x, TPU_DTYPE_F64, 1, 1);
 }
 
 /* Runs a planned node with `chunks` sample chunks; outputs are node->outputs. */
 static tpu_status_t run(plan_t* p, int64_t chunks, const tpu_view_t* outputs) {
   const loss_args_t* a = p->a;
   if (a->w) {
-    ku_dims_t wd;
-    ku_dims_of_view(&wd, a->w, 0);
-    ku_gather(p->w, TPU_DTYPE_F64, tpu_view_ptr(a->w), a->w->dtype, &wd, 0, a->classes);
+    walk_t wd;
+    walk_init_tail(&wd, a->w, 0);
+    walk_gather(p->w, TPU_DTYPE_F64, tpu_view_ptr(a->w), a->w->dtype, &wd, 0, a->classes);
   }
-  ku_dims_of_view(&p->td, a->t, 0);
-  if (a->per_sample) ku_dims_of_view(&p->sd, a->impl->backward ? a->go : p->out, 0);
+  walk_init_tail(&p->td, a->t, 0);
+  if (a->per_sample) walk_init_tail(&p->sd, a->impl->backward ? a->go : p->out, 0);
   if (a->impl->backward) {
-    ku_dims_of_view(&p->gd, p->out, 0);
+    walk_init_tail(&p->gd, p->out, 0);
     tpu_parallel_for(tpu_view_numel(p->out), 65536, zero_work, p);
     if (!a->per_sample) {
-      double g = read_scalar(a->go);
-      p->grad = -(a->reduction == LOSS_MEAN ? g / read_scalar(a->tw) : g);
+      double g = view_get_f64(a->go, 0);
+      p->grad = -(a->reduction == LOSS_MEAN ? g / view_get_f64(a->tw, 0) : g);
     }
   }
   tpu_parallel_for(chunks, 1, chunk_work, p);
@@ -225,8 +211,9 @@ static tpu_status_t run(plan_t* p, int64_t chunks, const tpu_view_t* outputs) {
     weight += p->weight[c];
   }
   if (a->impl->backward) return TPU_OK;
-  if (!a->per_sample) write_scalar(&outputs[0], a->reduction == LOSS_MEAN ? loss / weight : loss);
-  write_scalar(&outputs[1], a->per_sample ? 0.0 : weight);
+  if (!a->per_sample)
+    view_set_f64(&outputs[0], 0, a->reduction == LOSS_MEAN ? loss / weight : loss);
+  view_set_f64(&outputs[1], 0, a->per_sample ? 0.0 : weight);
   return TPU_OK;
 }
 
@@ -238,7 +225,7 @@ static tpu_status_t loss_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   if (node->num_outputs < nout)
     TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "expected %d outputs", nout);
   for (int32_t i = 0; i < nout; ++i)
-    if (!ku_same_shape(&node->outputs[i], &a.shape[i]))
+    if (!views_same_shape(&node->outputs[i], &a.shape[i]))
       TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "output %d has the wrong shape", i);
 
   plan_t p;

@@ -6,18 +6,6 @@
 #include "matmul.h"
 #include "view_walk.h"
 
-static double load_f64(const tpu_view_t* v, int64_t offset) {
-  double x;
-  tpu_convert(&x, TPU_DTYPE_F64, 1, view_at(v, offset), v->dtype, 1, 1);
-  return x;
-}
-
-static int64_t load_i64(const tpu_view_t* v, int64_t offset) {
-  int64_t x;
-  tpu_convert(&x, TPU_DTYPE_I64, 1, view_at(v, offset), v->dtype, 1, 1);
-  return x;
-}
-
 static int64_t at3(const tpu_view_t* v, int64_t b, int64_t i, int64_t j) {
   return b * v->strides[0] + i * v->strides[1] + j * v->strides[2];
 }
@@ -29,23 +17,23 @@ tpu_status_t tpu_matmul_reference(const tpu_op_def_t* def, const tpu_node_t* nod
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t i = 0; i < p.m; ++i)
       for (int64_t j = 0; j < p.n; ++j) {
-        char* dst = view_at(&p.c, at3(&p.c, b, i, j));
+        int64_t dst = at3(&p.c, b, i, j);
         if (floating) {
           double sum = 0.0;
           for (int64_t k = 0; k < p.k; ++k)
-            sum += load_f64(&p.a, at3(&p.a, b, i, k)) * load_f64(&p.b, at3(&p.b, b, k, j));
+            sum += view_get_f64(&p.a, at3(&p.a, b, i, k)) * view_get_f64(&p.b, at3(&p.b, b, k, j));
           double r = p.alpha * sum;
-          if (p.has_bias) r += p.beta * load_f64(&p.bias, at3(&p.bias, b, i, j));
-          tpu_convert(dst, p.dtype, 1, &r, TPU_DTYPE_F64, 1, 1);
+          if (p.has_bias) r += p.beta * view_get_f64(&p.bias, at3(&p.bias, b, i, j));
+          view_set_f64(&p.c, dst, r);
         } else {
           uint64_t sum = 0;
           for (int64_t k = 0; k < p.k; ++k)
-            sum += (uint64_t)load_i64(&p.a, at3(&p.a, b, i, k)) *
-                   (uint64_t)load_i64(&p.b, at3(&p.b, b, k, j));
+            sum += (uint64_t)view_get_i64(&p.a, at3(&p.a, b, i, k)) *
+                   (uint64_t)view_get_i64(&p.b, at3(&p.b, b, k, j));
           uint64_t r = (uint64_t)p.ialpha * sum;
-          if (p.has_bias) r += (uint64_t)p.ibeta * (uint64_t)load_i64(&p.bias, at3(&p.bias, b, i, j));
-          int64_t ri = (int64_t)r;
-          tpu_convert(dst, p.dtype, 1, &ri, TPU_DTYPE_I64, 1, 1);
+          if (p.has_bias)
+            r += (uint64_t)p.ibeta * (uint64_t)view_get_i64(&p.bias, at3(&p.bias, b, i, j));
+          view_set_i64(&p.c, dst, (int64_t)r);
         }
       }
   return TPU_OK;

@@ -11,7 +11,7 @@
  * Layout: the leading (row) dims of every view are collapsed into one
  * iterator, so rows of any strides are indexed by a flat position; a row's
  * own elements (the trailing dims) are gathered into double buffers CHUNK at
- * a time with ku_gather, so rows of any length and strides stream through
+ * a time with walk_gather, so rows of any length and strides stream through
  * fixed stack buffers: the statistics pass merges per-chunk moments (Chan),
  * then the write pass converts back into the output. Weight and bias are
  * gathered once into double arrays. Rows are spread over tpu_parallel_for;
@@ -79,8 +79,8 @@ tpu_status_t tpu_norm_parse(const tpu_op_def_t* def, const tpu_node_t* node, nor
     a->rstd = ku_input(def, node, "rstd");
     if (!a->g || !a->mean || !a->rstd)
       TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "expected grad_out, mean and rstd tensors");
-    if (!ku_same_shape(a->g, x) || a->g->dtype != x->dtype ||
-        !ku_same_shape(a->mean, &s[1]) || !ku_same_shape(a->rstd, &s[1]) ||
+    if (!views_same_shape(a->g, x) || a->g->dtype != x->dtype ||
+        !views_same_shape(a->mean, &s[1]) || !views_same_shape(a->rstd, &s[1]) ||
         !tpu_dtype_is_floating(a->mean->dtype) || !tpu_dtype_is_floating(a->rstd->dtype))
       TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "layer_norm_backward: unexpected input shapes");
     const tpu_attr_t* mask = ku_attr(def, node, "output_mask");
@@ -120,9 +120,9 @@ enum { V_X = 0, V_G, V_OUT, V_MEAN, V_RSTD, NUM_V };
 typedef struct plan {
   const norm_args_t* a;
   const tpu_view_t* out[3];
-  ku_iter_t rows;       /* leading dims, views as in the enum */
-  ku_dims_t xd, gd, od; /* a row's elements in input, grad_out, output 0 */
-  ku_dims_t wd, bd;     /* backward: grad_weight, grad_bias */
+  walk_t rows;          /* leading dims, views as in the enum */
+  walk_t xd, gd, od;    /* a row's elements in input, grad_out, output 0 */
+  walk_t wd, bd;        /* backward: grad_weight, grad_bias */
   double* w;            /* weight (or NULL) */
   double* b;            /* bias (or NULL) */
   double* mean;         /* backward: per row, in iterator order */
@@ -130,9 +130,9 @@ typedef struct plan {
 } plan_t;
 
 /* Gathers n elements of row r's block `d` of view v, starting at k. */
-static void row_gather(const tpu_view_t* v, int64_t off, const ku_dims_t* d, int64_t k,
+static void row_gather(const tpu_view_t* v, int64_t off, const walk_t* d, int64_t k,
                        int64_t n, double* buf) {
-  ku_gather(buf, TPU_DTYPE_F64, ku_at(v, off), v->dtype, d, k, n);
+  walk_gather(buf, TPU_DTYPE_F64, view_at(v, off), v->dtype, d, k, n);
 }
 
 static void forward_rows(void* arg, int64_t begin, int64_t end) {
@@ -141,7 +141,7 @@ static void forward_rows(void* arg, int64_t begin, int64_t end) {
   double x[CHUNK];
   int64_t offs[NUM_V], n = a->n;
   for (int64_t r = begin; r < end; ++r) {
-    ku_iter_offsets(&p->rows, p->rows.n, r, offs);
+    walk_offsets(&p->rows, p->rows.ndim, r, offs);
     double mean = 0.0, m2 = 0.0;
     for (int64_t k = 0; k < n; k += CHUNK) {
       int64_t c = n - k < CHUNK ? n - k : CHUNK;
@@ -164,11 +164,11 @@ static void forward_rows(void* arg, int64_t begin, int64_t end) {
         if (p->b) y += p->b[k + i];
         x[i] = y;
       }
-      ku_scatter(ku_at(p->out[0], offs[V_OUT]), p->out[0]->dtype, &p->od, k, x, TPU_DTYPE_F64,
-                 c);
+      walk_scatter(view_at(p->out[0], offs[V_OUT]), p->out[0]->dtype, &p->od, k, x,
+                   TPU_DTYPE_F64, c);
     }
-    ku_convert(ku_at(p->out[1], offs[V_MEAN]), p->out[1]->dtype, 1, &mean, TPU_DTYPE_F64, 1, 1);
-    ku_convert(ku_at(p->out[2], offs[V_RSTD]), p->out[2]->dtype, 1, &rstd, TPU_DTYPE_F64, 1, 1);
+    view_set_f64(p->out[1], offs[V_MEAN], mean);
+    view_set_f64(p->out[2], offs[V_RSTD], rstd);
   }
 }
 
@@ -178,7 +178,7 @@ static void grad_input_rows(void* arg, int64_t begin, int64_t end) {
   double x[CHUNK], g[CHUNK];
   int64_t offs[NUM_V], n = a->n;
   for (int64_t r = begin; r < end; ++r) {
-    ku_iter_offsets(&p->rows, p->rows.n, r, offs);
+    walk_offsets(&p->rows, p->rows.ndim, r, offs);
     double mean = p->mean[r], rstd = p->rstd[r], sg = 0.0, sgx = 0.0;
     for (int64_t k = 0; k < n; k += CHUNK) {
       int64_t c = n - k < CHUNK ? n - k : CHUNK;
@@ -200,8 +200,8 @@ static void grad_input_rows(void* arg, int64_t begin, int64_t end) {
         double gw = p->w ? g[i] * p->w[k + i] : g[i];
         x[i] = rstd * (gw - sg - (x[i] - mean) * rstd * sgx);
       }
-      ku_scatter(ku_at(p->out[0], offs[V_OUT]), p->out[0]->dtype, &p->od, k, x, TPU_DTYPE_F64,
-                 c);
+      walk_scatter(view_at(p->out[0], offs[V_OUT]), p->out[0]->dtype, &p->od, k, x,
+                   TPU_DTYPE_F64, c);
     }
   }
 }
@@ -216,7 +216,7 @@ static void grad_param_cols(void* arg, int64_t begin, int64_t end) {
     int64_t k = blk * COLS, c = a->n - k < COLS ? a->n - k : COLS;
     for (int64_t i = 0; i < c; ++i) dw[i] = db[i] = 0.0;
     for (int64_t r = 0; r < a->m; ++r) {
-      ku_iter_offsets(&p->rows, p->rows.n, r, offs);
+      walk_offsets(&p->rows, p->rows.ndim, r, offs);
       row_gather(a->g, offs[V_G], &p->gd, k, c, g);
       if (a->mask[1]) row_gather(a->x, offs[V_X], &p->xd, k, c, x);
       for (int64_t i = 0; i < c; ++i) {
@@ -225,9 +225,9 @@ static void grad_param_cols(void* arg, int64_t begin, int64_t end) {
       }
     }
     if (a->mask[1])
-      ku_scatter(tpu_view_ptr(p->out[1]), p->out[1]->dtype, &p->wd, k, dw, TPU_DTYPE_F64, c);
+      walk_scatter(tpu_view_ptr(p->out[1]), p->out[1]->dtype, &p->wd, k, dw, TPU_DTYPE_F64, c);
     if (a->mask[2])
-      ku_scatter(tpu_view_ptr(p->out[2]), p->out[2]->dtype, &p->bd, k, db, TPU_DTYPE_F64, c);
+      walk_scatter(tpu_view_ptr(p->out[2]), p->out[2]->dtype, &p->bd, k, db, TPU_DTYPE_F64, c);
   }
 }
 
@@ -244,9 +244,9 @@ static tpu_status_t gather_param(const tpu_view_t* v, int64_t n, double** out) {
   *out = NULL;
   if (!v) return TPU_OK;
   TPU_RETURN_IF_ERROR(alloc_doubles(n, out));
-  ku_dims_t d;
-  ku_dims_of_view(&d, v, 0);
-  ku_gather(*out, TPU_DTYPE_F64, tpu_view_ptr(v), v->dtype, &d, 0, n);
+  walk_t d;
+  walk_init_tail(&d, v, 0);
+  walk_gather(*out, TPU_DTYPE_F64, tpu_view_ptr(v), v->dtype, &d, 0, n);
   return TPU_OK;
 }
 
@@ -256,11 +256,9 @@ static tpu_status_t gather_stats(plan_t* p) {
   TPU_RETURN_IF_ERROR(alloc_doubles(p->a->m, &p->rstd));
   int64_t offs[NUM_V];
   for (int64_t r = 0; r < p->a->m; ++r) {
-    ku_iter_offsets(&p->rows, p->rows.n, r, offs);
-    ku_convert(&p->mean[r], TPU_DTYPE_F64, 1, ku_at(p->a->mean, offs[V_MEAN]),
-                p->a->mean->dtype, 1, 1);
-    ku_convert(&p->rstd[r], TPU_DTYPE_F64, 1, ku_at(p->a->rstd, offs[V_RSTD]),
-                p->a->rstd->dtype, 1, 1);
+    walk_offsets(&p->rows, p->rows.ndim, r, offs);
+    p->mean[r] = view_get_f64(p->a->mean, offs[V_MEAN]);
+    p->rstd[r] = view_get_f64(p->a->rstd, offs[V_RSTD]);
   }
   return TPU_OK;
 }
@@ -272,7 +270,7 @@ static tpu_status_t norm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   if (node->num_outputs < 3) TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "expected 3 outputs");
   bool backward = a.impl->backward;
   for (int i = 0; i < 3; ++i)
-    if ((!backward || a.mask[i]) && !ku_same_shape(&node->outputs[i], &a.shape[i]))
+    if ((!backward || a.mask[i]) && !views_same_shape(&node->outputs[i], &a.shape[i]))
       TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "output %d has the wrong shape", i);
 
   plan_t p;
@@ -283,17 +281,17 @@ static tpu_status_t norm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
    * mean and rstd have the input's rank: checked by parse or the shapes). */
   const tpu_view_t* mean = backward ? a.mean : p.out[1];
   const tpu_view_t* rstd = backward ? a.rstd : p.out[2];
-  ku_iter_init(&p.rows, NUM_V);
+  walk_start(&p.rows, NUM_V);
   for (int32_t d = 0; d < a.axis; ++d) {
     int64_t st[NUM_V] = {a.x->strides[d], backward ? a.g->strides[d] : 0,
                          (!backward || a.mask[0]) ? p.out[0]->strides[d] : 0, mean->strides[d],
                          rstd->strides[d]};
-    ku_iter_add(&p.rows, a.x->sizes[d], st);
+    walk_add(&p.rows, a.x->sizes[d], st);
   }
-  ku_iter_finish(&p.rows);
-  ku_dims_of_view(&p.xd, a.x, a.axis);
-  if (backward) ku_dims_of_view(&p.gd, a.g, a.axis);
-  if (!backward || a.mask[0]) ku_dims_of_view(&p.od, p.out[0], a.axis);
+  walk_order(&p.rows);
+  walk_init_tail(&p.xd, a.x, a.axis);
+  if (backward) walk_init_tail(&p.gd, a.g, a.axis);
+  if (!backward || a.mask[0]) walk_init_tail(&p.od, p.out[0], a.axis);
   int64_t grain = a.n >= 16384 ? 1 : 16384 / (a.n > 0 ? a.n : 1);
 
   tpu_status_t s = gather_param(a.w, a.n, &p.w);
@@ -302,8 +300,8 @@ static tpu_status_t norm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   if (s == TPU_OK && !backward) tpu_parallel_for(a.m, grain, forward_rows, &p);
   if (s == TPU_OK && backward && a.mask[0]) tpu_parallel_for(a.m, grain, grad_input_rows, &p);
   if (s == TPU_OK && backward && (a.mask[1] || a.mask[2])) {
-    if (a.mask[1]) ku_dims_of_view(&p.wd, p.out[1], 0);
-    if (a.mask[2]) ku_dims_of_view(&p.bd, p.out[2], 0);
+    if (a.mask[1]) walk_init_tail(&p.wd, p.out[1], 0);
+    if (a.mask[2]) walk_init_tail(&p.bd, p.out[2], 0);
     tpu_parallel_for((a.n + COLS - 1) / COLS, 1, grad_param_cols, &p);
   }
   free(p.w);

@@ -22,13 +22,11 @@ static int64_t offset(const tpu_view_t* v, int32_t axis, int64_t r, int64_t i) {
 }
 
 static double load(const tpu_view_t* v, int32_t axis, int64_t r, int64_t i) {
-  double x;
-  tpu_convert(&x, TPU_DTYPE_F64, 1, ku_at(v, offset(v, axis, r, i)), v->dtype, 1, 1);
-  return x;
+  return view_get_f64(v, offset(v, axis, r, i));
 }
 
 static void store(const tpu_view_t* v, int32_t axis, int64_t r, int64_t i, double x) {
-  tpu_convert(ku_at(v, offset(v, axis, r, i)), v->dtype, 1, &x, TPU_DTYPE_F64, 1, 1);
+  view_set_f64(v, offset(v, axis, r, i), x);
 }
 
 tpu_status_t tpu_norm_reference(const tpu_op_def_t* def, const tpu_node_t* node,

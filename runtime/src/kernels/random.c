@@ -19,7 +19,7 @@
 
 #include <string.h>
 
-#include "view_walk.h"
+#include "kernel_util.h"
 
 #define RNG_TILE 256
 #define RNG_GRAIN 16384
@@ -41,18 +41,6 @@ static const int64_t k_int_min[TPU_DTYPE_COUNT] = {
 #undef RNG_X
 };
 
-/* Significand bits of a floating dtype: the first d where 1 + 2^-d rounds to 1. */
-static int float_digits(tpu_dtype_t dtype) {
-  for (int d = 1; d < 64; ++d) {
-    double x = 1.0 + ldexp(1.0, -d), y;
-    uint64_t storage;
-    tpu_convert(&storage, dtype, 1, &x, TPU_DTYPE_F64, 1, 1);
-    tpu_convert(&y, TPU_DTYPE_F64, 1, &storage, dtype, 1, 1);
-    if (y == 1.0) return d;
-  }
-  return 64;
-}
-
 /* x as stored in `dtype`, read back. */
 static double round_trip(double x, tpu_dtype_t dtype) {
   uint64_t storage;
@@ -62,13 +50,14 @@ static double round_trip(double x, tpu_dtype_t dtype) {
   return y;
 }
 
-/* ---- argument parsing ------------------------------------------------------- */
-
-static const tpu_attr_t* attr_of(const tpu_op_def_t* def, const tpu_node_t* node,
-                                 const char* name) {
-  int32_t i = tpu_spec_index(def->attrs, name);
-  return (i >= 0 && i < node->num_attrs) ? &node->attrs[i] : NULL;
+/* Significand bits of a floating dtype: the first d where 1 + 2^-d rounds to 1. */
+static int float_digits(tpu_dtype_t dtype) {
+  for (int d = 1; d < 64; ++d)
+    if (round_trip(1.0 + ldexp(1.0, -d), dtype) == 1.0) return d;
+  return 64;
 }
+
+/* ---- argument parsing ------------------------------------------------------- */
 
 static tpu_status_t parse_random(const tpu_op_def_t* def, const tpu_node_t* node,
                                  const rng_spec_t* spec, rng_args_t* a) {
@@ -76,9 +65,9 @@ static tpu_status_t parse_random(const tpu_op_def_t* def, const tpu_node_t* node
   bool fl = tpu_dtype_is_floating(dt);
   int64_t max = fl ? (int64_t)1 << float_digits(dt) : k_int_max[dt];
   int64_t min = fl ? -max : k_int_min[dt];
-  const tpu_attr_t* to_attr = attr_of(def, node, "to");
+  const tpu_attr_t* to_attr = ku_attr(def, node, "to");
   bool has_to = spec->range == RANGE_TO || (to_attr && to_attr->kind != TPU_ATTR_NONE);
-  int64_t from = spec->range == RANGE_FROM ? tpu_attr_int(attr_of(def, node, "from"), 0) : 0;
+  int64_t from = spec->range == RANGE_FROM ? tpu_attr_int(ku_attr(def, node, "from"), 0) : 0;
   int64_t to = tpu_attr_int(to_attr, 0);
   if (spec->range == RANGE_DEFAULT) {
     a->from = 0;
@@ -121,15 +110,15 @@ tpu_status_t tpu_rng_parse(const tpu_op_def_t* def, const tpu_node_t* node, rng_
   if (!a->input) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "input 0 must be a tensor");
   tpu_dtype_t dt = a->input->dtype;
   set_shape(a, a->input, dt);
-  a->seed = (uint64_t)tpu_attr_int(attr_of(def, node, "seed"), 0);
-  a->offset = (uint64_t)tpu_attr_int(attr_of(def, node, "offset"), 0);
+  a->seed = (uint64_t)tpu_attr_int(ku_attr(def, node, "seed"), 0);
+  a->offset = (uint64_t)tpu_attr_int(ku_attr(def, node, "offset"), 0);
   bool floating = tpu_dtype_is_floating(dt);
   if (!floating && a->kind != RNG_BERNOULLI && a->kind != RNG_RANDOM)
     return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s of %s", def->name, tpu_dtype_name(dt));
   switch (a->kind) {
     case RNG_UNIFORM: {
-      a->lo = tpu_attr_float(attr_of(def, node, "from"), 0.0);
-      a->hi = tpu_attr_float(attr_of(def, node, "to"), 1.0);
+      a->lo = tpu_attr_float(ku_attr(def, node, "from"), 0.0);
+      a->hi = tpu_attr_float(ku_attr(def, node, "to"), 1.0);
       if (!(a->lo <= a->hi))
         return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
                                "uniform_ expects to return a [from, to) range, but found "
@@ -142,14 +131,14 @@ tpu_status_t tpu_rng_parse(const tpu_op_def_t* def, const tpu_node_t* node, rng_
       return TPU_OK;
     }
     case RNG_NORMAL:
-      a->lo = tpu_attr_float(attr_of(def, node, "mean"), 0.0);
-      a->hi = tpu_attr_float(attr_of(def, node, "std"), 1.0);
+      a->lo = tpu_attr_float(ku_attr(def, node, "mean"), 0.0);
+      a->hi = tpu_attr_float(ku_attr(def, node, "std"), 1.0);
       if (!(a->hi >= 0.0))
         return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
                                "normal expects std >= 0.0, but found std %g", a->hi);
       return TPU_OK;
     case RNG_BERNOULLI:
-      a->lo = tpu_attr_float(attr_of(def, node, "p"), 0.5);
+      a->lo = tpu_attr_float(ku_attr(def, node, "p"), 0.5);
       if (!(a->lo >= 0.0 && a->lo <= 1.0))
         return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
                                "bernoulli_ expects p to be in [0, 1], but got p=%g", a->lo);
@@ -157,8 +146,8 @@ tpu_status_t tpu_rng_parse(const tpu_op_def_t* def, const tpu_node_t* node, rng_
     case RNG_RANDOM:
       return parse_random(def, node, spec, a);
     case RNG_DROPOUT: {
-      double p = tpu_attr_float(attr_of(def, node, "p"), 0.5);
-      a->train = tpu_attr_bool(attr_of(def, node, "train"), true);
+      double p = tpu_attr_float(ku_attr(def, node, "p"), 0.5);
+      a->train = tpu_attr_bool(ku_attr(def, node, "train"), true);
       a->keep = 1.0 - p;
       a->scale = a->keep == 0.0 ? 0.0 : 1.0 / a->keep;
       return TPU_OK;
@@ -169,7 +158,7 @@ tpu_status_t tpu_rng_parse(const tpu_op_def_t* def, const tpu_node_t* node, rng_
                     : NULL;
       if (!a->mask || a->mask->dtype != TPU_DTYPE_BOOL)
         return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "dropout backward needs a bool mask");
-      a->scale = tpu_attr_float(attr_of(def, node, "scale"), 1.0);
+      a->scale = tpu_attr_float(ku_attr(def, node, "scale"), 1.0);
       return tpu_broadcast_shapes(node->inputs, 2, a->sizes, &a->ndim);
     }
   }

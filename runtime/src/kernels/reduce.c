@@ -17,7 +17,7 @@
  *      compute buffer) or "column" (when the tile axis is the faster one in
  *      memory: for each reduced index, the tile's inputs are gathered at
  *      once and every output takes one step). Values are converted on the
- *      way in (ku_convert) to the compute domain: double for floating
+ *      way in (tpu_convert) to the compute domain: double for floating
  *      work (so half and float inputs accumulate in double), int64 for
  *      integer/bool sums and extrema, uint8 for all/any.
  *   4. Tiles run on tpu_parallel_for. When there are few tiles and long
@@ -165,7 +165,7 @@ tpu_status_t tpu_reduce_check_outputs(const reduce_args_t* a, const tpu_node_t* 
                     node->num_outputs);
   for (int32_t i = 0; i < a->num_outputs; ++i) {
     const tpu_view_t* o = &node->outputs[i];
-    if (!ku_same_shape(o, &a->shape[i]))
+    if (!views_same_shape(o, &a->shape[i]))
       TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "output %d has the wrong shape", i);
     bool needs_float = a->impl->out >= ROUT_MEAN && !(i == 1 && a->impl->out == ROUT_VALUE_INDEX);
     if (needs_float && !tpu_dtype_is_floating(o->dtype))
@@ -385,12 +385,12 @@ typedef struct plan {
   char* outp[2];
   tpu_dtype_t out_dtype[2];
   int32_t num_outputs;
-  ku_iter_t kept;          /* kept dims; views: input, output 0, output 1 */
+  walk_t kept;             /* kept dims; views: input, output 0, output 1 */
   int32_t outer_dims;      /* kept dims above the tile axis */
   int64_t axis_stride[3];  /* strides along the tile axis, per view */
   int64_t inner;           /* size of the tile axis */
   int64_t tile, tiles_per_row, tiles;
-  ku_dims_t red;           /* reduced dims of the input, logical order */
+  walk_t red;              /* reduced dims of the input, logical order */
   int64_t n;               /* reduced elements per output */
   bool column;
   int64_t chunks, chunk_len;
@@ -401,9 +401,30 @@ typedef struct plan {
 /* Offsets (input, output 0, output 1) of tile t's first output, and its size. */
 static int64_t tile_at(const plan_t* p, int64_t t, int64_t* offs) {
   int64_t row = t / p->tiles_per_row, j0 = (t % p->tiles_per_row) * p->tile;
-  ku_iter_offsets(&p->kept, p->outer_dims, row, offs);
+  walk_offsets(&p->kept, p->outer_dims, row, offs);
   for (int v = 0; v < 3; ++v) offs[v] += j0 * p->axis_stride[v];
   return p->inner - j0 < p->tile ? p->inner - j0 : p->tile;
+}
+
+/* Column order: one tile's inputs at each reduced element of a run. */
+typedef struct column {
+  const plan_t* p;
+  const char* base; /* the tile's first input */
+  int64_t cnt;
+  rstate_t* st;
+  void* buf;        /* TILE values of the compute domain */
+} column_t;
+
+static void column_run(void* arg, const int64_t* offs, const int64_t* steps, int64_t n,
+                       int64_t first) {
+  const column_t* c = (const column_t*)arg;
+  const plan_t* p = c->p;
+  int64_t isz = (int64_t)tpu_dtype_size(p->in_dtype);
+  for (int64_t e = 0; e < n; ++e) {
+    tpu_convert(c->buf, p->dom_dtype, 1, c->base + (offs[0] + e * steps[0]) * isz, p->in_dtype,
+                p->axis_stride[0], c->cnt);
+    p->ops->col(c->st, c->buf, c->cnt, first + e);
+  }
 }
 
 /* Accumulates reduced indices [k0, k1) into the tile's cnt states. */
@@ -417,32 +438,15 @@ static void accumulate(const plan_t* p, const int64_t* offs, int64_t cnt, int64_
   int64_t isz = (int64_t)tpu_dtype_size(p->in_dtype);
   const char* base = p->in + offs[0] * isz;
   if (p->column) {
-    const ku_dims_t* r = &p->red;
-    int32_t last = r->n - 1;
-    int64_t idx[TPU_MAX_DIMS], off = 0, rem = k0;
-    for (int32_t j = last; j >= 0; --j) {
-      idx[j] = rem % r->size[j];
-      rem /= r->size[j];
-      off += idx[j] * r->stride[j];
-    }
-    for (int64_t k = k0; k < k1; ++k) {
-      ku_convert(&buf, p->dom_dtype, 1, base + off * isz, p->in_dtype, p->axis_stride[0], cnt);
-      p->ops->col(st, &buf, cnt, k);
-      idx[last]++;
-      off += r->stride[last];
-      for (int32_t j = last; j > 0 && idx[j] == r->size[j]; --j) {
-        off += r->stride[j - 1] - idx[j] * r->stride[j];
-        idx[j] = 0;
-        idx[j - 1]++;
-      }
-    }
+    column_t c = {p, base, cnt, st, &buf};
+    walk_range(&p->red, k0, k1, column_run, &c);
     return;
   }
   for (int64_t j = 0; j < cnt; ++j) {
     const char* b = base + j * p->axis_stride[0] * isz;
     for (int64_t k = k0; k < k1; k += BUF) {
       int64_t len = k1 - k < BUF ? k1 - k : BUF;
-      ku_gather(&buf, p->dom_dtype, b, p->in_dtype, &p->red, k, len);
+      walk_gather(&buf, p->dom_dtype, b, p->in_dtype, &p->red, k, len);
       p->ops->run(&st[j], &buf, len, k);
     }
   }
@@ -481,7 +485,7 @@ static void finish(const plan_t* p, const int64_t* offs, int64_t cnt, const rsta
   if (p->out == ROUT_VAR_MEAN || p->out == ROUT_STD_MEAN) src[1] = second, type[1] = TPU_DTYPE_F64;
   for (int32_t o = 0; o < p->num_outputs; ++o) {
     int64_t osz = (int64_t)tpu_dtype_size(p->out_dtype[o]);
-    ku_convert(p->outp[o] + offs[1 + o] * osz, p->out_dtype[o], p->axis_stride[1 + o], src[o],
+    tpu_convert(p->outp[o] + offs[1 + o] * osz, p->out_dtype[o], p->axis_stride[1 + o], src[o],
                 type[o], 1, cnt);
   }
 }
@@ -539,30 +543,31 @@ static tpu_status_t reduce_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
   p.n = a.n;
   p.correction = a.correction;
 
-  ku_iter_init(&p.kept, 3);
+  walk_start(&p.kept, 3);
+  walk_start(&p.red, 1);
   for (int32_t d = 0, od = 0; d < in->ndim; ++d) {
     if (a.reduced[d]) {
-      ku_dims_push(&p.red, in->sizes[d], in->strides[d]);
+      walk_push(&p.red, in->sizes[d], &in->strides[d]);
       od += a.keepdim;
       continue;
     }
     int64_t strides[3] = {in->strides[d], node->outputs[0].strides[od],
                           a.num_outputs > 1 ? node->outputs[1].strides[od] : 0};
-    ku_iter_add(&p.kept, in->sizes[d], strides);
+    walk_add(&p.kept, in->sizes[d], strides);
     od++;
   }
-  ku_iter_finish(&p.kept);
+  walk_order(&p.kept);
   p.inner = 1;
-  if (p.kept.n > 0) {
-    p.outer_dims = p.kept.n - 1;
-    p.inner = p.kept.size[p.outer_dims];
-    for (int v = 0; v < 3; ++v) p.axis_stride[v] = p.kept.stride[v][p.outer_dims];
+  if (p.kept.ndim > 0) {
+    p.outer_dims = p.kept.ndim - 1;
+    p.inner = p.kept.sizes[p.outer_dims];
+    for (int v = 0; v < 3; ++v) p.axis_stride[v] = p.kept.strides[v][p.outer_dims];
   }
-  p.column = p.kept.n > 0 && p.red.n > 0 && p.inner >= 8 &&
-             p.axis_stride[0] < p.red.stride[p.red.n - 1];
+  p.column = p.kept.ndim > 0 && p.red.ndim > 0 && p.inner >= 8 &&
+             p.axis_stride[0] < p.red.strides[0][p.red.ndim - 1];
   p.tile = p.inner < TILE ? p.inner : TILE;
   p.tiles_per_row = (p.inner + p.tile - 1) / p.tile;
-  p.tiles = ku_iter_numel(&p.kept, p.outer_dims) * p.tiles_per_row;
+  p.tiles = walk_outer_numel(&p.kept, p.outer_dims) * p.tiles_per_row;
   p.chunks = 1;
   if (p.tiles < SPLIT_MAX_TILES && p.n >= SPLIT_MIN_N) {
     p.chunks = p.n / SPLIT_CHUNK;

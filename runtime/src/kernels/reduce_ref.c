@@ -12,23 +12,8 @@
 
 #include "kernels/reduce.h"
 
-static double load_f(const tpu_view_t* v, int64_t off) {
-  double x;
-  tpu_convert(&x, TPU_DTYPE_F64, 1, ku_at(v, off), v->dtype, 1, 1);
-  return x;
-}
-
-static int64_t load_i(const tpu_view_t* v, int64_t off) {
-  int64_t x;
-  tpu_convert(&x, TPU_DTYPE_I64, 1, ku_at(v, off), v->dtype, 1, 1);
-  return x;
-}
-
-static bool load_b(const tpu_view_t* v, int64_t off) {
-  uint8_t x;
-  tpu_convert(&x, TPU_DTYPE_BOOL, 1, ku_at(v, off), v->dtype, 1, 1);
-  return x != 0;
-}
+/* An element as a bool: nonzero (NaN too) is true. */
+static bool load_b(const tpu_view_t* v, int64_t off) { return view_get_f64(v, off) != 0; }
 
 /* The result of one output: a float or integer value and an index. */
 typedef struct ref_result {
@@ -67,9 +52,9 @@ static ref_result_t reduce_one(const ref_walk_t* w, tpu_compute_type_t dom) {
       for (int64_t k = 0; k < n; ++k) {
         int64_t off = walk_offset(w, k);
         if (dom == TPU_COMPUTE_F64)
-          f = sum ? f + load_f(in, off) : f * load_f(in, off);
+          f = sum ? f + view_get_f64(in, off) : f * view_get_f64(in, off);
         else
-          u = sum ? u + (uint64_t)load_i(in, off) : u * (uint64_t)load_i(in, off);
+          u = sum ? u + (uint64_t)view_get_i64(in, off) : u * (uint64_t)view_get_i64(in, off);
       }
       r.f = f;
       r.i = (int64_t)u;
@@ -81,11 +66,11 @@ static ref_result_t reduce_one(const ref_walk_t* w, tpu_compute_type_t dom) {
       for (int64_t k = 0; k < n; ++k) {
         int64_t off = walk_offset(w, k);
         if (dom == TPU_COMPUTE_F64) {
-          double x = load_f(in, off);
+          double x = view_get_f64(in, off);
           if (r.idx >= 0 && isnan(r.f)) break; /* the first NaN is the result */
           if (r.idx < 0 || isnan(x) || sign * (x - r.f) > 0) r.f = x, r.idx = k;
         } else {
-          int64_t x = load_i(in, off);
+          int64_t x = view_get_i64(in, off);
           if (r.idx < 0 || (sign > 0 ? x > r.i : x < r.i)) r.i = x, r.idx = k;
         }
       }
@@ -101,10 +86,10 @@ static ref_result_t reduce_one(const ref_walk_t* w, tpu_compute_type_t dom) {
     }
     default: {
       double sum = 0.0, m2 = 0.0;
-      for (int64_t k = 0; k < n; ++k) sum += load_f(in, walk_offset(w, k));
+      for (int64_t k = 0; k < n; ++k) sum += view_get_f64(in, walk_offset(w, k));
       double mean = sum / (double)n;
       for (int64_t k = 0; k < n; ++k) {
-        double d = load_f(in, walk_offset(w, k)) - mean;
+        double d = view_get_f64(in, walk_offset(w, k)) - mean;
         m2 += d * d;
       }
       double div = (double)n - a->correction;
@@ -114,14 +99,6 @@ static ref_result_t reduce_one(const ref_walk_t* w, tpu_compute_type_t dom) {
     }
   }
   return r;
-}
-
-static void store_f(const tpu_view_t* v, int64_t off, double x) {
-  tpu_convert(ku_at(v, off), v->dtype, 1, &x, TPU_DTYPE_F64, 1, 1);
-}
-
-static void store_i(const tpu_view_t* v, int64_t off, int64_t x) {
-  tpu_convert(ku_at(v, off), v->dtype, 1, &x, TPU_DTYPE_I64, 1, 1);
 }
 
 tpu_status_t tpu_reduce_reference(const tpu_op_def_t* def, const tpu_node_t* node,
@@ -153,26 +130,26 @@ tpu_status_t tpu_reduce_reference(const tpu_op_def_t* def, const tpu_node_t* nod
       case ROUT_VALUE:
       case ROUT_VALUE_INDEX:
         if (dom == TPU_COMPUTE_F64)
-          store_f(out0, off0, r.f);
+          view_set_f64(out0, off0, r.f);
         else
-          store_i(out0, off0, r.i);
-        if (out1) store_i(out1, off1, r.idx);
+          view_set_i64(out0, off0, r.i);
+        if (out1) view_set_i64(out1, off1, r.idx);
         break;
       case ROUT_INDEX:
-        store_i(out0, off0, r.idx);
+        view_set_i64(out0, off0, r.idx);
         break;
       case ROUT_MEAN:
-        store_f(out0, off0, r.f / (double)a.n);
+        view_set_f64(out0, off0, r.f / (double)a.n);
         break;
       case ROUT_VAR:
       case ROUT_VAR_MEAN:
-        store_f(out0, off0, r.f);
-        if (out1) store_f(out1, off1, r.mean);
+        view_set_f64(out0, off0, r.f);
+        if (out1) view_set_f64(out1, off1, r.mean);
         break;
       case ROUT_STD:
       case ROUT_STD_MEAN:
-        store_f(out0, off0, sqrt(r.f));
-        if (out1) store_f(out1, off1, r.mean);
+        view_set_f64(out0, off0, sqrt(r.f));
+        if (out1) view_set_f64(out1, off1, r.mean);
         break;
     }
   }

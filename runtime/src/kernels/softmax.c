@@ -42,7 +42,7 @@ tpu_status_t tpu_softmax_parse(const tpu_op_def_t* def, const tpu_node_t* node,
     a->x = ku_input(def, node, "output");
     if (!a->g || !a->x)
       TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "expected tensors grad_output and output");
-    if (!ku_same_shape(a->g, a->x))
+    if (!views_same_shape(a->g, a->x))
       TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT,
                       "%s_backward: grad and output must have the same size", fn);
   } else {
@@ -98,7 +98,7 @@ typedef struct plan {
   const tpu_view_t* views[3];
   int64_t len;             /* row length (size of dim) */
   int64_t along[3];        /* strides along dim, per view */
-  ku_iter_t rows;          /* the other dims */
+  walk_t rows;             /* the other dims */
   int32_t outer_dims;      /* row dims above the block axis */
   int64_t inner;           /* size of the block axis (1: no blocking) */
   int64_t axis[3];         /* strides along the block axis, per view */
@@ -112,13 +112,13 @@ static void gather(const plan_t* p, int v, int64_t off, int64_t l0, int64_t nl, 
                    double* buf) {
   const tpu_view_t* w = p->views[v];
   int64_t esz = (int64_t)tpu_dtype_size(w->dtype);
-  const char* base = ku_at(w, off);
+  const char* base = view_at(w, off);
   if (cnt == 1) {
-    ku_convert(buf, TPU_DTYPE_F64, 1, base + l0 * p->along[v] * esz, w->dtype, p->along[v], nl);
+    tpu_convert(buf, TPU_DTYPE_F64, 1, base + l0 * p->along[v] * esz, w->dtype, p->along[v], nl);
     return;
   }
   for (int64_t l = 0; l < nl; ++l)
-    ku_convert(buf + l * cnt, TPU_DTYPE_F64, 1, base + (l0 + l) * p->along[v] * esz, w->dtype,
+    tpu_convert(buf + l * cnt, TPU_DTYPE_F64, 1, base + (l0 + l) * p->along[v] * esz, w->dtype,
                 p->axis[v], cnt);
 }
 
@@ -128,13 +128,13 @@ static void scatter(const plan_t* p, int64_t off, int64_t l0, int64_t nl, int64_
   int v = p->nviews - 1;
   const tpu_view_t* w = p->views[v];
   int64_t esz = (int64_t)tpu_dtype_size(w->dtype);
-  char* base = ku_at(w, off);
+  char* base = view_at(w, off);
   if (cnt == 1) {
-    ku_convert(base + l0 * p->along[v] * esz, w->dtype, p->along[v], buf, TPU_DTYPE_F64, 1, nl);
+    tpu_convert(base + l0 * p->along[v] * esz, w->dtype, p->along[v], buf, TPU_DTYPE_F64, 1, nl);
     return;
   }
   for (int64_t l = 0; l < nl; ++l)
-    ku_convert(base + (l0 + l) * p->along[v] * esz, w->dtype, p->axis[v], buf + l * cnt,
+    tpu_convert(base + (l0 + l) * p->along[v] * esz, w->dtype, p->axis[v], buf + l * cnt,
                 TPU_DTYPE_F64, 1, cnt);
 }
 
@@ -208,10 +208,10 @@ static void backward_block(const plan_t* p, const int64_t* offs, int64_t cnt) {
 
 static void softmax_work(void* arg, int64_t begin, int64_t end) {
   const plan_t* p = (const plan_t*)arg;
-  int64_t offs[KU_MAX_VIEWS];
+  int64_t offs[WALK_MAX_VIEWS];
   for (int64_t b = begin; b < end; ++b) {
     int64_t row = b / p->blocks_per_row, j0 = (b % p->blocks_per_row) * p->block;
-    ku_iter_offsets(&p->rows, p->outer_dims, row, offs);
+    walk_offsets(&p->rows, p->outer_dims, row, offs);
     for (int v = 0; v < p->nviews; ++v) offs[v] += j0 * p->axis[v];
     int64_t cnt = p->inner - j0 < p->block ? p->inner - j0 : p->block;
     if (p->impl->backward)
@@ -225,7 +225,7 @@ static tpu_status_t softmax_kernel(const tpu_op_def_t* def, const tpu_node_t* no
                                    tpu_exec_ctx_t* ctx) {
   softmax_args_t a;
   TPU_RETURN_IF_ERROR(tpu_softmax_parse(def, node, &a));
-  if (node->num_outputs < 1 || !ku_same_shape(&node->outputs[0], &a.shape))
+  if (node->num_outputs < 1 || !views_same_shape(&node->outputs[0], &a.shape))
     TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "output has the wrong shape");
   if (tpu_view_numel(&a.shape) == 0) return TPU_OK;
 
@@ -237,7 +237,7 @@ static tpu_status_t softmax_kernel(const tpu_op_def_t* def, const tpu_node_t* no
   p.views[p.nviews++] = a.x;
   p.views[p.nviews++] = &node->outputs[0];
   p.len = a.x->ndim > 0 ? a.x->sizes[a.dim] : 1;
-  ku_iter_init(&p.rows, p.nviews);
+  walk_start(&p.rows, p.nviews);
   for (int32_t d = 0; d < a.x->ndim; ++d) {
     int64_t strides[3] = {0, 0, 0};
     for (int v = 0; v < p.nviews; ++v) strides[v] = p.views[v]->strides[d];
@@ -245,20 +245,20 @@ static tpu_status_t softmax_kernel(const tpu_op_def_t* def, const tpu_node_t* no
       memcpy(p.along, strides, sizeof(strides));
       continue;
     }
-    ku_iter_add(&p.rows, a.x->sizes[d], strides);
+    walk_add(&p.rows, a.x->sizes[d], strides);
   }
-  ku_iter_finish(&p.rows);
-  p.outer_dims = p.rows.n;
+  walk_order(&p.rows);
+  p.outer_dims = p.rows.ndim;
   p.inner = 1;
-  if (p.rows.n > 0 && p.len > 1 && p.rows.size[p.rows.n - 1] >= 4 &&
-      p.rows.stride[0][p.rows.n - 1] < p.along[0]) {
-    p.outer_dims = p.rows.n - 1;
-    p.inner = p.rows.size[p.outer_dims];
-    for (int v = 0; v < p.nviews; ++v) p.axis[v] = p.rows.stride[v][p.outer_dims];
+  if (p.rows.ndim > 0 && p.len > 1 && p.rows.sizes[p.rows.ndim - 1] >= 4 &&
+      p.rows.strides[0][p.rows.ndim - 1] < p.along[0]) {
+    p.outer_dims = p.rows.ndim - 1;
+    p.inner = p.rows.sizes[p.outer_dims];
+    for (int v = 0; v < p.nviews; ++v) p.axis[v] = p.rows.strides[v][p.outer_dims];
   }
   p.block = p.inner < BLOCK ? p.inner : BLOCK;
   p.blocks_per_row = (p.inner + p.block - 1) / p.block;
-  p.blocks = ku_iter_numel(&p.rows, p.outer_dims) * p.blocks_per_row;
+  p.blocks = walk_outer_numel(&p.rows, p.outer_dims) * p.blocks_per_row;
   p.chunk = CHUNK / p.block;
   int64_t work = p.block * p.len;
   tpu_parallel_for(p.blocks, work >= 16384 ? 1 : 16384 / work, softmax_work, &p);

@@ -8,12 +8,6 @@
 
 #include "kernels/softmax.h"
 
-static double load(const tpu_view_t* v, int64_t off) {
-  double x;
-  tpu_convert(&x, TPU_DTYPE_F64, 1, ku_at(v, off), v->dtype, 1, 1);
-  return x;
-}
-
 /* Offset in view v of element l along dim of row r (r indexes the other dims). */
 static int64_t offset(const tpu_view_t* v, int32_t dim, int64_t r, int64_t l) {
   int64_t off = 0;
@@ -33,7 +27,7 @@ tpu_status_t tpu_softmax_reference(const tpu_op_def_t* def, const tpu_node_t* no
   softmax_args_t a;
   TPU_RETURN_IF_ERROR(tpu_softmax_parse(def, node, &a));
   const tpu_view_t* out = &node->outputs[0];
-  if (node->num_outputs < 1 || !ku_same_shape(out, &a.shape))
+  if (node->num_outputs < 1 || !views_same_shape(out, &a.shape))
     TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "output has the wrong shape");
   int64_t numel = tpu_view_numel(a.x);
   int64_t len = a.x->ndim > 0 ? a.x->sizes[a.dim] : 1;
@@ -41,9 +35,10 @@ tpu_status_t tpu_softmax_reference(const tpu_op_def_t* def, const tpu_node_t* no
   for (int64_t r = 0; r < numel / len; ++r) {
     double m = -INFINITY, s = 0.0;
     for (int64_t l = 0; l < len; ++l) {
-      double v = a.impl->backward ? load(a.g, offset(a.g, a.dim, r, l)) *
-                                        (a.impl->log ? 1.0 : load(a.x, offset(a.x, a.dim, r, l)))
-                                  : load(a.x, offset(a.x, a.dim, r, l));
+      double v = a.impl->backward
+                     ? view_get_f64(a.g, offset(a.g, a.dim, r, l)) *
+                           (a.impl->log ? 1.0 : view_get_f64(a.x, offset(a.x, a.dim, r, l)))
+                     : view_get_f64(a.x, offset(a.x, a.dim, r, l));
       if (a.impl->backward) {
         s += v;
       } else if (isnan(v) || isnan(m) || v > m) {
@@ -51,16 +46,16 @@ tpu_status_t tpu_softmax_reference(const tpu_op_def_t* def, const tpu_node_t* no
       }
     }
     if (!a.impl->backward)
-      for (int64_t l = 0; l < len; ++l) s += exp(load(a.x, offset(a.x, a.dim, r, l)) - m);
+      for (int64_t l = 0; l < len; ++l) s += exp(view_get_f64(a.x, offset(a.x, a.dim, r, l)) - m);
     for (int64_t l = 0; l < len; ++l) {
-      double x = load(a.x, offset(a.x, a.dim, r, l)), y;
+      double x = view_get_f64(a.x, offset(a.x, a.dim, r, l)), y;
       if (a.impl->backward) {
-        double g = load(a.g, offset(a.g, a.dim, r, l));
+        double g = view_get_f64(a.g, offset(a.g, a.dim, r, l));
         y = a.impl->log ? g - exp(x) * s : x * (g - s);
       } else {
         y = a.impl->log ? x - m - log(s) : exp(x - m) / s;
       }
-      tpu_convert(ku_at(out, offset(out, a.dim, r, l)), out->dtype, 1, &y, TPU_DTYPE_F64, 1, 1);
+      view_set_f64(out, offset(out, a.dim, r, l), y);
     }
   }
   return TPU_OK;

@@ -1,17 +1,30 @@
-/* view_walk.h — walking strided views in row-major logical order (internal,
- * shared by the matmul, index and random families).
+/* view_walk.h — walking strided views, for every kernel family but the
+ * elementwise one (internal; kernel_util.h includes it).
  *
- * A walk lays up to WALK_MAX_VIEWS views over one shape. Size-1 dims are
- * dropped and adjacent dims that are contiguous for every view are merged, so
- * a contiguous tensor is walked as a single run. walk_range() calls a
- * function once per innermost run of the logical elements [begin, end), with
- * each view's element offset and inner step; kernels then convert or compute
- * a whole run at a time. Element i of the walk is element i of the shape in
- * row-major order, whatever the strides: this is what makes the counter-based
- * RNG independent of layout and threading.
+ * A walk_t lays up to WALK_MAX_VIEWS views over one shape: a list of dims,
+ * each with a size and one stride per view (strides in elements). Dims are
+ * pushed outermost first; walk_push drops size-1 dims and merges a dim into
+ * the previous one where every view is contiguous across the two, so a
+ * contiguous tensor becomes a single dim. A walk with no dims left has one
+ * element. Its elements are numbered in the order of its dims, row-major:
+ *   - walk_range calls a function once per innermost run of the elements
+ *     [begin, end), with each view's offset and step, so kernels convert or
+ *     compute a whole run at a time. Built on it: walk_gather/walk_scatter
+ *     (a range of view 0 to or from a contiguous buffer, converting) and
+ *     view_copy (a parallel converting copy between two views);
+ *   - walk_offsets gives the views' offsets of one element from its number,
+ *     counting over the first `ndims` dims only: the families that keep an
+ *     inner dim for themselves (a tile or block axis) index the rest so.
+ * In pushed (logical) order, element i of a walk is element i of the shape
+ * in row-major order whatever the strides: random numbers are drawn by that
+ * index and reductions report it. When the order does not matter, walk_add
+ * and walk_order instead sort the dims so view 0 is read forwards before
+ * merging (the row-wise families do this with the dims they do not reduce).
  *
- * Also here: right-aligned broadcasting of a view to a shape, a parallel
- * converting copy between two views, and a memory-overlap test.
+ * Also here: element addresses and single-element reads and writes,
+ * right-aligned broadcasting of a view to a shape, shape comparison and
+ * memory-overlap tests. Everything is static
+ * inline; nothing here allocates.
  */
 #ifndef TPU_KERNELS_VIEW_WALK_H_
 #define TPU_KERNELS_VIEW_WALK_H_
@@ -23,49 +36,83 @@
 #include "tpu/dtype.h"
 #include "tpu/ir.h"
 
-#define WALK_MAX_VIEWS 4
+#define WALK_MAX_VIEWS 6
 /* Elements per parallel chunk for memory-bound loops. */
 #define WALK_GRAIN 32768
 
 typedef struct walk {
-  int32_t ndim; /* >= 1 */
+  int32_t ndim;   /* dims left after dropping and merging (0: one element) */
   int32_t nviews;
-  int64_t numel;
+  int64_t numel;  /* elements, the product of every size pushed or added */
   int64_t sizes[TPU_MAX_DIMS];
-  int64_t strides[WALK_MAX_VIEWS][TPU_MAX_DIMS];
+  int64_t strides[WALK_MAX_VIEWS][TPU_MAX_DIMS]; /* [view][dim] */
 } walk_t;
 
-/* offsets[v]: element offset of the run's first element in view v;
- * steps[v]: element step along the run; logical: index of that element. */
-typedef void (*walk_run_fn)(void* arg, const int64_t* offsets, const int64_t* steps, int64_t n,
-                            int64_t logical);
+/* ---- building a walk ------------------------------------------------------ */
+
+/* An empty walk over `nviews` views: no dims, one element. */
+static inline void walk_start(walk_t* w, int32_t nviews) {
+  w->ndim = 0;
+  w->nviews = nviews;
+  w->numel = 1;
+}
+
+/* Appends an inner dim; strides[v] is view v's stride along it. Size-1 dims
+ * are dropped and a dim contiguous with the previous one in every view is
+ * merged into it. */
+static inline void walk_push(walk_t* w, int64_t size, const int64_t* strides) {
+  w->numel *= size;
+  if (size == 1) return;
+  int32_t p = w->ndim - 1;
+  bool merge = p >= 0;
+  for (int32_t v = 0; merge && v < w->nviews; ++v)
+    merge = w->strides[v][p] == strides[v] * size;
+  if (merge) {
+    w->sizes[p] *= size;
+    for (int32_t v = 0; v < w->nviews; ++v) w->strides[v][p] = strides[v];
+    return;
+  }
+  w->sizes[w->ndim] = size;
+  for (int32_t v = 0; v < w->nviews; ++v) w->strides[v][w->ndim] = strides[v];
+  w->ndim++;
+}
+
+/* Appends a dim as it is (no dropping or merging): for walk_order. */
+static inline void walk_add(walk_t* w, int64_t size, const int64_t* strides) {
+  w->numel *= size;
+  w->sizes[w->ndim] = size;
+  for (int32_t v = 0; v < w->nviews; ++v) w->strides[v][w->ndim] = strides[v];
+  w->ndim++;
+}
+
+/* Orders the dims by view 0's stride, largest (outermost) first, keeping
+ * the order of equal strides, then pushes them again: size-1 dims go, and
+ * dims contiguous in every view merge. */
+static inline void walk_order(walk_t* w) {
+  walk_t s = *w;
+  int32_t order[TPU_MAX_DIMS], m = 0;
+  for (int32_t i = 0; i < s.ndim; ++i) {
+    if (s.sizes[i] == 1) continue;
+    int32_t j = m++;
+    for (; j > 0 && s.strides[0][order[j - 1]] < s.strides[0][i]; --j) order[j] = order[j - 1];
+    order[j] = i;
+  }
+  walk_start(w, s.nviews);
+  for (int32_t i = 0; i < m; ++i) {
+    int64_t strides[WALK_MAX_VIEWS];
+    for (int32_t v = 0; v < s.nviews; ++v) strides[v] = s.strides[v][order[i]];
+    walk_push(w, s.sizes[order[i]], strides);
+  }
+}
 
 /* Lays `nviews` stride arrays (each of `ndim` entries) over `sizes`. */
 static inline void walk_init(walk_t* w, int32_t ndim, const int64_t* sizes, int32_t nviews,
                              const int64_t* const* strides) {
-  w->nviews = nviews;
-  w->ndim = 0;
-  w->numel = 1;
-  for (int32_t d = 0; d < ndim; ++d) w->numel *= sizes[d];
+  walk_start(w, nviews);
   for (int32_t d = 0; d < ndim; ++d) {
-    if (sizes[d] == 1) continue;
-    int32_t p = w->ndim - 1;
-    bool merge = p >= 0;
-    for (int32_t v = 0; merge && v < nviews; ++v)
-      merge = w->strides[v][p] == strides[v][d] * sizes[d];
-    if (merge) {
-      w->sizes[p] *= sizes[d];
-      for (int32_t v = 0; v < nviews; ++v) w->strides[v][p] = strides[v][d];
-      continue;
-    }
-    w->sizes[w->ndim] = sizes[d];
-    for (int32_t v = 0; v < nviews; ++v) w->strides[v][w->ndim] = strides[v][d];
-    w->ndim++;
-  }
-  if (w->ndim == 0) {
-    w->ndim = 1;
-    w->sizes[0] = w->numel;
-    for (int32_t v = 0; v < nviews; ++v) w->strides[v][0] = 1;
+    int64_t st[WALK_MAX_VIEWS];
+    for (int32_t v = 0; v < nviews; ++v) st[v] = strides[v][d];
+    walk_push(w, sizes[d], st);
   }
 }
 
@@ -76,10 +123,45 @@ static inline void walk_init_views(walk_t* w, int32_t nviews, const tpu_view_t* 
   walk_init(w, views[0]->ndim, views[0]->sizes, nviews, strides);
 }
 
+/* One view's trailing dims [first, ndim). */
+static inline void walk_init_tail(walk_t* w, const tpu_view_t* v, int32_t first) {
+  const int64_t* strides[1] = {v->strides + first};
+  walk_init(w, v->ndim - first, v->sizes + first, 1, strides);
+}
+
+/* ---- walking ---------------------------------------------------------------- */
+
+/* Elements of the first `ndims` dims. */
+static inline int64_t walk_outer_numel(const walk_t* w, int32_t ndims) {
+  int64_t n = 1;
+  for (int32_t d = 0; d < ndims; ++d) n *= w->sizes[d];
+  return n;
+}
+
+/* offs[v]: view v's offset of element k, numbering over the first `ndims` dims. */
+static inline void walk_offsets(const walk_t* w, int32_t ndims, int64_t k, int64_t* offs) {
+  for (int32_t v = 0; v < w->nviews; ++v) offs[v] = 0;
+  for (int32_t d = ndims - 1; d >= 0; --d) {
+    int64_t i = k % w->sizes[d];
+    k /= w->sizes[d];
+    for (int32_t v = 0; v < w->nviews; ++v) offs[v] += i * w->strides[v][d];
+  }
+}
+
+/* offsets[v]: offset in view v of the run's first element; steps[v]: view
+ * v's step along the run; first: the number of that element. */
+typedef void (*walk_run_fn)(void* arg, const int64_t* offsets, const int64_t* steps, int64_t n,
+                            int64_t first);
+
+/* Calls fn once per innermost run of elements [begin, end), in order. */
 static inline void walk_range(const walk_t* w, int64_t begin, int64_t end, walk_run_fn fn,
                               void* arg) {
   if (begin >= end) return;
-  int64_t idx[TPU_MAX_DIMS], offs[WALK_MAX_VIEWS] = {0}, steps[WALK_MAX_VIEWS];
+  int64_t idx[TPU_MAX_DIMS], offs[WALK_MAX_VIEWS] = {0}, steps[WALK_MAX_VIEWS] = {0};
+  if (w->ndim == 0) { /* a single element */
+    fn(arg, offs, steps, end - begin, begin);
+    return;
+  }
   const int32_t last = w->ndim - 1;
   int64_t rem = begin;
   for (int32_t d = last; d >= 0; --d) {
@@ -104,6 +186,85 @@ static inline void walk_range(const walk_t* w, int64_t begin, int64_t end, walk_
   }
 }
 
+/* A contiguous buffer and the elements of view 0 it moves to or from. */
+typedef struct walk_move {
+  char* buf;
+  tpu_dtype_t buf_dtype;
+  int64_t buf_size;
+  char* base; /* view 0's origin */
+  tpu_dtype_t dtype;
+  int64_t size;
+  int64_t first; /* element held by buf[0] */
+  bool load;     /* view -> buffer, else buffer -> view */
+} walk_move_t;
+
+static inline void walk_move_run(void* arg, const int64_t* offs, const int64_t* steps, int64_t n,
+                                 int64_t first) {
+  const walk_move_t* m = (const walk_move_t*)arg;
+  char* b = m->buf + (first - m->first) * m->buf_size;
+  char* e = m->base + offs[0] * m->size;
+  if (m->load)
+    tpu_convert(b, m->buf_dtype, 1, e, m->dtype, steps[0], n);
+  else
+    tpu_convert(e, m->dtype, steps[0], b, m->buf_dtype, 1, n);
+}
+
+/* Gathers elements [k, k + n) of view 0 (at `base`, dtype `dt`) into the
+ * contiguous buffer `buf` of dtype `bt`, converting. */
+static inline void walk_gather(void* buf, tpu_dtype_t bt, const void* base, tpu_dtype_t dt,
+                               const walk_t* w, int64_t k, int64_t n) {
+  walk_move_t m = {(char*)buf, bt, (int64_t)tpu_dtype_size(bt), (char*)base, dt,
+                   (int64_t)tpu_dtype_size(dt), k, true};
+  walk_range(w, k, k + n, walk_move_run, &m);
+}
+
+/* The inverse of walk_gather: writes buf's n elements to [k, k + n). */
+static inline void walk_scatter(void* base, tpu_dtype_t dt, const walk_t* w, int64_t k,
+                                const void* buf, tpu_dtype_t bt, int64_t n) {
+  walk_move_t m = {(char*)buf, bt, (int64_t)tpu_dtype_size(bt), (char*)base, dt,
+                   (int64_t)tpu_dtype_size(dt), k, false};
+  walk_range(w, k, k + n, walk_move_run, &m);
+}
+
+/* ---- views ---------------------------------------------------------------- */
+
+/* Address of the element at `offset` (in elements) from the view's origin. */
+static inline char* view_at(const tpu_view_t* v, int64_t offset) {
+  return (char*)tpu_view_ptr(v) + offset * (int64_t)tpu_dtype_size(v->dtype);
+}
+
+/* One element, at `offset` (in elements), as float64 or int64 and back,
+ * with tpu_convert's casts: for per-element code (the reference kernels,
+ * per-row statistics, 0-dim scalars). */
+static inline double view_get_f64(const tpu_view_t* v, int64_t offset) {
+  double x;
+  tpu_convert(&x, TPU_DTYPE_F64, 1, view_at(v, offset), v->dtype, 1, 1);
+  return x;
+}
+static inline int64_t view_get_i64(const tpu_view_t* v, int64_t offset) {
+  int64_t x;
+  tpu_convert(&x, TPU_DTYPE_I64, 1, view_at(v, offset), v->dtype, 1, 1);
+  return x;
+}
+static inline void view_set_f64(const tpu_view_t* v, int64_t offset, double x) {
+  tpu_convert(view_at(v, offset), v->dtype, 1, &x, TPU_DTYPE_F64, 1, 1);
+}
+static inline void view_set_i64(const tpu_view_t* v, int64_t offset, int64_t x) {
+  tpu_convert(view_at(v, offset), v->dtype, 1, &x, TPU_DTYPE_I64, 1, 1);
+}
+
+/* A contiguous view of `ndim`/`sizes` at host pointer `ptr`. */
+static inline tpu_view_t view_of(void* ptr, tpu_dtype_t dtype, int32_t ndim,
+                                 const int64_t* sizes) {
+  tpu_view_t v = {0};
+  v.addr = (uint64_t)(uintptr_t)ptr;
+  v.dtype = dtype;
+  v.ndim = ndim;
+  for (int32_t d = 0; d < ndim; ++d) v.sizes[d] = sizes[d];
+  tpu_view_set_contiguous(&v);
+  return v;
+}
+
 /* Right-aligned broadcast of `v` to `ndim`/`sizes` (stride 0 where v has size 1
  * or lacks the dim). False when the shapes do not broadcast. */
 static inline bool view_expand(const tpu_view_t* v, int32_t ndim, const int64_t* sizes,
@@ -122,8 +283,20 @@ static inline bool view_expand(const tpu_view_t* v, int32_t ndim, const int64_t*
   return true;
 }
 
-static inline char* view_at(const tpu_view_t* v, int64_t offset) {
-  return (char*)tpu_view_ptr(v) + offset * (int64_t)tpu_dtype_size(v->dtype);
+static inline bool views_same_shape(const tpu_view_t* a, const tpu_view_t* b) {
+  if (a->ndim != b->ndim) return false;
+  for (int32_t d = 0; d < a->ndim; ++d)
+    if (a->sizes[d] != b->sizes[d]) return false;
+  return true;
+}
+
+/* The same elements in the same layout (strides of size-1 dims aside). */
+static inline bool views_same(const tpu_view_t* a, const tpu_view_t* b) {
+  if (a->addr != b->addr || a->dtype != b->dtype || a->ndim != b->ndim) return false;
+  for (int32_t d = 0; d < a->ndim; ++d)
+    if (a->sizes[d] != b->sizes[d] || (a->sizes[d] > 1 && a->strides[d] != b->strides[d]))
+      return false;
+  return true;
 }
 
 /* True when the bytes two views can touch intersect (conservative). */
@@ -142,26 +315,18 @@ static inline bool views_overlap(const tpu_view_t* a, const tpu_view_t* b) {
   return lo[0] < hi[1] && lo[1] < hi[0];
 }
 
-static inline bool views_same(const tpu_view_t* a, const tpu_view_t* b) {
-  if (a->addr != b->addr || a->dtype != b->dtype || a->ndim != b->ndim) return false;
-  for (int32_t d = 0; d < a->ndim; ++d)
-    if (a->sizes[d] != b->sizes[d] || (a->sizes[d] > 1 && a->strides[d] != b->strides[d]))
-      return false;
-  return true;
-}
-
 /* ---- converting copy ---------------------------------------------------- */
 
 typedef struct walk_copy_job {
-  walk_t walk;
+  walk_t walk; /* view 0: dst, 1: src */
   char *dst, *src;
   tpu_dtype_t dst_dtype, src_dtype;
   int64_t dst_size, src_size;
 } walk_copy_job_t;
 
 static inline void walk_copy_run(void* arg, const int64_t* offs, const int64_t* steps, int64_t n,
-                                 int64_t logical) {
-  (void)logical;
+                                 int64_t first) {
+  (void)first;
   const walk_copy_job_t* j = (const walk_copy_job_t*)arg;
   tpu_convert(j->dst + offs[0] * j->dst_size, j->dst_dtype, steps[0],
               j->src + offs[1] * j->src_size, j->src_dtype, steps[1], n);
@@ -185,26 +350,6 @@ static inline void view_copy(const tpu_view_t* dst, const tpu_view_t* src) {
   j.dst_size = (int64_t)tpu_dtype_size(dst->dtype);
   j.src_size = (int64_t)tpu_dtype_size(src->dtype);
   tpu_parallel_for(j.walk.numel, WALK_GRAIN, walk_copy_chunk, &j);
-}
-
-/* A contiguous view of `ndim`/`sizes` at host pointer `ptr`. */
-static inline tpu_view_t view_of(void* ptr, tpu_dtype_t dtype, int32_t ndim,
-                                 const int64_t* sizes) {
-  tpu_view_t v = {0};
-  v.addr = (uint64_t)(uintptr_t)ptr;
-  v.dtype = dtype;
-  v.ndim = ndim;
-  for (int32_t d = 0; d < ndim; ++d) v.sizes[d] = sizes[d];
-  tpu_view_set_contiguous(&v);
-  return v;
-}
-
-/* Wraps dim into [0, ndim) (0-dim tensors accept -1 and 0); false if out of range. */
-static inline bool wrap_dim(int64_t dim, int32_t ndim, int64_t* out) {
-  int64_t n = ndim > 0 ? ndim : 1;
-  if (dim < -n || dim >= n) return false;
-  *out = dim < 0 ? dim + n : dim;
-  return true;
 }
 
 #endif /* TPU_KERNELS_VIEW_WALK_H_ */
