@@ -143,6 +143,18 @@ static int grow(void** data, const void* inline_data, int64_t count, int64_t* ca
   return 1;
 }
 
+/* Copies the used part of a view only: the graph is written by the thread
+ * that submits and read by a queue worker on another core, so every byte
+ * written here crosses between caches. */
+static void copy_view(tpu_view_t* dst, const tpu_view_t* src) {
+  int32_t n = src->ndim >= 0 && src->ndim <= TPU_MAX_DIMS ? src->ndim : 0;
+  dst->addr = src->addr;
+  dst->dtype = src->dtype;
+  dst->ndim = src->ndim;
+  memcpy(dst->sizes, src->sizes, sizeof(int64_t) * (size_t)n);
+  memcpy(dst->strides, src->strides, sizeof(int64_t) * (size_t)n);
+}
+
 tpu_status_t tpu_graph_add_node(tpu_graph_t* g, tpu_op_id_t op, const tpu_value_t* inputs,
                                 int32_t num_inputs, const tpu_view_t* outputs,
                                 int32_t num_outputs, const tpu_attr_t* attrs, int32_t num_attrs) {
@@ -166,9 +178,13 @@ tpu_status_t tpu_graph_add_node(tpu_graph_t* g, tpu_op_id_t op, const tpu_value_
   if (num_attrs) memcpy(slot->node.attrs, attrs, sizeof(tpu_attr_t) * (size_t)num_attrs);
   slot->input_offset = g->input_count;
   slot->output_offset = g->output_count;
-  if (num_inputs) memcpy(g->inputs + g->input_count, inputs, sizeof(tpu_value_t) * (size_t)num_inputs);
-  if (num_outputs)
-    memcpy(g->outputs + g->output_count, outputs, sizeof(tpu_view_t) * (size_t)num_outputs);
+  for (int32_t i = 0; i < num_inputs; ++i) {
+    tpu_value_t* dst = &g->inputs[g->input_count + i];
+    dst->kind = inputs[i].kind;
+    if (inputs[i].kind == TPU_VALUE_VIEW) copy_view(&dst->u.view, &inputs[i].u.view);
+    else dst->u.scalar = inputs[i].u.scalar;
+  }
+  for (int32_t i = 0; i < num_outputs; ++i) copy_view(&g->outputs[g->output_count + i], &outputs[i]);
   g->input_count += num_inputs;
   g->output_count += num_outputs;
   return TPU_OK;

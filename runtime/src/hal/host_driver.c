@@ -285,9 +285,21 @@ static tpu_status_t run_command(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
   return tpu_status_make(TPU_CODE_INTERNAL, "unknown command %d", (int)cmd->kind);
 }
 
-/* How long an idle worker polls for new work before it sleeps. Eager
- * programs submit op after op; polling spares each submission a wake-up. */
-#define SPIN_NS 50000
+/* How long an idle worker polls for new work before it sleeps
+ * (TORCH_TPU_QUEUE_SPIN_US, default below). Polling spares a submission the
+ * wake-up of a sleeping worker, but on a machine with few cores a polling
+ * worker also takes cycles from the thread that submits. */
+#define DEFAULT_SPIN_US 20
+
+static int64_t spin_ns(void) {
+  static int64_t value = -1;
+  if (value < 0) {
+    const char* env = getenv("TORCH_TPU_QUEUE_SPIN_US");
+    value = (env ? atoll(env) : DEFAULT_SPIN_US) * 1000;
+    if (value < 0) value = 0;
+  }
+  return value;
+}
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -298,8 +310,8 @@ static inline void cpu_relax(void) {
 }
 
 static void wait_for_work(tpu_hal_queue_t* q) {
-  if (q->count == 0 && !q->stop) {
-    int64_t until = now_ns() + SPIN_NS;
+  if (q->count == 0 && !q->stop && spin_ns() > 0) {
+    int64_t until = now_ns() + spin_ns();
     pthread_mutex_unlock(&q->mu);
     while (__atomic_load_n(&q->count, __ATOMIC_ACQUIRE) == 0 && now_ns() < until) {
       for (int i = 0; i < 64; ++i) cpu_relax();
@@ -319,21 +331,34 @@ static void* queue_main(void* arg) {
   snprintf(name, sizeof(name), "tpu%d-queue", q->chip->index);
   pthread_setname_np(pthread_self(), name);
   pthread_mutex_lock(&q->mu);
+  /* Commands are taken in batches: one lock round trip per batch keeps the
+   * queue's cache lines from bouncing between the submitting core and this
+   * one on every op. */
+  enum { BATCH = 32 };
+  tpu_hal_command_t batch[BATCH];
   for (;;) {
     wait_for_work(q);
     if (q->count == 0 && q->stop) break;
-    tpu_hal_command_t cmd = q->ring[q->head];
-    q->head = (q->head + 1) % q->capacity;
+    size_t n = q->count < BATCH ? q->count : BATCH;
+    for (size_t i = 0; i < n; ++i) {
+      batch[i] = q->ring[q->head];
+      q->head = (q->head + 1) % q->capacity;
+    }
     /* running before count: a polling waiter must never see neither. */
     __atomic_store_n(&q->running, true, __ATOMIC_RELEASE);
-    __atomic_store_n(&q->count, q->count - 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&q->count, q->count - n, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&q->mu);
-    tpu_status_t s = run_command(q, &cmd);
-    command_dispose(&cmd);
-    pthread_mutex_lock(&q->mu);
-    if (s != TPU_OK) {
-      if (q->error == TPU_OK) q->error = s;
+    tpu_status_t first = TPU_OK;
+    for (size_t i = 0; i < n; ++i) {
+      tpu_status_t s = run_command(q, &batch[i]);
+      command_dispose(&batch[i]);
+      if (first == TPU_OK) first = s;
       else tpu_status_free(s);
+    }
+    pthread_mutex_lock(&q->mu);
+    if (first != TPU_OK) {
+      if (q->error == TPU_OK) q->error = first;
+      else tpu_status_free(first);
     }
     __atomic_store_n(&q->running, false, __ATOMIC_RELEASE);
     if (q->count == 0) pthread_cond_broadcast(&q->idle);
