@@ -486,7 +486,8 @@ struct NativeKernel final : public c10::OperatorKernel {
 // ---- unboxed entries for the hot signatures ------------------------------------------
 // Boxing copies every tensor into an IValue, and each copy of a tensor that
 // Python holds touches its PyObject (under the GIL). Overloads whose
-// arguments are only tensors and scalars get a typed kernel that reads its
+// arguments are only tensors, scalars, ints and bools (in a few common
+// orders) get a typed kernel that reads its
 // arguments in place; anything unusual (CPU operands, a shape function that
 // defers to PyTorch's meta kernel, a fallback) takes the boxed path.
 
@@ -517,6 +518,24 @@ bool typed_arg(Binding* b, Call& call, const at::Tensor**, size_t i, const c10::
   return r.role == Role::Ignore && is_default(b->handle->schema().arguments()[i], iv);
 }
 
+bool typed_arg(Binding* b, Call& call, const at::Tensor**, size_t i, int64_t v) {
+  const ArgRole& r = b->args[i];
+  if (r.role != Role::Attr) return false;
+  tpu_attr_t& a = call.attrs[r.index];
+  a.kind = TPU_ATTR_INT;
+  a.u.i = v;
+  return true;
+}
+
+bool typed_arg(Binding* b, Call& call, const at::Tensor**, size_t i, bool v) {
+  const ArgRole& r = b->args[i];
+  if (r.role != Role::Attr) return false;
+  tpu_attr_t& a = call.attrs[r.index];
+  a.kind = TPU_ATTR_BOOL;
+  a.u.i = v;
+  return true;
+}
+
 template <class... Args>
 bool typed_fast(Binding* b, at::Tensor* fresh, const Args&... args) {
   Call call;
@@ -538,11 +557,16 @@ torch::jit::Stack boxed_from_typed(Binding* b, const Args&... args) {
   return stack;
 }
 
+// How ATen passes an argument of type A: numbers by value, the rest by
+// const reference (the kernel's C++ signature must match exactly).
+template <class A>
+using Param = std::conditional_t<std::is_arithmetic_v<A>, A, const A&>;
+
 // Functional: Tensor f(args...).
 template <class... Args>
 struct TypedFunctional {
   Binding* b;
-  at::Tensor operator()(const Args&... args) const {
+  at::Tensor operator()(Param<Args>... args) const {
     at::Tensor fresh[kMaxOutputs];
     if (typed_fast(b, fresh, args...)) return std::move(fresh[0]);
     return boxed_from_typed(b, args...)[0].toTensor();
@@ -553,7 +577,7 @@ struct TypedFunctional {
 template <class... Args>
 struct TypedInplace {
   Binding* b;
-  at::Tensor& operator()(at::Tensor& self, const Args&... args) const {
+  at::Tensor& operator()(at::Tensor& self, Param<Args>... args) const {
     at::Tensor fresh[kMaxOutputs];
     if (!typed_fast(b, fresh, self, args...)) boxed_from_typed(b, self, args...);
     return self;
@@ -569,6 +593,8 @@ std::optional<torch::CppFunction> typed_kernel(Binding* b) {
     auto kind = a.real_type()->kind();
     if (kind == c10::TypeKind::TensorType) sig += 'T';
     else if (kind == c10::TypeKind::NumberType) sig += 'S';
+    else if (kind == c10::TypeKind::IntType) sig += 'I';
+    else if (kind == c10::TypeKind::BoolType) sig += 'B';
     else return std::nullopt;
   }
   using T = at::Tensor;
@@ -585,6 +611,7 @@ std::optional<torch::CppFunction> typed_kernel(Binding* b) {
   if (sig == "TS") return torch::CppFunction(TypedFunctional<T, S>{b});
   if (sig == "TTS") return torch::CppFunction(TypedFunctional<T, T, S>{b});
   if (sig == "TTT") return torch::CppFunction(TypedFunctional<T, T, T>{b});
+  if (sig == "TIB") return torch::CppFunction(TypedFunctional<T, int64_t, bool>{b});
   return std::nullopt;
 }
 
