@@ -14,6 +14,7 @@
 #include <tgmath.h>
 
 #include "kernels/elementwise.h"
+#include "kernels/vmath.h"
 
 /* ---- helpers ----------------------------------------------------------------- */
 
@@ -151,7 +152,38 @@ EW_FLOAT_HELPERS(double, d)
 
 /* ---- unary ------------------------------------------------------------------- */
 
-EW_FLOATS(EW_U, ew_exp, r = exp(x))
+/* float32 exp, sigmoid and silu use the SIMD exp of vmath.h (<= 1 ulp, like
+ * PyTorch's vectorised CPU kernels); float64 uses libm. A tile with an
+ * element outside the SIMD range takes the exact per-element path. Every
+ * element reads its input before writing, so out may alias in. */
+static bool ew_exp_range_ok(const float* a, int64_t n, float sign) {
+  int ok = 1;
+  for (int64_t i = 0; i < n; ++i) ok &= vm_exp_ok(sign * a[i]);
+  return ok;
+}
+
+#define EW_VEXP_F32(name, sign, EXPR)                                                  \
+  static int name##_F32(void* out, const void* const* in, int64_t n,                   \
+                        const tpu_ew_params_t* p) {                                    \
+    (void)p;                                                                           \
+    const float* a = (const float*)in[0];                                              \
+    float* o = (float*)out;                                                            \
+    if (ew_exp_range_ok(a, n, sign)) {                                                 \
+      for (int64_t i = 0; i < n; ++i) {                                                \
+        const float x = a[i], e = vm_expf(sign * x);                                   \
+        o[i] = EXPR;                                                                   \
+      }                                                                                \
+    } else {                                                                           \
+      for (int64_t i = 0; i < n; ++i) {                                                \
+        const float x = a[i], e = expf(sign * x);                                      \
+        o[i] = EXPR;                                                                   \
+      }                                                                                \
+    }                                                                                  \
+    return 0;                                                                          \
+  }
+
+EW_VEXP_F32(ew_exp, 1.0f, e)
+EW_U(ew_exp, F64, double, double, r = exp(x))
 EW_FLOATS(EW_U, ew_exp2, r = exp2(x))
 EW_FLOATS(EW_U, ew_expm1, r = expm1(x))
 EW_FLOATS(EW_U, ew_log, r = log(x))
@@ -165,9 +197,11 @@ EW_FLOATS(EW_U, ew_sin, r = sin(x))
 EW_FLOATS(EW_U, ew_cos, r = cos(x))
 EW_FLOATS(EW_U, ew_tan, r = tan(x))
 EW_FLOATS(EW_U, ew_tanh, r = tanh(x))
-EW_FLOATS(EW_U, ew_sigmoid, r = C(1) / (C(1) + exp(-x)))
+EW_VEXP_F32(ew_sigmoid, -1.0f, 1.0f / (1.0f + e))
+EW_U(ew_sigmoid, F64, double, double, r = 1.0 / (1.0 + exp(-x)))
 EW_FLOATS(EW_U, ew_erf, r = erf(x))
-EW_FLOATS(EW_U, ew_silu, r = x / (C(1) + exp(-x)))
+EW_VEXP_F32(ew_silu, -1.0f, x / (1.0f + e))
+EW_U(ew_silu, F64, double, double, r = x / (1.0 + exp(-x)))
 EW_FLOATS(EW_U, ew_gelu,
           r = p->mode ? C(0.5) * x *
                             (C(1) + tanh(C(EW_SQRT2 * EW_2_SQRTPI * 0.5) *
