@@ -518,22 +518,20 @@ bool typed_arg(Binding* b, Call& call, const at::Tensor**, size_t i, const c10::
   return r.role == Role::Ignore && is_default(b->handle->schema().arguments()[i], iv);
 }
 
-bool typed_arg(Binding* b, Call& call, const at::Tensor**, size_t i, int64_t v) {
+bool typed_int_attr(Binding* b, Call& call, size_t i, tpu_attr_kind_t kind, int64_t v) {
   const ArgRole& r = b->args[i];
   if (r.role != Role::Attr) return false;
-  tpu_attr_t& a = call.attrs[r.index];
-  a.kind = TPU_ATTR_INT;
-  a.u.i = v;
+  call.attrs[r.index].kind = kind;
+  call.attrs[r.index].u.i = v;
   return true;
 }
 
+bool typed_arg(Binding* b, Call& call, const at::Tensor**, size_t i, int64_t v) {
+  return typed_int_attr(b, call, i, TPU_ATTR_INT, v);
+}
+
 bool typed_arg(Binding* b, Call& call, const at::Tensor**, size_t i, bool v) {
-  const ArgRole& r = b->args[i];
-  if (r.role != Role::Attr) return false;
-  tpu_attr_t& a = call.attrs[r.index];
-  a.kind = TPU_ATTR_BOOL;
-  a.u.i = v;
-  return true;
+  return typed_int_attr(b, call, i, TPU_ATTR_BOOL, v);
 }
 
 template <class... Args>
