@@ -241,6 +241,7 @@ struct tpu_hal_queue {
   size_t head, count, capacity;
   bool running;  /* a command is executing */
   bool sleeping; /* the worker waits on has_work: submitters must signal */
+  bool inline_active; /* a submitter is running a small command itself */
   bool stop;
   tpu_status_t error; /* first failure since the last wait_idle */
 };
@@ -261,6 +262,13 @@ static tpu_status_t run_graph(tpu_hal_queue_t* q, tpu_graph_t* graph) {
     if (s != TPU_OK) return tpu_status_annotate(s, "in op '%s' on tpu:%d", def->name, ctx.chip_index);
   }
   return TPU_OK;
+}
+
+/* Keeps the first error since the last wait_idle; caller holds q->mu. */
+static void record_error(tpu_hal_queue_t* q, tpu_status_t s) {
+  if (s == TPU_OK) return;
+  if (q->error == TPU_OK) q->error = s;
+  else tpu_status_free(s);
 }
 
 static tpu_status_t run_command(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
@@ -318,7 +326,7 @@ static void wait_for_work(tpu_hal_queue_t* q) {
     }
     pthread_mutex_lock(&q->mu);
   }
-  while (q->count == 0 && !q->stop) {
+  while ((q->count == 0 || q->inline_active) && !q->stop) {
     q->sleeping = true;
     pthread_cond_wait(&q->has_work, &q->mu);
     q->sleeping = false;
@@ -356,10 +364,7 @@ static void* queue_main(void* arg) {
       else tpu_status_free(s);
     }
     pthread_mutex_lock(&q->mu);
-    if (first != TPU_OK) {
-      if (q->error == TPU_OK) q->error = first;
-      else tpu_status_free(first);
-    }
+    record_error(q, first);
     __atomic_store_n(&q->running, false, __ATOMIC_RELEASE);
     if (q->count == 0) pthread_cond_broadcast(&q->idle);
   }
@@ -400,8 +405,40 @@ static void host_queue_destroy(tpu_hal_queue_t* q) {
   free(q);
 }
 
+/* Work small enough to run on the submitting thread when the queue is idle:
+ * handing it to the worker would cost more (a cross-core hand-off per op)
+ * than running it. Order is kept: nothing is queued or running ahead of it,
+ * and later submissions queue behind it; its error is recorded on the queue
+ * like any other, for the next synchronisation. */
+#define INLINE_MAX_ELEMENTS 4096
+
+static bool is_small(const tpu_hal_command_t* cmd) {
+  if (cmd->kind != TPU_HAL_CMD_EXEC || tpu_graph_node_count(cmd->u.exec.graph) != 1) return false;
+  const tpu_node_t* node = tpu_graph_node(cmd->u.exec.graph, 0);
+  int64_t total = 0;
+  for (int32_t i = 0; i < node->num_outputs; ++i) total += tpu_view_numel(&node->outputs[i]);
+  for (int32_t i = 0; i < node->num_inputs; ++i)
+    if (node->inputs[i].kind == TPU_VALUE_VIEW) total += tpu_view_numel(&node->inputs[i].u.view);
+  return total <= INLINE_MAX_ELEMENTS;
+}
+
 static tpu_status_t host_queue_submit(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
+  bool small = is_small(cmd);
   pthread_mutex_lock(&q->mu);
+  if (small && q->count == 0 && !q->running && !q->inline_active) {
+    __atomic_store_n(&q->inline_active, true, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&q->mu);
+    tpu_status_t s = run_command(q, cmd);
+    command_dispose(cmd);
+    pthread_mutex_lock(&q->mu);
+    record_error(q, s);
+    __atomic_store_n(&q->inline_active, false, __ATOMIC_RELEASE);
+    bool wake = q->count > 0 && q->sleeping;
+    if (q->count == 0) pthread_cond_broadcast(&q->idle);
+    pthread_mutex_unlock(&q->mu);
+    if (wake) pthread_cond_signal(&q->has_work);
+    return TPU_OK;
+  }
   if (q->count == q->capacity) {
     size_t cap = q->capacity * 2;
     tpu_hal_command_t* ring = malloc(sizeof(*ring) * cap);
@@ -431,12 +468,13 @@ static tpu_status_t host_queue_submit(tpu_hal_queue_t* q, tpu_hal_command_t* cmd
 static tpu_status_t host_queue_wait_idle(tpu_hal_queue_t* q) {
   int64_t until = now_ns() + SYNC_SPIN_NS;
   while ((__atomic_load_n(&q->count, __ATOMIC_ACQUIRE) > 0 ||
-          __atomic_load_n(&q->running, __ATOMIC_ACQUIRE)) &&
+          __atomic_load_n(&q->running, __ATOMIC_ACQUIRE) ||
+          __atomic_load_n(&q->inline_active, __ATOMIC_ACQUIRE)) &&
          now_ns() < until) {
     for (int i = 0; i < 16; ++i) cpu_relax();
   }
   pthread_mutex_lock(&q->mu);
-  while (q->count > 0 || q->running) pthread_cond_wait(&q->idle, &q->mu);
+  while (q->count > 0 || q->running || q->inline_active) pthread_cond_wait(&q->idle, &q->mu);
   tpu_status_t s = q->error;
   q->error = TPU_OK;
   pthread_mutex_unlock(&q->mu);
@@ -445,7 +483,7 @@ static tpu_status_t host_queue_wait_idle(tpu_hal_queue_t* q) {
 
 static bool host_queue_is_idle(tpu_hal_queue_t* q) {
   pthread_mutex_lock(&q->mu);
-  bool idle = q->count == 0 && !q->running;
+  bool idle = q->count == 0 && !q->running && !q->inline_active;
   pthread_mutex_unlock(&q->mu);
   return idle;
 }

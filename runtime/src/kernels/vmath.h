@@ -38,7 +38,10 @@ static inline float vm_expf(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * z + r + 1.0f;
-  int32_t bits = ((int32_t)n + 127) << 23;
+  /* Out-of-range (and NaN) inputs are recomputed by the caller; clamp n so
+   * building 2^n stays defined for them. */
+  n = fminf(fmaxf(n, -127.0f), 128.0f);
+  uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
   float scale;
   memcpy(&scale, &bits, sizeof(scale));
   return p * scale;
