@@ -31,7 +31,10 @@ class CMakeBuild(build_ext):
         ])
         subprocess.check_call(["cmake", "--build", build_dir, "-j", jobs, "--target", "tpu_bridge"])
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        shutil.copy2(os.path.join(lib_dir, os.path.basename(target)), target)
+        # Atomic replace: a running process keeps the module it has mapped.
+        tmp = target + ".tmp"
+        shutil.copy2(os.path.join(lib_dir, os.path.basename(target)), tmp)
+        os.replace(tmp, target)
 
 
 setup(ext_modules=[CMakeExtension("torch_tpu._C")], cmdclass={"build_ext": CMakeBuild})

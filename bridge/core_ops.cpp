@@ -220,7 +220,8 @@ void record_stream(at::Tensor& self, c10::Stream stream) {
 }
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
-  at::Tensor host = at::empty({}, self.options().device(at::kCPU));
+  // self has one element but any shape ([], [1], [1, 1], ...).
+  at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
   copy_d2h(host, self, false);
   return host.item();
 }

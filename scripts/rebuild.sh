@@ -4,4 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake --build build/py -j "$(nproc)" --target tpu_bridge
-cp build/py/lib/_C*.so torch_tpu/
+# Replace the module atomically: a running process that has it mapped keeps
+# the old file instead of seeing it rewritten under it.
+for so in build/py/lib/_C*.so; do
+  cp "$so" "torch_tpu/.$(basename "$so").tmp"
+  mv -f "torch_tpu/.$(basename "$so").tmp" "torch_tpu/$(basename "$so")"
+done

@@ -511,3 +511,9 @@ def test_tile_boundaries(inner):
     dst = torch.zeros(inner, 3, device="tpu")
     dst.copy_(a.t())
     assert_same(dst, a.t().contiguous(), exact=True)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1), (1, 1, 1)])
+def test_item_of_any_one_element_shape(shape):
+    t = torch.full(shape, 2.5)
+    assert t.to("tpu").item() == t.item()

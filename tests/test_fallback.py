@@ -273,3 +273,25 @@ def error_env_results():
                                   "switching_back_to_warn_works"])
 def test_fallback_env_error(error_env_results, name):
     check_result(error_env_results, name)
+
+
+def test_convolution_falls_back_with_gradients():
+    """conv has no native kernel yet: it must run (counted) on the CPU, forward
+    and backward, with results and grads equal to CPU's and left on tpu."""
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, requires_grad=True)
+    xt = x.detach().to("tpu").requires_grad_()
+    wt = w.detach().to("tpu").requires_grad_()
+    torch_tpu.reset_counts()
+    y, yt = F.conv2d(x, w, padding=1), F.conv2d(xt, wt, padding=1)
+    y.square().sum().backward()
+    yt.square().sum().backward()
+    assert yt.device.type == "tpu" and xt.grad.device.type == "tpu"
+    torch.testing.assert_close(yt.cpu(), y)
+    torch.testing.assert_close(xt.grad.cpu(), x.grad)
+    torch.testing.assert_close(wt.grad.cpu(), w.grad)
+    counts = torch_tpu.fallback_counts()
+    assert counts.get("aten::convolution", 0) >= 1
+    assert counts.get("aten::convolution_backward", 0) >= 1

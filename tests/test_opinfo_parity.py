@@ -1,0 +1,202 @@
+"""Operator parity against PyTorch's own test data, for CI.
+
+A fixed list of (OpInfo, dtype) pairs that pass today on tpu with no CPU
+fallback at all (taken from the full sweep, ``python -m
+torch_tpu.tools.coverage``, see docs/coverage.md): each must keep giving the
+CPU's results on every sample the OpInfo database makes for it and keep
+running natively. The comparison is the tool's own
+(:func:`torch_tpu.tools.coverage.check_pair`), so this test and the sweep
+cannot drift apart.
+
+A pair that regresses fails here. A pair that is fixed in the sweep can be
+added to PAIRS; one that is removed from it on purpose (an op moved to a
+fallback, say) is removed here in the same change.
+"""
+import pytest
+import torch
+
+import torch_tpu
+from torch_tpu.tools import coverage
+
+# (op_db key: name or name.variant_test_name, dtype)
+PAIRS = [
+    # elementwise, unary
+    ("abs", "float32"), ("abs", "int64"),
+    ("neg", "int8"),
+    ("exp", "float32"), ("exp", "bfloat16"),
+    ("log", "float64"),
+    ("sqrt", "float16"),
+    ("rsqrt", "float32"),
+    ("sin", "float32"), ("sin", "bfloat16"),
+    ("tanh", "float16"),
+    ("sigmoid", "float32"),
+    ("erf", "float32"),
+    ("floor", "float32"),
+    ("round", "float32"),
+    ("reciprocal", "float32"),
+    ("sign", "int32"),
+    ("bitwise_not", "int64"),
+    ("logical_not", "bool"),
+    ("nn.functional.relu", "float32"), ("nn.functional.relu", "bfloat16"),
+    ("nn.functional.gelu", "float32"),
+    ("nn.functional.silu", "bfloat16"),
+    # elementwise, binary and ternary
+    ("add", "float32"), ("add", "int64"), ("add", "bool"), ("add", "bfloat16"),
+    ("sub", "int32"),
+    ("mul", "float16"), ("mul", "uint8"),
+    ("div.no_rounding_mode", "float32"), ("div.no_rounding_mode", "int64"),
+    ("pow", "float32"),
+    ("maximum", "float32"),
+    ("minimum", "int16"),
+    ("eq", "float32"),
+    ("lt", "int64"),
+    ("ge", "float16"),
+    ("bitwise_and", "int32"),
+    ("remainder", "float32"),
+    ("fmod", "int64"),
+    ("logical_and", "bool"),
+    ("where", "float32"),
+    ("clamp", "float32"),
+    # reductions
+    ("sum", "float32"), ("sum", "int64"), ("sum", "bfloat16"),
+    ("mean", "float32"), ("mean", "float16"),
+    ("prod", "int32"),
+    ("amax", "float32"),
+    ("amin", "int64"),
+    ("argmax", "float32"),
+    ("argmin", "bfloat16"),
+    ("all", "bool"),
+    ("any", "float32"),
+    ("var", "float32"),
+    ("std", "float64"),
+    ("max.reduction_with_dim", "float32"),
+    ("logsumexp", "float32"),
+    # matmul
+    ("mm", "float32"), ("mm", "bfloat16"), ("mm", "float64"),
+    ("bmm", "float32"),
+    ("addmm", "float32"), ("addmm", "bfloat16"),
+    ("baddbmm", "float32"),
+    ("mv", "float32"),
+    ("dot", "int64"),
+    ("matmul", "float32"), ("matmul", "bfloat16"),
+    ("nn.functional.linear", "float32"),
+    # softmax, layer_norm, losses
+    ("softmax", "float32"), ("softmax", "bfloat16"),
+    ("log_softmax", "float32"),
+    ("_softmax_backward_data", "float32"),
+    ("nn.functional.layer_norm", "float32"), ("nn.functional.layer_norm", "bfloat16"),
+    ("native_layer_norm", "float32"),
+    ("nn.functional.nll_loss", "float32"),
+    ("nn.functional.cross_entropy", "float32"),
+    # indexing
+    ("index_select", "float32"), ("index_select", "int64"), ("index_select", "bool"),
+    ("take_along_dim", "float32"),
+    ("scatter_add", "float32"),
+    ("index_add", "bfloat16"),
+    # cat and friends, copies, views
+    ("cat", "float32"), ("cat", "bool"), ("cat", "bfloat16"),
+    ("stack", "int64"),
+    ("to", "bfloat16"),
+    ("clone", "float32"),
+    ("contiguous", "int8"),
+    ("permute", "float32"),
+    ("transpose", "float16"),
+]
+
+
+@pytest.fixture(scope="module")
+def op_by_key():
+    return {coverage.op_key(op): op for op in coverage.load_op_db()}
+
+
+def test_pairs_are_unique_and_known(op_by_key):
+    assert len(set(PAIRS)) == len(PAIRS)
+    for key, dtype in PAIRS:
+        assert key in op_by_key, f"{key} is not in op_db"
+        assert coverage.DTYPE_NAMES[dtype] in coverage.op_dtypes(op_by_key[key]), \
+            f"op_db does not list {dtype} for {key} on the CPU"
+
+
+@pytest.mark.parametrize("key,dtype", PAIRS, ids=[f"{k}-{d}" for k, d in PAIRS])
+def test_parity(op_by_key, key, dtype):
+    rec = coverage.check_pair(op_by_key[key], coverage.DTYPE_NAMES[dtype])
+    assert rec["cpu_ran"] > 0, f"no sample of {key} {dtype} runs on the CPU: {rec['message']}"
+    assert rec["status"] == "pass", (
+        f"{key} {dtype}: {rec['status']} ({rec['passed']}/{rec['cpu_ran']} samples pass): "
+        f"{rec['message']}")
+    assert not rec["fallbacks"], f"{key} {dtype} fell back to the CPU: {rec['fallbacks']}"
+
+
+# ---- the comparison itself catches what it must ---------------------------------------
+
+
+def _sample(*args, **kwargs):
+    from torch.testing._internal.opinfo.core import SampleInput
+    return SampleInput(*args, **kwargs)
+
+
+def test_compare_catches_wrong_values_shapes_dtypes():
+    x = torch.tensor([1.0, 2.0, float("nan")])
+    assert coverage.compare(x.clone(), x) is None                       # NaN == NaN
+    assert "differ" in coverage.compare(torch.tensor([1.0, 2.1, float("nan")]), x)
+    assert "differ" in coverage.compare(torch.tensor([1.0, 2.0, 0.0]), x)
+    assert "shape" in coverage.compare(x[:2], x)
+    assert "dtype" in coverage.compare(x.double(), x)
+    i = torch.tensor([3, 4], dtype=torch.int64)
+    assert "exact" in coverage.compare(torch.tensor([3, 5]), i)
+    assert coverage.compare((x, i), [x, i]) is None                     # tuple vs list
+    assert coverage.compare((x, i), (x, i + 1)) is not None
+    # half types: PyTorch's compare-with-CPU tolerance
+    h = torch.tensor([1.0], dtype=torch.float16)
+    assert coverage.compare(h + 0.0009765625, h) is None
+    assert coverage.compare(h + 0.0078125, h) is not None
+
+
+def test_check_sample_flags_wrong_results_and_fallbacks():
+    x = torch.randn(4, 5)
+    wrong = lambda t: t + (1 if t.device.type == "tpu" else 0)  # noqa: E731
+    assert coverage.check_sample(wrong, _sample(x))[0] == "fail"
+    on_cpu = lambda t: (t * 2).cpu()  # noqa: E731
+    status, msg, _ = coverage.check_sample(on_cpu, _sample(x))
+    assert status == "fail" and "cpu" in msg
+    status, _, fallbacks = coverage.check_sample(torch.add, _sample(x, args=(x,)))
+    assert status == "pass" and not fallbacks
+    # an op without a native kernel: the pass is recorded with its fallback
+    aten, fn = next(((a, f) for a, f in [
+        ("special_bessel_j0", torch.special.bessel_j0),
+        ("special_modified_bessel_i0", torch.special.modified_bessel_i0),
+        ("special_scaled_modified_bessel_k0", torch.special.scaled_modified_bessel_k0),
+    ] if a not in " ".join(torch_tpu.native_ops())), (None, None))
+    if aten is None:
+        pytest.skip("every candidate has a native kernel now")
+    mode = torch_tpu._C.fallback_mode()
+    status, _, fallbacks = coverage.check_sample(fn, _sample(x.abs() + 0.5))
+    assert status == "pass" and any(aten in k for k in fallbacks), fallbacks
+    assert torch_tpu._C.fallback_mode() == mode  # "silent" only during the run
+
+
+def test_check_sample_tpu_error_and_cpu_error():
+    x = torch.randn(3)
+
+    def only_cpu(t):
+        if t.device.type == "tpu":
+            raise RuntimeError("boom")
+        return t
+
+    status, msg, _ = coverage.check_sample(only_cpu, _sample(x))
+    assert status == "error" and "boom" in msg
+    status, _, _ = coverage.check_sample(lambda t: t.view(7), _sample(x))
+    assert status == "cpu-error"
+
+
+def test_samples_keep_layout_and_aliasing():
+    base = torch.arange(24.0).reshape(4, 6)
+    view = base[:, 1::2]                      # strided, offset
+    expanded = torch.arange(3.0).expand(4, 3)  # stride 0
+    moved = coverage.to_tpu((view, expanded, base, "cpu", {"device": torch.device("cpu")}))
+    tv, te, tb, dev, kw = moved
+    assert tv.stride() == view.stride() and tv.storage_offset() == view.storage_offset()
+    assert te.stride() == expanded.stride()
+    assert tv.untyped_storage().data_ptr() == tb.untyped_storage().data_ptr()  # one storage
+    assert dev == "tpu" and kw["device"].type == "tpu"
+    assert torch.equal(tv.cpu(), view) and torch.equal(te.cpu(), expanded)
