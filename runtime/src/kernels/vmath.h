@@ -40,7 +40,8 @@ static inline float vm_expf(float x) {
   p = p * z + r + 1.0f;
   /* Out-of-range (and NaN) inputs are recomputed by the caller; clamp n so
    * building 2^n stays defined for them. */
-  n = fminf(fmaxf(n, -127.0f), 128.0f);
+  n = n >= -127.0f ? n : -127.0f; /* also maps NaN to -127 */
+  n = n <= 128.0f ? n : 128.0f;
   uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
   float scale;
   memcpy(&scale, &bits, sizeof(scale));
