@@ -100,7 +100,6 @@ struct Call {
   tpu_attr_t attrs[TPU_MAX_ATTRS];
   tpu_view_t outputs[kMaxOutputs];
   c10::DeviceIndex device = -1;
-  bool unsupported = false;  // something a native kernel cannot take
 };
 
 [[noreturn]] void device_mismatch(const c10::Device& a, const c10::Device& b) {
