@@ -17,7 +17,8 @@
   X(loss)               \
   X(matmul)             \
   X(index)              \
-  X(random)
+  X(random)             \
+  X(shape)
 
 #define TPU_X_(f) extern const tpu_op_family_t tpu_family_##f;
 TPU_FAMILIES(TPU_X_)

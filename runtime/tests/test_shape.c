@@ -1,0 +1,234 @@
+/* test_shape.c — the shape family (shape.c) against its reference
+ * (tpu_shape_reference): tables of arange/linspace ranges over every dtype
+ * and strided outputs, flip/roll/triu/tril over dtypes, dims and layouts of
+ * self and out (and in-place triu/tril), some known values, and the
+ * fallbacks (bool ranges, bad dims, overlapping outputs). */
+#include "kernel_test_util.h"
+
+tpu_status_t tpu_shape_reference(const tpu_op_def_t* def, const tpu_node_t* node);
+
+static const tpu_dtype_t k_dtypes[] = {TPU_DTYPE_BOOL, TPU_DTYPE_U8,  TPU_DTYPE_I8,
+                                       TPU_DTYPE_I16,  TPU_DTYPE_I32, TPU_DTYPE_I64,
+                                       TPU_DTYPE_F16,  TPU_DTYPE_BF16, TPU_DTYPE_F32,
+                                       TPU_DTYPE_F64};
+#define NDT ((int)(sizeof(k_dtypes) / sizeof(k_dtypes[0])))
+
+/* Runs kernel and reference into two outputs of `shape` (kernel's in
+ * `layout`); fails on any difference. */
+static void run_compare(const char* what, const tpu_op_def_t* def, tpu_value_t* in, int32_t nin,
+                        const tpu_attr_t* attrs, int32_t nattrs, const tpu_view_t* shape,
+                        tt_layout_t layout) {
+  tt_t out = tt_like(shape, layout), want = tt_like(shape, TT_CONTIG);
+  tt_fill_value(&out.view, 7), tt_fill_value(&want.view, 5);
+  tpu_node_t node = tt_node(in, nin, &out.view, 1, attrs, nattrs);
+  node.op = tpu_op_lookup(def->name);
+  CHECK_OK(def->check(def, &node));
+  CHECK_OK(tt_run(def->kernel, def, &node));
+  node.outputs = &want.view;
+  CHECK_OK(tpu_shape_reference(def, &node));
+  tt_compare(what, &out.view, &want.view, 0.0);
+  tt_free(&out), tt_free(&want);
+}
+
+typedef struct seq_case {
+  const char* op;
+  double a, b, c; /* start, end, step (linspace: c = steps) */
+  bool ints;      /* Scalars as INT attrs */
+} seq_case_t;
+
+TEST(shape_arange_linspace_table) {
+  static const seq_case_t cases[] = {
+      {"arange", 0, 10, 1, true},      {"arange", -3, 17, 4, true},
+      {"arange", 20, -5, -3, true},    {"arange", 0, 0, 1, true},
+      {"arange", 0.5, 9.7, 0.3, false}, {"arange", 1, -1, -0.25, false},
+      {"arange", 0, 100000, 1, true},  {"arange", -2.5, 40.25, 1.5, false},
+      {"arange", -2.5, 40.25, 0.125, false}, {"arange", 3, -1, -0.0625, false},
+      {"linspace", 0, 1, 5, false},    {"linspace", -3, 100, 17, true},
+      {"linspace", 10, -10, 1, true},  {"linspace", 2, 3, 0, true},
+      {"linspace", 0, 50, 51, true},   {"linspace", -1.5, 2.75, 100001, false},
+  };
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); ++c) {
+    const seq_case_t* sc = &cases[c];
+    const tpu_op_def_t* def = tt_def(sc->op);
+    if (!def) return;
+    bool lin = sc->op[0] == 'l';
+    tpu_attr_t attrs[3] = {sc->ints ? tt_int((int64_t)sc->a) : tt_float(sc->a),
+                           sc->ints ? tt_int((int64_t)sc->b) : tt_float(sc->b),
+                           (sc->ints || lin) ? tt_int((int64_t)sc->c) : tt_float(sc->c)};
+    for (int t = 1; t < NDT; ++t) {
+      tpu_dtype_t dt = k_dtypes[t];
+      if (!sc->ints && !tpu_dtype_is_floating(dt)) continue;
+      if (dt == TPU_DTYPE_U8 && (sc->a < 0 || sc->b < 0)) continue;
+      if (tpu_dtype_size(dt) == 1 && (fabs(sc->a) > 127 || fabs(sc->b) > 127)) continue;
+      if (!lin && tpu_dtype_size(dt) <= 2 && sc->b > 2000) continue;
+      int64_t n;
+      if (lin) {
+        n = (int64_t)sc->c;
+      } else if (sc->ints) {
+        int64_t st = (int64_t)sc->c, sg = st > 0 ? 1 : -1;
+        n = ((int64_t)sc->b - (int64_t)sc->a + st - sg) / st;
+      } else {
+        n = (int64_t)ceil((sc->b - sc->a) / sc->c);
+      }
+      tpu_view_t shape = {.dtype = dt, .ndim = 1, .sizes = {n}};
+      for (int layout = 0; layout < 2; ++layout) {
+        char what[64];
+        snprintf(what, sizeof(what), "%s case %zu %s", sc->op, c, tpu_dtype_name(dt));
+        run_compare(what, def, NULL, 0, attrs, 3, &shape, layout ? TT_GAPS : TT_CONTIG);
+      }
+    }
+  }
+}
+
+TEST(shape_known_values) {
+  const tpu_op_def_t *ar = tt_def("arange"), *ls = tt_def("linspace");
+  if (!ar || !ls) return;
+  int64_t s3[1] = {3}, s5[1] = {5};
+  tt_t a = tt_make(TPU_DTYPE_F32, 1, s3, TT_CONTIG), l = tt_make(TPU_DTYPE_F64, 1, s5, TT_CONTIG);
+  tpu_attr_t aa[3] = {tt_int(1), tt_float(2.0), tt_float(0.4)};
+  tpu_node_t node = tt_node(NULL, 0, &a.view, 1, aa, 3);
+  CHECK_OK(tt_run(ar->kernel, ar, &node));
+  CHECK_NEAR(tt_get(&a.view, 0), 1.0, 0);
+  CHECK_NEAR(tt_get(&a.view, 2), (double)(float)1.8, 0);
+  tpu_attr_t la[3] = {tt_float(0.0), tt_float(1.0), tt_int(5)};
+  node = tt_node(NULL, 0, &l.view, 1, la, 3);
+  CHECK_OK(tt_run(ls->kernel, ls, &node));
+  for (int k = 0; k < 5; ++k) CHECK_NEAR(tt_get(&l.view, k), 0.25 * k, 0);
+  tt_free(&a), tt_free(&l);
+}
+
+typedef struct lay_case {
+  const char* op;
+  int32_t nd;
+  int64_t sizes[4];
+  int32_t nints;
+  int64_t ints[3]; /* flip: dims; roll: shifts */
+  int32_t ndims;
+  int64_t dims[3]; /* roll: dims */
+  int64_t diag;
+} lay_case_t;
+
+TEST(shape_layout_table) {
+  static const lay_case_t cases[] = {
+      {"flip", 2, {3, 4}, 1, {0}, 0, {0}, 0},
+      {"flip", 3, {2, 3, 4}, 2, {-1, 0}, 0, {0}, 0},
+      {"flip", 3, {2, 3, 4}, 3, {0, 1, 2}, 0, {0}, 0},
+      {"flip", 1, {7}, 0, {0}, 0, {0}, 0},
+      {"flip", 4, {2, 1, 5, 3}, 2, {1, 2}, 0, {0}, 0},
+      {"roll", 2, {3, 4}, 1, {1}, 1, {0}, 0},
+      {"roll", 2, {3, 4}, 2, {-1, 5}, 2, {1, 0}, 0},
+      {"roll", 3, {2, 3, 4}, 3, {1, 2, -7}, 3, {0, 1, 2}, 0},
+      {"roll", 3, {2, 3, 4}, 1, {5}, 0, {0}, 0},
+      {"roll", 2, {4, 5}, 2, {1, 2}, 2, {1, 1}, 0},
+      {"roll", 1, {9}, 1, {-4}, 1, {0}, 0},
+      {"triu", 2, {4, 5}, 0, {0}, 0, {0}, 0},
+      {"triu", 3, {2, 5, 4}, 0, {0}, 0, {0}, -2},
+      {"triu", 3, {3, 3, 6}, 0, {0}, 0, {0}, 3},
+      {"tril", 2, {4, 5}, 0, {0}, 0, {0}, 1},
+      {"tril", 4, {2, 2, 3, 5}, 0, {0}, 0, {0}, -1},
+      {"tril", 2, {6, 3}, 0, {0}, 0, {0}, 9},
+      {"triu", 2, {3, 3}, 0, {0}, 0, {0}, -9},
+  };
+  static const tt_layout_t layouts[] = {TT_CONTIG, TT_TRANSPOSED, TT_PADDED, TT_GAPS};
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); ++c) {
+    const lay_case_t* lc = &cases[c];
+    const tpu_op_def_t* def = tt_def(lc->op);
+    if (!def) return;
+    tpu_attr_t attrs[2];
+    int32_t nattrs = 1;
+    if (lc->op[0] == 't') {
+      attrs[0] = tt_int(lc->diag);
+    } else {
+      attrs[0] = tt_ints(lc->nints, lc->ints);
+      if (lc->op[0] == 'r') attrs[1] = tt_ints(lc->ndims, lc->dims), nattrs = 2;
+    }
+    for (int t = 0; t < NDT; ++t) {
+      for (int sl = 0; sl < 4; ++sl) {
+        for (int ol = 0; ol < 3; ++ol) {
+          tt_t self = tt_make(k_dtypes[t], lc->nd, lc->sizes, layouts[sl]);
+          tt_fill(&self.view, -50, 50, 0);
+          tpu_value_t in[1] = {tt_value(&self.view)};
+          tpu_view_t shape = {0};
+          tpu_node_t node = tt_node(in, 1, NULL, 0, attrs, nattrs);
+          CHECK_OK(def->infer(def, &node, &shape));
+          char what[64];
+          snprintf(what, sizeof(what), "%s case %zu %s layouts %d/%d", lc->op, c,
+                   tpu_dtype_name(k_dtypes[t]), sl, ol);
+          run_compare(what, def, in, 1, attrs, nattrs, &shape, layouts[ol]);
+          tt_free(&self);
+        }
+      }
+    }
+  }
+}
+
+TEST(shape_tri_inplace) {
+  int64_t sizes[3] = {2, 4, 6};
+  for (int up = 0; up < 2; ++up) {
+    const tpu_op_def_t* def = tt_def(up ? "triu" : "tril");
+    if (!def) return;
+    for (int t = 0; t < NDT; ++t) {
+      for (int64_t diag = -2; diag <= 2; ++diag) {
+        tt_t self = tt_make(k_dtypes[t], 3, sizes, TT_PADDED);
+        tt_t orig = tt_make(k_dtypes[t], 3, sizes, TT_CONTIG);
+        tt_t want = tt_make(k_dtypes[t], 3, sizes, TT_CONTIG);
+        tt_fill(&self.view, -9, 9, 0);
+        for (int64_t k = 0; k < 48; ++k) tt_set(&orig.view, k, tt_get(&self.view, k));
+        tpu_attr_t a = tt_int(diag);
+        tpu_value_t in[1] = {tt_value(&self.view)};
+        tpu_node_t node = tt_node(in, 1, &self.view, 1, &a, 1);
+        CHECK_OK(def->check(def, &node));
+        CHECK_OK(tt_run(def->kernel, def, &node));
+        in[0] = tt_value(&orig.view);
+        node.outputs = &want.view;
+        CHECK_OK(tpu_shape_reference(def, &node));
+        tt_compare("tri in-place", &self.view, &want.view, 0.0);
+        tt_free(&self), tt_free(&orig), tt_free(&want);
+      }
+    }
+  }
+}
+
+TEST(shape_fallbacks) {
+  const tpu_op_def_t *ar = tt_def("arange"), *flip = tt_def("flip"), *roll = tt_def("roll"),
+                     *triu = tt_def("triu");
+  if (!ar || !flip || !roll || !triu) return;
+  int64_t s3[1] = {3}, s34[2] = {3, 4};
+  tt_t b = tt_make(TPU_DTYPE_BOOL, 1, s3, TT_CONTIG), f = tt_make(TPU_DTYPE_F32, 1, s3, 0);
+  tpu_attr_t aa[3] = {tt_int(0), tt_int(3), tt_int(1)};
+  tpu_node_t node = tt_node(NULL, 0, &b.view, 1, aa, 3);
+  CHECK_CODE(ar->check(ar, &node), TPU_CODE_UNIMPLEMENTED); /* bool */
+  node.outputs = &f.view;
+  CHECK_OK(ar->check(ar, &node));
+  aa[2] = tt_int(0);
+  node = tt_node(NULL, 0, &f.view, 1, aa, 3);
+  CHECK_CODE(ar->check(ar, &node), TPU_CODE_UNIMPLEMENTED); /* step 0 */
+  aa[2] = tt_int(-1);
+  node = tt_node(NULL, 0, &f.view, 1, aa, 3);
+  CHECK_CODE(ar->check(ar, &node), TPU_CODE_UNIMPLEMENTED); /* sign */
+  aa[2] = tt_int(2);
+  node = tt_node(NULL, 0, &f.view, 1, aa, 3);
+  CHECK_CODE(ar->check(ar, &node), TPU_CODE_UNIMPLEMENTED); /* size mismatch */
+
+  tt_t m = tt_make(TPU_DTYPE_F32, 2, s34, TT_CONTIG), o = tt_make(TPU_DTYPE_F32, 2, s34, 0);
+  tpu_value_t in[1] = {tt_value(&m.view)};
+  int64_t dup[2] = {0, -2}, bad[1] = {2};
+  tpu_attr_t fa = tt_ints(2, dup);
+  node = tt_node(in, 1, &o.view, 1, &fa, 1);
+  CHECK_CODE(flip->check(flip, &node), TPU_CODE_UNIMPLEMENTED); /* duplicate dims */
+  fa = tt_ints(1, bad);
+  node = tt_node(in, 1, &o.view, 1, &fa, 1);
+  CHECK_CODE(flip->check(flip, &node), TPU_CODE_UNIMPLEMENTED); /* dim out of range */
+  fa = tt_ints(1, dup);
+  node = tt_node(in, 1, &m.view, 1, &fa, 1);
+  CHECK_CODE(flip->check(flip, &node), TPU_CODE_UNIMPLEMENTED); /* out is self */
+  tpu_attr_t ra[2] = {tt_ints(2, dup), tt_ints(1, bad)};
+  node = tt_node(in, 1, &o.view, 1, ra, 2);
+  CHECK_CODE(roll->check(roll, &node), TPU_CODE_UNIMPLEMENTED); /* shifts vs dims */
+  tt_t v = tt_make(TPU_DTYPE_F32, 1, s3, 0);
+  tpu_value_t vin[1] = {tt_value(&v.view)};
+  tpu_attr_t ta = tt_int(0);
+  node = tt_node(vin, 1, &f.view, 1, &ta, 1);
+  CHECK_CODE(triu->check(triu, &node), TPU_CODE_UNIMPLEMENTED); /* 1-D */
+  tt_free(&b), tt_free(&f), tt_free(&m), tt_free(&o), tt_free(&v);
+}

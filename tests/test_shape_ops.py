@@ -1,0 +1,36 @@
+"""arange, linspace, flip, roll, triu, tril: native on tpu, equal to CPU."""
+import pytest
+import torch
+
+import torch_tpu
+
+DTYPES = [torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+CASES = {
+    "arange": lambda d, dt: torch.arange(-3, 17, 2, dtype=dt, device=d),
+    "arange_float_step": lambda d, dt: torch.arange(0.5, 9.7, 0.3, device=d).to(dt),
+    "linspace": lambda d, dt: torch.linspace(-2, 5, 33, device=d).to(dt),
+    "flip": lambda d, dt: torch.arange(60, device=d).reshape(3, 4, 5).to(dt).flip(0, 2),
+    "roll": lambda d, dt: torch.arange(24, device=d).reshape(4, 6).to(dt).roll((1, -2), (0, 1)),
+    "roll_flat": lambda d, dt: torch.arange(24, device=d).reshape(4, 6).to(dt).t().roll(5),
+    "triu": lambda d, dt: torch.arange(35, device=d).reshape(5, 7).to(dt).triu(1),
+    "tril_batched": lambda d, dt: torch.arange(60, device=d).reshape(3, 4, 5).to(dt).tril(-1),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_shape_op_native_and_equal(name, dtype):
+    fn = CASES[name]
+    torch_tpu.reset_counts()
+    got = fn("tpu", dtype)
+    assert torch_tpu.fallback_counts() == {}, torch_tpu.fallback_counts()
+    torch.testing.assert_close(got.cpu(), fn("cpu", dtype), rtol=0, atol=0)
+
+
+def test_triu_in_place_on_a_view():
+    base = torch.arange(36.0).reshape(6, 6)
+    t = base.to("tpu")
+    t[1:5, 1:5].triu_(1)
+    base[1:5, 1:5].triu_(1)
+    torch.testing.assert_close(t.cpu(), base, rtol=0, atol=0)
