@@ -22,10 +22,12 @@ static tpu_status_t copy_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   return tpu_ew_copy(&node->outputs[0], &node->inputs[0].u.view);
 }
 
-static tpu_status_t copy_infer(const tpu_op_def_t* def, const tpu_node_t* node,
-                               tpu_view_t* out_views) {
-  if (node->num_inputs != 1 || node->inputs[0].kind != TPU_VALUE_VIEW)
-    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: expected a source tensor", def->name);
+/* Shape function of all three rows: the output is input 0's shape and dtype,
+ * contiguous. */
+static tpu_status_t like_input0_infer(const tpu_op_def_t* def, const tpu_node_t* node,
+                                      tpu_view_t* out_views) {
+  if (node->num_inputs < 1 || node->inputs[0].kind != TPU_VALUE_VIEW)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: expected a tensor input", def->name);
   out_views[0] = node->inputs[0].u.view;
   out_views[0].addr = 0;
   tpu_view_set_contiguous(&out_views[0]);
@@ -79,10 +81,7 @@ static tpu_status_t fill_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
 static tpu_status_t fill_infer(const tpu_op_def_t* def, const tpu_node_t* node,
                                tpu_view_t* out_views) {
   TPU_RETURN_IF_ERROR(fill_check(def, node));
-  out_views[0] = node->inputs[0].u.view;
-  out_views[0].addr = 0;
-  tpu_view_set_contiguous(&out_views[0]);
-  return TPU_OK;
+  return like_input0_infer(def, node, out_views);
 }
 
 /* ---- zero(self) -> out: fill with 0 ------------------------------------------------ */
@@ -103,19 +102,9 @@ static tpu_status_t zero_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   return tpu_ew_copy(out, &value);
 }
 
-static tpu_status_t zero_infer(const tpu_op_def_t* def, const tpu_node_t* node,
-                               tpu_view_t* out_views) {
-  if (node->num_inputs != 1 || node->inputs[0].kind != TPU_VALUE_VIEW)
-    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: expected self", def->name);
-  out_views[0] = node->inputs[0].u.view;
-  out_views[0].addr = 0;
-  tpu_view_set_contiguous(&out_views[0]);
-  return TPU_OK;
-}
-
 static const tpu_op_def_t g_rows[] = {
-    {"zero", "self", "", "out", "zero_ zero zero.out", zero_kernel, zero_infer, NULL, NULL},
-    {"copy", "src", "", "out", "", copy_kernel, copy_infer, NULL, NULL},
+    {"zero", "self", "", "out", "zero_ zero zero.out", zero_kernel, like_input0_infer, NULL, NULL},
+    {"copy", "src", "", "out", "", copy_kernel, like_input0_infer, NULL, NULL},
     {"fill", "self,value", "", "out",
      "fill.Scalar fill.Tensor fill.Scalar_out fill.Tensor_out fill_.Scalar fill_.Tensor",
      fill_kernel, fill_infer, fill_check, NULL},

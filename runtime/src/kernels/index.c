@@ -54,8 +54,8 @@ static const char* fmt_shape(char* buf, size_t cap, const tpu_view_t* v) {
 static int64_t size_at(const tpu_view_t* v, int32_t d) { return v->ndim ? v->sizes[d] : 1; }
 static int32_t rank1(const tpu_view_t* v) { return v->ndim ? v->ndim : 1; }
 
-tpu_status_t tpu_ix_out_of_bounds(int64_t index, int32_t dim, int64_t size) {
-  return tpu_status_make(TPU_CODE_INDEX_ERROR, "index %lld is out of bounds for dimension %d with size %lld",
+tpu_status_t tpu_ix_out_of_bounds(tpu_status_code_t code, int64_t index, int32_t dim, int64_t size) {
+  return tpu_status_make(code, "index %lld is out of bounds for dimension %d with size %lld",
                          (long long)index, dim, (long long)size);
 }
 
@@ -379,10 +379,9 @@ static tpu_status_t load_index(const tpu_view_t* index, int32_t dim, int32_t msg
   view_copy(&dst, &perm);
   for (int64_t i = 0; i < n; ++i)
     if (buf[i] < 0 || buf[i] >= bound) {
-      long long bad = (long long)buf[i];
+      int64_t bad = buf[i];
       free(buf);
-      return tpu_status_make(code, "index %lld is out of bounds for dimension %d with size %lld",
-                             bad, msg_dim, (long long)bound);
+      return tpu_ix_out_of_bounds(code, bad, msg_dim, bound);
     }
   *out = buf;
   return TPU_OK;

@@ -52,7 +52,7 @@ tpu_status_t tpu_ix_parse(const tpu_op_def_t* def, const tpu_node_t* node, ix_ar
 tpu_status_t tpu_ix_check_out(const ix_args_t* a, const tpu_view_t* out);
 
 /* The message every out-of-range index produces. */
-tpu_status_t tpu_ix_out_of_bounds(int64_t index, int32_t dim, int64_t size);
+tpu_status_t tpu_ix_out_of_bounds(tpu_status_code_t code, int64_t index, int32_t dim, int64_t size);
 
 /* Plain reference: per-element loops, double (or int64) arithmetic. */
 tpu_status_t tpu_index_reference(const tpu_op_def_t* def, const tpu_node_t* node);

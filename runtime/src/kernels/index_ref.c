@@ -83,7 +83,7 @@ static tpu_status_t ref_embedding(const ix_args_t* a, const tpu_view_t* out) {
   for (int64_t i = 0; st == TPU_OK && i < n; ++i) {
     unravel(i, a->index->ndim, a->index->sizes, c);
     int64_t p = get_i(a->index, c);
-    if (p < 0 || p >= a->num_weights) st = tpu_ix_out_of_bounds(p, 0, a->num_weights);
+    if (p < 0 || p >= a->num_weights) st = tpu_ix_out_of_bounds(TPU_CODE_INDEX_ERROR, p, 0, a->num_weights);
     else counts[p]++;
   }
   for (int64_t i = 0; st == TPU_OK && i < n; ++i) {
@@ -120,7 +120,7 @@ tpu_status_t tpu_index_reference(const tpu_op_def_t* def, const tpu_node_t* node
       unravel(e, rank1(out), sizes, c);
       int64_t ic[1] = {c[a.dim]};
       int64_t p = a.kind == IX_GATHER ? get_i(a.index, c) : get_i(a.index, ic);
-      if (p < 0 || p >= bound) return tpu_ix_out_of_bounds(p, a.dim, bound);
+      if (p < 0 || p >= bound) return tpu_ix_out_of_bounds(TPU_CODE_INDEX_ERROR, p, a.dim, bound);
       memcpy(sc, c, sizeof(c));
       sc[a.dim] = p;
       copy_elem(out, c, a.self, sc);
@@ -141,7 +141,7 @@ tpu_status_t tpu_index_reference(const tpu_op_def_t* def, const tpu_node_t* node
     unravel(e, rank1(by_row ? a.src : a.index), sizes, c);
     int64_t ic[1] = {c[a.dim]};
     int64_t p = by_row ? get_i(a.index, ic) : get_i(a.index, c);
-    if (p < 0 || p >= bound) return tpu_ix_out_of_bounds(p, a.dim, bound);
+    if (p < 0 || p >= bound) return tpu_ix_out_of_bounds(TPU_CODE_INDEX_ERROR, p, a.dim, bound);
     memcpy(sc, c, sizeof(c));
     sc[a.dim] = p;
     if (a.kind == IX_SCATTER_ADD || a.kind == IX_INDEX_ADD)
