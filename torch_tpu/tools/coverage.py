@@ -319,13 +319,7 @@ class _Mover:
         if _is_cpu_device(obj):
             self.moved = True
             return torch.device("tpu") if isinstance(obj, torch.device) else "tpu"
-        if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-            return tuple(self(o) for o in obj)
-        if isinstance(obj, list):
-            return [self(o) for o in obj]
-        if isinstance(obj, dict):
-            return {k: self(v) for k, v in obj.items()}
-        return obj
+        return _map_nested(obj, self)
 
 
 def to_tpu(obj):
@@ -470,17 +464,23 @@ def _sync_clean():
 # ---- one sample, one (op, dtype) ----------------------------------------------------------
 
 
+def _map_nested(obj, fn):
+    """fn applied to each element of a plain tuple, list or dict; other
+    objects (named tuples included) are returned as they are."""
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(fn(o) for o in obj)
+    if isinstance(obj, list):
+        return [fn(o) for o in obj]
+    if isinstance(obj, dict):
+        return {k: fn(v) for k, v in obj.items()}
+    return obj
+
+
 def _clone(obj):
     """obj with every tensor cloned (nested in lists, tuples, dicts)."""
     if isinstance(obj, torch.Tensor):
         return obj.detach().clone()
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(_clone(o) for o in obj)
-    if isinstance(obj, list):
-        return [_clone(o) for o in obj]
-    if isinstance(obj, dict):
-        return {k: _clone(v) for k, v in obj.items()}
-    return obj
+    return _map_nested(obj, _clone)
 
 
 def _run_cpu(op, sample, inp, args, kwargs):
