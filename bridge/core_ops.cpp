@@ -226,6 +226,19 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
   return host.item();
 }
 
+// nn.Module.to() keeps Parameter objects (and so tied weights) only when the
+// moved tensor's impl is "shallow-copy compatible" with the original. c10's
+// check knows the built-in dense backends, not PrivateUse1, so answer it for
+// pairs of dense strided tensors on tpu and CPU.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == at::kStrided &&
+           (t.device().type() == c10::DeviceType::PrivateUse1 || t.device().is_cpu());
+  };
+  if (dense(self) && dense(from)) return true;
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -244,6 +257,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
   m.impl("record_stream", TORCH_FN(record_stream));
   m.impl("unfold", TORCH_FN(at::native::unfold));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
 }
 
 }  // namespace torch_tpu

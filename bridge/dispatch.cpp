@@ -627,6 +627,12 @@ std::string bind_one(const std::string& aten, tpu_op_id_t id, Binding& b) {
   if (overload == "default") overload = "";
   auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
   if (!handle) return aten + ": no such ATen overload";
+  // A CompositeImplicitAutograd overload without an autograd kernel of its own
+  // gets its derivative from its decomposition; a device kernel for it would be
+  // reached with autograd already skipped, so gradients would silently stop.
+  if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
+      !handle->hasKernelForDispatchKey(c10::DispatchKey::Autograd))
+    return aten + ": CompositeImplicitAutograd (decomposes before reaching the device)";
   const c10::FunctionSchema& schema = handle->schema();
   const tpu_op_def_t* def = tpu_op_def(id);
   b.handle = *handle;

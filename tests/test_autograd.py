@@ -226,3 +226,41 @@ def test_gradcheck_float64_on_tpu(name):
 def test_gradgradcheck_gelu_on_tpu():
     x = make((2, 3), torch.float64, seed=40).to("tpu").requires_grad_()
     assert torch.autograd.gradgradcheck(F.gelu, [x], eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+def test_where_with_scalar_branch_keeps_autograd():
+    # where.ScalarOther/ScalarSelf are CompositeImplicitAutograd: they must reach
+    # the device through their decomposition, with WhereBackward recorded.
+    x = make((4, 5), torch.float64, seed=41)
+    xc, xt = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
+    for v in (xc, xt):
+        (torch.where(v > 0, v, -1.5) * 2 + torch.where(v < 0.3, 0.25, v)).sum().backward()
+    assert xt.grad is not None
+    assert_same(xt.grad, xc.grad)
+
+
+def test_module_to_tpu_keeps_tied_weights():
+    # nn.Module.to keeps Parameter objects only for "shallow-copy compatible"
+    # tensors; tied embeddings must stay one Parameter on tpu.
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 4)
+            self.head = torch.nn.Linear(4, 10, bias=False)
+            self.head.weight = self.emb.weight
+
+        def forward(self, x):
+            return self.head(self.emb(x))
+
+    torch.manual_seed(0)
+    m = Tied()
+    p = m.emb.weight
+    m.to("tpu")
+    assert m.head.weight is m.emb.weight and m.emb.weight is p
+    assert p.device == TPU0 and len(list(m.parameters())) == 1
+    ref = Tied()
+    ref.load_state_dict({k: v.cpu() for k, v in m.state_dict().items()})
+    x = torch.tensor([[1, 2, 2, 7]])
+    m(x.to("tpu")).pow(2).mean().backward()
+    ref(x).pow(2).mean().backward()
+    assert_same(m.emb.weight.grad, ref.emb.weight.grad, atol=1e-6, rtol=1e-5)

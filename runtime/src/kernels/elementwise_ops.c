@@ -669,7 +669,7 @@ static const tpu_op_def_t g_rows[] = {
            k_bitwise_xor),
     EW_UNARY_ROW(bitwise_not),
     EW_ROW("where", "condition,self,other", "", "out",
-           "where.self where.ScalarOther where.ScalarSelf where.Scalar where.self_out", k_where),
+           "where.self where.self_out", k_where),
     EW_ROW("masked_fill", "self,mask,value", "", "out",
            "masked_fill.Scalar masked_fill.Tensor masked_fill.Scalar_out masked_fill.Tensor_out "
            "masked_fill_.Scalar masked_fill_.Tensor",
