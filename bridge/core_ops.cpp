@@ -9,6 +9,8 @@
 #include <ATen/ops/_unsafe_view_native.h>
 #include <ATen/ops/alias_native.h>
 #include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
@@ -192,9 +194,39 @@ void copy_d2d(const at::Tensor& dst, const at::Tensor& src) {
   if (!target.is_same(dst)) device_copy(dst, target);
 }
 
+// Complex tensors live on tpu as storage (the runtime computes in real
+// dtypes, so complex ops take the counted fallback): copies move them as
+// their real views, (..., 2) pairs of float, float16 or double. Conjugate and
+// negative bits of the source are applied to the destination after the copy.
+void copy_with_bits(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  at::Tensor src = self;
+  bool conj = src.is_conj(), neg = src.is_neg();
+  if (conj) src = src.conj();          // the same memory, conjugate bit cleared
+  if (neg) src = src._neg_view();      // likewise for the negative bit
+  at::Tensor real_dst = dst.is_complex() ? at::view_as_real(dst) : dst;
+  if (src.is_complex() && dst.is_complex()) {
+    real_dst.copy_(at::view_as_real(src), non_blocking);
+  } else if (dst.is_complex()) {       // real -> complex: imaginary part 0
+    real_dst.select(-1, 0).copy_(src, non_blocking);
+    real_dst.select(-1, 1).zero_();
+  } else if (src.is_complex()) {       // complex -> real keeps the real part
+    TORCH_WARN_ONCE("Casting complex values to real discards the imaginary part");
+    dst.copy_(at::view_as_real(src).select(-1, 0), non_blocking);
+    conj = false;
+  } else {
+    dst.copy_(src, non_blocking);
+  }
+  if (conj) real_dst.select(-1, 1).neg_();
+  if (neg) real_dst.neg_();
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   TORCH_CHECK(self.defined() && dst.defined(), "copy_: undefined tensor");
   if (dst.numel() == 0) return dst;
+  if (self.is_complex() || dst.is_complex() || self.is_neg()) {
+    copy_with_bits(self, dst, non_blocking);
+    return dst;
+  }
   bool src_dev = self.device().type() == c10::DeviceType::PrivateUse1;
   bool dst_dev = dst.device().type() == c10::DeviceType::PrivateUse1;
   TORCH_CHECK(to_tpu_dtype(self.scalar_type()) != TPU_DTYPE_INVALID &&
@@ -241,6 +273,18 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 
 }  // namespace
 
+// copy_from reads the conjugate and negative bits itself; without these
+// fallthroughs PyTorch's Conjugate/Negative fallbacks would resolve the source
+// with a clone, which copies through _copy_from again, without end.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));
@@ -257,6 +301,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
   m.impl("record_stream", TORCH_FN(record_stream));
   m.impl("unfold", TORCH_FN(at::native::unfold));
+  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
+  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
 }
 

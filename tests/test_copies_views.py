@@ -517,3 +517,33 @@ def test_tile_boundaries(inner):
 def test_item_of_any_one_element_shape(shape):
     t = torch.full(shape, 2.5)
     assert t.to("tpu").item() == t.item()
+
+
+@pytest.mark.parametrize("dtype", [torch.complex32, torch.complex64, torch.complex128])
+def test_complex_tensors_round_trip(dtype):
+    # Complex tensors are storage on tpu: copies in every direction, dtype
+    # changes, conjugate/negative views and real<->complex casts match CPU.
+    torch.manual_seed(0)
+    c = torch.randn(3, 5, dtype=torch.complex64).to(dtype)
+    t = c.to("tpu")
+    assert t.device.type == "tpu" and t.dtype == dtype
+    same = lambda a, b: torch.equal(torch.view_as_real(a.cpu()), torch.view_as_real(b))
+    assert same(t, c)
+    assert same(t.t().contiguous(), c.t().contiguous())
+    if dtype != torch.complex32:  # CPU has no ComplexHalf conj kernels
+        assert same(t.conj(), c.conj().resolve_conj())
+        assert same(c.conj().to("tpu"), c.conj().resolve_conj())
+        assert torch.equal(t.conj().imag.cpu(), c.conj().imag.resolve_neg())
+        assert same(t.to(torch.complex128), c.to(torch.complex128))
+        assert torch.equal(t.real.cpu(), c.real) and torch.equal(t.imag.cpu(), c.imag)
+        assert t[1, 2].item() == c[1, 2].item()
+    r = torch.randn(4)
+    assert same(r.to("tpu").to(dtype), r.to(dtype))
+
+
+def test_negative_view_copies():
+    x = torch.randn(6)
+    n = x.to("tpu")._neg_view()
+    assert n.is_neg()
+    assert torch.equal(n.cpu(), -x)
+    assert torch.equal(n.clone().cpu(), -x)
