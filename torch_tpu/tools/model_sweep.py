@@ -206,7 +206,12 @@ def pick_head(model_type):
             name = name[0] if name else None
         if name:
             return name, kind == "train"
-    return None
+    # Sub-model types (blip_text_model, ...) are in no mapping: their model
+    # class is named after their config class.
+    import transformers
+    from transformers import CONFIG_MAPPING
+    name = CONFIG_MAPPING[model_type].__name__.replace("Config", "Model")
+    return (name, False) if hasattr(transformers, name) else None
 
 
 def _get(cfg, *names, default=None):
@@ -491,6 +496,27 @@ def sweep(archs, timeout, report):
     return [results[a] for a in archs]
 
 
+def sweep_parallel(archs, timeout, report, jobs):
+    """:func:`sweep` over ``jobs`` interleaved shares of ``archs`` at once."""
+    import threading
+    shares = [archs[i::jobs] for i in range(jobs)]
+    out, lock = {}, threading.Lock()
+
+    def locked_report(r):
+        with lock:
+            report(r)
+
+    def run(share):
+        for r in sweep(share, timeout, locked_report):
+            out[r["arch"]] = r
+    threads = [threading.Thread(target=run, args=(s,)) for s in shares if s]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [out[a] for a in archs]
+
+
 def totals(results):
     ran = [r for r in results if r["status"] != "cpu-error"]
     passed = [r for r in ran if r["status"] == "pass"]
@@ -550,6 +576,7 @@ def main(argv=None):
     p.add_argument("--only", help="comma-separated model types (timm models as timm:NAME)")
     p.add_argument("--no-timm", action="store_true")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per architecture")
+    p.add_argument("--jobs", type=int, default=2, help="worker processes at once")
     p.add_argument("--out", help="markdown report path")
     p.add_argument("--json", help="JSON results path")
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -568,7 +595,7 @@ def main(argv=None):
         fb = sorted(set(r.get("fwd_fallbacks", {})) | set(r.get("bwd_fallbacks", {})))
         print(f"{r['arch']:40s} {r['status']:9s} {', '.join(fb)[:60]} {str(extra)[:100]}",
               flush=True)
-    results = sweep(archs, args.timeout, report)
+    results = sweep_parallel(archs, args.timeout, report, max(1, args.jobs))
     t = totals(results)
     print(json.dumps(t))
     command = "python -m torch_tpu.tools.model_sweep" + (
