@@ -1074,6 +1074,55 @@ def slowest(results, n=15):
                    for r in results), reverse=True)[:n]
 
 
+def core_aten_ops():
+    """The overloads of PyTorch's Core ATen opset (tagged ``core``), as
+    "name" or "name.overload" strings."""
+    out = []
+    for name in dir(torch.ops.aten):
+        try:
+            packet = getattr(torch.ops.aten, name)
+        except Exception:  # noqa: BLE001
+            continue
+        if not isinstance(packet, torch._ops.OpOverloadPacket):
+            continue
+        for ov in packet.overloads():
+            if torch.Tag.core in getattr(packet, ov).tags:
+                out.append(name if ov == "default" else f"{name}.{ov}")
+    return sorted(out)
+
+
+def core_op_table(results):
+    """How tpu serves each Core ATen overload: [(overload, served by,
+    (op, dtype) pairs of the sweep in which an overload of the same ATen op
+    fell back to the CPU)].
+
+    served by: "runtime" (a runtime op row is bound to it), "bridge" (the
+    bridge's own PrivateUse1 kernel: views, factories, copies), "decomposition"
+    (PyTorch decomposes it into other ops before it reaches the device), or
+    "fallback" (it reaches the device and only the CPU fallback serves it)."""
+    from torch._C import _dispatch_has_kernel_for_dispatch_key as has_kernel
+    native = set(torch_tpu.native_ops())
+    fell = collections.Counter()
+    for r in results:
+        for p in r["pairs"]:
+            for k in {k.split("::")[-1].split(".")[0] for k in p["fallbacks"]}:
+                fell[k] += 1
+    rows = []
+    for ov in core_aten_ops():
+        full = "aten::" + ov
+        if ov in native or f"{ov}.default" in native:
+            served = "runtime"
+        elif has_kernel(full, "PrivateUse1"):
+            served = "bridge"
+        elif has_kernel(full, "CompositeImplicitAutograd") or has_kernel(
+                full, "CompositeExplicitAutograd"):
+            served = "decomposition"
+        else:
+            served = "fallback"
+        rows.append((ov, served, fell[ov.split(".")[0]]))
+    return rows
+
+
 def _md_escape(s):
     return (s or "").replace("|", "\\|").replace("\n", " ")
 
@@ -1117,6 +1166,20 @@ def write_markdown(path, results, t, command, elapsed, cap):
     for k, c in t["by_category"].items():
         L.append(f"| {k} | {c['ran_on_cpu']} | {c['pass']} | {c['pass_no_fallback']} | "
                  f"{c['fail']} | {c['error'] + c['crash'] + c['timeout']} | {c['unchecked']} |")
+    core = core_op_table(results)
+    served = collections.Counter(r[1] for r in core)
+    clean = sum(1 for r in core if r[1] != "fallback" and not r[2])
+    L += ["", "## Core ATen opset", "",
+          f"{len(core)} overloads tagged `core` in torch {torch.__version__}: served by a "
+          f"runtime kernel {served['runtime']}, by a bridge kernel (views, factories, copies) "
+          f"{served['bridge']}, by PyTorch's decomposition into other ops "
+          f"{served['decomposition']}, by the CPU fallback only {served['fallback']}. "
+          f"Native with no fallback seen in this sweep: {clean}/{len(core)}. "
+          "The last column counts the (op, dtype) pairs in which an overload of the same "
+          "ATen op fell back to the CPU.", "",
+          "| overload | served by | pairs with a fallback of this op |", "|---|---|---:|"]
+    for ov, how, n in core:
+        L.append(f"| `{ov}` | {how} | {n or ''} |")
     L += ["", "## Most common failure causes", "",
           "| cause | pairs | example | example message |", "|---|---:|---|---|"]
     for cause, n, ex, msg in top_causes(results, 15):
