@@ -98,15 +98,20 @@ def _scale_list(v, cap):
     return [max(1, int(round(x / f))) for x in v]
 
 
-def shrink(d):
-    """Shrink a config dict (``Config().to_dict()``) in place to a tiny model."""
+def shrink(d, widths=True):
+    """Shrink a config dict (``Config().to_dict()``) in place to a tiny model.
+    With ``widths=False`` hidden sizes, heads and head dims stay as they are
+    (for architectures whose shapes do not survive a generic shrink)."""
     layers = {}  # original layer count -> tiny one
     for k, v in list(d.items()):
         if _is_config_dict(v):
-            shrink(v)
+            shrink(v, widths)
         elif isinstance(v, bool) or v is None:
             continue
         elif isinstance(v, int):
+            if not widths and (k in _WIDTH or k in _FFN or k in _HEADS or k in _KV_HEADS
+                               or k in _HEAD_DIM):
+                continue
             if k in _WIDTH and v > TINY_WIDTH:
                 d[k] = TINY_WIDTH
             elif k in _FFN and v > TINY_FFN:
@@ -132,16 +137,19 @@ def shrink(d):
         elif isinstance(v, (list, tuple)) and v and all(isinstance(x, int) for x in v):
             if k in ("depths", "layers", "num_layers", "block_repeats", "stage_depths"):
                 d[k] = [1] * len(v)
-            elif k in ("hidden_sizes", "embed_dims", "conv_dim", "widths", "channels",
-                       "embed_dim", "hidden_dims", "encoder_hidden_sizes"):
+            elif widths and k in ("hidden_sizes", "embed_dims", "conv_dim", "widths",
+                                  "channels", "embed_dim", "hidden_dims",
+                                  "encoder_hidden_sizes"):
                 d[k] = _scale_list(list(v), 64)
-            elif k in ("num_heads", "num_attention_heads", "heads") and v[0] > 0:
+            elif widths and k in ("num_heads", "num_attention_heads", "heads") and v[0] > 0:
                 d[k] = [max(1, x // v[0]) for x in v]
     # Per-layer lists (layer_types, ...) follow the layer count.
     for k, v in list(d.items()):
         if (isinstance(v, (list, tuple)) and len(v) in layers and v
                 and all(isinstance(x, (str, bool)) for x in v)):
             d[k] = list(v[:layers[len(v)]])
+    if not widths:
+        return d
     # Heads must divide the width; key/value heads must divide heads.
     width = next((d[k] for k in ("hidden_size", "d_model", "n_embd", "embed_dim")
                   if isinstance(d.get(k), int) and not isinstance(d.get(k), bool)), None)
@@ -167,10 +175,10 @@ def shrink(d):
     return d
 
 
-def tiny_config(model_type):
+def tiny_config(model_type, widths=True):
     from transformers import CONFIG_MAPPING
     cls = CONFIG_MAPPING[model_type]
-    d = shrink(cls().to_dict())
+    d = shrink(cls().to_dict(), widths)
     d.pop("transformers_version", None)
     return cls.from_dict(d)
 
@@ -264,13 +272,21 @@ def add_labels(model_name, inputs, cfg, gen):
                                          generator=gen)
 
 
-def build(model_type):
+MAX_PARAMS = 40_000_000  # the milder shrink is used only below this size
+
+
+def build(model_type, widths=True):
     import transformers
     head = pick_head(model_type)
     if head is None:
         raise LookupError(f"no model class for {model_type}")
     name, train = head
-    cfg = tiny_config(model_type)
+    cfg = tiny_config(model_type, widths)
+    if not widths:  # count parameters on the meta device before building for real
+        with torch.device("meta"):
+            n = sum(p.numel() for p in getattr(transformers, name)(cfg).parameters())
+        if n > MAX_PARAMS:
+            raise MemoryError(f"{n / 1e6:.0f}M parameters without shrinking widths")
     torch.manual_seed(SEED)
     model = getattr(transformers, name)(cfg).float().eval()
     gen = torch.Generator().manual_seed(SEED)
@@ -372,19 +388,25 @@ def _grad_error(m_tpu, m_cpu):
 def check_arch(arch):
     """Run one architecture on CPU and tpu; returns the result record."""
     rec = {"arch": arch, "status": None}
-    try:
-        if arch.startswith("timm:"):
-            name, train, model, inputs = build_timm(arch[5:])
-        else:
-            name, train, model, inputs = build(arch)
-        rec["model"] = name
-        rec["params"] = sum(p.numel() for p in model.parameters())
-        torch.manual_seed(SEED)
-        with torch.no_grad():
-            expected = model(**inputs)
-    except Exception as e:  # the tiny model does not run on the CPU
-        rec.update(status="cpu-error", error=f"{type(e).__name__}: {str(e)[:300]}")
+    # The generic shrink first; if that model does not run on the CPU, one
+    # with the default widths (layers, vocabulary and sizes still shrunk).
+    for widths in ((True,) if arch.startswith("timm:") else (True, False)):
+        try:
+            if arch.startswith("timm:"):
+                name, train, model, inputs = build_timm(arch[5:])
+            else:
+                name, train, model, inputs = build(arch, widths)
+            rec["model"], rec["widths_shrunk"] = name, widths
+            rec["params"] = sum(p.numel() for p in model.parameters())
+            torch.manual_seed(SEED)
+            with torch.no_grad():
+                expected = model(**inputs)
+            break
+        except Exception as e:  # the tiny model does not run on the CPU
+            rec.update(status="cpu-error", error=f"{type(e).__name__}: {str(e)[:300]}")
+    else:
         return rec
+    rec.pop("error", None)
     m_tpu = copy.deepcopy(model).to("tpu")
     inp_tpu = _to(inputs, "tpu")
     torch_tpu.reset_counts()
