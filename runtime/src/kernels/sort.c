@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "kernels/sort.h"
+#include "kernels/random.h"
 #include "kernels/sort_algo.h"
 
 /* ---- per key type: generated code ------------------------------------------------ */
@@ -176,6 +177,30 @@ KEY_TYPES(QSELECT_DEFINE)
         return 0;                                                                       \
     }                                                                                   \
   }                                                                                     \
+  /* topk's partial_sort (k * 64 <= n) reading keys in place: heap_select only    \
+   * reads the elements past k (those it evicts go where nobody looks again), so   \
+   * they need not be packed first. Same comparisons and moves on [0, k). */        \
+  static void topk_heap_##S(const void* keysp, void* kvp, int64_t n, int64_t k,        \
+                            bool largest) {                                            \
+    const K* x = (const K*)keysp;                                                       \
+    kv_##S* h = (kv_##S*)kvp;                                                           \
+    for (int64_t j = 0; j < k; ++j) h[j].k = x[j], h[j].i = j;                          \
+    if (largest) {                                                                      \
+      desc_##S##_make_heap(h, h + k);                                                   \
+      for (int64_t j = k; j < n; ++j) {                                                 \
+        kv_##S e = {x[j], j};                                                           \
+        if (SA_DESC(e, h[0])) desc_##S##_adjust_heap(h, 0, k, e);                       \
+      }                                                                                 \
+      desc_##S##_sort_heap(h, h + k);                                                   \
+    } else {                                                                            \
+      asc_##S##_make_heap(h, h + k);                                                    \
+      for (int64_t j = k; j < n; ++j) {                                                 \
+        kv_##S e = {x[j], j};                                                           \
+        if (SA_ASC(e, h[0])) asc_##S##_adjust_heap(h, 0, k, e);                         \
+      }                                                                                 \
+      asc_##S##_sort_heap(h, h + k);                                                    \
+    }                                                                                   \
+  }                                                                                     \
   /* lower_bound / upper_bound of ATen's searchsorted (cus_lower_bound). */             \
   static void search_##S(const void* bdp, const int64_t* sorter, int64_t len,          \
                          const void* valp, int64_t* out, int64_t count, bool right) {   \
@@ -205,12 +230,16 @@ typedef struct key_ops {
   int64_t (*process)(const row_job_t* jb, void* kv, void* tmp);
   void (*search)(const void* bd, const int64_t* sorter, int64_t len, const void* vals,
                  int64_t* out, int64_t count, bool right);
+  void (*topk_heap)(const void* keys, void* kv, int64_t n, int64_t k, bool largest);
 } key_ops_t;
 
 static const key_ops_t k_key_ops[3] = {
-    {TPU_DTYPE_I64, sizeof(kv_i64), pack_i64, unpack_i64, process_i64, search_i64},
-    {TPU_DTYPE_F32, sizeof(kv_f32), pack_f32, unpack_f32, process_f32, search_f32},
-    {TPU_DTYPE_F64, sizeof(kv_f64), pack_f64, unpack_f64, process_f64, search_f64},
+    {TPU_DTYPE_I64, sizeof(kv_i64), pack_i64, unpack_i64, process_i64, search_i64,
+     topk_heap_i64},
+    {TPU_DTYPE_F32, sizeof(kv_f32), pack_f32, unpack_f32, process_f32, search_f32,
+     topk_heap_f32},
+    {TPU_DTYPE_F64, sizeof(kv_f64), pack_f64, unpack_f64, process_f64, search_f64,
+     topk_heap_f64},
 };
 /* Key type of each compute type (bool and integers: int64). */
 static const int k_key_of_compute[TPU_COMPUTE_COUNT] = {
@@ -299,6 +328,7 @@ static tpu_status_t sort_infer(const tpu_op_def_t* def, const tpu_node_t* node,
 /* Outputs of the parsed shapes and dtypes, not overlapping the input (unless
  * they are the very same view: rows are read before they are written). */
 static tpu_status_t check_outputs(const sort_args_t* a, const tpu_node_t* node) {
+  if (node->num_outputs == 0) return TPU_OK; /* before outputs exist */
   if (node->num_outputs < a->num_outputs) return unimpl("missing outputs");
   for (int i = 0; i < a->num_outputs; ++i) {
     const tpu_view_t* o = &node->outputs[i];
@@ -349,8 +379,14 @@ static void sort_rows(void* arg, int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       walk_offsets(&p->rows, p->rows.ndim, r, offs);
       tpu_convert(keys, ops->dtype, 1, view_at(in, offs[0]), in->dtype, p->steps[0], n);
-      ops->pack(keys, kv, n);
-      int64_t m = ops->process(&p->job, kv, tmp);
+      int64_t m;
+      if (a->kind == SK_TOPK && a->k > 0 && a->k * 64 <= n) {
+        ops->topk_heap(keys, kv, n, a->k, a->largest);
+        m = a->k;
+      } else {
+        ops->pack(keys, kv, n);
+        m = ops->process(&p->job, kv, tmp);
+      }
       ops->unpack(kv, m, keys, idx);
       tpu_convert(view_at(p->out[0], offs[1]), p->out[0]->dtype, p->steps[1], keys, ops->dtype,
                   1, m);
@@ -641,6 +677,200 @@ static tpu_status_t search_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
   return s;
 }
 
+
+/* ---- randperm and multinomial: sorting random keys ------------------------------ */
+
+/* Largest n whose values 0..n-1 the output dtype holds exactly (0: not native). */
+static const int64_t k_perm_max[TPU_DTYPE_COUNT] = {
+    [TPU_DTYPE_U8] = 256, [TPU_DTYPE_I8] = 128, [TPU_DTYPE_I16] = 32768,
+    [TPU_DTYPE_I32] = (int64_t)1 << 31, [TPU_DTYPE_I64] = INT64_MAX,
+    [TPU_DTYPE_F16] = 2049, [TPU_DTYPE_BF16] = 257, [TPU_DTYPE_F32] = ((int64_t)1 << 24) + 1,
+    [TPU_DTYPE_F64] = ((int64_t)1 << 53) + 1};
+
+static tpu_status_t perm_parse(const tpu_op_def_t* def, const tpu_node_t* node, int64_t* n,
+                               tpu_view_t* shape) {
+  *n = tpu_attr_int(ku_attr(def, node, "n"), -1);
+  if (*n < 0) return unimpl("n must be non-negative");
+  memset(shape, 0, sizeof(*shape));
+  shape->dtype = TPU_DTYPE_I64;
+  shape->ndim = 1;
+  shape->sizes[0] = *n;
+  tpu_view_set_contiguous(shape);
+  return TPU_OK;
+}
+
+static tpu_status_t perm_infer(const tpu_op_def_t* def, const tpu_node_t* node,
+                               tpu_view_t* out_views) {
+  int64_t n;
+  return perm_parse(def, node, &n, &out_views[0]);
+}
+
+static tpu_status_t perm_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  int64_t n;
+  tpu_view_t shape;
+  TPU_RETURN_IF_ERROR(perm_parse(def, node, &n, &shape));
+  if (node->num_outputs == 0) return TPU_OK;
+  const tpu_view_t* o = &node->outputs[0];
+  if (o->ndim != 1 || o->sizes[0] != n) return unimpl("output of another shape");
+  if (o->dtype < 0 || o->dtype >= TPU_DTYPE_COUNT || n > k_perm_max[o->dtype])
+    return unimpl("n does not fit the output dtype");
+  return TPU_OK;
+}
+
+/* The 64-bit Philox key of element i of a stream, in a counter space of its
+ * own (word 3 = tag) so draws never overlap the random family's. */
+static int64_t rand_key(uint64_t seed, uint64_t offset, int64_t i, uint32_t j, uint32_t tag) {
+  uint64_t c = offset + (uint64_t)i;
+  const uint32_t ctr[4] = {(uint32_t)c, (uint32_t)(c >> 32), j, tag};
+  const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+  uint32_t w[4];
+  tpu_philox4x32_10(ctr, key, w);
+  return (int64_t)(((uint64_t)w[0] << 32) | w[1]);
+}
+
+/* randperm: element i gets a random 64-bit key; the permutation is the
+ * order of the keys (ties, all but impossible, by index): uniform, and a
+ * function of (seed, offset) only. */
+static tpu_status_t perm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                tpu_exec_ctx_t* ctx) {
+  (void)ctx;
+  TPU_RETURN_IF_ERROR(perm_check(def, node));
+  int64_t n = node->outputs[0].sizes[0];
+  uint64_t seed = (uint64_t)tpu_attr_int(ku_attr(def, node, "seed"), 0);
+  uint64_t offset = (uint64_t)tpu_attr_int(ku_attr(def, node, "offset"), 0);
+  kv_i64* kv = malloc(sizeof(kv_i64) * (size_t)(n > 0 ? n : 1));
+  int64_t* idx = malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
+  tpu_status_t s = TPU_OK;
+  if (!kv || !idx) {
+    s = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "no host memory for randperm(%lld)", (long long)n);
+  } else {
+    for (int64_t i = 0; i < n; ++i) kv[i].k = rand_key(seed, offset, i, 0, 1), kv[i].i = i;
+    med_i64_sort(kv, n); /* key, then index: a total order */
+    for (int64_t i = 0; i < n; ++i) idx[i] = kv[i].i;
+    const tpu_view_t* o = &node->outputs[0];
+    tpu_convert(tpu_view_ptr(o), o->dtype, o->strides[0], idx, TPU_DTYPE_I64, 1, n);
+  }
+  free(kv);
+  free(idx);
+  return s;
+}
+
+typedef struct multi_args {
+  const tpu_view_t* p;
+  int64_t rows, cats, samples;
+  bool replacement;
+  tpu_view_t shape;
+} multi_args_t;
+
+static tpu_status_t multi_parse(const tpu_op_def_t* def, const tpu_node_t* node,
+                                multi_args_t* a) {
+  memset(a, 0, sizeof(*a));
+  a->p = ku_input(def, node, "self");
+  if (!a->p) return unimpl("expected a tensor");
+  const tpu_view_t* p = a->p;
+  if (!tpu_dtype_is_floating(p->dtype) || p->ndim < 1 || p->ndim > 2)
+    return unimpl("multinomial takes a 1-D or 2-D floating tensor");
+  a->samples = tpu_attr_int(ku_attr(def, node, "num_samples"), 0);
+  a->replacement = tpu_attr_bool(ku_attr(def, node, "replacement"), false);
+  a->cats = p->sizes[p->ndim - 1];
+  a->rows = p->ndim == 2 ? p->sizes[0] : 1;
+  if (a->samples <= 0 || a->cats <= 0 || (!a->replacement && a->samples > a->cats))
+    return unimpl("invalid number of samples or categories");
+  a->shape = *p;
+  a->shape.addr = 0;
+  a->shape.dtype = TPU_DTYPE_I64;
+  a->shape.sizes[p->ndim - 1] = a->samples;
+  tpu_view_set_contiguous(&a->shape);
+  return TPU_OK;
+}
+
+static tpu_status_t multi_infer(const tpu_op_def_t* def, const tpu_node_t* node,
+                                tpu_view_t* out_views) {
+  multi_args_t a;
+  TPU_RETURN_IF_ERROR(multi_parse(def, node, &a));
+  out_views[0] = a.shape;
+  return TPU_OK;
+}
+
+static tpu_status_t multi_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  multi_args_t a;
+  TPU_RETURN_IF_ERROR(multi_parse(def, node, &a));
+  if (node->num_outputs == 0) return TPU_OK;
+  const tpu_view_t* o = &node->outputs[0];
+  if (!views_same_shape(o, &a.shape) || o->dtype != TPU_DTYPE_I64)
+    return unimpl("output of another shape or dtype");
+  return TPU_OK;
+}
+
+/* Per row, with its own counters (offset + row * samples): without
+ * replacement (or one sample) CPU's method, the top `samples` of p / Exp(1)
+ * (exponential races: each draw is the next category to finish); with
+ * replacement, inverse-CDF sampling by binary search. */
+static tpu_status_t multi_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                 tpu_exec_ctx_t* ctx) {
+  (void)ctx;
+  multi_args_t a;
+  TPU_RETURN_IF_ERROR(multi_parse(def, node, &a));
+  const tpu_view_t* o = &node->outputs[0];
+  uint64_t seed = (uint64_t)tpu_attr_int(ku_attr(def, node, "seed"), 0);
+  uint64_t offset = (uint64_t)tpu_attr_int(ku_attr(def, node, "offset"), 0);
+  int64_t n = a.cats, ns = a.samples;
+  double* p = malloc(sizeof(double) * (size_t)n);
+  kv_f64* kv = malloc(sizeof(kv_f64) * (size_t)n);
+  int64_t* res = malloc(sizeof(int64_t) * (size_t)ns);
+  tpu_status_t s = TPU_OK;
+  if (!p || !kv || !res)
+    s = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "no host memory for multinomial");
+  walk_t w;
+  walk_init_tail(&w, a.p, a.p->ndim - 1);
+  for (int64_t r = 0; r < a.rows && s == TPU_OK; ++r) {
+    int64_t poff = a.p->ndim == 2 ? r * a.p->strides[0] : 0;
+    int64_t ooff = o->ndim == 2 ? r * o->strides[0] : 0;
+    walk_gather(p, TPU_DTYPE_F64, view_at(a.p, poff), a.p->dtype, &w, 0, n);
+    double total = 0.0;
+    for (int64_t j = 0; j < n && s == TPU_OK; ++j) {
+      if (!(p[j] >= 0.0 && p[j] < INFINITY))
+        s = tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                            "probability tensor contains either `inf`, `nan` or element < 0");
+      total += p[j];
+    }
+    if (s == TPU_OK && !(total > 0.0))
+      s = tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                          "invalid multinomial distribution (sum of probabilities <= 0)");
+    if (s != TPU_OK) break;
+    uint64_t base = offset + (uint64_t)(r * ns);
+    if (!a.replacement || ns == 1) {
+      for (int64_t j = 0; j < n; ++j) {
+        uint64_t bits = (uint64_t)rand_key(seed, base, 0, (uint32_t)j, 2) >> 11;
+        double e = -log1p(-(double)bits * 0x1p-53); /* Exp(1) */
+        kv[j].k = p[j] / e;
+        kv[j].i = j;
+      }
+      desc_f64_partial_sort(kv, ns, n);
+      for (int64_t q = 0; q < ns; ++q) res[q] = kv[q].i;
+    } else {
+      for (int64_t j = 1; j < n; ++j) p[j] += p[j - 1];
+      for (int64_t q = 0; q < ns; ++q) {
+        uint64_t bits = (uint64_t)rand_key(seed, base, q, 0, 3) >> 11;
+        double u = (double)bits * 0x1p-53 * p[n - 1];
+        int64_t lo = 0, hi = n - 1; /* first j with cdf[j] > u */
+        while (lo < hi) {
+          int64_t mid = lo + (hi - lo) / 2;
+          if (p[mid] > u) hi = mid;
+          else lo = mid + 1;
+        }
+        res[q] = lo;
+      }
+    }
+    tpu_convert(view_at(o, ooff), TPU_DTYPE_I64, o->strides[o->ndim - 1], res, TPU_DTYPE_I64, 1,
+                ns);
+  }
+  free(p);
+  free(kv);
+  free(res);
+  return s;
+}
+
 /* ---- the op table ---------------------------------------------------------------- */
 
 static const sort_impl_t k_sort = {SK_SORT}, k_topk = {SK_TOPK}, k_kth = {SK_KTH},
@@ -670,6 +900,10 @@ static const tpu_op_def_t k_rows[] = {
     {"bucketize", "self,boundaries", "out_int32,right", "out",
      "bucketize.Tensor bucketize.Tensor_out bucketize.Scalar", search_kernel, search_infer,
      search_check, &k_bucketize},
+    {"randperm", "", "n,seed,offset", "out", "randperm.generator_out", perm_kernel, perm_infer,
+     perm_check, NULL},
+    {"multinomial", "self", "num_samples,replacement,seed,offset", "out",
+     "multinomial multinomial.out", multi_kernel, multi_infer, multi_check, NULL},
 };
 
 const tpu_op_family_t tpu_family_sort = {"sort", k_rows,

@@ -94,8 +94,8 @@ tpu_status_t tpu_sort_reference(const tpu_op_def_t* def, const tpu_node_t* node,
   int64_t c[TPU_MAX_DIMS] = {0};
   for (int64_t row = 0; row < rows; ++row) {
     int64_t rem = row;
-    for (int32_t d = nd - 1; d >= 0; --d) {
-      if (!all && d == a.dim) continue;
+    for (int32_t d = nd - 1; d >= 0 && !all; --d) {
+      if (d == a.dim) continue;
       c[d] = rem % in->sizes[d];
       rem /= in->sizes[d];
     }
