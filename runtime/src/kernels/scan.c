@@ -64,35 +64,41 @@ static inline int64_t lae_i64(int64_t x, int64_t y) {
     A* acc = (A*)accp;                                                                     \
     const A* x = (const A*)xp;                                                             \
     A* y = (A*)yp;                                                                         \
-    for (int64_t t = 0; t < T; ++t) {                                                      \
-      const A* xr = x + t * L;                                                             \
-      A* yr = y + t * L;                                                                   \
-      int64_t i = i0 + t;                                                                  \
-      switch (kind) {                                                                      \
-        case SC_CUMSUM:                                                                    \
-          for (int64_t l = 0; l < L; ++l) yr[l] = acc[l] = ADD(acc[l], xr[l]);             \
+    switch (kind) {                                                                        \
+      case SC_CUMSUM:                                                                      \
+        if (L == 1) {                                                                      \
+          A s = acc[0];                                                                    \
+          for (int64_t t = 0; t < T; ++t) y[t] = s = ADD(s, x[t]);                         \
+          acc[0] = s;                                                                      \
           break;                                                                           \
-        case SC_CUMPROD:                                                                   \
-          for (int64_t l = 0; l < L; ++l) yr[l] = acc[l] = MUL(acc[l], xr[l]);             \
-          break;                                                                           \
-        case SC_LOGCUMSUMEXP:                                                              \
-          for (int64_t l = 0; l < L; ++l) yr[l] = acc[l] = LAE(xr[l], acc[l]);             \
-          break;                                                                           \
-        case SC_CUMMAX:                                                                    \
-        case SC_CUMMIN: {                                                                  \
-          bool mx = kind == SC_CUMMAX;                                                     \
-          int64_t* yir = yi + t * L;                                                       \
+        }                                                                                  \
+        for (int64_t t = 0; t < T; ++t)                                                    \
+          for (int64_t l = 0; l < L; ++l) y[t * L + l] = acc[l] = ADD(acc[l], x[t * L + l]); \
+        break;                                                                             \
+      case SC_CUMPROD:                                                                     \
+        for (int64_t t = 0; t < T; ++t)                                                    \
+          for (int64_t l = 0; l < L; ++l) y[t * L + l] = acc[l] = MUL(acc[l], x[t * L + l]); \
+        break;                                                                             \
+      case SC_LOGCUMSUMEXP:                                                                \
+        for (int64_t t = 0; t < T; ++t)                                                    \
+          for (int64_t l = 0; l < L; ++l) y[t * L + l] = acc[l] = LAE(x[t * L + l], acc[l]); \
+        break;                                                                             \
+      case SC_CUMMAX:                                                                      \
+      case SC_CUMMIN: {                                                                    \
+        bool mx = kind == SC_CUMMAX;                                                       \
+        for (int64_t t = 0; t < T; ++t) {                                                  \
+          int64_t i = i0 + t;                                                              \
           for (int64_t l = 0; l < L; ++l) {                                                \
-            A c = xr[l], o = acc[l];                                                       \
+            A c = x[t * L + l], o = acc[l];                                                \
             if (i == 0 || SC_ISNAN(c) || (!SC_ISNAN(o) && (mx ? c >= o : c <= o))) {       \
               acc[l] = c;                                                                  \
               ai[l] = i;                                                                   \
             }                                                                              \
-            yr[l] = acc[l];                                                                \
-            yir[l] = ai[l];                                                                \
+            y[t * L + l] = acc[l];                                                         \
+            yi[t * L + l] = ai[l];                                                         \
           }                                                                                \
-          break;                                                                           \
         }                                                                                  \
+        break;                                                                             \
       }                                                                                    \
     }                                                                                      \
   }

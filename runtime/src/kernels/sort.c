@@ -1,7 +1,10 @@
 /* sort.c — the sort/search family: sort (stable or not, ascending or
  * descending), topk, kthvalue, median/nanmedian (with and without dim), mode,
  * searchsorted and bucketize; argsort and msort reach sort through
- * PyTorch's composite kernels.
+ * PyTorch's composite kernels. Also the sort-like RNG ops: randperm (the
+ * order of per-element Philox keys) and multinomial (top-k of p / Exp(1)
+ * without replacement, inverse CDF with it), drawn from the row's seed and
+ * offset attrs like the random family, so reproducible from the generator.
  *
  * Results equal PyTorch CPU's exactly, indices of ties included: each op
  * runs the algorithm CPU's kernel runs (sort_algo.h ports libstdc++'s
