@@ -224,6 +224,7 @@ EW_NUMS(EW_U, ew_relu, r = x < C(0) ? C(0) : x)
 EW_NUMS(EW_U, ew_hardtanh, r = EW_MIN(EW_MAX(x, s0), s1))
 EW_NUMS(EW_U, ew_threshold, r = x <= s0 ? s1 : x)
 EW_PREDS(EW_U, ew_logical_not, r = x == C(0))
+EW_PREDS(EW_U, ew_isnan, r = x != x) /* median's backward */
 EW_INTS(EW_U, ew_bitwise_not, r = ~x)
 EW_BOOLS(EW_U, ew_bitwise_not, r = (uint8_t)!x)
 
@@ -516,6 +517,7 @@ EW_IMPL(k_silu, PROMOTE, EW_F(ew_silu))
 EW_IMPL(k_leaky_relu, PROMOTE, EW_F(ew_leaky_relu), .num_params = 1, .dflt = {0.01})
 EW_IMPL(k_elu, PROMOTE, EW_F(ew_elu), .num_params = 3, .dflt = {1, 1, 1})
 EW_IMPL(k_logical_not, BOOL_OUT, EW_A(ew_logical_not))
+EW_IMPL(k_isnan, BOOL_OUT, EW_A(ew_isnan))
 EW_IMPL(k_bitwise_not, PROMOTE, EW_BI(ew_bitwise_not))
 #define EW_FLOAT_UNARY(op) EW_IMPL(k_##op, FLOAT, EW_F(ew_##op))
 EW_FLOAT_UNARY(exp)
@@ -652,6 +654,7 @@ static const tpu_op_def_t g_rows[] = {
     EW_ROW("gt", "self,other", "", "out", EW_TS_ATEN(gt), k_gt),
     EW_ROW("ge", "self,other", "", "out", EW_TS_ATEN(ge), k_ge),
     EW_UNARY_ROW(logical_not),
+    EW_ROW("isnan", "self", "", "out", "isnan isnan.out", k_isnan),
     EW_ROW("logical_and", "self,other", "", "out",
            "logical_and logical_and.out logical_and_", k_logical_and),
     EW_ROW("logical_or", "self,other", "", "out", "logical_or logical_or.out logical_or_",
