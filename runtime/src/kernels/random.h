@@ -26,6 +26,12 @@ typedef enum rng_kind {
   RNG_RANDOM,       /* random_(), random_.from, random_.to: from + bits % range */
   RNG_DROPOUT,      /* native_dropout: mask = bernoulli(1 - p), out = in * mask * scale */
   RNG_DROPOUT_BACKWARD, /* grad * mask * scale (no randomness) */
+  RNG_EXPONENTIAL,  /* -log(1 - u) / lambd */
+  RNG_GEOMETRIC,    /* ceil(log(1 - u) / log1p(-p)), at least 1; any dtype */
+  RNG_CAUCHY,       /* median + sigma * tan(pi (u - 1/2)) */
+  RNG_LOG_NORMAL,   /* exp(mean + std * N(0, 1)) */
+  RNG_NORMAL_T,     /* normal.Tensor_*: mean and std each a tensor or a number */
+  RNG_BERNOULLI_T,  /* bernoulli(self) / bernoulli(self, p): p a tensor */
   RNG_KIND_COUNT,
 } rng_kind_t;
 
@@ -41,7 +47,11 @@ typedef struct rng_args {
   rng_kind_t kind;
   const tpu_view_t* input; /* self (its shape), input (dropout), grad_output */
   const tpu_view_t* mask;  /* dropout backward */
-  double lo, hi;           /* uniform from/to; normal mean/std; bernoulli p in lo */
+  double lo, hi;           /* uniform from/to; normal, log_normal mean/std; bernoulli and
+                              geometric p, exponential lambd in lo; cauchy median/sigma */
+  const tpu_view_t* mean_t; /* RNG_NORMAL_T: the mean tensor (NULL: lo) */
+  const tpu_view_t* std_t;  /* RNG_NORMAL_T: the std tensor (NULL: hi) */
+  const tpu_view_t* p_t;    /* RNG_BERNOULLI_T: the probabilities */
   int64_t from;            /* random: first value */
   uint64_t range;          /* random: number of values (0: all 2^64) */
   bool train;              /* dropout */
@@ -96,6 +106,31 @@ static inline double rng_normal_F64(const uint32_t w[4]) {
   double u1 = 1.0 - (double)((((uint64_t)w[0] << 32) | w[1]) >> 11) * 0x1p-53;
   double u2 = (double)((((uint64_t)w[2] << 32) | w[3]) >> 11) * 0x1p-53;
   return sqrt(-2.0 * log(u1)) * cos(6.2831853071795864769 * u2);
+}
+
+/* Exponential, Cauchy and log-normal draws in float32 / float64, and the
+ * geometric draw (in double, for any output dtype). */
+static inline float rng_exponential_F32(const uint32_t w[4], float lambd) {
+  return -logf(1.0f - rng_unit_F32(w)) / lambd;
+}
+static inline double rng_exponential_F64(const uint32_t w[4], double lambd) {
+  return -log(1.0 - rng_unit_F64(w)) / lambd;
+}
+static inline float rng_cauchy_F32(const uint32_t w[4], float median, float sigma) {
+  return median + sigma * tanf(3.14159265358979323846f * (rng_unit_F32(w) - 0.5f));
+}
+static inline double rng_cauchy_F64(const uint32_t w[4], double median, double sigma) {
+  return median + sigma * tan(3.14159265358979323846 * (rng_unit_F64(w) - 0.5));
+}
+static inline float rng_log_normal_F32(const uint32_t w[4], float mean, float std) {
+  return expf(mean + std * rng_normal_F32(w));
+}
+static inline double rng_log_normal_F64(const uint32_t w[4], double mean, double std) {
+  return exp(mean + std * rng_normal_F64(w));
+}
+static inline double rng_geometric(const uint32_t w[4], double p) {
+  double v = ceil(log(1.0 - rng_unit_F64(w)) / log1p(-p));
+  return v < 1.0 ? 1.0 : v;
 }
 
 /* True with probability p (53-bit resolution). */
