@@ -129,3 +129,92 @@ TEST(distance_values_and_fallbacks) {
   CHECK_CODE(def->check(def, &node), TPU_CODE_UNIMPLEMENTED);
   tt_free(&a), tt_free(&b), tt_free(&o), tt_free(&ia), tt_free(&c3);
 }
+
+/* ---- renorm and histc (the renorm_histc family) ------------------------------- */
+#include "kernels/renorm_histc.h"
+
+typedef struct rh_case {
+  const char* op;
+  tpu_dtype_t dtype;
+  int32_t ndim;
+  int64_t sizes[3];
+  tt_layout_t layout;
+  double a, b, c; /* renorm: p, dim, maxnorm; histc: bins, min, max */
+  bool strided_out;
+} rh_case_t;
+
+static const rh_case_t k_rh_cases[] = {
+    {"renorm", F32, 2, {6, 7}, TT_CONTIG, 2, 0, 5, false},
+    {"renorm", F64, 3, {4, 5, 6}, TT_TRANSPOSED, 1, 1, 10, true},
+    {"renorm", TPU_DTYPE_BF16, 3, {4, 5, 6}, TT_GAPS, INFINITY, -1, 2, false},
+    {"renorm", TPU_DTYPE_F16, 2, {3, 300}, TT_REVERSED, 3, 0, 8, false},
+    {"renorm", F32, 2, {50, 3000}, TT_CONTIG, 2, 0, 30, false},
+    {"histc", F32, 2, {30, 40}, TT_CONTIG, 10, -2, 2, false},
+    {"histc", F64, 2, {300, 400}, TT_TRANSPOSED, 37, 0, 0, true},
+    {"histc", TPU_DTYPE_BF16, 1, {1000}, TT_CONTIG, 7, -1, 3, false},
+    {"histc", TPU_DTYPE_F16, 2, {30, 41}, TT_GAPS, 100, 0, 0, false},
+};
+
+TEST(renorm_histc_cases) {
+  for (size_t i = 0; i < sizeof(k_rh_cases) / sizeof(k_rh_cases[0]); ++i) {
+    const rh_case_t* c = &k_rh_cases[i];
+    const tpu_op_def_t* def = tt_def(c->op);
+    if (!def) continue;
+    char what[64];
+    snprintf(what, sizeof(what), "case %zu (%s %s)", i, c->op, tpu_dtype_name(c->dtype));
+    tt_t in = tt_make(c->dtype, c->ndim, c->sizes, c->layout);
+    tt_fill(&in.view, -3, 3, 0);
+    bool rn = !strcmp(c->op, "renorm");
+    tpu_attr_t attrs[3] = {rn ? tt_float(c->a) : tt_int((int64_t)c->a),
+                           rn ? tt_int((int64_t)c->b) : tt_float(c->b), tt_float(c->c)};
+    tpu_value_t v = tt_value(&in.view);
+    tpu_node_t node = tt_node(&v, 1, NULL, 0, attrs, 3);
+    tpu_view_t shape;
+    CHECK_OK(def->check(def, &node));
+    CHECK_OK(def->infer(def, &node, &shape));
+    tt_t got = tt_like(&shape, c->strided_out ? TT_GAPS : TT_CONTIG), want = tt_like(&shape, TT_CONTIG);
+    node.outputs = &got.view;
+    node.num_outputs = 1;
+    CHECK_OK(tt_run(def->kernel, def, &node));
+    node.outputs = &want.view;
+    CHECK_OK(tt_run(tpu_renorm_histc_reference, def, &node));
+    tt_compare(what, &got.view, &want.view, rn ? tt_tol(c->dtype) : 0);
+    if (!rn) { /* every element lands in a bin when the range is the data's */
+      double total = 0;
+      for (int64_t b = 0; b < shape.sizes[0]; ++b) total += tt_get(&got.view, b);
+      if (c->b == c->c) CHECK(total == (double)tpu_view_numel(&in.view));
+    }
+    tt_free(&got), tt_free(&want), tt_free(&in);
+  }
+}
+
+TEST(renorm_histc_values_and_fallbacks) {
+  /* histc([0, 1, 2, 3, 4, NaN, 9], bins=4, 0, 4) = [1, 1, 1, 2]. */
+  const tpu_op_def_t* def = tt_def("histc");
+  int64_t n = 7, four = 4;
+  tt_t in = tt_make(F32, 1, &n, TT_CONTIG), out = tt_make(F32, 1, &four, TT_CONTIG);
+  const double xs[7] = {0, 1, 2, 3, 4, NAN, 9};
+  for (int64_t k = 0; k < n; ++k) tt_set(&in.view, k, xs[k]);
+  tpu_value_t v = tt_value(&in.view);
+  tpu_attr_t attrs[3] = {tt_int(4), tt_float(0), tt_float(4)};
+  tpu_node_t node = tt_node(&v, 1, &out.view, 1, attrs, 3);
+  CHECK_OK(tt_run(def->kernel, def, &node));
+  CHECK(tt_get(&out.view, 0) == 1 && tt_get(&out.view, 1) == 1 && tt_get(&out.view, 2) == 1 &&
+        tt_get(&out.view, 3) == 2);
+  /* min > max, bins <= 0, integer input: PyTorch raises (fall back). */
+  tpu_attr_t bad[3] = {tt_int(4), tt_float(5), tt_float(4)};
+  node = tt_node(&v, 1, NULL, 0, bad, 3);
+  CHECK_CODE(def->check(def, &node), TPU_CODE_UNIMPLEMENTED);
+  bad[0] = tt_int(0), bad[1] = tt_float(0);
+  node = tt_node(&v, 1, NULL, 0, bad, 3);
+  CHECK_CODE(def->check(def, &node), TPU_CODE_UNIMPLEMENTED);
+  /* renorm: p <= 0 or maxnorm < 0 fall back. */
+  def = tt_def("renorm");
+  tpu_attr_t rb[3] = {tt_float(0), tt_int(0), tt_float(1)};
+  node = tt_node(&v, 1, NULL, 0, rb, 3);
+  CHECK_CODE(def->check(def, &node), TPU_CODE_UNIMPLEMENTED);
+  rb[0] = tt_float(2), rb[2] = tt_float(-1);
+  node = tt_node(&v, 1, NULL, 0, rb, 3);
+  CHECK_CODE(def->check(def, &node), TPU_CODE_UNIMPLEMENTED);
+  tt_free(&in), tt_free(&out);
+}

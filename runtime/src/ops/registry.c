@@ -19,7 +19,8 @@
   X(index)              \
   X(random)             \
   X(shape)              \
-  X(distance)
+  X(distance)           \
+  X(renorm_histc)
 
 #define TPU_X_(f) extern const tpu_op_family_t tpu_family_##f;
 TPU_FAMILIES(TPU_X_)
