@@ -226,6 +226,15 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
   return host.item();
 }
 
+// aten::equal returns a Python bool, which the generic (tensor-returning)
+// binding cannot express: same sizes, then a native eq + all reduction and
+// one host read of the result (values compare after promotion, NaN != NaN,
+// as PyTorch CPU's equal).
+bool equal(const at::Tensor& self, const at::Tensor& other) {
+  if (!self.sizes().equals(other.sizes())) return false;
+  return at::eq(self, other).all().item<bool>();
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -242,6 +251,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  m.impl("equal", TORCH_FN(equal));
   m.impl("record_stream", TORCH_FN(record_stream));
   m.impl("unfold", TORCH_FN(at::native::unfold));
 }
