@@ -97,10 +97,73 @@ static inline double rng_unit_F64(const uint32_t w[4]) {
   return (double)((((uint64_t)w[0] << 32) | w[1]) >> 11) * 0x1p-53;
 }
 
+/* float32 log, sqrt and cos(2 pi u) for the Box-Muller transform, written
+ * with integer and arithmetic operations only (no libm calls, no compare-
+ * and-select, which the baseline x86-64 target does not vectorise), so a
+ * loop over a tile compiles to SIMD. Kernel and reference use the same
+ * functions, so they agree bit for bit; each is within a few float32 ulp.
+ * rng_logf(x), x in (0, 1] normal: x = 2^k (1 + f), f in [sqrt(1/2) - 1,
+ * sqrt(2) - 1), by integer adjustment of the bits; Cephes' logf polynomial. */
+static inline float rng_logf(float x) {
+  union {
+    float f;
+    uint32_t i;
+  } u = {x};
+  uint32_t ix = u.i + (0x3f800000u - 0x3f3504f3u);
+  float k = (float)((int32_t)(ix >> 23) - 0x7f);
+  u.i = (ix & 0x007fffffu) + 0x3f3504f3u;
+  float m = u.f - 1.0f, z = m * m;
+  float y = 7.0376836292E-2f;
+  y = y * m - 1.1514610310E-1f;
+  y = y * m + 1.1676998740E-1f;
+  y = y * m - 1.2420140846E-1f;
+  y = y * m + 1.4249322787E-1f;
+  y = y * m - 1.6668057665E-1f;
+  y = y * m + 2.0000714765E-1f;
+  y = y * m - 2.4999993993E-1f;
+  y = y * m + 3.3333331174E-1f;
+  y = y * m * z;
+  y += -2.12194440e-4f * k;
+  y += -0.5f * z;
+  return m + y + 0.693359375f * k;
+}
+/* sqrt of v >= 0: a bit-pattern first guess and three Newton steps (v = 0
+ * gives about 1e-20). */
+static inline float rng_sqrtf(float v) {
+  union {
+    float f;
+    uint32_t i;
+  } u = {v};
+  u.i = (u.i >> 1) + 0x1fbd1df5u;
+  float y = u.f;
+  y = 0.5f * (y + v / y);
+  y = 0.5f * (y + v / y);
+  return 0.5f * (y + v / y);
+}
+/* cos(2 pi u) for u in [0, 1) as sin(2 pi s), s = 1/4 - |u - round(u)| in
+ * [-1/4, 1/4]: the odd Taylor polynomial of sin through x^13 (error below
+ * 1e-9 on [-pi/2, pi/2]). */
+static inline float rng_cos2pif(float u) {
+  float r = (u + 12582912.0f) - 12582912.0f; /* round to nearest: 0 or 1 */
+  float x = 6.2831853071795864769f * (0.25f - fabsf(u - r)), z = x * x;
+  float p = 1.6059043836821614e-10f;
+  p = p * z - 2.5052108385441720e-8f;
+  p = p * z + 2.7557319223985893e-6f;
+  p = p * z - 1.9841269841269841e-4f;
+  p = p * z + 8.3333333333333333e-3f;
+  p = p * z - 1.6666666666666667e-1f;
+  return x + x * z * p;
+}
+
+/* The two uniforms of a float32 normal draw: u1 in (0, 1], u2 in [0, 1). */
+static inline float rng_u1_F32(const uint32_t w[4]) { return 1.0f - (float)(w[0] >> 8) * 0x1p-24f; }
+static inline float rng_u2_F32(const uint32_t w[4]) { return (float)(w[1] >> 8) * 0x1p-24f; }
+static inline float rng_box_muller_F32(float u1, float u2) {
+  return rng_sqrtf(fabsf(-2.0f * rng_logf(u1))) * rng_cos2pif(u2);
+}
 /* Standard normal by Box-Muller (one of the pair), log argument in (0, 1]. */
 static inline float rng_normal_F32(const uint32_t w[4]) {
-  float u1 = 1.0f - (float)(w[0] >> 8) * 0x1p-24f, u2 = (float)(w[1] >> 8) * 0x1p-24f;
-  return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795864769f * u2);
+  return rng_box_muller_F32(rng_u1_F32(w), rng_u2_F32(w));
 }
 static inline double rng_normal_F64(const uint32_t w[4]) {
   double u1 = 1.0 - (double)((((uint64_t)w[0] << 32) | w[1]) >> 11) * 0x1p-53;

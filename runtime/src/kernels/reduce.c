@@ -476,28 +476,36 @@ RUN_SUM4(norm2_f, SQ_)
 
 /* logsumexp of a run: its maximum, then exp(x - max) summed, merged into the
  * state. lse_fast (float32 and half outputs) takes exp in float32 with
- * vm_expf; terms below e^-87 of the maximum's (which is 1) are dropped, far
- * below float32 resolution. */
+ * vm_expf (SIMD). */
 static void lse_run(rstate_t* s, const double* x, int64_t n, bool fast) {
   if (n == 0) return;
+  double mx[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                  -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  int nan = 0;
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int q = 0; q < 8; ++q) {
+      nan |= x[j + q] != x[j + q];
+      mx[q] = x[j + q] > mx[q] ? x[j + q] : mx[q];
+    }
   double m = -INFINITY;
-  bool nan = false;
-  for (int64_t j = 0; j < n; ++j) {
+  for (int q = 0; q < 8; ++q) m = mx[q] > m ? mx[q] : m;
+  for (; j < n; ++j) {
     nan |= x[j] != x[j];
     m = x[j] > m ? x[j] : m;
   }
   double shift = isfinite(m) ? m : 0.0, sum = 0.0;
   if (fast && !nan && isfinite(m)) {
+    /* d <= 0; below VM_EXP_LO the term is clamped to e^VM_EXP_LO, which is
+     * far below float32 resolution of the sum (>= 1). */
     float d[BUF];
-    for (int64_t j = 0; j < n; ++j) d[j] = (float)(x[j] - shift);
-    float a[8] = {0};
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-      for (int q = 0; q < 8; ++q) a[q] += d[j + q] >= VM_EXP_LO ? vm_expf(d[j + q]) : 0.0f;
-    for (; j < n; ++j) sum += d[j] >= VM_EXP_LO ? vm_expf(d[j]) : 0.0f;
-    for (int q = 0; q < 8; ++q) sum += a[q];
+    for (j = 0; j < n; ++j) {
+      float v = (float)(x[j] - shift);
+      d[j] = vm_expf(v > VM_EXP_LO ? v : VM_EXP_LO);
+    }
+    sum = vm_sum(d, n);
   } else {
-    for (int64_t j = 0; j < n; ++j) sum += exp(x[j] - shift);
+    for (j = 0; j < n; ++j) sum += exp(x[j] - shift);
   }
   rstate_t b = {.f = shift, .m2 = sum, .n = n};
   comb_lse_f(s, &b);
