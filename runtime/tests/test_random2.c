@@ -75,9 +75,10 @@ TEST(random2_matches_reference_bit_for_bit) {
     tt_t want = tt_make(got.view.dtype, 2, s2, TT_CONTIG);
     tpu_value_t in[2] = {tt_value(v ? &got.view : &p.view), tt_value(v ? &std.view : &p.view)};
     if (v) tt_fill(&std.view, 0, 1, 0);
-    CHECK_OK(run2("bernoulli_tensor", in, v ? 2 : 1, so, 2, &got.view, false));
+    const char* op = v ? "bernoulli_tensor" : "bernoulli_self";
+    CHECK_OK(run2(op, in, v ? 2 : 1, so, 2, &got.view, false));
     in[0] = tt_value(v ? &want.view : &p.view);
-    CHECK_OK(run2("bernoulli_tensor", in, v ? 2 : 1, so, 2, &want.view, true));
+    CHECK_OK(run2(op, in, v ? 2 : 1, so, 2, &want.view, true));
     CHECK(tt_max_rel_diff(&got.view, &want.view) == 0);
     tt_free(&got), tt_free(&want);
   }
@@ -143,7 +144,7 @@ TEST(random2_distributions_have_their_moments) {
   CHECK(fabs(s2[0] / h - m0 * m0 - 0.25) < 0.006 && fabs(s2[1] / h - m1 * m1 - 0.25) < 0.006);
   tpu_value_t pin[1] = {tt_value(&m.view)};
   for (int64_t i = 0; i < n; ++i) tt_set(&m.view, i, i < n / 2 ? 0.1 : 0.8);
-  CHECK_OK(run2("bernoulli_tensor", pin, 1, so, 2, &o.view, false));
+  CHECK_OK(run2("bernoulli_self", pin, 1, so, 2, &o.view, false));
   s[0] = s[1] = 0;
   for (int64_t i = 0; i < n; ++i) s[i >= n / 2] += tt_get(&o.view, i);
   CHECK(fabs(s[0] / h - 0.1) < 0.005 && fabs(s[1] / h - 0.8) < 0.005);
@@ -172,7 +173,7 @@ TEST(random2_reproducible_and_argument_errors) {
   tt_t ints = tt_make(TPU_DTYPE_I32, 1, &n, TT_CONTIG);
   tpu_value_t ii = tt_value(&ints.view);
   CHECK_CODE(run2("exponential", &ii, 1, attrs, 3, &ints.view, false), TPU_CODE_UNIMPLEMENTED);
-  CHECK_CODE(run2("bernoulli_tensor", &ii, 1, attrs + 1, 2, &ints.view, false),
+  CHECK_CODE(run2("bernoulli_self", &ii, 1, attrs + 1, 2, &ints.view, false),
              TPU_CODE_UNIMPLEMENTED);
   tt_free(&a), tt_free(&b), tt_free(&ints);
 }

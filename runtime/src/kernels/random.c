@@ -258,15 +258,13 @@ struct rng_job {
 
 /* The draws of a tile first (Philox, scalar), then the transform in a loop
  * of its own: float32's is branch-free (random.h) and runs as SIMD. */
-#define NORMAL_FILL_F32                                 \
-  float u1[RNG_TILE], u2[RNG_TILE];                     \
-  uint32_t w[4];                                        \
-  for (int64_t e = 0; e < n; ++e) {                     \
-    rng_block(j->a.seed, j->a.offset, first + e, w);    \
-    u1[e] = rng_u1_F32(w);                              \
-    u2[e] = rng_u2_F32(w);                              \
-  }                                                     \
-  for (int64_t e = 0; e < n; ++e) t->v.F32[e] = mean + std * rng_box_muller_F32(u1[e], u2[e]);
+#define NORMAL_FILL_F32                                                                  \
+  uint32_t w[4][RNG_TILE];                                                               \
+  rng_blocks(j->a.seed, j->a.offset, first, n, w[0], w[1], w[2], w[3]);                  \
+  for (int64_t e = 0; e < n; ++e) {                                                      \
+    const uint32_t we[4] = {w[0][e], w[1][e], w[2][e], w[3][e]};                         \
+    t->v.F32[e] = mean + std * rng_box_muller_F32(rng_u1_F32(we), rng_u2_F32(we));       \
+  }
 #define NORMAL_FILL_F64                              \
   uint32_t w[4];                                     \
   for (int64_t e = 0; e < n; ++e) {                  \
@@ -277,10 +275,11 @@ struct rng_job {
 #define RNG_FLOAT_FILLS(C, T)                                                           \
   static void uniform_##C(const rng_job_t* j, int64_t first, int64_t n, rng_tile_t* t) { \
     T lo = (T)j->a.lo, hi = (T)j->a.hi, span = (T)(j->a.hi - j->a.lo);                  \
-    uint32_t w[4];                                                                      \
+    uint32_t w[4][RNG_TILE];                                                            \
+    rng_blocks(j->a.seed, j->a.offset, first, n, w[0], w[1], w[2], w[3]);               \
     for (int64_t e = 0; e < n; ++e) {                                                   \
-      rng_block(j->a.seed, j->a.offset, first + e, w);                                  \
-      t->v.C[e] = lo + span * rng_unit_##C(w);                                          \
+      const uint32_t we[4] = {w[0][e], w[1][e], w[2][e], w[3][e]};                      \
+      t->v.C[e] = lo + span * rng_unit_##C(we);                                         \
     }                                                                                   \
     if (j->a.dtype != TPU_DTYPE_##C) { /* round as stored, then compare */              \
       double stored[RNG_TILE];                                                          \
@@ -586,9 +585,10 @@ static const tpu_op_def_t k_ops[] = {
             "normal.Tensor_float normal.Tensor_float_out normal.float_Tensor "
             "normal.float_Tensor_out normal.Tensor_Tensor normal.Tensor_Tensor_out",
             k_normal_t),
-    RNG_ROW("bernoulli_tensor", "self,p", "seed,offset", "out",
-            "bernoulli bernoulli.out bernoulli_.Tensor bernoulli.Tensor bernoulli.Tensor_out",
+    RNG_ROW("bernoulli_self", "self", "seed,offset", "out", "bernoulli bernoulli.out",
             k_bernoulli_t),
+    RNG_ROW("bernoulli_tensor", "self,p", "seed,offset", "out",
+            "bernoulli_.Tensor bernoulli.Tensor bernoulli.Tensor_out", k_bernoulli_t),
 };
 
 const tpu_op_family_t tpu_family_random = {"random", k_ops,
