@@ -264,3 +264,25 @@ def test_random_reproducible_from_seed_and_generator():
         g.manual_seed(7)
         e = _native(lambda: op(g)).cpu()
         assert torch.equal(d, e) and not torch.equal(d, a)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_poisson_and_standard_gamma(dtype):
+    for lam in [0.7, 4.0, 25.0]:
+        p = _native(lambda: torch.poisson(torch.full((N // 4,), lam, device="tpu", dtype=dtype)))
+        assert p.dtype == dtype and torch.equal(p.cpu(), p.cpu().floor())
+        m, v = _moments(p)
+        assert abs(m - lam) < 0.02 * lam + 0.01 and abs(v - lam) < 0.05 * lam
+    for alpha in [0.4, 1.0, 7.5]:
+        g = _native(lambda: torch._standard_gamma(
+            torch.full((N // 4,), alpha, device="tpu", dtype=dtype)))
+        m, v = _moments(g)
+        assert g.dtype == dtype and (g.cpu() > 0).all()
+        assert abs(m - alpha) < 0.02 * alpha + 0.01 and abs(v - alpha) < 0.06 * alpha
+    rate = torch.full((N // 4,), 4.0, device="tpu")
+    s = _native(lambda: torch.distributions.Gamma(rate / 2, rate).sample())
+    assert abs(s.mean().item() - 0.5) < 0.01
+    torch.manual_seed(5)
+    a = _native(lambda: torch.poisson(rate)).cpu()
+    torch.manual_seed(5)
+    assert torch.equal(a, _native(lambda: torch.poisson(rate)).cpu())

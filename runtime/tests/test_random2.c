@@ -177,3 +177,50 @@ TEST(random2_reproducible_and_argument_errors) {
              TPU_CODE_UNIMPLEMENTED);
   tt_free(&a), tt_free(&b), tt_free(&ints);
 }
+
+/* poisson and _standard_gamma: per-element parameters from self. */
+static void draw_param(const char* op, tpu_dtype_t dt, tt_t* params, tt_t* out, bool reference) {
+  tpu_value_t in = tt_value(&params->view);
+  tpu_attr_t so[2] = {tt_int(1234), tt_int(99)};
+  CHECK_OK(run2(op, &in, 1, so, 2, &out->view, reference));
+}
+
+TEST(random2_poisson_and_gamma) {
+  int64_t s2[2] = {33, 61};
+  const char* ops[2] = {"poisson", "standard_gamma"};
+  for (int o = 0; o < 2; ++o) {
+    /* bit for bit with the reference, parameters spanning every branch */
+    tt_t par = tt_make(TPU_DTYPE_F32, 2, s2, TT_TRANSPOSED);
+    tt_fill(&par.view, 0, o ? 12 : 40, 0);
+    tt_set(&par.view, 0, 0.0);
+    tt_set(&par.view, 1, o ? 0.05 : 9.99);
+    tt_t got = tt_make(TPU_DTYPE_F32, 2, s2, TT_GAPS), want = tt_make(TPU_DTYPE_F32, 2, s2, TT_CONTIG);
+    draw_param(ops[o], TPU_DTYPE_F32, &par, &got, false);
+    draw_param(ops[o], TPU_DTYPE_F32, &par, &want, true);
+    CHECK(tt_max_rel_diff(&got.view, &want.view) == 0);
+    tt_free(&par), tt_free(&got), tt_free(&want);
+  }
+  /* moments: Poisson(l) and Gamma(a) have mean = variance = the parameter */
+  const double params[2][4] = {{0.5, 4.0, 9.5, 30.0}, {0.3, 1.0, 2.5, 20.0}};
+  int64_t n = 200000;
+  for (int o = 0; o < 2; ++o)
+    for (int k = 0; k < 4; ++k) {
+      double lam = params[o][k];
+      tt_t par = tt_make(TPU_DTYPE_F64, 1, &n, TT_CONTIG), out = tt_make(TPU_DTYPE_F64, 1, &n, TT_CONTIG);
+      tt_fill_value(&par.view, lam);
+      draw_param(ops[o], TPU_DTYPE_F64, &par, &out, false);
+      double s = 0, s2v = 0, lo = INFINITY;
+      for (int64_t i = 0; i < n; ++i) {
+        double x = tt_get(&out.view, i);
+        s += x, s2v += x * x;
+        lo = x < lo ? x : lo;
+      }
+      double mean = s / (double)n, var = s2v / (double)n - mean * mean;
+      if (!(fabs(mean - lam) < 5 * sqrt(lam / (double)n) + 1e-3 && fabs(var - lam) < 0.03 * lam &&
+            lo >= 0))
+        tpu_test_fail(__FILE__, __LINE__, "%s(%g): mean %g var %g min %g", ops[o], lam, mean, var, lo);
+      if (o == 0) /* integers */
+        for (int64_t i = 0; i < 100; ++i) CHECK(tt_get(&out.view, i) == floor(tt_get(&out.view, i)));
+      tt_free(&par), tt_free(&out);
+    }
+}

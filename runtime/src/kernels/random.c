@@ -142,7 +142,8 @@ tpu_status_t tpu_rng_parse(const tpu_op_def_t* def, const tpu_node_t* node, rng_
   set_shape(a, a->input, dt);
   bool floating = tpu_dtype_is_floating(dt);
   if (!floating && a->kind != RNG_BERNOULLI && a->kind != RNG_RANDOM &&
-      a->kind != RNG_GEOMETRIC && a->kind != RNG_BERNOULLI_T)
+      a->kind != RNG_GEOMETRIC && a->kind != RNG_BERNOULLI_T && a->kind != RNG_POISSON &&
+      a->kind != RNG_GAMMA)
     return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s of %s", def->name, tpu_dtype_name(dt));
   /* Arguments PyTorch rejects fall back, so it raises its own error. */
   switch (a->kind) {
@@ -164,6 +165,12 @@ tpu_status_t tpu_rng_parse(const tpu_op_def_t* def, const tpu_node_t* node, rng_
       a->hi = tpu_attr_float(ku_attr(def, node, "std"), 2.0);
       return a->hi > 0.0 ? TPU_OK
                          : tpu_status_make(TPU_CODE_UNIMPLEMENTED, "log_normal_ std <= 0");
+    case RNG_POISSON:
+    case RNG_GAMMA:
+      a->p_t = a->input; /* rates / concentrations, read into aux[0] */
+      return floating ? TPU_OK
+                      : tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s of %s", def->name,
+                                        tpu_dtype_name(dt));
     case RNG_BERNOULLI_T: {
       const tpu_view_t* p = ku_input(def, node, "p");
       a->p_t = p ? p : a->input;
@@ -225,6 +232,10 @@ tpu_status_t tpu_rng_parse(const tpu_op_def_t* def, const tpu_node_t* node, rng_
       return tpu_broadcast_shapes(node->inputs, 2, a->sizes, &a->ndim);
     }
   }
+}
+
+double tpu_rng_gamma_tiny(tpu_dtype_t dtype) {
+  return dtype == TPU_DTYPE_F64 ? 2.2250738585072014e-308 : 1.17549435e-38;
 }
 
 /* ---- tiles ------------------------------------------------------------------ */
@@ -367,6 +378,17 @@ static void geometric_fill(const rng_job_t* j, int64_t first, int64_t n, rng_til
   }
 }
 
+static void poisson_fill(const rng_job_t* j, int64_t first, int64_t n, rng_tile_t* t) {
+  for (int64_t e = 0; e < n; ++e)
+    t->v.F64[e] = rng_poisson(j->a.seed, j->a.offset, first + e, t->aux[0][e]);
+}
+
+static void gamma_fill(const rng_job_t* j, int64_t first, int64_t n, rng_tile_t* t) {
+  double tiny = tpu_rng_gamma_tiny(j->a.dtype);
+  for (int64_t e = 0; e < n; ++e)
+    t->v.F64[e] = rng_gamma(j->a.seed, j->a.offset, first + e, t->aux[0][e], tiny);
+}
+
 static void random_fill(const rng_job_t* j, int64_t first, int64_t n, rng_tile_t* t) {
   uint32_t w[4];
   for (int64_t e = 0; e < n; ++e) {
@@ -390,7 +412,9 @@ static const rng_fill_fn k_fill_float[RNG_KIND_COUNT][TPU_COMPUTE_COUNT] = {
 static const rng_fill_fn k_fill_any[RNG_KIND_COUNT] = {[RNG_BERNOULLI] = bernoulli_fill,
                                                        [RNG_RANDOM] = random_fill,
                                                        [RNG_GEOMETRIC] = geometric_fill,
-                                                       [RNG_BERNOULLI_T] = bernoulli_t_fill};
+                                                       [RNG_BERNOULLI_T] = bernoulli_t_fill,
+                                                       [RNG_POISSON] = poisson_fill,
+                                                       [RNG_GAMMA] = gamma_fill};
 
 typedef struct rng_io {
   const rng_job_t* j;
@@ -491,7 +515,8 @@ static tpu_status_t random_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
     j.load_input = true;
     j.load_mask = j.a.kind == RNG_DROPOUT_BACKWARD;
     j.store_mask = j.a.kind == RNG_DROPOUT;
-  } else if (j.a.kind == RNG_NORMAL_T || j.a.kind == RNG_BERNOULLI_T) {
+  } else if (j.a.kind == RNG_NORMAL_T || j.a.kind == RNG_BERNOULLI_T ||
+             j.a.kind == RNG_POISSON || j.a.kind == RNG_GAMMA) {
     /* Views 1 and 2: the mean / p and std tensors, broadcast to the output
      * (a missing one repeats the output with stride 0 and is not loaded). */
     const tpu_view_t* src[2] = {j.a.kind == RNG_NORMAL_T ? j.a.mean_t : j.a.p_t, j.a.std_t};
@@ -513,7 +538,8 @@ static tpu_status_t random_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
   j.fill = k_fill_any[j.a.kind] ? k_fill_any[j.a.kind] : k_fill_float[j.a.kind][ct];
   j.tile_dtype = (j.a.kind == RNG_BERNOULLI || j.a.kind == RNG_BERNOULLI_T) ? TPU_DTYPE_BOOL
                  : j.a.kind == RNG_RANDOM                                    ? TPU_DTYPE_I64
-                 : j.a.kind == RNG_GEOMETRIC                                 ? TPU_DTYPE_F64
+                 : (j.a.kind == RNG_GEOMETRIC || j.a.kind == RNG_POISSON ||
+                    j.a.kind == RNG_GAMMA)                                   ? TPU_DTYPE_F64
                                              : tpu_compute_storage_dtype(ct);
   j.tile_esize = (int64_t)tpu_dtype_size(j.tile_dtype);
   tpu_parallel_for(j.walk.numel, RNG_GRAIN, rng_chunk, &j);
@@ -552,7 +578,9 @@ static const rng_spec_t k_uniform = {RNG_UNIFORM, RANGE_DEFAULT},
                         k_cauchy = {RNG_CAUCHY, RANGE_DEFAULT},
                         k_log_normal = {RNG_LOG_NORMAL, RANGE_DEFAULT},
                         k_normal_t = {RNG_NORMAL_T, RANGE_DEFAULT},
-                        k_bernoulli_t = {RNG_BERNOULLI_T, RANGE_DEFAULT};
+                        k_bernoulli_t = {RNG_BERNOULLI_T, RANGE_DEFAULT},
+                        k_poisson = {RNG_POISSON, RANGE_DEFAULT},
+                        k_gamma = {RNG_GAMMA, RANGE_DEFAULT};
 
 #define RNG_ROW(name, inputs, attrs, outputs, aten, spec) \
   {name, inputs, attrs, outputs, aten, random_kernel, random_infer, random_check, &spec}
@@ -589,6 +617,9 @@ static const tpu_op_def_t k_ops[] = {
             k_bernoulli_t),
     RNG_ROW("bernoulli_tensor", "self,p", "seed,offset", "out",
             "bernoulli_.Tensor bernoulli.Tensor bernoulli.Tensor_out", k_bernoulli_t),
+    RNG_ROW("poisson", "self", "seed,offset", "out", "poisson poisson.out", k_poisson),
+    RNG_ROW("standard_gamma", "self", "seed,offset", "out",
+            "_standard_gamma _standard_gamma.out", k_gamma),
 };
 
 const tpu_op_family_t tpu_family_random = {"random", k_ops,

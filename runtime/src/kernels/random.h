@@ -32,6 +32,8 @@ typedef enum rng_kind {
   RNG_LOG_NORMAL,   /* exp(mean + std * N(0, 1)) */
   RNG_NORMAL_T,     /* normal.Tensor_*: mean and std each a tensor or a number */
   RNG_BERNOULLI_T,  /* bernoulli(self) / bernoulli(self, p): p a tensor */
+  RNG_POISSON,      /* poisson(rates): per-element rejection sampling (sub-streams) */
+  RNG_GAMMA,        /* _standard_gamma(alpha): Marsaglia-Tsang (sub-streams) */
   RNG_KIND_COUNT,
 } rng_kind_t;
 
@@ -63,6 +65,8 @@ typedef struct rng_args {
 } rng_args_t;
 
 tpu_status_t tpu_rng_parse(const tpu_op_def_t* def, const tpu_node_t* node, rng_args_t* a);
+/* The smallest value _standard_gamma returns in `dtype` (ATen's clamp). */
+double tpu_rng_gamma_tiny(tpu_dtype_t dtype);
 
 /* Plain reference: one element at a time, in logical order. */
 tpu_status_t tpu_random_reference(const tpu_op_def_t* def, const tpu_node_t* node);
@@ -214,6 +218,91 @@ static inline double rng_log_normal_F64(const uint32_t w[4], double mean, double
 static inline double rng_geometric(const uint32_t w[4], double p) {
   double v = ceil(log(1.0 - rng_unit_F64(w)) / log1p(-p));
   return v < 1.0 ? 1.0 : v;
+}
+
+/* Rejection samplers draw more than one block per element: iteration k of
+ * element `index` uses counter word 2 = k (word 2 is 0 for every other draw
+ * of the family, so iteration 0 is the element's own block). */
+static inline void rng_block_iter(uint64_t seed, uint64_t offset, int64_t index, uint32_t iter,
+                                  uint32_t w[4]) {
+  uint64_t c = offset + (uint64_t)index;
+  const uint32_t ctr[4] = {(uint32_t)c, (uint32_t)(c >> 32), iter, 0};
+  const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+  tpu_philox4x32_10(ctr, key, w);
+}
+static inline double rng_unit_hi(const uint32_t w[4]) { /* from words 2 and 3 */
+  return (double)((((uint64_t)w[2] << 32) | w[3]) >> 11) * 0x1p-53;
+}
+#define RNG_MAX_ITERS 4096u
+
+/* Poisson(lam): Knuth's product of uniforms below 10, Hormann's PTRS
+ * (transformed rejection with squeeze, as ATen's sampler) from 10 on. */
+static inline double rng_poisson(uint64_t seed, uint64_t offset, int64_t index, double lam) {
+  if (!(lam > 0.0)) return lam == 0.0 ? 0.0 : NAN;
+  uint32_t w[4];
+  if (lam < 10.0) {
+    double enlam = exp(-lam), prod = 1.0, x = 0.0;
+    for (uint32_t k = 0; k < RNG_MAX_ITERS; ++k) {
+      rng_block_iter(seed, offset, index, k, w);
+      const double u[2] = {rng_unit_F64(w), rng_unit_hi(w)};
+      for (int q = 0; q < 2; ++q) {
+        prod *= u[q];
+        if (prod <= enlam) return x;
+        x += 1.0;
+      }
+    }
+    return x;
+  }
+  double slam = sqrt(lam), loglam = log(lam), b = 0.931 + 2.53 * slam;
+  double a = -0.059 + 0.02483 * b, invalpha = 1.1239 + 1.1328 / (b - 3.4);
+  double vr = 0.9277 - 3.6224 / (b - 2.0);
+  for (uint32_t k = 0; k < RNG_MAX_ITERS; ++k) {
+    rng_block_iter(seed, offset, index, k, w);
+    double U = rng_unit_F64(w) - 0.5, V = rng_unit_hi(w);
+    double us = 0.5 - fabs(U);
+    double x = floor((2.0 * a / us + b) * U + lam + 0.43);
+    if (us >= 0.07 && V <= vr) return x;
+    if (x < 0.0 || (us < 0.013 && V > us)) continue;
+    int sign;
+    if (log(V) + log(invalpha) - log(a / (us * us) + b) <= -lam + x * loglam - lgamma_r(x + 1.0, &sign))
+      return x;
+  }
+  return floor(lam);
+}
+
+/* Gamma(alpha, 1): Marsaglia and Tsang's squeeze (alpha < 1 boosted by
+ * U^(1/alpha)); iteration k draws a normal from block k and a uniform from
+ * block k | 2^31, the boost uniform is block RNG_MAX_ITERS. Results are at
+ * least `tiny` (the output type's smallest normal, as ATen clamps). */
+static inline double rng_gamma(uint64_t seed, uint64_t offset, int64_t index, double alpha,
+                               double tiny) {
+  if (alpha != alpha) return NAN;
+  if (!(alpha > 0.0)) return 0.0;
+  uint32_t w[4];
+  double boost = 1.0, al = alpha;
+  if (alpha < 1.0) {
+    rng_block_iter(seed, offset, index, RNG_MAX_ITERS, w);
+    boost = pow(1.0 - rng_unit_F64(w), 1.0 / alpha);
+    al = alpha + 1.0;
+  }
+  double d = al - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d), r = d;
+  for (uint32_t k = 0; k < RNG_MAX_ITERS; ++k) {
+    rng_block_iter(seed, offset, index, k, w);
+    double u1 = 1.0 - (double)((((uint64_t)w[0] << 32) | w[1]) >> 11) * 0x1p-53;
+    double x = sqrt(-2.0 * log(u1)) * cos(6.2831853071795864769 * rng_unit_hi(w));
+    double v = 1.0 + c * x;
+    if (v <= 0.0) continue;
+    v = v * v * v;
+    uint32_t wu[4];
+    rng_block_iter(seed, offset, index, k | 0x80000000u, wu); /* an independent uniform */
+    double u = 1.0 - rng_unit_F64(wu);
+    if (u < 1.0 - 0.0331 * x * x * x * x || log(u) < 0.5 * x * x + d * (1.0 - v + log(v))) {
+      r = d * v;
+      break;
+    }
+  }
+  r *= boost;
+  return r < tiny ? tiny : r;
 }
 
 /* True with probability p (53-bit resolution). */

@@ -74,6 +74,11 @@ tpu_status_t tpu_random_reference(const tpu_op_def_t* def, const tpu_node_t* nod
     if (a.kind == RNG_BERNOULLI_T) {
       uint8_t b = rng_bernoulli(w, aux[0]);
       tpu_convert(dst, a.dtype, 1, &b, TPU_DTYPE_BOOL, 1, 1);
+    } else if (a.kind == RNG_POISSON || a.kind == RNG_GAMMA) {
+      double v = a.kind == RNG_POISSON
+                     ? rng_poisson(a.seed, a.offset, i, aux[0])
+                     : rng_gamma(a.seed, a.offset, i, aux[0], tpu_rng_gamma_tiny(a.dtype));
+      tpu_convert(dst, a.dtype, 1, &v, TPU_DTYPE_F64, 1, 1);
     } else if (a.kind == RNG_GEOMETRIC) {
       double v = rng_geometric(w, a.lo);
       tpu_convert(dst, a.dtype, 1, &v, TPU_DTYPE_F64, 1, 1);
