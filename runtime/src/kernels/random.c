@@ -1,5 +1,7 @@
-/* random.c — the random family: uniform_, normal_, bernoulli_(p), random_
- * (default, from/to, to), native_dropout and native_dropout_backward.
+/* random.c — the random family: uniform_, normal_ (and normal with tensor
+ * mean/std), bernoulli_(p) and bernoulli with tensor p, random_ (default,
+ * from/to, to), exponential_, geometric_, cauchy_, log_normal_, poisson,
+ * _standard_gamma, native_dropout and native_dropout_backward.
  *
  * Values come from the counter-based Philox4x32-10 stream of random.h:
  * element i of output 0 (row-major, whatever its strides) uses counter

@@ -7,7 +7,10 @@
  * Philox block, counter = offset + i (low word first, upper two words 0),
  * key = seed. So values depend only on (seed, offset, i): not on threads,
  * tiling or output strides. The bridge fills the attrs `seed` and `offset`
- * from the Generator and advances it by numel(output 0).
+ * from the Generator and advances it by numel(output 0). The rejection
+ * samplers (poisson, _standard_gamma) draw further blocks of element i with
+ * counter word 2 = the iteration (rng_block_iter): sub-streams no other
+ * element or op touches.
  */
 #ifndef TPU_KERNELS_RANDOM_H_
 #define TPU_KERNELS_RANDOM_H_

@@ -1,6 +1,8 @@
 /* reduce.c — reductions over dims: sum, mean, prod, amax/amin, max/min
  * (values, or values and indices), argmax/argmin, all/any, var/std and
- * var_mean/std_mean, with PyTorch CPU semantics (dtype argument, keepdim,
+ * var_mean/std_mean, nansum, count_nonzero, vector norms of any order
+ * (linalg_vector_norm, norm), logsumexp and aminmax, with PyTorch CPU
+ * semantics (dtype argument, keepdim,
  * empty dim list, integer sums in int64 with wrap-around, NaN propagation,
  * first index among equal extrema).
  *
