@@ -271,6 +271,15 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
   return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
 }
 
+// aten::equal returns a Python bool, which the generic (tensor-returning)
+// binding cannot express: same sizes, then a native eq + all reduction and
+// one host read of the result (values compare after promotion, NaN != NaN,
+// as PyTorch CPU's equal).
+bool equal(const at::Tensor& self, const at::Tensor& other) {
+  if (!self.sizes().equals(other.sizes())) return false;
+  return at::eq(self, other).all().item<bool>();
+}
+
 }  // namespace
 
 // copy_from reads the conjugate and negative bits itself; without these
@@ -299,6 +308,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  m.impl("equal", TORCH_FN(equal));
   m.impl("record_stream", TORCH_FN(record_stream));
   m.impl("unfold", TORCH_FN(at::native::unfold));
   m.impl("view_as_real", TORCH_FN(at::native::view_as_real));

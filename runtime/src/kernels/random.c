@@ -1,5 +1,7 @@
-/* random.c — the random family: uniform_, normal_, bernoulli_(p), random_
- * (default, from/to, to), native_dropout and native_dropout_backward.
+/* random.c — the random family: uniform_, normal_ (and normal with tensor
+ * mean/std), bernoulli_(p) and bernoulli with tensor p, random_ (default,
+ * from/to, to), exponential_, geometric_, cauchy_, log_normal_, poisson,
+ * _standard_gamma, native_dropout and native_dropout_backward.
  *
  * Values come from the counter-based Philox4x32-10 stream of random.h:
  * element i of output 0 (row-major, whatever its strides) uses counter
@@ -100,21 +102,91 @@ static tpu_status_t set_shape(rng_args_t* a, const tpu_view_t* like, tpu_dtype_t
   return TPU_OK;
 }
 
+/* normal.Tensor_float / float_Tensor / Tensor_Tensor: inputs "mean,std", each
+ * a tensor or a number; the output takes the first tensor's dtype and the
+ * broadcast shape. */
+static tpu_status_t parse_normal_t(const tpu_op_def_t* def, const tpu_node_t* node,
+                                   rng_args_t* a) {
+  if (node->num_inputs < 2) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "mean, std");
+  const tpu_value_t* in = node->inputs;
+  a->mean_t = in[0].kind == TPU_VALUE_VIEW ? &in[0].u.view : NULL;
+  a->std_t = in[1].kind == TPU_VALUE_VIEW ? &in[1].u.view : NULL;
+  a->input = a->mean_t ? a->mean_t : a->std_t;
+  if (!a->input) return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "normal without a tensor");
+  a->dtype = a->input->dtype;
+  if (!tpu_dtype_is_floating(a->dtype) || (a->mean_t && a->std_t && a->std_t->dtype != a->dtype))
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "normal of %s", tpu_dtype_name(a->dtype));
+  if (!a->mean_t) a->lo = in[0].kind == TPU_VALUE_SCALAR ? in[0].u.scalar.v.f : 0.0;
+  if (!a->std_t) {
+    a->hi = in[1].kind == TPU_VALUE_SCALAR ? in[1].u.scalar.v.f : 1.0;
+    if (in[1].kind == TPU_VALUE_SCALAR && in[1].u.scalar.dtype != TPU_DTYPE_F64)
+      a->hi = (double)in[1].u.scalar.v.i;
+    if (!(a->hi >= 0.0))
+      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "normal expects std >= 0.0");
+  }
+  if (!a->mean_t && in[0].kind == TPU_VALUE_SCALAR && in[0].u.scalar.dtype != TPU_DTYPE_F64)
+    a->lo = (double)in[0].u.scalar.v.i;
+  return tpu_broadcast_shapes(node->inputs, 2, a->sizes, &a->ndim);
+}
+
 tpu_status_t tpu_rng_parse(const tpu_op_def_t* def, const tpu_node_t* node, rng_args_t* a) {
   const rng_spec_t* spec = (const rng_spec_t*)def->impl;
   memset(a, 0, sizeof(*a));
   a->kind = spec->kind;
+  a->seed = (uint64_t)tpu_attr_int(ku_attr(def, node, "seed"), 0);
+  a->offset = (uint64_t)tpu_attr_int(ku_attr(def, node, "offset"), 0);
+  if (a->kind == RNG_NORMAL_T) return parse_normal_t(def, node, a);
   a->input = node->num_inputs > 0 && node->inputs[0].kind == TPU_VALUE_VIEW
                  ? &node->inputs[0].u.view
                  : NULL;
   if (!a->input) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "input 0 must be a tensor");
   tpu_dtype_t dt = a->input->dtype;
   set_shape(a, a->input, dt);
-  a->seed = (uint64_t)tpu_attr_int(ku_attr(def, node, "seed"), 0);
-  a->offset = (uint64_t)tpu_attr_int(ku_attr(def, node, "offset"), 0);
   bool floating = tpu_dtype_is_floating(dt);
-  if (!floating && a->kind != RNG_BERNOULLI && a->kind != RNG_RANDOM)
+  if (!floating && a->kind != RNG_BERNOULLI && a->kind != RNG_RANDOM &&
+      a->kind != RNG_GEOMETRIC && a->kind != RNG_BERNOULLI_T && a->kind != RNG_POISSON &&
+      a->kind != RNG_GAMMA)
     return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s of %s", def->name, tpu_dtype_name(dt));
+  /* Arguments PyTorch rejects fall back, so it raises its own error. */
+  switch (a->kind) {
+    case RNG_EXPONENTIAL:
+      a->lo = tpu_attr_float(ku_attr(def, node, "lambd"), 1.0);
+      return a->lo > 0.0 ? TPU_OK
+                         : tpu_status_make(TPU_CODE_UNIMPLEMENTED, "exponential_ lambda <= 0");
+    case RNG_GEOMETRIC:
+      a->lo = tpu_attr_float(ku_attr(def, node, "p"), 0.5);
+      return a->lo > 0.0 && a->lo < 1.0
+                 ? TPU_OK
+                 : tpu_status_make(TPU_CODE_UNIMPLEMENTED, "geometric_ p outside (0, 1)");
+    case RNG_CAUCHY:
+      a->lo = tpu_attr_float(ku_attr(def, node, "median"), 0.0);
+      a->hi = tpu_attr_float(ku_attr(def, node, "sigma"), 1.0);
+      return a->hi > 0.0 ? TPU_OK : tpu_status_make(TPU_CODE_UNIMPLEMENTED, "cauchy_ sigma <= 0");
+    case RNG_LOG_NORMAL:
+      a->lo = tpu_attr_float(ku_attr(def, node, "mean"), 1.0);
+      a->hi = tpu_attr_float(ku_attr(def, node, "std"), 2.0);
+      return a->hi > 0.0 ? TPU_OK
+                         : tpu_status_make(TPU_CODE_UNIMPLEMENTED, "log_normal_ std <= 0");
+    case RNG_POISSON:
+    case RNG_GAMMA:
+      a->p_t = a->input; /* rates / concentrations, read into aux[0] */
+      return floating ? TPU_OK
+                      : tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s of %s", def->name,
+                                        tpu_dtype_name(dt));
+    case RNG_BERNOULLI_T: {
+      const tpu_view_t* p = ku_input(def, node, "p");
+      a->p_t = p ? p : a->input;
+      if (!tpu_dtype_is_floating(a->p_t->dtype))
+        return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "bernoulli with %s probabilities",
+                               tpu_dtype_name(a->p_t->dtype));
+      tpu_view_t e;
+      if (!view_expand(a->p_t, a->ndim, a->sizes, &e))
+        return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "p does not broadcast to self");
+      return TPU_OK;
+    }
+    default:
+      break;
+  }
   switch (a->kind) {
     case RNG_UNIFORM: {
       a->lo = tpu_attr_float(ku_attr(def, node, "from"), 0.0);
@@ -164,6 +236,10 @@ tpu_status_t tpu_rng_parse(const tpu_op_def_t* def, const tpu_node_t* node, rng_
   }
 }
 
+double tpu_rng_gamma_tiny(tpu_dtype_t dtype) {
+  return dtype == TPU_DTYPE_F64 ? 2.2250738585072014e-308 : 1.17549435e-38;
+}
+
 /* ---- tiles ------------------------------------------------------------------ */
 
 typedef struct rng_tile {
@@ -173,6 +249,7 @@ typedef struct rng_tile {
     int64_t I64[RNG_TILE];
   } v;
   uint8_t mask[RNG_TILE];
+  double aux[2][RNG_TILE]; /* loaded from views 1 and 2 (normal / bernoulli tensors) */
 } rng_tile_t;
 
 typedef struct rng_job rng_job_t;
@@ -188,16 +265,34 @@ struct rng_job {
   tpu_dtype_t tile_dtype; /* F32, F64, I64, or BOOL (values in `mask`) */
   int64_t tile_esize;
   bool load_input, load_mask, store_mask;
+  bool load_aux[2]; /* views 1, 2 into aux[0], aux[1] as float64 */
   rng_fill_fn fill;
 };
+
+/* The draws of a tile first (Philox, scalar), then the transform in a loop
+ * of its own: float32's is branch-free (random.h) and runs as SIMD. */
+#define NORMAL_FILL_F32                                                                  \
+  uint32_t w[4][RNG_TILE];                                                               \
+  rng_blocks(j->a.seed, j->a.offset, first, n, w[0], w[1], w[2], w[3]);                  \
+  for (int64_t e = 0; e < n; ++e) {                                                      \
+    const uint32_t we[4] = {w[0][e], w[1][e], w[2][e], w[3][e]};                         \
+    t->v.F32[e] = mean + std * rng_box_muller_F32(rng_u1_F32(we), rng_u2_F32(we));       \
+  }
+#define NORMAL_FILL_F64                              \
+  uint32_t w[4];                                     \
+  for (int64_t e = 0; e < n; ++e) {                  \
+    rng_block(j->a.seed, j->a.offset, first + e, w); \
+    t->v.F64[e] = mean + std * rng_normal_F64(w);    \
+  }
 
 #define RNG_FLOAT_FILLS(C, T)                                                           \
   static void uniform_##C(const rng_job_t* j, int64_t first, int64_t n, rng_tile_t* t) { \
     T lo = (T)j->a.lo, hi = (T)j->a.hi, span = (T)(j->a.hi - j->a.lo);                  \
-    uint32_t w[4];                                                                      \
+    uint32_t w[4][RNG_TILE];                                                            \
+    rng_blocks(j->a.seed, j->a.offset, first, n, w[0], w[1], w[2], w[3]);               \
     for (int64_t e = 0; e < n; ++e) {                                                   \
-      rng_block(j->a.seed, j->a.offset, first + e, w);                                  \
-      t->v.C[e] = lo + span * rng_unit_##C(w);                                          \
+      const uint32_t we[4] = {w[0][e], w[1][e], w[2][e], w[3][e]};                      \
+      t->v.C[e] = lo + span * rng_unit_##C(we);                                         \
     }                                                                                   \
     if (j->a.dtype != TPU_DTYPE_##C) { /* round as stored, then compare */              \
       double stored[RNG_TILE];                                                          \
@@ -209,9 +304,37 @@ struct rng_job {
   }                                                                                     \
   static void normal_##C(const rng_job_t* j, int64_t first, int64_t n, rng_tile_t* t) {  \
     T mean = (T)j->a.lo, std = (T)j->a.hi;                                              \
+    NORMAL_FILL_##C                                                                     \
+  }                                                                                     \
+  static void exponential_##C(const rng_job_t* j, int64_t first, int64_t n,             \
+                              rng_tile_t* t) {                                          \
     uint32_t w[4];                                                                      \
     for (int64_t e = 0; e < n; ++e) {                                                   \
       rng_block(j->a.seed, j->a.offset, first + e, w);                                  \
+      t->v.C[e] = rng_exponential_##C(w, (T)j->a.lo);                                   \
+    }                                                                                   \
+  }                                                                                     \
+  static void cauchy_##C(const rng_job_t* j, int64_t first, int64_t n, rng_tile_t* t) {  \
+    uint32_t w[4];                                                                      \
+    for (int64_t e = 0; e < n; ++e) {                                                   \
+      rng_block(j->a.seed, j->a.offset, first + e, w);                                  \
+      t->v.C[e] = rng_cauchy_##C(w, (T)j->a.lo, (T)j->a.hi);                            \
+    }                                                                                   \
+  }                                                                                     \
+  static void log_normal_##C(const rng_job_t* j, int64_t first, int64_t n,              \
+                             rng_tile_t* t) {                                           \
+    uint32_t w[4];                                                                      \
+    for (int64_t e = 0; e < n; ++e) {                                                   \
+      rng_block(j->a.seed, j->a.offset, first + e, w);                                  \
+      t->v.C[e] = rng_log_normal_##C(w, (T)j->a.lo, (T)j->a.hi);                        \
+    }                                                                                   \
+  }                                                                                     \
+  static void normal_t_##C(const rng_job_t* j, int64_t first, int64_t n, rng_tile_t* t) { \
+    uint32_t w[4];                                                                      \
+    for (int64_t e = 0; e < n; ++e) {                                                   \
+      rng_block(j->a.seed, j->a.offset, first + e, w);                                  \
+      T mean = (T)(j->load_aux[0] ? t->aux[0][e] : j->a.lo);                            \
+      T std = (T)(j->load_aux[1] ? t->aux[1][e] : j->a.hi);                             \
       t->v.C[e] = mean + std * rng_normal_##C(w);                                       \
     }                                                                                   \
   }                                                                                     \
@@ -241,6 +364,33 @@ static void bernoulli_fill(const rng_job_t* j, int64_t first, int64_t n, rng_til
   }
 }
 
+static void bernoulli_t_fill(const rng_job_t* j, int64_t first, int64_t n, rng_tile_t* t) {
+  uint32_t w[4];
+  for (int64_t e = 0; e < n; ++e) {
+    rng_block(j->a.seed, j->a.offset, first + e, w);
+    t->mask[e] = rng_bernoulli(w, t->aux[0][e]);
+  }
+}
+
+static void geometric_fill(const rng_job_t* j, int64_t first, int64_t n, rng_tile_t* t) {
+  uint32_t w[4];
+  for (int64_t e = 0; e < n; ++e) {
+    rng_block(j->a.seed, j->a.offset, first + e, w);
+    t->v.F64[e] = rng_geometric(w, j->a.lo);
+  }
+}
+
+static void poisson_fill(const rng_job_t* j, int64_t first, int64_t n, rng_tile_t* t) {
+  for (int64_t e = 0; e < n; ++e)
+    t->v.F64[e] = rng_poisson(j->a.seed, j->a.offset, first + e, t->aux[0][e]);
+}
+
+static void gamma_fill(const rng_job_t* j, int64_t first, int64_t n, rng_tile_t* t) {
+  double tiny = tpu_rng_gamma_tiny(j->a.dtype);
+  for (int64_t e = 0; e < n; ++e)
+    t->v.F64[e] = rng_gamma(j->a.seed, j->a.offset, first + e, t->aux[0][e], tiny);
+}
+
 static void random_fill(const rng_job_t* j, int64_t first, int64_t n, rng_tile_t* t) {
   uint32_t w[4];
   for (int64_t e = 0; e < n; ++e) {
@@ -256,9 +406,17 @@ static const rng_fill_fn k_fill_float[RNG_KIND_COUNT][TPU_COMPUTE_COUNT] = {
     [RNG_DROPOUT] = {[TPU_COMPUTE_F32] = dropout_F32, [TPU_COMPUTE_F64] = dropout_F64},
     [RNG_DROPOUT_BACKWARD] = {[TPU_COMPUTE_F32] = dropout_backward_F32,
                               [TPU_COMPUTE_F64] = dropout_backward_F64},
+    [RNG_EXPONENTIAL] = {[TPU_COMPUTE_F32] = exponential_F32, [TPU_COMPUTE_F64] = exponential_F64},
+    [RNG_CAUCHY] = {[TPU_COMPUTE_F32] = cauchy_F32, [TPU_COMPUTE_F64] = cauchy_F64},
+    [RNG_LOG_NORMAL] = {[TPU_COMPUTE_F32] = log_normal_F32, [TPU_COMPUTE_F64] = log_normal_F64},
+    [RNG_NORMAL_T] = {[TPU_COMPUTE_F32] = normal_t_F32, [TPU_COMPUTE_F64] = normal_t_F64},
 };
 static const rng_fill_fn k_fill_any[RNG_KIND_COUNT] = {[RNG_BERNOULLI] = bernoulli_fill,
-                                                       [RNG_RANDOM] = random_fill};
+                                                       [RNG_RANDOM] = random_fill,
+                                                       [RNG_GEOMETRIC] = geometric_fill,
+                                                       [RNG_BERNOULLI_T] = bernoulli_t_fill,
+                                                       [RNG_POISSON] = poisson_fill,
+                                                       [RNG_GAMMA] = gamma_fill};
 
 typedef struct rng_io {
   const rng_job_t* j;
@@ -281,6 +439,10 @@ static void load_run(void* arg, const int64_t* offs, const int64_t* steps, int64
   if (j->load_mask)
     tpu_convert(&io->t->mask[k], TPU_DTYPE_BOOL, 1, j->base[2] + offs[2] * j->esize[2],
                 j->dtype[2], steps[2], n);
+  for (int q = 0; q < 2; ++q)
+    if (j->load_aux[q])
+      tpu_convert(&io->t->aux[q][k], TPU_DTYPE_F64, 1, j->base[1 + q] + offs[1 + q] * j->esize[1 + q],
+                  j->dtype[1 + q], steps[1 + q], n);
 }
 
 static void store_run(void* arg, const int64_t* offs, const int64_t* steps, int64_t n,
@@ -301,7 +463,8 @@ static void rng_chunk(void* arg, int64_t begin, int64_t end) {
   for (int64_t first = begin; first < end; first += RNG_TILE) {
     int64_t last = first + RNG_TILE < end ? first + RNG_TILE : end;
     rng_io_t io = {j, &t, first};
-    if (j->load_input || j->load_mask) walk_range(&j->walk, first, last, load_run, &io);
+    if (j->load_input || j->load_mask || j->load_aux[0] || j->load_aux[1])
+      walk_range(&j->walk, first, last, load_run, &io);
     j->fill(j, first, last - first, &t);
     walk_range(&j->walk, first, last, store_run, &io);
   }
@@ -354,6 +517,17 @@ static tpu_status_t random_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
     j.load_input = true;
     j.load_mask = j.a.kind == RNG_DROPOUT_BACKWARD;
     j.store_mask = j.a.kind == RNG_DROPOUT;
+  } else if (j.a.kind == RNG_NORMAL_T || j.a.kind == RNG_BERNOULLI_T ||
+             j.a.kind == RNG_POISSON || j.a.kind == RNG_GAMMA) {
+    /* Views 1 and 2: the mean / p and std tensors, broadcast to the output
+     * (a missing one repeats the output with stride 0 and is not loaded). */
+    const tpu_view_t* src[2] = {j.a.kind == RNG_NORMAL_T ? j.a.mean_t : j.a.p_t, j.a.std_t};
+    for (int q = 0; q < 2; ++q) {
+      j.load_aux[q] = src[q] != NULL;
+      if (!src[q] || !view_expand(src[q], out->ndim, out->sizes, &views[1 + q]))
+        view_expand(out, out->ndim, out->sizes, &views[1 + q]);
+    }
+    nviews = 3;
   }
   const tpu_view_t* vp[3] = {&views[0], &views[1], &views[2]};
   walk_init_views(&j.walk, nviews, vp);
@@ -364,9 +538,11 @@ static tpu_status_t random_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
   }
   tpu_compute_type_t ct = tpu_dtype_compute(j.a.dtype);
   j.fill = k_fill_any[j.a.kind] ? k_fill_any[j.a.kind] : k_fill_float[j.a.kind][ct];
-  j.tile_dtype = j.a.kind == RNG_BERNOULLI ? TPU_DTYPE_BOOL
-                 : j.a.kind == RNG_RANDOM  ? TPU_DTYPE_I64
-                                           : tpu_compute_storage_dtype(ct);
+  j.tile_dtype = (j.a.kind == RNG_BERNOULLI || j.a.kind == RNG_BERNOULLI_T) ? TPU_DTYPE_BOOL
+                 : j.a.kind == RNG_RANDOM                                    ? TPU_DTYPE_I64
+                 : (j.a.kind == RNG_GEOMETRIC || j.a.kind == RNG_POISSON ||
+                    j.a.kind == RNG_GAMMA)                                   ? TPU_DTYPE_F64
+                                             : tpu_compute_storage_dtype(ct);
   j.tile_esize = (int64_t)tpu_dtype_size(j.tile_dtype);
   tpu_parallel_for(j.walk.numel, RNG_GRAIN, rng_chunk, &j);
   return TPU_OK;
@@ -398,7 +574,15 @@ static const rng_spec_t k_uniform = {RNG_UNIFORM, RANGE_DEFAULT},
                         k_random_from = {RNG_RANDOM, RANGE_FROM},
                         k_random_to = {RNG_RANDOM, RANGE_TO},
                         k_dropout = {RNG_DROPOUT, RANGE_DEFAULT},
-                        k_dropout_backward = {RNG_DROPOUT_BACKWARD, RANGE_DEFAULT};
+                        k_dropout_backward = {RNG_DROPOUT_BACKWARD, RANGE_DEFAULT},
+                        k_exponential = {RNG_EXPONENTIAL, RANGE_DEFAULT},
+                        k_geometric = {RNG_GEOMETRIC, RANGE_DEFAULT},
+                        k_cauchy = {RNG_CAUCHY, RANGE_DEFAULT},
+                        k_log_normal = {RNG_LOG_NORMAL, RANGE_DEFAULT},
+                        k_normal_t = {RNG_NORMAL_T, RANGE_DEFAULT},
+                        k_bernoulli_t = {RNG_BERNOULLI_T, RANGE_DEFAULT},
+                        k_poisson = {RNG_POISSON, RANGE_DEFAULT},
+                        k_gamma = {RNG_GAMMA, RANGE_DEFAULT};
 
 #define RNG_ROW(name, inputs, attrs, outputs, aten, spec) \
   {name, inputs, attrs, outputs, aten, random_kernel, random_infer, random_check, &spec}
@@ -419,6 +603,25 @@ static const tpu_op_def_t k_ops[] = {
             "native_dropout native_dropout.out", k_dropout),
     RNG_ROW("native_dropout_backward", "grad_output,mask", "scale", "out",
             "native_dropout_backward native_dropout_backward.out", k_dropout_backward),
+    RNG_ROW("exponential", "self", "lambd,seed,offset", "out",
+            "exponential_ exponential exponential.out", k_exponential),
+    RNG_ROW("geometric", "self", "p,seed,offset", "out", "geometric_ geometric geometric.out",
+            k_geometric),
+    RNG_ROW("cauchy", "self", "median,sigma,seed,offset", "out", "cauchy_ cauchy cauchy.out",
+            k_cauchy),
+    RNG_ROW("log_normal", "self", "mean,std,seed,offset", "out",
+            "log_normal_ log_normal log_normal.out", k_log_normal),
+    RNG_ROW("normal_tensor", "mean,std", "seed,offset", "out",
+            "normal.Tensor_float normal.Tensor_float_out normal.float_Tensor "
+            "normal.float_Tensor_out normal.Tensor_Tensor normal.Tensor_Tensor_out",
+            k_normal_t),
+    RNG_ROW("bernoulli_self", "self", "seed,offset", "out", "bernoulli bernoulli.out",
+            k_bernoulli_t),
+    RNG_ROW("bernoulli_tensor", "self,p", "seed,offset", "out",
+            "bernoulli_.Tensor bernoulli.Tensor bernoulli.Tensor_out", k_bernoulli_t),
+    RNG_ROW("poisson", "self", "seed,offset", "out", "poisson poisson.out", k_poisson),
+    RNG_ROW("standard_gamma", "self", "seed,offset", "out",
+            "_standard_gamma _standard_gamma.out", k_gamma),
 };
 
 const tpu_op_family_t tpu_family_random = {"random", k_ops,

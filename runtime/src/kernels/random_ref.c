@@ -16,7 +16,7 @@ static char* elem(const tpu_view_t* v, const int64_t* coord) {
  * input, *mask its draw) or dropout backward (x the gradient, *mask given). */
 #define REF_FLOAT(C, T)                                                                  \
   static void ref_##C(const rng_args_t* a, const uint32_t w[4], const char* x_ptr,       \
-                      tpu_dtype_t x_dtype, uint8_t* mask, char* dst) {                   \
+                      tpu_dtype_t x_dtype, uint8_t* mask, const double* aux, char* dst) { \
     T v = 0, x = 0;                                                                      \
     if (x_ptr) tpu_convert(&x, TPU_DTYPE_##C, 1, x_ptr, x_dtype, 1, 1);                  \
     if (a->kind == RNG_UNIFORM) {                                                        \
@@ -26,6 +26,14 @@ static char* elem(const tpu_view_t* v, const int64_t* coord) {
       if (v >= (T)a->hi) v = (T)a->lo;                                                   \
     } else if (a->kind == RNG_NORMAL) {                                                  \
       v = (T)a->lo + (T)a->hi * rng_normal_##C(w);                                       \
+    } else if (a->kind == RNG_EXPONENTIAL) {                                             \
+      v = rng_exponential_##C(w, (T)a->lo);                                              \
+    } else if (a->kind == RNG_CAUCHY) {                                                  \
+      v = rng_cauchy_##C(w, (T)a->lo, (T)a->hi);                                         \
+    } else if (a->kind == RNG_LOG_NORMAL) {                                              \
+      v = rng_log_normal_##C(w, (T)a->lo, (T)a->hi);                                     \
+    } else if (a->kind == RNG_NORMAL_T) {                                                \
+      v = (T)aux[0] + (T)aux[1] * rng_normal_##C(w);                                     \
     } else {                                                                             \
       if (a->kind == RNG_DROPOUT) *mask = rng_bernoulli(w, a->keep);                     \
       v = x * (T)*mask * (T)a->scale;                                                    \
@@ -44,6 +52,10 @@ tpu_status_t tpu_random_reference(const tpu_op_def_t* def, const tpu_node_t* nod
   if (a.kind == RNG_DROPOUT || a.kind == RNG_DROPOUT_BACKWARD)
     view_expand(a.input, out->ndim, out->sizes, &in);
   if (a.kind == RNG_DROPOUT_BACKWARD) view_expand(a.mask, out->ndim, out->sizes, &mask_in);
+  tpu_view_t aux_v[2] = {{0}, {0}};
+  const tpu_view_t* aux_src[2] = {a.kind == RNG_NORMAL_T ? a.mean_t : a.p_t, a.std_t};
+  for (int q = 0; q < 2; ++q)
+    if (aux_src[q]) view_expand(aux_src[q], out->ndim, out->sizes, &aux_v[q]);
   bool f64 = tpu_dtype_compute(a.dtype) == TPU_COMPUTE_F64;
   int64_t coord[TPU_MAX_DIMS];
   for (int64_t i = 0; i < tpu_view_numel(out); ++i) {
@@ -55,7 +67,22 @@ tpu_status_t tpu_random_reference(const tpu_op_def_t* def, const tpu_node_t* nod
     char* dst = elem(out, coord);
     uint32_t w[4];
     rng_block(a.seed, a.offset, i, w);
-    if (a.kind == RNG_BERNOULLI) {
+    double aux[2] = {a.lo, a.hi};
+    for (int q = 0; q < 2; ++q)
+      if (aux_src[q])
+        tpu_convert(&aux[q], TPU_DTYPE_F64, 1, elem(&aux_v[q], coord), aux_v[q].dtype, 1, 1);
+    if (a.kind == RNG_BERNOULLI_T) {
+      uint8_t b = rng_bernoulli(w, aux[0]);
+      tpu_convert(dst, a.dtype, 1, &b, TPU_DTYPE_BOOL, 1, 1);
+    } else if (a.kind == RNG_POISSON || a.kind == RNG_GAMMA) {
+      double v = a.kind == RNG_POISSON
+                     ? rng_poisson(a.seed, a.offset, i, aux[0])
+                     : rng_gamma(a.seed, a.offset, i, aux[0], tpu_rng_gamma_tiny(a.dtype));
+      tpu_convert(dst, a.dtype, 1, &v, TPU_DTYPE_F64, 1, 1);
+    } else if (a.kind == RNG_GEOMETRIC) {
+      double v = rng_geometric(w, a.lo);
+      tpu_convert(dst, a.dtype, 1, &v, TPU_DTYPE_F64, 1, 1);
+    } else if (a.kind == RNG_BERNOULLI) {
       uint8_t b = rng_bernoulli(w, a.lo);
       tpu_convert(dst, a.dtype, 1, &b, TPU_DTYPE_BOOL, 1, 1);
     } else if (a.kind == RNG_RANDOM) {
@@ -68,9 +95,9 @@ tpu_status_t tpu_random_reference(const tpu_op_def_t* def, const tpu_node_t* nod
       uint8_t mask = a.kind == RNG_DROPOUT_BACKWARD ? *(const uint8_t*)elem(&mask_in, coord) : 0;
       const char* x = in.addr ? elem(&in, coord) : NULL;
       if (f64)
-        ref_F64(&a, w, x, in.dtype, &mask, dst);
+        ref_F64(&a, w, x, in.dtype, &mask, aux, dst);
       else
-        ref_F32(&a, w, x, in.dtype, &mask, dst);
+        ref_F32(&a, w, x, in.dtype, &mask, aux, dst);
       if (a.kind == RNG_DROPOUT) *(uint8_t*)elem(&node->outputs[1], coord) = mask;
     }
   }

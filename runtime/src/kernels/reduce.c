@@ -1,6 +1,8 @@
 /* reduce.c — reductions over dims: sum, mean, prod, amax/amin, max/min
  * (values, or values and indices), argmax/argmin, all/any, var/std and
- * var_mean/std_mean, with PyTorch CPU semantics (dtype argument, keepdim,
+ * var_mean/std_mean, nansum, count_nonzero, vector norms of any order
+ * (linalg_vector_norm, norm), logsumexp and aminmax, with PyTorch CPU
+ * semantics (dtype argument, keepdim,
  * empty dim list, integer sums in int64 with wrap-around, NaN propagation,
  * first index among equal extrema).
  *
@@ -33,6 +35,7 @@
 #include <string.h>
 
 #include "kernels/reduce.h"
+#include "kernels/vmath.h"
 
 #define TILE 256           /* outputs per tile */
 #define BUF 1024           /* elements gathered at a time in row order */
@@ -75,6 +78,9 @@ tpu_status_t tpu_reduce_parse(const tpu_op_def_t* def, const tpu_node_t* node,
   for (int32_t d = 0; d < in->ndim; ++d) a->reduced[d] = a->reduced[d] || all;
   a->keepdim = tpu_attr_bool(ku_attr(def, node, "keepdim"), false);
   a->correction = tpu_attr_float(ku_attr(def, node, "correction"), 1.0);
+  const tpu_attr_t* ord = ku_attr(def, node, "ord");
+  if (!ord) ord = ku_attr(def, node, "p");
+  a->ord = tpu_attr_float(ord, 2.0);
 
   a->n = 1;
   tpu_view_t* s0 = &a->shape[0];
@@ -91,10 +97,31 @@ tpu_status_t tpu_reduce_parse(const tpu_op_def_t* def, const tpu_node_t* node,
   a->num_outputs = 1;
   switch (impl->out) {
     case ROUT_VALUE:
-      if (impl->acc == RACC_SUM || impl->acc == RACC_PROD)
+      if (impl->acc == RACC_SUM || impl->acc == RACC_PROD || impl->acc == RACC_NANSUM)
         value = want != TPU_DTYPE_INVALID ? want : (floating ? in->dtype : TPU_DTYPE_I64);
       else if (impl->acc == RACC_ALL || impl->acc == RACC_ANY)
         value = in->dtype == TPU_DTYPE_U8 ? TPU_DTYPE_U8 : TPU_DTYPE_BOOL;
+      else if (impl->acc == RACC_NONZERO)
+        value = TPU_DTYPE_I64;
+      break;
+    case ROUT_NORM:
+      value = want != TPU_DTYPE_INVALID ? want : in->dtype;
+      if (!floating || !tpu_dtype_is_floating(value))
+        TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT,
+                        "linalg.vector_norm: Expected a floating point or complex tensor as "
+                        "input. Got %s",
+                        tpu_dtype_name(in->dtype));
+      if (a->n == 0 && (a->ord < 0.0 || isinf(a->ord)))
+        TPU_KERNEL_FAIL(TPU_CODE_INDEX_ERROR,
+                        "linalg.vector_norm cannot compute the %g norm on an empty tensor "
+                        "because the operation does not have an identity",
+                        a->ord);
+      break;
+    case ROUT_LSE:
+      value = floating ? in->dtype : TPU_DTYPE_F32;
+      break;
+    case ROUT_MINMAX:
+      a->num_outputs = 2;
       break;
     case ROUT_VALUE_INDEX:
       second = TPU_DTYPE_I64;
@@ -125,7 +152,7 @@ tpu_status_t tpu_reduce_parse(const tpu_op_def_t* def, const tpu_node_t* node,
                         "std and var only support floating point and complex dtypes");
       break;
   }
-  if ((impl->acc == RACC_MAX || impl->acc == RACC_MIN) && a->n == 0) {
+  if ((impl->acc == RACC_MAX || impl->acc == RACC_MIN || impl->acc == RACC_MINMAX) && a->n == 0) {
     if (all)
       TPU_KERNEL_FAIL(TPU_CODE_INDEX_ERROR,
                       "%s(): Expected reduction dim to be specified for input.numel() == 0.",
@@ -146,13 +173,16 @@ tpu_compute_type_t tpu_reduce_domain(const reduce_args_t* a, tpu_dtype_t out_dty
   switch (a->impl->acc) {
     case RACC_SUM:
     case RACC_PROD:
+    case RACC_NANSUM:
       return (a->impl->out == ROUT_MEAN || tpu_dtype_is_floating(out_dtype)) ? TPU_COMPUTE_F64
                                                                             : TPU_COMPUTE_I64;
     case RACC_MAX:
     case RACC_MIN:
+    case RACC_MINMAX:
       return tpu_dtype_is_floating(a->in->dtype) ? TPU_COMPUTE_F64 : TPU_COMPUTE_I64;
     case RACC_ALL:
     case RACC_ANY:
+    case RACC_NONZERO:
       return TPU_COMPUTE_B8;
     default:
       return TPU_COMPUTE_F64;
@@ -167,7 +197,8 @@ tpu_status_t tpu_reduce_check_outputs(const reduce_args_t* a, const tpu_node_t* 
     const tpu_view_t* o = &node->outputs[i];
     if (!views_same_shape(o, &a->shape[i]))
       TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "output %d has the wrong shape", i);
-    bool needs_float = a->impl->out >= ROUT_MEAN && !(i == 1 && a->impl->out == ROUT_VALUE_INDEX);
+    bool needs_float = a->impl->out >= ROUT_MEAN && a->impl->out != ROUT_MINMAX &&
+                       !(i == 1 && a->impl->out == ROUT_VALUE_INDEX);
     if (needs_float && !tpu_dtype_is_floating(o->dtype))
       TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "output %d must be floating, got %s", i,
                       tpu_dtype_name(o->dtype));
@@ -195,8 +226,8 @@ static tpu_status_t reduce_check(const tpu_op_def_t* def, const tpu_node_t* node
  * or bool sum/product/extremum, idx: index of the extremum (-1: none yet),
  * n and m2: count and sum of squared deviations (Welford). */
 typedef struct rstate {
-  double f, m2;
-  int64_t i, idx, n;
+  double f, m2, hi;
+  int64_t i, idx, n, ihi;
 } rstate_t;
 
 /* Steps take one value x at reduced index k. Integer sums and products wrap
@@ -243,6 +274,64 @@ static inline void step_mom_f(rstate_t* s, double x, int64_t k) {
   s->m2 += d * (x - s->f);
 }
 
+static inline void step_nansum_f(rstate_t* s, double x, int64_t k) {
+  if (x == x) s->f += x;
+}
+static inline void step_nz_b(rstate_t* s, uint8_t x, int64_t k) { s->i += x; }
+/* Norms accumulate in f; normp's order sits in m2 (set by the kernel). */
+static inline void step_norm0_f(rstate_t* s, double x, int64_t k) { s->f += x != 0.0; }
+static inline void step_norm1_f(rstate_t* s, double x, int64_t k) { s->f += fabs(x); }
+static inline void step_norm2_f(rstate_t* s, double x, int64_t k) { s->f += x * x; }
+static inline void step_normp_f(rstate_t* s, double x, int64_t k) { s->f += pow(fabs(x), s->m2); }
+/* Largest / smallest |x|; a NaN sticks. */
+static inline void step_norminf_f(rstate_t* s, double x, int64_t k) {
+  if (s->f == s->f && !(fabs(x) <= s->f)) s->f = fabs(x);
+}
+static inline void step_normninf_f(rstate_t* s, double x, int64_t k) {
+  if (s->f == s->f && !(fabs(x) >= s->f)) s->f = fabs(x);
+}
+/* aminmax: min in f / i, max in hi / ihi, n counts (a NaN sticks in both). */
+static inline void step_minmax_f(rstate_t* s, double x, int64_t k) {
+  if (s->n++ == 0) {
+    s->f = s->hi = x;
+    return;
+  }
+  if (s->f == s->f && (x != x || x < s->f)) s->f = x;
+  if (s->hi == s->hi && (x != x || x > s->hi)) s->hi = x;
+}
+static inline void step_minmax_i(rstate_t* s, int64_t x, int64_t k) {
+  if (s->n++ == 0) {
+    s->i = s->ihi = x;
+    return;
+  }
+  if (x < s->i) s->i = x;
+  if (x > s->ihi) s->ihi = x;
+}
+/* logsumexp: f is a finite shift (the maximum, 0 when that is infinite or
+ * NaN), m2 the sum of exp(x - f), n the count. A zero, infinite or NaN sum
+ * does not rescale. */
+static inline double lse_scale(double v, double d) {
+  return (v == 0.0 || !isfinite(v)) ? v : v * exp(d);
+}
+static inline void comb_lse_f(rstate_t* a, const rstate_t* b) {
+  if (b->n == 0) return;
+  if (a->n == 0) {
+    *a = *b;
+    return;
+  }
+  double nm = a->f > b->f ? a->f : b->f;
+  a->m2 = lse_scale(a->m2, a->f - nm) + lse_scale(b->m2, b->f - nm);
+  a->f = nm;
+  a->n += b->n;
+}
+static inline void step_lse_f(rstate_t* s, double x, int64_t k) {
+  double shift = isfinite(x) ? x : 0.0;
+  rstate_t b = {.f = shift, .m2 = exp(x - shift), .n = 1};
+  comb_lse_f(s, &b);
+}
+static inline void step_lse_fast(rstate_t* s, double x, int64_t k) { step_lse_f(s, x, k); }
+static inline void comb_lse_fast(rstate_t* a, const rstate_t* b) { comb_lse_f(a, b); }
+
 /* Combines take the state of a later chunk b into a. */
 static inline void comb_sum_f(rstate_t* a, const rstate_t* b) { a->f += b->f; }
 static inline void comb_sum_i(rstate_t* a, const rstate_t* b) { step_sum_i(a, b->i, 0); }
@@ -262,6 +351,34 @@ static inline void comb_min_i(rstate_t* a, const rstate_t* b) {
 }
 static inline void comb_all_b(rstate_t* a, const rstate_t* b) { a->i &= b->i; }
 static inline void comb_any_b(rstate_t* a, const rstate_t* b) { a->i |= b->i; }
+static inline void comb_nansum_f(rstate_t* a, const rstate_t* b) { a->f += b->f; }
+static inline void comb_nz_b(rstate_t* a, const rstate_t* b) { a->i += b->i; }
+static inline void comb_norm0_f(rstate_t* a, const rstate_t* b) { a->f += b->f; }
+static inline void comb_norm1_f(rstate_t* a, const rstate_t* b) { a->f += b->f; }
+static inline void comb_norm2_f(rstate_t* a, const rstate_t* b) { a->f += b->f; }
+static inline void comb_normp_f(rstate_t* a, const rstate_t* b) { a->f += b->f; }
+static inline void comb_norminf_f(rstate_t* a, const rstate_t* b) { step_norminf_f(a, b->f, 0); }
+static inline void comb_normninf_f(rstate_t* a, const rstate_t* b) {
+  step_normninf_f(a, b->f, 0);
+}
+static inline void comb_minmax_f(rstate_t* a, const rstate_t* b) {
+  if (b->n == 0) return;
+  if (a->n == 0) {
+    *a = *b;
+    return;
+  }
+  step_minmax_f(a, b->f, 0);
+  step_minmax_f(a, b->hi, 0);
+}
+static inline void comb_minmax_i(rstate_t* a, const rstate_t* b) {
+  if (b->n == 0) return;
+  if (a->n == 0) {
+    *a = *b;
+    return;
+  }
+  step_minmax_i(a, b->i, 0);
+  step_minmax_i(a, b->ihi, 0);
+}
 static inline void comb_mom_f(rstate_t* a, const rstate_t* b) { /* Chan et al. */
   if (b->n == 0) return;
   if (a->n == 0) {
@@ -287,7 +404,19 @@ static inline void comb_mom_f(rstate_t* a, const rstate_t* b) { /* Chan et al. *
   X(min_i, int64_t, I64, 0.0, 0, -1, GENERIC)   \
   X(all_b, uint8_t, B8, 0.0, 1, 0, GENERIC)     \
   X(any_b, uint8_t, B8, 0.0, 0, 0, GENERIC)     \
-  X(mom_f, double, F64, 0.0, 0, 0, CUSTOM)
+  X(mom_f, double, F64, 0.0, 0, 0, CUSTOM)       \
+  X(nansum_f, double, F64, 0.0, 0, 0, GENERIC)  \
+  X(nz_b, uint8_t, B8, 0.0, 0, 0, GENERIC)      \
+  X(norm0_f, double, F64, 0.0, 0, 0, GENERIC)   \
+  X(norm1_f, double, F64, 0.0, 0, 0, CUSTOM)    \
+  X(norm2_f, double, F64, 0.0, 0, 0, CUSTOM)    \
+  X(normp_f, double, F64, 0.0, 0, 0, GENERIC)   \
+  X(norminf_f, double, F64, 0.0, 0, 0, GENERIC) \
+  X(normninf_f, double, F64, INFINITY, 0, 0, GENERIC) \
+  X(minmax_f, double, F64, 0.0, 0, 0, GENERIC)  \
+  X(minmax_i, int64_t, I64, 0.0, 0, 0, GENERIC) \
+  X(lse_f, double, F64, 0.0, 0, 0, CUSTOM)      \
+  X(lse_fast, double, F64, 0.0, 0, 0, CUSTOM)
 
 /* run: one state over n consecutive values (reduced indices k, k+1, ...);
  * col: n states, one value each, all at reduced index k. */
@@ -326,6 +455,72 @@ static void run_sum_f(rstate_t* s, const void* xv, int64_t n, int64_t k) {
   s->f += (a0 + a1) + (a2 + a3);
 }
 
+/* |x| and x^2 sums of a run, four partial sums as run_sum_f. */
+#define RUN_SUM4(name, E)                                                       \
+  static void run_##name(rstate_t* s, const void* xv, int64_t n, int64_t k) {   \
+    const double* x = (const double*)xv;                                        \
+    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;                              \
+    int64_t j = 0;                                                              \
+    for (; j + 4 <= n; j += 4) {                                                \
+      a0 += E(x[j]);                                                            \
+      a1 += E(x[j + 1]);                                                        \
+      a2 += E(x[j + 2]);                                                        \
+      a3 += E(x[j + 3]);                                                        \
+    }                                                                           \
+    for (; j < n; ++j) a0 += E(x[j]);                                           \
+    s->f += (a0 + a1) + (a2 + a3);                                              \
+  }
+#define SQ_(v) ((v) * (v))
+RUN_SUM4(norm1_f, fabs)
+RUN_SUM4(norm2_f, SQ_)
+#undef SQ_
+#undef RUN_SUM4
+
+/* logsumexp of a run: its maximum, then exp(x - max) summed, merged into the
+ * state. lse_fast (float32 and half outputs) takes exp in float32 with
+ * vm_expf (SIMD). */
+static void lse_run(rstate_t* s, const double* x, int64_t n, bool fast) {
+  if (n == 0) return;
+  double mx[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                  -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  int nan = 0;
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int q = 0; q < 8; ++q) {
+      nan |= x[j + q] != x[j + q];
+      mx[q] = x[j + q] > mx[q] ? x[j + q] : mx[q];
+    }
+  double m = -INFINITY;
+  for (int q = 0; q < 8; ++q) m = mx[q] > m ? mx[q] : m;
+  for (; j < n; ++j) {
+    nan |= x[j] != x[j];
+    m = x[j] > m ? x[j] : m;
+  }
+  double shift = isfinite(m) ? m : 0.0, sum = 0.0;
+  if (fast && !nan && isfinite(m)) {
+    /* d <= 0; below VM_EXP_LO the term is clamped to e^VM_EXP_LO, which is
+     * far below float32 resolution of the sum (>= 1). */
+    float d[BUF];
+    for (j = 0; j < n; ++j) {
+      float v = (float)(x[j] - shift);
+      d[j] = vm_expf(v > VM_EXP_LO ? v : VM_EXP_LO);
+    }
+    sum = vm_sum(d, n);
+  } else {
+    for (j = 0; j < n; ++j) sum += exp(x[j] - shift);
+  }
+  rstate_t b = {.f = shift, .m2 = sum, .n = n};
+  comb_lse_f(s, &b);
+}
+static void run_lse_f(rstate_t* s, const void* xv, int64_t n, int64_t k) {
+  lse_run(s, (const double*)xv, n, false);
+}
+static void run_lse_fast(rstate_t* s, const void* xv, int64_t n, int64_t k) {
+  /* Runs are at most BUF long (row order); longer ones go in pieces. */
+  for (int64_t j = 0; j < n; j += BUF)
+    lse_run(s, (const double*)xv + j, n - j < BUF ? n - j : BUF, true);
+}
+
 /* Moments of a run: two passes over the buffer (no division per element),
  * then merged into the state. */
 static void run_mom_f(rstate_t* s, const void* xv, int64_t n, int64_t k) {
@@ -359,8 +554,22 @@ static const acc_ops_t g_accs[] = {
 #undef X_
 };
 
-/* The accumulator for (acc kind, domain); domains are those tpu_reduce_domain gives. */
-static const acc_ops_t* acc_for(reduce_acc_t acc, tpu_compute_type_t dom) {
+/* The accumulator for (acc kind, domain); domains are those tpu_reduce_domain
+ * gives. Norms choose by order, logsumexp by output precision. */
+static const acc_ops_t* acc_for(const reduce_args_t* a, tpu_compute_type_t dom,
+                                tpu_dtype_t out_dtype) {
+  reduce_acc_t acc = a->impl->acc;
+  if (acc == RACC_NORM) {
+    double o = a->ord;
+    return &g_accs[o == 0.0        ? ACC_norm0_f
+                   : o == 1.0      ? ACC_norm1_f
+                   : o == 2.0      ? ACC_norm2_f
+                   : o == INFINITY ? ACC_norminf_f
+                   : o == -INFINITY ? ACC_normninf_f
+                                   : ACC_normp_f];
+  }
+  if (acc == RACC_LSE)
+    return &g_accs[out_dtype == TPU_DTYPE_F64 ? ACC_lse_f : ACC_lse_fast];
   static const signed char map[RACC_COUNT][TPU_COMPUTE_COUNT] = {
       [RACC_SUM] = {[TPU_COMPUTE_I64] = ACC_sum_i, [TPU_COMPUTE_F64] = ACC_sum_f},
       [RACC_PROD] = {[TPU_COMPUTE_I64] = ACC_prod_i, [TPU_COMPUTE_F64] = ACC_prod_f},
@@ -369,6 +578,9 @@ static const acc_ops_t* acc_for(reduce_acc_t acc, tpu_compute_type_t dom) {
       [RACC_ALL] = {[TPU_COMPUTE_B8] = ACC_all_b},
       [RACC_ANY] = {[TPU_COMPUTE_B8] = ACC_any_b},
       [RACC_MOMENTS] = {[TPU_COMPUTE_F64] = ACC_mom_f},
+      [RACC_NANSUM] = {[TPU_COMPUTE_I64] = ACC_sum_i, [TPU_COMPUTE_F64] = ACC_nansum_f},
+      [RACC_NONZERO] = {[TPU_COMPUTE_B8] = ACC_nz_b},
+      [RACC_MINMAX] = {[TPU_COMPUTE_I64] = ACC_minmax_i, [TPU_COMPUTE_F64] = ACC_minmax_f},
   };
   return &g_accs[map[acc][dom]];
 }
@@ -395,7 +607,7 @@ typedef struct plan {
   bool column;
   int64_t chunks, chunk_len;
   rstate_t* partial;       /* [tiles][chunks][tile] when chunks > 1 */
-  double correction;
+  double correction, ord;
 } plan_t;
 
 /* Offsets (input, output 0, output 1) of tile t's first output, and its size. */
@@ -458,7 +670,10 @@ static void finish(const plan_t* p, const int64_t* offs, int64_t cnt, const rsta
     double f[TILE];
     int64_t i[TILE];
   } v;
-  double second[TILE];
+  union {
+    double f[TILE];
+    int64_t i[TILE];
+  } second;
   int64_t idx[TILE];
   const void* src[2] = {&v, idx};
   tpu_dtype_t type[2] = {TPU_DTYPE_F64, TPU_DTYPE_I64};
@@ -473,16 +688,27 @@ static void finish(const plan_t* p, const int64_t* offs, int64_t cnt, const rsta
         v.i[j] = st[j].i;
     } else if (p->out == ROUT_MEAN) {
       v.f[j] = st[j].f / n;
+    } else if (p->out == ROUT_NORM) {
+      double o = p->ord, f = st[j].f;
+      v.f[j] = (o == 0.0 || o == 1.0 || isinf(o)) ? f : o == 2.0 ? sqrt(f) : pow(f, 1.0 / o);
+    } else if (p->out == ROUT_LSE) {
+      v.f[j] = st[j].n > 0 ? st[j].f + log(st[j].m2) : -INFINITY;
+    } else if (p->out == ROUT_MINMAX) {
+      if (fdom)
+        v.f[j] = st[j].f, second.f[j] = st[j].hi;
+      else
+        v.i[j] = st[j].i, second.i[j] = st[j].ihi;
     } else {
       double div = n - p->correction > 0.0 ? n - p->correction : 0.0;
       double var = st[j].m2 / div;
       v.f[j] = (p->out == ROUT_STD || p->out == ROUT_STD_MEAN) ? sqrt(var) : var;
-      second[j] = st[j].n > 0 ? st[j].f : NAN;
+      second.f[j] = st[j].n > 0 ? st[j].f : NAN;
     }
   }
-  if (p->out <= ROUT_INDEX && !fdom) type[0] = TPU_DTYPE_I64;
+  if ((p->out <= ROUT_INDEX || p->out == ROUT_MINMAX) && !fdom) type[0] = TPU_DTYPE_I64;
   if (p->out == ROUT_INDEX) src[0] = idx, type[0] = TPU_DTYPE_I64;
-  if (p->out == ROUT_VAR_MEAN || p->out == ROUT_STD_MEAN) src[1] = second, type[1] = TPU_DTYPE_F64;
+  if (p->out == ROUT_VAR_MEAN || p->out == ROUT_STD_MEAN) src[1] = &second, type[1] = TPU_DTYPE_F64;
+  if (p->out == ROUT_MINMAX) src[1] = &second, type[1] = type[0];
   for (int32_t o = 0; o < p->num_outputs; ++o) {
     int64_t osz = (int64_t)tpu_dtype_size(p->out_dtype[o]);
     tpu_convert(p->outp[o] + offs[1 + o] * osz, p->out_dtype[o], p->axis_stride[1 + o], src[o],
@@ -501,6 +727,8 @@ static void reduce_work(void* arg, int64_t begin, int64_t end) {
     int64_t k0 = c * p->chunk_len, k1 = k0 + p->chunk_len < p->n ? k0 + p->chunk_len : p->n;
     rstate_t* st = p->chunks > 1 ? p->partial + item * p->tile : local;
     for (int64_t j = 0; j < cnt; ++j) st[j] = p->ops->init;
+    if (p->ops == &g_accs[ACC_normp_f])
+      for (int64_t j = 0; j < cnt; ++j) st[j].m2 = p->ord;
     accumulate(p, offs, cnt, k0, k1, st);
     if (p->chunks == 1) finish(p, offs, cnt, st);
   }
@@ -532,7 +760,7 @@ static tpu_status_t reduce_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
   p.out = a.impl->out;
   p.domain = tpu_reduce_domain(&a, node->outputs[0].dtype);
   p.dom_dtype = tpu_compute_storage_dtype(p.domain);
-  p.ops = acc_for(a.impl->acc, p.domain);
+  p.ops = acc_for(&a, p.domain, node->outputs[0].dtype);
   p.in = (const char*)tpu_view_ptr(in);
   p.in_dtype = in->dtype;
   p.num_outputs = a.num_outputs;
@@ -542,6 +770,7 @@ static tpu_status_t reduce_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
   }
   p.n = a.n;
   p.correction = a.correction;
+  p.ord = a.ord;
 
   walk_start(&p.kept, 3);
   walk_start(&p.red, 1);
@@ -609,6 +838,11 @@ static const reduce_impl_t k_var = {RACC_MOMENTS, ROUT_VAR, true, "var"};
 static const reduce_impl_t k_std = {RACC_MOMENTS, ROUT_STD, true, "std"};
 static const reduce_impl_t k_var_mean = {RACC_MOMENTS, ROUT_VAR_MEAN, true, "var_mean"};
 static const reduce_impl_t k_std_mean = {RACC_MOMENTS, ROUT_STD_MEAN, true, "std_mean"};
+static const reduce_impl_t k_nansum = {RACC_NANSUM, ROUT_VALUE, true, "nansum"};
+static const reduce_impl_t k_count_nonzero = {RACC_NONZERO, ROUT_VALUE, true, "count_nonzero"};
+static const reduce_impl_t k_norm = {RACC_NORM, ROUT_NORM, true, "norm"};
+static const reduce_impl_t k_logsumexp = {RACC_LSE, ROUT_LSE, true, "logsumexp"};
+static const reduce_impl_t k_aminmax = {RACC_MINMAX, ROUT_MINMAX, true, "aminmax"};
 
 #define ROW(name, attrs, outputs, aten, impl) \
   {name, "self", attrs, outputs, aten, reduce_kernel, reduce_infer, reduce_check, &impl}
@@ -641,6 +875,19 @@ static const tpu_op_def_t k_rows[] = {
         "var_mean.correction var_mean.correction_out", k_var_mean),
     ROW("std_mean", "dim,correction,keepdim", "out0,out1",
         "std_mean.correction std_mean.correction_out", k_std_mean),
+    ROW("nansum", "dim,keepdim,dtype", "out", "nansum nansum.out", k_nansum),
+    ROW("count_nonzero", "dim", "out",
+        "count_nonzero count_nonzero.out count_nonzero.dim_IntList "
+        "count_nonzero.dim_IntList_out",
+        k_count_nonzero),
+    ROW("linalg_vector_norm", "ord,dim,keepdim,dtype", "out",
+        "linalg_vector_norm linalg_vector_norm.out", k_norm),
+    ROW("norm", "p,dim,keepdim,dtype", "out",
+        "norm.ScalarOpt_dim norm.out norm.ScalarOpt_dim_dtype norm.dtype_out", k_norm),
+    ROW("norm_all", "p,dtype", "out",
+        "norm.Scalar norm.Scalar_out norm.ScalarOpt_dtype norm.ScalarOpt_dtype_out", k_norm),
+    ROW("logsumexp", "dim,keepdim", "out", "logsumexp logsumexp.out", k_logsumexp),
+    ROW("aminmax", "dim,keepdim", "min,max", "aminmax aminmax.out", k_aminmax),
 };
 
 const tpu_op_family_t tpu_family_reduce = {"reduce", k_rows,

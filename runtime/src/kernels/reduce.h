@@ -21,6 +21,11 @@ typedef enum reduce_acc {
   RACC_ALL,
   RACC_ANY,
   RACC_MOMENTS, /* count, mean, M2 (var/std) */
+  RACC_NANSUM,  /* sum skipping NaN */
+  RACC_NONZERO, /* count of nonzero (NaN too) elements */
+  RACC_NORM,    /* vector p-norm: the order is reduce_args_t.ord */
+  RACC_LSE,     /* logsumexp: running shift and sum of exp(x - shift) */
+  RACC_MINMAX,  /* aminmax: min and max */
   RACC_COUNT,
 } reduce_acc_t;
 
@@ -33,6 +38,9 @@ typedef enum reduce_out {
   ROUT_STD,
   ROUT_VAR_MEAN,    /* var, mean */
   ROUT_STD_MEAN,    /* std, mean */
+  ROUT_NORM,        /* sum of |x|^p to the power 1/p (by order) */
+  ROUT_LSE,         /* shift + log(sum) */
+  ROUT_MINMAX,      /* min, max */
 } reduce_out_t;
 
 typedef struct reduce_impl {
@@ -49,6 +57,7 @@ typedef struct reduce_args {
   bool reduced[TPU_MAX_DIMS];
   bool keepdim;
   double correction;       /* var/std: divisor is max(0, n - correction) */
+  double ord;              /* norms: the order (attr "ord" or "p"; None is 2) */
   int64_t n;               /* elements reduced into each output */
   int32_t num_outputs;
   tpu_view_t shape[2];     /* expected outputs: dtype, ndim, sizes, contiguous strides */

@@ -17,8 +17,8 @@ static bool load_b(const tpu_view_t* v, int64_t off) { return view_get_f64(v, of
 
 /* The result of one output: a float or integer value and an index. */
 typedef struct ref_result {
-  double f, mean;
-  int64_t i, idx;
+  double f, mean, hi;
+  int64_t i, idx, ihi;
 } ref_result_t;
 
 /* Input offsets of the reduced elements of one output, in logical order. */
@@ -41,7 +41,7 @@ static int64_t walk_offset(const ref_walk_t* w, int64_t r) {
 static ref_result_t reduce_one(const ref_walk_t* w, tpu_compute_type_t dom) {
   const reduce_args_t* a = w->a;
   const tpu_view_t* in = a->in;
-  ref_result_t r = {0.0, 0.0, 0, -1};
+  ref_result_t r = {0.0, 0.0, 0.0, 0, -1, 0};
   int64_t n = a->n;
   switch (a->impl->acc) {
     case RACC_SUM:
@@ -84,6 +84,60 @@ static ref_result_t reduce_one(const ref_walk_t* w, tpu_compute_type_t dom) {
       r.i = v;
       break;
     }
+    case RACC_NANSUM:
+      for (int64_t k = 0; k < n; ++k) {
+        int64_t off = walk_offset(w, k);
+        if (dom == TPU_COMPUTE_F64) {
+          double x = view_get_f64(in, off);
+          if (!isnan(x)) r.f += x;
+        } else {
+          r.i = (int64_t)((uint64_t)r.i + (uint64_t)view_get_i64(in, off));
+        }
+      }
+      break;
+    case RACC_NONZERO:
+      for (int64_t k = 0; k < n; ++k) r.i += load_b(in, walk_offset(w, k));
+      break;
+    case RACC_NORM: {
+      double p = a->ord, acc = p == -INFINITY ? INFINITY : 0.0;
+      bool nan = false;
+      for (int64_t k = 0; k < n; ++k) {
+        double x = fabs(view_get_f64(in, walk_offset(w, k)));
+        nan |= isnan(x);
+        if (p == 0.0) acc += x != 0.0;
+        else if (p == INFINITY) acc = x > acc ? x : acc;
+        else if (p == -INFINITY) acc = x < acc ? x : acc;
+        else acc += pow(x, p);
+      }
+      if (nan) acc = NAN;
+      r.f = (p == 0.0 || isinf(p)) ? acc : pow(acc, 1.0 / p);
+      break;
+    }
+    case RACC_LSE: {
+      double m = -INFINITY, sum = 0.0;
+      for (int64_t k = 0; k < n; ++k) {
+        double x = view_get_f64(in, walk_offset(w, k));
+        if (x > m) m = x;
+      }
+      if (!isfinite(m)) m = 0.0;
+      for (int64_t k = 0; k < n; ++k) sum += exp(view_get_f64(in, walk_offset(w, k)) - m);
+      r.f = log(sum) + m;
+      break;
+    }
+    case RACC_MINMAX:
+      for (int64_t k = 0; k < n; ++k) {
+        int64_t off = walk_offset(w, k);
+        if (dom == TPU_COMPUTE_F64) {
+          double x = view_get_f64(in, off);
+          if (k == 0 || isnan(x) || (!isnan(r.f) && x < r.f)) r.f = x;
+          if (k == 0 || isnan(x) || (!isnan(r.hi) && x > r.hi)) r.hi = x;
+        } else {
+          int64_t x = view_get_i64(in, off);
+          if (k == 0 || x < r.i) r.i = x;
+          if (k == 0 || x > r.ihi) r.ihi = x;
+        }
+      }
+      break;
     default: {
       double sum = 0.0, m2 = 0.0;
       for (int64_t k = 0; k < n; ++k) sum += view_get_f64(in, walk_offset(w, k));
@@ -150,6 +204,19 @@ tpu_status_t tpu_reduce_reference(const tpu_op_def_t* def, const tpu_node_t* nod
       case ROUT_STD_MEAN:
         view_set_f64(out0, off0, sqrt(r.f));
         if (out1) view_set_f64(out1, off1, r.mean);
+        break;
+      case ROUT_NORM:
+      case ROUT_LSE:
+        view_set_f64(out0, off0, r.f);
+        break;
+      case ROUT_MINMAX:
+        if (dom == TPU_COMPUTE_F64) {
+          view_set_f64(out0, off0, r.f);
+          view_set_f64(out1, off1, r.hi);
+        } else {
+          view_set_i64(out0, off0, r.i);
+          view_set_i64(out1, off1, r.ihi);
+        }
         break;
     }
   }

@@ -20,7 +20,10 @@
   X(random)             \
   X(shape)              \
   X(sort)               \
-  X(scan)
+  X(scan)               \
+  X(distance)           \
+  X(renorm_histc)       \
+  /* one line per family, each ending in a backslash */
 
 #define TPU_X_(f) extern const tpu_op_family_t tpu_family_##f;
 TPU_FAMILIES(TPU_X_)
