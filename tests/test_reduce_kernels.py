@@ -286,3 +286,14 @@ def test_poisson_and_standard_gamma(dtype):
     a = _native(lambda: torch.poisson(rate)).cpu()
     torch.manual_seed(5)
     assert torch.equal(a, _native(lambda: torch.poisson(rate)).cpu())
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8])
+def test_histc_integer_inputs_count_like_float(dtype):
+    # CPU has no integer histc; tpu counts integers as CUDA does (transformers'
+    # MoE layers histogram int expert ids on accelerators), equal to the
+    # float histogram of the same values.
+    x = torch.randint(0, 9, (2000,), generator=torch.Generator().manual_seed(3)).to(dtype)
+    got = torch.histc(x.to("tpu"), bins=8, min=0, max=7)
+    assert got.dtype == dtype
+    assert torch.equal(got.cpu().double(), torch.histc(x.double(), bins=8, min=0, max=7))

@@ -12,6 +12,7 @@
  *   ignored, the position is ATen's linear interpolation
  *   (x - min) * bins / (max - min) in self's precision, max falls in the last
  *   bin. Chunks count into private int64 histograms summed in order.
+ *   Integer inputs (as CUDA allows) compute positions in the integer type.
  * Both refuse (fall back, PyTorch raising its error) what ATen rejects.
  */
 #include <math.h>
@@ -143,7 +144,10 @@ tpu_status_t tpu_histc_parse(const tpu_op_def_t* def, const tpu_node_t* node, hi
   memset(a, 0, sizeof(*a));
   a->in = ku_input(def, node, "self");
   if (!a->in) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "histc needs a tensor");
-  if (!tpu_dtype_is_floating(a->in->dtype))
+  /* Integer inputs count as on CUDA (the CPU has no integer histc; models
+   * such as transformers' MoE routers histogram expert ids off the CPU):
+   * positions then truncate in the integer type. */
+  if (!tpu_dtype_is_floating(a->in->dtype) && !tpu_dtype_is_integral(a->in->dtype))
     return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "histc of %s", tpu_dtype_name(a->in->dtype));
   a->bins = tpu_attr_int(ku_attr(def, node, "bins"), 100);
   a->min = tpu_attr_float(ku_attr(def, node, "min"), 0.0);
