@@ -7,7 +7,7 @@ machine load) and reduced to the best round each. Both sides use the same
 number of threads (torch.get_num_threads(); tpu's pool: TORCH_TPU_NUM_THREADS).
 
 Prints a table and writes bench/results/conv.json.
-Usage: python bench/bench_conv.py [--quick] [--rounds N]
+Usage: TORCH_TPU_NUM_THREADS=T python bench/bench_conv.py [--quick] [--rounds N] [--threads T]
 """
 import argparse
 import json
@@ -67,7 +67,7 @@ def forward_backward(args):
     return run
 
 
-def measure(shape, mode, rounds, iters):
+def measure(shape, mode, rounds, iters, clock=time.perf_counter):
     fns = {d: (forward if mode == "fwd" else forward_backward)(make(shape, d))
            for d in ("tpu", "cpu")}
     for d, fn in fns.items():  # warm up
@@ -76,11 +76,11 @@ def measure(shape, mode, rounds, iters):
     best = {}
     for _ in range(rounds):
         for d, fn in fns.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(iters):
                 fn()
             sync(d)
-            t = (time.perf_counter() - t0) / iters
+            t = (clock() - t0) / iters
             best[d] = min(best.get(d, t), t)
     mult = 1 if mode == "fwd" else 3  # backward: grad input + grad weight
     gf = {d: mult * flops(shape) / t / 1e9 for d, t in best.items()}
@@ -91,17 +91,27 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--out", default="conv.json", help="file name under bench/results")
     ap.add_argument("--iters", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch's CPU threads (set TORCH_TPU_NUM_THREADS to match)")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time by process CPU time (for --threads 1 on a loaded machine: "
+                         "time other processes take from this one is not counted)")
     args = ap.parse_args()
+    clock = time.process_time if args.cpu_time else time.perf_counter
+    if args.threads:
+        torch.set_num_threads(args.threads)
     shapes = QUICK if args.quick else SHAPES
     rows = []
     print(f"threads: torch {torch.get_num_threads()}, tpu pool "
-          f"{os.environ.get('TORCH_TPU_NUM_THREADS', 'cores')}")
+          f"{os.environ.get('TORCH_TPU_NUM_THREADS', 'cores')}; clock: "
+          f"{'process CPU time' if args.cpu_time else 'wall'}")
     print(f"{'shape':28s} {'mode':8s} {'tpu ms':>9s} {'cpu ms':>9s} {'tpu GF/s':>9s} "
           f"{'cpu GF/s':>9s} {'tpu/cpu':>8s}")
     for name, shape in shapes.items():
         for mode in ("fwd", "fwd+bwd"):
-            best, gf = measure(shape, mode, args.rounds, args.iters)
+            best, gf = measure(shape, mode, args.rounds, args.iters, clock)
             ratio = best["cpu"] / best["tpu"]
             print(f"{name:28s} {mode:8s} {best['tpu'] * 1e3:9.2f} {best['cpu'] * 1e3:9.2f} "
                   f"{gf['tpu']:9.1f} {gf['cpu']:9.1f} {ratio:8.2f}")
@@ -109,9 +119,11 @@ def main():
                          "cpu_ms": best["cpu"] * 1e3, "tpu_gflops": gf["tpu"],
                          "cpu_gflops": gf["cpu"], "speedup": ratio})
     os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
-    path = os.path.join(os.path.dirname(__file__), "results", "conv.json")
+    path = os.path.join(os.path.dirname(__file__), "results", args.out)
     with open(path, "w") as f:
-        json.dump({"threads": torch.get_num_threads(), "rows": rows}, f, indent=1)
+        json.dump({"threads": torch.get_num_threads(),
+                   "clock": "process_time" if args.cpu_time else "perf_counter",
+                   "rows": rows}, f, indent=1)
     print("wrote", path)
 
 

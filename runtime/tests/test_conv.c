@@ -55,6 +55,10 @@ static const conv_case_t k_cases[] = {
     {2, 3, 8, 16, 1, {20, 20}, {3, 3}, 1, 1, 1, 0, true, true, F32, TT_CONTIG},
     {2, 4, 16, 16, 16, {20, 20}, {3, 3}, 1, 1, 1, 0, false, true, F32, TT_REVERSED},
     {2, 2, 32, 16, 1, {16, 16}, {1, 1}, 1, 0, 1, 0, false, false, F32, TT_CONTIG},
+    /* depthwise, stride 1: the plane form (dilated, asymmetric, transposed) */
+    {2, 2, 4, 4, 4, {9, 8}, {3, 2}, 1, 2, 2, 0, false, true, F64, TT_PADDED},
+    {2, 1, 3, 3, 3, {5, 7}, {2, 4}, 1, 0, 1, 0, false, false, F32, TT_CONTIG},
+    {2, 2, 4, 4, 4, {6, 5}, {3, 3}, 1, 1, 2, 0, true, true, F32, TT_CONTIG},
     /* empty batch */
     {2, 0, 3, 4, 1, {5, 5}, {3, 3}, 1, 1, 1, 0, false, true, F32, TT_CONTIG},
 };

@@ -35,6 +35,7 @@
 
 #define CONV_SMALL_WORK (1 << 18) /* multiply-adds below which work stays on one thread */
 #define CONV_COLS_TARGET (1 << 17) /* elements of one column block of im2col */
+#define CONV_KW_CACHE 16           /* window widths whose valid column ranges are kept */
 
 static int64_t prod3(const int64_t* v) { return v[0] * v[1] * v[2]; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -84,11 +85,17 @@ typedef struct conv_ops {
   /* depthwise, one channel: y += w * x (taps), x += w^T y, dw += y x */
   void (*dw_y)(const conv_geom_t* g, const void* x, const void* w, void* y);
   void (*dw_x)(const conv_geom_t* g, void* x, const void* w, const void* y);
-  void (*dw_w)(const conv_geom_t* g, const void* x, double* acc, const void* y);
+  void (*dw_w)(const conv_geom_t* g, const void* x, double* acc, const void* y, void* rows);
+  /* depthwise, stride 1, 2-D, on zero-padded planes (plane_scratch sizes) */
+  void (*dwp_y)(const conv_geom_t* g, const void* x, const void* w, void* y, void* scratch);
+  void (*dwp_x)(const conv_geom_t* g, void* x, const void* w, const void* y, void* scratch);
+  void (*dwp_w)(const conv_geom_t* g, const void* x, const void* y, void* rows, void* scratch);
   /* dst[i] = sum over the `count` source rows (stride `step`) of src[i] */
   void (*sum_rows)(void* dst, const void* src, int64_t count, int64_t step, int64_t n);
   /* sum of n elements, in double (grad_bias) */
   double (*sum)(const void* src, int64_t n);
+  /* sum of n elements by halving passes (vectorised; overwrites a) */
+  double (*fold)(void* a, int64_t n);
   void (*from_double)(void* dst, const double* src, int64_t n);
 } conv_ops_t;
 
@@ -112,8 +119,8 @@ typedef struct conv_ops {
     }                                                                           \
   } while (0)
 
-#define CONV_TYPED(T, SFX, ACC, ROUND)                                                                  \
-  static void im2col_##SFX(const conv_geom_t* g, const void* xv, int64_t c0, int64_t c1,         \
+#define CONV_TYPED(T, SFX, ACC, ROUND, ATTR)                                                                  \
+  ATTR static void im2col_##SFX(const conv_geom_t* g, const void* xv, int64_t c0, int64_t c1,         \
                            int64_t j0, int64_t jn, void* colsv) {                                \
     const T* x = (const T*)xv;                                                                   \
     T* cols = (T*)colsv;                                                                         \
@@ -146,7 +153,7 @@ typedef struct conv_ops {
             });                                                                                  \
           }                                                                                      \
   }                                                                                              \
-  static void col2im_##SFX(const conv_geom_t* g, void* xv, int64_t c0, int64_t c1, int64_t j0,   \
+  ATTR static void col2im_##SFX(const conv_geom_t* g, void* xv, int64_t c0, int64_t c1, int64_t j0,   \
                            int64_t jn, const void* colsv, tpu_dtype_t half) {                    \
     T* x = (T*)xv;                                                                               \
     const T* cols = (const T*)colsv;                                                             \
@@ -176,14 +183,14 @@ typedef struct conv_ops {
             });                                                                                  \
           }                                                                                      \
   }                                                                                              \
-  static void add_rows_##SFX(void* dstv, int64_t rows, int64_t cols, int64_t ld,                \
+  ATTR static void add_rows_##SFX(void* dstv, int64_t rows, int64_t cols, int64_t ld,                \
                              const void* biasv) {                                                \
     T* dst = (T*)dstv;                                                                           \
     const T* bias = (const T*)biasv;                                                             \
     for (int64_t r = 0; r < rows; ++r)                                                           \
       for (int64_t j = 0; j < cols; ++j) dst[r * ld + j] += bias[r];                             \
   }                                                                                              \
-  static void fill_##SFX(void* dstv, int64_t rows, int64_t cols, int64_t ld, const void* biasv) { \
+  ATTR static void fill_##SFX(void* dstv, int64_t rows, int64_t cols, int64_t ld, const void* biasv) { \
     T* dst = (T*)dstv;                                                                           \
     const T* bias = (const T*)biasv;                                                             \
     for (int64_t r = 0; r < rows; ++r) {                                                         \
@@ -192,10 +199,13 @@ typedef struct conv_ops {
     }                                                                                            \
   }                                                                                              \
   /* Depthwise: for every grid row and tap, the run of valid columns. */                         \
-  static void dw_y_##SFX(const conv_geom_t* g, const void* xv, const void* wv, void* yv) {       \
+  ATTR static void dw_y_##SFX(const conv_geom_t* g, const void* xv, const void* wv, void* yv) {       \
     const T* x = (const T*)xv;                                                                   \
     const T* w = (const T*)wv;                                                                   \
     T* y = (T*)yv;                                                                               \
+    int64_t los[CONV_KW_CACHE], his[CONV_KW_CACHE];                                              \
+    for (int64_t kw = 0; kw < g->K[2] && kw < CONV_KW_CACHE; ++kw)                               \
+      valid_range(g->S[2], g->stride[2], kw * g->dil[2] - g->pad[2], g->G[2], &los[kw], &his[kw]); \
     const int64_t s2 = g->stride[2];                                                             \
     for (int64_t od = 0; od < g->G[0]; ++od)                                                     \
       for (int64_t oh = 0; oh < g->G[1]; ++oh) {                                                 \
@@ -210,8 +220,8 @@ typedef struct conv_ops {
             for (int64_t kw = 0; kw < g->K[2]; ++kw) {                                           \
               const T wt = w[(kd * g->K[1] + kh) * g->K[2] + kw];                                \
               const int64_t off = kw * g->dil[2] - g->pad[2];                                    \
-              int64_t lo, hi;                                                                    \
-              valid_range(g->S[2], s2, off, g->G[2], &lo, &hi);                                  \
+              int64_t lo = kw < CONV_KW_CACHE ? los[kw] : 0, hi = kw < CONV_KW_CACHE ? his[kw] : 0; \
+              if (kw >= CONV_KW_CACHE) valid_range(g->S[2], s2, off, g->G[2], &lo, &hi);         \
               if (s2 == 1) {                                                                     \
                 const T* xs = xr + off;                                                          \
                 for (int64_t t = lo; t < hi; ++t) yr[t] += wt * xs[t];                           \
@@ -223,10 +233,13 @@ typedef struct conv_ops {
         }                                                                                        \
       }                                                                                          \
   }                                                                                              \
-  static void dw_x_##SFX(const conv_geom_t* g, void* xv, const void* wv, const void* yv) {       \
+  ATTR static void dw_x_##SFX(const conv_geom_t* g, void* xv, const void* wv, const void* yv) {       \
     T* x = (T*)xv;                                                                               \
     const T* w = (const T*)wv;                                                                   \
     const T* y = (const T*)yv;                                                                   \
+    int64_t los[CONV_KW_CACHE], his[CONV_KW_CACHE];                                              \
+    for (int64_t kw = 0; kw < g->K[2] && kw < CONV_KW_CACHE; ++kw)                               \
+      valid_range(g->S[2], g->stride[2], kw * g->dil[2] - g->pad[2], g->G[2], &los[kw], &his[kw]); \
     const int64_t s2 = g->stride[2];                                                             \
     for (int64_t od = 0; od < g->G[0]; ++od)                                                     \
       for (int64_t oh = 0; oh < g->G[1]; ++oh) {                                                 \
@@ -241,8 +254,8 @@ typedef struct conv_ops {
             for (int64_t kw = 0; kw < g->K[2]; ++kw) {                                           \
               const T wt = w[(kd * g->K[1] + kh) * g->K[2] + kw];                                \
               const int64_t off = kw * g->dil[2] - g->pad[2];                                    \
-              int64_t lo, hi;                                                                    \
-              valid_range(g->S[2], s2, off, g->G[2], &lo, &hi);                                  \
+              int64_t lo = kw < CONV_KW_CACHE ? los[kw] : 0, hi = kw < CONV_KW_CACHE ? his[kw] : 0; \
+              if (kw >= CONV_KW_CACHE) valid_range(g->S[2], s2, off, g->G[2], &lo, &hi);         \
               if (s2 == 1) {                                                                     \
                 T* xs = xr + off;                                                                \
                 for (int64_t t = lo; t < hi; ++t) xs[t] += wt * yr[t];                           \
@@ -254,10 +267,17 @@ typedef struct conv_ops {
         }                                                                                        \
       }                                                                                          \
   }                                                                                              \
-  static void dw_w_##SFX(const conv_geom_t* g, const void* xv, double* acc, const void* yv) {    \
+  /* per tap, a row of lane sums (rows: K * G2 scratch) added up at the end */                   \
+  ATTR static void dw_w_##SFX(const conv_geom_t* g, const void* xv, double* acc, const void* yv,      \
+                         void* rowsv) {                                                          \
     const T* x = (const T*)xv;                                                                   \
     const T* y = (const T*)yv;                                                                   \
-    const int64_t s2 = g->stride[2];                                                             \
+    T* rows = (T*)rowsv;                                                                         \
+    int64_t los[CONV_KW_CACHE], his[CONV_KW_CACHE];                                              \
+    for (int64_t kw = 0; kw < g->K[2] && kw < CONV_KW_CACHE; ++kw)                               \
+      valid_range(g->S[2], g->stride[2], kw * g->dil[2] - g->pad[2], g->G[2], &los[kw], &his[kw]); \
+    const int64_t s2 = g->stride[2], pK = prod3(g->K);                                           \
+    memset(rows, 0, sizeof(T) * (size_t)(pK * g->G[2]));                                         \
     for (int64_t od = 0; od < g->G[0]; ++od)                                                     \
       for (int64_t oh = 0; oh < g->G[1]; ++oh) {                                                 \
         const T* yr = y + (od * g->G[1] + oh) * g->G[2];                                         \
@@ -270,22 +290,98 @@ typedef struct conv_ops {
             const T* xr = x + (id * g->S[1] + ih) * g->S[2];                                     \
             for (int64_t kw = 0; kw < g->K[2]; ++kw) {                                           \
               const int64_t off = kw * g->dil[2] - g->pad[2];                                    \
-              int64_t lo, hi;                                                                    \
-              valid_range(g->S[2], s2, off, g->G[2], &lo, &hi);                                  \
-              ACC s = 0;                                                                         \
+              int64_t lo = kw < CONV_KW_CACHE ? los[kw] : 0, hi = kw < CONV_KW_CACHE ? his[kw] : 0; \
+              if (kw >= CONV_KW_CACHE) valid_range(g->S[2], s2, off, g->G[2], &lo, &hi);         \
+              T* ra = rows + ((kd * g->K[1] + kh) * g->K[2] + kw) * g->G[2];                     \
               if (s2 == 1) {                                                                     \
                 const T* xs = xr + off;                                                          \
-                for (int64_t t = lo; t < hi; ++t) s += yr[t] * xs[t];                            \
+                for (int64_t t = lo; t < hi; ++t) ra[t] += yr[t] * xs[t];                        \
               } else {                                                                           \
-                for (int64_t t = lo; t < hi; ++t) s += yr[t] * xr[t * s2 + off];                 \
+                for (int64_t t = lo; t < hi; ++t) ra[t] += yr[t] * xr[t * s2 + off];             \
               }                                                                                  \
-              acc[(kd * g->K[1] + kh) * g->K[2] + kw] += (double)s;                              \
             }                                                                                    \
           }                                                                                      \
         }                                                                                        \
       }                                                                                          \
+    for (int64_t k = 0; k < pK; ++k) {                                                           \
+      ACC s = 0;                                                                                 \
+      for (int64_t t = 0; t < g->G[2]; ++t) s += rows[k * g->G[2] + t];                          \
+      acc[k] += (double)s;                                                                       \
+    }                                                                                            \
   }                                                                                              \
-  static void sum_rows_##SFX(void* dstv, const void* srcv, int64_t count, int64_t step,         \
+  /* Plane forms: the image zero-padded into rows of Wp columns (xp), the  \
+   * grid in rows of the same width (yp, junk past G2 columns); each tap is  \
+   * then one flat loop over G1 * Wp elements. */                             \
+  ATTR static void pad_x_##SFX(const conv_geom_t* g, const T* x, T* xp) {                        \
+    const int64_t Wp = g->S[2] + 2 * g->pad[2], Hp = g->S[1] + 2 * g->pad[1];                    \
+    memset(xp, 0, sizeof(T) * (size_t)(Hp * Wp + (g->K[2] - 1) * g->dil[2]));                    \
+    for (int64_t ih = 0; ih < g->S[1]; ++ih)                                                     \
+      memcpy(xp + (ih + g->pad[1]) * Wp + g->pad[2], x + ih * g->S[2],                           \
+             sizeof(T) * (size_t)g->S[2]);                                                       \
+  }                                                                                              \
+  ATTR static void pad_y_##SFX(const conv_geom_t* g, const T* y, T* yp) {                        \
+    const int64_t Wp = g->S[2] + 2 * g->pad[2];                                                  \
+    for (int64_t oh = 0; oh < g->G[1]; ++oh) {                                                   \
+      memcpy(yp + oh * Wp, y + oh * g->G[2], sizeof(T) * (size_t)g->G[2]);                       \
+      for (int64_t ow = g->G[2]; ow < Wp; ++ow) yp[oh * Wp + ow] = 0;                            \
+    }                                                                                            \
+  }                                                                                              \
+  ATTR static void dwp_y_##SFX(const conv_geom_t* g, const void* xv, const void* wv, void* yv,   \
+                               void* scratch) {                                                  \
+    const T* w = (const T*)wv;                                                                   \
+    T* y = (T*)yv;                                                                               \
+    const int64_t Wp = g->S[2] + 2 * g->pad[2], Hp = g->S[1] + 2 * g->pad[1];                    \
+    const int64_t n = g->G[1] * Wp;                                                              \
+    T* xp = (T*)scratch;                                                                         \
+    T* yp = xp + Hp * Wp + (g->K[2] - 1) * g->dil[2];                                            \
+    pad_x_##SFX(g, (const T*)xv, xp);                                                            \
+    memset(yp, 0, sizeof(T) * (size_t)n);                                                        \
+    for (int64_t kh = 0; kh < g->K[1]; ++kh)                                                     \
+      for (int64_t kw = 0; kw < g->K[2]; ++kw) {                                                 \
+        const T wt = w[kh * g->K[2] + kw];                                                       \
+        const T* xs = xp + kh * g->dil[1] * Wp + kw * g->dil[2];                                 \
+        for (int64_t i = 0; i < n; ++i) yp[i] += wt * xs[i];                                     \
+      }                                                                                          \
+    for (int64_t oh = 0; oh < g->G[1]; ++oh)                                                     \
+      for (int64_t ow = 0; ow < g->G[2]; ++ow) y[oh * g->G[2] + ow] += yp[oh * Wp + ow];         \
+  }                                                                                              \
+  ATTR static void dwp_x_##SFX(const conv_geom_t* g, void* xv, const void* wv, const void* yv,   \
+                               void* scratch) {                                                  \
+    const T* w = (const T*)wv;                                                                   \
+    T* x = (T*)xv;                                                                               \
+    const int64_t Wp = g->S[2] + 2 * g->pad[2], Hp = g->S[1] + 2 * g->pad[1];                    \
+    const int64_t n = g->G[1] * Wp;                                                              \
+    T* xp = (T*)scratch;                                                                         \
+    T* yp = xp + Hp * Wp + (g->K[2] - 1) * g->dil[2];                                            \
+    memset(xp, 0, sizeof(T) * (size_t)(Hp * Wp + (g->K[2] - 1) * g->dil[2]));                    \
+    pad_y_##SFX(g, (const T*)yv, yp);                                                            \
+    for (int64_t kh = 0; kh < g->K[1]; ++kh)                                                     \
+      for (int64_t kw = 0; kw < g->K[2]; ++kw) {                                                 \
+        const T wt = w[kh * g->K[2] + kw];                                                       \
+        T* xs = xp + kh * g->dil[1] * Wp + kw * g->dil[2];                                       \
+        for (int64_t i = 0; i < n; ++i) xs[i] += wt * yp[i];                                     \
+      }                                                                                          \
+    for (int64_t ih = 0; ih < g->S[1]; ++ih)                                                     \
+      for (int64_t iw = 0; iw < g->S[2]; ++iw)                                                   \
+        x[ih * g->S[2] + iw] += xp[(ih + g->pad[1]) * Wp + iw + g->pad[2]];                      \
+  }                                                                                              \
+  ATTR static void dwp_w_##SFX(const conv_geom_t* g, const void* xv, const void* yv,             \
+                               void* rowsv, void* scratch) {                                     \
+    T* rows = (T*)rowsv;                                                                         \
+    const int64_t Wp = g->S[2] + 2 * g->pad[2], Hp = g->S[1] + 2 * g->pad[1];                    \
+    const int64_t n = g->G[1] * Wp;                                                              \
+    T* xp = (T*)scratch;                                                                         \
+    T* yp = xp + Hp * Wp + (g->K[2] - 1) * g->dil[2];                                            \
+    pad_x_##SFX(g, (const T*)xv, xp);                                                            \
+    pad_y_##SFX(g, (const T*)yv, yp);                                                            \
+    for (int64_t kh = 0; kh < g->K[1]; ++kh)                                                     \
+      for (int64_t kw = 0; kw < g->K[2]; ++kw) {                                                 \
+        T* ra = rows + (kh * g->K[2] + kw) * n;                                                  \
+        const T* xs = xp + kh * g->dil[1] * Wp + kw * g->dil[2];                                 \
+        for (int64_t i = 0; i < n; ++i) ra[i] += yp[i] * xs[i];                                  \
+      }                                                                                          \
+  }                                                                                              \
+  ATTR static void sum_rows_##SFX(void* dstv, const void* srcv, int64_t count, int64_t step,         \
                              int64_t n) {                                                        \
     T* dst = (T*)dstv;                                                                           \
     const T* src = (const T*)srcv;                                                               \
@@ -293,22 +389,40 @@ typedef struct conv_ops {
     for (int64_t r = 1; r < count; ++r)                                                          \
       for (int64_t i = 0; i < n; ++i) dst[i] += src[r * step + i];                               \
   }                                                                                              \
-  static double sum_##SFX(const void* srcv, int64_t n) {                                         \
+  ATTR static double sum_##SFX(const void* srcv, int64_t n) {                                         \
     const T* src = (const T*)srcv;                                                               \
-    double s = 0;                                                                                \
-    for (int64_t i = 0; i < n; ++i) s += (double)src[i];                                         \
-    return s;                                                                                    \
+    double s[4] = {0, 0, 0, 0};                                                                  \
+    int64_t i = 0;                                                                               \
+    for (; i + 4 <= n; i += 4)                                                                   \
+      for (int l = 0; l < 4; ++l) s[l] += (double)src[i + l];                                    \
+    for (; i < n; ++i) s[0] += (double)src[i];                                                   \
+    return (s[0] + s[1]) + (s[2] + s[3]);                                                        \
   }                                                                                              \
-  static void from_double_##SFX(void* dstv, const double* src, int64_t n) {                      \
+  ATTR static double fold_##SFX(void* av, int64_t n) {                                           \
+    T* a = (T*)av;                                                                               \
+    while (n > 64) {                                                                             \
+      int64_t h = n / 2;                                                                         \
+      for (int64_t i = 0; i < h; ++i) a[i] += a[i + h];                                          \
+      if (n & 1) a[0] += a[n - 1];                                                               \
+      n = h;                                                                                     \
+    }                                                                                            \
+    return sum_##SFX(a, n);                                                                      \
+  }                                                                                              \
+  ATTR static void from_double_##SFX(void* dstv, const double* src, int64_t n) {                      \
     T* dst = (T*)dstv;                                                                           \
     for (int64_t i = 0; i < n; ++i) dst[i] = (T)src[i];                                          \
   }
 
 /* float32 rows of a weight sum: a float accumulator per run (as PyTorch's
  * GEMMs), then double across runs. */
-CONV_TYPED(float, f32, float, round_f32)
-CONV_TYPED(double, f64, double, round_none)
-CONV_TYPED(uint64_t, u64, uint64_t, round_none)
+CONV_TYPED(float, f32, float, round_f32, )
+CONV_TYPED(double, f64, double, round_none, )
+CONV_TYPED(uint64_t, u64, uint64_t, round_none, )
+/* The same loops built for AVX2 (the default build targets baseline x86-64),
+ * chosen at run time; without -ffp-contract they compute the same values. */
+#define CONV_AVX2 __attribute__((target("avx2")))
+CONV_TYPED(float, f32_avx2, float, round_f32, CONV_AVX2)
+CONV_TYPED(double, f64_avx2, double, round_none, CONV_AVX2)
 
 /* ---- GEMMs ------------------------------------------------------------------------ */
 
@@ -349,9 +463,10 @@ static void gemm_u64(bool ta, bool tb, int m, int n, int k, const void* av, int 
   }
 }
 
-#define CONV_OPS(SFX, GEMM)                                                                \
-  {GEMM,       im2col_##SFX,   col2im_##SFX, add_rows_##SFX,   fill_##SFX, dw_y_##SFX, \
-   dw_x_##SFX, dw_w_##SFX,     sum_rows_##SFX, sum_##SFX,      from_double_##SFX}
+#define CONV_OPS(SFX, GEMM)                                                                 \
+  {GEMM,        im2col_##SFX, col2im_##SFX, add_rows_##SFX, fill_##SFX,     dw_y_##SFX,     \
+   dw_x_##SFX,  dw_w_##SFX,   dwp_y_##SFX,  dwp_x_##SFX,    dwp_w_##SFX,    sum_rows_##SFX, \
+   sum_##SFX,   fold_##SFX,   from_double_##SFX}
 
 #ifdef TPU_HAVE_OPENBLAS
 static const conv_ops_t k_ops_by_type[TPU_COMPUTE_COUNT] = {
@@ -359,11 +474,26 @@ static const conv_ops_t k_ops_by_type[TPU_COMPUTE_COUNT] = {
     [TPU_COMPUTE_F64] = CONV_OPS(f64, gemm_f64),
     [TPU_COMPUTE_I64] = CONV_OPS(u64, gemm_u64),
 };
+static const conv_ops_t k_ops_avx2[TPU_COMPUTE_COUNT] = {
+    [TPU_COMPUTE_F32] = CONV_OPS(f32_avx2, gemm_f32),
+    [TPU_COMPUTE_F64] = CONV_OPS(f64_avx2, gemm_f64),
+    [TPU_COMPUTE_I64] = CONV_OPS(u64, gemm_u64),
+};
 #else
 static const conv_ops_t k_ops_by_type[TPU_COMPUTE_COUNT] = {
     [TPU_COMPUTE_I64] = CONV_OPS(u64, gemm_u64),
 };
+static const conv_ops_t k_ops_avx2[TPU_COMPUTE_COUNT] = {
+    [TPU_COMPUTE_I64] = CONV_OPS(u64, gemm_u64),
+};
 #endif
+
+static const conv_ops_t* ops_for(tpu_compute_type_t ct) {
+  static atomic_int avx2 = -1;
+  int v = atomic_load(&avx2);
+  if (v < 0) atomic_store(&avx2, v = __builtin_cpu_supports("avx2") ? 1 : 0);
+  return v ? &k_ops_avx2[ct] : &k_ops_by_type[ct];
+}
 
 /* ---- operands ------------------------------------------------------------------------ */
 
@@ -431,6 +561,7 @@ typedef struct plan {
   const char* bias; /* over Y's channels (CONV_Y) or X's (CONV_X), or NULL */
   bool pointwise;   /* 1x1 window, stride 1, no padding: im2col is the identity */
   tpu_dtype_t half; /* the half dtype whose CPU sums CONV_X mimics, or INVALID */
+  int64_t plane;    /* depthwise plane form: scratch elements (0: row loops) */
   int64_t jb, nj;   /* column block and blocks per (n, group) */
   int64_t cb, ncb;  /* CONV_X: channel block and blocks per (n, group) */
   int64_t chunks, items; /* CONV_W */
@@ -476,15 +607,20 @@ static int64_t grain_for(int64_t unit_work) {
 static void init_plan(plan_t* p, const conv_geom_t* g, tpu_compute_type_t ct) {
   memset(p, 0, sizeof(*p));
   p->g = g;
-  p->ops = &k_ops_by_type[ct];
+  p->ops = ops_for(ct);
   p->esz = (int64_t)tpu_compute_size(ct);
   p->pS = prod3(g->S), p->pG = prod3(g->G), p->pK = prod3(g->K);
   p->pointwise = is_pointwise(g);
+  /* depthwise plane form: stride 1, at most 2-D, modest planes */
+  int64_t Wp = g->S[2] + 2 * g->pad[2], Hp = g->S[1] + 2 * g->pad[1];
+  if (g->K[0] == 1 && g->S[0] == 1 && g->stride[1] == 1 && g->stride[2] == 1 &&
+      Hp * Wp <= (1 << 20) && p->pK <= 64)
+    p->plane = Hp * Wp + (g->K[2] - 1) * g->dil[2] + g->G[1] * Wp;
   atomic_init(&p->failed, 0);
   /* Column blocks: about CONV_COLS_TARGET elements of im2col each, smaller
    * while there are fewer than two units per thread. */
   int64_t rows = g->cx * p->pK > 0 ? g->cx * p->pK : 1;
-  int64_t jb = max64(64, CONV_COLS_TARGET / rows);
+  int64_t jb = (max64(64, CONV_COLS_TARGET / rows) + 15) / 16 * 16;
   int64_t threads = tpu_parallel_threads(), outer = g->n * g->groups;
   while (jb > 32 && outer * ((p->pG + jb - 1) / jb) < 2 * threads) jb /= 2;
   p->jb = min64(jb, max64(p->pG, 1));
@@ -606,40 +742,75 @@ static void conv_w_reduce(void* arg, int64_t begin, int64_t end) {
 }
 
 /* Depthwise (cx == cy == 1): units (n, channel) for Y and X, channels for W. */
+static void* plane_scratch(plan_t* p) {
+  if (!p->plane) return NULL;
+  void* s = malloc((size_t)(p->plane * p->esz));
+  if (!s) atomic_store(&p->failed, 1);
+  return s;
+}
+
 static void dw_y_units(void* arg, int64_t begin, int64_t end) {
   plan_t* p = (plan_t*)arg;
+  void* scratch = plane_scratch(p);
+  if (p->plane && !scratch) return;
   for (int64_t u = begin; u < end; ++u) {
     int64_t n = u / p->g->groups, c = u % p->g->groups;
     char* y = y_at(p, n, c);
     p->ops->fill(y, 1, p->pG, p->pG, p->bias ? p->bias + c * p->esz : NULL);
-    p->ops->dw_y(p->g, x_at(p, n, c), w_at(p, p->w, c), y);
+    if (scratch) p->ops->dwp_y(p->g, x_at(p, n, c), w_at(p, p->w, c), y, scratch);
+    else p->ops->dw_y(p->g, x_at(p, n, c), w_at(p, p->w, c), y);
   }
+  free(scratch);
 }
 
 static void dw_x_units(void* arg, int64_t begin, int64_t end) {
   plan_t* p = (plan_t*)arg;
+  void* scratch = plane_scratch(p);
+  if (p->plane && !scratch) return;
   for (int64_t u = begin; u < end; ++u) {
     int64_t n = u / p->g->groups, c = u % p->g->groups;
     char* x = x_at(p, n, c);
     p->ops->fill(x, 1, p->pS, p->pS, NULL);
-    p->ops->dw_x(p->g, x, w_at(p, p->w, c), y_at(p, n, c));
+    if (scratch) p->ops->dwp_x(p->g, x, w_at(p, p->w, c), y_at(p, n, c), scratch);
+    else p->ops->dw_x(p->g, x, w_at(p, p->w, c), y_at(p, n, c));
     if (p->bias) p->ops->add_rows(x, 1, p->pS, p->pS, p->bias + c * p->esz);
   }
+  free(scratch);
 }
 
 static void dw_w_units(void* arg, int64_t begin, int64_t end) {
   plan_t* p = (plan_t*)arg;
   double* acc = (double*)malloc(sizeof(double) * (size_t)p->pK);
-  if (!acc) {
+  void* rows = malloc((size_t)(p->pK * p->g->G[2] * p->esz));
+  if (!acc || !rows) {
     atomic_store(&p->failed, 1);
+    free(acc), free(rows);
+    return;
+  }
+  void* scratch = plane_scratch(p);
+  /* plane form: per-tap rows of G1 * Wp lanes, summed over the batch */
+  int64_t lanes = p->g->G[1] * (p->g->S[2] + 2 * p->g->pad[2]);
+  void* prow = scratch ? malloc((size_t)(p->pK * lanes * p->esz)) : NULL;
+  if (scratch && !prow) {
+    atomic_store(&p->failed, 1);
+    free(acc), free(rows), free(scratch);
     return;
   }
   for (int64_t c = begin; c < end; ++c) {
     memset(acc, 0, sizeof(double) * (size_t)p->pK);
-    for (int64_t n = 0; n < p->g->n; ++n) p->ops->dw_w(p->g, x_at(p, n, c), acc, y_at(p, n, c));
+    if (prow) {
+      memset(prow, 0, (size_t)(p->pK * lanes * p->esz));
+      for (int64_t n = 0; n < p->g->n; ++n)
+        p->ops->dwp_w(p->g, x_at(p, n, c), y_at(p, n, c), prow, scratch);
+      for (int64_t k = 0; k < p->pK; ++k)
+        acc[k] = p->ops->fold((char*)prow + k * lanes * p->esz, lanes);
+    } else {
+      for (int64_t n = 0; n < p->g->n; ++n)
+        p->ops->dw_w(p->g, x_at(p, n, c), acc, y_at(p, n, c), rows);
+    }
     p->ops->from_double(w_at(p, p->w, c), acc, p->pK);
   }
-  free(acc);
+  free(acc), free(rows), free(scratch), free(prow);
 }
 
 static bool is_depthwise(const plan_t* p) {
