@@ -131,7 +131,8 @@ tpu_status_t tpu_conv_reference(const tpu_op_def_t* def, const tpu_node_t* node)
         write_all(&node->outputs[1], w);
       }
       if (a.mask[2]) {
-        int64_t c = a.shape[2].sizes[0], inner = (c * g->n) != 0 ? tpu_view_numel(a.grad_out) / (c * g->n) : 0;
+        int64_t c = a.shape[2].sizes[0];
+        int64_t inner = (c * g->n) != 0 ? tpu_view_numel(a.grad_out) / (c * g->n) : 0;
         double* go = read_all(a.grad_out, tpu_view_numel(a.grad_out));
         b = read_all(NULL, c);
         if (!go || !b) {
