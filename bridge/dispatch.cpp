@@ -806,12 +806,4 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&boxed_fallback>());
 }
 
-// Ops whose PrivateUse1 route ends in a kernel that only raises (convolution
-// goes to convolution_overrideable): send them to the counted CPU fallback
-// at the top, where the CPU has a real kernel, until they are native.
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&boxed_fallback>());
-  m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&boxed_fallback>());
-}
-
 }  // namespace torch_tpu

@@ -1,0 +1,67 @@
+/* conv.h — the convolution family's private interface (conv.c, conv_ref.c,
+ * tests/test_conv.c).
+ *
+ * Every op of the family is written in one geometry, whatever the op:
+ *   - X, the "image" side: [N, groups * cx, S0, S1, S2],
+ *   - Y, the "grid" side:  [N, groups * cy, G0, G1, G2],
+ *   - W, the weight:       [groups * cy, cx, K0, K1, K2],
+ * tied by  image position = grid position * stride - padding + k * dilation
+ * (per spatial dim; 1-D and 2-D problems get leading dims of size 1). A
+ * convolution has X = input, Y = output, W = weight; a transposed
+ * convolution has X = output, Y = input (its weight [Cin, Cout/g, K...] is
+ * already [groups * cy, cx, K...]). Three products cover everything:
+ *   CONV_Y  Y  = W  @ im2col(X)   (+ bias over Y's channels)
+ *   CONV_X  X  = col2im(W^T @ Y)  (+ bias over X's channels)
+ *   CONV_W  dW = sum_n Y @ im2col(X)^T
+ * convolution: CONV_Y, or CONV_X when transposed; convolution_backward:
+ * grad_input by CONV_X (CONV_Y when transposed), grad_weight by CONV_W,
+ * grad_bias a sum of grad_output; im2col / col2im are the image <-> columns
+ * maps themselves (cx = C, one group).
+ */
+#ifndef TPU_KERNELS_CONV_H_
+#define TPU_KERNELS_CONV_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../kernel.h"
+#include "tpu/ops.h"
+
+typedef enum conv_kind { CONV_FORWARD = 0, CONV_BACKWARD, CONV_IM2COL, CONV_COL2IM } conv_kind_t;
+
+typedef struct conv_impl {
+  conv_kind_t kind;
+} conv_impl_t;
+
+/* The shared geometry (spatial dims padded to 3). */
+typedef struct conv_geom {
+  int64_t n, groups, cx, cy;
+  int64_t S[3], G[3], K[3], stride[3], pad[3], dil[3];
+} conv_geom_t;
+
+/* A node, parsed and validated. */
+typedef struct conv_args {
+  const conv_impl_t* impl;
+  conv_geom_t g;
+  int32_t nsp;         /* spatial dims of the caller's tensors (1..3) */
+  bool transposed;
+  bool big_output_padding; /* some output_padding >= its stride */
+  bool batched;        /* im2col/col2im: the input had a batch dim */
+  tpu_dtype_t dtype;   /* of every tensor operand */
+  /* forward: input, weight, bias (or NULL); backward: grad_output too;
+   * im2col/col2im: input only. */
+  const tpu_view_t *input, *weight, *bias, *grad_out;
+  bool mask[3];        /* backward: which outputs to compute */
+  tpu_view_t shape[3]; /* outputs' dtype, ndim, sizes (contiguous strides) */
+  int32_t num_outputs;
+} conv_args_t;
+
+/* Validates the node's inputs and attrs (INVALID_ARGUMENT or UNIMPLEMENTED
+ * for what PyTorch rejects or the family does not run) and fills `a`. */
+tpu_status_t tpu_conv_parse(const tpu_op_def_t* def, const tpu_node_t* node, conv_args_t* a);
+
+/* Plain reference: loops over every (grid position, kernel tap) pair,
+ * accumulating in double. */
+tpu_status_t tpu_conv_reference(const tpu_op_def_t* def, const tpu_node_t* node);
+
+#endif /* TPU_KERNELS_CONV_H_ */

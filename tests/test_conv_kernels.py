@@ -1,0 +1,185 @@
+"""The convolution family (convolution, convolution_backward, im2col, col2im):
+native on tpu, equal to CPU, forward and backward, with zero fallbacks."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_tpu
+from torch_tpu.tools import coverage
+
+FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+OPINFO = {
+    "nn.functional.conv1d": FLOATS + [torch.int64],
+    "nn.functional.conv2d": FLOATS + [torch.int64],
+    "nn.functional.conv3d": FLOATS + [torch.int64],
+    "nn.functional.conv_transpose1d": FLOATS + [torch.int64],
+    "nn.functional.conv_transpose2d": FLOATS + [torch.int64],
+    "nn.functional.conv_transpose3d": FLOATS + [torch.int64],
+    "nn.functional.unfold": FLOATS + [torch.bool],
+}
+
+
+def _opinfos():
+    db = coverage.load_op_db()
+    return [op for op in db if op.name in OPINFO]
+
+
+OPS = _opinfos()
+
+
+@pytest.mark.parametrize("op", OPS, ids=coverage.op_key)
+def test_opinfo_native(op):
+    for dtype in OPINFO[op.name]:
+        rec = coverage.check_pair(op, dtype)
+        assert rec["status"] == "pass", (dtype, rec)
+        assert rec["fallbacks"] == {}, (dtype, rec["fallbacks"])
+        assert rec["cpu_ran"] > 0, (dtype, rec)
+
+
+@pytest.fixture
+def no_fallback():
+    mode = torch_tpu._C.fallback_mode()
+    torch_tpu.set_fallback_mode("error")
+    torch_tpu.reset_counts()
+    try:
+        yield
+    finally:
+        torch_tpu.set_fallback_mode(mode)
+    assert torch_tpu.fallback_counts() == {}
+
+
+# (function, input shape, weight shape, bias?, kwargs, memory format)
+CASES = {
+    "conv1d": (F.conv1d, (2, 3, 11), (4, 3, 3), True, dict(stride=2, padding=1), None),
+    "conv1d_batchless": (F.conv1d, (3, 10), (2, 3, 4), False, dict(dilation=2), None),
+    "conv2d": (F.conv2d, (2, 3, 9, 8), (4, 3, 3, 3), True, dict(padding=1), None),
+    "conv2d_stride_dilation": (F.conv2d, (2, 4, 11, 10), (6, 2, 3, 2),
+                               True, dict(stride=(2, 1), padding=(2, 1), dilation=(2, 3),
+                                          groups=2), None),
+    "conv2d_channels_last": (F.conv2d, (2, 8, 7, 9), (5, 8, 3, 3), True, dict(padding=1),
+                             torch.channels_last),
+    "conv2d_depthwise": (F.conv2d, (2, 6, 9, 9), (6, 1, 3, 3), True,
+                         dict(padding=1, groups=6), None),
+    "conv2d_depthwise_stride": (F.conv2d, (2, 4, 10, 9), (8, 1, 3, 3), False,
+                                dict(stride=2, padding=1, groups=4), torch.channels_last),
+    "conv2d_1x1": (F.conv2d, (2, 16, 6, 7), (8, 16, 1, 1), True, {}, None),
+    "conv2d_same": (F.conv2d, (1, 3, 8, 8), (4, 3, 4, 3), True, dict(padding="same"), None),
+    "conv2d_batchless": (F.conv2d, (3, 7, 7), (2, 3, 3, 3), True, dict(stride=2), None),
+    "conv3d": (F.conv3d, (2, 2, 5, 6, 4), (3, 2, 2, 3, 2), True, dict(padding=1), None),
+    "conv3d_channels_last": (F.conv3d, (1, 4, 4, 5, 6), (4, 2, 3, 3, 3), True,
+                             dict(padding=1, groups=2), torch.channels_last_3d),
+    "conv_transpose1d": (F.conv_transpose1d, (2, 3, 7), (3, 4, 3), True,
+                         dict(stride=2, padding=1, output_padding=1), None),
+    "conv_transpose2d": (F.conv_transpose2d, (2, 4, 5, 6), (4, 3, 3, 3), True,
+                         dict(stride=2, padding=1, output_padding=1, groups=2), None),
+    "conv_transpose2d_dilation": (F.conv_transpose2d, (1, 3, 5, 5), (3, 2, 3, 2), False,
+                                  dict(stride=(1, 2), dilation=2), torch.channels_last),
+    "conv_transpose3d": (F.conv_transpose3d, (1, 2, 3, 4, 3), (2, 3, 2, 3, 2), True,
+                         dict(stride=2, padding=(0, 1, 0)), None),
+    "conv_transpose2d_batchless": (F.conv_transpose2d, (3, 4, 4), (3, 2, 3, 3), True,
+                                   dict(stride=2), None),
+}
+
+
+def _run(name, device, dtype):
+    fn, xs, ws, has_bias, kw, fmt = CASES[name]
+    g = torch.Generator().manual_seed(len(name))
+    x = torch.randn(xs, generator=g, dtype=torch.float64).to(dtype)
+    w = torch.randn(ws, generator=g, dtype=torch.float64).to(dtype)
+    out_ch = ws[0] if "transpose" not in name else ws[1] * kw.get("groups", 1)
+    b = torch.randn(out_ch, generator=g, dtype=torch.float64).to(dtype) if has_bias else None
+    if fmt is not None:
+        x = x.contiguous(memory_format=fmt)
+    leaves = [t.to(device).requires_grad_() for t in (x, w, b) if t is not None]
+    xd, wd = leaves[0], leaves[1]
+    bd = leaves[2] if has_bias else None
+    y = fn(xd, wd, bd, **kw)
+    gy = torch.randn(y.shape, generator=g, dtype=torch.float64).to(dtype).to(device)
+    grads = torch.autograd.grad(y, leaves, gy)
+    return [y.detach().cpu()] + [t.cpu() for t in grads]
+
+
+TOL = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-10, 1e-10),
+       torch.bfloat16: (5e-2, 5e-2), torch.float16: (5e-3, 5e-3)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16],
+                         ids=str)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_forward_and_gradients_match_cpu(name, dtype, no_fallback):
+    got = _run(name, "tpu", dtype)
+    want = _run(name, "cpu", dtype if dtype != torch.bfloat16 else torch.float32)
+    atol, rtol = TOL[dtype]
+    for k, (a, b) in enumerate(zip(got, want)):
+        assert a.dtype == dtype
+        scale = max(1.0, b.abs().max().item())
+        torch.testing.assert_close(a.float(), b.float(), atol=atol * scale, rtol=rtol,
+                                   msg=lambda m: f"result {k}: {m}")
+    native = torch_tpu.native_counts()
+    assert native.get("convolution.default", 0) >= 1
+    assert native.get("convolution_backward.default", 0) >= 1
+
+
+def test_output_mask_weight_only(no_fallback):
+    x = torch.randn(2, 3, 8, 8)
+    w = torch.randn(4, 3, 3, 3, requires_grad=True)
+    (gw,) = torch.autograd.grad(F.conv2d(x.to("tpu"), w.to("tpu")).sum(), [w])
+    (want,) = torch.autograd.grad(F.conv2d(x, w).sum(), [w])
+    torch.testing.assert_close(gw.cpu(), want, atol=1e-4, rtol=1e-4)
+
+
+def test_unfold_fold_and_gradients(no_fallback):
+    x = torch.randn(2, 3, 9, 7, dtype=torch.float64)
+    kw = dict(kernel_size=(2, 3), dilation=(1, 2), padding=1, stride=(2, 1))
+    xd = x.to("tpu").requires_grad_()
+    xc = x.clone().requires_grad_()
+    cols_d, cols_c = F.unfold(xd, **kw), F.unfold(xc, **kw)
+    torch.testing.assert_close(cols_d.detach().cpu(), cols_c.detach())
+    back_d, back_c = F.fold(cols_d, (9, 7), **kw), F.fold(cols_c, (9, 7), **kw)
+    torch.testing.assert_close(back_d.detach().cpu(), back_c.detach())
+    g = torch.randn(back_c.shape, dtype=torch.float64)
+    (gd,) = torch.autograd.grad(back_d, [xd], g.to("tpu"))
+    (gc,) = torch.autograd.grad(back_c, [xc], g)
+    torch.testing.assert_close(gd.cpu(), gc)
+
+
+def test_out_variant_into_strided_output(no_fallback):
+    x = torch.randn(2, 3, 6, 6)
+    w = torch.randn(4, 3, 3, 3)
+    b = torch.randn(4)
+    base = torch.zeros(2, 8, 4, 8, device="tpu")
+    out = base[:, ::2, :, ::2]
+    torch.ops.aten.convolution.out(x.to("tpu"), w.to("tpu"), b.to("tpu"), [1, 1], [0, 0],
+                                   [1, 1], False, [0], 1, out=out)
+    torch.testing.assert_close(out.cpu(), F.conv2d(x, w, b), atol=1e-5, rtol=1e-5)
+    assert base[:, 1::2].abs().sum().item() == 0
+
+
+def test_integer_convolution_native():
+    x = torch.randint(-3, 4, (2, 3, 7, 7))
+    w = torch.randint(-3, 4, (4, 3, 3, 3))
+    torch_tpu.reset_counts()
+    got = F.conv2d(x.to("tpu"), w.to("tpu"), stride=2, padding=1, dilation=2)
+    assert torch_tpu.fallback_counts() == {}
+    assert torch.equal(got.cpu(), F.conv2d(x, w, stride=2, padding=1, dilation=2))
+    got = F.conv2d(x.int().to("tpu"), w.int().to("tpu"), padding=1)
+    assert torch.equal(got.cpu(), F.conv2d(x.int(), w.int(), padding=1))
+    assert torch_tpu.fallback_counts() == {}
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: F.conv2d(torch.ones(1, 2, 5, 5, dtype=torch.bool, device=d),
+                       torch.ones(3, 2, 3, 3, dtype=torch.bool, device=d)),
+    lambda d: F.conv2d(torch.ones(1, 2, 5, 5, device=d), torch.ones(3, 3, 3, 3, device=d)),
+    lambda d: F.conv2d(torch.ones(1, 2, 5, 5, device=d), torch.ones(3, 2, 3, 3, device=d,
+                                                                    dtype=torch.float64)),
+    lambda d: F.conv2d(torch.ones(1, 2, 2, 2, device=d), torch.ones(3, 2, 3, 3, device=d)),
+    lambda d: F.conv_transpose2d(torch.ones(1, 2, 3, 3, dtype=torch.int32, device=d),
+                                 torch.ones(2, 3, 3, 3, dtype=torch.int32, device=d)),
+], ids=["bool", "channels", "dtypes", "too_small", "int32_transposed"])
+def test_errors_match_cpu(make):
+    with pytest.raises(Exception) as cpu:
+        make("cpu")
+    with pytest.raises(Exception) as tpu:
+        make("tpu")
+    assert type(tpu.value) is type(cpu.value)
