@@ -17,6 +17,7 @@
   X(loss)               \
   X(matmul)             \
   X(index)              \
+  X(index_adv)          \
   X(random)             \
   X(shape)
 
