@@ -214,10 +214,11 @@ static tpu_status_t parse_kind(const tpu_op_def_t* def, const tpu_node_t* node, 
       if (!a->mask || a->mask->dtype != TPU_DTYPE_BOOL) return unimpl("mask dtype");
       if (kind == AX_MASKED_SCATTER) {
         a->src = in_view(node, 2);
-        tpu_view_t e;
-        if (!a->src || a->src->dtype != dt || !view_expand(a->mask, a->self->ndim, a->self->sizes, &e))
+        a->ndim = a->self->ndim, a->dtype = dt;
+        memcpy(a->sizes, a->self->sizes, sizeof(a->sizes));
+        if (!a->src || a->src->dtype != dt ||
+            !bcast_into(&a->ndim, a->sizes, a->mask->ndim, a->mask->sizes))
           return unimpl("masked_scatter arguments");
-        set_result(a, a->self, dt);
         return TPU_OK;
       }
       int32_t nd = a->self->ndim;
@@ -891,7 +892,9 @@ static tpu_status_t run_masked_select(ax_args_t* a, const tpu_view_t* out) {
 }
 
 static tpu_status_t run_masked_scatter(ax_args_t* a, const tpu_view_t* out) {
-  if (!views_same(out, a->self)) view_copy(out, a->self);
+  tpu_view_t self;
+  view_expand(a->self, out->ndim, out->sizes, &self);
+  if (!views_same(out, a->self)) view_copy(out, &self);
   tpu_view_t mask;
   view_expand(a->mask, out->ndim, out->sizes, &mask);
   int64_t *pos = NULL, n = 0;

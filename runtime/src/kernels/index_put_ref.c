@@ -177,7 +177,9 @@ tpu_status_t tpu_ax_reference(const tpu_op_def_t* def, const tpu_node_t* node) {
       return TPU_OK;
     }
     case AX_MASKED_SCATTER: {
-      view_copy(out, a.self);
+      tpu_view_t se;
+      view_expand(a.self, out->ndim, out->sizes, &se);
+      view_copy(out, &se);
       tpu_view_t m;
       view_expand(a.mask, out->ndim, out->sizes, &m);
       int64_t k = 0;

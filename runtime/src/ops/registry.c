@@ -18,6 +18,7 @@
   X(matmul)             \
   X(index)              \
   X(index_adv)          \
+  X(scatter_reduce)     \
   X(random)             \
   X(shape)
 
