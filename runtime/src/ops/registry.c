@@ -19,6 +19,7 @@
   X(index)              \
   X(index_adv)          \
   X(scatter_reduce)     \
+  X(embedding_bag)      \
   X(random)             \
   X(shape)
 
