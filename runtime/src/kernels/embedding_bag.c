@@ -426,6 +426,94 @@ static tpu_status_t run_psw_backward(const eb_args_t* a, const tpu_node_t* node)
   return s;
 }
 
+/* ---- embedding_renorm_ ------------------------------------------------------------------ */
+
+/* self[w] *= max_norm / (norm + 1e-7) for each distinct index w whose row's
+ * p-norm exceeds max_norm (PyTorch's embedding_renorm_; rows in parallel). */
+typedef struct renorm_job {
+  const tpu_view_t* self;
+  const int64_t* rows;
+  double max_norm, p;
+} renorm_job_t;
+
+static void renorm_rows(void* arg, int64_t r0, int64_t r1) {
+  const renorm_job_t* j = (const renorm_job_t*)arg;
+  const tpu_view_t* v = j->self;
+  int64_t D = v->sizes[1];
+  for (int64_t r = r0; r < r1; ++r) {
+    int64_t base = j->rows[r] * v->strides[0];
+    double norm = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      double x = fabs(view_get_f64(v, base + d * v->strides[1]));
+      norm = isinf(j->p) ? (x > norm ? x : norm) : norm + pow(x, j->p);
+    }
+    if (!isinf(j->p)) norm = pow(norm, 1.0 / j->p);
+    uint64_t tmp = 0; /* the norm as the CPU has it: a tensor of self's dtype */
+    tpu_convert(&tmp, v->dtype, 1, &norm, TPU_DTYPE_F64, 1, 1);
+    tpu_convert(&norm, TPU_DTYPE_F64, 1, &tmp, v->dtype, 1, 1);
+    if (!(norm > j->max_norm)) continue;
+    double scale = j->max_norm / (norm + 1e-7);
+    for (int64_t d = 0; d < D; ++d) {
+      int64_t o = base + d * v->strides[1];
+      view_set_f64(v, o, view_get_f64(v, o) * (v->dtype == TPU_DTYPE_F64 ? scale : (float)scale));
+    }
+  }
+}
+
+static tpu_status_t renorm_parse(const tpu_op_def_t* def, const tpu_node_t* node,
+                                 const tpu_view_t** self, const tpu_view_t** idx) {
+  *self = ku_input(def, node, "self");
+  *idx = ku_input(def, node, "indices");
+  if (!*self || !*idx || (*self)->ndim != 2 || !tpu_dtype_is_floating((*self)->dtype) ||
+      !is_index(*idx) || (*idx)->ndim != 1)
+    return unimpl("embedding_renorm_ arguments");
+  return TPU_OK;
+}
+
+static tpu_status_t renorm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                  tpu_exec_ctx_t* ctx) {
+  (void)ctx;
+  const tpu_view_t *self, *iv;
+  TPU_RETURN_IF_ERROR(renorm_parse(def, node, &self, &iv));
+  const tpu_view_t* out = &node->outputs[0];
+  if (!views_same(out, self)) view_copy(out, self);
+  int64_t n = iv->sizes[0], V = self->sizes[0];
+  int64_t* idx = load_i64(iv);
+  uint8_t* seen = calloc((size_t)(V > 0 ? V : 1), 1);
+  if (!idx || !seen) {
+    free(idx), free(seen);
+    return oom();
+  }
+  int64_t m = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (idx[i] < 0 || idx[i] >= V) {
+      int64_t bad = idx[i];
+      free(idx), free(seen);
+      return tpu_status_make(TPU_CODE_INDEX_ERROR, "index %lld is out of bounds for dimension 0 with size %lld",
+                             (long long)bad, (long long)V);
+    }
+    if (!seen[idx[i]]) seen[idx[i]] = 1, idx[m++] = idx[i];
+  }
+  renorm_job_t j = {out, idx, tpu_attr_float(ku_attr(def, node, "max_norm"), 1.0),
+                    tpu_attr_float(ku_attr(def, node, "norm_type"), 2.0)};
+  tpu_parallel_for(m, 64, renorm_rows, &j);
+  free(idx), free(seen);
+  return TPU_OK;
+}
+
+static tpu_status_t renorm_infer(const tpu_op_def_t* def, const tpu_node_t* node, tpu_view_t* outs) {
+  const tpu_view_t *self, *iv;
+  TPU_RETURN_IF_ERROR(renorm_parse(def, node, &self, &iv));
+  outs[0] = *self;
+  tpu_view_set_contiguous(&outs[0]);
+  return TPU_OK;
+}
+
+static tpu_status_t renorm_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  const tpu_view_t *self, *iv;
+  return renorm_parse(def, node, &self, &iv);
+}
+
 /* ---- reference ------------------------------------------------------------------------ */
 
 /* Plain reference of the forward output 0 and of the weight gradient, in double. */
@@ -520,6 +608,9 @@ static const tpu_op_def_t k_ops[] = {
      "_embedding_bag_per_sample_weights_backward "
      "_embedding_bag_per_sample_weights_backward.out",
      eb_kernel, eb_infer, eb_check, &k_psw_spec},
+    {"embedding_renorm", "self,indices", "max_norm,norm_type", "out",
+     "embedding_renorm_ embedding_renorm embedding_renorm.out", renorm_kernel, renorm_infer,
+     renorm_check, NULL},
 };
 
 const tpu_op_family_t tpu_family_embedding_bag = {"embedding_bag", k_ops,
