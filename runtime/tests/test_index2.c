@@ -480,3 +480,29 @@ TEST(embedding_bag_forward_matches_reference) {
   for (int o = 0; o < 4; ++o) tt_free(&outs[o]);
   tt_free(&w), tt_free(&idx), tt_free(&off);
 }
+
+TEST(index_adv_repeat_interleave_matches_reference) {
+  int64_t n[1] = {9};
+  tt_t rep = tt_make(TPU_DTYPE_I32, 1, n, TT_GAPS);
+  tt_fill_ints(&rep.view, 5, 0, 4);
+  tpu_value_t in[1] = {tt_value(&rep.view)};
+  int64_t total = run_count("repeat_interleave_count", in, 1), want = 0;
+  for (int i = 0; i < 9; ++i) want += (int64_t)tt_get(&rep.view, i);
+  CHECK(total == want);
+  tpu_attr_t at[2] = {tt_none(), tt_int(total)};
+  CHECK(run_both("repeat_interleave", in, 1, at, 2, TT_PADDED) == 0);
+  tt_set(&rep.view, 3, -1); /* negative repeats: RuntimeError from the count */
+  const tpu_op_def_t* def = tt_def("repeat_interleave_count");
+  if (def) {
+    int64_t r = 0;
+    tpu_view_t out = view_of(&r, I64, 0, NULL);
+    tpu_node_t node = {.op = tpu_op_lookup("repeat_interleave_count"), .num_inputs = 1,
+                       .num_outputs = 1, .num_attrs = 2, .inputs = in, .outputs = &out};
+    tpu_exec_ctx_t ctx = {0};
+    tpu_status_t s = def->kernel(def, &node, &ctx);
+    CHECK(tpu_status_code(s) == TPU_CODE_INVALID_ARGUMENT &&
+          strstr(tpu_status_message(s), "repeats can not be negative"));
+    tpu_status_free(s);
+  }
+  tt_free(&rep);
+}

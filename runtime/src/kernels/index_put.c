@@ -263,6 +263,14 @@ static tpu_status_t parse_kind(const tpu_op_def_t* def, const tpu_node_t* node, 
         if (!a->reduce[d]) a->sizes[a->ndim++] = a->self->sizes[d];
       return TPU_OK;
     }
+    case AX_REPEAT: {
+      const tpu_attr_t* os = ku_attr(def, node, "output_size");
+      if (os && os->kind == TPU_ATTR_INT) count = os->u.i;
+      if (!is_index_dtype(dt) || a->self->ndim != 1) return unimpl("repeats must be 1-D int");
+      if (count < 0) return unimpl("needs the sum of repeats (sync_size)");
+      a->ndim = 1, a->sizes[0] = count, a->dtype = dt;
+      return TPU_OK;
+    }
     case AX_COUNT:
       break;
   }
@@ -279,6 +287,7 @@ tpu_status_t tpu_ax_parse(const tpu_op_def_t* def, const tpu_node_t* node, int64
     TPU_RETURN_IF_ERROR(parse_kind(def, node, spec->counts, 0, a));
     if (spec->counts == AX_INDEX && a->mask_term < 0) return unimpl("no mask to count");
     a->kind = AX_COUNT;
+    a->counted = spec->counts;
     a->ndim = 0, a->dtype = TPU_DTYPE_I64;
     return TPU_OK;
   }
@@ -978,9 +987,66 @@ static tpu_status_t run_count_nonzero(ax_args_t* a, const tpu_view_t* out) {
   return TPU_OK;
 }
 
+/* repeats as int64, checked; *total their sum. */
+static tpu_status_t load_repeats(const tpu_view_t* r, int64_t** out, int64_t* total) {
+  int64_t n = tpu_view_numel(r);
+  int64_t* buf = xmalloc(n, sizeof(int64_t));
+  if (!buf) return oom();
+  tpu_view_t d = view_of(buf, TPU_DTYPE_I64, 1, &n);
+  if (n) view_copy(&d, r);
+  *total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (buf[i] < 0) {
+      free(buf);
+      return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "repeats can not be negative");
+    }
+    *total += buf[i];
+  }
+  *out = buf;
+  return TPU_OK;
+}
+
+typedef struct rep_job {
+  const int64_t *start, *rep;
+  int64_t* out;
+} rep_job_t;
+
+static void rep_chunk(void* arg, int64_t b, int64_t e) {
+  const rep_job_t* j = (const rep_job_t*)arg;
+  for (int64_t i = b; i < e; ++i)
+    for (int64_t k = 0; k < j->rep[i]; ++k) j->out[j->start[i] + k] = i;
+}
+
+static tpu_status_t run_repeat(ax_args_t* a, const tpu_view_t* out) {
+  int64_t *rep = NULL, total = 0, n = tpu_view_numel(a->self);
+  TPU_RETURN_IF_ERROR(load_repeats(a->self, &rep, &total));
+  if (total != out->sizes[0]) {
+    free(rep);
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                           "allocated size does not match required size");
+  }
+  int64_t* start = xmalloc(n, sizeof(int64_t));
+  int64_t* res = xmalloc(total, sizeof(int64_t));
+  if (!start || !res) {
+    free(rep), free(start), free(res);
+    return oom();
+  }
+  for (int64_t i = 0, s = 0; i < n; ++i) start[i] = s, s += rep[i];
+  rep_job_t j = {start, rep, res};
+  tpu_parallel_for(n, total >= WALK_GRAIN ? 1 : (n ? n : 1), rep_chunk, &j);
+  tpu_view_t src = view_of(res, TPU_DTYPE_I64, 1, &total);
+  if (total) view_copy(out, &src);
+  free(rep), free(start), free(res);
+  return TPU_OK;
+}
+
 static tpu_status_t run_count(ax_args_t* a, const tpu_view_t* out) {
   int64_t n = 0;
-  if (a->kind == AX_COUNT && a->mask_term >= 0) {
+  if (a->counted == AX_REPEAT) {
+    int64_t* rep = NULL;
+    TPU_RETURN_IF_ERROR(load_repeats(a->self, &rep, &n));
+    free(rep);
+  } else if (a->kind == AX_COUNT && a->mask_term >= 0) {
     TPU_RETURN_IF_ERROR(count_nonzero_view(a->terms[a->mask_term].idx, &n));
   } else if (a->mask) { /* masked_select: the mask broadcast with self */
     int32_t nd = a->self->ndim;
@@ -1014,6 +1080,7 @@ static ax_runner_fn runner_of(ax_kind_t k) {
     case AX_NONZERO:
     case AX_NONZERO_STATIC: return run_nonzero;
     case AX_COUNT_NONZERO: return run_count_nonzero;
+    case AX_REPEAT: return run_repeat;
     case AX_COUNT: return run_count;
   }
   return NULL;
@@ -1058,7 +1125,8 @@ static const ax_spec_t k_index = {AX_INDEX, 0}, k_index_put = {AX_INDEX_PUT, 0},
                        k_count_nonzero = {AX_COUNT_NONZERO, 0},
                        k_index_count = {AX_COUNT, AX_INDEX},
                        k_nonzero_count = {AX_COUNT, AX_NONZERO},
-                       k_masked_select_count = {AX_COUNT, AX_MASKED_SELECT};
+                       k_masked_select_count = {AX_COUNT, AX_MASKED_SELECT},
+                       k_repeat = {AX_REPEAT, 0}, k_repeat_count = {AX_COUNT, AX_REPEAT};
 
 #define AX_ROW(name, inputs, attrs, aten, spec) \
   {name, inputs, attrs, "out", aten, ax_kernel, ax_infer, ax_check, &spec}
@@ -1085,6 +1153,9 @@ static const tpu_op_def_t k_ops[] = {
     AX_ROW("nonzero_count", "self", "sync_size", "", k_nonzero_count),
     AX_ROW("nonzero_static", "self", "size,fill_value", "nonzero_static nonzero_static.out",
            k_nonzero_static),
+    AX_ROW("repeat_interleave", "repeats", "output_size,sync_size",
+           "repeat_interleave.Tensor repeat_interleave.Tensor_out", k_repeat),
+    AX_ROW("repeat_interleave_count", "repeats", "output_size,sync_size", "", k_repeat_count),
     AX_ROW("count_nonzero", "self", "dim",
            "count_nonzero.dim_IntList count_nonzero count_nonzero.dim_IntList_out "
            "count_nonzero.out",

@@ -32,6 +32,7 @@ typedef enum ax_kind {
   AX_NONZERO,
   AX_NONZERO_STATIC,
   AX_COUNT_NONZERO,
+  AX_REPEAT,         /* repeat_interleave.Tensor */
   AX_COUNT, /* the sync-size companion of a data-dependent row */
 } ax_kind_t;
 
@@ -47,7 +48,7 @@ typedef struct ax_term {
 } ax_term_t;
 
 typedef struct ax_args {
-  ax_kind_t kind;
+  ax_kind_t kind, counted; /* counted: for AX_COUNT, the op whose size it counts */
   const tpu_view_t* self;
   const tpu_view_t* src;   /* values (index_put), source (put, index_copy, masked_scatter) */
   const tpu_view_t* mask;  /* masked ops */

@@ -219,6 +219,18 @@ tpu_status_t tpu_ax_reference(const tpu_op_def_t* def, const tpu_node_t* node) {
       }
       return TPU_OK;
     }
+    case AX_REPEAT: {
+      int64_t k = 0;
+      for (int64_t i = 0; i < a.self->sizes[0]; ++i) {
+        int64_t r = view_get_i64(a.self, i * a.self->strides[0]);
+        if (r < 0) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "repeats can not be negative");
+        for (int64_t t = 0; t < r; ++t, ++k) {
+          if (k >= out->sizes[0]) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "size");
+          view_set_i64(out, k * out->strides[0], i);
+        }
+      }
+      return TPU_OK;
+    }
     case AX_COUNT:
       return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "count rows have no reference");
   }
