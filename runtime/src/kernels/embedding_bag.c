@@ -114,7 +114,7 @@ static int64_t* load_i64(const tpu_view_t* v) {
   int64_t n = tpu_view_numel(v);
   int64_t* buf = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
   if (!buf) return NULL;
-  tpu_view_t d = view_of(buf, TPU_DTYPE_I64, 1, &n);
+  tpu_view_t d = view_of(buf, TPU_DTYPE_I64, v->ndim, v->sizes);
   if (n) view_copy(&d, v);
   return buf;
 }

@@ -147,7 +147,8 @@ static tpu_status_t parse_kind(const tpu_op_def_t* def, const tpu_node_t* node, 
       if (kind == AX_INDEX_PUT) {
         a->src = in_view(node, node->num_inputs - 1);
         a->accumulate = tpu_attr_bool(ku_attr(def, node, "accumulate"), false);
-        if (!a->src || a->src->dtype != dt) return unimpl("values dtype differs from self");
+        if (!a->src || (a->src->dtype != dt && a->src->ndim != 0))
+          return unimpl("values dtype differs from self");
       }
       if (n < 0) return unimpl("index list");
       TPU_RETURN_IF_ERROR(parse_terms(node, 1, n, count, a));
@@ -766,8 +767,13 @@ static tpu_status_t run_index_put(ax_args_t* a, const tpu_view_t* out) {
   }
   ax_args_t r = *a;
   result_of_terms(&r);
-  tpu_view_t vals;
-  if (!view_expand(a->src, r.ndim, r.sizes, &vals))
+  tpu_view_t vals, v0 = *a->src;
+  uint64_t storage = 0; /* a 0-dim value of another dtype, converted (as index_put_ does) */
+  if (v0.dtype != a->dtype) {
+    tpu_convert(&storage, a->dtype, 1, tpu_view_ptr(&v0), v0.dtype, 1, 1);
+    v0 = view_of(&storage, a->dtype, 0, NULL);
+  }
+  if (!view_expand(&v0, r.ndim, r.sizes, &vals))
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
                            "shape mismatch: value tensor cannot be broadcast to indexing result");
   if (tpu_view_numel(&vals) == 0) return TPU_OK;

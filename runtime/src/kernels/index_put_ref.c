@@ -102,8 +102,13 @@ tpu_status_t tpu_ax_reference(const tpu_op_def_t* def, const tpu_node_t* node) {
       for (int32_t k = 0; k < a.nO; ++k) r.sizes[r.ndim++] = a.self->sizes[a.odims[k]];
       for (int32_t k = 0; k < a.bnd; ++k) r.sizes[r.ndim++] = a.bsizes[k];
       for (int32_t k = 0; k < a.nI; ++k) r.sizes[r.ndim++] = a.self->sizes[a.idims[k]];
-      tpu_view_t vals;
-      if (!view_expand(a.src, r.ndim, r.sizes, &vals))
+      tpu_view_t vals, v0 = *a.src;
+      uint64_t storage = 0;
+      if (v0.dtype != a.dtype) {
+        tpu_convert(&storage, a.dtype, 1, tpu_view_ptr(&v0), v0.dtype, 1, 1);
+        v0 = view_of(&storage, a.dtype, 0, NULL);
+      }
+      if (!view_expand(&v0, r.ndim, r.sizes, &vals))
         return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "values shape");
       int64_t total = 1;
       for (int32_t d = 0; d < r.ndim; ++d) total *= r.sizes[d];
