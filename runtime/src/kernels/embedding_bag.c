@@ -229,7 +229,8 @@ static tpu_status_t run_forward(const eb_args_t* a, const tpu_node_t* node) {
   int64_t* bag_size = malloc((size_t)(B > 0 ? B : 1) * sizeof(int64_t));
   int64_t* max_idx = malloc((size_t)(B * D > 0 ? B * D : 1) * sizeof(int64_t));
   int64_t* o2b = malloc((size_t)(a->N > 0 ? a->N : 1) * sizeof(int64_t));
-  void* out = malloc((size_t)(B * D > 0 ? B * D : 1) * tpu_dtype_size(cdt));
+  bool direct = outs[0].dtype == cdt && tpu_view_is_contiguous(&outs[0]);
+  void* out = direct ? tpu_view_ptr(&outs[0]) : malloc((size_t)(B * D > 0 ? B * D : 1) * tpu_dtype_size(cdt));
   void *wown = NULL, *pown = NULL;
   tpu_status_t s = TPU_OK;
   if (!idx || !off || !start || !bag_size || !max_idx || !o2b || !out) s = oom();
@@ -252,7 +253,7 @@ static tpu_status_t run_forward(const eb_args_t* a, const tpu_node_t* node) {
     for (int64_t i = 0; i < (B > 0 ? start[0] : a->N); ++i) o2b[i] = 0;
     int64_t sz2[2] = {B, D};
     tpu_view_t ov = view_of(out, cdt, 2, sz2);
-    if (B > 0 && D > 0) view_copy(&outs[0], &ov);
+    if (!direct && B > 0 && D > 0) view_copy(&outs[0], &ov);
     tpu_view_t o2v = view_of(o2b, TPU_DTYPE_I64, 1, &a->N);
     if (a->N) view_copy(&outs[1], &o2v);
     tpu_view_t bsv = view_of(bag_size, TPU_DTYPE_I64, 1, &B);
@@ -264,7 +265,8 @@ static tpu_status_t run_forward(const eb_args_t* a, const tpu_node_t* node) {
       view_copy(&outs[3], &bsv);
     }
   }
-  free(idx), free(off), free(start), free(bag_size), free(max_idx), free(o2b), free(out);
+  free(idx), free(off), free(start), free(bag_size), free(max_idx), free(o2b);
+  if (!direct) free(out);
   free(wown), free(pown);
   return s;
 }
@@ -361,7 +363,8 @@ static tpu_status_t run_backward(const eb_args_t* a, const tpu_node_t* node) {
   int64_t* max_idx = a->mode == EB_MAX ? load_i64(a->max_indices) : NULL;
   int64_t* bucket = calloc((size_t)V + 2, sizeof(int64_t));
   int64_t* order = malloc((size_t)(N > 0 ? N : 1) * sizeof(int64_t));
-  char* gw = malloc((size_t)(V * D > 0 ? V * D : 1) * tpu_dtype_size(cdt));
+  bool direct = out->dtype == cdt && tpu_view_is_contiguous(out); /* sum into out itself */
+  char* gw = direct ? tpu_view_ptr(out) : malloc((size_t)(V * D > 0 ? V * D : 1) * tpu_dtype_size(cdt));
   void *gown = NULL, *pown = NULL;
   tpu_status_t s = TPU_OK;
   if (!idx || !bag_size || (a->mode == EB_MAX && !max_idx) || !bucket || !order || !gw) s = oom();
@@ -388,9 +391,10 @@ static tpu_status_t run_backward(const eb_args_t* a, const tpu_node_t* node) {
       tpu_parallel_for(V, D >= 4096 ? 1 : 4096 / (D ? D : 1), k_bwd[ct], &j);
     int64_t sz[2] = {V, D};
     tpu_view_t gv = view_of(gw, cdt, 2, sz);
-    if (V > 0 && D > 0) view_copy(out, &gv);
+    if (!direct && V > 0 && D > 0) view_copy(out, &gv);
   }
-  free(idx), free(o2b), free(bag_size), free(max_idx), free(bucket), free(order), free(gw);
+  free(idx), free(o2b), free(bag_size), free(max_idx), free(bucket), free(order);
+  if (!direct) free(gw);
   free(gown), free(pown);
   return s;
 }

@@ -1118,7 +1118,17 @@ static tpu_status_t ax_infer(const tpu_op_def_t* def, const tpu_node_t* node, tp
 
 static tpu_status_t ax_check(const tpu_op_def_t* def, const tpu_node_t* node) {
   ax_args_t a;
-  return tpu_ax_parse(def, node, -1, &a);
+  TPU_RETURN_IF_ERROR(tpu_ax_parse(def, node, -1, &a));
+  /* gathers into an out= that overlaps an input: PyTorch refuses them */
+  bool gather = a.kind == AX_INDEX || a.kind == AX_TAKE || a.kind == AX_MASKED_SELECT;
+  const tpu_view_t* out = node->num_outputs > 0 && node->outputs ? &node->outputs[0] : NULL;
+  for (int32_t i = 0; gather && out && out->addr > 1 && i < node->num_inputs; ++i)
+    if (node->inputs[i].kind == TPU_VALUE_VIEW && views_overlap(out, &node->inputs[i].u.view))
+      return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                             "unsupported operation: some elements of the input tensor and the "
+                             "written-to tensor refer to a single memory location. Please "
+                             "clone() the tensor before performing the operation.");
+  return TPU_OK;
 }
 
 
