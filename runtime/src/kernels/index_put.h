@@ -75,6 +75,11 @@ typedef struct ax_args {
 tpu_status_t tpu_ax_parse(const tpu_op_def_t* def, const tpu_node_t* node, int64_t count,
                           ax_args_t* a);
 
+/* Right-aligned broadcast of sizes[n] into the running shape *nd/out. */
+bool tpu_ax_bcast(int32_t* nd, int64_t* out, int32_t n, const int64_t* sizes);
+/* a->ndim/sizes: the indexing result [O..., B..., I...] of a parsed index list. */
+void tpu_ax_result_of_terms(ax_args_t* a);
+
 /* Plain reference of every row (per-element loops over logical indices). */
 tpu_status_t tpu_ax_reference(const tpu_op_def_t* def, const tpu_node_t* node);
 
