@@ -16,7 +16,7 @@ static double run_both(const char* op, tpu_value_t* in, int32_t nin, const tpu_a
   if (!def) return INFINITY;
   tpu_node_t node = {.op = tpu_op_lookup(op), .num_inputs = nin, .num_outputs = 1,
                      .num_attrs = nattrs, .inputs = in};
-  memcpy(node.attrs, attrs, sizeof(tpu_attr_t) * (size_t)nattrs);
+  if (nattrs) memcpy(node.attrs, attrs, sizeof(tpu_attr_t) * (size_t)nattrs);
   tpu_view_t shape;
   CHECK_OK(def->check(def, &node));
   CHECK_OK(def->infer(def, &node, &shape));
@@ -308,7 +308,7 @@ static double run_sr(const char* op, tpu_value_t* in, int32_t nin, const tpu_att
   if (!def) return INFINITY;
   tpu_node_t node = {.op = tpu_op_lookup(op), .num_inputs = nin, .num_outputs = 1,
                      .num_attrs = nattrs, .inputs = in};
-  memcpy(node.attrs, attrs, sizeof(tpu_attr_t) * (size_t)nattrs);
+  if (nattrs) memcpy(node.attrs, attrs, sizeof(tpu_attr_t) * (size_t)nattrs);
   tpu_view_t shape;
   CHECK_OK(def->check(def, &node));
   CHECK_OK(def->infer(def, &node, &shape));
