@@ -548,7 +548,37 @@ tpu_status_t embedding_bag_reference(const tpu_op_def_t* def, const tpu_node_t* 
     }
     return TPU_OK;
   }
-  return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "reference covers the forward only");
+  if (a.kind == EB_PSW_BACKWARD || tpu_view_numel(a.offset2bag) != a.N)
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "reference: forward and weight gradient");
+  /* the weight gradient, one element at a time */
+  for (int64_t w = 0; w < a.num_weights; ++w) {
+    int64_t freq = 0;
+    for (int64_t i = 0; i < a.N; ++i) freq += view_get_i64(a.indices, i * a.indices->strides[0]) == w;
+    for (int64_t d = 0; d < D; ++d) {
+      double acc = 0;
+      if (w != a.padding_idx && a.mode == EB_MAX) {
+        for (int64_t b = 0; b < a.B; ++b)
+          if (view_get_i64(a.bag_size, b * a.bag_size->strides[0]) > 0 &&
+              view_get_i64(a.max_indices, b * a.max_indices->strides[0] + d * a.max_indices->strides[1]) == w)
+            acc += view_get_f64(a.grad, b * a.grad->strides[0] + d * a.grad->strides[1]);
+      } else if (w != a.padding_idx) {
+        for (int64_t i = 0; i < a.N; ++i) {
+          if (view_get_i64(a.indices, i * a.indices->strides[0]) != w) continue;
+          int64_t b = view_get_i64(a.offset2bag, i * a.offset2bag->strides[0]);
+          double g = view_get_f64(a.grad, b * a.grad->strides[0] + d * a.grad->strides[1]);
+          if (a.psw) g *= view_get_f64(a.psw, i * a.psw->strides[0]);
+          if (a.mode == EB_MEAN) {
+            int64_t bs = view_get_i64(a.bag_size, b * a.bag_size->strides[0]);
+            g /= (double)(bs ? bs : 1);
+          }
+          acc += g;
+        }
+      }
+      if (a.scale_grad_by_freq && freq > 0) acc /= (double)freq;
+      view_set_f64(out, w * out->strides[0] + d * out->strides[1], acc);
+    }
+  }
+  return TPU_OK;
 }
 
 /* ---- rows -------------------------------------------------------------------------------- */
