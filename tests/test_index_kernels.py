@@ -75,6 +75,11 @@ GRAD_CASES = {
     "scatter_reduce_prod": lambda x, d: x.scatter_reduce(0, _idx(d, [0, 1, 0], [4, 4, 2]), x[:2] + 2, "prod"),
     "index_reduce_mean": lambda x, d: x.index_reduce(0, _idx(d, 1, 3, 1), x[:3] * 2, "mean"),
     "repeat_interleave": lambda x, d: x.repeat_interleave(_idx(d, 2, 0, 1, 3, 1), dim=0),
+    "repeat_interleave_int": lambda x, d: x.repeat_interleave(2, dim=1),
+    "select_scatter": lambda x, d: torch.select_scatter(x, x[1] * 3, 0, 2),
+    "slice_scatter": lambda x, d: torch.slice_scatter(x, x[:, :2] * 2, 1, 1, 3),
+    "diagonal_scatter": lambda x, d: torch.diagonal_scatter(x, x[0] * 2, -1),
+    "as_strided_scatter": lambda x, d: torch.as_strided_scatter(x, x[:2, :2] * 2, (2, 2), (3, 1), 1),
 }
 
 
