@@ -220,3 +220,20 @@ def test_out_of_range_raises_like_cpu(name):
 def test_cpu_index_tensor_falls_back_not_raises():
     x = torch.arange(10.0).to("tpu")
     torch.testing.assert_close(x[torch.tensor([3, 1])].cpu(), torch.tensor([3.0, 1.0]))
+
+
+def test_out_variants_native(fallback_error):
+    x_cpu = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -1.0]])
+    x = x_cpu.to("tpu")
+    o = torch.empty(0, dtype=torch.long, device="tpu")
+    torch.nonzero(x, out=o)
+    torch.testing.assert_close(o.cpu(), torch.nonzero(x_cpu))
+    o = torch.empty(7, device="tpu")
+    torch.masked_select(x, x > 0, out=o)
+    torch.testing.assert_close(o.cpu(), torch.masked_select(x_cpu, x_cpu > 0))
+    o = torch.empty(3, device="tpu")
+    torch.take(x, torch.tensor([5, 0, 1], device="tpu"), out=o)
+    torch.testing.assert_close(o.cpu(), torch.take(x_cpu, torch.tensor([5, 0, 1])))
+    r = torch.empty(0, dtype=torch.long, device="tpu")
+    torch.ops.aten.repeat_interleave.Tensor_out(torch.tensor([1, 0, 2], device="tpu"), out=r)
+    assert r.cpu().tolist() == [0, 2, 2]

@@ -3,7 +3,8 @@
  * masked_select, masked_scatter, nonzero, nonzero_static, count_nonzero and
  * the count rows that size data-dependent outputs.
  *
- * One row engine moves every element (see index_put.h): rows (o, b) each
+ * Argument parsing lives in index_put_args.c, the reference in
+ * index_put_ref.c. One row engine moves every element (see index_put.h): rows (o, b) each
  * move an inner block I between a destination and a source, each side
  * addressed by an outer walk O, a per-b offset table and an inner walk I.
  * Index values are first copied to int64 and checked as a whole (negative
