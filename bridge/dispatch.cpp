@@ -49,6 +49,8 @@ struct Binding {
   int num_inputs = 0, num_attrs = 0, num_outputs = 0;
   bool inplace = false, has_out = false;
   int seed_attr = -1, offset_attr = -1;
+  int sync_attr = -1;         // "sync_size": filled from the count row's result
+  tpu_op_id_t count_op = -1;  // the row "<name>_count"
   size_t num_returns = 0;
   std::optional<c10::OperatorHandle> handle;
   std::atomic<int64_t> calls{0};
@@ -299,6 +301,49 @@ std::string shape_str(const tpu_view_t& v) {
 
 // ---- running a call -------------------------------------------------------------
 
+void submit_node(c10::DeviceIndex device, const tpu_node_t& node) {
+  tpu_graph_t* g = nullptr;
+  check(tpu_graph_create(&g));
+  tpu_status_t s = tpu_graph_add_node(g, node.op, node.inputs, node.num_inputs, node.outputs,
+                                      node.num_outputs, node.attrs, node.num_attrs);
+  if (s != TPU_OK) {
+    tpu_graph_release(g);
+    check(s);
+  }
+  tpu_stream_t* stream = current_runtime_stream(device);
+  check(tpu_stream_submit(stream, g));
+  maybe_block(stream);
+}
+
+// A data-dependent output size (nonzero, masked_select, index with a bool
+// mask): runs the row's "<name>_count" companion on the same inputs, reads
+// its 0-dim int64 result (a sync, which also raises its errors) and stores
+// it in the node's "sync_size" attr. False when the count row does not run
+// this node natively.
+bool sync_count(Binding* b, Call& call, tpu_node_t& node) {
+  tpu_node_t cnode = node;
+  tpu_view_t cview{};
+  cnode.op = b->count_op;
+  cnode.num_outputs = 1;
+  cnode.num_attrs = tpu_op_num_attrs(b->count_op);
+  cnode.outputs = &cview;
+  tpu_status_t s = tpu_op_check(&cnode);
+  if (s != TPU_OK) {
+    tpu_status_free(s);
+    return false;
+  }
+  tpu_view_t want{};
+  check(tpu_op_infer(&cnode, &want));
+  at::Tensor count = alloc_output(want, call.device);
+  make_view(count, &cview);
+  submit_node(call.device, cnode);
+  int64_t n = count.item<int64_t>();
+  node.attrs[b->sync_attr].kind = TPU_ATTR_INT;
+  node.attrs[b->sync_attr].u.i = n;
+  call.attrs[b->sync_attr] = node.attrs[b->sync_attr];
+  return true;
+}
+
 enum class Outcome { Done, NeedMeta, Fallback };
 
 // Runs a call whose inputs and attrs are in `call` and whose given outputs
@@ -323,6 +368,11 @@ Outcome run_native(Binding* b, Call& call, const at::Tensor* const* given, at::T
     if (!b->def->infer) return Outcome::NeedMeta;
     std::memset(inferred, 0, sizeof(tpu_view_t) * b->num_outputs);
     tpu_status_t s = tpu_op_infer(&node, inferred);
+    if (tpu_status_code(s) == TPU_CODE_UNIMPLEMENTED && b->count_op >= 0 &&
+        node.attrs[b->sync_attr].kind == TPU_ATTR_NONE && sync_count(b, call, node)) {
+      tpu_status_free(s);
+      s = tpu_op_infer(&node, inferred);
+    }
     if (tpu_status_code(s) == TPU_CODE_UNIMPLEMENTED) {
       tpu_status_free(s);
       return Outcome::NeedMeta;
@@ -375,17 +425,7 @@ Outcome run_native(Binding* b, Call& call, const at::Tensor* const* given, at::T
     node.attrs[b->offset_attr].kind = TPU_ATTR_INT;
     node.attrs[b->offset_attr].u.i = (int64_t)offset;
   }
-  tpu_graph_t* g = nullptr;
-  check(tpu_graph_create(&g));
-  s = tpu_graph_add_node(g, node.op, node.inputs, node.num_inputs, node.outputs, node.num_outputs,
-                         node.attrs, node.num_attrs);
-  if (s != TPU_OK) {
-    tpu_graph_release(g);
-    check(s);
-  }
-  tpu_stream_t* stream = current_runtime_stream(call.device);
-  check(tpu_stream_submit(stream, g));
-  maybe_block(stream);
+  submit_node(call.device, node);
   b->calls.fetch_add(1, std::memory_order_relaxed);
   return Outcome::Done;
 }
@@ -427,8 +467,11 @@ void boxed_call(Binding* b, const c10::OperatorHandle& op, torch::jit::Stack* st
         if (iv.isTensorList()) {
           for (const at::Tensor& t : iv.toTensorList()) native = native && add_tensor_input(call, t);
         } else if (iv.isOptionalTensorList()) {
+          // A CPU tensor among the indices: the CPU fallback handles mixed devices.
           for (const std::optional<at::Tensor> t : iv.toOptionalTensorList())
-            native = native && add_tensor_input(call, t.has_value() ? *t : at::Tensor());
+            native = native && !(t.has_value() && t->defined() &&
+                                 t->device().type() != c10::DeviceType::PrivateUse1) &&
+                     add_tensor_input(call, t.has_value() ? *t : at::Tensor());
         } else {
           native = false;
         }
@@ -647,6 +690,8 @@ std::string bind_one(const std::string& aten, tpu_op_id_t id, Binding& b) {
     return aten + ": too many outputs or attrs for the bridge";
   b.seed_attr = tpu_spec_index(def->attrs, "seed");
   b.offset_attr = tpu_spec_index(def->attrs, "offset");
+  b.sync_attr = tpu_spec_index(def->attrs, "sync_size");
+  if (b.sync_attr >= 0) b.count_op = tpu_op_lookup((std::string(def->name) + "_count").c_str());
   int out_pos = 0;
   bool list_input = false;
   std::vector<int> inputs_seen;
@@ -807,3 +852,4 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 }
 
 }  // namespace torch_tpu
+

@@ -17,6 +17,9 @@
   X(loss)               \
   X(matmul)             \
   X(index)              \
+  X(index_adv)          \
+  X(scatter_reduce)     \
+  X(embedding_bag)      \
   X(random)             \
   X(shape)              \
   X(sort)               \
