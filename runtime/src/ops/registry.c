@@ -18,7 +18,8 @@
   X(matmul)             \
   X(index)              \
   X(random)             \
-  X(shape)
+  X(shape)              \
+  X(attention)
 
 #define TPU_X_(f) extern const tpu_op_family_t tpu_family_##f;
 TPU_FAMILIES(TPU_X_)
