@@ -15,6 +15,7 @@
 // regenerate the same mask.
 #include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
 #include <c10/core/DeviceGuard.h>
@@ -115,16 +116,59 @@ bool on_tpu(const at::Tensor& t) {
   return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
 }
 
+// query/key/value as the kernel takes them: all 3-D or all 4-D with equal
+// batch sizes (and heads, or grouped heads). Operands that broadcast (a 3-D
+// query with 4-D key/value, size-1 batch or head dims) are expanded to 4-D
+// views of the broadcast shape (no copies); `expanded` says so, and the
+// output is then viewed back to the broadcast rank. False: not expressible.
+struct Operands {
+  at::Tensor q, k, v;
+  bool expanded = false;
+  int64_t out_rank = 4;
+};
+
+bool prepare(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool allow_gqa,
+             Operands* o) {
+  o->q = q, o->k = k, o->v = v;
+  if (q.dim() < 3 || q.dim() > 4 || k.dim() < 3 || k.dim() > 4 || v.dim() < 3 || v.dim() > 4)
+    return false;
+  o->out_rank = std::max({q.dim(), k.dim(), v.dim()});
+  auto pad = [](const at::Tensor& t) { return t.dim() == 4 ? t : t.unsqueeze(0); };
+  at::Tensor q4 = pad(q), k4 = pad(k), v4 = pad(v);
+  if (q.dim() == k.dim() && k.dim() == v.dim() && q4.size(0) == k4.size(0) &&
+      k4.size(0) == v4.size(0) && k4.size(1) == v4.size(1) &&
+      (q4.size(1) == k4.size(1) || (allow_gqa && k4.size(1) > 0 && q4.size(1) % k4.size(1) == 0)))
+    return true;  // the kernel's own shapes
+  auto bc = [](int64_t a, int64_t b, int64_t* out) {
+    if (a != b && a != 1 && b != 1) return false;
+    *out = a == 1 ? b : a;
+    return true;
+  };
+  int64_t B, Hkv, H;
+  if (!bc(q4.size(0), k4.size(0), &B) || !bc(B, v4.size(0), &B) ||
+      !bc(k4.size(1), v4.size(1), &Hkv))
+    return false;
+  H = q4.size(1);
+  if (H != Hkv && Hkv == 1) Hkv = H;                 // key/value heads broadcast
+  else if (H != Hkv && H == 1) H = Hkv;              // query heads broadcast
+  else if (H != Hkv && !(allow_gqa && H % Hkv == 0)) return false;
+  o->q = q4.expand({B, H, q4.size(2), q4.size(3)});
+  o->k = k4.expand({B, Hkv, k4.size(2), k4.size(3)});
+  o->v = v4.expand({B, Hkv, v4.size(2), v4.size(3)});
+  o->expanded = true;
+  return true;
+}
+
 int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                          const std::optional<at::Tensor>& attn_mask, double dropout_p,
                          bool is_causal, std::optional<double> scale, bool enable_gqa) {
   if (!at::globalContext().userEnabledOverrideableSDP()) return kMathBackend;
   if (!on_tpu(query) || !on_tpu(key) || !on_tpu(value)) return kMathBackend;
-  if (query.dim() == 4 && key.dim() == 4 && query.size(1) != key.size(1) && !enable_gqa)
-    return kMathBackend;  // math raises PyTorch's error
+  Operands ops;
+  if (!prepare(query, key, value, enable_gqa, &ops)) return kMathBackend;  // math raises errors
   at::Tensor mask = attn_mask.has_value() ? *attn_mask : at::Tensor();
   Node n;
-  if (!n.init("sdpa_flash", {&query, &key, &value, &mask},
+  if (!n.init("sdpa_flash", {&ops.q, &ops.k, &ops.v, &mask},
               {attr_float(dropout_p), attr_int(is_causal, TPU_ATTR_BOOL),
                attr_int(0, TPU_ATTR_BOOL), attr_float(scale), attr_int(0), attr_int(0)}))
     return kMathBackend;
@@ -146,7 +190,10 @@ sdpa_forward(const at::Tensor& query, const at::Tensor& key, const at::Tensor& v
   at::Tensor bias = attn_bias.has_value() ? *attn_bias : at::Tensor();
   Node n;
   TORCH_CHECK(on_tpu(query), "expected a tpu query");
-  TORCH_CHECK(n.init("sdpa_flash", {&query, &key, &value, &bias},
+  Operands ops;
+  TORCH_CHECK_NOT_IMPLEMENTED(prepare(query, key, value, true, &ops),
+                              "scaled_dot_product_attention: shapes the tpu kernel does not take");
+  TORCH_CHECK(n.init("sdpa_flash", {&ops.q, &ops.k, &ops.v, &bias},
                      {attr_float(dropout_p), attr_int(is_causal, TPU_ATTR_BOOL),
                       attr_int(return_debug_mask, TPU_ATTR_BOOL), attr_float(scale), attr_int(0),
                       attr_int(0)}),
@@ -159,8 +206,8 @@ sdpa_forward(const at::Tensor& query, const at::Tensor& key, const at::Tensor& v
   uint64_t seed = 0, offset = 0;
   if (dropout_p > 0) {  // one Philox counter per element of the attention matrix
     int64_t rows = 1;  // B * H * L
-    for (int64_t d = 0; d + 1 < query.dim(); ++d) rows *= query.size(d);
-    int64_t count = std::max<int64_t>(1, rows * key.size(-2));
+    for (int64_t d = 0; d + 1 < ops.q.dim(); ++d) rows *= ops.q.size(d);
+    int64_t count = std::max<int64_t>(1, rows * ops.k.size(-2));
     reserve_philox(std::nullopt, n.device, (uint64_t)count, &seed, &offset);
     n.node.attrs[4] = attr_int((int64_t)seed);
     n.node.attrs[5] = attr_int((int64_t)offset);
@@ -168,6 +215,7 @@ sdpa_forward(const at::Tensor& query, const at::Tensor& key, const at::Tensor& v
   n.submit();
   count_native("_scaled_dot_product_fused_attention_overrideable");
   auto empty = at::empty({0}, query.options().dtype(at::kLong));
+  if (ops.expanded && ops.out_rank == 3) out = out.squeeze(0);
   return {out,
           lse,
           empty,
@@ -199,8 +247,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
   uint64_t offset = dropout_p > 0 ? scalar_of(philox_offset) : 0;
   Node n;
   TORCH_CHECK(on_tpu(query), "expected a tpu query");
+  Operands ops;
+  TORCH_CHECK_NOT_IMPLEMENTED(prepare(query, key, value, true, &ops),
+                              "scaled_dot_product_attention: shapes the tpu kernel does not take");
+  at::Tensor go = grad_out, o = out, bias = attn_bias;
+  if (ops.expanded && ops.out_rank == 3) go = go.unsqueeze(0), o = o.unsqueeze(0);
+  const c10::ScalarType dtype = query.scalar_type();
+  const bool half = dtype == at::kHalf || dtype == at::kBFloat16;
+  if (ops.expanded && half) {  // broadcast gradients are summed in float32, rounded once
+    for (at::Tensor* t : {&go, &o, &ops.q, &ops.k, &ops.v}) *t = t->to(at::kFloat);
+    if (bias.defined() && bias.scalar_type() == dtype) bias = bias.to(at::kFloat);
+  }
   TORCH_CHECK(n.init("sdpa_flash_backward",
-                     {&grad_out, &query, &key, &value, &attn_bias, &out, &logsumexp},
+                     {&go, &ops.q, &ops.k, &ops.v, &bias, &o, &logsumexp},
                      {mask, attr_float(dropout_p), attr_int(is_causal, TPU_ATTR_BOOL),
                       attr_float(scale), attr_int((int64_t)seed), attr_int((int64_t)offset)}),
               "scaled_dot_product_attention backward: all tensors must be on ", query.device());
@@ -214,6 +273,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
   }
   n.submit();
   count_native("_scaled_dot_product_fused_attention_overrideable_backward");
+  if (ops.expanded) {  // sum over the broadcast dims (native reductions)
+    const at::Tensor* orig[3] = {&query, &key, &value};
+    for (int i = 0; i < 3; ++i)
+      grads[i] = at::sum_to(grads[i], orig[i]->sizes()).view(orig[i]->sizes()).to(dtype);
+    if (grads[3].defined()) grads[3] = grads[3].to(attn_bias.scalar_type());
+  }
   return {grads[0], grads[1], grads[2], grads[3]};
 }
 
