@@ -243,6 +243,7 @@ typedef struct attn_job {
   attn_args_t a;
   amat_t q, k, v, go, o;
   const tpu_view_t* out[4];
+  void* kt;             /* forward: keys transposed, [B, Hkv, D, S] work type (NN GEMMs) */
   void* gbias;          /* backward: grad_attn_bias accumulator (work type, bias_orig's shape) */
   int64_t gb_str[4];    /* its strides over [B, H, L, S] (0 where broadcast) */
   int64_t nqb;          /* query blocks */
@@ -269,22 +270,47 @@ static void bias_row(const attn_args_t* a, int64_t b, int64_t h, int64_t i, int6
 
 /* Row helpers of the tile template: maximum, and exp(x - shift) in place
  * returning the sum (float32 through the SIMD exp of vmath.h). */
-static inline float at_max_F32(const float* x, int64_t n) { return vm_max(x, n); }
+/* The float32 row loops run per score element, as often as the GEMMs'
+ * multiply-adds per head dim: built for AVX-512 and AVX2 too (GCC's
+ * target_clones picks one at load time), since the runtime's baseline is
+ * SSE2. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define AT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define AT_CLONES
+#endif
+
+AT_CLONES float tpu_attn_row_max_f32(const float* x, int64_t n);
+AT_CLONES double tpu_attn_row_exp_f32(float* x, float shift, int64_t n);
+
+AT_CLONES float tpu_attn_row_max_f32(const float* x, int64_t n) {
+  /* maxps-shaped (vectorises); a NaN score still reaches the output through exp */
+  float m[16];
+  for (int j = 0; j < 16; ++j) m[j] = -INFINITY;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+  float r = -INFINITY;
+  for (int j = 0; j < 16; ++j) r = m[j] > r ? m[j] : r;
+  for (; i < n; ++i) r = x[i] > r ? x[i] : r;
+  return r;
+}
+
+AT_CLONES double tpu_attn_row_exp_f32(float* x, float shift, int64_t n) {
+  float tmp[ATTN_BK]; /* n <= ATTN_BK: vm_exp_shifted reads its input again for rare fix-ups */
+  double sum = vm_exp_shifted(tmp, x, shift, n);
+  memcpy(x, tmp, (size_t)n * sizeof(float));
+  return sum;
+}
+
+static inline float at_max_F32(const float* x, int64_t n) { return tpu_attn_row_max_f32(x, n); }
+static inline double at_exps_F32(float* x, float shift, int64_t n) {
+  return tpu_attn_row_exp_f32(x, shift, n);
+}
 static inline double at_max_F64(const double* x, int64_t n) {
   double m = -INFINITY;
   for (int64_t i = 0; i < n; ++i) m = x[i] > m || x[i] != x[i] ? x[i] : m;
   return m;
-}
-static inline double at_exps_F32(float* x, float shift, int64_t n) {
-  /* In place, branch-free: exp(x) underflows to 0 below VM_EXP_LO (scores
-   * sit at or below the shift, so only masked or negligible ones get there). */
-  for (int64_t i = 0; i < n; ++i) {
-    float y = x[i] - shift, e = vm_expf(y);
-    e = y < VM_EXP_LO ? 0.0f : e;
-    e = y > VM_EXP_HI ? INFINITY : e;
-    x[i] = y != y ? y : e;
-  }
-  return vm_sum(x, n);
 }
 static inline double at_exps_F64(double* x, double shift, int64_t n) {
   double s = 0.0;
@@ -326,7 +352,7 @@ static void blas_single_thread(void) { scipy_openblas_set_num_threads(1); }
 
 static void job_free(attn_job_t* j) {
   free(j->q.owned), free(j->k.owned), free(j->v.owned), free(j->go.owned), free(j->o.owned);
-  free(j->gbias);
+  free(j->gbias), free(j->kt);
 }
 
 static tpu_status_t attn_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
@@ -347,6 +373,19 @@ static tpu_status_t attn_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   bool ok = amat_init(&j->q, &a->q, a->work) && amat_init(&j->k, &a->k, a->work) &&
             amat_init(&j->v, &a->v, a->work);
   if (ok && a->backward) ok = amat_init(&j->go, &a->go, a->work) && amat_init(&j->o, &a->o, a->work);
+  if (ok && !a->backward) { /* K^T per head, so Q K^T runs as a plain NN GEMM */
+    int64_t n = a->B * a->Hkv * a->D * a->S;
+    j->kt = malloc((size_t)(n > 0 ? n : 1) * tpu_dtype_size(a->work));
+    ok = j->kt != NULL;
+    if (ok) {
+      tpu_view_t kt = a->k;
+      int64_t sz = kt.sizes[2], st = kt.strides[2];
+      kt.sizes[2] = kt.sizes[3], kt.strides[2] = kt.strides[3];
+      kt.sizes[3] = sz, kt.strides[3] = st;
+      tpu_view_t dst = view_of(j->kt, a->work, 4, kt.sizes);
+      view_copy(&dst, &kt);
+    }
+  }
   int64_t gb_numel = a->grad_bias ? tpu_view_numel(&a->bias_orig) : 0;
   if (ok && a->grad_bias) {
     j->gbias = calloc((size_t)(gb_numel > 0 ? gb_numel : 1), tpu_dtype_size(a->work));

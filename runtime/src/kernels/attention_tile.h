@@ -35,9 +35,9 @@ static void AT_CAT(attn_fwd_chunk)(void* arg, int64_t begin, int64_t end) {
     int64_t jend = a->causal ? (a->S < i0 + rows ? a->S : i0 + rows) : a->S;
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {
       int64_t n = jend - j0 < BK ? jend - j0 : BK;
-      const T* K = (const T*)amat_row(&j->k, es, b, hk, j0);
-      AT_CAT(gemm)(false, true, (int)rows, (int)n, (int)D, a->scale, Q, (int)j->q.sr, K,
-                   (int)j->k.sr, 0.0, sbuf, (int)n);
+      const T* KT = (const T*)j->kt + (b * a->Hkv + hk) * D * a->S + j0;
+      AT_CAT(gemm)(false, false, (int)rows, (int)n, (int)D, a->scale, Q, (int)j->q.sr, KT,
+                   (int)a->S, 0.0, sbuf, (int)n);
       for (int64_t r = 0; r < rows; ++r) {
         T* row = sbuf + r * n;
         int64_t i = i0 + r;
