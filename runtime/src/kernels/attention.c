@@ -24,7 +24,10 @@
  * Work type: float32 (half types and float32) or float64; block GEMMs run on
  * OpenBLAS sgemm/dgemm (single-threaded; the pool provides the threads).
  * Operands BLAS cannot read in place (other dtypes, inner stride != 1) are
- * converted once into contiguous work-type copies (linear in L or S).
+ * converted once into contiguous work-type copies (linear in L or S); the
+ * forward also transposes K once per head so both block GEMMs are NN (which
+ * OpenBLAS runs without packing at these sizes). The float32 row max / exp
+ * loops are compiled for AVX-512 and AVX2 as well (target_clones).
  */
 #include "attention.h"
 
