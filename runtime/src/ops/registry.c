@@ -27,6 +27,7 @@
   X(distance)           \
   X(renorm_histc)       \
   X(conv)               \
+  X(attention)          \
   /* one line per family, each ending in a backslash */
 
 #define TPU_X_(f) extern const tpu_op_family_t tpu_family_##f;
