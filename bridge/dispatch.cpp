@@ -346,6 +346,27 @@ bool sync_count(Binding* b, Call& call, tpu_node_t& node) {
 
 enum class Outcome { Done, NeedMeta, Fallback };
 
+bool same_view(const tpu_view_t& a, const tpu_view_t& b) {
+  return a.addr == b.addr && a.dtype == b.dtype && a.ndim == b.ndim &&
+         std::equal(a.sizes, a.sizes + a.ndim, b.sizes) &&
+         std::equal(a.strides, a.strides + a.ndim, b.strides);
+}
+
+// An out= tensor that shares memory with an input: a kernel would read what
+// it has already written, so such calls go to the CPU, which computes them
+// from copies. An elementwise op may write over exactly one of its inputs;
+// ops PyTorch refuses this for (TPU_OP_OUT_NO_OVERLAP) raise in tpu_op_check.
+bool out_overlaps_input(const Binding* b, const Call& call, const tpu_view_t& out) {
+  if (b->def->flags & TPU_OP_OUT_NO_OVERLAP) return false;
+  bool elementwise = std::strcmp(tpu_op_family_of(b->op), "elementwise") == 0;
+  for (int i = 0; i < call.num_inputs; ++i) {
+    if (call.inputs[i].kind != TPU_VALUE_VIEW) continue;
+    const tpu_view_t& in = call.inputs[i].u.view;
+    if (tpu_views_may_overlap(&in, &out) && !(elementwise && same_view(in, out))) return true;
+  }
+  return false;
+}
+
 // Runs a call whose inputs and attrs are in `call` and whose given outputs
 // (in-place self, out=) are borrowed in `given` (nullptr where an output is
 // fresh): output metadata from the runtime's shape function (or `meta`, when
@@ -395,6 +416,9 @@ Outcome run_native(Binding* b, Call& call, const at::Tensor* const* given, at::T
                     "output with shape ", out.sizes(), " doesn't match the broadcast shape ",
                     shape_str(want));
       } else {
+        tpu_view_t before;
+        if (out.numel() > 0 && make_view(out, &before) && out_overlaps_input(b, call, before))
+          return Outcome::Fallback;
         at::native::resize_output(out, c10::IntArrayRef(want.sizes, want.ndim));
       }
       if (!make_view(out, &call.outputs[k])) return Outcome::Fallback;

@@ -217,8 +217,6 @@ TEST(index_adv_flat_and_dim_ops_match_reference) {
     w = fmax(w, run_both("nonzero", in, 1, sync, 1, TT_PADDED));
     tpu_attr_t st[2] = {tt_int(20), tt_int(-7)};
     w = fmax(w, run_both("nonzero_static", in, 1, st, 2, TT_CONTIG));
-    tpu_attr_t dims = tt_ints(1, (int64_t[1]){0});
-    w = fmax(w, run_both("count_nonzero", in, 1, &dims, 1, TT_CONTIG));
     if (!(w <= tol))
       tpu_test_fail(__FILE__, __LINE__, "flat/dim ops %s: diff %g", tpu_dtype_name(dt), w);
     tt_free(&self), tt_free(&idx), tt_free(&src), tt_free(&src2), tt_free(&i4), tt_free(&src35);

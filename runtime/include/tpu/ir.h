@@ -43,6 +43,9 @@ typedef struct tpu_view {
 } tpu_view_t;
 
 int64_t tpu_view_numel(const tpu_view_t* view);
+/* Whether two views can touch a common byte (their address ranges meet;
+ * empty views overlap nothing). Conservative for interleaved strides. */
+bool tpu_views_may_overlap(const tpu_view_t* a, const tpu_view_t* b);
 bool tpu_view_is_contiguous(const tpu_view_t* view);
 /* The host pointer a kernel on the host driver may use for this view. */
 static inline void* tpu_view_ptr(const tpu_view_t* view) {

@@ -49,7 +49,13 @@ struct tpu_op_def {
   tpu_infer_fn infer;
   tpu_check_fn check;
   const void* impl; /* family-private data (e.g. an elementwise op's tile functions) */
+  uint32_t flags;   /* TPU_OP_* below; 0 for most rows */
 };
+
+/* PyTorch rejects outputs that share memory with an input for this op
+ * ("some elements of the input tensor and the written-to tensor refer to a
+ * single memory location"): tpu_op_check returns INVALID_ARGUMENT for them. */
+#define TPU_OP_OUT_NO_OVERLAP 1u
 
 /* A kernel family's rows. */
 typedef struct tpu_op_family {

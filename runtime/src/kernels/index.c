@@ -598,12 +598,14 @@ static const ix_spec_t k_select = {IX_INDEX_SELECT}, k_gather = {IX_GATHER},
                        k_scatter_add = {IX_SCATTER_ADD}, k_index_add = {IX_INDEX_ADD},
                        k_embedding = {IX_EMBEDDING_BACKWARD}, k_cat = {IX_CAT};
 
-#define IX_ROW(name, inputs, attrs, aten, spec) \
-  {name, inputs, attrs, "out", aten, index_kernel, index_infer, index_check, &spec}
+#define IX_ROW_F(name, inputs, attrs, aten, spec, flags) \
+  {name, inputs, attrs, "out", aten, index_kernel, index_infer, index_check, &spec, flags}
+#define IX_ROW(name, inputs, attrs, aten, spec) IX_ROW_F(name, inputs, attrs, aten, spec, 0)
 
 static const tpu_op_def_t k_ops[] = {
-    IX_ROW("index_select", "self,index", "dim", "index_select index_select.out", k_select),
-    IX_ROW("gather", "self,index", "dim", "gather gather.out", k_gather),
+    IX_ROW_F("index_select", "self,index", "dim", "index_select index_select.out", k_select,
+             TPU_OP_OUT_NO_OVERLAP),
+    IX_ROW_F("gather", "self,index", "dim", "gather gather.out", k_gather, TPU_OP_OUT_NO_OVERLAP),
     IX_ROW("scatter", "self,index,src", "dim", "scatter.src scatter_.src scatter.src_out",
            k_scatter),
     IX_ROW("scatter_value", "self,index,value", "dim",
@@ -615,7 +617,7 @@ static const tpu_op_def_t k_ops[] = {
     IX_ROW("embedding_dense_backward", "grad_output,indices",
            "num_weights,padding_idx,scale_grad_by_freq",
            "embedding_dense_backward embedding_dense_backward.out", k_embedding),
-    IX_ROW("cat", "tensors*", "dim", "cat cat.out", k_cat),
+    IX_ROW_F("cat", "tensors*", "dim", "cat cat.out", k_cat, TPU_OP_OUT_NO_OVERLAP),
 };
 
 const tpu_op_family_t tpu_family_index = {"index", k_ops,

@@ -1,6 +1,6 @@
 /* index_put.c — the advanced-indexing family (index_adv): index.Tensor,
  * _index_put_impl_/index_put, take, put_, index_fill, index_copy,
- * masked_select, masked_scatter, nonzero, nonzero_static, count_nonzero and
+ * masked_select, masked_scatter, nonzero, nonzero_static and
  * the count rows that size data-dependent outputs.
  *
  * Argument parsing lives in index_put_args.c, the reference in
@@ -697,40 +697,6 @@ static tpu_status_t run_nonzero(ax_args_t* a, const tpu_view_t* out) {
   return TPU_OK;
 }
 
-static tpu_status_t run_count_nonzero(ax_args_t* a, const tpu_view_t* out) {
-  const tpu_view_t* self = a->self;
-  int64_t n = tpu_view_numel(self);
-  uint8_t* m = xmalloc(n, 1);
-  int64_t* cnt = xmalloc(tpu_view_numel(out), sizeof(int64_t));
-  if (!m || !cnt) {
-    free(m), free(cnt);
-    return oom();
-  }
-  tpu_view_t mv = view_of(m, TPU_DTYPE_BOOL, self->ndim, self->sizes);
-  if (n) view_copy(&mv, self);
-  memset(cnt, 0, sizeof(int64_t) * (size_t)(tpu_view_numel(out) ? tpu_view_numel(out) : 1));
-  /* the output number of each element: drop reduced dims (row-major) */
-  int64_t ostride[TPU_MAX_DIMS], acc = 1;
-  for (int32_t d = self->ndim - 1; d >= 0; --d) {
-    ostride[d] = a->reduce[d] ? 0 : acc;
-    if (!a->reduce[d]) acc *= self->sizes[d];
-  }
-  int64_t idx[TPU_MAX_DIMS] = {0}, o = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    cnt[o] += m[i] != 0;
-    for (int32_t d = self->ndim - 1; d >= 0; --d) {
-      o += ostride[d];
-      if (++idx[d] < self->sizes[d]) break;
-      o -= ostride[d] * self->sizes[d];
-      idx[d] = 0;
-    }
-  }
-  tpu_view_t src = view_of(cnt, TPU_DTYPE_I64, out->ndim, out->sizes);
-  view_copy(out, &src);
-  free(m), free(cnt);
-  return TPU_OK;
-}
-
 /* repeats as int64, checked; *total their sum. */
 static tpu_status_t load_repeats(const tpu_view_t* r, int64_t** out, int64_t* total) {
   int64_t n = tpu_view_numel(r);
@@ -823,7 +789,6 @@ static ax_runner_fn runner_of(ax_kind_t k) {
     case AX_MASKED_SCATTER: return run_masked_scatter;
     case AX_NONZERO:
     case AX_NONZERO_STATIC: return run_nonzero;
-    case AX_COUNT_NONZERO: return run_count_nonzero;
     case AX_REPEAT: return run_repeat;
     case AX_COUNT: return run_count;
   }
@@ -876,21 +841,21 @@ static const ax_spec_t k_index = {AX_INDEX, 0}, k_index_put = {AX_INDEX_PUT, 0},
                        k_masked_select = {AX_MASKED_SELECT, 0},
                        k_masked_scatter = {AX_MASKED_SCATTER, 0}, k_nonzero = {AX_NONZERO, 0},
                        k_nonzero_static = {AX_NONZERO_STATIC, 0},
-                       k_count_nonzero = {AX_COUNT_NONZERO, 0},
                        k_index_count = {AX_COUNT, AX_INDEX},
                        k_nonzero_count = {AX_COUNT, AX_NONZERO},
                        k_masked_select_count = {AX_COUNT, AX_MASKED_SELECT},
                        k_repeat = {AX_REPEAT, 0}, k_repeat_count = {AX_COUNT, AX_REPEAT};
 
-#define AX_ROW(name, inputs, attrs, aten, spec) \
-  {name, inputs, attrs, "out", aten, ax_kernel, ax_infer, ax_check, &spec}
+#define AX_ROW_F(name, inputs, attrs, aten, spec, flags) \
+  {name, inputs, attrs, "out", aten, ax_kernel, ax_infer, ax_check, &spec, flags}
+#define AX_ROW(name, inputs, attrs, aten, spec) AX_ROW_F(name, inputs, attrs, aten, spec, 0)
 
 static const tpu_op_def_t k_ops[] = {
     AX_ROW("index", "self,indices*", "sync_size", "index.Tensor index.Tensor_out", k_index),
     AX_ROW("index_count", "self,indices*", "sync_size", "", k_index_count),
     AX_ROW("index_put", "self,indices*,values", "accumulate,unsafe",
            "_index_put_impl_ index_put index_put_ index_put.out _index_put_impl.out", k_index_put),
-    AX_ROW("take", "self,index", "", "take take.out", k_take),
+    AX_ROW_F("take", "self,index", "", "take take.out", k_take, TPU_OP_OUT_NO_OVERLAP),
     AX_ROW("put", "self,index,source", "accumulate", "put_ put put.out", k_put),
     AX_ROW("index_fill", "self,index,value", "dim",
            "index_fill.int_Scalar index_fill_.int_Scalar index_fill.int_Tensor "
@@ -898,8 +863,8 @@ static const tpu_op_def_t k_ops[] = {
            k_index_fill),
     AX_ROW("index_copy", "self,index,source", "dim", "index_copy index_copy_ index_copy.out",
            k_index_copy),
-    AX_ROW("masked_select", "self,mask", "sync_size", "masked_select masked_select.out",
-           k_masked_select),
+    AX_ROW_F("masked_select", "self,mask", "sync_size", "masked_select masked_select.out",
+           k_masked_select, TPU_OP_OUT_NO_OVERLAP),
     AX_ROW("masked_select_count", "self,mask", "sync_size", "", k_masked_select_count),
     AX_ROW("masked_scatter", "self,mask,source", "",
            "masked_scatter masked_scatter_ masked_scatter.out", k_masked_scatter),
@@ -910,10 +875,6 @@ static const tpu_op_def_t k_ops[] = {
     AX_ROW("repeat_interleave", "repeats", "output_size,sync_size",
            "repeat_interleave.Tensor repeat_interleave.Tensor_out", k_repeat),
     AX_ROW("repeat_interleave_count", "repeats", "output_size,sync_size", "", k_repeat_count),
-    AX_ROW("count_nonzero", "self", "dim",
-           "count_nonzero.dim_IntList count_nonzero count_nonzero.dim_IntList_out "
-           "count_nonzero.out",
-           k_count_nonzero),
 };
 
 const tpu_op_family_t tpu_family_index_adv = {"index_adv", k_ops,

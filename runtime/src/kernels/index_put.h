@@ -31,7 +31,6 @@ typedef enum ax_kind {
   AX_MASKED_SCATTER,
   AX_NONZERO,
   AX_NONZERO_STATIC,
-  AX_COUNT_NONZERO,
   AX_REPEAT,         /* repeat_interleave.Tensor */
   AX_COUNT, /* the sync-size companion of a data-dependent row */
 } ax_kind_t;
@@ -64,7 +63,6 @@ typedef struct ax_args {
   int32_t nO, nI, odims[TPU_MAX_DIMS], idims[TPU_MAX_DIMS];
   int32_t bnd;
   int64_t bsizes[TPU_MAX_DIMS];
-  bool reduce[TPU_MAX_DIMS]; /* count_nonzero */
   int32_t ndim;
   int64_t sizes[TPU_MAX_DIMS];
   tpu_dtype_t dtype;

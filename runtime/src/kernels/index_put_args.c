@@ -222,28 +222,6 @@ static tpu_status_t parse_kind(const tpu_op_def_t* def, const tpu_node_t* node, 
       if (count < 0) return unimpl("needs the number of nonzeros (sync_size)");
       a->ndim = 2, a->sizes[0] = count, a->sizes[1] = a->self->ndim, a->dtype = TPU_DTYPE_I64;
       return TPU_OK;
-    case AX_COUNT_NONZERO: {
-      const tpu_attr_t* dims = ku_attr(def, node, "dim");
-      int32_t nd = a->self->ndim;
-      if (!dims || dims->kind == TPU_ATTR_NONE) {
-        for (int32_t d = 0; d < nd; ++d) a->reduce[d] = true;
-      } else {
-        int32_t cnt = dims->kind == TPU_ATTR_INTS ? dims->count : 1;
-        for (int32_t i = 0; i < cnt; ++i) {
-          int32_t w = 0;
-          int64_t v = dims->kind == TPU_ATTR_INTS ? dims->u.ints[i] : dims->u.i;
-          TPU_RETURN_IF_ERROR(ku_unimplemented(ku_wrap_dim(v, nd, &w)));
-          if (nd && a->reduce[w]) return unimpl("repeated dim");
-          if (nd) a->reduce[w] = true;
-        }
-        if (dims->kind == TPU_ATTR_INTS && cnt == 0)
-          for (int32_t d = 0; d < nd; ++d) a->reduce[d] = true;
-      }
-      a->ndim = 0, a->dtype = TPU_DTYPE_I64;
-      for (int32_t d = 0; d < nd; ++d)
-        if (!a->reduce[d]) a->sizes[a->ndim++] = a->self->sizes[d];
-      return TPU_OK;
-    }
     case AX_REPEAT: {
       const tpu_attr_t* os = ku_attr(def, node, "output_size");
       if (os && os->kind == TPU_ATTR_INT) count = os->u.i;

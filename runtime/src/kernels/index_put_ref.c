@@ -208,22 +208,6 @@ tpu_status_t tpu_ax_reference(const tpu_op_def_t* def, const tpu_node_t* node) {
           view_set_i64(out, r * out->strides[0] + d * out->strides[1], lin >= 0 ? sc[d] : a.fill);
       }
       return TPU_OK;
-    case AX_COUNT_NONZERO: {
-      for (int64_t e = 0; e < tpu_view_numel(out); ++e) {
-        coords_of(out->ndim, out->sizes, e, c);
-        view_set_i64(out, offset_of(out, c), 0);
-      }
-      for (int64_t e = 0; e < tpu_view_numel(a.self); ++e) {
-        coords_of(a.self->ndim, a.self->sizes, e, c);
-        if (view_get_f64(a.self, offset_of(a.self, c)) == 0) continue;
-        int32_t k = 0;
-        for (int32_t d = 0; d < a.self->ndim; ++d)
-          if (!a.reduce[d]) sc[k++] = c[d];
-        int64_t off = offset_of(out, sc);
-        view_set_i64(out, off, view_get_i64(out, off) + 1);
-      }
-      return TPU_OK;
-    }
     case AX_REPEAT: {
       int64_t k = 0;
       for (int64_t i = 0; i < a.self->sizes[0]; ++i) {

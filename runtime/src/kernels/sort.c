@@ -882,14 +882,16 @@ static const sort_impl_t k_sort = {SK_SORT}, k_topk = {SK_TOPK}, k_kth = {SK_KTH
                          k_nanmedian_all = {SK_NANMEDIAN_ALL}, k_search = {SK_SEARCH},
                          k_bucketize = {SK_BUCKETIZE};
 
-#define DIM_ROW(name, attrs, outs, aten, impl) \
-  {name, "self", attrs, outs, aten, sort_kernel, sort_infer, sort_check, impl}
+#define DIM_ROW_F(name, attrs, outs, aten, impl, flags) \
+  {name, "self", attrs, outs, aten, sort_kernel, sort_infer, sort_check, impl, flags}
+#define DIM_ROW(name, attrs, outs, aten, impl) DIM_ROW_F(name, attrs, outs, aten, impl, 0)
 
 static const tpu_op_def_t k_rows[] = {
     DIM_ROW("sort", "stable,dim,descending", "values,indices",
             "sort.default sort.stable sort.values sort.values_stable", &k_sort),
     DIM_ROW("topk", "k,dim,largest,sorted", "values,indices", "topk topk.values", &k_topk),
-    DIM_ROW("kthvalue", "k,dim,keepdim", "values,indices", "kthvalue kthvalue.values", &k_kth),
+    DIM_ROW_F("kthvalue", "k,dim,keepdim", "values,indices", "kthvalue kthvalue.values", &k_kth,
+              TPU_OP_OUT_NO_OVERLAP),
     DIM_ROW("median_dim", "dim,keepdim", "values,indices", "median.dim median.dim_values",
             &k_median),
     DIM_ROW("nanmedian_dim", "dim,keepdim", "values,indices",
