@@ -13,20 +13,103 @@
 #include "kernels/elementwise.h"
 #include "kernels/elementwise_tile.h"
 #include "kernels/kernel_util.h"
+#include "kernels/vmath.h"
 
 /* ---- tile functions ------------------------------------------------------------- */
 
+/* float32 tiles with a SIMD path (vmath.h) when every element of the tile
+ * is in its range (OK), else the libm path: the same formula with libm. */
+#define AC_VEC_U(name, OK, FAST, SLOW)                                                 \
+  VM_SIMD_CLONES static int name##_F32(void* out, const void* const* in, int64_t n,                  \
+                        const tpu_ew_params_t* p) {                                    \
+    float* o = (float*)out;                                                            \
+    const float* a = (const float*)in[0];                                              \
+    const float s0 = (float)p->f[0], s1 = (float)p->f[1];                              \
+    int ok = 1;                                                                        \
+    (void)s0, (void)s1;                                                                \
+    for (int64_t i = 0; i < n; ++i) {                                                  \
+      const float x = a[i];                                                            \
+      ok &= (OK);                                                                      \
+    }                                                                                  \
+    if (ok) {                                                                          \
+      for (int64_t i = 0; i < n; ++i) {                                                \
+        const float x = a[i];                                                          \
+        float r;                                                                       \
+        FAST;                                                                          \
+        o[i] = r;                                                                      \
+      }                                                                                \
+    } else {                                                                           \
+      for (int64_t i = 0; i < n; ++i) {                                                \
+        const float x = a[i];                                                          \
+        float r;                                                                       \
+        SLOW;                                                                          \
+        o[i] = r;                                                                      \
+      }                                                                                \
+    }                                                                                  \
+    return 0;                                                                          \
+  }
+/* Binary: x is input 0 (grad), y input 1; OK reads y. */
+#define AC_VEC_B(name, OK, FAST, SLOW)                                                 \
+  VM_SIMD_CLONES static int name##_F32(void* out, const void* const* in, int64_t n,                  \
+                        const tpu_ew_params_t* p) {                                    \
+    float* o = (float*)out;                                                            \
+    const float *a = (const float*)in[0], *b = (const float*)in[1];                    \
+    const float s0 = (float)p->f[0], s1 = (float)p->f[1];                              \
+    int ok = 1;                                                                        \
+    (void)s0, (void)s1;                                                                \
+    for (int64_t i = 0; i < n; ++i) {                                                  \
+      const float y = b[i];                                                            \
+      ok &= (OK);                                                                      \
+    }                                                                                  \
+    if (ok) {                                                                          \
+      for (int64_t i = 0; i < n; ++i) {                                                \
+        const float x = a[i], y = b[i];                                                \
+        float r;                                                                       \
+        FAST;                                                                          \
+        o[i] = r;                                                                      \
+      }                                                                                \
+    } else {                                                                           \
+      for (int64_t i = 0; i < n; ++i) {                                                \
+        const float x = a[i], y = b[i];                                                \
+        float r;                                                                       \
+        SLOW;                                                                          \
+        o[i] = r;                                                                      \
+      }                                                                                \
+    }                                                                                  \
+    return 0;                                                                          \
+  }
+
 /* softplus(x; beta s0, threshold s1) and its backward (x: grad, y: input). */
-EW_FLOATS(EW_U, ac_softplus, const ew_t xb = x * s0; r = xb > s1 ? x : log1p(exp(xb)) / s0)
-EW_FLOATS(EW_B, ac_softplus_backward, const ew_t yb = y * s0; const ew_t z = exp(yb);
-          r = yb > s1 ? x : x * z / (z + C(1)))
+AC_VEC_U(ac_softplus, x * s0 >= VM_EXP_LO,
+         const float xb = x * s0; r = xb > s1 ? x : vm_log1pf(vm_expf((xb < 88.0f ? xb : 88.0f))) / s0,
+         const float xb = x * s0; r = xb > s1 ? x : log1pf(expf(xb)) / s0)
+EW_U(ac_softplus, F64, double, double, const double xb = x * s0;
+     r = xb > s1 ? x : log1p(exp(xb)) / s0)
+AC_VEC_B(ac_softplus_backward, y * s0 >= VM_EXP_LO,
+         const float yb = y * s0; const float z = vm_expf((yb < 88.0f ? yb : 88.0f));
+         r = yb > s1 ? x : x * z / (z + 1.0f),
+         const float yb = y * s0; const float z = expf(yb); r = yb > s1 ? x : x * z / (z + 1.0f))
+EW_B(ac_softplus_backward, F64, double, double, const double yb = y * s0; const double z = exp(yb);
+     r = yb > s1 ? x : x * z / (z + 1.0))
 EW_FLOATS(EW_U, ac_hardsigmoid, r = EW_MIN(EW_MAX(x + C(3), C(0)), C(6)) / C(6))
 EW_FLOATS(EW_B, ac_hardsigmoid_backward,
           r = (y > C(-3) && y < C(3)) ? x * C(1.0 / 6.0) : C(0))
 EW_FLOATS(EW_U, ac_hardswish, r = x * EW_MIN(EW_MAX(x + C(3), C(0)), C(6)) / C(6))
 EW_FLOATS(EW_B, ac_hardswish_backward,
           r = y < C(-3) ? C(0) : y <= C(3) ? x * (y / C(3) + C(0.5)) : x)
-EW_FLOATS(EW_U, ac_mish, r = x * tanh(log1p(exp(x))))
+/* mish and mish_backward (x grad, y input); exp(x) is clamped at 88, past
+ * which tanh(softplus(x)) is 1 in float. */
+AC_VEC_U(ac_mish, x >= VM_EXP_LO, r = x * vm_tanhf(vm_log1pf(vm_expf((x < 88.0f ? x : 88.0f)))),
+         r = x * tanhf(log1pf(expf(x))))
+EW_U(ac_mish, F64, double, double, r = x * tanh(log1p(exp(x))))
+AC_VEC_B(ac_mish_backward, (y >= VM_EXP_LO) & (y <= VM_EXP_HI),
+         const float sg = 1.0f / (1.0f + vm_expf(-y));
+         const float t = vm_tanhf(vm_log1pf(vm_expf((y < 88.0f ? y : 88.0f))));
+         r = x * (t + y * sg * (1.0f - t * t)),
+         const float sg = 1.0f / (1.0f + expf(-y)); const float t = tanhf(log1pf(expf(y)));
+         r = x * (t + y * sg * (1.0f - t * t)))
+EW_B(ac_mish_backward, F64, double, double, const double sg = 1.0 / (1.0 + exp(-y));
+     const double t = tanh(log1p(exp(y))); r = x * (t + y * sg * (1.0 - t * t)))
 EW_FLOATS(EW_U, ac_softshrink,
           r = x != x ? x : x > s0 ? x - s0 : x < -s0 ? x + s0 : x * C(0))
 EW_FLOATS(EW_U, ac_hardshrink, r = (x >= -s0 && x <= s0) ? C(0) : x)
@@ -34,7 +117,10 @@ EW_FLOATS(EW_U, ac_hardshrink, r = (x >= -s0 && x <= s0) ? C(0) : x)
 EW_FLOATS(EW_B, ac_shrink_backward, r = (y >= -s0 && y <= s0) ? C(0) : x)
 /* log_sigmoid: output, buffer (exp(-|x|), as CPU fills it) and backward
  * (inputs grad, input; the buffer input is not read). */
-EW_FLOATS(EW_U, ac_log_sigmoid, r = (x < C(0) ? x : C(0)) - log1p(exp(-fabs(x))))
+AC_VEC_U(ac_log_sigmoid, fabsf(x) <= -VM_EXP_LO,
+         r = (x < 0.0f ? x : 0.0f) - vm_log1pf(vm_expf(-fabsf(x))),
+         r = (x < 0.0f ? x : 0.0f) - log1pf(expf(-fabsf(x))))
+EW_U(ac_log_sigmoid, F64, double, double, r = (x < 0 ? x : 0) - log1p(exp(-fabs(x))))
 EW_FLOATS(EW_U, ac_log_sigmoid_buffer, r = exp(-fabs(x)))
 EW_FLOATS(EW_T, ac_log_sigmoid_backward, const ew_t neg = y < C(0) ? C(1) : C(0);
           const ew_t sgn = y < C(0) ? C(1) : C(-1); const ew_t e = exp(-fabs(y));
@@ -59,6 +145,7 @@ EW_IMPL(k_hardsigmoid_backward, PROMOTE, EW_F(ac_hardsigmoid_backward))
 EW_IMPL(k_hardswish, PROMOTE, EW_F(ac_hardswish))
 EW_IMPL(k_hardswish_backward, PROMOTE, EW_F(ac_hardswish_backward))
 EW_IMPL(k_mish, PROMOTE, EW_F(ac_mish))
+EW_IMPL(k_mish_backward, PROMOTE, EW_F(ac_mish_backward))
 EW_IMPL(k_softshrink, PROMOTE, EW_F(ac_softshrink), .num_params = 1, .dflt = {0.5})
 EW_IMPL(k_hardshrink, PROMOTE, EW_F(ac_hardshrink), .num_params = 1, .dflt = {0.5})
 EW_IMPL(k_shrink_backward, PROMOTE, EW_F(ac_shrink_backward), .num_params = 1, .dflt = {0.5})
@@ -260,6 +347,7 @@ static const tpu_op_def_t g_rows[] = {
     EW_ROW("hardswish_backward", "grad_output,self", "", "out",
            "hardswish_backward hardswish_backward.out", k_hardswish_backward),
     EW_ROW("mish", "self", "", "out", "mish mish.out mish_", k_mish),
+    EW_ROW("mish_backward", "grad_output,self", "", "out", "mish_backward", k_mish_backward),
     EW_ROW("softshrink", "self", "lambd", "out", "softshrink softshrink.out", k_softshrink),
     EW_ROW("hardshrink", "self", "lambd", "out", "hardshrink hardshrink.out", k_hardshrink),
     EW_ROW("softshrink_backward", "grad_output,self", "lambd", "grad_input",
