@@ -18,7 +18,7 @@ isfinite isreal nan_to_num deg2rad rad2deg float_power bitwise_left_shift bitwis
 gcd lcm floor_divide true_divide fmax fmin clamp exp2 logit sinc positive
 lgamma digamma polygamma mvlgamma erfc erfinv special.erfcx i0 special.i0e special.i1
 special.i1e special.ndtr special.ndtri special.log_ndtr special.entr special.zeta
-special.polygamma
+special.polygamma special.bessel_j0 special.bessel_j1
 nn.functional.softplus nn.functional.hardsigmoid nn.functional.hardswish nn.functional.mish
 nn.functional.softshrink nn.functional.hardshrink nn.functional.logsigmoid nn.functional.glu
 nn.functional.celu nn.functional.selu nn.functional.prelu nn.functional.elu

@@ -122,6 +122,8 @@ R(shrink_backward, fabs(x[1]) <= p[0] ? 0 : x[0])
 R(prelu, x[0] > 0 ? x[0] : x[1] * x[0])
 R(logit_backward, x[0] / (x[1] * (1 - x[1])))
 R(tanh, tanh(x[0]))
+R(j0, sf_bessel_j0(x[0]))
+R(j1, sf_bessel_j1(x[0]))
 
 static const sp_case_t k_cases[] = {
     {"acos", 1, CF | CI | CB, RS_FLOAT, -1, 1, .ref = r_acos},
@@ -148,6 +150,8 @@ static const sp_case_t k_cases[] = {
     {"special_erfcx", 1, CF | CI, RS_FLOAT, -5, 40, .ref = r_erfcx},
     {"special_entr", 1, CF, RS_FLOAT, -1, 5, .ref = r_entr},
     {"sinc", 1, CF | CI, RS_FLOAT, -4, 4, .ref = r_sinc},
+    {"special_bessel_j0", 1, CF | CI, RS_FLOAT, -30, 30, .ref = r_j0, .f32_tol = 1e-4},
+    {"special_bessel_j1", 1, CF | CI, RS_FLOAT, -30, 30, .ref = r_j1, .f32_tol = 1e-4},
     {"deg2rad", 1, CF | CI, RS_FLOAT, -400, 400, .ref = r_deg2rad},
     {"rad2deg", 1, CF, RS_FLOAT, -7, 7, .ref = r_rad2deg},
     {"frac", 1, CF, RS_SAME, -20, 20, .ref = r_frac},
@@ -336,6 +340,9 @@ TEST(special_values) {
       {"special_erfcx", -1, 1.0, 0.42758357615580700},
       {"special_erfcx", -1, 30.0, 0.018795888861416751},
       {"special_entr", -1, 0.5, 0.34657359027997264},
+      {"special_bessel_j0", -1, 1.0, 0.76519768655796655},
+      {"special_bessel_j1", -1, 1.0, 0.44005058574493352},
+      {"special_bessel_j0", -1, 10.0, -0.24593576445134834},
   };
   for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); ++i) {
     int64_t one = 1;
@@ -347,8 +354,9 @@ TEST(special_values) {
     tpu_node_t node = tt_node(in, 1, &y.view, 1, attrs, vals[i].n >= 0 ? 1 : 0);
     CHECK_OK(tt_run(def->kernel, def, &node));
     double got = tt_get(&y.view, 0);
-    /* trigamma is PyTorch's 6-term series (CPU's values), good to ~1e-9. */
-    double tol = vals[i].n == 1 ? 1e-8 : 1e-13;
+    /* trigamma is PyTorch's 6-term series and J0/J1 Cephes' rational
+     * approximations (CPU's values): good to ~1e-9. */
+    double tol = (vals[i].n == 1 || strstr(vals[i].op, "bessel")) ? 1e-8 : 1e-13;
     if (!(fabs(got - vals[i].want) <= tol * (1 + fabs(vals[i].want))))
       tpu_test_fail(__FILE__, __LINE__, "%s(%g): got %.17g want %.17g", vals[i].op, vals[i].x, got,
                     vals[i].want);

@@ -80,6 +80,10 @@ EW_FLOATS(EW_U, sp_ndtri, r = SF(sf_ndtri, x))
 EW_FLOATS(EW_U, sp_log_ndtr, r = SF(sf_log_ndtr, x))
 EW_FLOATS(EW_U, sp_erfcx, r = SF(sf_erfcx, x))
 EW_FLOATS(EW_U, sp_entr, r = SF(sf_entr, x))
+EW_U(sp_bessel_j0, F32, float, float, r = sf_bessel_j0_f(x))
+EW_U(sp_bessel_j0, F64, double, double, r = sf_bessel_j0(x))
+EW_U(sp_bessel_j1, F32, float, float, r = sf_bessel_j1_f(x))
+EW_U(sp_bessel_j1, F64, double, double, r = sf_bessel_j1(x))
 EW_FLOATS(EW_U, sp_sinc, if (x == C(0)) r = C(1); else {
   const ew_t px = C(SP_PI) * x;
   r = sin(px) / px;
@@ -363,6 +367,8 @@ SP_FLOAT_UNARY(log_ndtr)
 SP_FLOAT_UNARY(erfcx)
 SP_FLOAT_UNARY(entr)
 SP_FLOAT_UNARY(sinc)
+SP_FLOAT_UNARY(bessel_j0)
+SP_FLOAT_UNARY(bessel_j1)
 SP_FLOAT_UNARY(deg2rad)
 SP_FLOAT_UNARY(rad2deg)
 EW_IMPL(k_polygamma, FLOAT, EW_F(sp_polygamma), .num_params = 1, .prepare = prep_polygamma)
@@ -505,6 +511,8 @@ static const tpu_op_def_t g_rows[] = {
     SP_UNARY_ROW("special_log_ndtr", "special_log_ndtr special_log_ndtr.out", k_log_ndtr),
     SP_UNARY_ROW("special_erfcx", "special_erfcx special_erfcx.out", k_erfcx),
     SP_UNARY_ROW("special_entr", "special_entr special_entr.out", k_entr),
+    SP_UNARY_ROW("special_bessel_j0", "special_bessel_j0 special_bessel_j0.out", k_bessel_j0),
+    SP_UNARY_ROW("special_bessel_j1", "special_bessel_j1 special_bessel_j1.out", k_bessel_j1),
     SP_UNARY_ROW("sinc", SP_ATEN3(sinc), k_sinc),
     SP_UNARY_ROW("deg2rad", SP_ATEN3(deg2rad), k_deg2rad),
     SP_UNARY_ROW("rad2deg", SP_ATEN3(rad2deg), k_rad2deg),
