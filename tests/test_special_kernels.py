@@ -120,6 +120,7 @@ GRAD_CASES = {
     "prelu_shared": (F.prelu, [_u(-3, 3, 4, 3, 5), _u(0.1, 0.5, 1)]),
     "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), [_u(-3, 3, 7, 5)]),
     "tanh": (torch.tanh, [_u(-3, 3, 7, 5)]),
+    "rrelu_eval": (lambda x: F.rrelu(x, 0.1, 0.3, training=False), [_u(-3, 3, 7, 5)]),
     "clamp_tensor": (torch.clamp, [_u(-3, 3, 7, 5), _u(-2, 0, 5), _u(0, 2, 7, 1)]),
     "addr": (lambda s, a, b: torch.addr(s, a, b, beta=0.5, alpha=2),
              [_u(-3, 3, 7, 5), _u(-3, 3, 7), _u(-3, 3, 5)]),

@@ -122,6 +122,7 @@ R(shrink_backward, fabs(x[1]) <= p[0] ? 0 : x[0])
 R(prelu, x[0] > 0 ? x[0] : x[1] * x[0])
 R(logit_backward, x[0] / (x[1] * (1 - x[1])))
 R(tanh, tanh(x[0]))
+R(rrelu_eval, x[0] > 0 ? x[0] : x[0] * (p[0] + p[1]) / 2)
 R(j0, sf_bessel_j0(x[0]))
 R(j1, sf_bessel_j1(x[0]))
 
@@ -196,6 +197,8 @@ static const sp_case_t k_cases[] = {
     {"hardshrink_backward", 2, CF, RS_SAME, -2, 2, .nattrs = 1, .attrs = {AF(0.75)},
      .ref = r_shrink_backward},
     {"_prelu_kernel", 2, CF, RS_SAME, -3, 3, .lo1 = 0.05, .hi1 = 0.5, .ref = r_prelu},
+    {"rrelu_with_noise", 2, CF, RS_SAME, -3, 3, .nattrs = 3,
+     .attrs = {AF(0.1), AF(0.3), {.kind = TPU_ATTR_BOOL, .u.i = 0}}, .ref = r_rrelu_eval},
     {"logit_backward", 2, CF, RS_SAME, 0.05, 0.95, .nattrs = 1, .attrs = {AN},
      .ref = r_logit_backward},
 };
@@ -461,6 +464,8 @@ TEST(special_rejected_arguments) {
   CHECK_CODE(run_op("heaviside", fd, 2, &o.view, 1, NULL, 0), U);
   CHECK_CODE(run_op("hardswish", ii, 1, &o.view, 1, NULL, 0), U);
   CHECK_CODE(run_op("glu", io, 1, &o.view, 1, dim1, 1), U);
+  tpu_attr_t train[3] = {tt_float(0.1), tt_float(0.3), tt_bool(true)};
+  CHECK_CODE(run_op("rrelu_with_noise", ff, 2, &o.view, 1, train, 3), U);
   CHECK_CODE(run_op("floor_divide", ii, 2, &oi.view, 1, NULL, 0), TPU_CODE_INVALID_ARGUMENT);
   CHECK_CODE(run_op("acos", ff, 1, &oi.view, 1, NULL, 0), TPU_CODE_INVALID_ARGUMENT);
   tt_free(&f), tt_free(&d), tt_free(&i), tt_free(&o), tt_free(&oi), tt_free(&fo);

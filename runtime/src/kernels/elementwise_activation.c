@@ -1,6 +1,7 @@
 /* kernels/elementwise_activation.c — the activation family: softplus,
  * hardsigmoid, hardswish, mish, softshrink, hardshrink, log_sigmoid, glu,
- * prelu (_prelu_kernel), with the backward ops autograd calls for them.
+ * prelu (_prelu_kernel) and rrelu_with_noise in evaluation mode, with the
+ * backward ops autograd calls for them.
  *
  * One-output ops are plain elementwise rows. glu (two halves of one input),
  * log_sigmoid_forward (output and buffer) and _prelu_kernel_backward (two
@@ -132,8 +133,23 @@ EW_FLOATS(EW_T, ac_glu_grad_b, const ew_t sg = C(1) / (C(1) + exp(-z));
           r = x * y * sg * (C(1) - sg))
 /* prelu: x input, y weight; backward: x grad, y input, z weight. */
 EW_FLOATS(EW_B, ac_prelu, r = x > C(0) ? x : y * x)
+/* rrelu_with_noise, evaluation: leaky_relu with slope (lower + upper) / 2
+ * (prepare puts it in s0); x input, y noise (not read, not written). */
+EW_FLOATS(EW_B, ac_rrelu_eval, r = x > C(0) ? x : x * s0)
 EW_FLOATS(EW_T, ac_prelu_grad_input, r = y > C(0) ? x : z * x)
 EW_FLOATS(EW_T, ac_prelu_grad_weight, r = y > C(0) ? C(0) : y * x)
+
+/* ---- prepare hooks ------------------------------------------------------------- */
+
+/* rrelu_with_noise: training (attr 2) draws the slopes: not native. */
+static tpu_status_t prep_rrelu(const tpu_node_t* node, tpu_dtype_t common, tpu_ew_params_t* p) {
+  (void)common;
+  if (node->num_attrs > 2 && tpu_attr_int(&node->attrs[2], 0))
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED,
+                           "rrelu_with_noise: training mode not supported natively");
+  p->f[0] = (p->f[0] + p->f[1]) / 2;
+  return TPU_OK;
+}
 
 /* ---- impls ----------------------------------------------------------------------- */
 
@@ -156,6 +172,8 @@ EW_IMPL(k_glu, PROMOTE, EW_F(ac_glu))
 EW_IMPL(k_glu_grad_a, PROMOTE, EW_F(ac_glu_grad_a))
 EW_IMPL(k_glu_grad_b, PROMOTE, EW_F(ac_glu_grad_b))
 EW_IMPL(k_prelu, PROMOTE, EW_F(ac_prelu))
+EW_IMPL(k_rrelu_eval, PROMOTE, EW_F(ac_rrelu_eval), .promote = 1, .num_params = 2,
+        .dflt = {0.125, 1.0 / 3.0}, .prepare = prep_rrelu)
 EW_IMPL(k_prelu_grad_input, PROMOTE, EW_F(ac_prelu_grad_input))
 EW_IMPL(k_prelu_grad_weight, PROMOTE, EW_F(ac_prelu_grad_weight))
 
@@ -364,6 +382,8 @@ static const tpu_op_def_t g_rows[] = {
      "glu_backward glu_backward.grad_input", ac_glu_bw_kernel, ac_glu_bw_infer, ac_glu_bw_check,
      &k_glu_grad_a},
     EW_ROW("_prelu_kernel", "self,weight", "", "out", "_prelu_kernel", k_prelu),
+    EW_ROW("rrelu_with_noise", "self,noise", "lower,upper,training", "out",
+           "rrelu_with_noise rrelu_with_noise.out", k_rrelu_eval),
     {"_prelu_kernel_backward", "grad_output,self,weight", "", "grad_input,grad_weight",
      "_prelu_kernel_backward", ac_prelu_bw_kernel, ac_prelu_bw_infer, ac_prelu_bw_check,
      &k_prelu_grad_input},
