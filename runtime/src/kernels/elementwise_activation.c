@@ -122,7 +122,9 @@ AC_VEC_U(ac_log_sigmoid, fabsf(x) <= -VM_EXP_LO,
          r = (x < 0.0f ? x : 0.0f) - vm_log1pf(vm_expf(-fabsf(x))),
          r = (x < 0.0f ? x : 0.0f) - log1pf(expf(-fabsf(x))))
 EW_U(ac_log_sigmoid, F64, double, double, r = (x < 0 ? x : 0) - log1p(exp(-fabs(x))))
-EW_FLOATS(EW_U, ac_log_sigmoid_buffer, r = exp(-fabs(x)))
+AC_VEC_U(ac_log_sigmoid_buffer, fabsf(x) <= -VM_EXP_LO, r = vm_expf(-fabsf(x)),
+         r = expf(-fabsf(x)))
+EW_U(ac_log_sigmoid_buffer, F64, double, double, r = exp(-fabs(x)))
 EW_FLOATS(EW_T, ac_log_sigmoid_backward, const ew_t neg = y < C(0) ? C(1) : C(0);
           const ew_t sgn = y < C(0) ? C(1) : C(-1); const ew_t e = exp(-fabs(y));
           r = (neg - sgn * (e / (C(1) + e))) * x)

@@ -67,7 +67,21 @@ VM_SIMD_CLONES static int sp_lgamma_F32(void* out, const void* const* in, int64_
   return 0;
 }
 EW_U(sp_lgamma, F64, double, double, r = sp_lgamma(x))
-EW_FLOATS(EW_U, sp_erfinv, r = SF(sf_erfinv, x))
+/* float32: SIMD (vmath.h) when the whole tile is inside (-1, 1). */
+VM_SIMD_CLONES static int sp_erfinv_F32(void* out, const void* const* in, int64_t n,
+                                        const tpu_ew_params_t* p) {
+  float* o = (float*)out;
+  const float* a = (const float*)in[0];
+  (void)p;
+  int ok = 1;
+  for (int64_t i = 0; i < n; ++i) ok &= vm_erfinv_ok(a[i]);
+  if (ok)
+    for (int64_t i = 0; i < n; ++i) o[i] = vm_erfinvf(a[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) o[i] = (float)sf_erfinv((double)a[i]);
+  return 0;
+}
+EW_U(sp_erfinv, F64, double, double, r = sf_erfinv(x))
 EW_U(sp_digamma, F32, float, float, r = sf_digamma_f(x))
 EW_U(sp_digamma, F64, double, double, r = sf_digamma(x))
 EW_U(sp_polygamma, F32, float, float, r = sf_polygamma_f(p->i[0], x))

@@ -255,4 +255,37 @@ static inline float vm_lgammaf(float x) {
   return (z - 0.5f) * vm_logf(z) - z + 0.918938533f + series - vm_logf(p);
 }
 
+/* erfinv(x) for |x| < 1 with (1 - x)(1 + x) normal (vm_erfinv_ok): M. Giles,
+ * "Approximating the erfinv function" (GPU Computing Gems, 2011), the
+ * single-precision polynomials in w = -log((1 - x)(1 + x)); relative error
+ * a few 1e-7. */
+static inline int vm_erfinv_ok(float x) {
+  float t = (1.0f - x) * (1.0f + x);
+  return (t >= 1.17549435e-38f) & (t <= 1.0f);
+}
+static inline float vm_erfinvf(float x) {
+  float w = -vm_logf((1.0f - x) * (1.0f + x));
+  float a = w - 2.5f;
+  float p = 2.81022636e-08f;
+  p = 3.43273939e-07f + p * a;
+  p = -3.5233877e-06f + p * a;
+  p = -4.39150654e-06f + p * a;
+  p = 0.00021858087f + p * a;
+  p = -0.00125372503f + p * a;
+  p = -0.00417768164f + p * a;
+  p = 0.246640727f + p * a;
+  p = 1.50140941f + p * a;
+  float b = sqrtf(w) - 3.0f;
+  float q = -0.000200214257f;
+  q = 0.000100950558f + q * b;
+  q = 0.00134934322f + q * b;
+  q = -0.00367342844f + q * b;
+  q = 0.00573950773f + q * b;
+  q = -0.0076224613f + q * b;
+  q = 0.00943887047f + q * b;
+  q = 1.00167406f + q * b;
+  q = 2.83297682f + q * b;
+  return (w < 5.0f ? p : q) * x;
+}
+
 #endif /* TPU_KERNELS_VMATH_H_ */
