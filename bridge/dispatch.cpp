@@ -719,10 +719,17 @@ std::string bind_one(const std::string& aten, tpu_op_id_t id, Binding& b) {
   int out_pos = 0;
   bool list_input = false;
   std::vector<int> inputs_seen;
+  bool first_arg = true;
   for (const c10::Argument& arg : schema.arguments()) {
     ArgRole r;
     const std::string& an = arg.name();
     bool written = arg.alias_info() && arg.alias_info()->isWrite();
+    // A mutable positional argument after the first (rrelu_with_noise's
+    // noise) that the op lists as an input is read, not written: the row's
+    // check refuses the calls that would write it.
+    if (written && !first_arg && !arg.kwarg_only() && tpu_spec_index(def->inputs, an.c_str()) >= 0)
+      written = false;
+    first_arg = false;
     int in_idx = tpu_spec_index(def->inputs, an.c_str());
     int at_idx = tpu_spec_index(def->attrs, an.c_str());
     if (written && arg.kwarg_only()) {

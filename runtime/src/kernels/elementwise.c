@@ -51,6 +51,10 @@ typedef struct ew_dtype_info {
 static const ew_dtype_info_t g_info[TPU_DTYPE_COUNT] = {TPU_DTYPE_LIST(EW_X_)};
 #undef EW_X_
 
+double tpu_ew_dtype_max(tpu_dtype_t dtype) {
+  return dtype >= 0 && dtype < TPU_DTYPE_COUNT ? g_info[dtype].fmax : 0.0;
+}
+
 bool tpu_ew_scalar_fits(const tpu_scalar_t* s, tpu_dtype_t dtype) {
   if (dtype < 0 || dtype >= TPU_DTYPE_COUNT || dtype == TPU_DTYPE_BOOL) return true;
   bool from_float = tpu_dtype_is_floating(s->dtype);
@@ -686,4 +690,53 @@ tpu_status_t tpu_ew_copy(const tpu_view_t* dst, const tpu_view_t* src) {
   const tpu_compute_type_t cts[2] = {tpu_dtype_compute(dst->dtype), tpu_dtype_compute(src->dtype)};
   const tpu_dtype_t vias[2] = {TPU_DTYPE_INVALID, TPU_DTYPE_INVALID};
   return ew_run(views, 2, NULL, NULL, cts, vias);
+}
+
+/* ---- sub-nodes ----------------------------------------------------------------- */
+
+static const char* const g_sub_inputs[TPU_EW_MAX_INPUTS + 1] = {"", "a", "a,b", "a,b,c",
+                                                                 "a,b,c,d"};
+
+static tpu_status_t ew_sub_node(const tpu_ew_impl_t* impl, const char* name,
+                                const tpu_value_t* inputs, int32_t nin, const tpu_attr_t* attrs,
+                                int32_t nattrs, const tpu_view_t* out, tpu_op_def_t* def,
+                                tpu_node_t* node) {
+  if (nin < 1 || nin > TPU_EW_MAX_INPUTS || nattrs < 0 || nattrs > TPU_MAX_ATTRS)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: bad sub-node", name);
+  memset(def, 0, sizeof(*def));
+  def->name = name;
+  def->inputs = g_sub_inputs[nin];
+  def->attrs = "";
+  def->outputs = "out";
+  def->impl = impl;
+  memset(node, 0, sizeof(*node));
+  node->op = -1;
+  node->num_inputs = nin;
+  node->num_outputs = out ? 1 : 0;
+  node->num_attrs = nattrs;
+  node->inputs = (tpu_value_t*)inputs;
+  node->outputs = (tpu_view_t*)out;
+  for (int32_t j = 0; j < nattrs; ++j) node->attrs[j] = attrs[j];
+  return TPU_OK;
+}
+
+tpu_status_t tpu_ew_run_impl(const tpu_ew_impl_t* impl, const char* name,
+                             const tpu_value_t* inputs, int32_t nin, const tpu_attr_t* attrs,
+                             int32_t nattrs, const tpu_view_t* out) {
+  tpu_op_def_t def;
+  tpu_node_t node;
+  TPU_RETURN_IF_ERROR(ew_sub_node(impl, name, inputs, nin, attrs, nattrs, out, &def, &node));
+  return tpu_ew_kernel(&def, &node, NULL);
+}
+
+tpu_status_t tpu_ew_result_dtype(const tpu_ew_impl_t* impl, const char* name,
+                                 const tpu_value_t* inputs, int32_t nin, const tpu_attr_t* attrs,
+                                 int32_t nattrs, tpu_dtype_t* dtype) {
+  tpu_op_def_t def;
+  tpu_node_t node;
+  tpu_ew_plan_t plan;
+  TPU_RETURN_IF_ERROR(ew_sub_node(impl, name, inputs, nin, attrs, nattrs, NULL, &def, &node));
+  TPU_RETURN_IF_ERROR(tpu_ew_plan(&def, &node, &plan));
+  *dtype = plan.result;
+  return TPU_OK;
 }

@@ -128,7 +128,24 @@ tpu_status_t tpu_ew_copy(const tpu_view_t* dst, const tpu_view_t* src);
  * inf/nan, bool anything). */
 bool tpu_ew_scalar_fits(const tpu_scalar_t* s, tpu_dtype_t dtype);
 
+/* Largest finite value of a floating dtype (0 for others). */
+double tpu_ew_dtype_max(tpu_dtype_t dtype);
+
+/* Runs `impl` as a one-output elementwise node named `name` over `inputs`
+ * (nin of them) with `attrs`, writing `out`: the building block of ops
+ * that are several elementwise passes (glu: two halves of one input;
+ * _prelu_kernel_backward, log_sigmoid_forward: two outputs). */
+tpu_status_t tpu_ew_run_impl(const tpu_ew_impl_t* impl, const char* name,
+                             const tpu_value_t* inputs, int32_t nin, const tpu_attr_t* attrs,
+                             int32_t nattrs, const tpu_view_t* out);
+/* The result dtype of `impl` over these inputs (for infer functions). */
+tpu_status_t tpu_ew_result_dtype(const tpu_ew_impl_t* impl, const char* name,
+                                 const tpu_value_t* inputs, int32_t nin, const tpu_attr_t* attrs,
+                                 int32_t nattrs, tpu_dtype_t* dtype);
+
 extern const tpu_op_family_t tpu_family_elementwise;
+extern const tpu_op_family_t tpu_family_elementwise_special;
+extern const tpu_op_family_t tpu_family_activation;
 extern const tpu_op_family_t tpu_family_copy;
 
 #endif /* TPU_KERNELS_ELEMENTWISE_H_ */

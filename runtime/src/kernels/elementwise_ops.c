@@ -2,11 +2,7 @@
  * type, each op's tpu_ew_impl_t (dtype rule, parameters, checks) and the
  * family's rows with their ATen bindings.
  *
- * Tile functions are generated from one body per op and class of compute
- * types. A body reads x, y, z (the inputs' elements), s0..s2 (the number
- * attrs as the element type) and p (the params), and assigns r. C(v) is a
- * constant of the element type, so float32 work stays in float32. <tgmath.h>
- * picks the float or double libm function from the argument's type.
+ * Tile functions come from the generators of elementwise_tile.h.
  * Semantics follow PyTorch's CPU kernels; integer arithmetic wraps like
  * PyTorch's (done on uint64 to keep C's signed-overflow rules out of it).
  */
@@ -14,141 +10,8 @@
 #include <tgmath.h>
 
 #include "kernels/elementwise.h"
+#include "kernels/elementwise_tile.h"
 #include "kernels/vmath.h"
-
-/* ---- helpers ----------------------------------------------------------------- */
-
-#define EW_SQRT1_2 0.70710678118654752440
-#define EW_SQRT2 1.41421356237309504880
-#define EW_2_SQRTPI 1.12837916709551257390
-#define EW_GELU_KAPPA 0.044715
-
-static inline int64_t ew_wadd(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
-static inline int64_t ew_wsub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
-static inline int64_t ew_wmul(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
-static inline int64_t ew_wneg(int64_t a) { return (int64_t)(0 - (uint64_t)a); }
-
-/* Integer division family; b != 0 (checked by the caller), b == -1 spelled
- * out because INT64_MIN / -1 overflows. */
-static inline int64_t ew_idiv_trunc(int64_t a, int64_t b) { return b == -1 ? ew_wneg(a) : a / b; }
-static inline int64_t ew_irem(int64_t a, int64_t b) { return b == -1 ? 0 : a % b; }
-static inline int64_t ew_idiv_floor(int64_t a, int64_t b) {
-  int64_t q = ew_idiv_trunc(a, b), r = ew_irem(a, b);
-  return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
-}
-static inline int64_t ew_imod(int64_t a, int64_t b) { /* Python's %, like torch.remainder */
-  int64_t r = ew_irem(a, b);
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-
-/* PyTorch's integer pow (negative exponents give 0 except for bases +-1). */
-static inline int64_t ew_powi(int64_t a, int64_t b) {
-  if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
-  uint64_t r = 1, x = (uint64_t)a;
-  for (; b; b >>= 1, x *= x)
-    if (b & 1) r *= x;
-  return (int64_t)r;
-}
-
-/* Floating helpers, defined for float and double. */
-#define EW_FLOAT_HELPERS(T, SUF)                                              \
-  static inline T ew_pymod_##SUF(T a, T b) {                                  \
-    T m = fmod(a, b);                                                         \
-    return (m != 0 && ((b < 0) != (m < 0))) ? m + b : m;                      \
-  }                                                                           \
-  static inline T ew_floordiv_##SUF(T a, T b) { /* PyTorch's div_floor */     \
-    if (b == 0) return a / b;                                                 \
-    T mod = fmod(a, b);                                                       \
-    T div = (a - mod) / b;                                                    \
-    if (mod != 0 && (b < 0) != (mod < 0)) div -= (T)1;                        \
-    if (div == 0) return copysign((T)0, a / b);                               \
-    T fl = floor(div);                                                        \
-    return div - fl > (T)0.5 ? fl + (T)1 : fl;                                \
-  }
-EW_FLOAT_HELPERS(float, f)
-EW_FLOAT_HELPERS(double, d)
-#define EW_PYMOD(a, b) _Generic((a), float: ew_pymod_f, double: ew_pymod_d)(a, b)
-#define EW_FLOORDIV(a, b) _Generic((a), float: ew_floordiv_f, double: ew_floordiv_d)(a, b)
-
-/* NaN-propagating max/min (exact for integers and bools too). */
-#define EW_MAX(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) < (b) ? (b) : (a))
-#define EW_MIN(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (b) < (a) ? (b) : (a))
-
-/* ---- tile function generators ----------------------------------------------- */
-
-#define EW_P_B8(p, k) ((uint8_t)((p)->i[k] != 0))
-#define EW_P_I64(p, k) ((p)->i[k])
-#define EW_P_F32(p, k) ((float)(p)->f[k])
-#define EW_P_F64(p, k) ((p)->f[k])
-#define C(v) ((ew_t)(v))
-
-#define EW_HEAD(name, CT, T, OT)                                                         \
-  static int name##_##CT(void* out, const void* const* in, int64_t n,                   \
-                         const tpu_ew_params_t* p) {                                     \
-    typedef T ew_t;                                                                      \
-    OT* o = (OT*)out;                                                                    \
-    const ew_t s0 = EW_P_##CT(p, 0), s1 = EW_P_##CT(p, 1), s2 = EW_P_##CT(p, 2);         \
-    (void)sizeof(ew_t), (void)s0, (void)s1, (void)s2;
-
-#define EW_U(name, CT, T, OT, BODY)                                \
-  EW_HEAD(name, CT, T, OT)                                         \
-  const T* a = (const T*)in[0];                                    \
-  for (int64_t i = 0; i < n; ++i) {                                \
-    const T x = a[i];                                              \
-    OT r;                                                          \
-    BODY;                                                          \
-    o[i] = r;                                                      \
-  }                                                                \
-  return 0;                                                        \
-  }
-
-#define EW_B(name, CT, T, OT, BODY)                                \
-  EW_HEAD(name, CT, T, OT)                                         \
-  const T* a = (const T*)in[0];                                    \
-  const T* b = (const T*)in[1];                                    \
-  for (int64_t i = 0; i < n; ++i) {                                \
-    const T x = a[i];                                              \
-    const T y = b[i];                                              \
-    OT r;                                                          \
-    BODY;                                                          \
-    o[i] = r;                                                      \
-  }                                                                \
-  return 0;                                                        \
-  }
-
-#define EW_T(name, CT, T, OT, BODY)                                \
-  EW_HEAD(name, CT, T, OT)                                         \
-  const T* a = (const T*)in[0];                                    \
-  const T* b = (const T*)in[1];                                    \
-  const T* c = (const T*)in[2];                                    \
-  for (int64_t i = 0; i < n; ++i) {                                \
-    const T x = a[i];                                              \
-    const T y = b[i];                                              \
-    const T z = c[i];                                              \
-    OT r;                                                          \
-    BODY;                                                          \
-    o[i] = r;                                                      \
-  }                                                                \
-  return 0;                                                        \
-  }
-
-/* Classes of compute types. PRED: bool-valued, over every type. */
-#define EW_FLOATS(M, name, BODY) M(name, F32, float, float, BODY) M(name, F64, double, double, BODY)
-#define EW_INTS(M, name, BODY) M(name, I64, int64_t, int64_t, BODY)
-#define EW_BOOLS(M, name, BODY) M(name, B8, uint8_t, uint8_t, BODY)
-#define EW_NUMS(M, name, BODY) EW_INTS(M, name, BODY) EW_FLOATS(M, name, BODY)
-#define EW_ALLS(M, name, BODY) EW_BOOLS(M, name, BODY) EW_NUMS(M, name, BODY)
-#define EW_PREDS(M, name, BODY)                                                      \
-  M(name, B8, uint8_t, uint8_t, BODY) M(name, I64, int64_t, uint8_t, BODY)           \
-  M(name, F32, float, uint8_t, BODY) M(name, F64, double, uint8_t, BODY)
-
-/* fn tables of an impl. */
-#define EW_FNS(b8, i64, f32, f64) \
-  {[TPU_COMPUTE_B8] = b8, [TPU_COMPUTE_I64] = i64, [TPU_COMPUTE_F32] = f32, [TPU_COMPUTE_F64] = f64}
-#define EW_F(name) EW_FNS(NULL, NULL, name##_F32, name##_F64)
-#define EW_N(name) EW_FNS(NULL, name##_I64, name##_F32, name##_F64)
-#define EW_A(name) EW_FNS(name##_B8, name##_I64, name##_F32, name##_F64)
-#define EW_BI(name) EW_FNS(name##_B8, name##_I64, NULL, NULL)
 
 /* ---- unary ------------------------------------------------------------------- */
 
@@ -196,7 +59,8 @@ EW_FLOATS(EW_U, ew_reciprocal, r = C(1) / x)
 EW_FLOATS(EW_U, ew_sin, r = sin(x))
 EW_FLOATS(EW_U, ew_cos, r = cos(x))
 EW_FLOATS(EW_U, ew_tan, r = tan(x))
-EW_FLOATS(EW_U, ew_tanh, r = tanh(x))
+VM_SIMD_CLONES EW_U(ew_tanh, F32, float, float, r = vm_tanhf(x)) /* SIMD, ~2 ulp */
+EW_U(ew_tanh, F64, double, double, r = tanh(x))
 EW_VEXP_F32(ew_sigmoid, -1.0f, 1.0f / (1.0f + e))
 EW_U(ew_sigmoid, F64, double, double, r = 1.0 / (1.0 + exp(-x)))
 EW_FLOATS(EW_U, ew_erf, r = erf(x))
@@ -224,7 +88,6 @@ EW_NUMS(EW_U, ew_relu, r = x < C(0) ? C(0) : x)
 EW_NUMS(EW_U, ew_hardtanh, r = EW_MIN(EW_MAX(x, s0), s1))
 EW_NUMS(EW_U, ew_threshold, r = x <= s0 ? s1 : x)
 EW_PREDS(EW_U, ew_logical_not, r = x == C(0))
-EW_PREDS(EW_U, ew_isnan, r = x != x) /* median's backward */
 EW_INTS(EW_U, ew_bitwise_not, r = ~x)
 EW_BOOLS(EW_U, ew_bitwise_not, r = (uint8_t)!x)
 
@@ -348,18 +211,33 @@ EW_CLAMP(I64, int64_t)
 EW_CLAMP(F32, float)
 EW_CLAMP(F64, double)
 
-/* div: p->mode 0 true division, 1 trunc, 2 floor. */
+/* div: p->mode 0 true division, 1 trunc, 2 floor; 3/4 trunc for float16 /
+ * bfloat16, whose CPU kernel rounds the quotient to the half type before
+ * truncating (the float compute type would truncate the exact quotient). */
+enum { DIV_TRUE = 0, DIV_TRUNC, DIV_FLOOR, DIV_TRUNC_F16, DIV_TRUNC_BF16 };
 #define EW_DIV_FLOAT(CT, T)                                                            \
   static int ew_div_##CT(void* out, const void* const* in, int64_t n,                 \
                          const tpu_ew_params_t* p) {                                   \
     T* o = (T*)out;                                                                    \
     const T *a = (const T*)in[0], *b = (const T*)in[1];                                \
-    if (p->mode == 0)                                                                  \
+    if (p->mode == DIV_TRUE) {                                                         \
       for (int64_t i = 0; i < n; ++i) o[i] = a[i] / b[i];                              \
-    else if (p->mode == 1)                                                             \
+    } else if (p->mode == DIV_TRUNC) {                                                 \
       for (int64_t i = 0; i < n; ++i) o[i] = trunc(a[i] / b[i]);                       \
-    else                                                                               \
+    } else if (p->mode == DIV_FLOOR) {                                                 \
       for (int64_t i = 0; i < n; ++i) o[i] = EW_FLOORDIV(a[i], b[i]);                  \
+    } else {                                                                           \
+      tpu_dtype_t half = p->mode == DIV_TRUNC_F16 ? TPU_DTYPE_F16 : TPU_DTYPE_BF16;    \
+      tpu_dtype_t self = tpu_compute_storage_dtype(TPU_COMPUTE_##CT);                  \
+      uint16_t q[TPU_EW_TILE];                                                         \
+      for (int64_t i0 = 0; i0 < n; i0 += TPU_EW_TILE) {                                \
+        int64_t m = n - i0 < TPU_EW_TILE ? n - i0 : TPU_EW_TILE;                       \
+        for (int64_t i = i0; i < i0 + m; ++i) o[i] = a[i] / b[i];                      \
+        tpu_convert(q, half, 1, o + i0, self, 1, m);                                   \
+        tpu_convert(o + i0, self, 1, q, half, 1, m);                                   \
+        for (int64_t i = i0; i < i0 + m; ++i) o[i] = trunc(o[i]);                      \
+      }                                                                                \
+    }                                                                                  \
     return 0;                                                                          \
   }
 EW_DIV_FLOAT(F32, float)
@@ -468,6 +346,14 @@ static tpu_status_t prep_addcdiv(const tpu_node_t* node, tpu_dtype_t common, tpu
   return TPU_OK;
 }
 
+/* div: trunc of half types (see ew_div). */
+static tpu_status_t prep_div(const tpu_node_t* node, tpu_dtype_t common, tpu_ew_params_t* p) {
+  (void)node;
+  if (p->mode == DIV_TRUNC && common == TPU_DTYPE_F16) p->mode = DIV_TRUNC_F16;
+  if (p->mode == DIV_TRUNC && common == TPU_DTYPE_BF16) p->mode = DIV_TRUNC_BF16;
+  return TPU_OK;
+}
+
 /* leaky_relu_backward: self_is_result with a negative slope is an error. */
 static tpu_status_t prep_leaky_bw(const tpu_node_t* node, tpu_dtype_t common, tpu_ew_params_t* p) {
   (void)node, (void)common;
@@ -480,10 +366,6 @@ static tpu_status_t prep_leaky_bw(const tpu_node_t* node, tpu_dtype_t common, tp
 
 /* ---- impls ----------------------------------------------------------------------- */
 
-/* EW_IMPL(var, RULE, fns[, more designated fields]) */
-#define EW_IMPL(var, RULE, ...) \
-  static const tpu_ew_impl_t var = {.rule = TPU_EW_##RULE, .fn = __VA_ARGS__};
-
 #define EW_ALPHA .flags = TPU_EW_OPMATH_SCALAR | TPU_EW_ALPHA, .num_params = 1, \
                  .checked_params = 1, .dflt = {1}
 
@@ -491,7 +373,7 @@ EW_IMPL(k_add, PROMOTE, EW_A(ew_add), EW_ALPHA)
 EW_IMPL(k_sub, PROMOTE, EW_N(ew_sub), .flags = TPU_EW_OPMATH_SCALAR | TPU_EW_ALPHA | TPU_EW_NO_BOOL,
         .num_params = 1, .checked_params = 1, .dflt = {1})
 EW_IMPL(k_mul, PROMOTE, EW_A(ew_mul), .flags = TPU_EW_OPMATH_SCALAR)
-EW_IMPL(k_div, DIV, EW_N(ew_div), .flags = TPU_EW_OPMATH_SCALAR)
+EW_IMPL(k_div, DIV, EW_N(ew_div), .flags = TPU_EW_OPMATH_SCALAR, .prepare = prep_div)
 EW_IMPL(k_remainder, PROMOTE, EW_N(ew_remainder))
 EW_IMPL(k_fmod, PROMOTE, EW_N(ew_fmod))
 EW_IMPL(k_pow, PROMOTE, EW_N(ew_pow), .checked = 2, .prepare = prep_pow)
@@ -517,7 +399,6 @@ EW_IMPL(k_silu, PROMOTE, EW_F(ew_silu))
 EW_IMPL(k_leaky_relu, PROMOTE, EW_F(ew_leaky_relu), .num_params = 1, .dflt = {0.01})
 EW_IMPL(k_elu, PROMOTE, EW_F(ew_elu), .num_params = 3, .dflt = {1, 1, 1})
 EW_IMPL(k_logical_not, BOOL_OUT, EW_A(ew_logical_not))
-EW_IMPL(k_isnan, BOOL_OUT, EW_A(ew_isnan))
 EW_IMPL(k_bitwise_not, PROMOTE, EW_BI(ew_bitwise_not))
 #define EW_FLOAT_UNARY(op) EW_IMPL(k_##op, FLOAT, EW_F(ew_##op))
 EW_FLOAT_UNARY(exp)
@@ -569,16 +450,6 @@ EW_IMPL(k_leaky_relu_backward, PROMOTE, EW_F(ew_leaky_relu_backward), .num_param
 EW_IMPL(k_elu_backward, PROMOTE, EW_F(ew_elu_backward), .num_params = 4, .dflt = {1, 1, 1, 0})
 
 /* ---- rows ------------------------------------------------------------------------ */
-
-#define EW_ROW(name, inputs, attrs, outputs, aten, impl) \
-  {name, inputs, attrs, outputs, aten, tpu_ew_kernel, tpu_ew_infer, tpu_ew_check, &impl}
-/* name(self): functional, out= and in-place forms. */
-#define EW_UNARY_ROW(op) EW_ROW(#op, "self", "", "out", #op " " #op ".out " #op "_", k_##op)
-/* name.Tensor / name.Scalar (other a Python number), with out= and in-place. */
-#define EW_TS_ATEN(op) \
-  #op ".Tensor " #op ".Scalar " #op ".Tensor_out " #op ".Scalar_out " #op "_.Tensor " #op "_.Scalar"
-#define EW_BACKWARD_ROW(op, inputs, attrs) \
-  EW_ROW(#op, inputs, attrs, "grad_input", #op " " #op ".grad_input", k_##op)
 
 static const tpu_op_def_t g_rows[] = {
     EW_ROW("add", "self,other", "alpha", "out",
@@ -654,7 +525,6 @@ static const tpu_op_def_t g_rows[] = {
     EW_ROW("gt", "self,other", "", "out", EW_TS_ATEN(gt), k_gt),
     EW_ROW("ge", "self,other", "", "out", EW_TS_ATEN(ge), k_ge),
     EW_UNARY_ROW(logical_not),
-    EW_ROW("isnan", "self", "", "out", "isnan isnan.out", k_isnan),
     EW_ROW("logical_and", "self,other", "", "out",
            "logical_and logical_and.out logical_and_", k_logical_and),
     EW_ROW("logical_or", "self,other", "", "out", "logical_or logical_or.out logical_or_",

@@ -10,6 +10,8 @@
 /* Every family the runtime executes. Add one line per family. */
 #define TPU_FAMILIES(X) \
   X(elementwise)        \
+  X(elementwise_special)\
+  X(activation)         \
   X(copy)               \
   X(reduce)             \
   X(softmax)            \
