@@ -18,7 +18,9 @@
   X(matmul)             \
   X(index)              \
   X(random)             \
-  X(shape)
+  X(shape)              \
+  X(pool)               \
+  X(pad)
 
 #define TPU_X_(f) extern const tpu_op_family_t tpu_family_##f;
 TPU_FAMILIES(TPU_X_)
