@@ -17,7 +17,7 @@
  * for half types, as the CPU kernels do), then scattered into grad_input.
  *
  * Index rules: reflect i = o - lo, -i if negative, 2 (I - 1) - i past the end;
- * replicate clamps o - lo into [0, I). Arguments PyTorch rejects (pads not
+ * replicate clamps o - lo into [0, I) (negative pads crop). Arguments PyTorch rejects (pads not
  * below the input size for reflect, empty inputs, bad pad lists, bool
  * inputs for reflect/replicate) are UNIMPLEMENTED: the CPU then raises.
  */
@@ -84,8 +84,7 @@ static tpu_status_t pad_parse(const tpu_op_def_t* def, const tpu_node_t* node, p
     a->out[d] = x->sizes[d] + a->lo[d] + a->hi[d];
     if (a->out[d] < 0) return unimpl("pad: negative output size");
     if (im->mode == PAD_CONSTANT) continue;
-    if (a->lo[d] < 0 || a->hi[d] < 0) return unimpl("pad: negative padding");
-    if (x->sizes[d] <= 0) return unimpl("pad: empty input");
+    if (x->sizes[d] <= 0 || a->out[d] <= 0) return unimpl("pad: empty input or output");
     if (im->mode == PAD_REFLECT && (a->lo[d] >= x->sizes[d] || a->hi[d] >= x->sizes[d]))
       return unimpl("pad: padding size should be less than the input dimension");
   }
