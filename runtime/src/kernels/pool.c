@@ -242,61 +242,105 @@ typedef bool (*pool_bwd_fn)(const pool_job_t* j, const void* g, const int64_t* g
   X(I64, int64_t, INT64_MIN, 0)
 
 #define POOL_DEFINE(CT, T, LOWEST, ISNAN)                                                      \
-  static void fwd_##CT(const pool_job_t* j, const void* in_, const int64_t* xs, void* out_,   \
-                       const int64_t* os, int64_t* ind, const int64_t* is) {                  \
-    const T* in = (const T*)in_;                                                               \
-    T* out = (T*)out_;                                                                         \
+  /* Max pooling: locals and restrict pointers keep the loop free of reloads. */             \
+  static void max_##CT(const pool_job_t* j, const T* restrict in, const int64_t* xs_,         \
+                       T* restrict out, const int64_t* os_, int64_t* restrict ind,            \
+                       const int64_t* is_) {                                                  \
     const int64_t I1 = j->a->in[1], I2 = j->a->in[2];                                          \
-    const bool mx = kind_is_max(j->kind);                                                      \
-    for (int64_t od = 0; od < j->out[0]; ++od) {                                               \
-      const win_t wd = j->win[0][od];                                                          \
-      for (int64_t oh = 0; oh < j->out[1]; ++oh) {                                             \
-        const win_t wh = j->win[1][oh];                                                        \
-        for (int64_t ow = 0; ow < j->out[2]; ++ow) {                                           \
-          const win_t ww = j->win[2][ow];                                                      \
-          int64_t oo = od * os[0] + oh * os[1] + ow * os[2];                                   \
-          if (mx) {                                                                            \
-            T m = LOWEST;                                                                      \
-            int64_t mi = wd.lo * I1 * I2 + wh.lo * I2 + ww.lo;                                 \
-            for (int64_t id = wd.lo; id < wd.hi; id += wd.step)                                \
-              for (int64_t ih = wh.lo; ih < wh.hi; ih += wh.step) {                            \
-                const T* row = in + id * xs[0] + ih * xs[1];                                   \
-                for (int64_t iw = ww.lo; iw < ww.hi; iw += ww.step) {                          \
-                  T v = row[iw * xs[2]];                                                       \
-                  if (v > m || ISNAN) {                                                        \
+    const int64_t O0 = j->out[0], O1 = j->out[1], O2 = j->out[2];                              \
+    const int64_t x0 = xs_[0], x1 = xs_[1], x2 = xs_[2], o0 = os_[0], o1 = os_[1],             \
+                  o2 = os_[2], i0 = is_[0], i1 = is_[1], i2 = is_[2];                          \
+    const win_t *W0 = j->win[0], *W1 = j->win[1], *W2 = j->win[2];                             \
+    for (int64_t od = 0; od < O0; ++od) {                                                      \
+      const win_t wd = W0[od];                                                                 \
+      for (int64_t oh = 0; oh < O1; ++oh) {                                                    \
+        const win_t wh = W1[oh];                                                               \
+        T* orow = out + od * o0 + oh * o1;                                                     \
+        int64_t* irow = ind + od * i0 + oh * i1;                                               \
+        for (int64_t ow = 0; ow < O2; ++ow) {                                                  \
+          const win_t ww = W2[ow];                                                             \
+          T m = LOWEST;                                                                        \
+          int64_t mi = (wd.lo * I1 + wh.lo) * I2 + ww.lo;                                      \
+          for (int64_t id = wd.lo; id < wd.hi; id += wd.step)                                  \
+            for (int64_t ih = wh.lo; ih < wh.hi; ih += wh.step) {                              \
+              const T* row = in + id * x0 + ih * x1;                                           \
+              const int64_t base = (id * I1 + ih) * I2;                                        \
+              if (x2 == 1 && ww.step == 1) { /* the common case: unit stride */                \
+                for (int64_t iw = ww.lo; iw < ww.hi; ++iw) {                                   \
+                  T v = row[iw];                                                               \
+                  if ((v > m) | (ISNAN)) {                                                     \
                     m = v;                                                                     \
-                    mi = (id * I1 + ih) * I2 + iw;                                             \
+                    mi = base + iw;                                                            \
                   }                                                                            \
                 }                                                                              \
+                continue;                                                                      \
               }                                                                                \
-            out[oo] = m;                                                                       \
-            ind[od * is[0] + oh * is[1] + ow * is[2]] = mi;                                    \
-            continue;                                                                          \
-          }                                                                                    \
+              for (int64_t iw = ww.lo; iw < ww.hi; iw += ww.step) {                            \
+                T v = row[iw * x2];                                                            \
+                bool take = (v > m) | (ISNAN);                                                 \
+                m = take ? v : m;                                                              \
+                mi = take ? base + iw : mi;                                                    \
+              }                                                                                \
+            }                                                                                  \
+          orow[ow * o2] = m;                                                                   \
+          irow[ow * i2] = mi;                                                                  \
+        }                                                                                      \
+      }                                                                                        \
+    }                                                                                          \
+  }                                                                                            \
+                                                                                               \
+  /* Average pooling (plain and adaptive). */                                                  \
+  static void sum_##CT(const pool_job_t* j, const T* restrict in, const int64_t* xs_,         \
+                       T* restrict out, const int64_t* os_) {                                 \
+    const int64_t O0 = j->out[0], O1 = j->out[1], O2 = j->out[2];                              \
+    const int64_t x0 = xs_[0], x1 = xs_[1], x2 = xs_[2], o0 = os_[0], o1 = os_[1],             \
+                  o2 = os_[2];                                                                 \
+    const win_t *W0 = j->win[0], *W1 = j->win[1], *W2 = j->win[2];                             \
+    const bool avg = j->kind == POOL_AVG, has_div = j->a->has_divisor,                         \
+               incl = j->a->count_include_pad, srnd = j->srnd != NULL;                         \
+    const int64_t divisor = j->a->divisor;                                                     \
+    for (int64_t od = 0; od < O0; ++od) {                                                      \
+      const win_t wd = W0[od];                                                                 \
+      for (int64_t oh = 0; oh < O1; ++oh) {                                                    \
+        const win_t wh = W1[oh];                                                               \
+        T* orow = out + od * o0 + oh * o1;                                                     \
+        for (int64_t ow = 0; ow < O2; ++ow) {                                                  \
+          const win_t ww = W2[ow];                                                             \
           if (wd.lo >= wd.hi || wh.lo >= wh.hi || ww.lo >= ww.hi) {                            \
-            out[oo] = 0;                                                                       \
+            orow[ow * o2] = 0;                                                                 \
             continue;                                                                          \
           }                                                                                    \
           T sum = 0;                                                                           \
           for (int64_t id = wd.lo; id < wd.hi; ++id)                                           \
             for (int64_t ih = wh.lo; ih < wh.hi; ++ih) {                                       \
-              const T* row = in + id * xs[0] + ih * xs[1];                                     \
-              for (int64_t iw = ww.lo; iw < ww.hi; ++iw) sum = SRND_##CT(j, sum + row[iw * xs[2]]); \
+              const T* row = in + id * x0 + ih * x1;                                           \
+              if (srnd)                                                                        \
+                for (int64_t iw = ww.lo; iw < ww.hi; ++iw)                                     \
+                  sum = SRND_##CT(j, sum + row[iw * x2]);                                      \
+              else                                                                             \
+                for (int64_t iw = ww.lo; iw < ww.hi; ++iw) sum += row[iw * x2];                \
             }                                                                                  \
-          if (j->kind == POOL_AVG) {                                                           \
-            int64_t dv = j->a->has_divisor ? j->a->divisor                                     \
-                         : j->a->count_include_pad                                             \
-                             ? wd.size * wh.size * ww.size                                     \
-                             : (wd.hi - wd.lo) * (wh.hi - wh.lo) * (ww.hi - ww.lo);            \
-            out[oo] = sum / (T)dv;                                                             \
+          if (avg) {                                                                           \
+            int64_t dv = has_div ? divisor                                                     \
+                         : incl  ? wd.size * wh.size * ww.size                                 \
+                                 : (wd.hi - wd.lo) * (wh.hi - wh.lo) * (ww.hi - ww.lo);        \
+            orow[ow * o2] = sum / (T)dv;                                                       \
           } else {                                                                             \
             T q = SRND_##CT(j, sum / (T)wd.size);                                              \
             q = SRND_##CT(j, q / (T)wh.size);                                                  \
-            out[oo] = q / (T)ww.size;                                                          \
+            orow[ow * o2] = q / (T)ww.size;                                                    \
           }                                                                                    \
         }                                                                                      \
       }                                                                                        \
     }                                                                                          \
+  }                                                                                            \
+                                                                                               \
+  static void fwd_##CT(const pool_job_t* j, const void* in, const int64_t* xs, void* out,     \
+                       const int64_t* os, int64_t* ind, const int64_t* is) {                  \
+    if (kind_is_max(j->kind))                                                                  \
+      max_##CT(j, (const T*)in, xs, (T*)out, os, ind, is);                                     \
+    else                                                                                       \
+      sum_##CT(j, (const T*)in, xs, (T*)out, os);                                              \
   }                                                                                            \
                                                                                                \
   static bool bwd_##CT(const pool_job_t* j, const void* g_, const int64_t* gs,                \

@@ -1,0 +1,116 @@
+"""Pooling and padding benchmark: tpu vs PyTorch CPU, side by side in one run.
+
+ResNet-like float32 shapes, forward and backward (the backward op alone, on
+saved inputs, as autograd calls it): max_pool2d 3x3/s2/p1, avg_pool2d
+3x3/s2/p1, adaptive_avg_pool2d to 7x7 and to 1x1, reflection_pad2d.
+Each case is timed in alternating rounds (tpu, cpu, tpu, ...; so both see
+the same machine load) and reduced to the best round of each.
+
+Prints a table and writes bench/results/pool.json.
+Usage: python bench/bench_pool.py [--quick] [--threads N]
+"""
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+
+import torch_tpu  # noqa: F401
+
+aten = torch.ops.aten
+
+
+def case_list(quick):
+    n = 2 if quick else 8
+    big = (n, 64, 112, 112)
+    late = (n, 512, 14, 14)
+    head = (n, 2048, 7, 7)
+    pad = (n, 64, 56, 56)
+
+    def maxpool(x):
+        out, idx = aten.max_pool2d_with_indices(x, [3, 3], [2, 2], [1, 1])
+        return (x, out, idx)
+
+    return [
+        ("max_pool2d 3x3/s2 fwd", big,
+         lambda x: aten.max_pool2d_with_indices(x, [3, 3], [2, 2], [1, 1]), None),
+        ("max_pool2d 3x3/s2 bwd", big, maxpool,
+         lambda s: aten.max_pool2d_with_indices_backward(torch.ones_like(s[1]), s[0], [3, 3],
+                                                         [2, 2], [1, 1], [1, 1], False, s[2])),
+        ("avg_pool2d 3x3/s2 fwd", big, lambda x: aten.avg_pool2d(x, [3, 3], [2, 2], [1, 1]), None),
+        ("avg_pool2d 3x3/s2 bwd", big, lambda x: (x, aten.avg_pool2d(x, [3, 3], [2, 2], [1, 1])),
+         lambda s: aten.avg_pool2d_backward(torch.ones_like(s[1]), s[0], [3, 3], [2, 2], [1, 1],
+                                            False, True, None)),
+        ("adaptive_avg_pool2d ->7x7 fwd", late,
+         lambda x: aten._adaptive_avg_pool2d(x, [7, 7]), None),
+        ("adaptive_avg_pool2d ->7x7 bwd", late,
+         lambda x: (x, aten._adaptive_avg_pool2d(x, [7, 7])),
+         lambda s: aten._adaptive_avg_pool2d_backward(torch.ones_like(s[1]), s[0])),
+        ("adaptive_avg_pool2d ->1x1 fwd", head, lambda x: F.adaptive_avg_pool2d(x, 1), None),
+        ("adaptive_avg_pool2d 14->7 ch_last fwd", late,
+         lambda x: aten._adaptive_avg_pool2d(x.contiguous(memory_format=torch.channels_last),
+                                             [7, 7]), None),
+        ("reflection_pad2d 3 fwd", pad, lambda x: aten.reflection_pad2d(x, [3, 3, 3, 3]), None),
+        ("reflection_pad2d 3 bwd", pad,
+         lambda x: (x, aten.reflection_pad2d(x, [3, 3, 3, 3])),
+         lambda s: aten.reflection_pad2d_backward(torch.ones_like(s[1]), s[0], [3, 3, 3, 3])),
+        ("constant_pad_nd 1 fwd", pad, lambda x: aten.constant_pad_nd(x, [1, 1, 1, 1], 0.0), None),
+    ]
+
+
+def sync(device):
+    if device == "tpu":
+        torch.tpu.synchronize()
+
+
+def time_pair(shape, setup, timed, rounds, iters):
+    torch.manual_seed(0)
+    base = torch.randn(*shape)
+    state = {}
+    for d in ("tpu", "cpu"):
+        x = base.to(d)
+        if timed is None:
+            state[d] = (lambda x=x: setup(x))
+        else:
+            saved = setup(x)
+            state[d] = (lambda saved=saved: timed(saved))
+        state[d]()  # warm up
+        sync(d)
+    best = {}
+    for _ in range(rounds):
+        for d in ("tpu", "cpu"):
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                state[d]()
+            sync(d)
+            t = (time.perf_counter() - t0) / iters * 1e3
+            best[d] = min(best.get(d, t), t)
+    return best["tpu"], best["cpu"]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--iters", type=int, default=3)
+    args = p.parse_args()
+    rows = []
+    print(f"torch threads: {torch.get_num_threads()}, rounds: {args.rounds}, iters: {args.iters}")
+    print(f"{'case':40s} {'shape':>20s} {'tpu ms':>9s} {'cpu ms':>9s} {'cpu/tpu':>8s}")
+    for name, shape, setup, timed in case_list(args.quick):
+        t, c = time_pair(shape, setup, timed, args.rounds, args.iters)
+        rows.append({"case": name, "shape": list(shape), "tpu_ms": t, "cpu_ms": c,
+                     "speedup": c / t})
+        print(f"{name:40s} {str(tuple(shape)):>20s} {t:9.3f} {c:9.3f} {c / t:8.2f}x", flush=True)
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "pool.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump({"torch_threads": torch.get_num_threads(), "rounds": args.rounds,
+                   "iters": args.iters, "quick": args.quick, "results": rows}, f, indent=2)
+    print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()
