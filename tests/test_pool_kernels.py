@@ -23,6 +23,9 @@ OPS = [
     "nn.functional.adaptive_max_pool3d",
     "nn.functional.pad.constant", "nn.functional.pad.reflect", "nn.functional.pad.replicate",
     "nn.functional.pad.replicate_negative", "nn.functional.pad.circular",
+    "nn.functional.max_unpool1d", "nn.functional.max_unpool1d.grad",
+    "nn.functional.max_unpool2d", "nn.functional.max_unpool2d.grad",
+    "nn.functional.max_unpool3d", "nn.functional.max_unpool3d.grad",
 ]
 
 
@@ -78,6 +81,10 @@ GRAD_CASES = {
     "adaptive_max_pool1d": ((2, 3, 17), lambda x: F.adaptive_max_pool1d(x, 5)),
     "adaptive_max_pool2d": ((2, 3, 11, 12), lambda x: F.adaptive_max_pool2d(x, (4, 5))),
     "adaptive_max_pool3d": ((2, 3, 5, 6, 7), lambda x: F.adaptive_max_pool3d(x, (2, 4, 3))),
+    "max_unpool2d": ((2, 3, 8, 10), lambda x: F.max_unpool2d(
+        *F.max_pool2d(x, 2, return_indices=True), 2, output_size=(8, 10))),
+    "max_unpool3d": ((2, 3, 4, 6, 5), lambda x: F.max_unpool3d(
+        *F.max_pool3d(x, 2, return_indices=True), 2, output_size=(4, 6, 5))),
     "pad_constant": ((2, 3, 6, 7), lambda x: F.pad(x, (1, -2, 3, 0), value=0.5)),
     "pad_reflect1d": ((2, 3, 9), lambda x: F.pad(x, (3, 4), mode="reflect")),
     "pad_reflect2d": ((2, 3, 6, 7), lambda x: F.pad(x, (2, 3, 5, 1), mode="reflect")),

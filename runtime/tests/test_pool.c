@@ -123,6 +123,26 @@ static void run_case(int index, const pool_case_t* c) {
   tt_compare(what, &got.view, &want.view, tt_tol(c->dtype) + 1e-12);
   if (mx) tt_compare(what, &gi_idx.view, &wi_idx.view, 0.0);
 
+  /* max_unpool of the pooled values back to the input's size. */
+  if (im->kind == POOL_MAX && tpu_dtype_is_floating(c->dtype)) {
+    const tpu_op_def_t* up = tt_def(nsp == 2 ? "max_unpool2d" : "max_unpool3d");
+    snprintf(what, sizeof(what), "case %d max_unpool (%s)", index, tpu_dtype_name(c->dtype));
+    tt_t ugot = tt_like(&x.view, c->strided_out ? TT_REVERSED : TT_CONTIG);
+    tt_t uwant = tt_like(&x.view, TT_CONTIG);
+    tt_fill_value(&ugot.view, 5); /* every element must be written */
+    tpu_value_t uin[2] = {tt_value(&want.view), tt_value(&wi_idx.view)};
+    tpu_attr_t uat[3] = {tt_ints(nsp, c->sizes + lead), tt_ints(nsp, s), tt_ints(nsp, p)};
+    tpu_node_t un = tt_node(uin, 2, &ugot.view, 1, uat, nsp == 2 ? 1 : 3);
+    if (up) {
+      CHECK_OK(up->check(up, &un));
+      CHECK_OK(tt_run(up->kernel, up, &un));
+      un.outputs = &uwant.view;
+      CHECK_OK(tt_run(tpu_pool_reference, up, &un));
+      tt_compare(what, &ugot.view, &uwant.view, 0.0);
+    }
+    tt_free(&ugot), tt_free(&uwant);
+  }
+
   /* Backward (floating dtypes; integer average pooling too). */
   if (tpu_dtype_is_floating(c->dtype) || im->kind == POOL_AVG) {
     snprintf(what, sizeof(what), "case %d %s backward (%s)", index, c->op,
@@ -208,4 +228,25 @@ TEST(pool_semantics) {
   CHECK(isnan(tt_get(&o.view, 0)));
   tt_free(&x), tt_free(&o), tt_free(&ix), tt_free(&g), tt_free(&gi), tt_free(&b), tt_free(&xi);
   tt_free(&x2), tt_free(&x32);
+}
+
+TEST(pool_unpool_bad_index) {
+  const tpu_op_def_t* up = tt_def("max_unpool2d");
+  if (!up) return;
+  int64_t xs[3] = {1, 2, 2}, os[3] = {1, 4, 4}, osz[2] = {4, 4};
+  tt_t x = tt_make(F32, 3, xs, TT_CONTIG), ix = tt_make(I64, 3, xs, TT_CONTIG);
+  tt_t o = tt_make(F32, 3, os, TT_CONTIG);
+  tt_fill_value(&x.view, 1);
+  tt_set(&ix.view, 3, 16); /* one past the plane */
+  tpu_value_t in[2] = {tt_value(&x.view), tt_value(&ix.view)};
+  tpu_attr_t at[1] = {tt_ints(2, osz)};
+  tpu_node_t n = tt_node(in, 2, &o.view, 1, at, 1);
+  CHECK_CODE(tt_run(up->kernel, up, &n), TPU_CODE_INVALID_ARGUMENT);
+  tt_set(&ix.view, 3, 15);
+  CHECK_OK(tt_run(up->kernel, up, &n));
+  CHECK(tt_get(&o.view, 15) == 1 && tt_get(&o.view, 0) == 1 && tt_get(&o.view, 1) == 0);
+  tt_t xi = tt_make(I64, 3, xs, TT_CONTIG); /* integer values fall back (as on the CPU) */
+  in[0] = tt_value(&xi.view);
+  CHECK_CODE(up->check(up, &n), TPU_CODE_UNIMPLEMENTED);
+  tt_free(&x), tt_free(&ix), tt_free(&o), tt_free(&xi);
 }

@@ -1,6 +1,7 @@
 /* pool.c — the pooling family, forward and backward:
  *   max_pool{2,3}d_with_indices (+_backward), avg_pool{2,3}d (+_backward),
- *   _adaptive_avg_pool{2,3}d (+_backward), adaptive_max_pool{2,3}d (+_backward).
+ *   _adaptive_avg_pool{2,3}d (+_backward), adaptive_max_pool{2,3}d (+_backward),
+ *   max_unpool{2,3}d (its backward is a gather: the index family).
  * The 1-d functional forms reach these through unsqueeze (2-d ops with H = 1).
  *
  * Layout: the leading (batch, channel) dims of every view form one plane
@@ -549,6 +550,125 @@ static tpu_status_t pool_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   return TPU_OK;
 }
 
+/* ---- max_unpool{2,3}d ------------------------------------------------------------------- */
+
+/* out[plane][indices[i]] = self[plane][i], zeros elsewhere; self and indices
+ * share a shape (N, C, spatial) or (C, spatial); the output's spatial dims
+ * are output_size. Later elements win over earlier ones at the same index. */
+typedef struct unpool_job {
+  const tpu_view_t *x, *idx, *out;
+  int32_t lead;
+  int64_t n_in, n_out; /* plane elements */
+  walk_t planes;       /* views: x, indices, out */
+  walk_t xs, is, os;   /* spatial walks */
+  atomic_int failed;
+  int64_t bad_index;
+} unpool_job_t;
+
+tpu_status_t tpu_unpool_parse(const tpu_op_def_t* def, const tpu_node_t* node,
+                              const tpu_view_t** x, const tpu_view_t** idx, int64_t* osz) {
+  const pool_impl_t* im = (const pool_impl_t*)def->impl;
+  int32_t n = im->nsp;
+  *x = ku_input(def, node, "self");
+  *idx = ku_input(def, node, "indices");
+  const tpu_attr_t* os = ku_attr(def, node, "output_size");
+  if (!*x || !*idx || !os || os->kind != TPU_ATTR_INTS || os->count != n)
+    return unimpl("max_unpool: expected self, indices and output_size");
+  if (!tpu_dtype_is_floating((*x)->dtype)) return unimpl("max_unpool: non-floating input");
+  if ((*idx)->dtype != TPU_DTYPE_I64 || !views_same_shape(*x, *idx))
+    return unimpl("max_unpool: indices must be int64 and shaped like self");
+  if ((*x)->ndim != n + 1 && (*x)->ndim != n + 2) return unimpl("max_unpool: bad rank");
+  for (int32_t i = 0; i < n; ++i) {
+    if (os->u.ints[i] < 0) return unimpl("max_unpool: negative output_size");
+    osz[i] = os->u.ints[i];
+  }
+  for (int32_t d = 0; d < (*x)->ndim; ++d)
+    if ((*x)->sizes[d] == 0 && d != 0) return unimpl("max_unpool: empty input");
+  return TPU_OK;
+}
+
+static tpu_status_t unpool_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  const tpu_view_t *x, *idx;
+  int64_t osz[3];
+  return tpu_unpool_parse(def, node, &x, &idx, osz);
+}
+
+/* Offset of element k of a spatial walk (merged dims: usually one). */
+static int64_t sp_off(const walk_t* w, int64_t k) {
+  if (w->ndim == 0) return 0;
+  if (w->ndim == 1) return k * w->strides[0][0];
+  int64_t o[1];
+  walk_offsets(w, w->ndim, k, o);
+  return o[0];
+}
+
+static void unpool_planes(void* arg, int64_t begin, int64_t end) {
+  unpool_job_t* j = (unpool_job_t*)arg;
+  int64_t* ib = (int64_t*)malloc(sizeof(int64_t) * (size_t)(j->n_in > 0 ? j->n_in : 1));
+  if (!ib) {
+    atomic_store(&j->failed, 1);
+    return;
+  }
+  tpu_dtype_t dt = j->out->dtype;
+  int64_t es = (int64_t)tpu_dtype_size(dt), offs[3];
+  uint64_t zero = 0;
+  for (int64_t p = begin; p < end && !atomic_load(&j->failed); ++p) {
+    walk_offsets(&j->planes, j->planes.ndim, p, offs);
+    walk_gather(ib, TPU_DTYPE_I64, view_at(j->idx, offs[1]), TPU_DTYPE_I64, &j->is, 0, j->n_in);
+    /* Zero the plane, then place each element (in order). */
+    for (int64_t k = 0; k < j->n_out; ++k)
+      memcpy(view_at(j->out, offs[2] + sp_off(&j->os, k)), &zero, (size_t)es);
+    for (int64_t i = 0; i < j->n_in; ++i) {
+      int64_t t = ib[i];
+      if (t < 0 || t >= j->n_out) {
+        j->bad_index = t;
+        atomic_store(&j->failed, 2);
+        break;
+      }
+      memcpy(view_at(j->out, offs[2] + sp_off(&j->os, t)),
+             view_at(j->x, offs[0] + sp_off(&j->xs, i)), (size_t)es);
+    }
+  }
+  free(ib);
+}
+
+static tpu_status_t unpool_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                  tpu_exec_ctx_t* ctx) {
+  unpool_job_t j;
+  memset(&j, 0, sizeof(j));
+  int64_t osz[3];
+  TPU_RETURN_IF_ERROR(tpu_unpool_parse(def, node, &j.x, &j.idx, osz));
+  if (node->num_outputs < 1 || !node->outputs)
+    TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "expected an output");
+  j.out = &node->outputs[0];
+  int32_t n = ((const pool_impl_t*)def->impl)->nsp;
+  j.lead = j.x->ndim - n;
+  bool ok = j.out->ndim == j.x->ndim && j.out->dtype == j.x->dtype;
+  for (int32_t d = 0; ok && d < j.x->ndim; ++d)
+    ok = j.out->sizes[d] == (d < j.lead ? j.x->sizes[d] : osz[d - j.lead]);
+  if (!ok) TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "output has the wrong shape or dtype");
+  j.n_in = 1, j.n_out = 1;
+  for (int32_t d = j.lead; d < j.x->ndim; ++d) j.n_in *= j.x->sizes[d], j.n_out *= j.out->sizes[d];
+  walk_start(&j.planes, 3);
+  for (int32_t d = 0; d < j.lead; ++d) {
+    int64_t st[3] = {j.x->strides[d], j.idx->strides[d], j.out->strides[d]};
+    walk_push(&j.planes, j.x->sizes[d], st);
+  }
+  walk_init_tail(&j.xs, j.x, j.lead);
+  walk_init_tail(&j.is, j.idx, j.lead);
+  walk_init_tail(&j.os, j.out, j.lead);
+  if (j.planes.numel == 0 || j.n_out == 0) return TPU_OK;
+  atomic_init(&j.failed, 0);
+  int64_t work = j.n_in + j.n_out;
+  tpu_parallel_for(j.planes.numel, work >= 16384 ? 1 : 16384 / work, unpool_planes, &j);
+  int failed = atomic_load(&j.failed);
+  if (failed == 1) TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "no host memory for max_unpool");
+  if (failed == 2)
+    TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "Found an invalid max index: %lld",
+                    (long long)j.bad_index);
+  return TPU_OK;
+}
+
 /* ---- the op table ------------------------------------------------------------------------ */
 
 static const pool_impl_t k_max2 = {POOL_MAX, 2, false}, k_max2b = {POOL_MAX, 2, true};
@@ -563,6 +683,7 @@ static const pool_impl_t k_amax2 = {POOL_ADAPTIVE_MAX, 2, false};
 static const pool_impl_t k_amax2b = {POOL_ADAPTIVE_MAX, 2, true};
 static const pool_impl_t k_amax3 = {POOL_ADAPTIVE_MAX, 3, false};
 static const pool_impl_t k_amax3b = {POOL_ADAPTIVE_MAX, 3, true};
+static const pool_impl_t k_unpool2 = {POOL_MAX, 2, false}, k_unpool3 = {POOL_MAX, 3, false};
 
 #define MAXA "kernel_size,stride,padding,dilation,ceil_mode"
 #define AVGA "kernel_size,stride,padding,ceil_mode,count_include_pad,divisor_override"
@@ -604,6 +725,10 @@ static const tpu_op_def_t k_rows[] = {
     ROW("adaptive_max_pool3d_backward", "grad_output,self,indices", "", "grad_input",
         "adaptive_max_pool3d_backward.default adaptive_max_pool3d_backward.grad_input",
         &k_amax3b),
+    {"max_unpool2d", "self,indices", "output_size", "out", "max_unpool2d.default max_unpool2d.out",
+     unpool_kernel, NULL, unpool_check, &k_unpool2},
+    {"max_unpool3d", "self,indices", "output_size,stride,padding", "out",
+     "max_unpool3d.default max_unpool3d.out", unpool_kernel, NULL, unpool_check, &k_unpool3},
 };
 
 const tpu_op_family_t tpu_family_pool = {"pool", k_rows,

@@ -60,6 +60,10 @@ tpu_status_t tpu_pool_parse(const tpu_op_def_t* def, const tpu_node_t* node, poo
  * backward: grad_output), padded to 3. */
 void tpu_pool_out_sizes(const pool_args_t* a, const tpu_node_t* node, int64_t* out);
 
+/* max_unpool: self, indices and output_size (UNIMPLEMENTED when not native). */
+tpu_status_t tpu_unpool_parse(const tpu_op_def_t* def, const tpu_node_t* node,
+                              const tpu_view_t** x, const tpu_view_t** idx, int64_t* osz);
+
 /* The reference kernel: per element in double, with view_get/set. */
 tpu_status_t tpu_pool_reference(const tpu_op_def_t* def, const tpu_node_t* node,
                                 tpu_exec_ctx_t* ctx);

@@ -23,6 +23,16 @@ static int64_t offset(const tpu_view_t* v, int32_t lead, int64_t plane, const in
   return off;
 }
 
+/* Offset of logical (row-major) element k. */
+static int64_t logical_off(const tpu_view_t* v, int64_t k) {
+  int64_t off = 0;
+  for (int32_t d = v->ndim - 1; d >= 0; --d) {
+    off += (k % v->sizes[d]) * v->strides[d];
+    k /= v->sizes[d];
+  }
+  return off;
+}
+
 /* The input positions of output position o along spatial dim t: a list
  * (in increasing order) and the divisor contribution (avg: unclipped size). */
 static int64_t window(const pool_args_t* a, int32_t t, int64_t o, int64_t nout, int64_t* list,
@@ -55,8 +65,29 @@ static int64_t window(const pool_args_t* a, int32_t t, int64_t o, int64_t nout, 
   return n;
 }
 
+/* max_unpool: zeros, then each element of self at its index, in order. */
+static tpu_status_t unpool_reference(const tpu_op_def_t* def, const tpu_node_t* node) {
+  const tpu_view_t *x, *idx, *o = &node->outputs[0];
+  int64_t osz[3];
+  TPU_RETURN_IF_ERROR(tpu_unpool_parse(def, node, &x, &idx, osz));
+  int32_t n = o->ndim - ((const pool_impl_t*)def->impl)->nsp;
+  int64_t planes = 1, pin = 1, pout = 1;
+  for (int32_t d = 0; d < o->ndim; ++d) *(d < n ? &planes : &pout) *= o->sizes[d];
+  for (int32_t d = n; d < x->ndim; ++d) pin *= x->sizes[d];
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t k = 0; k < pout; ++k) view_set_f64(o, logical_off(o, p * pout + k), 0.0);
+    for (int64_t i = 0; i < pin; ++i) {
+      int64_t t = view_get_i64(idx, logical_off(idx, p * pin + i));
+      if (t < 0 || t >= pout) TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "invalid max index");
+      view_set_f64(o, logical_off(o, p * pout + t), view_get_f64(x, logical_off(x, p * pin + i)));
+    }
+  }
+  return TPU_OK;
+}
+
 tpu_status_t tpu_pool_reference(const tpu_op_def_t* def, const tpu_node_t* node,
                                 tpu_exec_ctx_t* ctx) {
+  if (strncmp(def->name, "max_unpool", 10) == 0) return unpool_reference(def, node);
   pool_args_t a;
   TPU_RETURN_IF_ERROR(tpu_pool_parse(def, node, &a));
   const pool_impl_t* im = a.impl;
