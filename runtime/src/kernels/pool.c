@@ -375,11 +375,11 @@ typedef bool (*pool_bwd_fn)(const pool_job_t* j, const void* g, const int64_t* g
                          : j->a->count_include_pad                                             \
                              ? wd.size * wh.size * ww.size                                     \
                              : (wd.hi - wd.lo) * (wh.hi - wh.lo) * (ww.hi - ww.lo);            \
-            delta = RND_##CT(j, gv / (T)dv);                                                   \
+            delta = RND_##CT(j, gv / RND_##CT(j, (T)dv)); /* scalar_t / int64_t */           \
           } else {                                                                             \
-            delta = RND_##CT(j, gv / (T)wd.size);                                              \
-            delta = RND_##CT(j, delta / (T)wh.size);                                           \
-            delta = RND_##CT(j, delta / (T)ww.size);                                           \
+            delta = RND_##CT(j, gv / RND_##CT(j, (T)wd.size));                                 \
+            delta = RND_##CT(j, delta / RND_##CT(j, (T)wh.size));                              \
+            delta = RND_##CT(j, delta / RND_##CT(j, (T)ww.size));                              \
           }                                                                                    \
           for (int64_t id = wd.lo; id < wd.hi; ++id)                                           \
             for (int64_t ih = wh.lo; ih < wh.hi; ++ih) {                                       \

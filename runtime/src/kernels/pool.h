@@ -15,7 +15,10 @@
  *   adaptive: [floor(o * I / O), ceil((o + 1) * I / O)).
  * Indices are flat positions within an input plane. Backward ops scatter
  * grad_output into a zeroed grad_input plane in output order, rounding to
- * the storage dtype after every addition as the CPU kernels do.
+ * the storage dtype after every addition and division (a half type divided
+ * by an integer divides by the integer rounded to that type) as the CPU
+ * kernels do; adaptive_avg_pool3d on half types also sums in the storage
+ * type, as the CPU does.
  */
 #ifndef TPU_KERNELS_POOL_H_
 #define TPU_KERNELS_POOL_H_
