@@ -214,7 +214,8 @@ typedef struct pool_job {
   const tpu_view_t* v[3];
   int64_t st[3][3];  /* spatial strides of the three views */
   walk_t sp[3];      /* spatial walks of the three views (gather/scatter) */
-  bool direct[2];    /* view 0 / 1 held in the compute type: used in place */
+  bool direct[2];    /* view 0 / 1 held in the compute type: used in place (grad_input:
+                        also contiguous planes) */
   float (*rnd)(float);
   float (*srnd)(float); /* adaptive_avg_pool3d on half types: sums in the storage type */
   atomic_int failed; /* 1: out of memory, 2: bad index */
@@ -344,37 +345,54 @@ typedef bool (*pool_bwd_fn)(const pool_job_t* j, const void* g, const int64_t* g
       sum_##CT(j, (const T*)in, xs, (T*)out, os);                                              \
   }                                                                                            \
                                                                                                \
-  static bool bwd_##CT(const pool_job_t* j, const void* g_, const int64_t* gs,                \
-                       const int64_t* ind, const int64_t* is, void* gi_, int64_t* bad) {      \
-    const T* g = (const T*)g_;                                                                 \
-    T* gi = (T*)gi_;                                                                           \
-    const int64_t I1 = j->a->in[1], I2 = j->a->in[2], n = j->is;                               \
-    memset(gi, 0, (size_t)n * sizeof(T));                                                      \
-    const bool mx = kind_is_max(j->kind);                                                      \
-    for (int64_t od = 0; od < j->out[0]; ++od) {                                               \
-      const win_t wd = j->win[0][od];                                                          \
-      for (int64_t oh = 0; oh < j->out[1]; ++oh) {                                             \
-        const win_t wh = j->win[1][oh];                                                        \
-        for (int64_t ow = 0; ow < j->out[2]; ++ow) {                                           \
-          const win_t ww = j->win[2][ow];                                                      \
-          T gv = g[od * gs[0] + oh * gs[1] + ow * gs[2]];                                      \
-          if (mx) {                                                                            \
-            int64_t i = ind[od * is[0] + oh * is[1] + ow * is[2]];                             \
-            if (i == -1) continue;                                                             \
-            if (i < 0 || i >= n) {                                                             \
-              *bad = i;                                                                        \
-              return false;                                                                    \
-            }                                                                                  \
-            gi[i] = RND_##CT(j, gi[i] + gv);                                                   \
-            continue;                                                                          \
+  /* Max backward: grad_input[index] += grad_output, in output order. */                      \
+  static bool bmax_##CT(const pool_job_t* j, const T* restrict g, const int64_t* gs_,         \
+                        const int64_t* restrict ind, const int64_t* is_, T* restrict gi,      \
+                        int64_t* bad) {                                                       \
+    const int64_t n = j->is, O0 = j->out[0], O1 = j->out[1], O2 = j->out[2];                   \
+    const int64_t g0 = gs_[0], g1 = gs_[1], g2 = gs_[2], i0 = is_[0], i1 = is_[1],             \
+                  i2 = is_[2];                                                                 \
+    float (*const rnd)(float) = j->rnd;                                                        \
+    for (int64_t od = 0; od < O0; ++od)                                                        \
+      for (int64_t oh = 0; oh < O1; ++oh) {                                                    \
+        const T* grow = g + od * g0 + oh * g1;                                                 \
+        const int64_t* irow = ind + od * i0 + oh * i1;                                         \
+        for (int64_t ow = 0; ow < O2; ++ow) {                                                  \
+          int64_t i = irow[ow * i2];                                                           \
+          if (i == -1) continue;                                                               \
+          if (i < 0 || i >= n) {                                                               \
+            *bad = i;                                                                          \
+            return false;                                                                      \
           }                                                                                    \
+          T s = gi[i] + grow[ow * g2];                                                         \
+          gi[i] = rnd ? RND_##CT(j, s) : s;                                                    \
+        }                                                                                      \
+      }                                                                                        \
+    return true;                                                                               \
+  }                                                                                            \
+                                                                                               \
+  /* Average backward: each window gets grad_output / divisor, in output order. */            \
+  static void bsum_##CT(const pool_job_t* j, const T* restrict g, const int64_t* gs_,         \
+                        T* restrict gi) {                                                     \
+    const int64_t I1 = j->a->in[1], I2 = j->a->in[2];                                          \
+    const int64_t O0 = j->out[0], O1 = j->out[1], O2 = j->out[2];                              \
+    const int64_t g0 = gs_[0], g1 = gs_[1], g2 = gs_[2];                                       \
+    const win_t *W0 = j->win[0], *W1 = j->win[1], *W2 = j->win[2];                             \
+    const bool avg = j->kind == POOL_AVG, has_div = j->a->has_divisor,                         \
+               incl = j->a->count_include_pad, r = j->rnd != NULL;                             \
+    const int64_t divisor = j->a->divisor;                                                     \
+    for (int64_t od = 0; od < O0; ++od) {                                                      \
+      const win_t wd = W0[od];                                                                 \
+      for (int64_t oh = 0; oh < O1; ++oh) {                                                    \
+        const win_t wh = W1[oh];                                                               \
+        for (int64_t ow = 0; ow < O2; ++ow) {                                                  \
+          const win_t ww = W2[ow];                                                             \
           if (wd.lo >= wd.hi || wh.lo >= wh.hi || ww.lo >= ww.hi) continue;                    \
-          T delta;                                                                             \
-          if (j->kind == POOL_AVG) {                                                           \
-            int64_t dv = j->a->has_divisor ? j->a->divisor                                     \
-                         : j->a->count_include_pad                                             \
-                             ? wd.size * wh.size * ww.size                                     \
-                             : (wd.hi - wd.lo) * (wh.hi - wh.lo) * (ww.hi - ww.lo);            \
+          T gv = g[od * g0 + oh * g1 + ow * g2], delta;                                        \
+          if (avg) {                                                                           \
+            int64_t dv = has_div ? divisor                                                     \
+                         : incl  ? wd.size * wh.size * ww.size                                 \
+                                 : (wd.hi - wd.lo) * (wh.hi - wh.lo) * (ww.hi - ww.lo);        \
             delta = RND_##CT(j, gv / RND_##CT(j, (T)dv)); /* scalar_t / int64_t */           \
           } else {                                                                             \
             delta = RND_##CT(j, gv / RND_##CT(j, (T)wd.size));                                 \
@@ -384,11 +402,22 @@ typedef bool (*pool_bwd_fn)(const pool_job_t* j, const void* g, const int64_t* g
           for (int64_t id = wd.lo; id < wd.hi; ++id)                                           \
             for (int64_t ih = wh.lo; ih < wh.hi; ++ih) {                                       \
               T* row = gi + (id * I1 + ih) * I2;                                               \
-              for (int64_t iw = ww.lo; iw < ww.hi; ++iw) row[iw] = RND_##CT(j, row[iw] + delta); \
+              if (r)                                                                           \
+                for (int64_t iw = ww.lo; iw < ww.hi; ++iw)                                     \
+                  row[iw] = RND_##CT(j, row[iw] + delta);                                      \
+              else                                                                             \
+                for (int64_t iw = ww.lo; iw < ww.hi; ++iw) row[iw] += delta;                   \
             }                                                                                  \
         }                                                                                      \
       }                                                                                        \
     }                                                                                          \
+  }                                                                                            \
+                                                                                               \
+  static bool bwd_##CT(const pool_job_t* j, const void* g, const int64_t* gs,                 \
+                       const int64_t* ind, const int64_t* is, void* gi, int64_t* bad) {       \
+    memset(gi, 0, (size_t)j->is * sizeof(T));                                                  \
+    if (kind_is_max(j->kind)) return bmax_##CT(j, (const T*)g, gs, ind, is, (T*)gi, bad);      \
+    bsum_##CT(j, (const T*)g, gs, (T*)gi);                                                     \
     return true;                                                                               \
   }
 
@@ -413,9 +442,9 @@ static void pool_planes(void* arg, int64_t begin, int64_t end) {
   const tpu_compute_type_t ct = tpu_dtype_compute(j->cdt);
   const int64_t cont_in[3] = {j->a->in[1] * j->a->in[2], j->a->in[2], 1};
   const int64_t cont_out[3] = {j->out[1] * j->out[2], j->out[2], 1};
-  /* Buffers: view 0 gathered (if not direct), view 1 built (backward always). */
+  /* Buffers: view 0 gathered, view 1 built, when not direct. */
   int64_t n0 = j->backward ? j->os : j->is, n1 = j->backward ? j->is : j->os;
-  bool need1 = j->backward || !j->direct[1];
+  bool need1 = !j->direct[1];
   char* b0 = j->direct[0] ? NULL : (char*)malloc((size_t)(n0 > 0 ? n0 : 1) * j->csz);
   char* b1 = need1 ? (char*)malloc((size_t)(n1 > 0 ? n1 : 1) * j->csz) : NULL;
   if ((!j->direct[0] && !b0) || (need1 && !b1)) {
@@ -444,7 +473,8 @@ static void pool_planes(void* arg, int64_t begin, int64_t end) {
       k_fwd[ct](j, src, ss, dst, j->direct[1] ? j->st[1] : cont_out, ind, j->st[2]);
     } else {
       int64_t bad = 0;
-      if (!k_bwd[ct](j, src, ss, ind, j->st[2], b1, &bad)) {
+      void* gi = j->direct[1] ? (void*)view_at(j->v[1], offs[1]) : (void*)b1;
+      if (!k_bwd[ct](j, src, ss, ind, j->st[2], gi, &bad)) {
         j->bad_index = bad;
         atomic_store(&j->failed, 2);
         break;
@@ -523,7 +553,10 @@ static tpu_status_t pool_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
     walk_init_tail(&j.sp[v], j.v[v], a.lead);
   }
   j.direct[0] = j.v[0]->dtype == j.cdt;
-  j.direct[1] = !im->backward && o->dtype == j.cdt;
+  /* grad_input planes are accumulated in place when contiguous. */
+  j.direct[1] = o->dtype == j.cdt &&
+                (!im->backward || j.sp[1].ndim == 0 ||
+                 (j.sp[1].ndim == 1 && j.sp[1].strides[0][0] == 1));
 
   win_t* tables = (win_t*)malloc(sizeof(win_t) * (size_t)(j.out[0] + j.out[1] + j.out[2] + 1));
   if (!tables) TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "no host memory for pooling windows");
