@@ -6,18 +6,28 @@ saved inputs, as autograd calls it): max_pool2d 3x3/s2/p1, avg_pool2d
 Each case is timed in alternating rounds (tpu, cpu, tpu, ...; so both see
 the same machine load) and reduced to the best round of each.
 
-Prints a table and writes bench/results/pool.json.
-Usage: python bench/bench_pool.py [--quick] [--threads N]
+--cpu-time measures process CPU time instead of wall time, with one thread
+on each side (TORCH_TPU_NUM_THREADS=1, torch.set_num_threads(1)): on a
+loaded, shared machine this compares the work each side does, which wall
+time cannot.
+
+Prints a table and writes bench/results/pool.json (pool_cputime.json with
+--cpu-time).
+Usage: python bench/bench_pool.py [--quick] [--rounds N] [--iters N] [--cpu-time]
 """
 import argparse
 import json
 import os
+import sys
 import time
 
-import torch
-import torch.nn.functional as F
+if "--cpu-time" in sys.argv:  # before torch_tpu starts its compute pool
+    os.environ["TORCH_TPU_NUM_THREADS"] = "1"
 
-import torch_tpu  # noqa: F401
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import torch_tpu  # noqa: E402,F401
 
 aten = torch.ops.aten
 
@@ -65,6 +75,9 @@ def sync(device):
         torch.tpu.synchronize()
 
 
+CLOCK = time.perf_counter
+
+
 def time_pair(shape, setup, timed, rounds, iters):
     torch.manual_seed(0)
     base = torch.randn(*shape)
@@ -81,11 +94,11 @@ def time_pair(shape, setup, timed, rounds, iters):
     best = {}
     for _ in range(rounds):
         for d in ("tpu", "cpu"):
-            t0 = time.perf_counter()
+            t0 = CLOCK()
             for _ in range(iters):
                 state[d]()
             sync(d)
-            t = (time.perf_counter() - t0) / iters * 1e3
+            t = (CLOCK() - t0) / iters * 1e3
             best[d] = min(best.get(d, t), t)
     return best["tpu"], best["cpu"]
 
@@ -95,19 +108,28 @@ def main():
     p.add_argument("--quick", action="store_true")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--cpu-time", action="store_true",
+                   help="process CPU time, one thread each side")
     args = p.parse_args()
+    global CLOCK
+    if args.cpu_time:
+        torch.set_num_threads(1)
+        CLOCK = time.process_time
     rows = []
-    print(f"torch threads: {torch.get_num_threads()}, rounds: {args.rounds}, iters: {args.iters}")
+    print(f"torch threads: {torch.get_num_threads()}, rounds: {args.rounds}, iters: {args.iters}, "
+          f"clock: {'process CPU time' if args.cpu_time else 'wall'}")
     print(f"{'case':40s} {'shape':>20s} {'tpu ms':>9s} {'cpu ms':>9s} {'cpu/tpu':>8s}")
     for name, shape, setup, timed in case_list(args.quick):
         t, c = time_pair(shape, setup, timed, args.rounds, args.iters)
         rows.append({"case": name, "shape": list(shape), "tpu_ms": t, "cpu_ms": c,
                      "speedup": c / t})
         print(f"{name:40s} {str(tuple(shape)):>20s} {t:9.3f} {c:9.3f} {c / t:8.2f}x", flush=True)
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "pool.json")
+    name = "pool_cputime.json" if args.cpu_time else "pool.json"
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", name)
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
-        json.dump({"torch_threads": torch.get_num_threads(), "rounds": args.rounds,
+        json.dump({"torch_threads": torch.get_num_threads(), "cpu_time": args.cpu_time,
+                   "rounds": args.rounds,
                    "iters": args.iters, "quick": args.quick, "results": rows}, f, indent=2)
     print("wrote", out)
 

@@ -9,12 +9,14 @@
  * both parallel; no per-element index work.
  * reflection/replication forward: output rows (all dims but the last) are
  * spread over tpu_parallel_for; each row maps its leading padded dims to an
- * input row through per-dim index tables and copies the last dim as runs of
- * consecutive source elements (one tpu_convert each: the interior is one run).
- * Backward: per plane (the non-padded leading dims), grad_output is gathered
- * into a compute-type buffer and added into a zeroed compute-type grad_input
- * plane in output order (rounding to the storage type after each addition
- * for half types, as the CPU kernels do), then scattered into grad_input.
+ * input row through per-dim index tables and moves the last dim element by
+ * element through its table (typed by element size: no conversion).
+ * Backward: per plane (the non-padded leading dims), grad_output (gathered
+ * into a compute-type buffer unless already contiguous in it) is added into
+ * a zeroed compute-type grad_input plane in output order (rounding to the
+ * storage type after each addition for half types, as the CPU kernels do),
+ * in place when grad_input's plane is contiguous in the compute type, else
+ * in a buffer scattered into grad_input.
  *
  * Index rules: reflect i = o - lo, -i if negative, 2 (I - 1) - i past the end;
  * replicate clamps o - lo into [0, I) (negative pads crop). Arguments PyTorch rejects (pads not
@@ -187,12 +189,36 @@ static tpu_status_t constant_pad(const pad_args_t* a, const tpu_view_t* out) {
 
 /* ---- reflection / replication ---------------------------------------------------------- */
 
+/* Same-dtype element moves by element size (1, 2, 4, 8 bytes): the edge
+ * elements of a row are single elements, too short for tpu_convert calls. */
+#define PAD_MOVES(X) X(1, uint8_t) X(2, uint16_t) X(4, uint32_t) X(8, uint64_t)
+typedef void (*pad_move_fn)(char* dst, int64_t ds, const char* src, int64_t ss,
+                            const int64_t* map, int64_t n);
+#define PAD_MOVE(N, U)                                                                  \
+  static void move_##N(char* dst_, int64_t ds, const char* src_, int64_t ss,           \
+                       const int64_t* map, int64_t n) {                                \
+    U* dst = (U*)dst_;                                                                  \
+    const U* src = (const U*)src_;                                                  \
+    for (int64_t o = 0; o < n; ++o) dst[o * ds] = src[map[o] * ss];                     \
+  }
+PAD_MOVES(PAD_MOVE)
+#undef PAD_MOVE
+
+static pad_move_fn move_for(int64_t esize) {
+#define PAD_MOVE_PICK(N, U) \
+  if (esize == N) return move_##N;
+  PAD_MOVES(PAD_MOVE_PICK)
+#undef PAD_MOVE_PICK
+  return NULL;
+}
+
 typedef struct pad_job {
   const pad_args_t* a;
   pad_mode_t mode;
   const tpu_view_t* out;
   const int64_t* map[TPU_MAX_DIMS]; /* padded dims: source index per output index */
   int64_t esize;
+  pad_move_fn move; /* rows moved element by element through the last map */
   /* backward */
   int32_t lead;      /* plane dims */
   int64_t in[3], o[3];
@@ -200,6 +226,7 @@ typedef struct pad_job {
   walk_t planes;     /* views: grad_output, grad_input */
   walk_t gsp, isp;   /* spatial walks of grad_output / grad_input */
   tpu_dtype_t cdt;
+  bool direct[2]; /* grad_output / grad_input planes contiguous in the compute type */
   float (*rnd)(float);
   atomic_int failed;
 } pad_job_t;
@@ -221,6 +248,10 @@ static void pad_rows(void* arg, int64_t begin, int64_t end) {
     }
     const char* src = view_at(x, xo);
     char* dst = view_at(out, oo);
+    if (j->move) {
+      j->move(dst, out->strides[last], src, x->strides[last], m, olast);
+      continue;
+    }
     for (int64_t o = 0; o < olast;) {
       int64_t s = m[o], len = 1;
       while (o + len < olast && m[o + len] == s + len) ++len;
@@ -279,9 +310,15 @@ static void pad_planes(void* arg, int64_t begin, int64_t end) {
   int64_t offs[2];
   for (int64_t p = begin; p < end; ++p) {
     walk_offsets(&j->planes, j->planes.ndim, p, offs);
-    walk_gather(gb, j->cdt, view_at(g, offs[0]), g->dtype, &j->gsp, 0, no);
-    k_pad_bwd[tpu_dtype_compute(j->cdt)](j, gb, ib);
-    walk_scatter(view_at(gi, offs[1]), gi->dtype, &j->isp, 0, ib, j->cdt, ni);
+    const void* gp = gb;
+    void* ip = ib;
+    if (j->direct[0])
+      gp = view_at(g, offs[0]);
+    else
+      walk_gather(gb, j->cdt, view_at(g, offs[0]), g->dtype, &j->gsp, 0, no);
+    if (j->direct[1]) ip = view_at(gi, offs[1]);
+    k_pad_bwd[tpu_dtype_compute(j->cdt)](j, gp, ip);
+    if (!j->direct[1]) walk_scatter(view_at(gi, offs[1]), gi->dtype, &j->isp, 0, ib, j->cdt, ni);
   }
   free(gb);
   free(ib);
@@ -308,6 +345,7 @@ static tpu_status_t pad_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   j.mode = im->mode;
   j.out = out;
   j.esize = (int64_t)tpu_dtype_size(out->dtype);
+  j.move = move_for(j.esize);
   int64_t total = 0;
   for (int32_t d = a.first; d < a.ndim; ++d) total += a.out[d];
   int64_t* maps = (int64_t*)malloc(sizeof(int64_t) * (size_t)(total + 1));
@@ -349,6 +387,11 @@ static tpu_status_t pad_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   }
   walk_init_tail(&j.gsp, a.g, a.first);
   walk_init_tail(&j.isp, out, a.first);
+  const walk_t* sp[2] = {&j.gsp, &j.isp};
+  const tpu_view_t* vs[2] = {a.g, out};
+  for (int i = 0; i < 2; ++i)
+    j.direct[i] = vs[i]->dtype == j.cdt &&
+                  (sp[i]->ndim == 0 || (sp[i]->ndim == 1 && sp[i]->strides[0][0] == 1));
   atomic_init(&j.failed, 0);
   int64_t work = j.o[0] * j.o[1] * j.o[2];
   tpu_parallel_for(j.planes.numel, work >= 8192 ? 1 : 8192 / (work > 0 ? work : 1), pad_planes,

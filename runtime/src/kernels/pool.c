@@ -405,8 +405,8 @@ typedef bool (*pool_bwd_fn)(const pool_job_t* j, const void* g, const int64_t* g
               if (r)                                                                           \
                 for (int64_t iw = ww.lo; iw < ww.hi; ++iw)                                     \
                   row[iw] = RND_##CT(j, row[iw] + delta);                                      \
-              else                                                                             \
-                for (int64_t iw = ww.lo; iw < ww.hi; ++iw) row[iw] += delta;                   \
+              else /* short runs: a plain loop (no vector prologue) */                         \
+                for (T *p = row + ww.lo, *e = row + ww.hi; p < e; ++p) *p = *p + delta;        \
             }                                                                                  \
         }                                                                                      \
       }                                                                                        \
