@@ -1,7 +1,7 @@
 """Pooling and padding benchmark: tpu vs PyTorch CPU, side by side in one run.
 
-ResNet-like float32 shapes, forward and backward (the backward op alone, on
-saved inputs, as autograd calls it): max_pool2d 3x3/s2/p1, avg_pool2d
+ResNet-like float32 shapes, forward and backward (each op alone, on inputs
+made beforehand; backward ops as autograd calls them): max_pool2d 3x3/s2/p1, avg_pool2d
 3x3/s2/p1, adaptive_avg_pool2d to 7x7 and to 1x1, reflection_pad2d.
 Each case is timed in alternating rounds (tpu, cpu, tpu, ...; so both see
 the same machine load) and reduced to the best round of each.
@@ -33,40 +33,56 @@ aten = torch.ops.aten
 
 
 def case_list(quick):
+    """(name, input shape, setup(x) -> saved tensors, timed(saved)): only the
+    op itself is timed; its inputs (gradients, indices, layouts) are made in
+    setup."""
     n = 2 if quick else 8
     big = (n, 64, 112, 112)
     late = (n, 512, 14, 14)
     head = (n, 2048, 7, 7)
     pad = (n, 64, 56, 56)
+    k3, s2, p1 = [3, 3], [2, 2], [1, 1]
 
-    def maxpool(x):
-        out, idx = aten.max_pool2d_with_indices(x, [3, 3], [2, 2], [1, 1])
-        return (x, out, idx)
+    def pooled(x):
+        out, idx = aten.max_pool2d_with_indices(x, k3, s2, p1)
+        return (x, torch.ones_like(out), idx)
 
+    def avg(x):
+        return (x, torch.ones_like(aten.avg_pool2d(x, k3, s2, p1)))
+
+    def aavg(x):
+        return (x, torch.ones_like(aten._adaptive_avg_pool2d(x, [7, 7])))
+
+    def refl(x):
+        return (x, torch.ones_like(aten.reflection_pad2d(x, [3, 3, 3, 3])))
+
+    def cl(x):
+        return (x.contiguous(memory_format=torch.channels_last),)
+
+    ident = lambda x: (x,)  # noqa: E731
     return [
-        ("max_pool2d 3x3/s2 fwd", big,
-         lambda x: aten.max_pool2d_with_indices(x, [3, 3], [2, 2], [1, 1]), None),
-        ("max_pool2d 3x3/s2 bwd", big, maxpool,
-         lambda s: aten.max_pool2d_with_indices_backward(torch.ones_like(s[1]), s[0], [3, 3],
-                                                         [2, 2], [1, 1], [1, 1], False, s[2])),
-        ("avg_pool2d 3x3/s2 fwd", big, lambda x: aten.avg_pool2d(x, [3, 3], [2, 2], [1, 1]), None),
-        ("avg_pool2d 3x3/s2 bwd", big, lambda x: (x, aten.avg_pool2d(x, [3, 3], [2, 2], [1, 1])),
-         lambda s: aten.avg_pool2d_backward(torch.ones_like(s[1]), s[0], [3, 3], [2, 2], [1, 1],
-                                            False, True, None)),
-        ("adaptive_avg_pool2d ->7x7 fwd", late,
-         lambda x: aten._adaptive_avg_pool2d(x, [7, 7]), None),
-        ("adaptive_avg_pool2d ->7x7 bwd", late,
-         lambda x: (x, aten._adaptive_avg_pool2d(x, [7, 7])),
-         lambda s: aten._adaptive_avg_pool2d_backward(torch.ones_like(s[1]), s[0])),
-        ("adaptive_avg_pool2d ->1x1 fwd", head, lambda x: F.adaptive_avg_pool2d(x, 1), None),
-        ("adaptive_avg_pool2d 14->7 ch_last fwd", late,
-         lambda x: aten._adaptive_avg_pool2d(x.contiguous(memory_format=torch.channels_last),
-                                             [7, 7]), None),
-        ("reflection_pad2d 3 fwd", pad, lambda x: aten.reflection_pad2d(x, [3, 3, 3, 3]), None),
-        ("reflection_pad2d 3 bwd", pad,
-         lambda x: (x, aten.reflection_pad2d(x, [3, 3, 3, 3])),
-         lambda s: aten.reflection_pad2d_backward(torch.ones_like(s[1]), s[0], [3, 3, 3, 3])),
-        ("constant_pad_nd 1 fwd", pad, lambda x: aten.constant_pad_nd(x, [1, 1, 1, 1], 0.0), None),
+        ("max_pool2d 3x3/s2 fwd", big, ident,
+         lambda s: aten.max_pool2d_with_indices(s[0], k3, s2, p1)),
+        ("max_pool2d 3x3/s2 bwd", big, pooled,
+         lambda s: aten.max_pool2d_with_indices_backward(s[1], s[0], k3, s2, p1, [1, 1], False,
+                                                         s[2])),
+        ("avg_pool2d 3x3/s2 fwd", big, ident, lambda s: aten.avg_pool2d(s[0], k3, s2, p1)),
+        ("avg_pool2d 3x3/s2 bwd", big, avg,
+         lambda s: aten.avg_pool2d_backward(s[1], s[0], k3, s2, p1, False, True, None)),
+        ("adaptive_avg_pool2d ->7x7 fwd", late, ident,
+         lambda s: aten._adaptive_avg_pool2d(s[0], [7, 7])),
+        ("adaptive_avg_pool2d ->7x7 bwd", late, aavg,
+         lambda s: aten._adaptive_avg_pool2d_backward(s[1], s[0])),
+        ("adaptive_avg_pool2d 14->7 ch_last fwd", late, cl,
+         lambda s: aten._adaptive_avg_pool2d(s[0], [7, 7])),
+        ("adaptive_avg_pool2d ->1x1 fwd (mean)", head, ident,
+         lambda s: F.adaptive_avg_pool2d(s[0], 1)),
+        ("reflection_pad2d 3 fwd", pad, ident,
+         lambda s: aten.reflection_pad2d(s[0], [3, 3, 3, 3])),
+        ("reflection_pad2d 3 bwd", pad, refl,
+         lambda s: aten.reflection_pad2d_backward(s[1], s[0], [3, 3, 3, 3])),
+        ("constant_pad_nd 1 fwd", pad, ident,
+         lambda s: aten.constant_pad_nd(s[0], [1, 1, 1, 1], 0.0)),
     ]
 
 
@@ -83,12 +99,8 @@ def time_pair(shape, setup, timed, rounds, iters):
     base = torch.randn(*shape)
     state = {}
     for d in ("tpu", "cpu"):
-        x = base.to(d)
-        if timed is None:
-            state[d] = (lambda x=x: setup(x))
-        else:
-            saved = setup(x)
-            state[d] = (lambda saved=saved: timed(saved))
+        saved = setup(base.to(d))
+        state[d] = (lambda saved=saved: timed(saved))
         state[d]()  # warm up
         sync(d)
     best = {}
