@@ -219,7 +219,7 @@ typedef struct pool_job {
   float (*rnd)(float);
   float (*srnd)(float); /* adaptive_avg_pool3d on half types: sums in the storage type */
   atomic_int failed; /* 1: out of memory, 2: bad index */
-  int64_t bad_index;
+  atomic_llong bad_index;
 } pool_job_t;
 
 static float rnd_f16(float x) { return tpu_f16_to_f32(tpu_f32_to_f16(x)); }
@@ -475,7 +475,7 @@ static void pool_planes(void* arg, int64_t begin, int64_t end) {
       int64_t bad = 0;
       void* gi = j->direct[1] ? (void*)view_at(j->v[1], offs[1]) : (void*)b1;
       if (!k_bwd[ct](j, src, ss, ind, j->st[2], gi, &bad)) {
-        j->bad_index = bad;
+        atomic_store(&j->bad_index, bad);
         atomic_store(&j->failed, 2);
         break;
       }
@@ -579,7 +579,7 @@ static tpu_status_t pool_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   if (failed == 1) TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "no host memory for pooling planes");
   if (failed == 2)
     TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "Found an invalid max index: %lld",
-                    (long long)j.bad_index);
+                    (long long)atomic_load(&j.bad_index));
   return TPU_OK;
 }
 
@@ -595,7 +595,7 @@ typedef struct unpool_job {
   walk_t planes;       /* views: x, indices, out */
   walk_t xs, is, os;   /* spatial walks */
   atomic_int failed;
-  int64_t bad_index;
+  atomic_llong bad_index;
 } unpool_job_t;
 
 tpu_status_t tpu_unpool_parse(const tpu_op_def_t* def, const tpu_node_t* node,
@@ -654,7 +654,7 @@ static void unpool_planes(void* arg, int64_t begin, int64_t end) {
     for (int64_t i = 0; i < j->n_in; ++i) {
       int64_t t = ib[i];
       if (t < 0 || t >= j->n_out) {
-        j->bad_index = t;
+        atomic_store(&j->bad_index, t);
         atomic_store(&j->failed, 2);
         break;
       }
@@ -698,7 +698,7 @@ static tpu_status_t unpool_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
   if (failed == 1) TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "no host memory for max_unpool");
   if (failed == 2)
     TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "Found an invalid max index: %lld",
-                    (long long)j.bad_index);
+                    (long long)atomic_load(&j.bad_index));
   return TPU_OK;
 }
 
