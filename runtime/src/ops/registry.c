@@ -30,6 +30,8 @@
   X(renorm_histc)       \
   X(conv)               \
   X(attention)          \
+  X(pool)               \
+  X(pad)                \
   /* one line per family, each ending in a backslash */
 
 #define TPU_X_(f) extern const tpu_op_family_t tpu_family_##f;
