@@ -46,6 +46,11 @@ static const norm_case_t k_cases[] = {
 /* Allocates outputs for `shapes` (contiguous or with gaps) into t/v. */
 static void alloc_outputs(const tpu_view_t* shapes, bool strided, tt_t* t, tpu_view_t* v) {
   for (int i = 0; i < 3; ++i) {
+    if (tpu_view_is_absent(&shapes[i])) { /* a masked-off result: nothing to write */
+      memset(&t[i], 0, sizeof(t[i]));
+      v[i] = shapes[i];
+      continue;
+    }
     t[i] = tt_like(&shapes[i], strided ? TT_GAPS : TT_CONTIG);
     v[i] = t[i].view;
   }

@@ -43,6 +43,14 @@ typedef struct tpu_view {
 } tpu_view_t;
 
 int64_t tpu_view_numel(const tpu_view_t* view);
+/* An absent output: a result the op leaves undefined (PyTorch returns an
+ * undefined tensor, e.g. a backward op's masked-off gradients). Shape
+ * functions mark one with dtype TPU_DTYPE_INVALID (and nothing else set);
+ * the bridge then allocates nothing and returns an undefined tensor, and the
+ * kernel must not write it. */
+static inline bool tpu_view_is_absent(const tpu_view_t* view) {
+  return view->dtype == TPU_DTYPE_INVALID && view->addr == 0;
+}
 bool tpu_view_is_contiguous(const tpu_view_t* view);
 /* The host pointer a kernel on the host driver may use for this view. */
 static inline void* tpu_view_ptr(const tpu_view_t* view) {

@@ -96,6 +96,9 @@ tpu_status_t tpu_norm_parse(const tpu_op_def_t* def, const tpu_node_t* node, nor
     s[2] = s[1];
   }
   for (int i = 0; i < 3; ++i) tpu_view_set_contiguous(&s[i]);
+  /* Masked-off gradients are undefined results, as on the CPU. */
+  for (int i = 0; a->impl->backward && i < 3; ++i)
+    if (!a->mask[i]) memset(&s[i], 0, sizeof(s[i])), s[i].dtype = TPU_DTYPE_INVALID;
   return TPU_OK;
 }
 

@@ -6,8 +6,8 @@
  * by normalized_shape form a row. Forward writes (out, mean, rstd) with mean
  * and rstd shaped input.shape[:axis] + [1] * len(normalized_shape), in the
  * input's dtype (PyTorch CPU). Backward writes (grad_input, grad_weight,
- * grad_bias) for the outputs its output_mask selects; the others are left
- * untouched.
+ * grad_bias) for the outputs its output_mask selects; the others are absent
+ * (undefined results, see tpu_view_is_absent).
  */
 #ifndef TPU_KERNELS_NORM_H_
 #define TPU_KERNELS_NORM_H_

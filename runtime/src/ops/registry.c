@@ -14,6 +14,9 @@
   X(reduce)             \
   X(softmax)            \
   X(norm)               \
+  X(batch_norm)         \
+  X(group_norm)         \
+  X(upsample)           \
   X(loss)               \
   X(matmul)             \
   X(index)              \
