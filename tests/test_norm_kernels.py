@@ -19,6 +19,7 @@ OPINFOS = [
     ("nn.functional.instance_norm", "", FLOATS),
     ("nn.functional.group_norm", "", FLOATS),
     ("nn.functional.layer_norm", "", FLOATS),
+    ("nn.functional.rms_norm", "", FLOATS),
     ("nn.functional.interpolate", "nearest", FLOATS + [torch.uint8]),
     ("nn.functional.interpolate", "nearest-exact", FLOATS + [torch.uint8]),
     ("nn.functional.interpolate", "linear", FLOATS),
@@ -128,6 +129,20 @@ def test_layer_norm_grad_and_masked_outputs():
     got = torch.ops.aten.native_layer_norm_backward(*args("tpu"), [True, False, False])
     want = torch.ops.aten.native_layer_norm_backward(*args("cpu"), [True, False, False])
     assert [t is None for t in got] == [t is None for t in want] == [False, True, True]
+
+
+def test_rms_norm_fused_native_grad():
+    _grad_check(lambda x, w: F.rms_norm(x, (6,), w, eps=1e-4), (5, 3, 6), (6,))
+    _grad_check(lambda x: F.rms_norm(x, (3, 6)), (5, 3, 6))
+    # rms_norm reaches the fused kernel and its backward (no composite ops).
+    x = torch.randn(4, 8, device="tpu", requires_grad=True)
+    w = torch.randn(8, device="tpu", requires_grad=True)
+    torch_tpu.reset_counts()
+    F.rms_norm(x, (8,), w).sum().backward()
+    counts = torch_tpu._C.native_counts()
+    assert counts.get("_fused_rms_norm.default") == 1
+    assert counts.get("_fused_rms_norm_backward.default") == 1
+    assert "rsqrt.default" not in counts
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
