@@ -30,6 +30,9 @@ OPINFOS = [
     ("nn.functional.upsample_bilinear", "", FLOATS),
 ]
 
+# grid_sample: every 4-d sample native (5-d ones need grid_sampler_3d, not native yet).
+GRID_DTYPES = FLOATS
+
 
 # Native, but half-precision rounding differs from the CPU kernels' by more than
 # the tolerance on a few elements (the CPU rounds intermediate terms in the
@@ -41,6 +44,8 @@ KNOWN_ROUNDING = {
     ("nn.functional.interpolate", "linear", torch.float16),
     ("nn.functional.interpolate", "trilinear", torch.bfloat16),
     ("nn.functional.interpolate", "trilinear", torch.float16),
+    ("nn.functional.grid_sample", "", torch.bfloat16),
+    ("nn.functional.grid_sample", "", torch.float16),
 }
 
 
@@ -170,3 +175,40 @@ def test_layer_norm_half_matches_cpu(dtype):
 def test_interpolate_grad(mode, shape, kw, cl):
     _grad_check(lambda x: F.interpolate(x, mode=mode, **kw), shape,
                 cl=cl and len(shape) in (4, 5))
+
+
+@pytest.mark.parametrize("dtype", GRID_DTYPES, ids=str)
+def test_grid_sample_opinfo_4d_native(dtype):
+    op = _ops()[("nn.functional.grid_sample", "")]
+    rec = coverage.check_pair(op, dtype)
+    assert set(rec["fallbacks"]) <= {"aten::grid_sampler_3d"}, rec["fallbacks"]
+    if ("nn.functional.grid_sample", "", dtype) in KNOWN_ROUNDING and rec["status"] == "fail":
+        pytest.xfail("half-precision rounding differs from the CPU kernel: " + rec["message"])
+    assert rec["status"] == "pass", rec
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("pad", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [False, True])
+def test_grid_sample_grad(mode, pad, align):
+    def fn(x, g):
+        return F.grid_sample(x, g.clamp(-1.2, 1.2), mode=mode, padding_mode=pad,
+                             align_corners=align)
+
+    if mode == "bicubic":  # forward native; its backward is not native yet
+        x = torch.randn(2, 3, 5, 6, dtype=torch.float64)
+        g = torch.rand(2, 4, 7, 2, dtype=torch.float64) * 2.4 - 1.2
+        torch_tpu.reset_counts()
+        got = fn(x.to("tpu"), g.to("tpu"))
+        assert torch_tpu.fallback_counts() == {}
+        torch.testing.assert_close(got.cpu(), fn(x, g))
+        return
+    _grad_check(fn, (2, 3, 5, 6), (2, 4, 7, 2))
+
+
+def test_affine_grid_native():
+    theta = torch.randn(3, 2, 3, dtype=torch.float64)
+    torch_tpu.reset_counts()
+    got = F.affine_grid(theta.to("tpu"), (3, 2, 5, 7), align_corners=False)
+    assert torch_tpu.fallback_counts() == {}
+    torch.testing.assert_close(got.cpu(), F.affine_grid(theta, (3, 2, 5, 7), align_corners=False))

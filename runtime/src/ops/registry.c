@@ -17,6 +17,7 @@
   X(batch_norm)         \
   X(group_norm)         \
   X(upsample)           \
+  X(grid_sample)        \
   X(loss)               \
   X(matmul)             \
   X(index)              \
