@@ -9,8 +9,9 @@
  * always in float; linear and the cubic forward clamp index and weight with
  * guard_index_and_lambda, the cubic backward does not), so the same input
  * pixels are chosen. An output element is the sum over the product of its
- * dims' taps; backward scatters grad_output * weights into a zeroed
- * grad_input. Planes ([N, C] pairs) are tasks of tpu_parallel_for: a plane is
+ * dims' taps, computed row by row (each depth/height tap adds a weighted input
+ * row interpolated along the width); backward scatters grad_output * weights
+ * into a zeroed grad_input. Planes ([N, C] pairs) are tasks of tpu_parallel_for: a plane is
  * gathered into a double buffer (any strides), computed, and scattered back.
  */
 #include <math.h>
@@ -267,29 +268,42 @@ static void planes(void* arg, int64_t begin, int64_t end) {
     int64_t iH = p->isz[1], iW = p->isz[2];
     const int64_t *xd = p->idx[0], *xh = p->idx[1], *xw = p->idx[2];
     const double *wd = p->w[0], *wh = p->w[1], *ww = p->w[2];
+    /* Row by row: each (depth, height) tap of an output row adds a weighted
+     * input row, interpolated along the width (nearest: copied). */
     for (int64_t od = 0; od < oD; ++od)
       for (int64_t oh = 0; oh < oH; ++oh) {
-        int64_t orow = (od * oH + oh) * oW;
-        for (int64_t ow = 0; ow < oW; ++ow) {
-          const int64_t* jw = xw + ow * K;
-          const double* vw = ww + ow * K;
-          double acc = 0.0, go = bwd ? src[orow + ow] : 0.0;
-          for (int a1 = 0; a1 < Kd; ++a1) {
-            double w1 = p->k >= 3 ? wd[od * K + a1] : 1.0;
-            int64_t b1 = p->k >= 3 ? xd[od * K + a1] * iH : 0;
-            for (int a2 = 0; a2 < Kh; ++a2) {
-              double w2 = w1 * (p->k >= 2 ? wh[oh * K + a2] : 1.0);
-              int64_t b2 = (b1 + (p->k >= 2 ? xh[oh * K + a2] : 0)) * iW;
-              if (bwd) {
-                for (int a3 = 0; a3 < K; ++a3) dst[b2 + jw[a3]] += go * w2 * vw[a3];
-              } else {
-                double s = 0.0;
-                for (int a3 = 0; a3 < K; ++a3) s += src[b2 + jw[a3]] * vw[a3];
-                acc += w2 * s;
+        double* orow = (bwd ? src : dst) + (od * oH + oh) * oW;
+        if (!bwd) memset(orow, 0, sizeof(double) * (size_t)oW);
+        for (int a1 = 0; a1 < Kd; ++a1) {
+          double w1 = p->k >= 3 ? wd[od * K + a1] : 1.0;
+          int64_t b1 = p->k >= 3 ? xd[od * K + a1] * iH : 0;
+          for (int a2 = 0; a2 < Kh; ++a2) {
+            double wt = w1 * (p->k >= 2 ? wh[oh * K + a2] : 1.0);
+            double* irow = (bwd ? dst : src) + (b1 + (p->k >= 2 ? xh[oh * K + a2] : 0)) * iW;
+            if (wt == 0.0) continue;
+            if (K == 1 && !bwd && wt == 1.0) {
+              for (int64_t ow = 0; ow < oW; ++ow) orow[ow] += irow[xw[ow]];
+            } else if (K == 1 && !bwd) {
+              for (int64_t ow = 0; ow < oW; ++ow) orow[ow] += wt * irow[xw[ow]];
+            } else if (K == 1) {
+              for (int64_t ow = 0; ow < oW; ++ow) irow[xw[ow]] += wt * orow[ow];
+            } else if (K == 2 && !bwd) {
+              for (int64_t ow = 0; ow < oW; ++ow)
+                orow[ow] += wt * (irow[xw[2 * ow]] * ww[2 * ow] +
+                                  irow[xw[2 * ow + 1]] * ww[2 * ow + 1]);
+            } else if (!bwd) {
+              for (int64_t ow = 0; ow < oW; ++ow) {
+                double t = 0.0;
+                for (int a3 = 0; a3 < K; ++a3) t += irow[xw[ow * K + a3]] * ww[ow * K + a3];
+                orow[ow] += wt * t;
+              }
+            } else {
+              for (int64_t ow = 0; ow < oW; ++ow) {
+                double go = wt * orow[ow];
+                for (int a3 = 0; a3 < K; ++a3) irow[xw[ow * K + a3]] += go * ww[ow * K + a3];
               }
             }
           }
-          if (!bwd) dst[orow + ow] = acc;
         }
       }
     walk_scatter(view_at(p->out, n * p->out->strides[0] + c * p->out->strides[1]), p->out->dtype,
