@@ -38,6 +38,8 @@ static const norm_case_t k_cases[] = {
     {F32, 2, {3, 5000}, 1, TT_CONTIG, true, true, ALL3, false, 1e-5},
     {F32, 3, {3, 50, 70}, 2, TT_REVERSED, true, true, {true, true, false}, false, 1e-5},
     {F32, 2, {700, 300}, 1, TT_CONTIG, true, true, ALL3, true, 1e-5},
+    {F64, 2, {500, 200}, 1, TT_TRANSPOSED, true, false, {false, true, true}, false, 1e-5},
+    {F32, 3, {40, 30, 100}, 1, TT_REVERSED, false, true, {true, false, true}, true, 1e-5},
     {F32, 2, {0, 8}, 1, TT_CONTIG, true, true, ALL3, false, 1e-5},
     {F32, 1, {9}, 1, TT_CONTIG, true, true, ALL3, false, 0.5},
     {F64, 4, {2, 3, 4, 5}, 3, TT_BROADCAST, true, true, ALL3, false, 1e-5},

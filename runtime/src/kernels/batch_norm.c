@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "kernels/batch_norm.h"
+#include "kernels/norm_sums.h"
 
 #define CHUNK 1024
 
@@ -184,16 +185,11 @@ static void channels_reduce(void* arg, int64_t begin, int64_t end) {
       walk_gather(x, TPU_DTYPE_F64, xb, a->x->dtype, &p->xw, e, n);
       if (p->bwd) {
         walk_gather(g, TPU_DTYPE_F64, gb, a->g->dtype, &p->gw, e, n);
-        for (int64_t i = 0; i < n; ++i) {
-          s1 += g[i];
-          s2 += g[i] * (x[i] - k);
-        }
+        s1 += ns_sum(g, n);
+        s2 += ns_dotdev(g, x, n, k);
       } else {
-        for (int64_t i = 0; i < n; ++i) {
-          double d = x[i] - k;
-          s1 += d;
-          s2 += d * d;
-        }
+        s1 += ns_sumdev(x, n, k);
+        s2 += ns_sqdev(x, n, k);
       }
     }
     p->p1[c] = s1;

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "kernels/batch_norm.h"
+#include "kernels/norm_sums.h"
 
 #define CHUNK 1024
 
@@ -159,10 +160,9 @@ static void forward_groups(void* arg, int64_t begin, int64_t end) {
     for (int64_t k = 0; k < m; k += CHUNK) {
       int64_t c = m - k < CHUNK ? m - k : CHUNK;
       walk_gather(x, TPU_DTYPE_F64, xb, a->x->dtype, &p->xw, k, c);
-      double s = 0.0, q = 0.0;
-      for (int64_t i = 0; i < c; ++i) s += x[i];
+      double s = ns_sum(x, c);
       double cm = s / (double)c;
-      for (int64_t i = 0; i < c; ++i) q += (x[i] - cm) * (x[i] - cm);
+      double q = ns_sqdev(x, c, cm);
       double delta = cm - mean, tot = (double)(k + c);
       mean += delta * (double)c / tot;
       m2 += q + delta * delta * (double)k * (double)c / tot;

@@ -14,15 +14,18 @@
  * a time with walk_gather, so rows of any length and strides stream through
  * fixed stack buffers: the statistics pass merges per-chunk moments (Chan),
  * then the write pass converts back into the output. Weight and bias are
- * gathered once into double arrays. Rows are spread over tpu_parallel_for;
- * grad_weight/grad_bias are column sums, spread over blocks of COLS columns
- * (each block walks every row), so no reduction across threads is needed.
+ * gathered once into double arrays. Rows are spread over tpu_parallel_for.
+ * grad_weight/grad_bias are column sums: with enough rows, blocks of rows
+ * compute grad_input and their own partial column sums in one pass (added up
+ * afterwards); with few rows, columns are spread over blocks of COLS columns
+ * (each block walks every row) after a row pass for grad_input.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/norm.h"
+#include "kernels/norm_sums.h"
 
 #define CHUNK 1024 /* row elements per gathered chunk */
 #define COLS 256   /* columns per grad_weight/grad_bias block */
@@ -144,6 +147,8 @@ typedef struct plan {
   double* b;            /* bias (or NULL) */
   double* mean;         /* backward: per row, in iterator order */
   double* rstd;
+  double* part;         /* backward by row blocks: partial column sums */
+  int64_t block, nblocks;
 } plan_t;
 
 /* Gathers n elements of row r's block `d` of view v, starting at k. */
@@ -163,15 +168,14 @@ static void forward_rows(void* arg, int64_t begin, int64_t end) {
     for (int64_t k = 0; a->impl->rms && k < n; k += CHUNK) {
       int64_t c = n - k < CHUNK ? n - k : CHUNK;
       row_gather(a->x, offs[V_X], &p->xd, k, c, x);
-      for (int64_t i = 0; i < c; ++i) m2 += x[i] * x[i];
+      m2 += ns_sqdev(x, c, 0.0);
     }
     for (int64_t k = 0; !a->impl->rms && k < n; k += CHUNK) {
       int64_t c = n - k < CHUNK ? n - k : CHUNK;
       row_gather(a->x, offs[V_X], &p->xd, k, c, x);
-      double s = 0.0, q = 0.0;
-      for (int64_t i = 0; i < c; ++i) s += x[i];
+      double s = ns_sum(x, c);
       double cm = s / (double)c;
-      for (int64_t i = 0; i < c; ++i) q += (x[i] - cm) * (x[i] - cm);
+      double q = ns_sqdev(x, c, cm);
       double delta = cm - mean, tot = (double)(k + c);
       mean += delta * (double)c / tot;
       m2 += q + delta * delta * (double)k * (double)c / tot;
@@ -206,11 +210,10 @@ static void grad_input_rows(void* arg, int64_t begin, int64_t end) {
       int64_t c = n - k < CHUNK ? n - k : CHUNK;
       row_gather(a->x, offs[V_X], &p->xd, k, c, x);
       row_gather(a->g, offs[V_G], &p->gd, k, c, g);
-      for (int64_t i = 0; i < c; ++i) {
-        double gw = p->w ? g[i] * p->w[k + i] : g[i];
-        sg += gw;
-        sgx += gw * (x[i] - mean) * rstd;
-      }
+      if (p->w)
+        for (int64_t i = 0; i < c; ++i) g[i] *= p->w[k + i];
+      sg += ns_sum(g, c);
+      sgx += ns_dotdev(g, x, c, mean) * rstd;
     }
     sg = a->impl->rms ? 0.0 : sg / (double)n;
     sgx /= (double)n;
@@ -224,6 +227,52 @@ static void grad_input_rows(void* arg, int64_t begin, int64_t end) {
       }
       walk_scatter(view_at(p->out[0], offs[V_OUT]), p->out[0]->dtype, &p->od, k, x,
                    TPU_DTYPE_F64, c);
+    }
+  }
+}
+
+/* Backward over blocks of rows: grad_input (when asked) and, in the same
+ * pass, each block's partial column sums for grad_weight/grad_bias
+ * (p->part[block] holds n of each), added up afterwards. */
+static void backward_blocks(void* arg, int64_t begin, int64_t end) {
+  const plan_t* p = (const plan_t*)arg;
+  const norm_args_t* a = p->a;
+  double x[CHUNK], g[CHUNK];
+  int64_t offs[NUM_V], n = a->n;
+  for (int64_t blk = begin; blk < end; ++blk) {
+    double* dw = p->part + blk * 2 * n;
+    double* db = dw + n;
+    int64_t r1 = (blk + 1) * p->block < a->m ? (blk + 1) * p->block : a->m;
+    for (int64_t r = blk * p->block; r < r1; ++r) {
+      walk_offsets(&p->rows, p->rows.ndim, r, offs);
+      double mean = p->mean[r], rstd = p->rstd[r], sg = 0.0, sgx = 0.0;
+      for (int64_t k = 0; a->mask[0] && k < n; k += CHUNK) {
+        int64_t c = n - k < CHUNK ? n - k : CHUNK;
+        row_gather(a->x, offs[V_X], &p->xd, k, c, x);
+        row_gather(a->g, offs[V_G], &p->gd, k, c, g);
+        if (p->w)
+          for (int64_t i = 0; i < c; ++i) g[i] *= p->w[k + i];
+        sg += ns_sum(g, c);
+        sgx += ns_dotdev(g, x, c, mean) * rstd;
+      }
+      sg = a->impl->rms ? 0.0 : sg / (double)n;
+      sgx /= (double)n;
+      for (int64_t k = 0; k < n; k += CHUNK) {
+        int64_t c = n - k < CHUNK ? n - k : CHUNK;
+        row_gather(a->x, offs[V_X], &p->xd, k, c, x);
+        row_gather(a->g, offs[V_G], &p->gd, k, c, g);
+        double *cw = dw + k, *cb = db + k;
+        for (int64_t i = 0; i < c; ++i) {
+          double xhat = (x[i] - mean) * rstd;
+          cw[i] += g[i] * xhat;
+          cb[i] += g[i];
+          double gw = p->w ? g[i] * p->w[k + i] : g[i];
+          x[i] = rstd * (gw - sg - xhat * sgx);
+        }
+        if (a->mask[0])
+          walk_scatter(view_at(p->out[0], offs[V_OUT]), p->out[0]->dtype, &p->od, k, x,
+                       TPU_DTYPE_F64, c);
+      }
     }
   }
 }
@@ -323,11 +372,36 @@ static tpu_status_t norm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   if (s == TPU_OK && !backward) s = gather_param(a.b, a.n, &p.b);
   if (s == TPU_OK && backward) s = gather_stats(&p);
   if (s == TPU_OK && !backward) tpu_parallel_for(a.m, grain, forward_rows, &p);
-  if (s == TPU_OK && backward && a.mask[0]) tpu_parallel_for(a.m, grain, grad_input_rows, &p);
-  if (s == TPU_OK && backward && (a.mask[1] || a.mask[2])) {
+  bool params = backward && (a.mask[1] || a.mask[2]);
+  if (params) {
     if (a.mask[1]) walk_init_tail(&p.wd, p.out[1], 0);
     if (a.mask[2]) walk_init_tail(&p.bd, p.out[2], 0);
-    tpu_parallel_for((a.n + COLS - 1) / COLS, 1, grad_param_cols, &p);
+  }
+  /* Enough rows: one pass over blocks of rows with partial column sums;
+   * else grad_input by rows and the column sums by column blocks. */
+  int threads = tpu_parallel_threads();
+  if (s == TPU_OK && params && a.m >= 2 * threads && a.m * a.n >= 65536) {
+    p.nblocks = 4 * threads < a.m ? 4 * threads : a.m;
+    p.block = (a.m + p.nblocks - 1) / p.nblocks;
+    p.nblocks = (a.m + p.block - 1) / p.block;
+    p.part = (double*)calloc((size_t)(p.nblocks * 2 * a.n), sizeof(double));
+    if (!p.part) s = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "no host memory for layer_norm");
+    if (s == TPU_OK) {
+      tpu_parallel_for(p.nblocks, 1, backward_blocks, &p);
+      double* sum = p.part; /* block 0 accumulates the others */
+      for (int64_t b = 1; b < p.nblocks; ++b)
+        for (int64_t i = 0; i < 2 * a.n; ++i) sum[i] += p.part[b * 2 * a.n + i];
+      if (a.mask[1])
+        walk_scatter(tpu_view_ptr(p.out[1]), p.out[1]->dtype, &p.wd, 0, sum, TPU_DTYPE_F64, a.n);
+      if (a.mask[2])
+        walk_scatter(tpu_view_ptr(p.out[2]), p.out[2]->dtype, &p.bd, 0, sum + a.n, TPU_DTYPE_F64,
+                     a.n);
+    }
+    free(p.part);
+  } else {
+    if (s == TPU_OK && backward && a.mask[0])
+      tpu_parallel_for(a.m, grain, grad_input_rows, &p);
+    if (s == TPU_OK && params) tpu_parallel_for((a.n + COLS - 1) / COLS, 1, grad_param_cols, &p);
   }
   free(p.w);
   free(p.b);
