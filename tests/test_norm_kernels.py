@@ -28,10 +28,8 @@ OPINFOS = [
     ("nn.functional.interpolate", "trilinear", FLOATS),
     ("nn.functional.upsample_nearest", "", FLOATS + [torch.uint8]),
     ("nn.functional.upsample_bilinear", "", FLOATS),
+    ("nn.functional.grid_sample", "", FLOATS),
 ]
-
-# grid_sample: every 4-d sample native (5-d ones need grid_sampler_3d, not native yet).
-GRID_DTYPES = FLOATS
 
 
 # Native, but half-precision rounding differs from the CPU kernels' by more than
@@ -177,16 +175,6 @@ def test_interpolate_grad(mode, shape, kw, cl):
                 cl=cl and len(shape) in (4, 5))
 
 
-@pytest.mark.parametrize("dtype", GRID_DTYPES, ids=str)
-def test_grid_sample_opinfo_4d_native(dtype):
-    op = _ops()[("nn.functional.grid_sample", "")]
-    rec = coverage.check_pair(op, dtype)
-    assert set(rec["fallbacks"]) <= {"aten::grid_sampler_3d"}, rec["fallbacks"]
-    if ("nn.functional.grid_sample", "", dtype) in KNOWN_ROUNDING and rec["status"] == "fail":
-        pytest.xfail("half-precision rounding differs from the CPU kernel: " + rec["message"])
-    assert rec["status"] == "pass", rec
-
-
 @pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
 @pytest.mark.parametrize("pad", ["zeros", "border", "reflection"])
 @pytest.mark.parametrize("align", [False, True])
@@ -204,6 +192,13 @@ def test_grid_sample_grad(mode, pad, align):
         torch.testing.assert_close(got.cpu(), fn(x, g))
         return
     _grad_check(fn, (2, 3, 5, 6), (2, 4, 7, 2))
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("pad", ["zeros", "border", "reflection"])
+def test_grid_sample_3d_grad(mode, pad):
+    _grad_check(lambda x, g: F.grid_sample(x, g.clamp(-1.2, 1.2), mode=mode, padding_mode=pad,
+                                           align_corners=False), (2, 3, 4, 5, 3), (2, 3, 2, 4, 3))
 
 
 def test_affine_grid_native():

@@ -2,7 +2,8 @@
  * (align_corners) reproduces the input in every mode and padding and over
  * layouts; its backward passes grad_output through to grad_input; a grid
  * point outside the input reads zero (zeros padding) or the edge (border);
- * bicubic backward and 3-d inputs fall back. */
+ * bicubic backward and 3-d inputs to the 2-d op fall back; the 3-d op's
+ * identity grid reproduces its input. */
 #include "kernel_test_util.h"
 
 static void identity_grid(const tpu_view_t* g, int64_t n, int64_t h, int64_t w) {
@@ -98,6 +99,43 @@ TEST(grid_sample_padding) {
   tpu_node_t node = tt_node(in, 2, NULL, 0, attrs, 3);
   CHECK_CODE(fwd->check(fwd, &node), TPU_CODE_UNIMPLEMENTED);
   tt_free(&x3);
+  tt_free(&x);
+  tt_free(&g);
+}
+
+TEST(grid_sample_3d_identity) {
+  const tpu_op_def_t* fwd = tt_def("grid_sampler_3d");
+  if (!fwd) return;
+  int64_t xs[5] = {1, 2, 3, 4, 5}, gs[5] = {1, 3, 4, 5, 3};
+  tt_t x = tt_make(TPU_DTYPE_F64, 5, xs, TT_REVERSED);
+  tt_t g = tt_make(TPU_DTYPE_F64, 5, gs, TT_CONTIG);
+  tt_fill(&x.view, -2, 2, 0);
+  for (int64_t z = 0; z < 3; ++z)
+    for (int64_t y = 0; y < 4; ++y)
+      for (int64_t w = 0; w < 5; ++w) {
+        int64_t k = ((z * 4 + y) * 5 + w) * 3;
+        tt_set(&g.view, k, -1.0 + 2.0 * (double)w / 4.0);
+        tt_set(&g.view, k + 1, -1.0 + 2.0 * (double)y / 3.0);
+        tt_set(&g.view, k + 2, -1.0 + 2.0 * (double)z / 2.0);
+      }
+  for (int mode = 0; mode < 2; ++mode) {
+    tpu_value_t in[2] = {tt_value(&x.view), tt_value(&g.view)};
+    tpu_attr_t attrs[3] = {tt_int(mode), tt_int(0), tt_bool(true)};
+    tpu_node_t node = tt_node(in, 2, NULL, 0, attrs, 3);
+    tpu_view_t shape;
+    CHECK_OK(fwd->check(fwd, &node));
+    CHECK_OK(fwd->infer(fwd, &node, &shape));
+    tt_t y = tt_like(&shape, TT_CONTIG);
+    node.outputs = &y.view;
+    node.num_outputs = 1;
+    CHECK_OK(tt_run(fwd->kernel, fwd, &node));
+    tt_compare("3-d identity grid", &y.view, &x.view, 1e-9);
+    tt_free(&y);
+  }
+  tpu_value_t in[2] = {tt_value(&x.view), tt_value(&g.view)};
+  tpu_attr_t attrs[3] = {tt_int(2), tt_int(0), tt_bool(true)}; /* no bicubic in 3-d */
+  tpu_node_t node = tt_node(in, 2, NULL, 0, attrs, 3);
+  CHECK_CODE(fwd->check(fwd, &node), TPU_CODE_UNIMPLEMENTED);
   tt_free(&x);
   tt_free(&g);
 }

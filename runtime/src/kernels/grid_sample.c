@@ -1,9 +1,10 @@
 /* grid_sample.c — grid_sampler_2d (bilinear, nearest, bicubic; padding
- * zeros, border, reflection; align_corners) and grid_sampler_2d_backward
- * (bilinear and nearest).
+ * zeros, border, reflection; align_corners), grid_sampler_3d (trilinear,
+ * nearest) and their backward ops (bilinear/trilinear and nearest).
  *
  * Input [N, C, H, W], grid [N, Ho, Wo, 2] (x, y in [-1, 1]), output
- * [N, C, Ho, Wo]. A grid point becomes source coordinates as PyTorch computes
+ * [N, C, Ho, Wo]; in 3-d [N, C, D, H, W], grid [N, Do, Ho, Wo, 3] (x, y, z).
+ * A 2-d op is handled as a 3-d one with D = Do = 1 and no z. A grid point becomes source coordinates as PyTorch computes
  * them (GridSampler.h: unnormalise, then clip or reflect for the padding
  * mode; float arithmetic for float inputs, emulated by rounding each
  * operation), and then a list of taps: flat input indices with weights
@@ -26,6 +27,7 @@ enum { PAD_ZEROS = 0, PAD_BORDER = 1, PAD_REFLECTION = 2 };
 
 typedef struct gs_impl {
   bool backward;
+  int dims; /* 2 or 3 */
 } gs_impl_t;
 
 typedef struct gs_args {
@@ -35,7 +37,8 @@ typedef struct gs_args {
   bool align;
   tpu_dtype_t f32; /* the dtype coordinates round to */
   bool mask[2];
-  int64_t n, c, h, w, ho, wo;
+  int dims;
+  int64_t n, c, d, h, w, dout, ho, wo;
   tpu_view_t shape[2];
 } gs_args_t;
 
@@ -49,25 +52,31 @@ static tpu_status_t gs_parse(const tpu_op_def_t* def, const tpu_node_t* node, gs
   a->mode = (int)tpu_attr_int(ku_attr(def, node, "interpolation_mode"), -1);
   a->pad = (int)tpu_attr_int(ku_attr(def, node, "padding_mode"), -1);
   a->align = tpu_attr_bool(ku_attr(def, node, "align_corners"), false);
-  if (x->ndim != 4 || gr->ndim != 4 || gr->sizes[3] != 2 || gr->sizes[0] != x->sizes[0] ||
-      !tpu_dtype_is_floating(x->dtype) || gr->dtype != x->dtype || a->mode < 0 || a->mode > 2 ||
-      a->pad < 0 || a->pad > 2 || (a->impl->backward && a->mode == BICUBIC))
-    TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "grid_sampler_2d: no native kernel for these arguments");
+  int k = a->impl->dims;
+  a->dims = k;
+  if (x->ndim != k + 2 || gr->ndim != k + 2 || gr->sizes[k + 1] != k ||
+      gr->sizes[0] != x->sizes[0] || !tpu_dtype_is_floating(x->dtype) || gr->dtype != x->dtype ||
+      a->mode < 0 || a->mode > 2 || a->pad < 0 || a->pad > 2 ||
+      (a->mode == BICUBIC && (a->impl->backward || k == 3)))
+    TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "grid_sampler: no native kernel for these arguments");
   a->n = x->sizes[0];
   a->c = x->sizes[1];
-  a->h = x->sizes[2];
-  a->w = x->sizes[3];
-  a->ho = gr->sizes[1];
-  a->wo = gr->sizes[2];
-  if (a->h <= 0 || a->w <= 0)
-    TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "grid_sampler_2d: empty input");
+  a->d = k == 3 ? x->sizes[2] : 1;
+  a->h = x->sizes[k];
+  a->w = x->sizes[k + 1];
+  a->dout = k == 3 ? gr->sizes[1] : 1;
+  a->ho = gr->sizes[k - 1];
+  a->wo = gr->sizes[k];
+  if (a->d <= 0 || a->h <= 0 || a->w <= 0)
+    TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "grid_sampler: empty input");
   a->f32 = x->dtype;
   tpu_view_t* s = a->shape;
   if (a->impl->backward) {
     a->g = ku_input(def, node, "grad_output");
-    if (!a->g || a->g->ndim != 4 || a->g->sizes[0] != a->n || a->g->sizes[1] != a->c ||
-        a->g->sizes[2] != a->ho || a->g->sizes[3] != a->wo || a->g->dtype != x->dtype)
-      TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "grid_sampler_2d_backward: grad_output shape");
+    bool ok = a->g && a->g->ndim == k + 2 && a->g->dtype == x->dtype;
+    for (int i = 0; ok && i < k + 2; ++i)
+      ok = a->g->sizes[i] == (i == 0 ? a->n : i == 1 ? a->c : gr->sizes[i - 1]);
+    if (!ok) TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "grid_sampler_backward: grad_output shape");
     const tpu_attr_t* m = ku_attr(def, node, "output_mask");
     for (int i = 0; i < 2; ++i)
       a->mask[i] = !(m && m->kind == TPU_ATTR_INTS && i < m->count) || m->u.ints[i];
@@ -82,8 +91,7 @@ static tpu_status_t gs_parse(const tpu_op_def_t* def, const tpu_node_t* node, gs
     a->mask[0] = true;
     s[0] = *x;
     s[0].addr = 0;
-    s[0].sizes[2] = a->ho;
-    s[0].sizes[3] = a->wo;
+    for (int i = 0; i < k; ++i) s[0].sizes[2 + i] = gr->sizes[1 + i];
     tpu_view_set_contiguous(&s[0]);
   }
   return TPU_OK;
@@ -189,24 +197,25 @@ static double cubic2(double x, double A, tpu_dtype_t f32) {
   return R(R(R(R(R(R(A * x) - R(5 * A)) * x) + R(8 * A)) * x) - R(4 * A));
 }
 
-/* Taps of grid point (gx, gy): up to 16 flat indices and weights. For
- * bilinear also the corner geometry for grad_grid (ix, iy, nw corner). */
+/* Taps of a grid point: up to 16 flat input indices ((z * H + y) * W + x)
+ * and weights; also the source coordinates and their d/d(grid). */
 typedef struct point {
   int n;
   int64_t idx[16];
   double w[16];
-  double ix, iy, dx, dy; /* source coords and their d/d(grid) */
+  double ix, iy, iz, dx, dy, dz;
 } point_t;
 
-static bool in_bounds(int64_t x, int64_t y, int64_t W, int64_t H) {
-  return x >= 0 && x < W && y >= 0 && y < H;
+static bool in_bounds(int64_t x, int64_t y, int64_t z, const gs_args_t* a) {
+  return x >= 0 && x < a->w && y >= 0 && y < a->h && z >= 0 && z < a->d;
 }
 
-static void point_taps(const gs_args_t* a, double gx, double gy, point_t* p) {
+static void point_taps(const gs_args_t* a, const double* gc, point_t* p) {
   tpu_dtype_t f32 = a->f32;
   int64_t H = a->h, W = a->w;
+  double gx = gc[0], gy = gc[1];
   p->n = 0;
-  if (a->mode == BICUBIC) {
+  if (a->mode == BICUBIC) { /* 2-d only */
     double du;
     double ix = unnormalize(gx, W, a->align, f32, &du);
     double iy = unnormalize(gy, H, a->align, f32, &du);
@@ -223,34 +232,39 @@ static void point_taps(const gs_args_t* a, double gx, double gy, point_t* p) {
         double sx = compute_coord(fx - 1 + i, W, a->pad, a->align, f32, &d);
         double sy = compute_coord(fy - 1 + j, H, a->pad, a->align, f32, &d);
         int64_t xi = (int64_t)sx, yi = (int64_t)sy;
-        if (!in_bounds(xi, yi, W, H)) continue;
+        if (!in_bounds(xi, yi, 0, a)) continue;
         p->idx[p->n] = yi * W + xi;
         p->w[p->n++] = cx[i] * cy[j];
       }
     return;
   }
-  double ix = source(gx, W, a->pad, a->align, f32, &p->dx);
-  double iy = source(gy, H, a->pad, a->align, f32, &p->dy);
-  p->ix = ix;
-  p->iy = iy;
+  bool three = a->dims == 3;
+  p->ix = source(gx, W, a->pad, a->align, f32, &p->dx);
+  p->iy = source(gy, H, a->pad, a->align, f32, &p->dy);
+  p->iz = three ? source(gc[2], a->d, a->pad, a->align, f32, &p->dz) : 0.0;
+  if (!three) p->dz = 0.0;
   if (a->mode == NEAREST) {
-    int64_t xi = (int64_t)nearbyint(ix), yi = (int64_t)nearbyint(iy);
-    if (in_bounds(xi, yi, W, H)) {
-      p->idx[0] = yi * W + xi;
+    int64_t xi = (int64_t)nearbyint(p->ix), yi = (int64_t)nearbyint(p->iy);
+    int64_t zi = three ? (int64_t)nearbyint(p->iz) : 0;
+    if (in_bounds(xi, yi, zi, a)) {
+      p->idx[0] = (zi * H + yi) * W + xi;
       p->w[0] = 1;
       p->n = 1;
     }
     return;
   }
-  double x0 = floor(ix), y0 = floor(iy);
-  double wx1 = R(ix - x0), wx0 = R(R(x0 + 1) - ix), wy1 = R(iy - y0), wy0 = R(R(y0 + 1) - iy);
-  int64_t xs[2] = {(int64_t)x0, (int64_t)x0 + 1}, ys[2] = {(int64_t)y0, (int64_t)y0 + 1};
-  double wxs[2] = {wx0, wx1}, wys[2] = {wy0, wy1};
-  for (int j = 0; j < 2; ++j)
-    for (int i = 0; i < 2; ++i)
-      if (in_bounds(xs[i], ys[j], W, H)) {
-        p->idx[p->n] = ys[j] * W + xs[i];
-        p->w[p->n++] = R(wxs[i] * wys[j]);
+  double x0 = floor(p->ix), y0 = floor(p->iy), z0 = floor(p->iz);
+  double wx[2] = {R(R(x0 + 1) - p->ix), R(p->ix - x0)};
+  double wy[2] = {R(R(y0 + 1) - p->iy), R(p->iy - y0)};
+  double wz[2] = {R(R(z0 + 1) - p->iz), R(p->iz - z0)};
+  int nz = three ? 2 : 1;
+  for (int l = 0; l < nz; ++l)
+    for (int j = 0; j < 2; ++j)
+      for (int i = 0; i < 2; ++i) {
+        int64_t xi = (int64_t)x0 + i, yi = (int64_t)y0 + j, zi = three ? (int64_t)z0 + l : 0;
+        if (!in_bounds(xi, yi, zi, a)) continue;
+        p->idx[p->n] = (zi * H + yi) * W + xi;
+        p->w[p->n++] = three ? R(R(wx[i] * wy[j]) * wz[l]) : R(wx[i] * wy[j]);
       }
 }
 
@@ -268,12 +282,16 @@ static void plane_walk(walk_t* w, const tpu_view_t* v) {
   for (int32_t d = 2; d < v->ndim; ++d) walk_push(w, v->sizes[d], &v->strides[d]);
 }
 
-static void grid_xy(const gs_args_t* a, int64_t n, int64_t oh, int64_t ow, double* gx,
-                    double* gy) {
+/* Grid point o (flat over the output's spatial dims) of batch n: gc[0..dims). */
+static void grid_at(const gs_args_t* a, int64_t n, int64_t o, double* gc) {
   const tpu_view_t* g = a->grid;
-  int64_t off = n * g->strides[0] + oh * g->strides[1] + ow * g->strides[2];
-  *gx = view_get_f64(g, off);
-  *gy = view_get_f64(g, off + g->strides[3]);
+  int k = a->dims;
+  int64_t off = n * g->strides[0];
+  for (int i = k; i >= 1; --i) {
+    off += (o % g->sizes[i]) * g->strides[i];
+    o /= g->sizes[i];
+  }
+  for (int i = 0; i < k; ++i) gc[i] = view_get_f64(g, off + i * g->strides[k + 1]);
 }
 
 /* Forward (out = taps . x) or grad_input (scatter), one (n, c) plane per task. */
@@ -281,7 +299,7 @@ static void planes(void* arg, int64_t begin, int64_t end) {
   plan_t* p = (plan_t*)arg;
   const gs_args_t* a = p->a;
   bool bwd = a->impl->backward;
-  int64_t ip = a->h * a->w, op = a->ho * a->wo;
+  int64_t ip = a->d * a->h * a->w, op = a->dout * a->ho * a->wo;
   double* buf = (double*)malloc(sizeof(double) * (size_t)(ip + op));
   if (!buf) {
     atomic_store(&p->failed, 1);
@@ -299,13 +317,11 @@ static void planes(void* arg, int64_t begin, int64_t end) {
       walk_gather(xin, TPU_DTYPE_F64, view_at(a->x, n * a->x->strides[0] + c * a->x->strides[1]),
                   a->x->dtype, &p->xw, 0, ip);
     }
-    for (int64_t oh = 0; oh < a->ho; ++oh)
-      for (int64_t ow = 0; ow < a->wo; ++ow) {
-        double gx, gy;
-        grid_xy(a, n, oh, ow, &gx, &gy);
+    for (int64_t o = 0; o < op; ++o) {
+        double gc[3];
+        grid_at(a, n, o, gc);
         point_t pt;
-        point_taps(a, gx, gy, &pt);
-        int64_t o = oh * a->wo + ow;
+        point_taps(a, gc, &pt);
         if (bwd) {
           for (int k = 0; k < pt.n; ++k) xin[pt.idx[k]] += pt.w[k] * yo[o];
         } else {
@@ -327,44 +343,60 @@ static void planes(void* arg, int64_t begin, int64_t end) {
   free(buf);
 }
 
-/* grad_grid, one grid point per element (bilinear; nearest gives 0). */
+/* grad_grid, one grid point per element (bilinear/trilinear; nearest gives 0). */
 static void grid_points(void* arg, int64_t begin, int64_t end) {
   plan_t* p = (plan_t*)arg;
   const gs_args_t* a = p->a;
   const tpu_view_t* gg = &p->node->outputs[1];
   const tpu_view_t *x = a->x, *g = a->g;
-  for (int64_t k = begin; k < end; ++k) {
-    int64_t n = k / (a->ho * a->wo), oh = (k / a->wo) % a->ho, ow = k % a->wo;
-    double gix = 0, giy = 0;
+  int k = a->dims;
+  bool three = k == 3;
+  int64_t op = a->dout * a->ho * a->wo;
+  for (int64_t e = begin; e < end; ++e) {
+    int64_t n = e / op, o = e % op;
+    double gi[3] = {0, 0, 0};
     if (a->mode == BILINEAR) {
-      double gx, gy;
-      grid_xy(a, n, oh, ow, &gx, &gy);
+      double gc[3];
+      grid_at(a, n, o, gc);
       point_t pt;
-      point_taps(a, gx, gy, &pt);
-      double x0 = floor(pt.ix), y0 = floor(pt.iy);
-      double dx1 = pt.ix - x0, dx0 = x0 + 1 - pt.ix, dy1 = pt.iy - y0, dy0 = y0 + 1 - pt.iy;
-      int64_t xs[2] = {(int64_t)x0, (int64_t)x0 + 1}, ys[2] = {(int64_t)y0, (int64_t)y0 + 1};
-      /* d(weight)/d(ix) and d/d(iy) of the corners (i, j). */
-      double wxd[2] = {-1, 1}, wyd[2] = {-1, 1}, wx[2] = {dx0, dx1}, wy[2] = {dy0, dy1};
-      for (int64_t c = 0; c < a->c; ++c) {
-        double go = view_get_f64(g, n * g->strides[0] + c * g->strides[1] + oh * g->strides[2] +
-                                        ow * g->strides[3]);
-        if (go == 0) continue;
-        for (int j = 0; j < 2; ++j)
-          for (int i = 0; i < 2; ++i) {
-            if (!in_bounds(xs[i], ys[j], a->w, a->h)) continue;
-            double v = view_get_f64(x, n * x->strides[0] + c * x->strides[1] +
-                                           ys[j] * x->strides[2] + xs[i] * x->strides[3]);
-            gix += v * wxd[i] * wy[j] * go;
-            giy += v * wyd[j] * wx[i] * go;
-          }
+      point_taps(a, gc, &pt);
+      double x0 = floor(pt.ix), y0 = floor(pt.iy), z0 = floor(pt.iz);
+      double wx[2] = {x0 + 1 - pt.ix, pt.ix - x0}, wy[2] = {y0 + 1 - pt.iy, pt.iy - y0};
+      double wz[2] = {three ? z0 + 1 - pt.iz : 1.0, three ? pt.iz - z0 : 0.0};
+      const double sg[2] = {-1, 1};
+      /* grad_output's and the input's offsets of this point / batch */
+      int64_t go_off = n * g->strides[0], r = o;
+      for (int i = k + 1; i >= 2; --i) {
+        go_off += (r % g->sizes[i]) * g->strides[i];
+        r /= g->sizes[i];
       }
-      gix *= pt.dx;
-      giy *= pt.dy;
+      int nz = three ? 2 : 1;
+      for (int64_t c = 0; c < a->c; ++c) {
+        double go = view_get_f64(g, go_off + c * g->strides[1]);
+        if (go == 0) continue;
+        for (int l = 0; l < nz; ++l)
+          for (int j = 0; j < 2; ++j)
+            for (int i = 0; i < 2; ++i) {
+              int64_t xi = (int64_t)x0 + i, yi = (int64_t)y0 + j, zi = three ? (int64_t)z0 + l : 0;
+              if (!in_bounds(xi, yi, zi, a)) continue;
+              int64_t off = n * x->strides[0] + c * x->strides[1] + yi * x->strides[k] +
+                            xi * x->strides[k + 1] + (three ? zi * x->strides[2] : 0);
+              double v = view_get_f64(x, off) * go;
+              gi[0] += v * sg[i] * wy[j] * wz[l];
+              gi[1] += v * wx[i] * sg[j] * wz[l];
+              if (three) gi[2] += v * wx[i] * wy[j] * sg[l];
+            }
+      }
+      gi[0] *= pt.dx;
+      gi[1] *= pt.dy;
+      gi[2] *= pt.dz;
     }
-    int64_t off = n * gg->strides[0] + oh * gg->strides[1] + ow * gg->strides[2];
-    view_set_f64(gg, off, gix);
-    view_set_f64(gg, off + gg->strides[3], giy);
+    int64_t off = n * gg->strides[0], r = o;
+    for (int i = k; i >= 1; --i) {
+      off += (r % gg->sizes[i]) * gg->strides[i];
+      r /= gg->sizes[i];
+    }
+    for (int i = 0; i < k; ++i) view_set_f64(gg, off + i * gg->strides[k + 1], gi[i]);
   }
 }
 
@@ -384,11 +416,11 @@ static tpu_status_t gs_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   plane_walk(&p.xw, a.x);
   if (bwd) plane_walk(&p.gw, a.g);
   if (a.mask[0]) plane_walk(&p.ow, &node->outputs[0]);
-  int64_t work = a.ho * a.wo * 8 + a.h * a.w;
+  int64_t work = a.dout * a.ho * a.wo * 8 + a.d * a.h * a.w;
   if (a.mask[0] && a.n * a.c > 0)
     tpu_parallel_for(a.n * a.c, work >= 16384 ? 1 : 16384 / work, planes, &p);
   if (bwd && a.mask[1]) {
-    int64_t pts = a.n * a.ho * a.wo, per = 8 * (a.c > 0 ? a.c : 1);
+    int64_t pts = a.n * a.dout * a.ho * a.wo, per = 8 * (a.c > 0 ? a.c : 1);
     tpu_parallel_for(pts, per >= 16384 ? 1 : 16384 / per, grid_points, &p);
   }
   if (atomic_load(&p.failed))
@@ -396,8 +428,10 @@ static tpu_status_t gs_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   return TPU_OK;
 }
 
-static const gs_impl_t k_fwd = {false};
-static const gs_impl_t k_bwd = {true};
+static const gs_impl_t k_fwd = {false, 2};
+static const gs_impl_t k_bwd = {true, 2};
+static const gs_impl_t k_fwd3 = {false, 3};
+static const gs_impl_t k_bwd3 = {true, 3};
 
 static const tpu_op_def_t k_rows[] = {
     {"grid_sampler_2d", "input,grid", "interpolation_mode,padding_mode,align_corners", "out",
@@ -406,6 +440,12 @@ static const tpu_op_def_t k_rows[] = {
      "interpolation_mode,padding_mode,align_corners,output_mask", "out0,out1",
      "grid_sampler_2d_backward.default grid_sampler_2d_backward.out", gs_kernel, gs_infer,
      gs_check, &k_bwd},
+    {"grid_sampler_3d", "input,grid", "interpolation_mode,padding_mode,align_corners", "out",
+     "grid_sampler_3d.default grid_sampler_3d.out", gs_kernel, gs_infer, gs_check, &k_fwd3},
+    {"grid_sampler_3d_backward", "grad_output,input,grid",
+     "interpolation_mode,padding_mode,align_corners,output_mask", "out0,out1",
+     "grid_sampler_3d_backward.default grid_sampler_3d_backward.out", gs_kernel, gs_infer,
+     gs_check, &k_bwd3},
 };
 
 const tpu_op_family_t tpu_family_grid_sample = {"grid_sample", k_rows,
