@@ -207,3 +207,29 @@ def test_affine_grid_native():
     got = F.affine_grid(theta.to("tpu"), (3, 2, 5, 7), align_corners=False)
     assert torch_tpu.fallback_counts() == {}
     torch.testing.assert_close(got.cpu(), F.affine_grid(theta, (3, 2, 5, 7), align_corners=False))
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_export_overloads(training):
+    """_batch_norm_no_update (eval) and batch_norm_backward (the reserve-taking
+    overload export and compile paths use) run natively and match the CPU."""
+    torch.manual_seed(0)
+    x, g = torch.randn(4, 3, 5, dtype=torch.float64), torch.randn(4, 3, 5, dtype=torch.float64)
+    w, b = torch.rand(3, dtype=torch.float64), torch.rand(3, dtype=torch.float64)
+    rm, rv = torch.rand(3, dtype=torch.float64), torch.rand(3, dtype=torch.float64) + 0.5
+    tpu = lambda *a: [t.to("tpu") if isinstance(t, torch.Tensor) else t for t in a]
+    aten = torch.ops.aten
+    if training:
+        fw = aten._batch_norm_with_update(x, w, b, rm.clone(), rv.clone(), 0.1, 1e-5)
+    else:
+        fw = aten._batch_norm_no_update(x, w, b, rm, rv, 0.1, 1e-5)
+    args = (g, x, w, rm, rv, fw[1], fw[2], training, 1e-5, [True, True, True], fw[3])
+    torch_tpu.reset_counts()
+    got = aten.batch_norm_backward(*tpu(*args))
+    if not training:
+        got_fw = aten._batch_norm_no_update(*tpu(x, w, b, rm, rv, 0.1, 1e-5))
+        for a, e in zip(got_fw, fw):
+            torch.testing.assert_close(a.cpu(), e)
+    assert torch_tpu.fallback_counts() == {}
+    for a, e in zip(got, aten.batch_norm_backward(*args)):
+        torch.testing.assert_close(a.cpu(), e)

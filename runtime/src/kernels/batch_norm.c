@@ -85,9 +85,15 @@ tpu_status_t tpu_bn_parse(const tpu_op_def_t* def, const tpu_node_t* node, bn_ar
   a->b = bwd ? NULL : ku_input(def, node, "bias");
   a->rm = ku_input(def, node, "running_mean");
   a->rv = ku_input(def, node, "running_var");
-  a->training = a->impl->training >= 0
-                    ? a->impl->training != 0
-                    : tpu_attr_bool(ku_attr(def, node, bwd ? "train" : "training"), false);
+  if (a->impl->training == -2) { /* _batch_norm_no_update: batch statistics without running ones */
+    a->training = !a->rm || !a->rv;
+  } else if (a->impl->training >= 0) {
+    a->training = a->impl->training != 0;
+  } else {
+    const tpu_attr_t* t = ku_attr(def, node, bwd ? "train" : "training");
+    if (!t) t = ku_attr(def, node, "update"); /* batch_norm_backward's name for it */
+    a->training = tpu_attr_bool(t, false);
+  }
   a->momentum = tpu_attr_float(ku_attr(def, node, "momentum"), 0.1);
   a->eps = tpu_attr_float(ku_attr(def, node, "eps"), 1e-5);
   a->n = x->sizes[0];
@@ -102,6 +108,7 @@ tpu_status_t tpu_bn_parse(const tpu_op_def_t* def, const tpu_node_t* node, bn_ar
     a->g = ku_input(def, node, "grad_out");
     a->sm = ku_input(def, node, "save_mean");
     a->si = ku_input(def, node, "save_invstd");
+    if (!a->si) a->si = ku_input(def, node, "save_var"); /* batch_norm_backward: it is invstd */
     if (!a->training) a->sm = a->si = NULL; /* eval: the running statistics are used */
     if (!a->g || !views_same_shape(a->g, x) || !tpu_dtype_is_floating(a->g->dtype))
       TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "batch_norm_backward: unexpected grad_out");
@@ -141,6 +148,12 @@ static tpu_status_t bn_infer(const tpu_op_def_t* def, const tpu_node_t* node, tp
   bn_args_t a;
   TPU_RETURN_IF_ERROR(ku_unimplemented(tpu_bn_parse(def, node, &a)));
   for (int i = 0; i < 3; ++i) out[i] = a.shape[i];
+  if (tpu_spec_count(def->outputs) == 4) { /* the reserve: an empty uint8 tensor */
+    memset(&out[3], 0, sizeof(out[3]));
+    out[3].dtype = TPU_DTYPE_U8;
+    out[3].ndim = 1;
+    tpu_view_set_contiguous(&out[3]);
+  }
   return TPU_OK;
 }
 
@@ -438,6 +451,7 @@ static tpu_status_t bn_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
 static const bn_impl_t k_fwd = {false, -1, false};
 static const bn_impl_t k_fwd_eval = {false, 0, false};
 static const bn_impl_t k_bwd = {true, -1, false};
+static const bn_impl_t k_fwd_no_update = {false, -2, false};
 
 static const tpu_op_def_t k_rows[] = {
     {"batch_norm", "input,weight,bias,running_mean,running_var", "training,momentum,eps",
@@ -454,6 +468,13 @@ static const tpu_op_def_t k_rows[] = {
      "train,eps,output_mask", "out0,out1,out2",
      "native_batch_norm_backward.default native_batch_norm_backward.out", bn_kernel, bn_infer,
      bn_check, &k_bwd},
+    {"batch_norm_no_update", "input,weight,bias,running_mean,running_var", "momentum,eps",
+     "out0,out1,out2,out3", "_batch_norm_no_update.default _batch_norm_no_update.out", bn_kernel,
+     bn_infer, bn_check, &k_fwd_no_update},
+    {"batch_norm_backward_reserve",
+     "grad_out,input,weight,running_mean,running_var,save_mean,save_var,reserve",
+     "update,eps,output_mask", "out0,out1,out2", "batch_norm_backward.default", bn_kernel,
+     bn_infer, bn_check, &k_bwd},
 };
 
 const tpu_op_family_t tpu_family_batch_norm = {"batch_norm", k_rows,
