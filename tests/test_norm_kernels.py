@@ -29,6 +29,7 @@ OPINFOS = [
     ("nn.functional.upsample_nearest", "", FLOATS + [torch.uint8]),
     ("nn.functional.upsample_bilinear", "", FLOATS),
     ("nn.functional.grid_sample", "", FLOATS),
+    ("_upsample_bilinear2d_aa", "", [torch.float32, torch.float64]),
 ]
 
 
@@ -233,3 +234,11 @@ def test_batch_norm_export_overloads(training):
     assert torch_tpu.fallback_counts() == {}
     for a, e in zip(got, aten.batch_norm_backward(*args)):
         torch.testing.assert_close(a.cpu(), e)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("size", [(3, 4), (9, 11), (2, 13)])
+@pytest.mark.parametrize("align", [False, True])
+def test_interpolate_antialias_grad(mode, size, align):
+    _grad_check(lambda x: F.interpolate(x, size=size, mode=mode, align_corners=align,
+                                        antialias=True), (2, 3, 7, 8))

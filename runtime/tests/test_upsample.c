@@ -149,3 +149,29 @@ TEST(upsample_nearest) {
   tt_free(&y1);
   tt_free(&x);
 }
+
+TEST(upsample_antialias_identity) {
+  /* Same input and output size: the antialiasing filters reduce to the identity. */
+  const char* names[2] = {"upsample_bilinear2d_aa", "upsample_bicubic2d_aa"};
+  int64_t s[4] = {2, 3, 5, 6}, o[2] = {5, 6};
+  for (int k = 0; k < 2; ++k) {
+    const tpu_op_def_t* def = tt_def(names[k]);
+    if (!def) return;
+    tt_t x = tt_make(TPU_DTYPE_F64, 4, s, k ? TT_REVERSED : TT_GAPS);
+    tt_fill(&x.view, -1, 1, 0);
+    tpu_value_t in[1] = {tt_value(&x.view)};
+    tpu_attr_t attrs[7] = {tt_ints(2, o), tt_none(), tt_bool(false), tt_none(),
+                           tt_none(), tt_none(), tt_none()};
+    tpu_node_t node = tt_node(in, 1, NULL, 0, attrs, 7);
+    tpu_view_t shape;
+    CHECK_OK(def->check(def, &node));
+    CHECK_OK(def->infer(def, &node, &shape));
+    tt_t y = tt_like(&shape, TT_CONTIG);
+    node.outputs = &y.view;
+    node.num_outputs = 1;
+    CHECK_OK(tt_run(def->kernel, def, &node));
+    tt_compare(names[k], &y.view, &x.view, 1e-12);
+    tt_free(&x);
+    tt_free(&y);
+  }
+}

@@ -1,6 +1,8 @@
 /* upsample.c — upsample_nearest{1,2,3}d, _upsample_nearest_exact{1,2,3}d,
  * upsample_linear1d, upsample_bilinear2d, upsample_trilinear3d,
- * upsample_bicubic2d, and their backward ops.
+ * upsample_bicubic2d, _upsample_bilinear2d_aa, _upsample_bicubic2d_aa
+ * (antialiased: PyTorch's normalised triangle / Keys a = -0.5 filters
+ * widened by the scale when downsampling), and their backward ops.
  *
  * Every mode is separable: along each spatial dim, output index o reads K
  * input indices with weights ("taps": K = 1 nearest, 2 linear, 4 cubic),
@@ -21,7 +23,7 @@
 
 #include "kernels/kernel_util.h"
 
-enum { NEAREST = 0, NEAREST_EXACT, LINEAR, CUBIC };
+enum { NEAREST = 0, NEAREST_EXACT, LINEAR, CUBIC, AA_LINEAR, AA_CUBIC };
 #define MAXK 4
 
 typedef struct up_impl {
@@ -163,17 +165,77 @@ static double cubic2(double x, double A, bool f32) {
   return R(R(R(R(R(R(A * x) - R(5 * A)) * x) + R(8 * A)) * x) - R(4 * A));
 }
 
-static int taps_of(int mode) { return mode <= NEAREST_EXACT ? 1 : mode == LINEAR ? 2 : 4; }
+/* Antialiased modes (_upsample_*_aa): PyTorch's separable filters. */
+static double aa_support(const up_args_t* a, int d, bool f32) {
+  double scale = area_scale(a->isz[d], a->osz[d], a->align, a->has_scale[d], a->scale[d], f32);
+  double interp = a->impl->mode == AA_LINEAR ? 2.0 : 4.0;
+  return R(scale >= 1.0 ? (interp * 0.5) * scale : interp * 0.5);
+}
+
+static double aa_filter(int mode, double x) {
+  if (x < 0.0) x = -x;
+  if (mode == AA_LINEAR) return x < 1.0 ? 1.0 - x : 0.0;
+  const double A = -0.5;
+  if (x < 1.0) return ((A + 2.0) * x - (A + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * A;
+  return 0.0;
+}
+
+/* Taps per output element of the op (the most of any dim). */
+static int taps_of(const up_args_t* a, bool f32) {
+  int mode = a->impl->mode;
+  if (mode <= NEAREST_EXACT) return 1;
+  if (mode == LINEAR) return 2;
+  if (mode == CUBIC) return 4;
+  int k = 1;
+  for (int d = 0; d < a->impl->dims; ++d) {
+    int m = (int)ceil(aa_support(a, d, f32)) * 2 + 1;
+    if (m > k) k = m;
+  }
+  return k;
+}
+
+/* Antialiased taps of output o along dim d (K slots, unused ones weight 0). */
+static void aa_taps(const up_args_t* a, int d, bool f32, int K, int64_t o, int64_t* ix,
+                    double* wt) {
+  int64_t in = a->isz[d];
+  double scale = area_scale(in, a->osz[d], a->align, a->has_scale[d], a->scale[d], f32);
+  double support = aa_support(a, d, f32);
+  double center = R(scale * ((double)o + 0.5));
+  double invscale = scale >= 1.0 ? R(1.0 / scale) : 1.0;
+  int64_t xmin = (int64_t)(R(center - support) + 0.5);
+  if (xmin < 0) xmin = 0;
+  int64_t xmax = (int64_t)(R(center + support) + 0.5);
+  int64_t xsize = (xmax < in ? xmax : in) - xmin;
+  if (xsize < 0) xsize = 0;
+  if (xsize > K) xsize = K;
+  double total = 0.0;
+  for (int64_t j = 0; j < K; ++j) {
+    ix[j] = j < xsize ? xmin + j : (xmin < in ? xmin : in - 1);
+    wt[j] = j < xsize
+                ? R(aa_filter(a->impl->mode,
+                              R((R((double)(j + xmin) - center) + 0.5) * invscale)))
+                : 0.0;
+    total = R(total + wt[j]);
+  }
+  if (total != 0.0)
+    for (int64_t j = 0; j < xsize; ++j) wt[j] = R(wt[j] / total);
+}
 
 /* Taps of one spatial dim: idx/w[o * K + j]. */
-static void make_taps(const up_args_t* a, int d, bool f32_compute, int64_t* idx, double* w) {
-  int mode = a->impl->mode, K = taps_of(mode);
+static void make_taps(const up_args_t* a, int d, bool f32_compute, int K, int64_t* idx,
+                      double* w) {
+  int mode = a->impl->mode;
   int64_t in = a->isz[d], out = a->osz[d];
   bool has = a->has_scale[d];
   double sc = a->scale[d];
   for (int64_t o = 0; o < out; ++o) {
     int64_t* ix = idx + o * K;
     double* wt = w + o * K;
+    if (mode == AA_LINEAR || mode == AA_CUBIC) {
+      aa_taps(a, d, f32_compute, K, o, ix, wt);
+      continue;
+    }
     if (mode == NEAREST || mode == NEAREST_EXACT) {
       bool f32 = true;
       double scale = (has && sc > 0) ? R(1.0 / sc) : R((double)in / (double)out);
@@ -324,7 +386,8 @@ static tpu_status_t up_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   p.out = &node->outputs[0];
   p.src = a.in;
   p.k = a.impl->dims;
-  p.K = taps_of(a.impl->mode);
+  bool f32 = a.in->dtype != TPU_DTYPE_F64;
+  p.K = taps_of(&a, f32);
   p.ip = p.op = 1;
   for (int d = 0; d < 3; ++d) {
     int s = d - (3 - p.k);
@@ -343,14 +406,13 @@ static tpu_status_t up_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
     TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "no host memory for upsample");
   }
   atomic_init(&p.failed, 0);
-  bool f32 = a.in->dtype != TPU_DTYPE_F64;
   int64_t off = 0;
   for (int d = 0; d < 3; ++d) {
     int s = d - (3 - p.k);
     if (s < 0) continue;
     p.idx[d] = idx + off;
     p.w[d] = w + off;
-    make_taps(&a, s, f32, p.idx[d], p.w[d]);
+    make_taps(&a, s, f32, p.K, p.idx[d], p.w[d]);
     off += a.osz[s] * p.K;
   }
   /* Half types: PyTorch CPU keeps the cubic weights in the input dtype. */
@@ -388,6 +450,8 @@ IMPL(l1, LINEAR, 1)
 IMPL(l2, LINEAR, 2)
 IMPL(l3, LINEAR, 3)
 IMPL(c2, CUBIC, 2)
+IMPL(a2, AA_LINEAR, 2)
+IMPL(b2, AA_CUBIC, 2)
 
 #define ATTRS "output_size,input_size,align_corners,scales,scales_d,scales_h,scales_w"
 #define ROWS(name, aten, impl)                                                                  \
@@ -408,6 +472,8 @@ static const tpu_op_def_t k_rows[] = {
     ROWS("upsample_bilinear2d", "upsample_bilinear2d", l2),
     ROWS("upsample_trilinear3d", "upsample_trilinear3d", l3),
     ROWS("upsample_bicubic2d", "upsample_bicubic2d", c2),
+    ROWS("upsample_bilinear2d_aa", "_upsample_bilinear2d_aa", a2),
+    ROWS("upsample_bicubic2d_aa", "_upsample_bicubic2d_aa", b2),
 };
 
 const tpu_op_family_t tpu_family_upsample = {"upsample", k_rows,
