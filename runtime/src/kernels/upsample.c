@@ -24,7 +24,6 @@
 #include "kernels/kernel_util.h"
 
 enum { NEAREST = 0, NEAREST_EXACT, LINEAR, CUBIC, AA_LINEAR, AA_CUBIC };
-#define MAXK 4
 
 typedef struct up_impl {
   int mode;
@@ -312,7 +311,9 @@ static void planes(void* arg, int64_t begin, int64_t end) {
   bool bwd = a->impl->backward;
   /* Buffers: the "small" side is the op's input for forward, grad_input for backward. */
   int64_t n_src = bwd ? p->op : p->ip, n_dst = bwd ? p->ip : p->op;
-  double* src = (double*)malloc(sizeof(double) * (size_t)(n_src + n_dst));
+  /* forward 2-d: K width-interpolated rows and their row numbers */
+  int64_t n_cache = (int64_t)p->K * (p->osz[2] + 1);
+  double* src = (double*)malloc(sizeof(double) * (size_t)(n_src + n_dst + n_cache));
   if (!src) {
     atomic_store(&p->failed, 1);
     return;
@@ -330,6 +331,37 @@ static void planes(void* arg, int64_t begin, int64_t end) {
     int64_t iH = p->isz[1], iW = p->isz[2];
     const int64_t *xd = p->idx[0], *xh = p->idx[1], *xw = p->idx[2];
     const double *wd = p->w[0], *wh = p->w[1], *ww = p->w[2];
+    if (!bwd && p->k == 2 && K > 1) {
+      /* 2-d: an input row interpolated along the width serves every output row
+       * that taps it; such rows are kept in K slots (slot iy % K: the taps of
+       * one output row are consecutive rows), so each is computed once. */
+      double* cache = dst + n_dst;
+      double* tag = cache + (int64_t)K * oW;
+      for (int j = 0; j < K; ++j) tag[j] = -1.0;
+      for (int64_t oh = 0; oh < oH; ++oh) {
+        double* orow = dst + oh * oW;
+        memset(orow, 0, sizeof(double) * (size_t)oW);
+        for (int a2 = 0; a2 < K; ++a2) {
+          double wt = wh[oh * K + a2];
+          if (wt == 0.0) continue;
+          int64_t iy = xh[oh * K + a2];
+          double* hrow = cache + (iy % K) * oW;
+          if (tag[iy % K] != (double)iy) {
+            const double* irow = src + iy * iW;
+            for (int64_t ow = 0; ow < oW; ++ow) {
+              double t = 0.0;
+              for (int a3 = 0; a3 < K; ++a3) t += irow[xw[ow * K + a3]] * ww[ow * K + a3];
+              hrow[ow] = t;
+            }
+            tag[iy % K] = (double)iy;
+          }
+          for (int64_t ow = 0; ow < oW; ++ow) orow[ow] += wt * hrow[ow];
+        }
+      }
+      walk_scatter(view_at(p->out, n * p->out->strides[0] + c * p->out->strides[1]),
+                   p->out->dtype, &p->ow, 0, dst, TPU_DTYPE_F64, n_dst);
+      continue;
+    }
     /* Row by row: each (depth, height) tap of an output row adds a weighted
      * input row, interpolated along the width (nearest: copied). */
     for (int64_t od = 0; od < oD; ++od)
