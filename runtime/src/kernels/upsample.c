@@ -340,10 +340,11 @@ static void planes(void* arg, int64_t begin, int64_t end) {
       for (int j = 0; j < K; ++j) tag[j] = -1.0;
       for (int64_t oh = 0; oh < oH; ++oh) {
         double* orow = dst + oh * oW;
-        memset(orow, 0, sizeof(double) * (size_t)oW);
+        const double* rows[2] = {NULL, NULL};
+        if (K != 2) memset(orow, 0, sizeof(double) * (size_t)oW);
         for (int a2 = 0; a2 < K; ++a2) {
           double wt = wh[oh * K + a2];
-          if (wt == 0.0) continue;
+          if (wt == 0.0 && K != 2) continue;
           int64_t iy = xh[oh * K + a2];
           double* hrow = cache + (iy % K) * oW;
           if (tag[iy % K] != (double)iy) {
@@ -355,9 +356,30 @@ static void planes(void* arg, int64_t begin, int64_t end) {
             }
             tag[iy % K] = (double)iy;
           }
+          if (K == 2) { /* linear: both rows, combined below in one pass */
+            rows[a2] = hrow;
+            continue;
+          }
           for (int64_t ow = 0; ow < oW; ++ow) orow[ow] += wt * hrow[ow];
         }
+        if (K == 2) {
+          double w0 = wh[oh * 2], w1 = wh[oh * 2 + 1];
+          const double *h0 = rows[0], *h1 = rows[1];
+          for (int64_t ow = 0; ow < oW; ++ow) orow[ow] = w0 * h0[ow] + w1 * h1[ow];
+        }
       }
+      walk_scatter(view_at(p->out, n * p->out->strides[0] + c * p->out->strides[1]),
+                   p->out->dtype, &p->ow, 0, dst, TPU_DTYPE_F64, n_dst);
+      continue;
+    }
+    if (!bwd && K == 1) { /* nearest: every output row is one input row, gathered */
+      for (int64_t od = 0; od < oD; ++od)
+        for (int64_t oh = 0; oh < oH; ++oh) {
+          double* orow = dst + (od * oH + oh) * oW;
+          const double* irow =
+              src + ((p->k >= 3 ? xd[od] * iH : 0) + (p->k >= 2 ? xh[oh] : 0)) * iW;
+          for (int64_t ow = 0; ow < oW; ++ow) orow[ow] = irow[xw[ow]];
+        }
       walk_scatter(view_at(p->out, n * p->out->strides[0] + c * p->out->strides[1]),
                    p->out->dtype, &p->ow, 0, dst, TPU_DTYPE_F64, n_dst);
       continue;
