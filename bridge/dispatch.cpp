@@ -278,6 +278,7 @@ bool meta_outputs(const c10::OperatorHandle& op, const Binding& b, c10::ArrayRef
   } else {
     for (const c10::IValue& r : meta_stack) {
       if (r.isTensor()) meta_outs.push_back(r.toTensor());
+      else if (r.isNone()) meta_outs.emplace_back();  // an undefined result
       else if (r.isTensorList())
         for (const at::Tensor& t : r.toTensorList()) meta_outs.push_back(t);
     }
@@ -403,6 +404,11 @@ Outcome run_native(Binding* b, Call& call, const at::Tensor* const* given, at::T
   // Outputs: given (in-place, out=) or fresh.
   for (int k = 0; k < b->num_outputs; ++k) {
     const tpu_view_t& want = inferred[k];
+    if (tpu_view_is_absent(&want)) {  // an undefined result: nothing allocated or written
+      std::memset(&call.outputs[k], 0, sizeof(tpu_view_t));
+      call.outputs[k].dtype = TPU_DTYPE_INVALID;
+      continue;
+    }
     if (given[k]) {
       const at::Tensor& out = *given[k];
       if (out.device().type() != c10::DeviceType::PrivateUse1 || out.device().index() != call.device)
@@ -435,7 +441,7 @@ Outcome run_native(Binding* b, Call& call, const at::Tensor* const* given, at::T
   }
   check(s);
   for (int k = 0; k < b->num_outputs; ++k) {
-    if (given[k]) continue;
+    if (given[k] || tpu_view_is_absent(&call.outputs[k])) continue;
     fresh[k] = alloc_output(inferred[k], call.device);
     make_view(fresh[k], &call.outputs[k]);
   }
@@ -526,7 +532,14 @@ void boxed_call(Binding* b, const c10::OperatorHandle& op, torch::jit::Stack* st
     std::vector<at::Tensor> metas;
     tpu_view_t views[kMaxOutputs];
     bool ok = meta_outputs(op, *b, args, metas) && (int)metas.size() >= b->num_outputs;
-    for (int k = 0; ok && k < b->num_outputs; ++k) ok = make_view(metas[k], &views[k]);
+    for (int k = 0; ok && k < b->num_outputs; ++k) {
+      if (!metas[k].defined()) {  // an undefined result (see tpu_view_is_absent)
+        std::memset(&views[k], 0, sizeof(tpu_view_t));
+        views[k].dtype = TPU_DTYPE_INVALID;
+        continue;
+      }
+      ok = make_view(metas[k], &views[k]);
+    }
     outcome = ok ? run_native(b, call, given, fresh, gen, views) : Outcome::Fallback;
   }
   if (outcome != Outcome::Done) {

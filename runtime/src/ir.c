@@ -250,7 +250,8 @@ tpu_status_t tpu_graph_verify(const tpu_graph_t* graph) {
         TPU_RETURN_IF_ERROR(
             tpu_status_annotate(verify_view(&n->inputs[k].u.view, "input", k), "%s", def->name));
     for (int32_t k = 0; k < n->num_outputs; ++k)
-      TPU_RETURN_IF_ERROR(
+      if (!tpu_view_is_absent(&n->outputs[k]))
+        TPU_RETURN_IF_ERROR(
           tpu_status_annotate(verify_view(&n->outputs[k], "output", k), "%s", def->name));
   }
   return TPU_OK;

@@ -38,6 +38,8 @@ static const norm_case_t k_cases[] = {
     {F32, 2, {3, 5000}, 1, TT_CONTIG, true, true, ALL3, false, 1e-5},
     {F32, 3, {3, 50, 70}, 2, TT_REVERSED, true, true, {true, true, false}, false, 1e-5},
     {F32, 2, {700, 300}, 1, TT_CONTIG, true, true, ALL3, true, 1e-5},
+    {F64, 2, {500, 200}, 1, TT_TRANSPOSED, true, false, {false, true, true}, false, 1e-5},
+    {F32, 3, {40, 30, 100}, 1, TT_REVERSED, false, true, {true, false, true}, true, 1e-5},
     {F32, 2, {0, 8}, 1, TT_CONTIG, true, true, ALL3, false, 1e-5},
     {F32, 1, {9}, 1, TT_CONTIG, true, true, ALL3, false, 0.5},
     {F64, 4, {2, 3, 4, 5}, 3, TT_BROADCAST, true, true, ALL3, false, 1e-5},
@@ -46,6 +48,11 @@ static const norm_case_t k_cases[] = {
 /* Allocates outputs for `shapes` (contiguous or with gaps) into t/v. */
 static void alloc_outputs(const tpu_view_t* shapes, bool strided, tt_t* t, tpu_view_t* v) {
   for (int i = 0; i < 3; ++i) {
+    if (tpu_view_is_absent(&shapes[i])) { /* a masked-off result: nothing to write */
+      memset(&t[i], 0, sizeof(t[i]));
+      v[i] = shapes[i];
+      continue;
+    }
     t[i] = tt_like(&shapes[i], strided ? TT_GAPS : TT_CONTIG);
     v[i] = t[i].view;
   }
@@ -181,4 +188,72 @@ TEST(norm_semantics) {
   tt_free(&h);
   tt_free(&hw);
   tt_free(&fw);
+}
+
+/* RMS norm (_fused_rms_norm and backward): the same cases, weight only. */
+static void run_rms_case(int index, const norm_case_t* c) {
+  const tpu_op_def_t* fwd = tt_def("rms_norm");
+  const tpu_op_def_t* bwd = tt_def("rms_norm_backward");
+  if (!fwd || !bwd) return;
+  char what[64];
+  const int64_t* wsizes = c->sizes + c->ndim - c->k;
+  tt_t x = tt_make(c->dtype, c->ndim, c->sizes, c->layout);
+  tt_t w = tt_make(c->dtype, c->k, wsizes, TT_CONTIG);
+  tt_t g = tt_make(c->dtype, c->ndim, c->sizes, TT_CONTIG);
+  tt_fill(&x.view, -3, 5, 0);
+  tt_fill(&w.view, 0.5, 1.5, 0);
+  tt_fill(&g.view, -1, 1, 0);
+  tpu_value_t in[2] = {tt_value(&x.view), tt_value(c->weight ? &w.view : NULL)};
+  tpu_attr_t attrs[2] = {tt_ints(c->k, wsizes), index % 2 ? tt_none() : tt_float(c->eps)};
+  tpu_view_t shapes[3], got_v[3], want_v[3];
+  tt_t got[3], want[3];
+  tpu_node_t node = tt_node(in, 2, NULL, 0, attrs, 2);
+  CHECK_OK(fwd->check(fwd, &node));
+  CHECK_OK(fwd->infer(fwd, &node, shapes));
+  shapes[2] = shapes[1]; /* alloc_outputs allocates three */
+  alloc_outputs(shapes, c->strided_out, got, got_v);
+  alloc_outputs(shapes, false, want, want_v);
+  node.num_outputs = 2;
+  node.outputs = got_v;
+  CHECK_OK(tt_run(fwd->kernel, fwd, &node));
+  node.outputs = want_v;
+  CHECK_OK(tt_run(tpu_norm_reference, fwd, &node));
+  snprintf(what, sizeof(what), "rms case %d (%s)", index, tpu_dtype_name(c->dtype));
+  bool two[3] = {true, true, false};
+  compare3(what, got_v, want_v, two);
+  tpu_value_t bin[4] = {tt_value(&g.view), tt_value(&x.view), tt_value(&want_v[1]),
+                        tt_value(c->weight ? &w.view : NULL)};
+  int64_t mask[2] = {c->mask[0], c->mask[1]};
+  tpu_attr_t battrs[2] = {tt_ints(c->k, wsizes), tt_ints(2, mask)};
+  tpu_view_t bshapes[3], bgot_v[3], bwant_v[3];
+  tt_t bgot[3], bwant[3];
+  node = tt_node(bin, 4, NULL, 0, battrs, 2);
+  CHECK_OK(bwd->check(bwd, &node));
+  CHECK_OK(bwd->infer(bwd, &node, bshapes));
+  CHECK(tpu_view_is_absent(&bshapes[0]) == !c->mask[0]);
+  CHECK(tpu_view_is_absent(&bshapes[1]) == !c->mask[1]);
+  memset(&bshapes[2], 0, sizeof(bshapes[2]));
+  bshapes[2].dtype = TPU_DTYPE_INVALID;
+  alloc_outputs(bshapes, c->strided_out, bgot, bgot_v);
+  alloc_outputs(bshapes, false, bwant, bwant_v);
+  node.num_outputs = 2;
+  node.outputs = bgot_v;
+  CHECK_OK(tt_run(bwd->kernel, bwd, &node));
+  node.outputs = bwant_v;
+  CHECK_OK(tt_run(tpu_norm_reference, bwd, &node));
+  snprintf(what, sizeof(what), "rms case %d backward (%s)", index, tpu_dtype_name(c->dtype));
+  bool bm[3] = {c->mask[0], c->mask[1], false};
+  compare3(what, bgot_v, bwant_v, bm);
+  free3(got);
+  free3(want);
+  free3(bgot);
+  free3(bwant);
+  tt_free(&x);
+  tt_free(&w);
+  tt_free(&g);
+}
+
+TEST(rms_norm_cases) {
+  for (size_t i = 0; i < sizeof(k_cases) / sizeof(k_cases[0]); ++i)
+    run_rms_case((int)i, &k_cases[i]);
 }

@@ -46,6 +46,14 @@ int64_t tpu_view_numel(const tpu_view_t* view);
 /* Whether two views can touch a common byte (their address ranges meet;
  * empty views overlap nothing). Conservative for interleaved strides. */
 bool tpu_views_may_overlap(const tpu_view_t* a, const tpu_view_t* b);
+/* An absent output: a result the op leaves undefined (PyTorch returns an
+ * undefined tensor, e.g. a backward op's masked-off gradients). Shape
+ * functions mark one with dtype TPU_DTYPE_INVALID (and nothing else set);
+ * the bridge then allocates nothing and returns an undefined tensor, and the
+ * kernel must not write it. */
+static inline bool tpu_view_is_absent(const tpu_view_t* view) {
+  return view->dtype == TPU_DTYPE_INVALID && view->addr == 0;
+}
 bool tpu_view_is_contiguous(const tpu_view_t* view);
 /* The host pointer a kernel on the host driver may use for this view. */
 static inline void* tpu_view_ptr(const tpu_view_t* view) {

@@ -14,15 +14,18 @@
  * a time with walk_gather, so rows of any length and strides stream through
  * fixed stack buffers: the statistics pass merges per-chunk moments (Chan),
  * then the write pass converts back into the output. Weight and bias are
- * gathered once into double arrays. Rows are spread over tpu_parallel_for;
- * grad_weight/grad_bias are column sums, spread over blocks of COLS columns
- * (each block walks every row), so no reduction across threads is needed.
+ * gathered once into double arrays. Rows are spread over tpu_parallel_for.
+ * grad_weight/grad_bias are column sums: with enough rows, blocks of rows
+ * compute grad_input and their own partial column sums in one pass (added up
+ * afterwards); with few rows, columns are spread over blocks of COLS columns
+ * (each block walks every row) after a row pass for grad_input.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/norm.h"
+#include "kernels/norm_sums.h"
 
 #define CHUNK 1024 /* row elements per gathered chunk */
 #define COLS 256   /* columns per grad_weight/grad_bias block */
@@ -34,7 +37,7 @@ tpu_status_t tpu_norm_parse(const tpu_op_def_t* def, const tpu_node_t* node, nor
   a->impl = (const norm_impl_t*)def->impl;
   a->x = ku_input(def, node, "input");
   a->w = ku_input(def, node, "weight");
-  a->b = ku_input(def, node, "bias");
+  a->b = a->impl->rms ? NULL : ku_input(def, node, "bias");
   if (!a->x) TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "expected a tensor for 'input'");
   const tpu_view_t* x = a->x;
   const tpu_attr_t* ns = ku_attr(def, node, "normalized_shape");
@@ -77,25 +80,41 @@ tpu_status_t tpu_norm_parse(const tpu_op_def_t* def, const tpu_node_t* node, nor
     a->g = ku_input(def, node, "grad_out");
     a->mean = ku_input(def, node, "mean");
     a->rstd = ku_input(def, node, "rstd");
-    if (!a->g || !a->mean || !a->rstd)
+    const tpu_view_t* mean = a->impl->rms ? a->rstd : a->mean;
+    if (!a->g || !mean || !a->rstd)
       TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "expected grad_out, mean and rstd tensors");
     if (!views_same_shape(a->g, x) || a->g->dtype != x->dtype ||
-        !views_same_shape(a->mean, &s[1]) || !views_same_shape(a->rstd, &s[1]) ||
-        !tpu_dtype_is_floating(a->mean->dtype) || !tpu_dtype_is_floating(a->rstd->dtype))
+        !views_same_shape(mean, &s[1]) || !views_same_shape(a->rstd, &s[1]) ||
+        !tpu_dtype_is_floating(mean->dtype) || !tpu_dtype_is_floating(a->rstd->dtype))
       TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "layer_norm_backward: unexpected input shapes");
     const tpu_attr_t* mask = ku_attr(def, node, "output_mask");
     for (int i = 0; i < 3; ++i) {
-      bool given = mask && mask->kind == TPU_ATTR_INTS && i < mask->count;
-      a->mask[i] = given ? mask->u.ints[i] != 0 : true;
+      int j = norm_slot(a->impl, i);
+      bool given = mask && mask->kind == TPU_ATTR_INTS && j >= 0 && j < mask->count;
+      a->mask[i] = j < 0 ? false : given ? mask->u.ints[j] != 0 : true;
     }
+    if (a->impl->rms && (!views_same_shape(a->rstd, &s[1]) || a->mean))
+      TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "rms_norm_backward: unexpected rstd");
     s[1] = s[2];
     if (a->w) s[1].dtype = a->w->dtype;
     if (a->b) s[2].dtype = a->b->dtype;
   } else {
-    a->eps = tpu_attr_float(ku_attr(def, node, "eps"), 1e-5);
+    /* rms_norm's eps None: the machine epsilon of the compute type. */
+    double eps_none = x->dtype == TPU_DTYPE_F64 ? 2.220446049250313e-16 : 1.1920928955078125e-07;
+    a->eps = tpu_attr_float(ku_attr(def, node, "eps"), a->impl->rms ? eps_none : 1e-5);
     s[2] = s[1];
+    for (int i = 0; i < 3; ++i) a->mask[i] = true;
+    if (a->impl->rms) {
+      if (x->dtype == TPU_DTYPE_F16 || x->dtype == TPU_DTYPE_BF16) s[2].dtype = TPU_DTYPE_F32;
+      memset(&s[1], 0, sizeof(s[1]));
+      s[1].dtype = TPU_DTYPE_INVALID;
+      for (int i = 0; i < 3; ++i) a->mask[i] = i != 1;
+    }
   }
   for (int i = 0; i < 3; ++i) tpu_view_set_contiguous(&s[i]);
+  /* Masked-off gradients are undefined results, as on the CPU. */
+  for (int i = 0; (a->impl->backward || a->impl->rms) && i < 3; ++i)
+    if (!a->mask[i]) memset(&s[i], 0, sizeof(s[i])), s[i].dtype = TPU_DTYPE_INVALID;
   return TPU_OK;
 }
 
@@ -103,7 +122,8 @@ static tpu_status_t norm_infer(const tpu_op_def_t* def, const tpu_node_t* node,
                                tpu_view_t* out_views) {
   norm_args_t a;
   TPU_RETURN_IF_ERROR(ku_unimplemented(tpu_norm_parse(def, node, &a)));
-  for (int i = 0; i < 3; ++i) out_views[i] = a.shape[i];
+  for (int i = 0; i < 3; ++i)
+    if (norm_slot(a.impl, i) >= 0) out_views[norm_slot(a.impl, i)] = a.shape[i];
   return TPU_OK;
 }
 
@@ -127,6 +147,8 @@ typedef struct plan {
   double* b;            /* bias (or NULL) */
   double* mean;         /* backward: per row, in iterator order */
   double* rstd;
+  double* part;         /* backward by row blocks: partial column sums */
+  int64_t block, nblocks;
 } plan_t;
 
 /* Gathers n elements of row r's block `d` of view v, starting at k. */
@@ -143,13 +165,17 @@ static void forward_rows(void* arg, int64_t begin, int64_t end) {
   for (int64_t r = begin; r < end; ++r) {
     walk_offsets(&p->rows, p->rows.ndim, r, offs);
     double mean = 0.0, m2 = 0.0;
-    for (int64_t k = 0; k < n; k += CHUNK) {
+    for (int64_t k = 0; a->impl->rms && k < n; k += CHUNK) {
       int64_t c = n - k < CHUNK ? n - k : CHUNK;
       row_gather(a->x, offs[V_X], &p->xd, k, c, x);
-      double s = 0.0, q = 0.0;
-      for (int64_t i = 0; i < c; ++i) s += x[i];
+      m2 += ns_sqdev(x, c, 0.0);
+    }
+    for (int64_t k = 0; !a->impl->rms && k < n; k += CHUNK) {
+      int64_t c = n - k < CHUNK ? n - k : CHUNK;
+      row_gather(a->x, offs[V_X], &p->xd, k, c, x);
+      double s = ns_sum(x, c);
       double cm = s / (double)c;
-      for (int64_t i = 0; i < c; ++i) q += (x[i] - cm) * (x[i] - cm);
+      double q = ns_sqdev(x, c, cm);
       double delta = cm - mean, tot = (double)(k + c);
       mean += delta * (double)c / tot;
       m2 += q + delta * delta * (double)k * (double)c / tot;
@@ -167,7 +193,7 @@ static void forward_rows(void* arg, int64_t begin, int64_t end) {
       walk_scatter(view_at(p->out[0], offs[V_OUT]), p->out[0]->dtype, &p->od, k, x,
                    TPU_DTYPE_F64, c);
     }
-    view_set_f64(p->out[1], offs[V_MEAN], mean);
+    if (p->out[1]) view_set_f64(p->out[1], offs[V_MEAN], mean);
     view_set_f64(p->out[2], offs[V_RSTD], rstd);
   }
 }
@@ -184,13 +210,12 @@ static void grad_input_rows(void* arg, int64_t begin, int64_t end) {
       int64_t c = n - k < CHUNK ? n - k : CHUNK;
       row_gather(a->x, offs[V_X], &p->xd, k, c, x);
       row_gather(a->g, offs[V_G], &p->gd, k, c, g);
-      for (int64_t i = 0; i < c; ++i) {
-        double gw = p->w ? g[i] * p->w[k + i] : g[i];
-        sg += gw;
-        sgx += gw * (x[i] - mean) * rstd;
-      }
+      if (p->w)
+        for (int64_t i = 0; i < c; ++i) g[i] *= p->w[k + i];
+      sg += ns_sum(g, c);
+      sgx += ns_dotdev(g, x, c, mean) * rstd;
     }
-    sg /= (double)n;
+    sg = a->impl->rms ? 0.0 : sg / (double)n;
     sgx /= (double)n;
     for (int64_t k = 0; k < n; k += CHUNK) {
       int64_t c = n - k < CHUNK ? n - k : CHUNK;
@@ -202,6 +227,52 @@ static void grad_input_rows(void* arg, int64_t begin, int64_t end) {
       }
       walk_scatter(view_at(p->out[0], offs[V_OUT]), p->out[0]->dtype, &p->od, k, x,
                    TPU_DTYPE_F64, c);
+    }
+  }
+}
+
+/* Backward over blocks of rows: grad_input (when asked) and, in the same
+ * pass, each block's partial column sums for grad_weight/grad_bias
+ * (p->part[block] holds n of each), added up afterwards. */
+static void backward_blocks(void* arg, int64_t begin, int64_t end) {
+  const plan_t* p = (const plan_t*)arg;
+  const norm_args_t* a = p->a;
+  double x[CHUNK], g[CHUNK];
+  int64_t offs[NUM_V], n = a->n;
+  for (int64_t blk = begin; blk < end; ++blk) {
+    double* dw = p->part + blk * 2 * n;
+    double* db = dw + n;
+    int64_t r1 = (blk + 1) * p->block < a->m ? (blk + 1) * p->block : a->m;
+    for (int64_t r = blk * p->block; r < r1; ++r) {
+      walk_offsets(&p->rows, p->rows.ndim, r, offs);
+      double mean = p->mean[r], rstd = p->rstd[r], sg = 0.0, sgx = 0.0;
+      for (int64_t k = 0; a->mask[0] && k < n; k += CHUNK) {
+        int64_t c = n - k < CHUNK ? n - k : CHUNK;
+        row_gather(a->x, offs[V_X], &p->xd, k, c, x);
+        row_gather(a->g, offs[V_G], &p->gd, k, c, g);
+        if (p->w)
+          for (int64_t i = 0; i < c; ++i) g[i] *= p->w[k + i];
+        sg += ns_sum(g, c);
+        sgx += ns_dotdev(g, x, c, mean) * rstd;
+      }
+      sg = a->impl->rms ? 0.0 : sg / (double)n;
+      sgx /= (double)n;
+      for (int64_t k = 0; k < n; k += CHUNK) {
+        int64_t c = n - k < CHUNK ? n - k : CHUNK;
+        row_gather(a->x, offs[V_X], &p->xd, k, c, x);
+        row_gather(a->g, offs[V_G], &p->gd, k, c, g);
+        double *cw = dw + k, *cb = db + k;
+        for (int64_t i = 0; i < c; ++i) {
+          double xhat = (x[i] - mean) * rstd;
+          cw[i] += g[i] * xhat;
+          cb[i] += g[i];
+          double gw = p->w ? g[i] * p->w[k + i] : g[i];
+          x[i] = rstd * (gw - sg - xhat * sgx);
+        }
+        if (a->mask[0])
+          walk_scatter(view_at(p->out[0], offs[V_OUT]), p->out[0]->dtype, &p->od, k, x,
+                       TPU_DTYPE_F64, c);
+      }
     }
   }
 }
@@ -257,7 +328,7 @@ static tpu_status_t gather_stats(plan_t* p) {
   int64_t offs[NUM_V];
   for (int64_t r = 0; r < p->a->m; ++r) {
     walk_offsets(&p->rows, p->rows.ndim, r, offs);
-    p->mean[r] = view_get_f64(p->a->mean, offs[V_MEAN]);
+    p->mean[r] = p->a->impl->rms ? 0.0 : view_get_f64(p->a->mean, offs[V_MEAN]);
     p->rstd[r] = view_get_f64(p->a->rstd, offs[V_RSTD]);
   }
   return TPU_OK;
@@ -267,19 +338,22 @@ static tpu_status_t norm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                 tpu_exec_ctx_t* ctx) {
   norm_args_t a;
   TPU_RETURN_IF_ERROR(tpu_norm_parse(def, node, &a));
-  if (node->num_outputs < 3) TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "expected 3 outputs");
+  if (node->num_outputs < (a.impl->rms ? 2 : 3))
+    TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "too few outputs");
   bool backward = a.impl->backward;
-  for (int i = 0; i < 3; ++i)
-    if ((!backward || a.mask[i]) && !views_same_shape(&node->outputs[i], &a.shape[i]))
-      TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "output %d has the wrong shape", i);
-
   plan_t p;
   memset(&p, 0, sizeof(p));
   p.a = &a;
-  for (int i = 0; i < 3; ++i) p.out[i] = &node->outputs[i];
+  for (int i = 0; i < 3; ++i) {
+    int j = norm_slot(a.impl, i);
+    p.out[i] = j >= 0 && a.mask[i] ? &node->outputs[j] : NULL;
+    if (p.out[i] && !views_same_shape(p.out[i], &a.shape[i]))
+      TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "output %d has the wrong shape", j);
+  }
   /* Row dims of every view (a masked-out grad_input contributes stride 0;
    * mean and rstd have the input's rank: checked by parse or the shapes). */
-  const tpu_view_t* mean = backward ? a.mean : p.out[1];
+  const tpu_view_t* mean = backward ? (a.impl->rms ? a.rstd : a.mean)
+                                    : (a.impl->rms ? p.out[2] : p.out[1]);
   const tpu_view_t* rstd = backward ? a.rstd : p.out[2];
   walk_start(&p.rows, NUM_V);
   for (int32_t d = 0; d < a.axis; ++d) {
@@ -298,11 +372,36 @@ static tpu_status_t norm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   if (s == TPU_OK && !backward) s = gather_param(a.b, a.n, &p.b);
   if (s == TPU_OK && backward) s = gather_stats(&p);
   if (s == TPU_OK && !backward) tpu_parallel_for(a.m, grain, forward_rows, &p);
-  if (s == TPU_OK && backward && a.mask[0]) tpu_parallel_for(a.m, grain, grad_input_rows, &p);
-  if (s == TPU_OK && backward && (a.mask[1] || a.mask[2])) {
+  bool params = backward && (a.mask[1] || a.mask[2]);
+  if (params) {
     if (a.mask[1]) walk_init_tail(&p.wd, p.out[1], 0);
     if (a.mask[2]) walk_init_tail(&p.bd, p.out[2], 0);
-    tpu_parallel_for((a.n + COLS - 1) / COLS, 1, grad_param_cols, &p);
+  }
+  /* Enough rows: one pass over blocks of rows with partial column sums;
+   * else grad_input by rows and the column sums by column blocks. */
+  int threads = tpu_parallel_threads();
+  if (s == TPU_OK && params && a.m >= 2 * threads && a.m * a.n >= 65536) {
+    p.nblocks = 4 * threads < a.m ? 4 * threads : a.m;
+    p.block = (a.m + p.nblocks - 1) / p.nblocks;
+    p.nblocks = (a.m + p.block - 1) / p.block;
+    p.part = (double*)calloc((size_t)(p.nblocks * 2 * a.n), sizeof(double));
+    if (!p.part) s = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "no host memory for layer_norm");
+    if (s == TPU_OK) {
+      tpu_parallel_for(p.nblocks, 1, backward_blocks, &p);
+      double* sum = p.part; /* block 0 accumulates the others */
+      for (int64_t b = 1; b < p.nblocks; ++b)
+        for (int64_t i = 0; i < 2 * a.n; ++i) sum[i] += p.part[b * 2 * a.n + i];
+      if (a.mask[1])
+        walk_scatter(tpu_view_ptr(p.out[1]), p.out[1]->dtype, &p.wd, 0, sum, TPU_DTYPE_F64, a.n);
+      if (a.mask[2])
+        walk_scatter(tpu_view_ptr(p.out[2]), p.out[2]->dtype, &p.bd, 0, sum + a.n, TPU_DTYPE_F64,
+                     a.n);
+    }
+    free(p.part);
+  } else {
+    if (s == TPU_OK && backward && a.mask[0])
+      tpu_parallel_for(a.m, grain, grad_input_rows, &p);
+    if (s == TPU_OK && params) tpu_parallel_for((a.n + COLS - 1) / COLS, 1, grad_param_cols, &p);
   }
   free(p.w);
   free(p.b);
@@ -313,8 +412,10 @@ static tpu_status_t norm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
 
 /* ---- the op table ----------------------------------------------------------------- */
 
-static const norm_impl_t k_forward = {false};
-static const norm_impl_t k_backward = {true};
+static const norm_impl_t k_forward = {false, false};
+static const norm_impl_t k_backward = {true, false};
+static const norm_impl_t k_rms_forward = {false, true};
+static const norm_impl_t k_rms_backward = {true, true};
 
 static const tpu_op_def_t k_rows[] = {
     {"layer_norm", "input,weight,bias", "normalized_shape,eps", "out0,out1,out2",
@@ -324,6 +425,11 @@ static const tpu_op_def_t k_rows[] = {
      "normalized_shape,output_mask", "out0,out1,out2",
      "native_layer_norm_backward.default native_layer_norm_backward.out", norm_kernel,
      norm_infer, norm_check, &k_backward},
+    {"rms_norm", "input,weight", "normalized_shape,eps", "out0,out1", "_fused_rms_norm.default",
+     norm_kernel, norm_infer, norm_check, &k_rms_forward},
+    {"rms_norm_backward", "grad_out,input,rstd,weight", "normalized_shape,output_mask",
+     "out0,out1", "_fused_rms_norm_backward.default", norm_kernel, norm_infer, norm_check,
+     &k_rms_backward},
 };
 
 const tpu_op_family_t tpu_family_norm = {"norm", k_rows,

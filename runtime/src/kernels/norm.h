@@ -6,8 +6,17 @@
  * by normalized_shape form a row. Forward writes (out, mean, rstd) with mean
  * and rstd shaped input.shape[:axis] + [1] * len(normalized_shape), in the
  * input's dtype (PyTorch CPU). Backward writes (grad_input, grad_weight,
- * grad_bias) for the outputs its output_mask selects; the others are left
- * untouched.
+ * grad_bias) for the outputs its output_mask selects; the others are absent
+ * (undefined results, see tpu_view_is_absent).
+ *
+ * RMS norm (_fused_rms_norm, _fused_rms_norm_backward) is the same with the
+ * mean fixed at 0 and no bias: rstd = 1 / sqrt(mean(x^2) + eps) (eps None:
+ * the compute type's machine epsilon), out = x * rstd * weight; backward
+ * grad_input = rstd * (gw - xhat * mean(gw * xhat)), grad_weight = sum of
+ * grad_out * xhat. Its nodes have two outputs: (out, rstd) and (grad_input,
+ * grad_weight); internally they take the slots (0, 2) and (0, 1) of the
+ * three above (norm_slot), the missing one absent. rstd is float32 for half
+ * inputs, as on CUDA.
  */
 #ifndef TPU_KERNELS_NORM_H_
 #define TPU_KERNELS_NORM_H_
@@ -18,6 +27,7 @@
 
 typedef struct norm_impl {
   bool backward;
+  bool rms; /* _fused_rms_norm: no mean, no bias; two outputs (see below) */
 } norm_impl_t;
 
 typedef struct norm_args {
@@ -34,6 +44,13 @@ typedef struct norm_args {
   bool mask[3];           /* backward: which outputs to compute */
   tpu_view_t shape[3];    /* the outputs: dtype, ndim, sizes, contiguous strides */
 } norm_args_t;
+
+/* The node output holding internal slot i (0..2), or -1. */
+static inline int norm_slot(const norm_impl_t* impl, int i) {
+  if (!impl->rms) return i;
+  if (impl->backward) return i < 2 ? i : -1;
+  return i == 0 ? 0 : (i == 2 ? 1 : -1);
+}
 
 /* Parses and validates a node; what the family does not run (mixed dtypes,
  * empty rows) gives UNIMPLEMENTED. */

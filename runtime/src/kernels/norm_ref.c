@@ -33,13 +33,18 @@ tpu_status_t tpu_norm_reference(const tpu_op_def_t* def, const tpu_node_t* node,
                                 tpu_exec_ctx_t* ctx) {
   norm_args_t a;
   TPU_RETURN_IF_ERROR(tpu_norm_parse(def, node, &a));
-  const tpu_view_t* out = node->outputs;
+  const tpu_view_t* outs[3];
+  for (int i = 0; i < 3; ++i) {
+    int j = norm_slot(a.impl, i);
+    outs[i] = j >= 0 ? &node->outputs[j] : NULL;
+  }
+  bool rms = a.impl->rms;
   int32_t ax = a.axis, wax = 0; /* weight-shaped views have only the row dims */
   int64_t m = a.m, n = a.n;
   if (!a.impl->backward) {
     for (int64_t r = 0; r < m; ++r) {
       double mean = 0.0, var = 0.0;
-      for (int64_t i = 0; i < n; ++i) mean += load(a.x, ax, r, i);
+      for (int64_t i = 0; !rms && i < n; ++i) mean += load(a.x, ax, r, i);
       mean /= (double)n;
       for (int64_t i = 0; i < n; ++i) var += pow(load(a.x, ax, r, i) - mean, 2.0);
       double rstd = 1.0 / sqrt(var / (double)n + a.eps);
@@ -47,15 +52,15 @@ tpu_status_t tpu_norm_reference(const tpu_op_def_t* def, const tpu_node_t* node,
         double y = (load(a.x, ax, r, i) - mean) * rstd;
         if (a.w) y = y * load(a.w, wax, 0, i);
         if (a.b) y = y + load(a.b, wax, 0, i);
-        store(&out[0], ax, r, i, y);
+        store(outs[0], ax, r, i, y);
       }
-      store(&out[1], ax, r, 0, mean);
-      store(&out[2], ax, r, 0, rstd);
+      if (outs[1]) store(outs[1], ax, r, 0, mean);
+      store(outs[2], ax, r, 0, rstd);
     }
     return TPU_OK;
   }
   for (int64_t r = 0; a.mask[0] && r < m; ++r) {
-    double mean = load(a.mean, ax, r, 0), rstd = load(a.rstd, ax, r, 0), sg = 0, sgx = 0;
+    double mean = rms ? 0.0 : load(a.mean, ax, r, 0), rstd = load(a.rstd, ax, r, 0), sg = 0, sgx = 0;
     for (int64_t i = 0; i < n; ++i) {
       double gw = load(a.g, ax, r, i) * (a.w ? load(a.w, wax, 0, i) : 1.0);
       sg += gw;
@@ -64,18 +69,19 @@ tpu_status_t tpu_norm_reference(const tpu_op_def_t* def, const tpu_node_t* node,
     for (int64_t i = 0; i < n; ++i) {
       double gw = load(a.g, ax, r, i) * (a.w ? load(a.w, wax, 0, i) : 1.0);
       double xhat = (load(a.x, ax, r, i) - mean) * rstd;
-      store(&out[0], ax, r, i, rstd * (gw - sg / (double)n - xhat * sgx / (double)n));
+      store(outs[0], ax, r, i, rstd * (gw - (rms ? 0.0 : sg / (double)n) - xhat * sgx / (double)n));
     }
   }
   for (int64_t i = 0; (a.mask[1] || a.mask[2]) && i < n; ++i) {
     double dw = 0.0, db = 0.0;
     for (int64_t r = 0; r < m; ++r) {
       double g = load(a.g, ax, r, i);
-      dw += g * (load(a.x, ax, r, i) - load(a.mean, ax, r, 0)) * load(a.rstd, ax, r, 0);
+      dw += g * (load(a.x, ax, r, i) - (rms ? 0.0 : load(a.mean, ax, r, 0))) *
+            load(a.rstd, ax, r, 0);
       db += g;
     }
-    if (a.mask[1]) store(&out[1], wax, 0, i, dw);
-    if (a.mask[2]) store(&out[2], wax, 0, i, db);
+    if (a.mask[1]) store(outs[1], wax, 0, i, dw);
+    if (a.mask[2]) store(outs[2], wax, 0, i, db);
   }
   return TPU_OK;
 }

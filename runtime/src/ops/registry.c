@@ -16,6 +16,10 @@
   X(reduce)             \
   X(softmax)            \
   X(norm)               \
+  X(batch_norm)         \
+  X(group_norm)         \
+  X(upsample)           \
+  X(grid_sample)        \
   X(loss)               \
   X(matmul)             \
   X(index)              \

@@ -1,0 +1,534 @@
+/* upsample.c — upsample_nearest{1,2,3}d, _upsample_nearest_exact{1,2,3}d,
+ * upsample_linear1d, upsample_bilinear2d, upsample_trilinear3d,
+ * upsample_bicubic2d, _upsample_bilinear2d_aa, _upsample_bicubic2d_aa
+ * (antialiased: PyTorch's normalised triangle / Keys a = -0.5 filters
+ * widened by the scale when downsampling), and their backward ops.
+ *
+ * Every mode is separable: along each spatial dim, output index o reads K
+ * input indices with weights ("taps": K = 1 nearest, 2 linear, 4 cubic),
+ * computed once per op exactly as PyTorch CPU computes them (the source
+ * index in float for float/half inputs and in double for double, nearest
+ * always in float; linear and the cubic forward clamp index and weight with
+ * guard_index_and_lambda, the cubic backward does not), so the same input
+ * pixels are chosen. An output element is the sum over the product of its
+ * dims' taps, computed row by row (each depth/height tap adds a weighted input
+ * row interpolated along the width); backward scatters grad_output * weights
+ * into a zeroed grad_input. Planes ([N, C] pairs) are tasks of tpu_parallel_for: a plane is
+ * gathered into a double buffer (any strides), computed, and scattered back.
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernel_util.h"
+
+enum { NEAREST = 0, NEAREST_EXACT, LINEAR, CUBIC, AA_LINEAR, AA_CUBIC };
+
+typedef struct up_impl {
+  int mode;
+  int dims; /* spatial dims: 1, 2 or 3 */
+  bool backward;
+} up_impl_t;
+
+typedef struct up_args {
+  const up_impl_t* impl;
+  const tpu_view_t* in; /* forward: self; backward: grad_output */
+  bool align;
+  int64_t isz[3], osz[3]; /* spatial sizes of the op's input and output */
+  bool has_scale[3];
+  double scale[3];
+  tpu_view_t shape; /* output 0 */
+} up_args_t;
+
+static const char* const k_scale_names[3][3] = {
+    {"scales", NULL, NULL}, {"scales_h", "scales_w", NULL}, {"scales_d", "scales_h", "scales_w"}};
+
+static void layout_like(tpu_view_t* s, const tpu_view_t* x) {
+  tpu_view_set_contiguous(s);
+  if ((x->ndim != 4 && x->ndim != 5) || x->sizes[1] == 1) return;
+  int64_t st[TPU_MAX_DIMS], acc = 1;
+  st[1] = acc;
+  acc *= x->sizes[1];
+  for (int32_t d = x->ndim - 1; d >= 2; --d) {
+    st[d] = acc;
+    acc *= x->sizes[d];
+  }
+  st[0] = acc;
+  for (int32_t d = 0; d < x->ndim; ++d)
+    if (x->sizes[d] > 1 && x->strides[d] != st[d]) return;
+  /* Same order for s's own sizes. */
+  acc = 1;
+  s->strides[1] = acc;
+  acc *= s->sizes[1];
+  for (int32_t d = s->ndim - 1; d >= 2; --d) {
+    s->strides[d] = acc;
+    acc *= s->sizes[d];
+  }
+  s->strides[0] = acc;
+}
+
+static tpu_status_t up_parse(const tpu_op_def_t* def, const tpu_node_t* node, up_args_t* a) {
+  memset(a, 0, sizeof(*a));
+  a->impl = (const up_impl_t*)def->impl;
+  int k = a->impl->dims;
+  a->in = ku_input(def, node, a->impl->backward ? "grad_output" : "self");
+  if (!a->in) TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "expected an input tensor");
+  const tpu_view_t* x = a->in;
+  bool ok_dtype = tpu_dtype_is_floating(x->dtype) ||
+                  (x->dtype == TPU_DTYPE_U8 && a->impl->mode <= NEAREST_EXACT && !a->impl->backward);
+  if (!ok_dtype || x->ndim != k + 2)
+    TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "upsample: no native kernel for this input");
+  const tpu_attr_t* os = ku_attr(def, node, "output_size");
+  if (!os || os->kind != TPU_ATTR_INTS || os->count != k)
+    TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "upsample: output_size expected");
+  a->align = tpu_attr_bool(ku_attr(def, node, "align_corners"), false);
+  for (int d = 0; d < k; ++d) {
+    a->osz[d] = os->u.ints[d];
+    const tpu_attr_t* s = ku_attr(def, node, k_scale_names[k - 1][d]);
+    a->has_scale[d] = s && (s->kind == TPU_ATTR_FLOAT || s->kind == TPU_ATTR_INT);
+    a->scale[d] = tpu_attr_float(s, 0.0);
+  }
+  tpu_view_t* s = &a->shape;
+  *s = *x;
+  s->addr = 0;
+  if (a->impl->backward) {
+    const tpu_attr_t* is = ku_attr(def, node, "input_size");
+    if (!is || is->kind != TPU_ATTR_INTS || is->count != k + 2)
+      TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "upsample_backward: input_size expected");
+    if (x->sizes[0] != is->u.ints[0] || x->sizes[1] != is->u.ints[1])
+      TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "upsample_backward: grad_output shape");
+    for (int d = 0; d < k; ++d) {
+      a->isz[d] = is->u.ints[2 + d];
+      if (x->sizes[2 + d] != a->osz[d])
+        TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "upsample_backward: grad_output shape");
+      s->sizes[2 + d] = a->isz[d];
+    }
+  } else {
+    for (int d = 0; d < k; ++d) {
+      a->isz[d] = x->sizes[2 + d];
+      s->sizes[2 + d] = a->osz[d];
+    }
+  }
+  for (int d = 0; d < k; ++d)
+    if (a->isz[d] <= 0 || a->osz[d] <= 0)
+      TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "upsample: empty spatial sizes");
+  layout_like(s, x);
+  return TPU_OK;
+}
+
+static tpu_status_t up_infer(const tpu_op_def_t* def, const tpu_node_t* node, tpu_view_t* out) {
+  up_args_t a;
+  TPU_RETURN_IF_ERROR(ku_unimplemented(up_parse(def, node, &a)));
+  out[0] = a.shape;
+  return TPU_OK;
+}
+
+static tpu_status_t up_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  up_args_t a;
+  return ku_unimplemented(up_parse(def, node, &a));
+}
+
+/* ---- taps ------------------------------------------------------------------------ */
+
+/* Rounds to float when PyTorch computes in float (emulates float arithmetic:
+ * one double operation rounded to float is the float operation). */
+#define R(x) (f32 ? (double)(float)(x) : (double)(x))
+
+static double area_scale(int64_t in, int64_t out, bool align, bool has, double sc, bool f32) {
+  if (align) return out > 1 ? R((double)(in - 1) / (double)(out - 1)) : 0.0;
+  if (has && sc > 0) return R(1.0 / sc);
+  return R((double)in / (double)out);
+}
+
+static double source_index(double scale, int64_t o, bool align, bool cubic, bool f32) {
+  if (align) return R(scale * (double)o);
+  double src = R(R(scale * R((double)o + 0.5)) - 0.5);
+  return (!cubic && src < 0) ? 0.0 : src;
+}
+
+/* guard_index_and_lambda */
+static void guard(double real, int64_t in, int64_t* idx, double* lambda, bool f32) {
+  int64_t i = (int64_t)floor(real);
+  if (i < 0) i = 0;
+  if (i > in - 1) i = in - 1;
+  double l = R(real - (double)i);
+  *idx = i;
+  *lambda = l < 0 ? 0 : (l > 1 ? 1 : l);
+}
+
+static double cubic1(double x, double A, bool f32) {
+  return R(R(R(R(R((A + 2) * x) - (A + 3)) * x) * x) + 1);
+}
+static double cubic2(double x, double A, bool f32) {
+  return R(R(R(R(R(R(A * x) - R(5 * A)) * x) + R(8 * A)) * x) - R(4 * A));
+}
+
+/* Antialiased modes (_upsample_*_aa): PyTorch's separable filters. */
+static double aa_support(const up_args_t* a, int d, bool f32) {
+  double scale = area_scale(a->isz[d], a->osz[d], a->align, a->has_scale[d], a->scale[d], f32);
+  double interp = a->impl->mode == AA_LINEAR ? 2.0 : 4.0;
+  return R(scale >= 1.0 ? (interp * 0.5) * scale : interp * 0.5);
+}
+
+static double aa_filter(int mode, double x) {
+  if (x < 0.0) x = -x;
+  if (mode == AA_LINEAR) return x < 1.0 ? 1.0 - x : 0.0;
+  const double A = -0.5;
+  if (x < 1.0) return ((A + 2.0) * x - (A + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * A;
+  return 0.0;
+}
+
+/* Taps per output element of the op (the most of any dim). */
+static int taps_of(const up_args_t* a, bool f32) {
+  int mode = a->impl->mode;
+  if (mode <= NEAREST_EXACT) return 1;
+  if (mode == LINEAR) return 2;
+  if (mode == CUBIC) return 4;
+  int k = 1;
+  for (int d = 0; d < a->impl->dims; ++d) {
+    int m = (int)ceil(aa_support(a, d, f32)) * 2 + 1;
+    if (m > k) k = m;
+  }
+  return k;
+}
+
+/* Antialiased taps of output o along dim d (K slots, unused ones weight 0). */
+static void aa_taps(const up_args_t* a, int d, bool f32, int K, int64_t o, int64_t* ix,
+                    double* wt) {
+  int64_t in = a->isz[d];
+  double scale = area_scale(in, a->osz[d], a->align, a->has_scale[d], a->scale[d], f32);
+  double support = aa_support(a, d, f32);
+  double center = R(scale * ((double)o + 0.5));
+  double invscale = scale >= 1.0 ? R(1.0 / scale) : 1.0;
+  int64_t xmin = (int64_t)(R(center - support) + 0.5);
+  if (xmin < 0) xmin = 0;
+  int64_t xmax = (int64_t)(R(center + support) + 0.5);
+  int64_t xsize = (xmax < in ? xmax : in) - xmin;
+  if (xsize < 0) xsize = 0;
+  if (xsize > K) xsize = K;
+  double total = 0.0;
+  for (int64_t j = 0; j < K; ++j) {
+    ix[j] = j < xsize ? xmin + j : (xmin < in ? xmin : in - 1);
+    wt[j] = j < xsize
+                ? R(aa_filter(a->impl->mode,
+                              R((R((double)(j + xmin) - center) + 0.5) * invscale)))
+                : 0.0;
+    total = R(total + wt[j]);
+  }
+  if (total != 0.0)
+    for (int64_t j = 0; j < xsize; ++j) wt[j] = R(wt[j] / total);
+}
+
+/* Taps of one spatial dim: idx/w[o * K + j]. */
+static void make_taps(const up_args_t* a, int d, bool f32_compute, int K, int64_t* idx,
+                      double* w) {
+  int mode = a->impl->mode;
+  int64_t in = a->isz[d], out = a->osz[d];
+  bool has = a->has_scale[d];
+  double sc = a->scale[d];
+  for (int64_t o = 0; o < out; ++o) {
+    int64_t* ix = idx + o * K;
+    double* wt = w + o * K;
+    if (mode == AA_LINEAR || mode == AA_CUBIC) {
+      aa_taps(a, d, f32_compute, K, o, ix, wt);
+      continue;
+    }
+    if (mode == NEAREST || mode == NEAREST_EXACT) {
+      bool f32 = true;
+      double scale = (has && sc > 0) ? R(1.0 / sc) : R((double)in / (double)out);
+      int64_t i;
+      if (mode == NEAREST) {
+        if (out == in) i = o;
+        else if (out == 2 * in) i = o >> 1;
+        else i = (int64_t)floor(R((double)o * scale));
+      } else {
+        i = (int64_t)floor(R(R((double)o + 0.5) * scale));
+      }
+      ix[0] = i < in - 1 ? i : in - 1;
+      wt[0] = 1.0;
+      continue;
+    }
+    bool f32 = f32_compute;
+    double scale = area_scale(in, out, a->align, has, sc, f32);
+    if (mode == LINEAR) {
+      if (out == in) {
+        ix[0] = ix[1] = o;
+        wt[0] = 1.0;
+        wt[1] = 0.0;
+        continue;
+      }
+      double real = source_index(scale, o, a->align, false, f32), l1;
+      int64_t i0;
+      guard(real, in, &i0, &l1, f32);
+      ix[0] = i0;
+      ix[1] = i0 + (i0 < in - 1 ? 1 : 0);
+      wt[0] = R(1.0 - l1);
+      wt[1] = l1;
+      continue;
+    }
+    /* Cubic (A = -0.75). */
+    double real = source_index(scale, o, a->align, true, f32), t;
+    int64_t i0;
+    i0 = (int64_t)floor(real);
+    t = R(real - (double)i0);
+    const double A = -0.75;
+    wt[0] = cubic2(R(t + 1.0), A, f32);
+    wt[1] = cubic1(t, A, f32);
+    wt[2] = cubic1(R(1.0 - t), A, f32);
+    wt[3] = cubic2(R(R(1.0 - t) + 1.0), A, f32);
+    for (int j = 0; j < 4; ++j) {
+      int64_t i = i0 - 1 + j;
+      ix[j] = i < 0 ? 0 : (i > in - 1 ? in - 1 : i);
+    }
+  }
+}
+
+/* ---- the kernel ------------------------------------------------------------------- */
+
+typedef struct plan {
+  const up_args_t* a;
+  const tpu_view_t* out;
+  int k, K;
+  int64_t ip, op;        /* elements per input / output plane (of the op) */
+  int64_t isz[3], osz[3]; /* padded to 3 dims (leading 1s) */
+  int64_t* idx[3];
+  double* w[3];
+  walk_t iw, ow;         /* a plane of the op's input (x or grad_output) / output */
+  const tpu_view_t* src; /* the view read (plane walk iw) */
+  atomic_int failed;     /* a task found no host memory */
+} plan_t;
+
+static void plane_walk(walk_t* w, const tpu_view_t* v) {
+  walk_start(w, 1);
+  for (int32_t d = 2; d < v->ndim; ++d) walk_push(w, v->sizes[d], &v->strides[d]);
+}
+
+static void planes(void* arg, int64_t begin, int64_t end) {
+  plan_t* p = (plan_t*)arg;
+  const up_args_t* a = p->a;
+  bool bwd = a->impl->backward;
+  /* Buffers: the "small" side is the op's input for forward, grad_input for backward. */
+  int64_t n_src = bwd ? p->op : p->ip, n_dst = bwd ? p->ip : p->op;
+  /* forward 2-d: K width-interpolated rows and their row numbers */
+  int64_t n_cache = (int64_t)p->K * (p->osz[2] + 1);
+  double* src = (double*)malloc(sizeof(double) * (size_t)(n_src + n_dst + n_cache));
+  if (!src) {
+    atomic_store(&p->failed, 1);
+    return;
+  }
+  double* dst = src + n_src;
+  int K = p->K;
+  int Kd = p->k >= 3 ? K : 1, Kh = p->k >= 2 ? K : 1;
+  for (int64_t pl = begin; pl < end; ++pl) {
+    int64_t n = pl / a->in->sizes[1], c = pl % a->in->sizes[1];
+    const tpu_view_t* sv = p->src;
+    walk_gather(src, TPU_DTYPE_F64, view_at(sv, n * sv->strides[0] + c * sv->strides[1]),
+                sv->dtype, &p->iw, 0, n_src);
+    if (bwd) memset(dst, 0, sizeof(double) * (size_t)n_dst);
+    int64_t oD = p->osz[0], oH = p->osz[1], oW = p->osz[2];
+    int64_t iH = p->isz[1], iW = p->isz[2];
+    const int64_t *xd = p->idx[0], *xh = p->idx[1], *xw = p->idx[2];
+    const double *wd = p->w[0], *wh = p->w[1], *ww = p->w[2];
+    if (!bwd && p->k == 2 && K > 1) {
+      /* 2-d: an input row interpolated along the width serves every output row
+       * that taps it; such rows are kept in K slots (slot iy % K: the taps of
+       * one output row are consecutive rows), so each is computed once. */
+      double* cache = dst + n_dst;
+      double* tag = cache + (int64_t)K * oW;
+      for (int j = 0; j < K; ++j) tag[j] = -1.0;
+      for (int64_t oh = 0; oh < oH; ++oh) {
+        double* orow = dst + oh * oW;
+        const double* rows[2] = {NULL, NULL};
+        if (K != 2) memset(orow, 0, sizeof(double) * (size_t)oW);
+        for (int a2 = 0; a2 < K; ++a2) {
+          double wt = wh[oh * K + a2];
+          if (wt == 0.0 && K != 2) continue;
+          int64_t iy = xh[oh * K + a2];
+          double* hrow = cache + (iy % K) * oW;
+          if (tag[iy % K] != (double)iy) {
+            const double* irow = src + iy * iW;
+            for (int64_t ow = 0; ow < oW; ++ow) {
+              double t = 0.0;
+              for (int a3 = 0; a3 < K; ++a3) t += irow[xw[ow * K + a3]] * ww[ow * K + a3];
+              hrow[ow] = t;
+            }
+            tag[iy % K] = (double)iy;
+          }
+          if (K == 2) { /* linear: both rows, combined below in one pass */
+            rows[a2] = hrow;
+            continue;
+          }
+          for (int64_t ow = 0; ow < oW; ++ow) orow[ow] += wt * hrow[ow];
+        }
+        if (K == 2) {
+          double w0 = wh[oh * 2], w1 = wh[oh * 2 + 1];
+          const double *h0 = rows[0], *h1 = rows[1];
+          for (int64_t ow = 0; ow < oW; ++ow) orow[ow] = w0 * h0[ow] + w1 * h1[ow];
+        }
+      }
+      walk_scatter(view_at(p->out, n * p->out->strides[0] + c * p->out->strides[1]),
+                   p->out->dtype, &p->ow, 0, dst, TPU_DTYPE_F64, n_dst);
+      continue;
+    }
+    if (!bwd && K == 1) { /* nearest: every output row is one input row, gathered */
+      for (int64_t od = 0; od < oD; ++od)
+        for (int64_t oh = 0; oh < oH; ++oh) {
+          double* orow = dst + (od * oH + oh) * oW;
+          const double* irow =
+              src + ((p->k >= 3 ? xd[od] * iH : 0) + (p->k >= 2 ? xh[oh] : 0)) * iW;
+          for (int64_t ow = 0; ow < oW; ++ow) orow[ow] = irow[xw[ow]];
+        }
+      walk_scatter(view_at(p->out, n * p->out->strides[0] + c * p->out->strides[1]),
+                   p->out->dtype, &p->ow, 0, dst, TPU_DTYPE_F64, n_dst);
+      continue;
+    }
+    /* Row by row: each (depth, height) tap of an output row adds a weighted
+     * input row, interpolated along the width (nearest: copied). */
+    for (int64_t od = 0; od < oD; ++od)
+      for (int64_t oh = 0; oh < oH; ++oh) {
+        double* orow = (bwd ? src : dst) + (od * oH + oh) * oW;
+        if (!bwd) memset(orow, 0, sizeof(double) * (size_t)oW);
+        for (int a1 = 0; a1 < Kd; ++a1) {
+          double w1 = p->k >= 3 ? wd[od * K + a1] : 1.0;
+          int64_t b1 = p->k >= 3 ? xd[od * K + a1] * iH : 0;
+          for (int a2 = 0; a2 < Kh; ++a2) {
+            double wt = w1 * (p->k >= 2 ? wh[oh * K + a2] : 1.0);
+            double* irow = (bwd ? dst : src) + (b1 + (p->k >= 2 ? xh[oh * K + a2] : 0)) * iW;
+            if (wt == 0.0) continue;
+            if (K == 1 && !bwd && wt == 1.0) {
+              for (int64_t ow = 0; ow < oW; ++ow) orow[ow] += irow[xw[ow]];
+            } else if (K == 1 && !bwd) {
+              for (int64_t ow = 0; ow < oW; ++ow) orow[ow] += wt * irow[xw[ow]];
+            } else if (K == 1) {
+              for (int64_t ow = 0; ow < oW; ++ow) irow[xw[ow]] += wt * orow[ow];
+            } else if (K == 2 && !bwd) {
+              for (int64_t ow = 0; ow < oW; ++ow)
+                orow[ow] += wt * (irow[xw[2 * ow]] * ww[2 * ow] +
+                                  irow[xw[2 * ow + 1]] * ww[2 * ow + 1]);
+            } else if (!bwd) {
+              for (int64_t ow = 0; ow < oW; ++ow) {
+                double t = 0.0;
+                for (int a3 = 0; a3 < K; ++a3) t += irow[xw[ow * K + a3]] * ww[ow * K + a3];
+                orow[ow] += wt * t;
+              }
+            } else {
+              for (int64_t ow = 0; ow < oW; ++ow) {
+                double go = wt * orow[ow];
+                for (int a3 = 0; a3 < K; ++a3) irow[xw[ow * K + a3]] += go * ww[ow * K + a3];
+              }
+            }
+          }
+        }
+      }
+    walk_scatter(view_at(p->out, n * p->out->strides[0] + c * p->out->strides[1]), p->out->dtype,
+                 &p->ow, 0, dst, TPU_DTYPE_F64, n_dst);
+  }
+  free(src);
+}
+
+static tpu_status_t up_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                              tpu_exec_ctx_t* ctx) {
+  up_args_t a;
+  TPU_RETURN_IF_ERROR(up_parse(def, node, &a));
+  if (node->num_outputs < 1 || !views_same_shape(&node->outputs[0], &a.shape))
+    TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "output has the wrong shape");
+  plan_t p;
+  memset(&p, 0, sizeof(p));
+  p.a = &a;
+  p.out = &node->outputs[0];
+  p.src = a.in;
+  p.k = a.impl->dims;
+  bool f32 = a.in->dtype != TPU_DTYPE_F64;
+  p.K = taps_of(&a, f32);
+  p.ip = p.op = 1;
+  for (int d = 0; d < 3; ++d) {
+    int s = d - (3 - p.k);
+    p.isz[d] = s >= 0 ? a.isz[s] : 1;
+    p.osz[d] = s >= 0 ? a.osz[s] : 1;
+    p.ip *= p.isz[d];
+    p.op *= p.osz[d];
+  }
+  int64_t ntaps = 0;
+  for (int d = 0; d < p.k; ++d) ntaps += a.osz[d] * p.K;
+  int64_t* idx = (int64_t*)malloc(sizeof(int64_t) * (size_t)ntaps);
+  double* w = (double*)malloc(sizeof(double) * (size_t)ntaps);
+  if (!idx || !w) {
+    free(idx);
+    free(w);
+    TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "no host memory for upsample");
+  }
+  atomic_init(&p.failed, 0);
+  int64_t off = 0;
+  for (int d = 0; d < 3; ++d) {
+    int s = d - (3 - p.k);
+    if (s < 0) continue;
+    p.idx[d] = idx + off;
+    p.w[d] = w + off;
+    make_taps(&a, s, f32, p.K, p.idx[d], p.w[d]);
+    off += a.osz[s] * p.K;
+  }
+  /* Half types: PyTorch CPU keeps the cubic weights in the input dtype. */
+  if (a.impl->mode == CUBIC && (a.in->dtype == TPU_DTYPE_F16 || a.in->dtype == TPU_DTYPE_BF16)) {
+    uint16_t h;
+    for (int64_t i = 0; i < ntaps; ++i) {
+      tpu_convert(&h, a.in->dtype, 1, &w[i], TPU_DTYPE_F64, 1, 1);
+      tpu_convert(&w[i], TPU_DTYPE_F64, 1, &h, a.in->dtype, 1, 1);
+    }
+  }
+  plane_walk(&p.iw, a.in);
+  plane_walk(&p.ow, p.out);
+  int64_t nplanes = a.in->sizes[0] * a.in->sizes[1];
+  int64_t work = (p.ip + p.op) * p.K;
+  tpu_parallel_for(nplanes, work >= 16384 ? 1 : 16384 / (work > 0 ? work : 1), planes, &p);
+  free(idx);
+  free(w);
+  if (atomic_load(&p.failed))
+    TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "no host memory for upsample planes");
+  return TPU_OK;
+}
+
+/* ---- the op table ----------------------------------------------------------------- */
+
+#define IMPL(name, mode, dims)                           \
+  static const up_impl_t name##_f = {mode, dims, false}; \
+  static const up_impl_t name##_b = {mode, dims, true};
+IMPL(n1, NEAREST, 1)
+IMPL(n2, NEAREST, 2)
+IMPL(n3, NEAREST, 3)
+IMPL(e1, NEAREST_EXACT, 1)
+IMPL(e2, NEAREST_EXACT, 2)
+IMPL(e3, NEAREST_EXACT, 3)
+IMPL(l1, LINEAR, 1)
+IMPL(l2, LINEAR, 2)
+IMPL(l3, LINEAR, 3)
+IMPL(c2, CUBIC, 2)
+IMPL(a2, AA_LINEAR, 2)
+IMPL(b2, AA_CUBIC, 2)
+
+#define ATTRS "output_size,input_size,align_corners,scales,scales_d,scales_h,scales_w"
+#define ROWS(name, aten, impl)                                                                  \
+  {name, "self", ATTRS, "out", aten ".default " aten ".out", up_kernel, up_infer, up_check,     \
+   &impl##_f},                                                                                  \
+      {name "_backward", "grad_output", ATTRS, "grad_input",                                    \
+       aten "_backward.default " aten "_backward.grad_input", up_kernel, up_infer, up_check,    \
+       &impl##_b}
+
+static const tpu_op_def_t k_rows[] = {
+    ROWS("upsample_nearest1d", "upsample_nearest1d", n1),
+    ROWS("upsample_nearest2d", "upsample_nearest2d", n2),
+    ROWS("upsample_nearest3d", "upsample_nearest3d", n3),
+    ROWS("upsample_nearest_exact1d", "_upsample_nearest_exact1d", e1),
+    ROWS("upsample_nearest_exact2d", "_upsample_nearest_exact2d", e2),
+    ROWS("upsample_nearest_exact3d", "_upsample_nearest_exact3d", e3),
+    ROWS("upsample_linear1d", "upsample_linear1d", l1),
+    ROWS("upsample_bilinear2d", "upsample_bilinear2d", l2),
+    ROWS("upsample_trilinear3d", "upsample_trilinear3d", l3),
+    ROWS("upsample_bicubic2d", "upsample_bicubic2d", c2),
+    ROWS("upsample_bilinear2d_aa", "_upsample_bilinear2d_aa", a2),
+    ROWS("upsample_bicubic2d_aa", "_upsample_bicubic2d_aa", b2),
+};
+
+const tpu_op_family_t tpu_family_upsample = {"upsample", k_rows,
+                                             (int32_t)(sizeof(k_rows) / sizeof(k_rows[0]))};
