@@ -347,24 +347,20 @@ bool sync_count(Binding* b, Call& call, tpu_node_t& node) {
 
 enum class Outcome { Done, NeedMeta, Fallback };
 
-bool same_view(const tpu_view_t& a, const tpu_view_t& b) {
-  return a.addr == b.addr && a.dtype == b.dtype && a.ndim == b.ndim &&
-         std::equal(a.sizes, a.sizes + a.ndim, b.sizes) &&
-         std::equal(a.strides, a.strides + a.ndim, b.strides);
-}
-
 // An out= tensor that shares memory with an input: a kernel would read what
 // it has already written, so such calls go to the CPU, which computes them
-// from copies. An elementwise op may write over exactly one of its inputs;
-// ops PyTorch refuses this for (TPU_OP_OUT_NO_OVERLAP) raise in tpu_op_check.
+// from copies. Elementwise ops check overlap themselves as TensorIterator
+// does (writing over exactly one input is fine, a partial overlap raises),
+// and ops PyTorch refuses it for (TPU_OP_OUT_NO_OVERLAP) raise in tpu_op_check.
 bool out_overlaps_input(const Binding* b, const Call& call, const tpu_view_t& out) {
   if (b->def->flags & TPU_OP_OUT_NO_OVERLAP) return false;
-  bool elementwise = std::strcmp(tpu_op_family_of(b->op), "elementwise") == 0;
-  for (int i = 0; i < call.num_inputs; ++i) {
-    if (call.inputs[i].kind != TPU_VALUE_VIEW) continue;
-    const tpu_view_t& in = call.inputs[i].u.view;
-    if (tpu_views_may_overlap(&in, &out) && !(elementwise && same_view(in, out))) return true;
-  }
+  if (std::strncmp(tpu_op_family_of(b->op), "elementwise", 11) == 0 ||
+      std::strcmp(tpu_op_family_of(b->op), "activation") == 0)
+    return false;
+  for (int i = 0; i < call.num_inputs; ++i)
+    if (call.inputs[i].kind == TPU_VALUE_VIEW &&
+        tpu_views_may_overlap(&call.inputs[i].u.view, &out))
+      return true;
   return false;
 }
 
@@ -423,8 +419,17 @@ Outcome run_native(Binding* b, Call& call, const at::Tensor* const* given, at::T
                     shape_str(want));
       } else {
         tpu_view_t before;
-        if (out.numel() > 0 && make_view(out, &before) && out_overlaps_input(b, call, before))
-          return Outcome::Fallback;
+        if (out.numel() > 0 && make_view(out, &before)) {
+          if (out_overlaps_input(b, call, before)) return Outcome::Fallback;
+          // PyTorch checks these before resizing: test the out= tensor as given.
+          tpu_view_t saved = call.outputs[k];
+          call.outputs[k] = before;
+          tpu_node_t probe = node;
+          probe.num_outputs = k + 1;
+          tpu_status_t st = tpu_op_check_out_overlap(&probe);
+          call.outputs[k] = saved;
+          check(st);
+        }
         at::native::resize_output(out, c10::IntArrayRef(want.sizes, want.ndim));
       }
       if (!make_view(out, &call.outputs[k])) return Outcome::Fallback;

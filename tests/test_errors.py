@@ -43,6 +43,14 @@ SAME_ERROR_CASES = {
     "inplace_row_of_self": (lambda a: a.add_(a[0]), (make((3, 4)),)),
     "inplace_shifted_self": (lambda a: a[1:].add_(a[:-1]), (make((3, 4)),)),
     "out_overlaps_input": (lambda a: torch.add(a[:-1], 1, out=a[1:]), (make((3, 4)),)),
+    # ops that refuse out= sharing memory with an input (TPU_OP_OUT_NO_OVERLAP)
+    "cat_out_is_input": (lambda a: torch.cat([a, a], out=a), (make((3, 4)),)),
+    "gather_out_is_input": (lambda a, i: torch.gather(a, 0, i, out=a),
+                            (make((3, 4)), torch.zeros(3, 4, dtype=torch.long))),
+    "index_select_out_in_input": (lambda a, i: torch.index_select(a, 0, i, out=a[:2]),
+                                  (make((3, 4)), torch.tensor([0, 1]))),
+    "take_out_is_input": (lambda a, i: torch.take(a, i, out=a.view(-1)[:2]),
+                          (make((3, 4)), torch.tensor([0, 5]))),
     "copy_from_transposed_self": (lambda a: a.copy_(a.t()), (make((3, 3)),)),
     "copy_from_shifted_self": (lambda a: a[1:].copy_(a[:-1]), (make((6,)),)),
     "float_alpha_on_ints": (lambda a: torch.add(a, a, alpha=0.5),
@@ -246,3 +254,24 @@ def test_later_ops_after_failed_op_compute_correctly():
     y = x.to("tpu") @ x.to("tpu")
     assert_same(y, x @ x, atol=1e-5, rtol=1e-5)
     check(lambda t: t.relu().sum(0), x, atol=1e-6, rtol=1e-6)
+
+
+def _row0_sum(a):
+    r = a.clone()
+    r[0] = a.sum(0)
+    return r
+
+
+@pytest.mark.parametrize("name, fn, expect", [
+    ("mm", lambda a: torch.mm(a, a, out=a), lambda a: a @ a),
+    ("cumsum", lambda a: torch.cumsum(a, 0, out=a), lambda a: a.cumsum(0)),
+    ("sum_into_row", lambda a: torch.sum(a, 0, out=a[0]), _row0_sum),
+])
+def test_out_overlapping_input_computes_from_copies(name, fn, expect):
+    # Where PyTorch accepts an out= that shares memory with an input, tpu
+    # computes as if from copies of the inputs (the CPU's own kernels may read
+    # what they already wrote: its mm and sum give other values here).
+    a = make((4, 4))
+    t = a.to("tpu")
+    fn(t)
+    torch.testing.assert_close(t.cpu(), expect(a))

@@ -47,6 +47,7 @@ INPLACE_FALLBACKS = [
     ("erfinv_", torch.Tensor.erfinv_),
     ("cumsum_", lambda t: t.cumsum_(0)),
     ("cumprod_", lambda t: t.cumprod_(0)),
+    ("igammac_", lambda t: t.abs_().add_(0.5).igammac_(torch.full_like(t, 1.5))),
 ]
 BINARY_INPLACE_FALLBACKS = [
     ("hypot_", torch.Tensor.hypot_),

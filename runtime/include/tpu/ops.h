@@ -72,6 +72,10 @@ tpu_op_id_t tpu_op_lookup(const char* name);     /* -1 when unknown */
 int32_t tpu_op_num_attrs(tpu_op_id_t id);
 int32_t tpu_op_num_outputs(tpu_op_id_t id);
 const char* tpu_op_family_of(tpu_op_id_t id);
+/* INVALID_ARGUMENT when the node's op is TPU_OP_OUT_NO_OVERLAP and one of its
+ * outputs shares memory with an input (tpu_op_check runs it too; the bridge
+ * also runs it on out= tensors before resizing them, as PyTorch does). */
+tpu_status_t tpu_op_check_out_overlap(const tpu_node_t* node);
 
 /* Counts of names in a comma-separated spec, and the index of `name` in it
  * (-1 if absent). A trailing '*' on an entry is ignored for matching. */

@@ -156,16 +156,22 @@ tpu_status_t tpu_op_check(const tpu_node_t* node) {
     if (node->inputs[i].kind == TPU_VALUE_VIEW && node->inputs[i].u.view.ndim > TPU_MAX_DIMS)
       return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: more than %d dims", def->name,
                              TPU_MAX_DIMS);
-  if (def->flags & TPU_OP_OUT_NO_OVERLAP)
-    for (int32_t o = 0; o < node->num_outputs; ++o)
-      for (int32_t i = 0; i < node->num_inputs; ++i)
-        if (node->inputs[i].kind == TPU_VALUE_VIEW &&
-            tpu_views_may_overlap(&node->outputs[o], &node->inputs[i].u.view))
-          return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
-                                 "unsupported operation: some elements of the input tensor and "
-                                 "the written-to tensor refer to a single memory location. "
-                                 "Please clone() the tensor before performing the operation.");
+  TPU_RETURN_IF_ERROR(tpu_op_check_out_overlap(node));
   return def->check ? def->check(def, node) : TPU_OK;
+}
+
+tpu_status_t tpu_op_check_out_overlap(const tpu_node_t* node) {
+  const tpu_op_def_t* def = tpu_op_def(node->op);
+  if (!def || !(def->flags & TPU_OP_OUT_NO_OVERLAP)) return TPU_OK;
+  for (int32_t o = 0; o < node->num_outputs; ++o)
+    for (int32_t i = 0; i < node->num_inputs; ++i)
+      if (node->inputs[i].kind == TPU_VALUE_VIEW &&
+          tpu_views_may_overlap(&node->outputs[o], &node->inputs[i].u.view))
+        return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                               "unsupported operation: some elements of the input tensor and "
+                               "the written-to tensor refer to a single memory location. "
+                               "Please clone() the tensor before performing the operation.");
+  return TPU_OK;
 }
 
 tpu_status_t tpu_op_infer(const tpu_node_t* node, tpu_view_t* out_views) {
