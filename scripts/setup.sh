@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent set-up: a local virtual environment (.venv) with the pinned torch
-# (2.13.0, the CPU build on this machine's disk), the build tools, and
+# (2.14.1 with torchvision 0.29.1, from this machine's disk), the build tools, and
 # torch_tpu itself built by CMake against that torch (no build isolation).
 set -euo pipefail
 cd "$(dirname "$0")/.."
