@@ -100,7 +100,7 @@ def attention_workloads(seqs, H=8, D=64):
     out = []
     for L in seqs:
         for backward in (False, True):
-            out.append(Workload("attention", f"sdpa causal seq {L}", "fwd+bwd" if backward else "fwd",
+            out.append(Workload("attention", f"sdpa causal b1 {H}h d{D} seq {L}", "fwd+bwd" if backward else "fwd",
                                 "tokens/s", L,
                                 lambda d, L=L, b=backward: sdpa_call(d, L, H, D, b)))
     return out
@@ -292,13 +292,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true",
                     help="attention seq 512/2048, 1024-row norms, conv N=2, block batch 2, 2 rounds")
-    ap.add_argument("--rounds", type=int, default=None, help="timed rounds per side (default 3, quick 2)")
+    ap.add_argument("--rounds", type=int, default=None, help="timed rounds per side (default 5, quick 2)")
     ap.add_argument("--threads", type=int, default=0,
                     help="threads of both sides (tpu pool and torch); default: the tpu pool's")
     ap.add_argument("--only", default="attention,norm,conv,block")
     ap.add_argument("--seqs", default=None, help="attention sequence lengths (default 512,2048,8192)")
     a = ap.parse_args()
-    rounds = a.rounds or (2 if a.quick else 3)
+    rounds = a.rounds or (2 if a.quick else 5)
     pool = torch_tpu._C.compute_threads()
     torch.set_num_threads(a.threads or pool)
     threads = {"torch_cpu": torch.get_num_threads(), "tpu_pool": pool,
@@ -356,7 +356,7 @@ def main():
     if memory:
         print()
         print("| attention seq (causal, 8 heads, d64) | tpu peak fwd MiB | tpu peak fwd+bwd MiB | "
-              "fwd+bwd KiB per token | one L x L score matrix per head, MiB |")
+              "fwd+bwd KiB per token | L x L float32 scores of all 8 heads (quadratic), MiB |")
         print("|---|---|---|---|---|")
         for m in memory:
             print(f"| {m['seq']} | {m['tpu_peak_bytes_fwd'] / 2**20:.1f} | "
