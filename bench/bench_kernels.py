@@ -3,7 +3,10 @@
 One command for the kernel families of the issue, each timed on tpu tensors
 and on CPU tensors in alternating rounds (both sides see the same machine
 load), reduced to the best round each; the ratio is tpu throughput / CPU
-throughput (>1: tpu faster).
+throughput (>1: tpu faster). Each workload runs at least --rounds rounds
+per side (default 5), and more (up to 25) while either side has spent under
+--min-time seconds (default 1), so short workloads get more chances to run
+unperturbed on a shared machine.
 
 1. attention: F.scaled_dot_product_attention (batch 1, 8 heads, head_dim 64,
    causal, float32) at seq 512 / 2048 / 8192, forward and forward+backward,
@@ -24,7 +27,7 @@ Threads: the tpu's kernel pool is fixed when the runtime starts
 count (torch.set_num_threads). `--threads T` sets both.
 
 Prints a markdown table, writes bench/results/kernels.json.
-Usage: python bench/bench_kernels.py [--quick] [--rounds N] [--threads T] [--only attention,norm,conv,block]
+Usage: python bench/bench_kernels.py [--quick] [--rounds N] [--min-time S] [--threads T] [--only attention,norm,conv,block]
 
 The workload builders (attention_workloads, norm_workloads, conv_workloads,
 block_workloads) are shared with tests/test_bench_kernels.py, which runs them
@@ -267,21 +270,26 @@ def block_workloads(batch, seq, hidden=512, heads=8):
 # ---- timing -------------------------------------------------------------------------
 
 
-def measure(w, rounds):
-    """Best seconds per call on each device, tpu and CPU rounds alternating."""
+def measure(w, rounds, min_time=0.0, max_rounds=25):
+    """Best seconds per call on each device, tpu and CPU rounds alternating:
+    at least `rounds` rounds, more (up to max_rounds) while either side has
+    spent less than min_time seconds, so short workloads get more chances
+    to run unperturbed on a shared machine. Returns (best, rounds run)."""
     fns = {d: w.make(d) for d in DEVICES}
     for d, fn in fns.items():  # warm up
         fn()
         sync(d)
-    best = {}
-    for _ in range(rounds):
+    best, spent, n = {}, dict.fromkeys(DEVICES, 0.0), 0
+    while n < rounds or (n < max_rounds and min(spent.values()) < min_time):
+        n += 1
         for d, fn in fns.items():
             t0 = time.perf_counter()
             fn()
             sync(d)
             t = time.perf_counter() - t0
+            spent[d] += t
             best[d] = min(best.get(d, t), t)
-    return best
+    return best, n
 
 
 def fmt(v):
@@ -293,12 +301,17 @@ def main():
     ap.add_argument("--quick", action="store_true",
                     help="attention seq 512/2048, 1024-row norms, conv N=2, block batch 2, 2 rounds")
     ap.add_argument("--rounds", type=int, default=None, help="timed rounds per side (default 5, quick 2)")
+    ap.add_argument("--min-time", type=float, default=None,
+                    help="keep alternating (up to 25 rounds) until each side has run this many "
+                         "seconds (default 1.0, quick 0.3)")
     ap.add_argument("--threads", type=int, default=0,
                     help="threads of both sides (tpu pool and torch); default: the tpu pool's")
     ap.add_argument("--only", default="attention,norm,conv,block")
     ap.add_argument("--seqs", default=None, help="attention sequence lengths (default 512,2048,8192)")
     a = ap.parse_args()
     rounds = a.rounds or (2 if a.quick else 5)
+    if a.min_time is None:
+        a.min_time = 0.3 if a.quick else 1.0
     pool = torch_tpu._C.compute_threads()
     torch.set_num_threads(a.threads or pool)
     threads = {"torch_cpu": torch.get_num_threads(), "tpu_pool": pool,
@@ -307,7 +320,7 @@ def main():
         print(f"warning: torch threads {threads['torch_cpu']} != tpu pool {pool}")
     print(f"threads: PyTorch CPU torch.get_num_threads() = {threads['torch_cpu']}, "
           f"tpu pool = {pool} (TORCH_TPU_NUM_THREADS={threads['TORCH_TPU_NUM_THREADS'] or 'unset: cores'}); "
-          f"rounds: best of {rounds}, alternating", flush=True)
+          f"rounds: best of >= {rounds} alternating (more, up to 25, until each side ran {a.min_time} s)", flush=True)
 
     only = set(a.only.split(","))
     seqs = [int(s) for s in (a.seqs or ("512,2048" if a.quick else "512,2048,8192")).split(",")]
@@ -325,14 +338,14 @@ def main():
     fallbacks0 = dict(torch_tpu.fallback_counts())
     t_start = time.perf_counter()
     for w in work:
-        best = measure(w, rounds)
+        best, n = measure(w, rounds, a.min_time)
         tp = {d: w.amount / best[d] * w.scale for d in DEVICES}
         row = {"section": w.section, "workload": w.name, "pass": w.mode, "unit": w.unit,
                "tpu": tp["tpu"], "cpu": tp["cpu"], "ratio": tp["tpu"] / tp["cpu"],
-               "tpu_ms": best["tpu"] * 1e3, "cpu_ms": best["cpu"] * 1e3}
+               "tpu_ms": best["tpu"] * 1e3, "cpu_ms": best["cpu"] * 1e3, "rounds": n}
         rows.append(row)
         print(f"  {w.name} {w.mode}: tpu {fmt(tp['tpu'])} {w.unit} ({row['tpu_ms']:.1f} ms), "
-              f"cpu {fmt(tp['cpu'])} ({row['cpu_ms']:.1f} ms), ratio {row['ratio']:.2f}", flush=True)
+              f"cpu {fmt(tp['cpu'])} ({row['cpu_ms']:.1f} ms), ratio {row['ratio']:.2f}, best of {n}", flush=True)
 
     memory = []
     if "attention" in only:
@@ -345,8 +358,8 @@ def main():
                  if v != fallbacks0.get(k, 0)}
 
     print()
-    print(f"threads: PyTorch CPU {threads['torch_cpu']}, tpu pool {pool}; best of {rounds} "
-          f"alternating rounds; ratio = tpu throughput / CPU throughput")
+    print(f"threads: PyTorch CPU {threads['torch_cpu']}, tpu pool {pool}; best of >= {rounds} "
+          f"alternating rounds (up to 25 until each side ran {a.min_time} s); ratio = tpu throughput / CPU throughput")
     print()
     print("| workload | pass | tpu | PyTorch CPU | unit | tpu/CPU |")
     print("|---|---|---|---|---|---|")
@@ -367,7 +380,7 @@ def main():
     os.makedirs(os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"), exist_ok=True)
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "kernels.json")
     with open(path, "w") as f:
-        json.dump({"threads": threads, "rounds": rounds, "quick": a.quick, "seconds": elapsed, "cpu_fallbacks": fallbacks,
+        json.dump({"threads": threads, "min_rounds": rounds, "min_time_s": a.min_time, "quick": a.quick, "seconds": elapsed, "cpu_fallbacks": fallbacks,
                    "rows": rows, "attention_memory": memory}, f, indent=1)
     print("wrote", path)
 
