@@ -380,7 +380,8 @@ def main():
     os.makedirs(os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"), exist_ok=True)
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "kernels.json")
     with open(path, "w") as f:
-        json.dump({"threads": threads, "min_rounds": rounds, "min_time_s": a.min_time, "quick": a.quick, "seconds": elapsed, "cpu_fallbacks": fallbacks,
+        json.dump({"threads": threads, "min_rounds": rounds, "min_time_s": a.min_time,
+                   "quick": a.quick, "seconds": elapsed, "cpu_fallbacks": fallbacks,
                    "rows": rows, "attention_memory": memory}, f, indent=1)
     print("wrote", path)
 
