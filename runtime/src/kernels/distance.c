@@ -85,7 +85,7 @@ tpu_status_t tpu_dist_parse(const tpu_op_def_t* def, const tpu_node_t* node, dis
   }
   tpu_view_set_contiguous(s);
   if (a->kind == DIST_CDIST_BACKWARD || a->kind == DIST_PDIST_BACKWARD) {
-    a->grad = ku_input(def, node, "grad");
+    a->grad = ku_input(def, node, "grad_output");
     a->dist = ku_input(def, node, pd ? "pdist" : "cdist");
     if (!a->grad || !a->dist || a->grad->dtype != dt || a->dist->dtype != dt)
       return dist_fail_unimpl("cdist backward needs grad and distances of the input dtype");
@@ -372,11 +372,11 @@ static const dist_spec_t k_cdist = {DIST_CDIST}, k_cdist_bwd = {DIST_CDIST_BACKW
 static const tpu_op_def_t k_rows[] = {
     DIST_ROW("cdist_forward", "x1,x2", "p,compute_mode", "_cdist_forward _cdist_forward.out",
              k_cdist),
-    DIST_ROW("cdist_backward", "grad,x1,x2,cdist", "p", "_cdist_backward _cdist_backward.out",
-             k_cdist_bwd),
+    DIST_ROW("cdist_backward", "grad_output,x1,x2,cdist", "p",
+             "_cdist_backward _cdist_backward.out", k_cdist_bwd),
     DIST_ROW("pdist_forward", "self", "p", "_pdist_forward _pdist_forward.out", k_pdist),
-    DIST_ROW("pdist_backward", "grad,self,pdist", "p", "_pdist_backward _pdist_backward.out",
-             k_pdist_bwd),
+    DIST_ROW("pdist_backward", "grad_output,self,pdist", "p",
+             "_pdist_backward _pdist_backward.out", k_pdist_bwd),
 };
 
 const tpu_op_family_t tpu_family_distance = {"distance", k_rows,
