@@ -497,15 +497,19 @@ def timm_archs():
 # ---------------------------------------------------------------------------
 # Sweep driver: one worker process at a time, restarted after a crash.
 
+_MARK = "@@model_sweep "
+
+
 def _worker(archs):
     warnings.filterwarnings("ignore")
     torch_tpu.set_fallback_mode("silent")
+    # Models may print to stdout: the worker's own lines carry a marker.
     for arch in archs:
-        print(json.dumps({"start": arch}), flush=True)
+        print(_MARK + json.dumps({"start": arch}), flush=True)
         t0 = time.perf_counter()
         rec = check_arch(arch)
         rec["seconds"] = round(time.perf_counter() - t0, 2)
-        print(json.dumps(rec), flush=True)
+        print(_MARK + json.dumps(rec), flush=True)
 
 
 def sweep(archs, timeout, report):
@@ -531,7 +535,9 @@ def sweep(archs, timeout, report):
                                         "error": f"worker exit {proc.returncode}"}
                     report(results[current])
                 break
-            msg = json.loads(line)
+            if not line.startswith(_MARK):
+                continue
+            msg = json.loads(line[len(_MARK):])
             if "start" in msg:
                 current, deadline = msg["start"], time.monotonic() + timeout
             else:
