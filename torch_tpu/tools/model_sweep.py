@@ -393,7 +393,8 @@ def _loss(out):
 
 
 def _grad_error(m_tpu, m_cpu):
-    grads = [(n, p.grad) for n, p in m_cpu.named_parameters() if p.grad is not None]
+    grads = [(n, p.grad) for n, p in m_cpu.named_parameters()
+             if p.grad is not None and p.grad.numel()]
     scale = max([g.abs().max().item() for _, g in grads] + [1e-6])
     tpu = dict(m_tpu.named_parameters())
     worst, where = 0.0, None
