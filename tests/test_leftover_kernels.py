@@ -91,6 +91,23 @@ def test_unique_flags_and_nans(dtype):
     assert torch_tpu.fallback_counts() == {}
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+def test_unique_with_dim(dtype):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(0, 2, (40, 3, 2), generator=g).to(dtype)
+    if dtype.is_floating_point:
+        x[5, 1, 0] = float("nan")  # a NaN slice equals nothing; its place follows std::sort
+    xt = x.to("tpu")
+    torch_tpu.reset_counts()
+    for dim in (0, 1, -1):
+        for inv in (False, True):
+            _same(torch.unique(x, True, inv, True, dim=dim),
+                  torch.unique(xt, True, inv, True, dim=dim))
+            _same(torch.unique_consecutive(x, inv, True, dim=dim),
+                  torch.unique_consecutive(xt, inv, True, dim=dim))
+    assert torch_tpu.fallback_counts() == {}
+
+
 def test_bincount_weights_and_errors():
     g = torch.Generator().manual_seed(1)
     x = torch.randint(0, 40, (500,), generator=g)

@@ -58,13 +58,14 @@ static void run_case(const char* what, const char* op, tpu_value_t* in, int32_t 
   /* a stale sync_size is an error, not a write out of bounds */
   if (nout == 3) {
     attrs[nattrs - 1] = tt_int(k + 1);
-    tt_t big = tt_make(shapes[0].dtype, 1, (int64_t[]){k + 1}, TT_CONTIG);
-    tpu_view_t bv[3] = {big.view, shapes[1], shapes[2]};
-    tt_t b1 = tt_like(&shapes[1], TT_CONTIG), b2 = tt_make(TPU_DTYPE_I64, 1, (int64_t[]){k + 1}, 0);
-    bv[1] = b1.view, bv[2] = b2.view;
+    node = tt_node(in, nin, NULL, 0, attrs, nattrs);
+    CHECK_OK(def->infer(def, &node, shapes));
+    tt_t b[3];
+    tpu_view_t bv[3];
+    for (int o = 0; o < 3; ++o) b[o] = tt_like(&shapes[o], TT_CONTIG), bv[o] = b[o].view;
     node = tt_node(in, nin, bv, 3, attrs, nattrs);
     CHECK_CODE(tt_run(def->kernel, def, &node), TPU_CODE_INTERNAL);
-    tt_free(&big), tt_free(&b1), tt_free(&b2);
+    for (int o = 0; o < 3; ++o) tt_free(&b[o]);
   }
   tt_free(&cnt), tt_free(&rcnt);
 }
@@ -153,8 +154,8 @@ TEST(unique_known_and_errors) {
     CHECK_NEAR(tt_get(&cnt.view, k), (double)wc[k], 0);
   }
   for (int k = 0; k < 6; ++k) CHECK_NEAR(tt_get(&inv.view, k), (double)wi[k], 0);
-  /* unique_consecutive with a dim falls back */
-  tpu_attr_t ca[4] = {tt_bool(false), tt_bool(false), tt_int(0), tt_none()};
+  /* unique_consecutive with a dim out of range falls back (PyTorch's IndexError) */
+  tpu_attr_t ca[4] = {tt_bool(false), tt_bool(false), tt_int(1), tt_none()};
   node = tt_node(in, 1, NULL, 0, ca, 4);
   CHECK_CODE(uc->check(uc, &node), TPU_CODE_UNIMPLEMENTED);
   /* bincount: a negative value is a RuntimeError; floats and 2-d fall back */
@@ -179,4 +180,37 @@ TEST(unique_known_and_errors) {
   CHECK_CODE(b->check(b, &node), TPU_CODE_UNIMPLEMENTED);
   tt_free(&x), tt_free(&o), tt_free(&inv), tt_free(&cnt), tt_free(&neg), tt_free(&cout);
   tt_free(&m);
+}
+
+TEST(unique_dim_table) {
+  static const uq_case_t cases[] = {
+      {2, {9, 4}, 0, 2, 0}, {3, {3, 5, 2}, 0, 1, 0}, {2, {1, 6}, -3, 3, 0}, {3, {4, 2, 7}, 0, 3, 0},
+      {1, {12}, 0, 3, 0},
+  };
+  static const tt_layout_t layouts[] = {TT_CONTIG, TT_TRANSPOSED, TT_PADDED};
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); ++c) {
+    const uq_case_t* uc = &cases[c];
+    for (int t = 0; t < NDT; ++t) {
+      tpu_dtype_t dt = k_dtypes[t];
+      if (dt == TPU_DTYPE_U8 && uc->lo < 0) continue;
+      for (int l = 0; l < 3; ++l) {
+        tt_t x = tt_make(dt, uc->nd, uc->sizes, layouts[l]);
+        tt_fill(&x.view, uc->lo, uc->hi, 0);
+        for (int64_t i = 0; i < tpu_view_numel(&x.view); ++i)
+          tt_set(&x.view, i, floor(tt_get(&x.view, i)));
+        /* repeat slice 0 along dim 0 so that there are equal slices */
+        tpu_value_t in[1] = {tt_value(&x.view)};
+        for (int32_t dim = -1; dim < uc->nd; ++dim) {
+          char what[96];
+          snprintf(what, sizeof(what), "dim case %zu %s layout %d dim %d", c, tpu_dtype_name(dt),
+                   l, dim);
+          tpu_attr_t ua[5] = {tt_int(dim), tt_bool(true), tt_bool(l & 1), tt_bool(true), tt_none()};
+          run_case(what, "unique_dim", in, 1, ua, 5, 3, layouts[(l + 1) % 3]);
+          tpu_attr_t ca[4] = {tt_bool(true), tt_bool(false), tt_int(dim), tt_none()};
+          run_case(what, "unique_consecutive", in, 1, ca, 4, 3, layouts[(l + 2) % 3]);
+        }
+        tt_free(&x);
+      }
+    }
+  }
 }

@@ -30,10 +30,11 @@
 #include <string.h>
 
 #include "kernel_util.h"
+#include "sort_algo.h"
 
 tpu_status_t tpu_unique_reference(const tpu_op_def_t* def, const tpu_node_t* node);
 
-typedef enum { UQ_UNIQUE, UQ_CONSECUTIVE, UQ_BINCOUNT } uq_kind_t;
+typedef enum { UQ_UNIQUE, UQ_CONSECUTIVE, UQ_BINCOUNT, UQ_DIM } uq_kind_t;
 
 typedef struct uq_impl {
   uq_kind_t kind;
@@ -43,6 +44,8 @@ typedef struct uq_impl {
 typedef struct uq_args {
   uq_kind_t kind;
   bool count, inverse, counts;
+  bool by_dim;       /* unique_dim, unique_consecutive with a dim: slices along dim */
+  int32_t dim;       /* wrapped */
   const tpu_view_t *self, *weights;
   int64_t n, sync, minlength;
   tpu_dtype_t out_dtype;
@@ -65,9 +68,15 @@ static tpu_status_t uq_parse(const tpu_op_def_t* def, const tpu_node_t* node, uq
   a->inverse = tpu_attr_bool(ku_attr(def, node, "return_inverse"), false);
   a->counts = tpu_attr_bool(ku_attr(def, node, "return_counts"), false);
   a->out_dtype = a->self->dtype;
-  if (a->kind == UQ_CONSECUTIVE) {
-    const tpu_attr_t* d = ku_attr(def, node, "dim");
-    if (d && d->kind != TPU_ATTR_NONE) return unimpl("unique_consecutive with dim");
+  const tpu_attr_t* d = ku_attr(def, node, "dim");
+  if ((a->kind == UQ_CONSECUTIVE || a->kind == UQ_DIM) && d && d->kind == TPU_ATTR_INT) {
+    a->by_dim = true;
+    if (a->self->ndim < 1) return unimpl("unique with a dim of a 0-dim tensor");
+    TPU_RETURN_IF_ERROR(ku_wrap_dim(d->u.i, a->self->ndim, &a->dim));
+    for (int32_t k = 0; k < a->self->ndim; ++k)
+      if (a->self->sizes[k] == 0) return unimpl("unique with a dim of an empty tensor");
+  } else if (a->kind == UQ_DIM) {
+    return unimpl("unique_dim needs a dim");
   }
   if (a->kind == UQ_BINCOUNT) {
     if (a->self->ndim != 1 || !tpu_dtype_is_integral(a->self->dtype))
@@ -103,7 +112,15 @@ static tpu_status_t uq_infer(const tpu_op_def_t* def, const tpu_node_t* node,
   int32_t nout = a.kind == UQ_BINCOUNT ? 1 : 3;
   for (int32_t k = 0; k < nout; ++k) memset(&outs[k], 0, sizeof(outs[k]));
   outs[0].dtype = a.out_dtype, outs[0].ndim = 1, outs[0].sizes[0] = a.sync;
-  if (nout == 3) {
+  if (a.by_dim) { /* self's shape with K slices; inverse [S] and counts [K] always */
+    outs[0].ndim = a.self->ndim;
+    for (int32_t d = 0; d < a.self->ndim; ++d) outs[0].sizes[d] = a.self->sizes[d];
+    outs[0].sizes[a.dim] = a.sync;
+    outs[1].dtype = outs[2].dtype = TPU_DTYPE_I64;
+    outs[1].ndim = outs[2].ndim = 1;
+    outs[1].sizes[0] = a.self->sizes[a.dim];
+    outs[2].sizes[0] = a.sync;
+  } else if (nout == 3) {
     outs[1].dtype = outs[2].dtype = TPU_DTYPE_I64;
     outs[1].ndim = outs[2].ndim = 1;
     if (a.inverse) {
@@ -326,6 +343,105 @@ static tpu_status_t uq_write(const uq_args_t* a, const uq_data_t* d, const uq_pa
   return TPU_OK;
 }
 
+/* ---- unique_dim / unique_consecutive(dim): slices along dim ---------------------
+ * As the CPU's _unique_dim_cpu_template: self.moveaxis(dim, 0) as rows of M
+ * elements, the row numbers sorted by std::sort (ported: sort_algo.h) with
+ * its lexicographic `<` (a NaN compares neither less nor greater), unless
+ * consecutive; a row starts a group unless at::equal to the group's first
+ * row (NaN equals nothing). The output keeps each group's first row. */
+
+typedef struct uqd_rows {
+  const uint64_t* keys; /* [S, M] */
+  int64_t M;
+  bool fl;
+} uqd_rows_t;
+
+typedef struct uqd_row {
+  int64_t idx;
+  const uqd_rows_t* r;
+} uqd_row_t;
+
+static inline bool uqd_less(uqd_row_t a, uqd_row_t b) {
+  const uqd_rows_t* r = a.r;
+  const uint64_t *x = r->keys + a.idx * r->M, *y = r->keys + b.idx * r->M;
+  for (int64_t i = 0; i < r->M; ++i) {
+    if (r->fl && (x[i] == UQ_NAN_KEY || y[i] == UQ_NAN_KEY)) continue;
+    if (x[i] < y[i]) return true;
+    if (x[i] > y[i]) return false;
+  }
+  return false;
+}
+
+static bool uqd_equal(const uqd_rows_t* r, int64_t a, int64_t b) {
+  const uint64_t *x = r->keys + a * r->M, *y = r->keys + b * r->M;
+  for (int64_t i = 0; i < r->M; ++i)
+    if (x[i] != y[i] || (r->fl && x[i] == UQ_NAN_KEY)) return false;
+  return true;
+}
+
+#define UQD_LESS(a, b) uqd_less((a), (b))
+SA_DEFINE_GUARDED(uqd, uqd_row_t, UQD_LESS)
+SA_DEFINE(uqd, uqd_row_t, UQD_LESS)
+
+/* v with `dim` moved to the front. */
+static tpu_view_t dim_first(const tpu_view_t* v, int32_t dim) {
+  tpu_view_t r = *v;
+  r.sizes[0] = v->sizes[dim], r.strides[0] = v->strides[dim];
+  for (int32_t d = 0, k = 1; d < v->ndim; ++d)
+    if (d != dim) r.sizes[k] = v->sizes[d], r.strides[k] = v->strides[d], ++k;
+  return r;
+}
+
+static tpu_status_t uqd_run(const uq_args_t* a, const tpu_node_t* node, int64_t* groups) {
+  tpu_view_t pv = dim_first(a->self, a->dim);
+  int64_t S = pv.sizes[0], M = S > 0 ? a->n / S : 0;
+  uq_data_t d = {0};
+  TPU_RETURN_IF_ERROR(uq_load(&pv, &d));
+  uqd_rows_t rows = {d.keys, M, d.fl};
+  uqd_row_t* order = malloc(sizeof(uqd_row_t) * (size_t)(S > 0 ? S : 1));
+  int64_t* inv = malloc(sizeof(int64_t) * (size_t)(S > 0 ? S : 1));
+  int64_t* cnt = malloc(sizeof(int64_t) * (size_t)(S > 0 ? S : 1));
+  int64_t* first = malloc(sizeof(int64_t) * (size_t)(S > 0 ? S : 1)); /* group's first row */
+  tpu_status_t st = TPU_OK;
+  if (!order || !inv || !cnt || !first) {
+    st = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "unique buffers");
+    goto done;
+  }
+  for (int64_t i = 0; i < S; ++i) order[i] = (uqd_row_t){i, &rows};
+  if (a->kind == UQ_DIM) uqd_sort(order, S);
+  int64_t k = 0;
+  for (int64_t i = 0; i < S; ++i) {
+    if (i == 0 || !uqd_equal(&rows, order[i].idx, first[k - 1])) first[k] = order[i].idx, cnt[k++] = 0;
+    cnt[k - 1]++;
+    inv[order[i].idx] = k - 1;
+  }
+  *groups = k;
+  if (!node) goto done;
+  if (k != a->sync) {
+    st = tpu_status_make(TPU_CODE_INTERNAL, "the number of values changed since it was read");
+    goto done;
+  }
+  char* vals = malloc(8 * (size_t)(k * M > 0 ? k * M : 1));
+  if (!vals) {
+    st = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "unique buffers");
+    goto done;
+  }
+  for (int64_t g = 0; g < k; ++g) memcpy(vals + 8 * g * M, (char*)d.vals + 8 * first[g] * M, 8 * (size_t)M);
+  tpu_view_t ov = dim_first(&node->outputs[0], a->dim);
+  int64_t vs[TPU_MAX_DIMS];
+  for (int32_t q = 0; q < ov.ndim; ++q) vs[q] = ov.sizes[q];
+  tpu_view_t vb = view_of(vals, d.fl ? TPU_DTYPE_F64 : TPU_DTYPE_I64, ov.ndim, vs);
+  view_copy(&ov, &vb);
+  tpu_view_t ib = view_of(inv, TPU_DTYPE_I64, 1, &S), cb = view_of(cnt, TPU_DTYPE_I64, 1, &k);
+  view_copy(&node->outputs[1], &ib);
+  view_copy(&node->outputs[2], &cb);
+  free(vals);
+done:
+  free(order), free(inv), free(cnt), free(first);
+  uq_free(&d);
+  return st;
+}
+
 /* ---- the kernel ---------------------------------------------------------------- */
 
 static tpu_status_t uq_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
@@ -335,6 +451,16 @@ static tpu_status_t uq_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   if (!node->outputs || node->num_outputs < 1) return unimpl("expected outputs");
   if (!a.count) {
     if (a.sync < 0) return unimpl("needs the number of values (sync_size)");
+    if (a.by_dim) {
+      tpu_view_t want[3];
+      TPU_RETURN_IF_ERROR(uq_infer(def, node, want));
+      if (node->num_outputs != 3) return unimpl("expected three outputs");
+      for (int k = 0; k < 3; ++k)
+        if (!views_same_shape(&node->outputs[k], &want[k]) ||
+            node->outputs[k].dtype != want[k].dtype)
+          return unimpl("outputs unlike unique's");
+      return uqd_run(&a, node, &(int64_t){0});
+    }
     const tpu_view_t* o = &node->outputs[0];
     if (o->ndim != 1 || o->sizes[0] != a.sync || o->dtype != a.out_dtype)
       return unimpl("output 0 does not match sync_size");
@@ -347,6 +473,12 @@ static tpu_status_t uq_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                        node->outputs[2].sizes[0] != a.sync))
         return unimpl("counts unlike output");
     }
+  }
+  if (a.by_dim) { /* the count row */
+    int64_t k = 0;
+    TPU_RETURN_IF_ERROR(uqd_run(&a, NULL, &k));
+    view_set_i64(&node->outputs[0], 0, k);
+    return TPU_OK;
   }
   uq_data_t d = {0};
   TPU_RETURN_IF_ERROR(uq_load(a.self, &d));
@@ -402,9 +534,64 @@ static int ref_cmp(const tpu_view_t* x, int64_t i, int64_t j) {
   return a < b ? -1 : a > b;
 }
 
+/* Slices i and j of x along dim: -1, 0, 1 lexicographically (NaN-free inputs). */
+static int ref_slice_cmp(const tpu_view_t* x, int32_t dim, int64_t i, int64_t j) {
+  tpu_view_t p = dim_first(x, dim);
+  int64_t M = tpu_view_numel(&p) / p.sizes[0];
+  tpu_view_t row = p; /* the remaining dims */
+  row.ndim = p.ndim - 1;
+  for (int32_t d = 0; d < row.ndim; ++d) row.sizes[d] = p.sizes[d + 1], row.strides[d] = p.strides[d + 1];
+  for (int64_t m = 0; m < M; ++m) {
+    int64_t off = ref_off(&row, m);
+    double a = view_get_f64(x, i * p.strides[0] + off), b = view_get_f64(x, j * p.strides[0] + off);
+    if (a != b) return a < b ? -1 : 1;
+  }
+  return 0;
+}
+
+static tpu_status_t ref_by_dim(const uq_args_t* a, const tpu_node_t* node) {
+  const tpu_view_t* x = a->self;
+  int64_t S = x->sizes[a->dim], k = 0;
+  int64_t* grp = malloc(sizeof(int64_t) * (size_t)S);
+  if (!grp) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "ref");
+  for (int64_t i = 0; i < S; ++i) {
+    if (a->kind == UQ_CONSECUTIVE) {
+      k += i == 0 || ref_slice_cmp(x, a->dim, i - 1, i) != 0;
+      grp[i] = k - 1;
+    } else { /* distinct slices below slice i */
+      grp[i] = 0;
+      for (int64_t j = 0; j < S; ++j) {
+        if (ref_slice_cmp(x, a->dim, j, i) >= 0) continue;
+        bool firstj = true;
+        for (int64_t m = 0; m < j && firstj; ++m) firstj = ref_slice_cmp(x, a->dim, m, j) != 0;
+        grp[i] += firstj;
+      }
+      if (grp[i] + 1 > k) k = grp[i] + 1;
+    }
+  }
+  if (a->count) {
+    view_set_i64(&node->outputs[0], 0, k);
+    free(grp);
+    return TPU_OK;
+  }
+  const tpu_view_t *o = &node->outputs[0], *inv = &node->outputs[1], *cnt = &node->outputs[2];
+  for (int64_t g = 0; g < k; ++g) view_set_i64(cnt, ref_off(cnt, g), 0);
+  tpu_view_t px = dim_first(x, a->dim), po = dim_first(o, a->dim);
+  int64_t M = tpu_view_numel(&px) / S;
+  for (int64_t i = 0; i < S; ++i) {
+    view_set_i64(inv, ref_off(inv, i), grp[i]);
+    view_set_i64(cnt, ref_off(cnt, grp[i]), view_get_i64(cnt, ref_off(cnt, grp[i])) + 1);
+    for (int64_t m = 0; m < M; ++m)
+      view_set_f64(&po, ref_off(&po, grp[i] * M + m), view_get_f64(&px, ref_off(&px, i * M + m)));
+  }
+  free(grp);
+  return TPU_OK;
+}
+
 tpu_status_t tpu_unique_reference(const tpu_op_def_t* def, const tpu_node_t* node) {
   uq_args_t a;
   TPU_RETURN_IF_ERROR(uq_parse(def, node, &a));
+  if (a.by_dim) return ref_by_dim(&a, node);
   const tpu_view_t* x = a.self;
   int64_t n = a.n;
   if (a.kind == UQ_BINCOUNT) {
@@ -511,7 +698,8 @@ tpu_status_t tpu_unique_reference(const tpu_op_def_t* def, const tpu_node_t* nod
 
 static const uq_impl_t k_unique = {UQ_UNIQUE, false}, k_unique_count = {UQ_UNIQUE, true},
                        k_consec = {UQ_CONSECUTIVE, false}, k_consec_count = {UQ_CONSECUTIVE, true},
-                       k_bincount = {UQ_BINCOUNT, false}, k_bincount_count = {UQ_BINCOUNT, true};
+                       k_bincount = {UQ_BINCOUNT, false}, k_bincount_count = {UQ_BINCOUNT, true},
+                       k_dim = {UQ_DIM, false}, k_dim_count = {UQ_DIM, true};
 
 #define UQ_ROW(name, inputs, attrs, outputs, aten, impl) \
   {name, inputs, attrs, outputs, aten, uq_kernel, uq_infer, uq_check, &impl}
@@ -525,6 +713,10 @@ static const tpu_op_def_t k_rows[] = {
            "output,inverse,counts", "unique_consecutive", k_consec),
     UQ_ROW("unique_consecutive_count", "self", "return_inverse,return_counts,dim,sync_size",
            "count", "", k_consec_count),
+    UQ_ROW("unique_dim", "self", "dim,sorted,return_inverse,return_counts,sync_size",
+           "output,inverse,counts", "unique_dim", k_dim),
+    UQ_ROW("unique_dim_count", "self", "dim,sorted,return_inverse,return_counts,sync_size",
+           "count", "", k_dim_count),
     UQ_ROW("bincount", "self,weights", "minlength,sync_size", "out", "bincount", k_bincount),
     UQ_ROW("bincount_count", "self,weights", "minlength,sync_size", "count", "",
            k_bincount_count),
