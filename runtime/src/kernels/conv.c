@@ -1,5 +1,7 @@
 /* conv.c — the convolution family: convolution, convolution_backward,
  * im2col, col2im (geometry and the X/Y/W formulation: conv.h).
+ * convolution_backward's gradients masked off by output_mask are absent
+ * (undefined tensors, as on the CPU): neither allocated nor written.
  *
  * Operands are first made contiguous in the compute type (float32 for the
  * half types, float64, or int64 held as uint64 so integer sums wrap as
