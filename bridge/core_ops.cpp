@@ -3,7 +3,10 @@
 // and reading a scalar back. Everything else goes through dispatch.cpp.
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/copy_native.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/view_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/_unsafe_view_native.h>
@@ -48,6 +51,24 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, d.has_index() ? d.index() : current_device()));
   return at::detail::empty_strided_generic(size, stride, device_allocator(), kKeys,
                                            dtype.value_or(c10::get_default_dtype_as_scalartype()));
+}
+
+// A tensor of zeros with no storage behind it (the ZeroTensor key), as the
+// CPU and CUDA kernels make it: autograd returns one for gradients known to
+// be zero (sgn's backward); ops that meet it materialise zeros through the
+// ZeroTensor fallback, on the device.
+at::Tensor efficientzerotensor(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout,
+                               std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory) {
+  check_options(layout, pin_memory);
+  c10::Device d = device.value_or(c10::Device(c10::DeviceType::PrivateUse1, current_device()));
+  if (!d.has_index()) d = c10::Device(c10::DeviceType::PrivateUse1, current_device());
+  at::native::ZeroTensorAllocator allocator(d);
+  auto keys = kKeys | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+  return at::detail::empty_generic(size, &allocator, keys,
+                                   dtype.value_or(c10::get_default_dtype_as_scalartype()),
+                                   std::nullopt);
 }
 
 // ---- storage manipulation --------------------------------------------------------
@@ -239,6 +260,18 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   return dst;
 }
 
+// aten::copy, the functional copy_ (functionalization emits it): a fresh
+// tensor laid out like self with src's values. PyTorch's composite clones
+// self first (a copy that is then overwritten); a dense self only needs its
+// layout. Other layouts (overlapping, with gaps) keep the composite, whose
+// clone_preserve_strides reproduces them.
+at::Tensor functional_copy(const at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  if (!self.is_non_overlapping_and_dense()) return at::native::copy(self, src, non_blocking);
+  at::Tensor r = at::empty_strided(self.sizes(), self.strides(), self.options());
+  r.copy_(src, non_blocking);
+  return r;
+}
+
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   at::native::resize_output(dst, self.sizes());
   return copy_from(self, dst, false);
@@ -297,6 +330,7 @@ TORCH_LIBRARY_IMPL(aten, Negative, m) {
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("_efficientzerotensor", TORCH_FN(efficientzerotensor));
   m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
   m.impl("view", TORCH_FN(at::native::view));
   m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
@@ -307,6 +341,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_", TORCH_FN(set_empty));
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("copy", TORCH_FN(functional_copy));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
   m.impl("equal", TORCH_FN(equal));
   m.impl("record_stream", TORCH_FN(record_stream));

@@ -232,3 +232,40 @@ TEST(shape_fallbacks) {
   CHECK_CODE(triu->check(triu, &node), TPU_CODE_UNIMPLEMENTED); /* 1-D */
   tt_free(&b), tt_free(&f), tt_free(&m), tt_free(&o), tt_free(&v);
 }
+
+TEST(shape_eye_table) {
+  const tpu_op_def_t* def = tt_def("eye");
+  if (!def) return;
+  static const int64_t cases[][3] = {{3, 3, 0}, {4, 7, 1}, {7, 4, 1}, {1, 1, 1}, {0, 5, 1},
+                                     {5, 0, 1}, {300, 260, 1}, {6, 6, -1}};
+  static const tt_layout_t layouts[] = {TT_CONTIG, TT_TRANSPOSED, TT_PADDED, TT_GAPS};
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); ++c) {
+    for (int t = 0; t < NDT; ++t) {
+      for (int l = 0; l < 4; ++l) {
+        tpu_view_t shape = {.dtype = k_dtypes[t], .ndim = 2, .sizes = {cases[c][0], cases[c][1]}};
+        /* cases[c][2]: 1 passes m, 0 passes n only (eye.out), -1 passes m as None */
+        tpu_attr_t attrs[2] = {tt_int(cases[c][0]),
+                               cases[c][2] > 0 ? tt_int(cases[c][1]) : tt_none()};
+        char what[64];
+        snprintf(what, sizeof(what), "eye case %zu %s layout %d", c, tpu_dtype_name(k_dtypes[t]),
+                 l);
+        run_compare(what, def, NULL, 0, attrs, cases[c][2] ? 2 : 1, &shape, layouts[l]);
+      }
+    }
+  }
+  /* known values, and the fallbacks: negative n, an output of the wrong shape */
+  int64_t s23[2] = {2, 3};
+  tt_t o = tt_make(TPU_DTYPE_F32, 2, s23, TT_TRANSPOSED);
+  tt_fill_value(&o.view, 9);
+  tpu_attr_t a[2] = {tt_int(2), tt_int(3)};
+  tpu_node_t node = tt_node(NULL, 0, &o.view, 1, a, 2);
+  CHECK_OK(tt_run(def->kernel, def, &node));
+  for (int k = 0; k < 6; ++k) CHECK_NEAR(tt_get(&o.view, k), (k == 0 || k == 4) ? 1.0 : 0.0, 0);
+  a[1] = tt_int(4);
+  node = tt_node(NULL, 0, &o.view, 1, a, 2);
+  CHECK_CODE(def->check(def, &node), TPU_CODE_UNIMPLEMENTED);
+  a[0] = tt_int(-2), a[1] = tt_int(3);
+  node = tt_node(NULL, 0, &o.view, 1, a, 2);
+  CHECK_CODE(def->check(def, &node), TPU_CODE_UNIMPLEMENTED);
+  tt_free(&o);
+}

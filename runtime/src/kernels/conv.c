@@ -1,5 +1,7 @@
 /* conv.c — the convolution family: convolution, convolution_backward,
  * im2col, col2im (geometry and the X/Y/W formulation: conv.h).
+ * convolution_backward's gradients masked off by output_mask are absent
+ * (undefined tensors, as on the CPU): neither allocated nor written.
  *
  * Operands are first made contiguous in the compute type (float32 for the
  * half types, float64, or int64 held as uint64 so integer sums wrap as
@@ -655,7 +657,15 @@ static tpu_status_t conv_infer(const tpu_op_def_t* def, const tpu_node_t* node,
                                tpu_view_t* out_views) {
   conv_args_t a;
   TPU_RETURN_IF_ERROR(ku_unimplemented(tpu_conv_parse(def, node, &a)));
-  for (int i = 0; i < a.num_outputs; ++i) out_views[i] = a.shape[i];
+  for (int i = 0; i < a.num_outputs; ++i) {
+    out_views[i] = a.shape[i];
+    /* convolution_backward: gradients masked off by output_mask are absent
+     * (undefined tensors), as on the CPU */
+    if (a.impl->kind == CONV_BACKWARD && !a.mask[i]) {
+      memset(&out_views[i], 0, sizeof(out_views[i]));
+      out_views[i].dtype = TPU_DTYPE_INVALID;
+    }
+  }
   return TPU_OK;
 }
 

@@ -3,7 +3,8 @@
  *   linspace (linspace.out),
  *   flip     (flip, flip.out),
  *   roll     (roll, roll.out),
- *   triu/tril (functional, out= and in-place forms).
+ *   triu/tril (functional, out= and in-place forms),
+ *   eye      (eye.out, eye.m_out; the functional forms route to them).
  *
  * No kernel switches on dtype: values are computed in int64, float32 or
  * float64 (as PyTorch's CPU kernels compute them) into small contiguous
@@ -569,6 +570,53 @@ static tpu_status_t tri_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   return TPU_OK;
 }
 
+/* ---- eye --------------------------------------------------------------------- */
+
+/* n rows, m columns (eye.out: m = n); out must already be [n, m]. */
+static tpu_status_t parse_eye(const tpu_op_def_t* def, const tpu_node_t* node, int64_t* n,
+                              int64_t* m) {
+  const tpu_view_t* out = out_view(node);
+  *n = tpu_attr_int(ku_attr(def, node, "n"), -1);
+  *m = tpu_attr_int(ku_attr(def, node, "m"), *n);
+  if (*n < 0 || *m < 0) return unimpl("n and m must be non-negative");
+  if (!out || out->ndim != 2 || out->sizes[0] != *n || out->sizes[1] != *m)
+    return unimpl("output must be [n, m]");
+  return TPU_OK;
+}
+
+static tpu_status_t eye_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  int64_t n, m;
+  return parse_eye(def, node, &n, &m);
+}
+
+typedef struct eye_job {
+  const tpu_view_t* out;
+} eye_job_t;
+
+static void eye_rows(void* arg, int64_t begin, int64_t end) {
+  const tpu_view_t* out = ((const eye_job_t*)arg)->out;
+  const double zero = 0.0, one = 1.0;
+  tpu_dtype_t dt = out->dtype;
+  int64_t m = out->sizes[1], rs = out->strides[0], cs = out->strides[1];
+  for (int64_t i = begin; i < end; ++i) {
+    char* row = view_at(out, i * rs);
+    tpu_convert(row, dt, cs, &zero, TPU_DTYPE_F64, 0, m);
+    if (i < m) tpu_convert(view_at(out, i * rs + i * cs), dt, 1, &one, TPU_DTYPE_F64, 0, 1);
+  }
+}
+
+static tpu_status_t eye_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                               tpu_exec_ctx_t* ctx) {
+  (void)ctx;
+  int64_t n, m;
+  TPU_RETURN_IF_ERROR(ku_unimplemented(parse_eye(def, node, &n, &m)));
+  if (n == 0 || m == 0) return TPU_OK;
+  eye_job_t j = {out_view(node)};
+  int64_t grain = WALK_GRAIN / m;
+  tpu_parallel_for(n, grain > 0 ? grain : 1, eye_rows, &j);
+  return TPU_OK;
+}
+
 /* ---- the reference: one element at a time ------------------------------------ */
 
 static void ref_copy(const tpu_view_t* out, int64_t oo, const tpu_view_t* self, int64_t so) {
@@ -608,6 +656,15 @@ tpu_status_t tpu_shape_reference(const tpu_op_def_t* def, const tpu_node_t* node
         view_set_f64(out, off, (double)seq_f32(&s, k));
       else
         view_set_f64(out, off, seq_f64(&s, k));
+    }
+    return TPU_OK;
+  }
+  if (strcmp(def->name, "eye") == 0) {
+    int64_t en, em;
+    TPU_RETURN_IF_ERROR(parse_eye(def, node, &en, &em));
+    for (int64_t k = 0; k < n; ++k) {
+      ref_index(out, k, idx);
+      view_set_f64(out, ref_offset(out, idx), idx[0] == idx[1] ? 1.0 : 0.0);
     }
     return TPU_OK;
   }
@@ -668,6 +725,7 @@ static const tpu_op_def_t g_rows[] = {
      NULL},
     {"tril", "self", "diagonal", "out", "tril tril.out tril_", tri_kernel, tri_infer, tri_check,
      NULL},
+    {"eye", "", "n,m", "out", "eye.out eye.m_out", eye_kernel, NULL, eye_check, NULL},
 };
 
 const tpu_op_family_t tpu_family_shape = {"shape", g_rows,

@@ -36,6 +36,8 @@
   X(attention)          \
   X(pool)               \
   X(pad)                \
+  X(weight_norm)        \
+  X(unique)             \
   /* one line per family, each ending in a backslash */
 
 #define TPU_X_(f) extern const tpu_op_family_t tpu_family_##f;
