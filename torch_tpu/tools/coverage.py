@@ -1076,19 +1076,20 @@ def slowest(results, n=15):
 
 def core_aten_ops():
     """The overloads of PyTorch's Core ATen opset (tagged ``core``), as
-    "name" or "name.overload" strings."""
+    "name" or "name.overload" strings (every registered aten operator is
+    looked at, not only those Python has touched)."""
     out = []
-    for name in dir(torch.ops.aten):
+    for full in torch._C._dispatch_get_all_op_names():
+        if not full.startswith("aten::"):
+            continue
+        name, _, ov = full[6:].partition(".")
         try:
-            packet = getattr(torch.ops.aten, name)
+            op = getattr(getattr(torch.ops.aten, name), ov or "default")
         except Exception:  # noqa: BLE001
             continue
-        if not isinstance(packet, torch._ops.OpOverloadPacket):
-            continue
-        for ov in packet.overloads():
-            if torch.Tag.core in getattr(packet, ov).tags:
-                out.append(name if ov == "default" else f"{name}.{ov}")
-    return sorted(out)
+        if torch.Tag.core in op.tags:
+            out.append(f"{name}.{ov}" if ov else name)
+    return sorted(set(out))
 
 
 def core_op_table(results):
@@ -1114,8 +1115,9 @@ def core_op_table(results):
             served = "runtime"
         elif has_kernel(full, "PrivateUse1"):
             served = "bridge"
-        elif has_kernel(full, "CompositeImplicitAutograd") or has_kernel(
-                full, "CompositeExplicitAutograd"):
+        elif any(has_kernel(full, k) for k in (
+                "CompositeImplicitAutograd", "CompositeExplicitAutograd",
+                "CompositeExplicitAutogradNonFunctional")):
             served = "decomposition"
         else:
             served = "fallback"
@@ -1247,10 +1249,19 @@ def main(argv=None):
     p.add_argument("--stall-timeout", type=float, default=300.0,
                    help="kill a worker that reports no progress for this long (s)")
     p.add_argument("--quiet", action="store_true", help="no per-op lines")
+    p.add_argument("--from-json", help="write --out from a saved --json run instead of sweeping "
+                   "(the Core ATen table reflects this build's kernels)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         return _worker_main(args)
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        write_markdown(args.out, saved["results"], saved["totals"], saved["command"],
+                       saved["seconds"], saved["samples_per_pair"])
+        print(f"wrote {args.out}")
+        return 0
 
     op_db = load_op_db()
     names = [n.strip() for n in args.ops.split(",") if n.strip()] if args.ops else None
