@@ -20,7 +20,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/specfun.h"
 
-enum { CF = 1, CI = 2, CB = 4 };         /* dtype classes a case runs on */
+enum { CF = 1, CI = 2, CB = 4, CF2 = 8 }; /* dtype classes a case runs on (CF2: float32/64) */
 enum { RS_SAME, RS_FLOAT, RS_BOOL };     /* result dtype: common, float32 for ints, bool */
 
 typedef double (*ref_fn)(const double* x, const double* p);
@@ -126,6 +126,50 @@ R(rrelu_eval, x[0] > 0 ? x[0] : x[0] * (p[0] + p[1]) / 2)
 R(j0, sf_bessel_j0(x[0]))
 R(j1, sf_bessel_j1(x[0]))
 
+/* Orthogonal polynomials of x[0] and degree trunc(x[1]) by their plain
+ * three-term recurrences in double (the kernels use trigonometric forms
+ * for large n inside the interval, and the compute type). kind: 0..3
+ * Chebyshev T/U/V/W, 4 Hermite H, 5 Hermite He, 6 Laguerre, 7 Legendre. */
+static double rpoly(int kind, double x, double dn) {
+  int64_t n = (int64_t)dn;
+  if (n < 0) return 0;
+  double p = 1, q;
+  switch (kind) {
+    case 0: q = x; break;
+    case 1: q = 2 * x; break;
+    case 2: q = 2 * x - 1; break;
+    case 3: q = 2 * x + 1; break;
+    case 4: q = 2 * x; break;
+    case 5: q = x; break;
+    case 6: q = 1 - x; break;
+    default: q = x; break;
+  }
+  if (n == 0) return 1;
+  for (int64_t k = 1; k < n; ++k) {
+    double r;
+    if (kind <= 3) r = 2 * x * q - p;
+    else if (kind == 4) r = 2 * x * q - 2 * (double)k * p;
+    else if (kind == 5) r = x * q - (double)k * p;
+    else if (kind == 6) r = ((2 * (double)k + 1 - x) * q - (double)k * p) / (double)(k + 1);
+    else r = ((2 * (double)k + 1) * x * q - (double)k * p) / (double)(k + 1);
+    p = q;
+    q = r;
+  }
+  return q;
+}
+R(cheb_t, rpoly(0, x[0], x[1]))
+R(cheb_u, rpoly(1, x[0], x[1]))
+R(cheb_v, rpoly(2, x[0], x[1]))
+R(cheb_w, rpoly(3, x[0], x[1]))
+R(scheb_t, rpoly(0, 2 * x[0] - 1, x[1]))
+R(scheb_u, rpoly(1, 2 * x[0] - 1, x[1]))
+R(scheb_v, rpoly(2, 2 * x[0] - 1, x[1]))
+R(scheb_w, rpoly(3, 2 * x[0] - 1, x[1]))
+R(herm_h, rpoly(4, x[0], x[1]))
+R(herm_he, rpoly(5, x[0], x[1]))
+R(laguerre, rpoly(6, x[0], x[1]))
+R(legendre, rpoly(7, x[0], x[1]))
+
 static const sp_case_t k_cases[] = {
     {"acos", 1, CF | CI | CB, RS_FLOAT, -1, 1, .ref = r_acos},
     {"asin", 1, CF | CI | CB, RS_FLOAT, -1, 1, .ref = r_asin},
@@ -172,6 +216,18 @@ static const sp_case_t k_cases[] = {
     {"xlogy", 2, CF | CI, RS_FLOAT, 0, 5, .lo1 = 0.01, .hi1 = 5, .ref = r_xlogy},
     {"special_xlog1py", 2, CF, RS_FLOAT, -3, 3, .lo1 = -0.9, .hi1 = 5, .ref = r_xlog1py},
     {"special_zeta", 2, CF, RS_FLOAT, 1.5, 6, .lo1 = 0.5, .hi1 = 6, .ref = r_zeta},
+    {"special_chebyshev_polynomial_t", 2, CF2 | CI, RS_FLOAT, -1.2, 1.2, .lo1 = -1, .hi1 = 12, .ref = r_cheb_t, .f32_tol = 2e-4},
+    {"special_chebyshev_polynomial_u", 2, CF2 | CI, RS_FLOAT, -1.2, 1.2, .lo1 = -1, .hi1 = 12, .ref = r_cheb_u, .f32_tol = 2e-4},
+    {"special_chebyshev_polynomial_v", 2, CF2 | CI, RS_FLOAT, -1.2, 1.2, .lo1 = -1, .hi1 = 12, .ref = r_cheb_v, .f32_tol = 2e-4},
+    {"special_chebyshev_polynomial_w", 2, CF2 | CI, RS_FLOAT, -1.2, 1.2, .lo1 = -1, .hi1 = 12, .ref = r_cheb_w, .f32_tol = 2e-4},
+    {"special_shifted_chebyshev_polynomial_t", 2, CF2 | CI, RS_FLOAT, -0.1, 1.1, .lo1 = -1, .hi1 = 12, .ref = r_scheb_t, .f32_tol = 2e-4},
+    {"special_shifted_chebyshev_polynomial_u", 2, CF2 | CI, RS_FLOAT, -0.1, 1.1, .lo1 = -1, .hi1 = 12, .ref = r_scheb_u, .f32_tol = 2e-4},
+    {"special_shifted_chebyshev_polynomial_v", 2, CF2 | CI, RS_FLOAT, -0.1, 1.1, .lo1 = -1, .hi1 = 12, .ref = r_scheb_v, .f32_tol = 2e-4},
+    {"special_shifted_chebyshev_polynomial_w", 2, CF2 | CI, RS_FLOAT, -0.1, 1.1, .lo1 = -1, .hi1 = 12, .ref = r_scheb_w, .f32_tol = 2e-4},
+    {"special_hermite_polynomial_h", 2, CF2 | CI, RS_FLOAT, -2, 2, .lo1 = -1, .hi1 = 9, .ref = r_herm_h, .f32_tol = 2e-3},
+    {"special_hermite_polynomial_he", 2, CF2 | CI, RS_FLOAT, -2, 2, .lo1 = -1, .hi1 = 9, .ref = r_herm_he, .f32_tol = 1e-4},
+    {"special_laguerre_polynomial_l", 2, CF2 | CI, RS_FLOAT, -2, 8, .lo1 = -1, .hi1 = 9, .ref = r_laguerre, .f32_tol = 1e-4},
+    {"special_legendre_polynomial_p", 2, CF2 | CI, RS_FLOAT, -1.2, 1.2, .lo1 = -1, .hi1 = 12, .ref = r_legendre, .f32_tol = 1e-4},
     {"heaviside", 2, CF | CI, RS_SAME, -2, 2, .ref = r_heaviside},
     {"fmax", 2, CF | CI, RS_SAME, -5, 5, .ref = r_fmax},
     {"fmin", 2, CF | CI, RS_SAME, -5, 5, .ref = r_fmin},
@@ -309,6 +365,7 @@ TEST(special_cases_all_dtypes_and_layouts) {
     if (c->cls & CF)
       for (size_t k = 0; k < sizeof(k_float_dtypes) / sizeof(k_float_dtypes[0]); ++k)
         dts[nd++] = k_float_dtypes[k];
+    if (c->cls & CF2) dts[nd++] = TPU_DTYPE_F32, dts[nd++] = TPU_DTYPE_F64;
     if (c->cls & CI)
       for (size_t k = 0; k < sizeof(k_int_dtypes) / sizeof(k_int_dtypes[0]); ++k)
         dts[nd++] = k_int_dtypes[k];

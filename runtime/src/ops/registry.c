@@ -11,6 +11,7 @@
 #define TPU_FAMILIES(X) \
   X(elementwise)        \
   X(elementwise_special)\
+  X(special_functions)  \
   X(activation)         \
   X(copy)               \
   X(reduce)             \

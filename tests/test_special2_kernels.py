@@ -1,0 +1,75 @@
+"""The special_functions family: every OpInfo entry of the torch.special
+orthogonal polynomials (and, later, Bessel functions) passes against CPU
+with no fallback, for every dtype CPU supports. PyTorch defines no
+derivatives for these ops, so there is no gradient check."""
+import pytest
+import torch
+
+import torch_tpu
+from torch_tpu.tools import coverage
+
+POLYS = """
+special.chebyshev_polynomial_t special.chebyshev_polynomial_u special.chebyshev_polynomial_v
+special.chebyshev_polynomial_w special.shifted_chebyshev_polynomial_t
+special.shifted_chebyshev_polynomial_u special.shifted_chebyshev_polynomial_v
+special.shifted_chebyshev_polynomial_w special.hermite_polynomial_h special.hermite_polynomial_he
+special.laguerre_polynomial_l special.legendre_polynomial_p
+""".split()
+OPS = POLYS
+
+DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+          torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+def _pairs():
+    db = coverage.load_op_db()
+    out = []
+    for op in db:
+        key = coverage.op_key(op)
+        if not any(key == n or key.startswith(n + ".") for n in OPS):
+            continue
+        supported = op.supported_dtypes("cpu")
+        for dt in DTYPES:
+            if dt in supported:
+                out.append(pytest.param(op, dt, id=f"{key}-{str(dt)[6:]}"))
+    return out
+
+
+PAIRS = _pairs()
+
+
+def test_every_listed_op_has_an_opinfo():
+    keys = {coverage.op_key(p.values[0]) for p in PAIRS}
+    missing = [n for n in OPS if not any(k == n or k.startswith(n + ".") for k in keys)]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("op,dtype", PAIRS)
+def test_opinfo_native(op, dtype):
+    rec = coverage.check_pair(op, dtype)
+    assert rec["status"] == "pass", rec
+    assert rec["fallbacks"] == {}, rec["fallbacks"]
+
+
+@pytest.mark.parametrize("name", [n.split(".")[1] for n in POLYS])
+def test_poly_forms_and_edges(name):
+    """Tensor/Tensor, Scalar x, Scalar n and out= forms, with the edge
+    cases (x = +-1, 0, negative and large n; not NaN x: for n > 1
+    CPU returns an uninitialised value) match CPU natively."""
+    fn = getattr(torch.special, name)
+    x = torch.tensor([-1.0, -0.5, 0.0, 0.3, 1.0, 1.7, 0.6, -2.5, 0.999],
+                     dtype=torch.float64)
+    n = torch.tensor([3.0, 11.0, 7.0, -2.0, 5.0, 9.0, 1.0, 40.0, 25.0], dtype=torch.float64)
+    torch_tpu.reset_counts()
+    for dt in (torch.float32, torch.float64):
+        xc, nc = x.to(dt), n.to(dt)
+        xt, nt = xc.to("tpu"), nc.to("tpu")
+        torch.testing.assert_close(fn(xt, nt).cpu(), fn(xc, nc), equal_nan=True)
+        torch.testing.assert_close(fn(xt, 6).cpu(), fn(xc, 6), equal_nan=True)
+        torch.testing.assert_close(fn(0.25, nt).cpu(), fn(0.25, nc), equal_nan=True)
+        out = torch.empty_like(xt)
+        fn(xt, nt, out=out)
+        torch.testing.assert_close(out.cpu(), fn(xc, nc), equal_nan=True)
+    xi, ni = torch.arange(-3, 4), torch.arange(0, 7)
+    torch.testing.assert_close(fn(xi.to("tpu"), ni.to("tpu")).cpu(), fn(xi, ni))
+    assert torch_tpu.fallback_counts() == {}
