@@ -525,8 +525,9 @@ def sweep(archs, timeout, report):
             ready = sel.select(timeout=max(0.1, deadline - time.monotonic()))
             if not ready and time.monotonic() >= deadline:
                 proc.kill()
-                results[current] = {"arch": current, "status": "timeout"}
-                report(results[current])
+                if current is not None:
+                    results[current] = {"arch": current, "status": "timeout"}
+                    report(results[current])
                 break
             line = proc.stdout.readline()
             if not line:
@@ -544,6 +545,7 @@ def sweep(archs, timeout, report):
             else:
                 results[msg["arch"]] = msg
                 report(msg)
+                current, deadline = None, time.monotonic() + timeout
         todo = [a for a in todo if a not in results]
     return [results[a] for a in archs]
 
