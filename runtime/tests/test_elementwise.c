@@ -94,6 +94,8 @@ RF(add, x[0] + p[0] * x[1])
 RI(add, (int64_t)(wrap(x[0]) + wrap(p[0]) * wrap(x[1])))
 RF(sub, x[0] - p[0] * x[1])
 RI(sub, (int64_t)(wrap(x[0]) - wrap(p[0]) * wrap(x[1])))
+RF(rsub, x[1] - p[0] * x[0])
+RI(rsub, (int64_t)(wrap(x[1]) - wrap(p[0]) * wrap(x[0])))
 RF(mul, x[0] * x[1])
 RI(mul, (int64_t)(wrap(x[0]) * wrap(x[1])))
 RF(div, x[0] / x[1])
@@ -140,6 +142,8 @@ RF(erf, erf(x[0]))
 RF(floor, floor(x[0]))
 RF(ceil, ceil(x[0]))
 RF(round, nearbyint(x[0]))
+RF(round_dec2, nearbyint(x[0] * 100) / 100)
+RF(round_decm1, nearbyint(x[0] / 10) * 10)
 RF(trunc, trunc(x[0]))
 RI(ident, x[0])
 RFI(relu, x[0] < 0 ? 0 : x[0])
@@ -192,6 +196,8 @@ static const ew_case_t k_cases[] = {
      .attrs = {AI(2)}, .f = rf_add, .i = ri_add},
     {"sub", R_PROMOTE, 2, SI | SF, .scalar_ok = 2, .opmath = true, .no_bool = true, .nattrs = 1,
      .attrs = {AI(3)}, .f = rf_sub, .i = ri_sub},
+    {"rsub", R_PROMOTE, 2, SI | SF, .scalar_ok = 2, .opmath = true, .no_bool = true, .nattrs = 1,
+     .attrs = {AI(3)}, .f = rf_rsub, .i = ri_rsub},
     {"mul", R_PROMOTE, 2, SB | SI | SF, .scalar_ok = 2, .opmath = true, .f = rf_mul, .i = ri_mul},
     {"div", R_FLOAT, 2, SB | SI | SF, .scalar_ok = 2, .nonzero = 2, .opmath = true, .nattrs = 1,
      .attrs = {AN}, .f = rf_div},
@@ -219,6 +225,8 @@ static const ew_case_t k_cases[] = {
     UN("ceil", R_PROMOTE, SI | SF, rf_ceil, ri_ident),
     UN("trunc", R_PROMOTE, SI | SF, rf_trunc, ri_ident),
     {"round", R_PROMOTE, 1, SI | SF, .nattrs = 1, .attrs = {AI(0)}, .f = rf_round, .i = ri_ident},
+    {"round", R_PROMOTE, 1, SF, .nattrs = 1, .attrs = {AI(2)}, .f = rf_round_dec2},
+    {"round", R_PROMOTE, 1, SF, .nattrs = 1, .attrs = {AI(-1)}, .f = rf_round_decm1},
     UN("relu", R_PROMOTE, SI | SF, rf_relu, ri_relu),
     {"gelu", R_PROMOTE, 1, SF, .nattrs = 1, .attrs = {AS("none")}, .f = rf_gelu},
     {"gelu", R_PROMOTE, 1, SF, .nattrs = 1, .attrs = {AS("tanh")}, .f = rf_gelu_tanh},

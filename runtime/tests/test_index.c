@@ -86,6 +86,8 @@ static const ix_case_t k_cases[] = {
     {"gather", TPU_DTYPE_I16, I64, 3, {4, 5, 6}, T, 3, {3, 7, 2}, P, -1, {0}, C, 1, 0, P, false},
     {"gather", TPU_DTYPE_BF16, I32, 2, {6, 3}, P, 2, {9, 2}, T, -1, {0}, C, 0, 0, C, false},
     {"gather", F32, I64, 2, {200, 300}, C, 2, {200, 300}, T, -1, {0}, C, 1, 0, C, false},
+    /* an empty index of another dtype and rank (PyTorch checks neither then) */
+    {"gather", F32, TPU_DTYPE_U8, 1, {5}, C, 2, {2, 0}, C, -1, {0}, C, 0, 0, C, false},
     {"scatter", F32, I64, 2, {5, 4}, C, 2, {3, 4}, C, 2, {3, 5}, C, 0, 0, C, false},
     {"scatter", TPU_DTYPE_U8, I64, 3, {4, 5, 6}, P, 3, {4, 3, 6}, T, 3, {4, 4, 6}, P, 1, 0, T,
      false},

@@ -379,6 +379,14 @@ TEST(scatter_reduce_matches_reference) {
   tpu_value_t in[3] = {tt_value(&self.view), tt_value(&idx.view), tt_value(&src.view)};
   tpu_attr_t at[2] = {tt_int(0), tt_str("multiply")};
   CHECK(run_sr("scatter_reduce_legacy", in, 3, at, 2, TT_CONTIG) <= 1e-6);
+  { /* int32 indices (PyTorch accepts them for scatter too) */
+    tt_t idx32 = tt_make(TPU_DTYPE_I32, 2, s_idx, TT_CONTIG);
+    tt_fill_ints(&idx32.view, 2, 0, 5);
+    in[1] = tt_value(&idx32.view);
+    CHECK(run_sr("scatter_reduce_legacy", in, 3, at, 2, TT_TRANSPOSED) <= 1e-6);
+    in[1] = tt_value(&idx.view);
+    tt_free(&idx32);
+  }
   in[2].kind = TPU_VALUE_SCALAR, in[2].u.scalar.dtype = TPU_DTYPE_F64, in[2].u.scalar.v.f = 1.5;
   at[1] = tt_str("add");
   CHECK(run_sr("scatter_value_reduce", in, 3, at, 2, TT_PADDED) <= 1e-6);

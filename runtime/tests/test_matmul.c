@@ -81,6 +81,8 @@ static const mm_case_t k_cases[] = {
     {"dot", TPU_DTYPE_BF16, 1, 1, 1, 9, TT_CONTIG, TT_PADDED, TT_CONTIG, 0, 0, 1},
     {"dot", TPU_DTYPE_I32, 1, 1, 1, 9, TT_PADDED, TT_CONTIG, TT_CONTIG, 0, 0, 1},
     {"dot", TPU_DTYPE_F32, 1, 1, 1, 0, TT_CONTIG, TT_CONTIG, TT_CONTIG, 0, 0, 1},
+    {"vdot", TPU_DTYPE_F64, 1, 1, 1, 13, TT_PADDED, TT_CONTIG, TT_CONTIG, 0, 0, 1},
+    {"vdot", TPU_DTYPE_I64, 1, 1, 1, 9, TT_CONTIG, TT_PADDED, TT_CONTIG, 0, 0, 1},
 };
 
 /* Operand shapes of a case: A, B and the result. */

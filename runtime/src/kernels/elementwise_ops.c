@@ -81,7 +81,12 @@ EW_NUMS(EW_U, ew_sign, r = (ew_t)((C(0) < x) - (x < C(0))))
 EW_BOOLS(EW_U, ew_sign, r = x)
 EW_FLOATS(EW_U, ew_floor, r = floor(x))
 EW_FLOATS(EW_U, ew_ceil, r = ceil(x))
-EW_FLOATS(EW_U, ew_round, r = nearbyint(x))
+/* round(decimals): mode 1 scales up by s0 = 10^decimals, mode 2 down by
+ * s0 = 10^-decimals (PyTorch's round_decimals_kernel, in the compute type). */
+EW_FLOATS(EW_U, ew_round,
+          r = p->mode == 1   ? (ew_t)nearbyint(x * s0) / s0
+              : p->mode == 2 ? (ew_t)nearbyint(x / s0) * s0
+                             : nearbyint(x))
 EW_FLOATS(EW_U, ew_trunc, r = trunc(x))
 EW_INTS(EW_U, ew_ident, r = x) /* floor, ceil, round, trunc of integers */
 EW_NUMS(EW_U, ew_relu, r = x < C(0) ? C(0) : x)
@@ -98,6 +103,9 @@ EW_INTS(EW_B, ew_add, r = ew_wadd(x, ew_wmul(s0, y)))
 EW_BOOLS(EW_B, ew_add, r = (uint8_t)(x | (s0 & y)))
 EW_FLOATS(EW_B, ew_sub, r = x - s0 * y)
 EW_INTS(EW_B, ew_sub, r = ew_wsub(x, ew_wmul(s0, y)))
+/* rsub(self, other, alpha) = other - alpha * self */
+EW_FLOATS(EW_B, ew_rsub, r = y - s0 * x)
+EW_INTS(EW_B, ew_rsub, r = ew_wsub(y, ew_wmul(s0, x)))
 EW_FLOATS(EW_B, ew_mul, r = x * y)
 EW_INTS(EW_B, ew_mul, r = ew_wmul(x, y))
 EW_BOOLS(EW_B, ew_mul, r = x & y)
@@ -295,11 +303,14 @@ static tpu_status_t prep_gelu(const tpu_node_t* node, tpu_dtype_t common, tpu_ew
   return TPU_OK;
 }
 
-/* round: only decimals=0 runs natively. */
+/* round: decimals != 0 (floating types only, as on CPU) scales by a power of ten. */
 static tpu_status_t prep_round(const tpu_node_t* node, tpu_dtype_t common, tpu_ew_params_t* p) {
-  (void)common, (void)p;
-  if (node->num_attrs > 0 && tpu_attr_int(&node->attrs[0], 0) != 0)
-    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "round: decimals != 0 not supported natively");
+  int64_t d = node->num_attrs > 0 ? tpu_attr_int(&node->attrs[0], 0) : 0;
+  if (d == 0) return TPU_OK;
+  if (!tpu_dtype_is_floating(common))
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "round: decimals on an integer tensor");
+  p->mode = d > 0 ? 1 : 2;
+  p->f[0] = pow(10.0, (double)(d > 0 ? d : -d));
   return TPU_OK;
 }
 
@@ -371,6 +382,8 @@ static tpu_status_t prep_leaky_bw(const tpu_node_t* node, tpu_dtype_t common, tp
 
 EW_IMPL(k_add, PROMOTE, EW_A(ew_add), EW_ALPHA)
 EW_IMPL(k_sub, PROMOTE, EW_N(ew_sub), .flags = TPU_EW_OPMATH_SCALAR | TPU_EW_ALPHA | TPU_EW_NO_BOOL,
+        .num_params = 1, .checked_params = 1, .dflt = {1})
+EW_IMPL(k_rsub, PROMOTE, EW_N(ew_rsub), .flags = TPU_EW_OPMATH_SCALAR | TPU_EW_ALPHA | TPU_EW_NO_BOOL,
         .num_params = 1, .checked_params = 1, .dflt = {1})
 EW_IMPL(k_mul, PROMOTE, EW_A(ew_mul), .flags = TPU_EW_OPMATH_SCALAR)
 EW_IMPL(k_div, DIV, EW_N(ew_div), .flags = TPU_EW_OPMATH_SCALAR, .prepare = prep_div)
@@ -456,6 +469,8 @@ static const tpu_op_def_t g_rows[] = {
            "add.Tensor add.Scalar add.out add.Scalar_out add_.Tensor add_.Scalar", k_add),
     EW_ROW("sub", "self,other", "alpha", "out",
            "sub.Tensor sub.Scalar sub.out sub.Scalar_out sub_.Tensor sub_.Scalar", k_sub),
+    EW_ROW("rsub", "self,other", "alpha", "out",
+           "rsub.Tensor rsub.Scalar rsub.Tensor_out rsub.Scalar_out", k_rsub),
     EW_ROW("mul", "self,other", "", "out",
            "mul.Tensor mul.Scalar mul.out mul.Scalar_out mul_.Tensor mul_.Scalar", k_mul),
     EW_ROW("div", "self,other", "rounding_mode", "out",

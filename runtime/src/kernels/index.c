@@ -131,7 +131,7 @@ static tpu_status_t parse_embedding(const tpu_node_t* node, ix_args_t* a) {
 static tpu_status_t check_scatter_gather(const ix_args_t* a) {
   const tpu_view_t *self = a->self, *index = a->index, *src = a->src;
   bool gather = a->kind == IX_GATHER;
-  if (!gather && tpu_view_numel(index) == 0) return TPU_OK;
+  if (tpu_view_numel(index) == 0) return TPU_OK; /* as PyTorch: no shape check when empty */
   if (rank1(index) != rank1(self) || (src && rank1(src) != rank1(index)))
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
                            "Index tensor must have the same number of dimensions as %s tensor",
@@ -198,7 +198,12 @@ tpu_status_t tpu_ix_parse(const tpu_op_def_t* def, const tpu_node_t* node, ix_ar
   if (!a->self || !a->index || (has_src && !a->src) || (a->kind == IX_SCATTER_VALUE && !a->value))
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "missing tensor inputs");
   tpu_dtype_t dt = a->self->dtype;
-  if (!is_index_dtype(a->index->dtype) || (a->src && a->src->dtype != dt) ||
+  /* gather/scatter check the index dtype only when the index is non-empty. */
+  bool any_index = (a->kind == IX_GATHER || a->kind == IX_SCATTER || a->kind == IX_SCATTER_VALUE ||
+                    a->kind == IX_SCATTER_ADD) &&
+                   tpu_view_numel(a->index) == 0 && a->index->dtype != TPU_DTYPE_BOOL &&
+                   !tpu_dtype_is_floating(a->index->dtype);
+  if (!(is_index_dtype(a->index->dtype) || any_index) || (a->src && a->src->dtype != dt) ||
       ((a->kind == IX_SCATTER_ADD || a->kind == IX_INDEX_ADD) && dt == TPU_DTYPE_BOOL))
     return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s with %s index%s%s", tpu_dtype_name(dt),
                            tpu_dtype_name(a->index->dtype), a->src ? " and src " : "",

@@ -1,4 +1,4 @@
-/* matmul.c — the matmul family: mm, bmm, addmm, baddbmm, mv, addmv, dot.
+/* matmul.c — the matmul family: mm, bmm, addmm, baddbmm, mv, addmv, dot, vdot.
  *
  * Each node becomes one batched problem C[b] = beta*bias[b] + alpha*A[b]@B[b]
  * (matmul.h) run as GEMMs:
@@ -452,6 +452,8 @@ static const tpu_op_def_t k_ops[] = {
     MM_ROW("mv", "self,vec", "", "mv mv.out", k_mv),
     MM_ROW("addmv", "self,mat,vec", "beta,alpha", "addmv addmv_ addmv.out", k_addmv),
     MM_ROW("dot", "self,tensor", "", "dot dot.out", k_dot),
+    /* vdot conjugates self: the same as dot for the (real) dtypes the runtime has. */
+    MM_ROW("vdot", "self,other", "", "vdot vdot.out", k_dot),
 };
 
 const tpu_op_family_t tpu_family_matmul = {"matmul", k_ops,

@@ -61,10 +61,9 @@ static tpu_status_t sr_parse(const tpu_op_def_t* def, const tpu_node_t* node, sr
   }
   if (!a->self || !a->index) return unimpl("self/index");
   tpu_dtype_t dt = a->self->dtype;
-  if (dt == TPU_DTYPE_BOOL && a->kind != SR_SCATTER_REDUCE) return unimpl("bool");
+  if (dt == TPU_DTYPE_BOOL && a->kind == SR_INDEX_REDUCE) return unimpl("bool");
   if ((a->src && a->src->dtype != dt) ||
-      !(a->index->dtype == TPU_DTYPE_I64 ||
-        (a->kind == SR_INDEX_REDUCE && a->index->dtype == TPU_DTYPE_I32)))
+      !(a->index->dtype == TPU_DTYPE_I64 || a->index->dtype == TPU_DTYPE_I32))
     return unimpl("dtypes");
   TPU_RETURN_IF_ERROR(ku_unimplemented(
       ku_wrap_dim(tpu_attr_int(ku_attr(def, node, "dim"), 0), a->self->ndim, &a->dim)));
