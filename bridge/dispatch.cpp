@@ -349,14 +349,11 @@ enum class Outcome { Done, NeedMeta, Fallback };
 
 // An out= tensor that shares memory with an input: a kernel would read what
 // it has already written, so such calls go to the CPU, which computes them
-// from copies. Elementwise ops check overlap themselves as TensorIterator
-// does (writing over exactly one input is fine, a partial overlap raises),
-// and ops PyTorch refuses it for (TPU_OP_OUT_NO_OVERLAP) raise in tpu_op_check.
+// from copies. Rows that check overlap themselves (TPU_OP_OWN_OVERLAP_CHECK:
+// elementwise, as TensorIterator does) and ops PyTorch refuses it for
+// (TPU_OP_OUT_NO_OVERLAP, raised in tpu_op_check) stay native.
 bool out_overlaps_input(const Binding* b, const Call& call, const tpu_view_t& out) {
-  if (b->def->flags & TPU_OP_OUT_NO_OVERLAP) return false;
-  if (std::strncmp(tpu_op_family_of(b->op), "elementwise", 11) == 0 ||
-      std::strcmp(tpu_op_family_of(b->op), "activation") == 0)
-    return false;
+  if (b->def->flags & (TPU_OP_OUT_NO_OVERLAP | TPU_OP_OWN_OVERLAP_CHECK)) return false;
   for (int i = 0; i < call.num_inputs; ++i)
     if (call.inputs[i].kind == TPU_VALUE_VIEW &&
         tpu_views_may_overlap(&call.inputs[i].u.view, &out))

@@ -56,6 +56,11 @@ struct tpu_op_def {
  * ("some elements of the input tensor and the written-to tensor refer to a
  * single memory location"): tpu_op_check returns INVALID_ARGUMENT for them. */
 #define TPU_OP_OUT_NO_OVERLAP 1u
+/* The kernel handles outputs that share memory with inputs itself, as
+ * TensorIterator does (an output may be exactly one of the inputs; partial
+ * overlap is an error): elementwise rows. Other rows whose out= overlaps an
+ * input are run by the bridge from copies, on the CPU. */
+#define TPU_OP_OWN_OVERLAP_CHECK 2u
 
 /* A kernel family's rows. */
 typedef struct tpu_op_family {
