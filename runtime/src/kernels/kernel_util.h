@@ -55,4 +55,25 @@ static inline tpu_status_t ku_wrap_dim(int64_t dim, int32_t ndim, int32_t* out) 
   return TPU_OK;
 }
 
+/* Outputs of a dim op (values, and indices when n == 2): of the parsed
+ * shapes and dtypes, not overlapping the input unless they are the very same
+ * view (rows are read before they are written), not overlapping each other.
+ * UNIMPLEMENTED otherwise; OK before outputs exist (shape inference). */
+static inline tpu_status_t ku_check_dim_outputs(const tpu_node_t* node, const tpu_view_t* in,
+                                               const tpu_view_t* shapes, int n) {
+  if (node->num_outputs == 0) return TPU_OK;
+  if (node->num_outputs < n)
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "missing outputs");
+  for (int i = 0; i < n; ++i) {
+    const tpu_view_t* o = &node->outputs[i];
+    if (!views_same_shape(o, &shapes[i]) || o->dtype != shapes[i].dtype)
+      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "output of another shape or dtype");
+    if (o->addr > 1 && views_overlap(o, in) && !views_same(o, in))
+      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "output overlaps the input");
+  }
+  if (n == 2 && node->outputs[0].addr > 1 && views_overlap(&node->outputs[0], &node->outputs[1]))
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "outputs overlap");
+  return TPU_OK;
+}
+
 #endif /* TPU_KERNELS_KERNEL_UTIL_H_ */

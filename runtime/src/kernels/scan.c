@@ -173,26 +173,10 @@ static tpu_status_t scan_infer(const tpu_op_def_t* def, const tpu_node_t* node,
   return TPU_OK;
 }
 
-static tpu_status_t check_outputs(const scan_args_t* a, const tpu_node_t* node) {
-  if (node->num_outputs == 0) return TPU_OK; /* before outputs exist */
-  if (node->num_outputs < a->num_outputs) return unimpl("missing outputs");
-  for (int i = 0; i < a->num_outputs; ++i) {
-    const tpu_view_t* o = &node->outputs[i];
-    if (!views_same_shape(o, &a->shape[i]) || o->dtype != a->shape[i].dtype)
-      return unimpl("output of another shape or dtype");
-    if (o->addr > 1 && views_overlap(o, a->in) && !views_same(o, a->in))
-      return unimpl("output overlaps the input");
-  }
-  if (a->num_outputs == 2 && node->outputs[0].addr > 1 &&
-      views_overlap(&node->outputs[0], &node->outputs[1]))
-    return unimpl("outputs overlap");
-  return TPU_OK;
-}
-
 static tpu_status_t scan_check(const tpu_op_def_t* def, const tpu_node_t* node) {
   scan_args_t a;
   TPU_RETURN_IF_ERROR(ku_unimplemented(tpu_scan_parse(def, node, &a)));
-  return check_outputs(&a, node);
+  return ku_check_dim_outputs(node, a.in, a.shape, a.num_outputs);
 }
 
 /* ---- the kernel ---------------------------------------------------------------- */
@@ -273,7 +257,7 @@ static tpu_status_t scan_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   (void)ctx;
   scan_args_t a;
   TPU_RETURN_IF_ERROR(tpu_scan_parse(def, node, &a));
-  tpu_status_t s = check_outputs(&a, node);
+  tpu_status_t s = ku_check_dim_outputs(node, a.in, a.shape, a.num_outputs);
   if (s) {
     tpu_status_t e = tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s", tpu_status_message(s));
     tpu_status_free(s);

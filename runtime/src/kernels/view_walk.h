@@ -301,18 +301,7 @@ static inline bool views_same(const tpu_view_t* a, const tpu_view_t* b) {
 
 /* True when the bytes two views can touch intersect (conservative). */
 static inline bool views_overlap(const tpu_view_t* a, const tpu_view_t* b) {
-  const tpu_view_t* v[2] = {a, b};
-  uint64_t lo[2], hi[2];
-  for (int i = 0; i < 2; ++i) {
-    int64_t last = 0;
-    for (int32_t d = 0; d < v[i]->ndim; ++d) {
-      if (v[i]->sizes[d] == 0) return false;
-      last += (v[i]->sizes[d] - 1) * v[i]->strides[d];
-    }
-    lo[i] = v[i]->addr;
-    hi[i] = v[i]->addr + (uint64_t)(last + 1) * tpu_dtype_size(v[i]->dtype);
-  }
-  return lo[0] < hi[1] && lo[1] < hi[0];
+  return tpu_views_may_overlap(a, b);
 }
 
 /* ---- converting copy ---------------------------------------------------- */
