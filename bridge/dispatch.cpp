@@ -87,6 +87,8 @@ void run_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     TORCH_WARN("torch_tpu: ", name,
                " ran on the CPU (no native tpu kernel for these arguments); calls are counted "
                "in torch_tpu.fallback_counts().");
+  // Deferred work runs first, so the log names the op that cut the graph.
+  check(tpu_defer_flush_all(TPU_FLUSH_FALLBACK, name.c_str()));
   at::native::cpu_fallback(op, stack);
 }
 

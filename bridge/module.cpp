@@ -30,6 +30,43 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_launch_blocking", [](bool on) { tpu_set_launch_blocking(on); });
   m.def("set_thread_launch_blocking", [](int mode) { set_thread_launch_blocking(mode); });
   m.def("launch_blocking", [] { return tpu_launch_blocking(); });
+  m.def("set_defer", [](bool on) { tpu_defer_set_global(on); });
+  m.def("set_thread_defer", [](int mode) { tpu_defer_set_thread(mode); });
+  m.def("defer_active", [] { return tpu_defer_active(); });
+  m.def("set_defer_max_nodes", [](int n) { tpu_defer_set_max_nodes(n); });
+  m.def("flush", [](const std::string& reason) {
+    py::gil_scoped_release no_gil;
+    check(tpu_defer_flush_all(reason == "mode_switch" ? TPU_FLUSH_MODE_SWITCH : TPU_FLUSH_EXPLICIT,
+                              nullptr));
+  });
+  m.def("defer_metrics", [] {
+    tpu_defer_metrics_t s;
+    tpu_defer_get_metrics(&s);
+    std::map<std::string, int64_t> by_reason;
+    for (int r = 0; r < TPU_FLUSH_REASON_COUNT; ++r)
+      by_reason[tpu_flush_reason_name((tpu_flush_reason_t)r)] = s.flushes_by_reason[r];
+    py::dict d;
+    d["nodes_recorded"] = s.nodes_recorded;
+    d["flushes"] = s.flushes;
+    d["flushes_by_reason"] = by_reason;
+    d["programs_compiled"] = s.programs_compiled;
+    d["cache_hits"] = s.cache_hits;
+    d["fused_kernels"] = s.fused_kernels;
+    d["fused_nodes"] = s.fused_nodes;
+    d["elided_buffers"] = s.elided_buffers;
+    d["elided_bytes"] = s.elided_bytes;
+    return d;
+  });
+  m.def("reset_defer_metrics", [] { tpu_defer_reset_metrics(); });
+  m.def("defer_cuts", [] {
+    std::vector<tpu_defer_cut_t> cuts(TPU_DEFER_CUT_LOG);
+    int32_t n = tpu_defer_get_cuts(cuts.data(), (int32_t)cuts.size());
+    std::vector<std::tuple<std::string, int, int, uint64_t>> out;
+    for (int32_t i = 0; i < n; ++i)
+      out.emplace_back(tpu_flush_reason_name(cuts[i].reason), cuts[i].nodes, cuts[i].groups,
+                       cuts[i].structure);
+    return out;
+  });
   m.def("default_generator", [](int index) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(default_generator((c10::DeviceIndex)index)));

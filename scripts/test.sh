@@ -21,3 +21,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 
 echo "== Python tests"
 python -m pytest -q tests "$@"
+
+echo "== Python tests again in DEFER_AND_FUSE mode (the model sweep runs once, above)"
+TORCH_TPU_DEFER_AND_FUSE=1 python -m pytest -q -p no:cacheprovider tests \
+  --deselect tests/test_model_sweep.py "$@"

@@ -16,8 +16,11 @@ from torch_tpu import EagerMode
 
 
 def expected_default_mode():
-    return (EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING
-            if os.environ.get("TPU_LAUNCH_BLOCKING") == "1" else EagerMode.DEFER_NEVER)
+    if os.environ.get("TPU_LAUNCH_BLOCKING") == "1":
+        return EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING
+    if os.environ.get("TORCH_TPU_DEFER_AND_FUSE") == "1":
+        return EagerMode.DEFER_AND_FUSE
+    return EagerMode.DEFER_NEVER
 
 
 def test_import_paths():

@@ -27,8 +27,13 @@ torch.set_autocast_dtype("tpu", torch.bfloat16)
 
 from torch_tpu._internal.execution_mode import (  # noqa: E402
     EagerMode,
+    defer_cuts,
+    defer_metrics,
     eager_mode,
+    flush,
     get_eager_mode,
+    reset_defer_metrics,
+    set_defer_max_nodes,
     set_eager_mode,
     set_global_eager_mode,
 )
@@ -62,12 +67,17 @@ def set_fallback_mode(mode: str) -> None:
 
 __all__ = [
     "EagerMode",
+    "defer_cuts",
+    "defer_metrics",
     "eager_mode",
     "fallback_counts",
+    "flush",
     "get_eager_mode",
     "native_counts",
     "native_ops",
     "reset_counts",
+    "reset_defer_metrics",
+    "set_defer_max_nodes",
     "set_eager_mode",
     "set_fallback_mode",
     "set_global_eager_mode",

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "tpu/defer.h"
 
 #define ROUND 512u
 #define SMALL_LIMIT ((size_t)1 << 20)
@@ -36,7 +37,9 @@ struct tpu_block {
   int stream; /* owning stream index */
   uint32_t stream_uses; /* other streams that used it (bit per stream) */
   bool allocated;
+  bool provisional; /* allocated while deferring, not yet in the statistics */
   tpu_block_t *prev, *next; /* neighbours within the segment */
+  tpu_block_t *prov_prev, *prov_next; /* the stream's provisional blocks */
   /* while awaiting other streams after free: */
   tpu_event_t* pending[TPU_STREAMS_PER_CHIP];
   int pending_count;
@@ -52,6 +55,7 @@ struct tpu_allocator {
   pthread_mutex_t mu;
   free_list_t free[TPU_POOL_COUNT]; /* index SMALL/LARGE used */
   tpu_block_t** waiting;            /* freed, awaiting other streams */
+  tpu_block_t* provisional[TPU_STREAMS_PER_CHIP]; /* per stream, see tpu_allocator_commit */
   int waiting_count, waiting_capacity;
   tpu_memory_stats_t stats;
 };
@@ -68,6 +72,41 @@ static void stat_add(tpu_stat_t* s, int64_t delta) {
 static void stat_update(tpu_stat_t arr[TPU_POOL_COUNT], int pool, int64_t delta) {
   stat_add(&arr[TPU_POOL_ALL], delta);
   stat_add(&arr[pool], delta);
+}
+
+/* The statistics a live block counts in (sign +1 when it becomes counted,
+ * -1 when it stops). */
+static void count_block(tpu_allocator_t* a, const tpu_block_t* b, int sign) {
+  stat_update(a->stats.allocation, b->pool, sign);
+  stat_update(a->stats.allocated_bytes, b->pool, sign * (int64_t)b->size);
+  stat_update(a->stats.active, b->pool, sign);
+  stat_update(a->stats.active_bytes, b->pool, sign * (int64_t)b->size);
+  stat_update(a->stats.requested_bytes, b->pool, sign * (int64_t)b->requested);
+}
+
+static void provisional_unlink(tpu_allocator_t* a, tpu_block_t* b) {
+  if (b->prov_prev) b->prov_prev->prov_next = b->prov_next;
+  else a->provisional[b->stream] = b->prov_next;
+  if (b->prov_next) b->prov_next->prov_prev = b->prov_prev;
+  b->prov_prev = b->prov_next = NULL;
+  b->provisional = false;
+  atomic_fetch_sub(&a->chip->streams[b->stream].pending.provisional, 1);
+}
+
+static void commit_locked(tpu_allocator_t* a, int stream) {
+  while (a->provisional[stream]) {
+    tpu_block_t* b = a->provisional[stream];
+    provisional_unlink(a, b);
+    count_block(a, b, +1);
+  }
+}
+
+void tpu_allocator_commit(tpu_allocator_t* a, int stream, int64_t transient) {
+  pthread_mutex_lock(&a->mu);
+  commit_locked(a, stream);
+  tpu_stat_t* s = &a->stats.allocated_bytes[TPU_POOL_ALL];
+  if (s->current + transient > s->peak) s->peak = s->current + transient;
+  pthread_mutex_unlock(&a->mu);
 }
 
 /* ---- free lists ----------------------------------------------------------------- */
@@ -217,14 +256,40 @@ static void process_waiting(tpu_allocator_t* a) {
   a->waiting_count = k;
 }
 
+/* Tells the stream's deferred work that a buffer died (after a->mu is
+ * released: the pending lock is taken before the allocator's on flush). */
+static void note_free(tpu_allocator_t* a, int stream, uint64_t addr, uint64_t size,
+                      bool provisional) {
+  tpu_defer_note_free(&a->chip->streams[stream], addr, size, provisional);
+}
+
 void tpu_block_free(tpu_block_t* b) {
   if (!b) return;
   tpu_allocator_t* a = b->owner;
+  /* Deferred work of other streams that used the block goes to their queues
+   * first (flushing takes the allocator lock, so not under it); the events
+   * recorded below then follow it. */
+  pthread_mutex_lock(&a->mu);
+  uint32_t other_uses = b->stream_uses & ~(1u << b->stream);
+  pthread_mutex_unlock(&a->mu);
+  for (int s = 0; s < TPU_STREAMS_PER_CHIP; ++s)
+    if (other_uses & (1u << s))
+      tpu_status_free(tpu_stream_flush(&a->chip->streams[s], TPU_FLUSH_EVENT, NULL));
   pthread_mutex_lock(&a->mu);
   b->allocated = false;
-  stat_update(a->stats.allocation, b->pool, -1);
-  stat_update(a->stats.allocated_bytes, b->pool, -(int64_t)b->size);
-  stat_update(a->stats.requested_bytes, b->pool, -(int64_t)b->requested);
+  bool provisional = b->provisional;
+  int stream = b->stream;
+  uint64_t addr = b->addr, size = b->size;
+  if (provisional) {
+    provisional_unlink(a, b);
+    /* active counts blocks awaiting reuse too: it drops in finish_free. */
+    stat_update(a->stats.active, b->pool, 1);
+    stat_update(a->stats.active_bytes, b->pool, (int64_t)b->size);
+  } else {
+    stat_update(a->stats.allocation, b->pool, -1);
+    stat_update(a->stats.allocated_bytes, b->pool, -(int64_t)b->size);
+    stat_update(a->stats.requested_bytes, b->pool, -(int64_t)b->requested);
+  }
   uint32_t uses = b->stream_uses & ~(1u << b->stream);
   if (uses) {
     /* Mark where each other stream is now; reuse waits for those points. */
@@ -233,7 +298,7 @@ void tpu_block_free(tpu_block_t* b) {
       tpu_event_t* ev = NULL;
       tpu_stream_t* st = &a->chip->streams[s];
       if (tpu_event_create(false, &ev) != TPU_OK) continue;
-      tpu_status_t rs = tpu_event_record(ev, st);
+      tpu_status_t rs = tpu_event_record_queued(ev, st);
       if (rs != TPU_OK) {
         tpu_status_free(rs);
         tpu_event_release(ev);
@@ -253,6 +318,7 @@ void tpu_block_free(tpu_block_t* b) {
       if (a->waiting_count < a->waiting_capacity) {
         a->waiting[a->waiting_count++] = b;
         pthread_mutex_unlock(&a->mu);
+        note_free(a, stream, addr, size, provisional);
         return;
       }
       /* Could not track it: wait for the other streams here instead. */
@@ -265,6 +331,7 @@ void tpu_block_free(tpu_block_t* b) {
   }
   finish_free(a, b);
   pthread_mutex_unlock(&a->mu);
+  note_free(a, stream, addr, size, provisional);
 }
 
 /* ---- allocation ---------------------------------------------------------------------- */
@@ -375,11 +442,17 @@ tpu_status_t tpu_block_alloc(tpu_stream_t* stream, size_t bytes, tpu_block_t** o
   b->allocated = true;
   b->requested = bytes;
   b->stream_uses = 0;
-  stat_update(a->stats.allocation, pool, 1);
-  stat_update(a->stats.allocated_bytes, pool, (int64_t)b->size);
-  stat_update(a->stats.active, pool, 1);
-  stat_update(a->stats.active_bytes, pool, (int64_t)b->size);
-  stat_update(a->stats.requested_bytes, pool, (int64_t)bytes);
+  if (tpu_defer_active()) {
+    /* Counted when the graph that writes it is flushed (tpu/defer.h). */
+    b->provisional = true;
+    b->prov_prev = NULL;
+    b->prov_next = a->provisional[b->stream];
+    if (b->prov_next) b->prov_next->prov_prev = b;
+    a->provisional[b->stream] = b;
+    atomic_fetch_add(&stream->pending.provisional, 1);
+  } else {
+    count_block(a, b, +1);
+  }
   pthread_mutex_unlock(&a->mu);
   *out_block = b;
   return TPU_OK;
@@ -400,6 +473,9 @@ void tpu_block_record_stream(tpu_block_t* block, tpu_stream_t* stream) {
 void tpu_memory_get_stats(tpu_chip_t* chip, tpu_memory_stats_t* out_stats) {
   tpu_allocator_t* a = chip->allocator;
   pthread_mutex_lock(&a->mu);
+  /* A query counts live provisional blocks now (they are memory the program
+   * holds); it flushes nothing, so it never moves a deferred graph's cuts. */
+  for (int s = 0; s < TPU_STREAMS_PER_CHIP; ++s) commit_locked(a, s);
   *out_stats = a->stats;
   out_stats->max_split_size = -1;
   pthread_mutex_unlock(&a->mu);

@@ -4,16 +4,28 @@
 #define TPU_INTERNAL_H_
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 
 #include "tpu/hal.h"
 #include "tpu/runtime.h"
 
 typedef struct tpu_allocator tpu_allocator_t;
 
+/* Deferred work of a stream (defer.c), under `mu`. */
+typedef struct tpu_pending {
+  pthread_mutex_t mu;
+  tpu_graph_t* graph;          /* recorded nodes, or NULL */
+  struct tpu_free_record* frees; /* buffers freed while recording */
+  int32_t free_count, free_capacity;
+  _Atomic int provisional; /* live provisional blocks of the stream (allocator) */
+} tpu_pending_t;
+
 struct tpu_stream {
   tpu_chip_t* chip;
   int index;
   tpu_hal_queue_t* queue; /* created on first use, under chip->mu */
+  tpu_pending_t pending;
 };
 
 struct tpu_chip {
@@ -30,7 +42,28 @@ const tpu_hal_driver_t* tpu_hal(void);
 /* The stream's queue, created on first use. */
 tpu_status_t tpu_stream_queue(tpu_stream_t* stream, tpu_hal_queue_t** out_queue);
 
+/* Queues a command on the stream (flushes nothing; see runtime.c). */
+tpu_status_t tpu_stream_enqueue(tpu_stream_t* stream, tpu_hal_command_t* cmd);
+
+/* Records an event without flushing the stream's deferred work (the
+ * allocator flushes before it takes its lock). */
+tpu_status_t tpu_event_record_queued(tpu_event_t* event, tpu_stream_t* stream);
+
 /* allocator.c */
 tpu_status_t tpu_allocator_create(tpu_chip_t* chip, tpu_allocator_t** out_allocator);
+/* Counts the stream's provisional blocks (allocated while deferring) that
+ * are still alive in the statistics, and moves the peak as if `transient`
+ * more bytes had been allocated meanwhile (freed intermediates the flushed
+ * program writes). */
+void tpu_allocator_commit(tpu_allocator_t* allocator, int stream, int64_t transient);
+
+/* defer.c */
+/* Appends a verified graph to the stream's pending graph (takes ownership). */
+tpu_status_t tpu_defer_record(tpu_stream_t* stream, tpu_graph_t* graph);
+/* Whether the stream has recorded nodes. */
+bool tpu_defer_pending(tpu_stream_t* stream);
+/* The allocator reports a block freed while its stream has pending nodes:
+ * `provisional` when its bytes were never counted. */
+void tpu_defer_note_free(tpu_stream_t* stream, uint64_t addr, uint64_t size, bool provisional);
 
 #endif /* TPU_INTERNAL_H_ */

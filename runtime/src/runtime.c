@@ -6,6 +6,8 @@
 
 #include "internal.h"
 #include "kernel.h"
+#include "fusion/fusion.h"
+#include "tpu/defer.h"
 #include "tpu/ops.h"
 
 static struct {
@@ -52,6 +54,7 @@ static void init_once(void) {
     for (int s = 0; s < TPU_STREAMS_PER_CHIP; ++s) {
       c->streams[s].chip = c;
       c->streams[s].index = s;
+      pthread_mutex_init(&c->streams[s].pending.mu, NULL);
     }
     tpu_status_t s = g_rt.driver->chip_open(i, capacity, &c->hal);
     if (s == TPU_OK) s = tpu_allocator_create(c, &c->allocator);
@@ -112,6 +115,10 @@ int tpu_chip_of_address(uint64_t addr) {
 tpu_status_t tpu_chip_synchronize(tpu_chip_t* chip) {
   tpu_status_t first = TPU_OK;
   for (int s = 0; s < TPU_STREAMS_PER_CHIP; ++s) {
+    first = tpu_stream_flush(&chip->streams[s], TPU_FLUSH_SYNCHRONIZE, NULL);
+    if (first != TPU_OK) return first;
+  }
+  for (int s = 0; s < TPU_STREAMS_PER_CHIP; ++s) {
     pthread_mutex_lock(&chip->mu);
     tpu_hal_queue_t* q = chip->streams[s].queue;
     pthread_mutex_unlock(&chip->mu);
@@ -145,13 +152,16 @@ tpu_status_t tpu_stream_queue(tpu_stream_t* stream, tpu_hal_queue_t** out_queue)
   return s;
 }
 
-/* Submits a command; in launch-blocking mode waits for it and returns its
+/* Queues a command; in launch-blocking mode waits for it and returns its
  * error at once. */
-static tpu_status_t submit(tpu_stream_t* stream, tpu_hal_command_t* cmd) {
+tpu_status_t tpu_stream_enqueue(tpu_stream_t* stream, tpu_hal_command_t* cmd) {
   tpu_hal_queue_t* q;
   tpu_status_t s = tpu_stream_queue(stream, &q);
   if (s != TPU_OK) {
-    if (cmd->kind == TPU_HAL_CMD_EXEC) tpu_graph_release(cmd->u.exec.graph);
+    if (cmd->kind == TPU_HAL_CMD_EXEC) {
+      tpu_graph_release(cmd->u.exec.graph);
+      tpu_program_release(cmd->u.exec.program);
+    }
     if (cmd->kind == TPU_HAL_CMD_RECORD || cmd->kind == TPU_HAL_CMD_WAIT)
       g_rt.driver->event_release(cmd->u.event.event);
     return s;
@@ -161,14 +171,28 @@ static tpu_status_t submit(tpu_stream_t* stream, tpu_hal_command_t* cmd) {
   return TPU_OK;
 }
 
+/* Flushes the stream's deferred work ahead of a command that must follow it,
+ * then queues the command. */
+static tpu_status_t submit(tpu_stream_t* stream, tpu_hal_command_t* cmd,
+                           tpu_flush_reason_t reason) {
+  TPU_RETURN_IF_ERROR(tpu_stream_flush(stream, reason, NULL));
+  return tpu_stream_enqueue(stream, cmd);
+}
+
 tpu_status_t tpu_stream_submit(tpu_stream_t* stream, tpu_graph_t* graph) {
   tpu_status_t s = tpu_graph_verify(graph);
   if (s != TPU_OK) {
     tpu_graph_release(graph);
     return s;
   }
+  if (tpu_defer_active()) return tpu_defer_record(stream, graph);
+  s = tpu_stream_flush(stream, TPU_FLUSH_STRICT_SUBMIT, NULL);
+  if (s != TPU_OK) {
+    tpu_graph_release(graph);
+    return s;
+  }
   tpu_hal_command_t cmd = {.kind = TPU_HAL_CMD_EXEC, .u.exec.graph = graph};
-  return submit(stream, &cmd);
+  return tpu_stream_enqueue(stream, &cmd);
 }
 
 tpu_status_t tpu_stream_copy(tpu_stream_t* stream, tpu_copy_kind_t kind, uint64_t dst,
@@ -178,17 +202,18 @@ tpu_status_t tpu_stream_copy(tpu_stream_t* stream, tpu_copy_kind_t kind, uint64_
   cmd.u.copy.dst = dst;
   cmd.u.copy.src = src;
   cmd.u.copy.bytes = bytes;
-  return submit(stream, &cmd);
+  return submit(stream, &cmd, kind == TPU_COPY_D2H ? TPU_FLUSH_COPY_TO_HOST : TPU_FLUSH_COPY);
 }
 
 tpu_status_t tpu_stream_host_fn(tpu_stream_t* stream, void (*fn)(void* arg), void* arg) {
   tpu_hal_command_t cmd = {.kind = TPU_HAL_CMD_HOST_FN};
   cmd.u.host.fn = fn;
   cmd.u.host.arg = arg;
-  return submit(stream, &cmd);
+  return submit(stream, &cmd, TPU_FLUSH_HOST_FN);
 }
 
 tpu_status_t tpu_stream_synchronize(tpu_stream_t* stream) {
+  TPU_RETURN_IF_ERROR(tpu_stream_flush(stream, TPU_FLUSH_SYNCHRONIZE, NULL));
   pthread_mutex_lock(&stream->chip->mu);
   tpu_hal_queue_t* q = stream->queue;
   pthread_mutex_unlock(&stream->chip->mu);
@@ -196,6 +221,15 @@ tpu_status_t tpu_stream_synchronize(tpu_stream_t* stream) {
 }
 
 bool tpu_stream_query(tpu_stream_t* stream) {
+  /* Deferred work is not done: queue it (its errors surface at the next
+   * synchronisation, like any queued work's). */
+  if (tpu_defer_pending(stream)) {
+    tpu_status_t s = tpu_stream_flush(stream, TPU_FLUSH_SYNCHRONIZE, NULL);
+    if (s != TPU_OK) {
+      tpu_status_free(s);
+      return false;
+    }
+  }
   pthread_mutex_lock(&stream->chip->mu);
   tpu_hal_queue_t* q = stream->queue;
   pthread_mutex_unlock(&stream->chip->mu);
@@ -228,23 +262,34 @@ void tpu_event_release(tpu_event_t* event) {
   free(event);
 }
 
-tpu_status_t tpu_event_record(tpu_event_t* event, tpu_stream_t* stream) {
+static tpu_status_t event_record(tpu_event_t* event, tpu_stream_t* stream, bool flush) {
+  if (flush) TPU_RETURN_IF_ERROR(tpu_stream_flush(stream, TPU_FLUSH_EVENT, NULL));
   tpu_hal_command_t cmd = {.kind = TPU_HAL_CMD_RECORD};
   g_rt.driver->event_retain(event->hal);
   cmd.u.event.event = event->hal;
   cmd.u.event.seq = g_rt.driver->event_next_seq(event->hal);
   atomic_store(&event->last_stream, stream);
-  return submit(stream, &cmd);
+  return tpu_stream_enqueue(stream, &cmd);
+}
+
+tpu_status_t tpu_event_record(tpu_event_t* event, tpu_stream_t* stream) {
+  return event_record(event, stream, true);
+}
+
+tpu_status_t tpu_event_record_queued(tpu_event_t* event, tpu_stream_t* stream) {
+  return event_record(event, stream, false);
 }
 
 tpu_status_t tpu_stream_wait_event(tpu_stream_t* stream, tpu_event_t* event) {
+  /* Flushed even when the wait is a no-op, so cuts never depend on timing. */
+  TPU_RETURN_IF_ERROR(tpu_stream_flush(stream, TPU_FLUSH_EVENT, NULL));
   uint64_t seq = g_rt.driver->event_last_seq(event->hal);
   if (seq == 0 || g_rt.driver->event_reached(event->hal, seq)) return TPU_OK;
   tpu_hal_command_t cmd = {.kind = TPU_HAL_CMD_WAIT};
   g_rt.driver->event_retain(event->hal);
   cmd.u.event.event = event->hal;
   cmd.u.event.seq = seq;
-  return submit(stream, &cmd);
+  return tpu_stream_enqueue(stream, &cmd);
 }
 
 bool tpu_event_query(tpu_event_t* event) {

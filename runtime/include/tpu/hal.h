@@ -39,7 +39,9 @@ typedef enum tpu_hal_command_kind {
 typedef struct tpu_hal_command {
   tpu_hal_command_kind_t kind;
   union {
-    struct { tpu_graph_t* graph; } exec;                  /* owned by the command */
+    /* Owned by the command. program: how to run the graph (a fusion
+     * program, retained), or NULL to run its nodes one by one. */
+    struct { tpu_graph_t* graph; struct tpu_program* program; } exec;
     struct { tpu_copy_kind_t kind; uint64_t dst, src; size_t bytes; } copy;
     struct { tpu_hal_event_t* event; uint64_t seq; } event; /* RECORD, WAIT (retained) */
     struct { void (*fn)(void*); void* arg; } host;

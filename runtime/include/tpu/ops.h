@@ -61,6 +61,11 @@ struct tpu_op_def {
  * overlap is an error): elementwise rows. Other rows whose out= overlaps an
  * input are run by the bridge from copies, on the CPU. */
 #define TPU_OP_OWN_OVERLAP_CHECK 2u
+/* Pointwise: output element i depends only on element i of each input
+ * broadcast to the output's shape (right-aligned, size-1 dims repeat), so
+ * the kernel may run on any slice of the output with the matching slices of
+ * the inputs. The fusion compiler tiles runs of such nodes together. */
+#define TPU_OP_POINTWISE 4u
 
 /* A kernel family's rows. */
 typedef struct tpu_op_family {

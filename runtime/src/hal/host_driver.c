@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "../fusion/fusion.h"
 #include "../kernel.h"
 #include "tpu/hal.h"
 #include "tpu/ops.h"
@@ -247,7 +248,10 @@ struct tpu_hal_queue {
 };
 
 static void command_dispose(tpu_hal_command_t* cmd) {
-  if (cmd->kind == TPU_HAL_CMD_EXEC) tpu_graph_release(cmd->u.exec.graph);
+  if (cmd->kind == TPU_HAL_CMD_EXEC) {
+    tpu_graph_release(cmd->u.exec.graph);
+    tpu_program_release(cmd->u.exec.program);
+  }
   if (cmd->kind == TPU_HAL_CMD_RECORD || cmd->kind == TPU_HAL_CMD_WAIT)
     host_event_release(cmd->u.event.event);
 }
@@ -274,6 +278,10 @@ static void record_error(tpu_hal_queue_t* q, tpu_status_t s) {
 static tpu_status_t run_command(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
   switch (cmd->kind) {
     case TPU_HAL_CMD_EXEC:
+      if (cmd->u.exec.program) {
+        tpu_exec_ctx_t ctx = {.chip_index = q->chip->index};
+        return tpu_program_run(cmd->u.exec.program, cmd->u.exec.graph, &ctx);
+      }
       return run_graph(q, cmd->u.exec.graph);
     case TPU_HAL_CMD_COPY:
       if (cmd->u.copy.bytes)

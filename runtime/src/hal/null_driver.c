@@ -2,6 +2,7 @@
  * (everything above compiles and links against a second driver) and lets the
  * runtime start where no device exists: every call that needs a chip fails
  * with UNAVAILABLE. Select it with TORCH_TPU_DRIVER=null. */
+#include "../fusion/fusion.h"
 #include "tpu/hal.h"
 
 static tpu_status_t unavailable(void) {
@@ -26,7 +27,10 @@ static tpu_status_t null_queue_create(tpu_hal_chip_t* chip, tpu_hal_queue_t** ou
 }
 static void null_queue_destroy(tpu_hal_queue_t* queue) {}
 static tpu_status_t null_queue_submit(tpu_hal_queue_t* queue, tpu_hal_command_t* command) {
-  if (command->kind == TPU_HAL_CMD_EXEC) tpu_graph_release(command->u.exec.graph);
+  if (command->kind == TPU_HAL_CMD_EXEC) {
+    tpu_graph_release(command->u.exec.graph);
+    tpu_program_release(command->u.exec.program);
+  }
   return unavailable();
 }
 static tpu_status_t null_queue_wait_idle(tpu_hal_queue_t* queue) { return TPU_OK; }

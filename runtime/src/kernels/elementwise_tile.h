@@ -159,7 +159,7 @@ EW_FLOAT_HELPERS(double, d)
 
 #define EW_ROW(name, inputs, attrs, outputs, aten, impl) \
   {name, inputs, attrs, outputs, aten, tpu_ew_kernel, tpu_ew_infer, tpu_ew_check, &impl, \
-   TPU_OP_OWN_OVERLAP_CHECK}
+   TPU_OP_OWN_OVERLAP_CHECK | TPU_OP_POINTWISE}
 /* name(self): functional, out= and in-place forms. */
 #define EW_UNARY_ROW(op) EW_ROW(#op, "self", "", "out", #op " " #op ".out " #op "_", k_##op)
 /* name.Tensor / name.Scalar (other a Python number), with out= and in-place. */

@@ -1,0 +1,269 @@
+/* defer.c — deferred execution: pending graphs per stream, flushes, metrics
+ * and the cut log (see tpu/defer.h). */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fusion/fusion.h"
+#include "internal.h"
+#include "tpu/defer.h"
+#include "tpu/ops.h"
+
+static const char* const g_reason_names[] = {
+#define TPU_FLUSH_NAME(e, s) s,
+    TPU_FLUSH_REASONS(TPU_FLUSH_NAME)
+#undef TPU_FLUSH_NAME
+};
+
+const char* tpu_flush_reason_name(tpu_flush_reason_t reason) {
+  return (unsigned)reason < TPU_FLUSH_REASON_COUNT ? g_reason_names[reason] : "unknown";
+}
+
+/* ---- mode ---------------------------------------------------------------------- */
+
+static atomic_int g_global = -1; /* -1: not read from the environment yet */
+static atomic_int g_max_nodes = 0;
+static _Thread_local int t_mode = -1;
+
+static bool global_mode(void) {
+  int g = atomic_load(&g_global);
+  if (g < 0) {
+    const char* env = getenv("TORCH_TPU_DEFER_AND_FUSE");
+    int want = env && strcmp(env, "1") == 0;
+    atomic_compare_exchange_strong(&g_global, &g, want);
+    g = atomic_load(&g_global);
+  }
+  return g == 1;
+}
+
+void tpu_defer_set_global(bool on) { atomic_store(&g_global, on ? 1 : 0); }
+void tpu_defer_set_thread(int mode) { t_mode = mode < 0 ? -1 : mode ? 1 : 0; }
+bool tpu_defer_active(void) { return t_mode >= 0 ? t_mode == 1 : global_mode(); }
+
+void tpu_defer_set_max_nodes(int32_t max_nodes) { atomic_store(&g_max_nodes, max_nodes); }
+
+static int32_t max_nodes(void) {
+  int32_t m = atomic_load(&g_max_nodes);
+  if (m <= 0) {
+    const char* env = getenv("TORCH_TPU_DEFER_MAX_NODES");
+    m = env ? atoi(env) : 0;
+    if (m <= 0) m = 1024;
+    atomic_store(&g_max_nodes, m);
+  }
+  return m;
+}
+
+static int log_level(void) {
+  static atomic_int level = -1;
+  int l = atomic_load(&level);
+  if (l < 0) {
+    const char* env = getenv("TORCH_TPU_DEFER_LOG");
+    l = env ? atoi(env) : 0;
+    atomic_store(&level, l);
+  }
+  return l;
+}
+
+/* ---- metrics and the cut log ---------------------------------------------------- */
+
+static struct {
+  pthread_mutex_t mu;
+  tpu_defer_metrics_t m;
+  tpu_defer_cut_t cuts[TPU_DEFER_CUT_LOG];
+  int64_t cut_count;
+} g_stats = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+void tpu_defer_get_metrics(tpu_defer_metrics_t* out) {
+  pthread_mutex_lock(&g_stats.mu);
+  *out = g_stats.m;
+  pthread_mutex_unlock(&g_stats.mu);
+}
+
+void tpu_defer_reset_metrics(void) {
+  pthread_mutex_lock(&g_stats.mu);
+  memset(&g_stats.m, 0, sizeof(g_stats.m));
+  g_stats.cut_count = 0;
+  pthread_mutex_unlock(&g_stats.mu);
+}
+
+int32_t tpu_defer_get_cuts(tpu_defer_cut_t* out, int32_t capacity) {
+  pthread_mutex_lock(&g_stats.mu);
+  int64_t have = g_stats.cut_count < TPU_DEFER_CUT_LOG ? g_stats.cut_count : TPU_DEFER_CUT_LOG;
+  int32_t n = have < capacity ? (int32_t)have : capacity;
+  int64_t start = g_stats.cut_count - have;
+  for (int32_t i = 0; i < n; ++i) out[i] = g_stats.cuts[(start + i) % TPU_DEFER_CUT_LOG];
+  pthread_mutex_unlock(&g_stats.mu);
+  return n;
+}
+
+/* ---- recording ------------------------------------------------------------------- */
+
+static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason,
+                                 const char* detail);
+
+tpu_status_t tpu_defer_record(tpu_stream_t* stream, tpu_graph_t* graph) {
+  tpu_pending_t* pd = &stream->pending;
+  pthread_mutex_lock(&pd->mu);
+  tpu_status_t s = TPU_OK;
+  if (!pd->graph) s = tpu_graph_create(&pd->graph);
+  int32_t n = tpu_graph_node_count(graph);
+  for (int32_t i = 0; i < n && s == TPU_OK; ++i) {
+    const tpu_node_t* node = tpu_graph_node(graph, i);
+    s = tpu_graph_add_node(pd->graph, node->op, node->inputs, node->num_inputs, node->outputs,
+                           node->num_outputs, node->attrs, node->num_attrs);
+  }
+  tpu_graph_release(graph);
+  if (s == TPU_OK) {
+    pthread_mutex_lock(&g_stats.mu);
+    g_stats.m.nodes_recorded += n;
+    pthread_mutex_unlock(&g_stats.mu);
+    if (tpu_graph_node_count(pd->graph) >= max_nodes())
+      s = flush_locked(stream, TPU_FLUSH_SIZE_LIMIT, NULL);
+  }
+  pthread_mutex_unlock(&pd->mu);
+  return s;
+}
+
+bool tpu_defer_pending(tpu_stream_t* stream) {
+  pthread_mutex_lock(&stream->pending.mu);
+  bool any = stream->pending.graph != NULL;
+  pthread_mutex_unlock(&stream->pending.mu);
+  return any;
+}
+
+void tpu_defer_note_free(tpu_stream_t* stream, uint64_t addr, uint64_t size, bool provisional) {
+  tpu_pending_t* pd = &stream->pending;
+  pthread_mutex_lock(&pd->mu);
+  if (pd->graph) {
+    if (pd->free_count == pd->free_capacity) {
+      int32_t cap = pd->free_capacity ? pd->free_capacity * 2 : 64;
+      tpu_free_record_t* f = realloc(pd->frees, sizeof(*f) * (size_t)cap);
+      if (f) {
+        pd->frees = f;
+        pd->free_capacity = cap;
+      }
+    }
+    /* Without room the buffer just stays "alive": it is then written, which
+     * is always correct. */
+    if (pd->free_count < pd->free_capacity)
+      pd->frees[pd->free_count++] = (tpu_free_record_t){
+          addr, addr + size, tpu_graph_node_count(pd->graph), provisional};
+  }
+  pthread_mutex_unlock(&pd->mu);
+}
+
+/* ---- flushing ------------------------------------------------------------------------- */
+
+/* Bytes of provisional buffers freed before the flush that the program still
+ * writes (they held values some kernel outside a tile needed). */
+static int64_t transient_bytes(const tpu_graph_t* graph, const tpu_program_t* p,
+                               const tpu_free_record_t* frees, int32_t free_count) {
+  int64_t total = 0;
+  for (int32_t f = 0; f < free_count; ++f) {
+    if (!frees[f].provisional) continue;
+    bool written = false;
+    for (int32_t i = 0; i < frees[f].point && !written; ++i) {
+      const tpu_node_t* node = tpu_graph_node(graph, i);
+      for (int32_t o = 0; o < node->num_outputs && !written; ++o)
+        written = p->out_slot[p->out_base[i] + o] < 0 && node->outputs[o].addr >= frees[f].lo &&
+                  node->outputs[o].addr < frees[f].hi;
+    }
+    if (written) total += (int64_t)(frees[f].hi - frees[f].lo);
+  }
+  return total;
+}
+
+static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason,
+                                 const char* detail) {
+  tpu_pending_t* pd = &stream->pending;
+  tpu_graph_t* graph = pd->graph;
+  if (!graph) return TPU_OK; /* provisional blocks wait for the next graph */
+  pd->graph = NULL;
+  int32_t free_count = pd->free_count;
+  pd->free_count = 0;
+
+  tpu_fusion_analysis_t* analysis = NULL;
+  tpu_program_t* program = NULL;
+  bool hit = false;
+  tpu_status_t s = tpu_fusion_analyse(graph, pd->frees, free_count, &analysis);
+  if (s == TPU_OK) s = tpu_program_cache_get(graph, analysis, &program, &hit);
+  tpu_fusion_analysis_free(analysis);
+  int64_t transient = s == TPU_OK ? transient_bytes(graph, program, pd->frees, free_count) : 0;
+  tpu_allocator_commit(stream->chip->allocator, stream->index, transient);
+  if (s != TPU_OK) {
+    tpu_graph_release(graph);
+    return s;
+  }
+  int32_t nodes = tpu_graph_node_count(graph);
+  int64_t fused_kernels = 0, fused_nodes = 0;
+  for (int32_t g = 0; g < program->group_count; ++g)
+    if (program->groups[g].kind == TPU_GROUP_TILED) {
+      fused_kernels++;
+      fused_nodes += program->groups[g].count;
+    }
+  int64_t elided_bytes = 0;
+  for (int32_t i = 0; i < nodes; ++i) {
+    const tpu_node_t* node = tpu_graph_node(graph, i);
+    for (int32_t o = 0; o < node->num_outputs; ++o)
+      if (program->out_slot[program->out_base[i] + o] >= 0)
+        elided_bytes +=
+            tpu_view_numel(&node->outputs[o]) * (int64_t)tpu_dtype_size(node->outputs[o].dtype);
+  }
+  pthread_mutex_lock(&g_stats.mu);
+  tpu_defer_metrics_t* m = &g_stats.m;
+  m->flushes++;
+  m->flushes_by_reason[reason]++;
+  if (hit) m->cache_hits++;
+  else m->programs_compiled++;
+  m->fused_kernels += fused_kernels;
+  m->fused_nodes += fused_nodes;
+  m->elided_buffers += program->elided_per_run;
+  m->elided_bytes += elided_bytes;
+  g_stats.cuts[g_stats.cut_count++ % TPU_DEFER_CUT_LOG] =
+      (tpu_defer_cut_t){reason, nodes, program->group_count, program->hash};
+  pthread_mutex_unlock(&g_stats.mu);
+  int level = log_level();
+  if (level >= 1)
+    fprintf(stderr,
+            "[tpu defer] flush tpu:%d stream %d: %s%s%s, %d nodes -> %d kernels (%" PRId64
+            " fused), %" PRId64 " intermediates elided, program %016" PRIx64 " %s\n",
+            tpu_chip_index(stream->chip), stream->index, tpu_flush_reason_name(reason),
+            detail ? " " : "", detail ? detail : "", nodes, program->group_count, fused_kernels,
+            program->elided_per_run, program->hash, hit ? "(cached)" : "(compiled)");
+  if (level >= 2 && !hit) tpu_fusion_dump(graph, program);
+
+  tpu_hal_command_t cmd = {.kind = TPU_HAL_CMD_EXEC};
+  cmd.u.exec.graph = graph;
+  cmd.u.exec.program = program;
+  return tpu_stream_enqueue(stream, &cmd);
+}
+
+tpu_status_t tpu_stream_flush(tpu_stream_t* stream, tpu_flush_reason_t reason,
+                              const char* detail) {
+  tpu_pending_t* pd = &stream->pending;
+  pthread_mutex_lock(&pd->mu);
+  tpu_status_t s = flush_locked(stream, reason, detail);
+  pthread_mutex_unlock(&pd->mu);
+  return s;
+}
+
+tpu_status_t tpu_defer_flush_all(tpu_flush_reason_t reason, const char* detail) {
+  tpu_status_t first = TPU_OK;
+  for (int c = 0; c < tpu_chip_count(); ++c) {
+    tpu_chip_t* chip;
+    tpu_status_t cs = tpu_chip_get(c, &chip);
+    if (cs != TPU_OK) {
+      tpu_status_free(cs);
+      continue;
+    }
+    for (int i = 0; i < TPU_STREAMS_PER_CHIP; ++i) {
+      tpu_status_t s = tpu_stream_flush(&chip->streams[i], reason, detail);
+      if (first == TPU_OK) first = s;
+      else tpu_status_free(s);
+    }
+  }
+  return first;
+}

@@ -1,0 +1,274 @@
+/* compile.c — phases 2 (partition) and 3 (scratch) of the fusion compiler,
+ * the verifier run after each, the program dump, and the program cache. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fusion/analysis.h"
+#include "tpu/ops.h"
+
+void tpu_program_retain(tpu_program_t* p) {
+  if (p) __atomic_fetch_add(&p->refs, 1, __ATOMIC_RELAXED);
+}
+
+void tpu_program_release(tpu_program_t* p) {
+  if (!p || __atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+  free(p->groups);
+  free(p->out_slot);
+  free(p->in_slot);
+  free(p->out_base);
+  free(p->in_base);
+  free(p);
+}
+
+static tpu_status_t program_alloc(const tpu_fusion_analysis_t* a, tpu_program_t** out) {
+  int32_t n = a->n, nin = a->in_base[n], nout = a->out_base[n];
+  tpu_program_t* p = calloc(1, sizeof(*p));
+  if (p) {
+    p->refs = 1;
+    p->node_count = n;
+    p->groups = calloc((size_t)n + 1, sizeof(*p->groups));
+    p->out_slot = malloc(sizeof(int32_t) * (size_t)(nout + 1));
+    p->in_slot = malloc(sizeof(int32_t) * (size_t)(nin + 1));
+    p->out_base = malloc(sizeof(int32_t) * (size_t)(n + 1));
+    p->in_base = malloc(sizeof(int32_t) * (size_t)(n + 1));
+  }
+  if (!p || !p->groups || !p->out_slot || !p->in_slot || !p->out_base || !p->in_base) {
+    tpu_program_release(p);
+    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fusion program allocation failed");
+  }
+  memcpy(p->out_base, a->out_base, sizeof(int32_t) * (size_t)(n + 1));
+  memcpy(p->in_base, a->in_base, sizeof(int32_t) * (size_t)(n + 1));
+  for (int32_t k = 0; k < nout; ++k) p->out_slot[k] = -1;
+  for (int32_t k = 0; k < nin; ++k) p->in_slot[k] = -1;
+  p->hash = a->hash;
+  *out = p;
+  return TPU_OK;
+}
+
+/* Phase 2: groups from the analysis' cut decisions. */
+static void partition(const tpu_fusion_analysis_t* a, tpu_program_t* p) {
+  p->group_count = 0;
+  for (int32_t i = 0; i < a->n; ++i) {
+    if ((a->flags[i] & TPU_NODE_CUT_BEFORE) || p->group_count == 0) {
+      tpu_program_group_t* g = &p->groups[p->group_count++];
+      g->first = i;
+      g->count = 0;
+      g->kind = (a->flags[i] & TPU_NODE_TILEABLE) ? TPU_GROUP_TILED : TPU_GROUP_SINGLE;
+    }
+    p->groups[p->group_count - 1].count++;
+  }
+  /* A run of one pointwise node gains nothing from tiling. */
+  for (int32_t g = 0; g < p->group_count; ++g)
+    if (p->groups[g].count == 1) p->groups[g].kind = TPU_GROUP_SINGLE;
+}
+
+/* Whether every node that reads the value of output (i, 0) before its
+ * buffer is freed is in [first, end) and reads the identical view. */
+static bool readers_inside(const tpu_graph_t* graph, const tpu_fusion_analysis_t* a, int32_t i,
+                           int32_t end) {
+  const tpu_view_t* v = &tpu_graph_node(graph, i)->outputs[0];
+  int32_t until = a->out_free[a->out_base[i]];
+  if (until > a->n) until = a->n;
+  for (int32_t k = i + 1; k < until; ++k) {
+    const tpu_node_t* r = tpu_graph_node(graph, k);
+    for (int32_t j = 0; j < r->num_inputs; ++j) {
+      if (r->inputs[j].kind != TPU_VALUE_VIEW) continue;
+      const tpu_view_t* in = &r->inputs[j].u.view;
+      if (!tpu_views_may_overlap(in, v)) continue;
+      if (k >= end || !tpu_fusion_same_view(in, v)) return false;
+    }
+  }
+  return true;
+}
+
+/* Phase 3: dead outputs read only inside their group live in tile scratch;
+ * in-group reads of the value they hold take the slot. */
+static void assign_scratch(const tpu_graph_t* graph, const tpu_fusion_analysis_t* a,
+                           tpu_program_t* p) {
+  p->elided_per_run = 0;
+  for (int32_t g = 0; g < p->group_count; ++g) {
+    tpu_program_group_t* grp = &p->groups[g];
+    if (grp->kind != TPU_GROUP_TILED) continue;
+    int32_t end = grp->first + grp->count;
+    int32_t slot_vid[TPU_FUSION_MAX_SLOTS];
+    grp->slots = 0;
+    for (int32_t i = grp->first; i < end; ++i) {
+      const tpu_node_t* node = tpu_graph_node(graph, i);
+      for (int32_t k = 0; k < node->num_inputs; ++k) {
+        int32_t vid = a->in_vid[a->in_base[i] + k];
+        for (int32_t s = 0; vid >= 0 && s < grp->slots; ++s)
+          if (slot_vid[s] == vid) p->in_slot[a->in_base[i] + k] = s;
+      }
+      if ((a->flags[i] & TPU_NODE_DEAD_OUT) && grp->slots < TPU_FUSION_MAX_SLOTS &&
+          readers_inside(graph, a, i, end)) {
+        slot_vid[grp->slots] = a->out_vid[a->out_base[i]];
+        p->out_slot[a->out_base[i]] = grp->slots++;
+        p->elided_per_run++;
+      }
+    }
+  }
+}
+
+tpu_status_t tpu_fusion_verify(const tpu_graph_t* graph, const tpu_program_t* p) {
+  int32_t next = 0;
+  for (int32_t g = 0; g < p->group_count; ++g) {
+    const tpu_program_group_t* grp = &p->groups[g];
+    if (grp->first != next || grp->count <= 0)
+      return tpu_status_make(TPU_CODE_INTERNAL, "fusion: group %d does not follow group %d", g,
+                             g - 1);
+    next += grp->count;
+    if (grp->slots < 0 || grp->slots > TPU_FUSION_MAX_SLOTS)
+      return tpu_status_make(TPU_CODE_INTERNAL, "fusion: group %d has %d slots", g, grp->slots);
+    const tpu_node_t* lead = tpu_graph_node(graph, grp->first);
+    for (int32_t i = grp->first; i < next; ++i) {
+      const tpu_node_t* node = tpu_graph_node(graph, i);
+      const tpu_op_def_t* def = tpu_op_def(node->op);
+      if (grp->kind == TPU_GROUP_TILED) {
+        if (!(def->flags & TPU_OP_POINTWISE) || node->num_outputs != 1 ||
+            node->outputs[0].ndim != lead->outputs[0].ndim ||
+            memcmp(node->outputs[0].sizes, lead->outputs[0].sizes,
+                   sizeof(int64_t) * (size_t)lead->outputs[0].ndim) != 0)
+          return tpu_status_make(TPU_CODE_INTERNAL,
+                                 "fusion: node %d (%s) is not pointwise over group %d's shape", i,
+                                 def->name, g);
+      }
+      for (int32_t k = 0; k < node->num_inputs; ++k) {
+        int32_t s = p->in_slot[p->in_base[i] + k];
+        if (s < 0) continue;
+        /* The slot must be written earlier in this group by the same view. */
+        bool found = false;
+        for (int32_t j = grp->first; j < i && !found; ++j)
+          found = p->out_slot[p->out_base[j]] == s &&
+                  tpu_fusion_same_view(&tpu_graph_node(graph, j)->outputs[0],
+                                       &node->inputs[k].u.view);
+        if (grp->kind != TPU_GROUP_TILED || !found)
+          return tpu_status_make(TPU_CODE_INTERNAL,
+                                 "fusion: node %d (%s) input %d reads slot %d no earlier node "
+                                 "of its group wrote",
+                                 i, def->name, k, s);
+      }
+      for (int32_t o = 0; o < node->num_outputs; ++o)
+        if (p->out_slot[p->out_base[i] + o] >= 0 && grp->kind != TPU_GROUP_TILED)
+          return tpu_status_make(TPU_CODE_INTERNAL, "fusion: untiled node %d writes scratch", i);
+    }
+  }
+  if (next != p->node_count || next != tpu_graph_node_count(graph))
+    return tpu_status_make(TPU_CODE_INTERNAL, "fusion: groups cover %d of %d nodes", next,
+                           tpu_graph_node_count(graph));
+  return TPU_OK;
+}
+
+tpu_status_t tpu_fusion_compile(const tpu_graph_t* graph, const tpu_fusion_analysis_t* a,
+                                tpu_program_t** out_program) {
+  *out_program = NULL;
+  tpu_program_t* p = NULL;
+  TPU_RETURN_IF_ERROR(program_alloc(a, &p));
+  partition(a, p);
+  tpu_status_t s = tpu_fusion_verify(graph, p);
+  if (s == TPU_OK) {
+    assign_scratch(graph, a, p);
+    s = tpu_fusion_verify(graph, p);
+  }
+  if (s != TPU_OK) {
+    tpu_program_release(p);
+    return tpu_status_annotate(s, "compiling a deferred graph of %d nodes", a->n);
+  }
+  *out_program = p;
+  return TPU_OK;
+}
+
+static void dump_view(const tpu_view_t* v) {
+  fprintf(stderr, "%s[", tpu_dtype_name(v->dtype));
+  for (int32_t d = 0; d < v->ndim; ++d) fprintf(stderr, d ? ",%" PRId64 : "%" PRId64, v->sizes[d]);
+  fprintf(stderr, "]");
+}
+
+void tpu_fusion_dump(const tpu_graph_t* graph, const tpu_program_t* p) {
+  fprintf(stderr, "[tpu defer] program %016" PRIx64 ": %d nodes, %d kernels, %" PRId64
+                  " intermediates in scratch\n",
+          p->hash, p->node_count, p->group_count, p->elided_per_run);
+  for (int32_t g = 0; g < p->group_count; ++g) {
+    const tpu_program_group_t* grp = &p->groups[g];
+    fprintf(stderr, "  kernel %d: %s, %d node(s), %d slot(s)\n", g,
+            grp->kind == TPU_GROUP_TILED ? "tiled" : "single", grp->count, grp->slots);
+    for (int32_t i = grp->first; i < grp->first + grp->count; ++i) {
+      const tpu_node_t* node = tpu_graph_node(graph, i);
+      fprintf(stderr, "    %%%d = %s(", i, tpu_op_def(node->op)->name);
+      for (int32_t k = 0; k < node->num_inputs; ++k) {
+        if (k) fprintf(stderr, ", ");
+        int32_t s = p->in_slot[p->in_base[i] + k];
+        if (s >= 0) fprintf(stderr, "slot%d:", s);
+        if (node->inputs[k].kind == TPU_VALUE_VIEW) dump_view(&node->inputs[k].u.view);
+        else fprintf(stderr, node->inputs[k].kind == TPU_VALUE_SCALAR ? "scalar" : "None");
+      }
+      fprintf(stderr, ") -> ");
+      for (int32_t o = 0; o < node->num_outputs; ++o) {
+        int32_t s = p->out_slot[p->out_base[i] + o];
+        if (s >= 0) fprintf(stderr, "slot%d:", s);
+        dump_view(&node->outputs[o]);
+        fprintf(stderr, " ");
+      }
+      fprintf(stderr, "\n");
+    }
+  }
+}
+
+/* ---- program cache ---------------------------------------------------------------- */
+
+#define CACHE_CAPACITY 4096 /* a power of two */
+
+typedef struct cache_entry {
+  uint64_t hash;
+  uint8_t* key;
+  int64_t key_len;
+  tpu_program_t* program;
+} cache_entry_t;
+
+static struct {
+  pthread_mutex_t mu;
+  cache_entry_t entries[CACHE_CAPACITY];
+  int32_t count;
+} g_cache = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+tpu_status_t tpu_program_cache_get(const tpu_graph_t* graph, const tpu_fusion_analysis_t* a,
+                                   tpu_program_t** out_program, bool* out_hit) {
+  *out_program = NULL;
+  *out_hit = false;
+  pthread_mutex_lock(&g_cache.mu);
+  uint32_t i = (uint32_t)a->hash & (CACHE_CAPACITY - 1);
+  for (uint32_t probe = 0; probe < CACHE_CAPACITY; ++probe, i = (i + 1) & (CACHE_CAPACITY - 1)) {
+    cache_entry_t* e = &g_cache.entries[i];
+    if (!e->program) break;
+    if (e->hash == a->hash && e->key_len == a->key_len &&
+        memcmp(e->key, a->key, (size_t)a->key_len) == 0) {
+      tpu_program_retain(e->program);
+      *out_program = e->program;
+      *out_hit = true;
+      pthread_mutex_unlock(&g_cache.mu);
+      return TPU_OK;
+    }
+  }
+  pthread_mutex_unlock(&g_cache.mu);
+  tpu_program_t* p = NULL;
+  TPU_RETURN_IF_ERROR(tpu_fusion_compile(graph, a, &p));
+  pthread_mutex_lock(&g_cache.mu);
+  /* Full (3/4 of the table): run uncached rather than evict. */
+  if (g_cache.count < CACHE_CAPACITY / 4 * 3) {
+    uint8_t* key = malloc((size_t)a->key_len);
+    if (key) {
+      memcpy(key, a->key, (size_t)a->key_len);
+      i = (uint32_t)a->hash & (CACHE_CAPACITY - 1);
+      while (g_cache.entries[i].program) i = (i + 1) & (CACHE_CAPACITY - 1);
+      g_cache.entries[i] = (cache_entry_t){a->hash, key, a->key_len, p};
+      g_cache.count++;
+      tpu_program_retain(p);
+    }
+  }
+  pthread_mutex_unlock(&g_cache.mu);
+  *out_program = p;
+  return TPU_OK;
+}

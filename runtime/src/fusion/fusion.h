@@ -1,0 +1,100 @@
+/* fusion.h — the fusion compiler (internal): from a recorded graph to a
+ * program the host driver runs.
+ *
+ * Passes, each a named phase followed by the verifier (fusion_verify):
+ *   1. analyse   per node: which earlier view each input reads (identical
+ *                views get one id), the nearest earlier node it conflicts
+ *                with (views that overlap without being identical), whether
+ *                each output is dead (its buffer was freed before the flush).
+ *                The result is the program's structural key; sizes, addresses
+ *                and scalar values are not part of it.
+ *   2. partition contiguous groups: runs of pointwise nodes (TPU_OP_POINTWISE)
+ *                over one iteration shape with no conflict inside the run.
+ *   3. scratch   a dead output whose every reader is in its own group and
+ *                reads the identical view lives in a tile scratch slot: it is
+ *                never written to device memory.
+ * A program depends only on the key, so the cache (cache.c) maps keys to
+ * programs; the interpreter (exec.c) binds a program to a graph's views and
+ * runs each group tile by tile, the tile's intermediates staying in cache.
+ *
+ * Ownership: programs are reference counted (tpu_program_retain/release);
+ * the cache holds one reference, each queued command another.
+ */
+#ifndef TPU_FUSION_H_
+#define TPU_FUSION_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernel.h"
+#include "tpu/ir.h"
+#include "tpu/status.h"
+
+/* Per graph: the freed-buffer records the fusion passes need. A record says
+ * the byte range [lo, hi) was freed after the first `point` nodes had been
+ * recorded. */
+typedef struct tpu_free_record {
+  uint64_t lo, hi;
+  int32_t point;
+  bool provisional; /* allocated while deferring: its bytes were never counted */
+} tpu_free_record_t;
+
+/* Group kinds. */
+enum { TPU_GROUP_SINGLE = 0, TPU_GROUP_TILED = 1 };
+
+typedef struct tpu_program_group {
+  int32_t first, count; /* nodes [first, first + count) */
+  int32_t kind;
+  int32_t slots;        /* scratch slots a tile needs */
+} tpu_program_group_t;
+
+typedef struct tpu_program {
+  int32_t refs; /* atomic */
+  int32_t node_count;
+  int32_t group_count;
+  tpu_program_group_t* groups;
+  /* Per node, per output: scratch slot or -1 (indexed by out_base[node]+k). */
+  int32_t* out_slot;
+  /* Per node, per input: scratch slot it reads, or -1 (in_base[node]+k). */
+  int32_t* in_slot;
+  int32_t* out_base;
+  int32_t* in_base;
+  int64_t elided_per_run; /* outputs kept in scratch */
+  uint64_t hash;
+} tpu_program_t;
+
+void tpu_program_retain(tpu_program_t* program);
+void tpu_program_release(tpu_program_t* program);
+
+/* Analysis of one graph: the structural key and what the passes read. */
+typedef struct tpu_fusion_analysis tpu_fusion_analysis_t;
+
+/* Phase 1. The caller owns *out_analysis (tpu_fusion_analysis_free). */
+tpu_status_t tpu_fusion_analyse(const tpu_graph_t* graph, const tpu_free_record_t* frees,
+                                int32_t free_count, tpu_fusion_analysis_t** out_analysis);
+void tpu_fusion_analysis_free(tpu_fusion_analysis_t* analysis);
+uint64_t tpu_fusion_analysis_hash(const tpu_fusion_analysis_t* analysis);
+/* The key's bytes (borrowed). */
+const uint8_t* tpu_fusion_analysis_key(const tpu_fusion_analysis_t* analysis, int64_t* out_len);
+
+/* Phases 2 and 3 with the verifier; the caller owns *out_program. */
+tpu_status_t tpu_fusion_compile(const tpu_graph_t* graph, const tpu_fusion_analysis_t* analysis,
+                                tpu_program_t** out_program);
+/* Checks a program's invariants against a graph (groups cover the nodes in
+ * order, tiled groups are pointwise over one shape, scratch reads are of
+ * identical views written earlier in the same group). */
+tpu_status_t tpu_fusion_verify(const tpu_graph_t* graph, const tpu_program_t* program);
+/* Prints the program (TORCH_TPU_DEFER_LOG=2). */
+void tpu_fusion_dump(const tpu_graph_t* graph, const tpu_program_t* program);
+
+/* Program cache: returns a retained program for the analysis, compiling on a
+ * miss; *out_hit tells which. */
+tpu_status_t tpu_program_cache_get(const tpu_graph_t* graph,
+                                   const tpu_fusion_analysis_t* analysis,
+                                   tpu_program_t** out_program, bool* out_hit);
+
+/* The interpreter: runs the graph as the program says (host driver). */
+tpu_status_t tpu_program_run(const tpu_program_t* program, const tpu_graph_t* graph,
+                             tpu_exec_ctx_t* ctx);
+
+#endif /* TPU_FUSION_H_ */

@@ -1,0 +1,244 @@
+/* test_defer.c — deferred execution and the fusion compiler: fused results
+ * equal strict eager's, intermediates freed before the flush are elided and
+ * never counted, programs are cached by structure (not sizes), and flushes
+ * happen at the documented points only. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+#include "tpu/defer.h"
+#include "tpu/ops.h"
+#include "tpu/runtime.h"
+
+static tpu_stream_t* stream0(void) {
+  tpu_chip_t* chip = NULL;
+  tpu_stream_t* s = NULL;
+  CHECK_OK(tpu_chip_get(0, &chip));
+  CHECK_OK(tpu_stream_get(chip, 0, &s));
+  return s;
+}
+
+static tpu_view_t fview(uint64_t addr, int32_t ndim, const int64_t* sizes) {
+  tpu_view_t v = {.addr = addr, .dtype = TPU_DTYPE_F32, .ndim = ndim};
+  memcpy(v.sizes, sizes, sizeof(int64_t) * (size_t)ndim);
+  tpu_view_set_contiguous(&v);
+  return v;
+}
+
+/* Submits out = op(a, b) (b may be a scalar when b_view is NULL). */
+static void binary(tpu_stream_t* st, const char* op, const tpu_view_t* a, const tpu_view_t* b_view,
+                   double b_scalar, const tpu_view_t* out) {
+  tpu_value_t in[2] = {{.kind = TPU_VALUE_VIEW, .u.view = *a}};
+  if (b_view) {
+    in[1].kind = TPU_VALUE_VIEW;
+    in[1].u.view = *b_view;
+  } else {
+    in[1].kind = TPU_VALUE_SCALAR;
+    in[1].u.scalar = (tpu_scalar_t){.dtype = TPU_DTYPE_F64, .v.f = b_scalar};
+  }
+  tpu_op_id_t id = tpu_op_lookup(op);
+  tpu_attr_t attrs[TPU_MAX_ATTRS] = {{0}};
+  tpu_graph_t* g = NULL;
+  CHECK_OK(tpu_graph_create(&g));
+  CHECK_OK(tpu_graph_add_node(g, id, in, 2, out, 1, attrs, tpu_op_num_attrs(id)));
+  CHECK_OK(tpu_stream_submit(st, g));
+}
+
+static void unary(tpu_stream_t* st, const char* op, const tpu_view_t* a, const tpu_view_t* out) {
+  tpu_value_t in[1] = {{.kind = TPU_VALUE_VIEW, .u.view = *a}};
+  tpu_graph_t* g = NULL;
+  CHECK_OK(tpu_graph_create(&g));
+  CHECK_OK(tpu_graph_add_node(g, tpu_op_lookup(op), in, 1, out, 1, NULL, 0));
+  CHECK_OK(tpu_stream_submit(st, g));
+}
+
+/* y = relu(x * 2 + b) - x, with x [rows, cols] and b [cols] broadcast; the
+ * two intermediates are freed before the flush. Returns y on the host. */
+static float* chain(tpu_stream_t* st, int64_t rows, int64_t cols, const float* hx,
+                    const float* hb) {
+  int64_t n = rows * cols, sz[2] = {rows, cols};
+  tpu_block_t *x, *b, *t1, *t2, *t3, *y;
+  CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &x));
+  CHECK_OK(tpu_block_alloc(st, (size_t)cols * 4, &b));
+  CHECK_OK(tpu_stream_copy(st, TPU_COPY_H2D, tpu_block_addr(x), (uint64_t)(uintptr_t)hx,
+                           (size_t)n * 4));
+  CHECK_OK(tpu_stream_copy(st, TPU_COPY_H2D, tpu_block_addr(b), (uint64_t)(uintptr_t)hb,
+                           (size_t)cols * 4));
+  tpu_view_t vx = fview(tpu_block_addr(x), 2, sz), vb = fview(tpu_block_addr(b), 1, &cols);
+  CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &t1));
+  tpu_view_t v1 = fview(tpu_block_addr(t1), 2, sz);
+  binary(st, "mul", &vx, NULL, 2.0, &v1);
+  CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &t2));
+  tpu_view_t v2 = fview(tpu_block_addr(t2), 2, sz);
+  binary(st, "add", &v1, &vb, 0, &v2);
+  tpu_block_free(t1);
+  CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &t3));
+  tpu_view_t v3 = fview(tpu_block_addr(t3), 2, sz);
+  unary(st, "relu", &v2, &v3);
+  tpu_block_free(t2);
+  CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &y));
+  tpu_view_t vy = fview(tpu_block_addr(y), 2, sz);
+  binary(st, "sub", &v3, &vx, 0, &vy);
+  tpu_block_free(t3);
+  float* out = calloc((size_t)n, 4);
+  CHECK_OK(tpu_stream_copy(st, TPU_COPY_D2H, (uint64_t)(uintptr_t)out, tpu_block_addr(y),
+                           (size_t)n * 4));
+  CHECK_OK(tpu_stream_synchronize(st));
+  tpu_block_free(x);
+  tpu_block_free(b);
+  tpu_block_free(y);
+  return out;
+}
+
+static void fill(float* p, int64_t n, int seed) {
+  for (int64_t i = 0; i < n; ++i) p[i] = (float)(((i * 7919 + seed * 104729) % 2001) - 1000) / 250.f;
+}
+
+TEST(defer_fused_chain_matches_strict_and_elides) {
+  tpu_stream_t* st = stream0();
+  enum { ROWS = 67, COLS = 301 }; /* several tiles, a ragged last one */
+  float* hx = malloc(ROWS * COLS * 4);
+  float* hb = malloc(COLS * 4);
+  fill(hx, ROWS * COLS, 1);
+  fill(hb, COLS, 2);
+  tpu_defer_set_thread(0);
+  float* strict = chain(st, ROWS, COLS, hx, hb);
+  tpu_defer_reset_metrics();
+  tpu_defer_set_thread(1);
+  float* fused = chain(st, ROWS, COLS, hx, hb);
+  tpu_defer_set_thread(-1);
+  for (int64_t i = 0; i < ROWS * COLS; ++i) {
+    float want = hx[i] * 2 + hb[i % COLS];
+    want = (want < 0 ? 0 : want) - hx[i];
+    CHECK_NEAR(strict[i], want, 1e-6);
+    CHECK(fused[i] == strict[i]);
+  }
+  tpu_defer_metrics_t m;
+  tpu_defer_get_metrics(&m);
+  CHECK(m.flushes == 1);
+  CHECK(m.flushes_by_reason[TPU_FLUSH_COPY_TO_HOST] == 1);
+  CHECK(m.nodes_recorded == 4);
+  CHECK(m.fused_kernels == 1 && m.fused_nodes == 4);
+  CHECK(m.elided_buffers == 3);
+  CHECK(m.elided_bytes == 3 * ROWS * COLS * 4);
+  free(hx);
+  free(hb);
+  free(strict);
+  free(fused);
+}
+
+TEST(defer_programs_are_cached_by_structure_not_size) {
+  tpu_stream_t* st = stream0();
+  tpu_defer_reset_metrics();
+  tpu_defer_set_thread(1);
+  for (int64_t rows = 3; rows < 40; rows += 9) {
+    float* hx = malloc((size_t)rows * 50 * 4);
+    float hb[50];
+    fill(hx, rows * 50, 3);
+    fill(hb, 50, 4);
+    float* y = chain(st, rows, 50, hx, hb);
+    for (int64_t i = 0; i < rows * 50; ++i) {
+      float want = hx[i] * 2 + hb[i % 50];
+      CHECK_NEAR(y[i], (want < 0 ? 0 : want) - hx[i], 1e-6);
+    }
+    free(hx);
+    free(y);
+  }
+  tpu_defer_set_thread(-1);
+  tpu_defer_metrics_t m;
+  tpu_defer_get_metrics(&m);
+  CHECK(m.flushes == 5);
+  CHECK(m.programs_compiled + m.cache_hits == 5);
+  CHECK(m.programs_compiled <= 1); /* the first test may have compiled it */
+  tpu_defer_cut_t cuts[8];
+  int32_t n = tpu_defer_get_cuts(cuts, 8);
+  CHECK(n == 5);
+  for (int32_t i = 1; i < n; ++i) CHECK(cuts[i].structure == cuts[0].structure);
+}
+
+TEST(defer_elided_intermediates_are_never_counted) {
+  tpu_stream_t* st = stream0();
+  tpu_chip_t* chip = tpu_stream_chip(st);
+  enum { ROWS = 256, COLS = 1024 }; /* 1 MiB per tensor: the large pool */
+  float* hx = malloc(ROWS * COLS * 4);
+  float* hb = malloc(COLS * 4);
+  fill(hx, ROWS * COLS, 5);
+  fill(hb, COLS, 6);
+  int64_t peak[2];
+  for (int mode = 0; mode < 2; ++mode) {
+    CHECK_OK(tpu_chip_synchronize(chip));
+    tpu_memory_reset_peak(chip);
+    tpu_memory_stats_t s0;
+    tpu_memory_get_stats(chip, &s0);
+    tpu_defer_set_thread(mode);
+    free(chain(st, ROWS, COLS, hx, hb));
+    tpu_defer_set_thread(-1);
+    tpu_memory_stats_t s1;
+    tpu_memory_get_stats(chip, &s1);
+    peak[mode] = s1.allocated_bytes[TPU_POOL_ALL].peak - s0.allocated_bytes[TPU_POOL_ALL].current;
+    CHECK(s1.allocated_bytes[TPU_POOL_ALL].current == s0.allocated_bytes[TPU_POOL_ALL].current);
+  }
+  /* Strict: x, b, and two of t1..t3/y alive at once; deferred: x, b, y. */
+  CHECK(peak[1] < peak[0]);
+  CHECK(peak[1] <= (int64_t)(2 * ROWS * COLS * 4 + 512 + COLS * 4));
+  free(hx);
+  free(hb);
+}
+
+TEST(defer_size_limit_and_explicit_flush) {
+  tpu_stream_t* st = stream0();
+  int64_t n = 1000;
+  tpu_block_t* x;
+  CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &x));
+  tpu_view_t vx = fview(tpu_block_addr(x), 1, &n);
+  float* host = calloc((size_t)n, 4);
+  CHECK_OK(tpu_stream_copy(st, TPU_COPY_H2D, vx.addr, (uint64_t)(uintptr_t)host, (size_t)n * 4));
+  tpu_defer_reset_metrics();
+  tpu_defer_set_max_nodes(4);
+  tpu_defer_set_thread(1);
+  for (int i = 0; i < 10; ++i) binary(st, "add", &vx, NULL, 1.0, &vx); /* in place */
+  CHECK_OK(tpu_stream_flush(st, TPU_FLUSH_EXPLICIT, "test"));
+  tpu_defer_set_thread(-1);
+  tpu_defer_set_max_nodes(1024);
+  CHECK_OK(tpu_stream_copy(st, TPU_COPY_D2H, (uint64_t)(uintptr_t)host, vx.addr, (size_t)n * 4));
+  CHECK_OK(tpu_stream_synchronize(st));
+  for (int64_t i = 0; i < n; ++i) CHECK(host[i] == 10.f);
+  tpu_defer_metrics_t m;
+  tpu_defer_get_metrics(&m);
+  CHECK(m.flushes == 3);
+  CHECK(m.flushes_by_reason[TPU_FLUSH_SIZE_LIMIT] == 2);
+  CHECK(m.flushes_by_reason[TPU_FLUSH_EXPLICIT] == 1);
+  CHECK(m.elided_buffers == 0); /* x is alive */
+  tpu_block_free(x);
+  free(host);
+}
+
+TEST(defer_cuts_groups_at_conflicting_views) {
+  /* x (8x8) += x^T (a transposed read of what the node writes) cannot run
+   * tile by tile; the compiler must keep strict eager's result. */
+  tpu_stream_t* st = stream0();
+  int64_t sz[2] = {8, 8};
+  float host[64], want[64], got[64];
+  for (int i = 0; i < 64; ++i) host[i] = (float)i;
+  for (int i = 0; i < 64; ++i) want[i] = host[i] * 3 + host[(i % 8) * 8 + i / 8] * 3;
+  tpu_block_t* x;
+  CHECK_OK(tpu_block_alloc(st, sizeof(host), &x));
+  CHECK_OK(tpu_stream_copy(st, TPU_COPY_H2D, tpu_block_addr(x), (uint64_t)(uintptr_t)host,
+                           sizeof(host)));
+  tpu_view_t vx = fview(tpu_block_addr(x), 2, sz), vt = vx;
+  vt.strides[0] = 1;
+  vt.strides[1] = 8;
+  tpu_block_t* y;
+  CHECK_OK(tpu_block_alloc(st, sizeof(host), &y));
+  tpu_view_t vy = fview(tpu_block_addr(y), 2, sz);
+  tpu_defer_set_thread(1);
+  binary(st, "mul", &vx, NULL, 3.0, &vx);   /* x *= 3 */
+  binary(st, "mul", &vt, NULL, 1.0, &vy);   /* y = x^T (reads what the last wrote, transposed) */
+  binary(st, "add", &vx, &vy, 0, &vx);      /* x += y */
+  tpu_defer_set_thread(-1);
+  CHECK_OK(tpu_stream_copy(st, TPU_COPY_D2H, (uint64_t)(uintptr_t)got, vx.addr, sizeof(got)));
+  CHECK_OK(tpu_stream_synchronize(st));
+  for (int i = 0; i < 64; ++i) CHECK(got[i] == want[i]);
+  tpu_block_free(x);
+  tpu_block_free(y);
+}

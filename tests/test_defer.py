@@ -1,0 +1,310 @@
+"""DEFER_AND_FUSE: eager semantics, deferred and fused execution.
+
+Every test runs the same program in strict eager (or on the CPU) and in
+DEFER_AND_FUSE mode and compares results, and checks the flush points the
+mode documents through ``torch_tpu.defer_metrics()`` / ``defer_cuts()``.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_tpu
+from torch_tpu import EagerMode
+
+from conftest import TPU, assert_same, check_result, make, run_checks
+
+DEFER = EagerMode.DEFER_AND_FUSE
+
+
+@pytest.fixture(autouse=True)
+def _clean_defer_state():
+    """Each test starts from strict eager globally (the suite may run under
+    TORCH_TPU_DEFER_AND_FUSE=1) with fresh metrics."""
+    previous = torch_tpu._internal.execution_mode._global_mode
+    torch_tpu.set_global_eager_mode(EagerMode.DEFER_NEVER)
+    torch.tpu.synchronize()
+    torch_tpu.reset_defer_metrics()
+    yield
+    torch.tpu.synchronize()
+    torch_tpu.set_global_eager_mode(previous)
+
+
+def _reasons():
+    return torch_tpu.defer_metrics()["flushes_by_reason"]
+
+
+@torch.library.custom_op("tpu_test::cpu_only_double", mutates_args=(), device_types="cpu")
+def _cpu_only_double(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+# ---- results equal strict eager -------------------------------------------------------
+
+
+def _gelu_chain(x, w, b):
+    return F.gelu(x @ w + b) * 0.5 + x
+
+
+def _residual_layernorm(x, r, weight, bias):
+    h = x + r
+    return F.layer_norm(h, (h.shape[-1],), weight, bias) * 2 - 1
+
+
+def _rmsnorm_silu_gate(x, g, up, weight):
+    h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+    return F.silu(h * g) * up
+
+
+@pytest.mark.parametrize("fn,shapes", [
+    (_gelu_chain, [(4, 33, 64), (64, 64), (64,)]),
+    (_residual_layernorm, [(3, 17, 96), (3, 17, 96), (96,), (96,)]),
+    (_rmsnorm_silu_gate, [(2, 65, 128), (2, 65, 128), (2, 65, 128), (128,)]),
+])
+def test_chains_match_strict_and_fuse(fn, shapes):
+    args = [make(s, seed=i) for i, s in enumerate(shapes)]
+    dev = [a.to(TPU) for a in args]
+    strict = fn(*dev).cpu()
+    with torch_tpu.set_eager_mode(DEFER):
+        out = fn(*dev)
+        deferred = out.cpu()
+    assert_same(deferred, strict, exact=True)
+    assert_same(deferred, fn(*args), atol=1e-5, rtol=1e-5)
+    m = torch_tpu.defer_metrics()
+    assert m["fused_kernels"] >= 1 and m["fused_nodes"] >= 2, m
+    assert m["elided_buffers"] >= 1, m
+
+
+def test_dtypes_and_broadcasting_match_strict():
+    for dtype in (torch.float16, torch.bfloat16, torch.float64, torch.int32):
+        x = make((5, 1, 40), dtype=dtype, seed=1).to(TPU)
+        y = make((7, 40), dtype=dtype, seed=2).to(TPU)
+        def f(a, b):
+            return ((a + b) * 3 - b).abs() + (a * b)
+        strict = f(x, y).cpu()
+        with torch_tpu.set_eager_mode(DEFER):
+            deferred = f(x, y).cpu()
+        assert_same(deferred, strict, exact=True)
+
+
+# ---- flush triggers ---------------------------------------------------------------------
+
+
+def test_host_reads_flush():
+    x = torch.ones(10, device=TPU)
+    with torch_tpu.set_eager_mode(DEFER):
+        y = x * 3
+        assert torch_tpu.defer_metrics()["flushes"] == 0  # recorded, not run
+        assert y.sum().item() == 30.0
+        assert _reasons()["copy_to_host"] == 1
+        z = y + 1
+        assert z.tolist() == [4.0] * 10
+        assert _reasons()["copy_to_host"] == 2
+        w = z * 2
+        assert "8." in str(w)  # printing reads values (several flushes)
+        assert _reasons()["copy_to_host"] >= 3
+
+
+def test_synchronize_events_and_explicit_flush():
+    x = torch.ones(10, device=TPU)
+    with torch_tpu.set_eager_mode(DEFER):
+        y = x + 1
+        torch.tpu.synchronize()
+        assert _reasons()["synchronize"] == 1
+        y.mul_(2)
+        ev = torch.tpu.Event()
+        ev.record()
+        assert _reasons()["event"] == 1
+        ev.synchronize()
+        y.add_(1)
+        torch_tpu.flush()
+        assert _reasons()["explicit"] == 1
+    assert y.cpu().tolist() == [5.0] * 10
+
+
+def test_fallback_flushes_and_names_the_op():
+    x = torch.arange(6.0, device=TPU)
+    with torch_tpu.set_eager_mode(DEFER):
+        y = x + 1
+        z = _cpu_only_double(y)  # no tpu kernel: the counted CPU fallback
+        assert _reasons()["fallback"] == 1
+        out = (z - 1).cpu()
+    assert out.tolist() == [(v + 1) * 2 - 1 for v in range(6)]
+
+
+def test_size_limit_cuts_long_graphs():
+    torch_tpu.set_defer_max_nodes(8)
+    try:
+        x = torch.zeros(100, device=TPU)
+        with torch_tpu.set_eager_mode(DEFER):
+            for _ in range(20):
+                x.add_(1)
+            assert _reasons()["size_limit"] == 2
+            assert x.cpu()[0].item() == 20
+    finally:
+        torch_tpu.set_defer_max_nodes(1024)
+
+
+def test_leaving_the_mode_flushes():
+    x = torch.ones(4, device=TPU)
+    with torch_tpu.set_eager_mode(DEFER):
+        x.mul_(5)
+    assert _reasons()["mode_switch"] == 1
+    assert x.cpu().tolist() == [5.0] * 4
+
+
+# ---- semantics: aliasing, in-place, interleaving ---------------------------------------
+
+
+def test_views_and_inplace_on_graph_inputs():
+    def prog(base):
+        v = base.view(4, 6)
+        v[1].add_(10)              # in place through a view
+        t = base.t()               # transposed alias, read after the write
+        base.mul_(2)               # in place on the graph input
+        out = t * 1 + v.sum(0)     # reads both aliases after the update
+        base[:, 0] = -1            # strided write into the input
+        return out, base
+    a = make((6, 4), seed=3)
+    strict = [r.cpu() for r in prog(a.to(TPU))]
+    with torch_tpu.set_eager_mode(DEFER):
+        deferred = [r.cpu() for r in prog(a.to(TPU))]
+    cpu = prog(a.clone())
+    for d, s, c in zip(deferred, strict, cpu):
+        assert_same(d, s, exact=True)
+        assert_same(d, c)
+
+
+def test_interleaving_with_fallbacks_and_mode_switches():
+    x = make((3, 8), seed=4)
+    def prog(t):
+        a = t * 2 + 1
+        b = _cpu_only_double(a)
+        with torch_tpu.set_eager_mode(EagerMode.DEFER_NEVER):
+            c = b - t            # strict op in the middle: flushes first
+        d = (c * c).relu()
+        return d
+    strict = prog(x.to(TPU)).cpu()
+    with torch_tpu.set_eager_mode(DEFER):
+        deferred = prog(x.to(TPU)).cpu()
+    assert_same(deferred, strict, exact=True)
+    assert_same(deferred, prog(x))
+
+
+def test_same_program_same_cuts():
+    def prog():
+        x = torch.arange(64.0, device=TPU).reshape(8, 8)
+        for i in range(5):
+            x = (x * 1.5 - i).tanh() + x
+            if i % 2:
+                _ = x.sum().item()
+        return x.cpu()
+    with torch_tpu.set_eager_mode(DEFER):
+        torch_tpu.reset_defer_metrics()
+        first_out = prog()
+        first = torch_tpu.defer_cuts()
+        torch_tpu.reset_defer_metrics()
+        second_out = prog()
+        second = torch_tpu.defer_cuts()
+    assert first == second and len(first) >= 3
+    assert_same(first_out, second_out, exact=True)
+
+
+# ---- autograd, RNG, memory, caching -----------------------------------------------------
+
+
+def test_autograd_and_rng_match_strict():
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Dropout(0.3),
+                                torch.nn.LayerNorm(32), torch.nn.Linear(32, 4)).to(TPU)
+    x = make((8, 16), seed=5).to(TPU)
+
+    def step():
+        torch.manual_seed(0)
+        model.zero_grad()
+        loss = model(x).square().mean()
+        loss.backward()
+        return loss.detach().cpu(), [p.grad.cpu() for p in model.parameters()]
+    strict_loss, strict_grads = step()
+    torch_tpu.set_global_eager_mode(DEFER)  # backward runs on autograd's thread
+    try:
+        loss, grads = step()
+    finally:
+        torch_tpu.set_global_eager_mode(EagerMode.DEFER_NEVER)
+    assert_same(loss, strict_loss, exact=True)
+    for g, s in zip(grads, strict_grads):
+        assert_same(g, s, exact=True)
+    assert torch_tpu.defer_metrics()["nodes_recorded"] >= 16  # forward and backward
+
+
+def test_dead_intermediates_lower_peak_memory():
+    x = torch.randn(512, 1024, device=TPU)  # 2 MiB
+
+    def prog():
+        y = (x * 2 + 1).sigmoid() * x - 3   # four 2 MiB intermediates
+        return y.sum().item()
+    peaks = {}
+    for mode in (EagerMode.DEFER_NEVER, DEFER):
+        torch.tpu.synchronize()
+        base = torch.tpu.memory_allocated()
+        torch.tpu.reset_peak_memory_stats()
+        with torch_tpu.set_eager_mode(mode):
+            value = prog()
+        torch.tpu.synchronize()
+        peaks[mode] = torch.tpu.max_memory_allocated() - base
+        assert torch.tpu.memory_allocated() == base
+        peaks[(mode, "value")] = value
+    assert peaks[DEFER] < peaks[EagerMode.DEFER_NEVER], peaks
+    assert abs(peaks[(DEFER, "value")] - peaks[(EagerMode.DEFER_NEVER, "value")]) < 1e-2
+    assert torch_tpu.defer_metrics()["elided_bytes"] >= 3 * 2 * 1024 * 1024
+
+
+def test_unwritten_allocation_freed_before_a_flush_is_never_counted():
+    torch.tpu.reset_accumulated_memory_stats()
+    with torch_tpu.set_eager_mode(DEFER):
+        t = torch.empty(1000, device=TPU)
+        del t
+        u = torch.empty(1000, device=TPU)
+        stats = torch.tpu.memory_stats()  # reading the statistics counts live blocks
+        assert stats["allocation.all.allocated"] == 1
+        assert stats["allocated_bytes.all.current"] >= 4096
+        del u
+
+
+def test_growing_shapes_reuse_programs():
+    """A decode-like loop: the sequence grows every step, the structure does
+    not, so programs are compiled in the first steps only."""
+    cache = torch.zeros(1, 0, 32, device=TPU)
+    w = make((32, 32), seed=6).to(TPU)
+    compiled = []
+    with torch_tpu.set_eager_mode(DEFER):
+        for step in range(12):
+            tok = torch.full((1, 1, 32), float(step), device=TPU)
+            cache = torch.cat([cache, tok], dim=1)
+            h = F.silu(cache @ w) * 0.1 + cache
+            _ = h[:, -1].sum().item()
+            compiled.append(torch_tpu.defer_metrics()["programs_compiled"])
+    assert compiled[-1] == compiled[3], compiled
+    assert torch_tpu.defer_metrics()["cache_hits"] >= 8
+
+
+def test_async_errors_surface_at_sync_and_name_the_op():
+    a = torch.tensor([1, 2, 3], device=TPU)
+    with torch_tpu.set_eager_mode(DEFER):
+        b = a // 0
+        c = b + 1
+        with pytest.raises(RuntimeError, match="div"):
+            c.cpu()
+    # the stream works again afterwards
+    assert (a + 1).cpu().tolist() == [2, 3, 4]
+
+
+def test_environment_variable_selects_the_mode():
+    results = run_checks("""
+        @check
+        def env_mode():
+            assert torch_tpu.get_eager_mode() is torch_tpu.EagerMode.DEFER_AND_FUSE
+            x = torch.ones(4, device="tpu") * 2
+            assert torch_tpu.defer_metrics()["flushes"] == 0
+            assert x.cpu().tolist() == [2.0] * 4
+            assert torch_tpu.defer_metrics()["flushes_by_reason"]["copy_to_host"] == 1
+    """, TORCH_TPU_DEFER_AND_FUSE="1")
+    check_result(results, "env_mode")
