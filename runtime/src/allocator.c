@@ -101,11 +101,23 @@ static void commit_locked(tpu_allocator_t* a, int stream) {
   }
 }
 
-void tpu_allocator_commit(tpu_allocator_t* a, int stream, int64_t transient) {
+int32_t tpu_allocator_provisional(tpu_allocator_t* a, int stream, uint64_t* out_addr,
+                                  uint64_t* out_size, int32_t capacity) {
   pthread_mutex_lock(&a->mu);
-  commit_locked(a, stream);
+  int32_t n = 0;
+  for (tpu_block_t* b = a->provisional[stream]; b && n < capacity; b = b->prov_next, ++n) {
+    out_addr[n] = b->addr;
+    out_size[n] = b->size;
+  }
+  pthread_mutex_unlock(&a->mu);
+  return n;
+}
+
+void tpu_allocator_commit(tpu_allocator_t* a, int stream, int64_t extra) {
+  pthread_mutex_lock(&a->mu);
   tpu_stat_t* s = &a->stats.allocated_bytes[TPU_POOL_ALL];
-  if (s->current + transient > s->peak) s->peak = s->current + transient;
+  if (s->current + extra > s->peak) s->peak = s->current + extra;
+  commit_locked(a, stream);
   pthread_mutex_unlock(&a->mu);
 }
 

@@ -157,23 +157,65 @@ void tpu_defer_note_free(tpu_stream_t* stream, uint64_t addr, uint64_t size, boo
 
 /* ---- flushing ------------------------------------------------------------------------- */
 
-/* Bytes of provisional buffers freed before the flush that the program still
- * writes (they held values some kernel outside a tile needed). */
-static int64_t transient_bytes(const tpu_graph_t* graph, const tpu_program_t* p,
-                               const tpu_free_record_t* frees, int32_t free_count) {
-  int64_t total = 0;
-  for (int32_t f = 0; f < free_count; ++f) {
-    if (!frees[f].provisional) continue;
-    bool written = false;
-    for (int32_t i = 0; i < frees[f].point && !written; ++i) {
-      const tpu_node_t* node = tpu_graph_node(graph, i);
-      for (int32_t o = 0; o < node->num_outputs && !written; ++o)
-        written = p->out_slot[p->out_base[i] + o] < 0 && node->outputs[o].addr >= frees[f].lo &&
-                  node->outputs[o].addr < frees[f].hi;
-    }
-    if (written) total += (int64_t)(frees[f].hi - frees[f].lo);
+/* The first node in [start, end) that writes [lo, hi) to memory (an output
+ * whose value lives in scratch does not), or -1. */
+static int32_t first_write(const tpu_graph_t* graph, const tpu_program_t* p, uint64_t lo,
+                           uint64_t hi, int32_t start, int32_t end) {
+  for (int32_t i = start; i < end; ++i) {
+    const tpu_node_t* node = tpu_graph_node(graph, i);
+    for (int32_t o = 0; o < node->num_outputs; ++o)
+      if (p->out_slot[p->out_base[i] + o] < 0 && node->outputs[o].addr >= lo &&
+          node->outputs[o].addr < hi)
+        return i;
   }
-  return total;
+  return -1;
+}
+
+/* The most device memory the program holds, while it runs, on top of what
+ * was counted before the flush: buffers counted earlier but freed before the
+ * flush stay until their free point; provisional ones occupy memory from the
+ * first node that writes them (never, if their value lives in scratch) to
+ * their free point, or to the end when they stay alive. */
+static int64_t peak_extra(tpu_stream_t* stream, const tpu_graph_t* graph,
+                          const tpu_program_t* p, const tpu_free_record_t* frees,
+                          int32_t free_count) {
+  enum { MAX_LIVE = 4096 };
+  int32_t n = tpu_graph_node_count(graph);
+  int64_t* diff = calloc((size_t)n + 2, sizeof(int64_t));
+  uint64_t* live_addr = malloc(sizeof(uint64_t) * MAX_LIVE);
+  uint64_t* live_size = malloc(sizeof(uint64_t) * MAX_LIVE);
+  int64_t peak = 0;
+  if (!diff || !live_addr || !live_size) goto done;
+  for (int32_t f = 0; f < free_count; ++f) {
+    int32_t end = frees[f].point < n ? frees[f].point : n;
+    /* This tenant of the range was allocated after earlier tenants died. */
+    int32_t start = 0;
+    for (int32_t g = 0; g < f; ++g)
+      if (frees[g].lo < frees[f].hi && frees[f].lo < frees[g].hi && frees[g].point > start)
+        start = frees[g].point;
+    int32_t first = frees[f].provisional
+                        ? first_write(graph, p, frees[f].lo, frees[f].hi, start, end)
+                        : 0;
+    if (first < 0) continue;
+    diff[first] += (int64_t)(frees[f].hi - frees[f].lo);
+    diff[end] -= (int64_t)(frees[f].hi - frees[f].lo);
+  }
+  int32_t live = tpu_allocator_provisional(stream->chip->allocator, stream->index, live_addr,
+                                           live_size, MAX_LIVE);
+  for (int32_t b = 0; b < live; ++b) {
+    int32_t first = first_write(graph, p, live_addr[b], live_addr[b] + live_size[b], 0, n);
+    diff[first < 0 ? n : first] += (int64_t)live_size[b];
+  }
+  int64_t level = 0;
+  for (int32_t i = 0; i <= n; ++i) {
+    level += diff[i];
+    if (level > peak) peak = level;
+  }
+done:
+  free(diff);
+  free(live_addr);
+  free(live_size);
+  return peak;
 }
 
 static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason,
@@ -191,8 +233,8 @@ static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason
   tpu_status_t s = tpu_fusion_analyse(graph, pd->frees, free_count, &analysis);
   if (s == TPU_OK) s = tpu_program_cache_get(graph, analysis, &program, &hit);
   tpu_fusion_analysis_free(analysis);
-  int64_t transient = s == TPU_OK ? transient_bytes(graph, program, pd->frees, free_count) : 0;
-  tpu_allocator_commit(stream->chip->allocator, stream->index, transient);
+  int64_t extra = s == TPU_OK ? peak_extra(stream, graph, program, pd->frees, free_count) : 0;
+  tpu_allocator_commit(stream->chip->allocator, stream->index, extra);
   if (s != TPU_OK) {
     tpu_graph_release(graph);
     return s;

@@ -51,11 +51,14 @@ tpu_status_t tpu_event_record_queued(tpu_event_t* event, tpu_stream_t* stream);
 
 /* allocator.c */
 tpu_status_t tpu_allocator_create(tpu_chip_t* chip, tpu_allocator_t** out_allocator);
-/* Counts the stream's provisional blocks (allocated while deferring) that
- * are still alive in the statistics, and moves the peak as if `transient`
- * more bytes had been allocated meanwhile (freed intermediates the flushed
- * program writes). */
-void tpu_allocator_commit(tpu_allocator_t* allocator, int stream, int64_t transient);
+/* Copies up to `capacity` of the stream's live provisional blocks (allocated
+ * while deferring, not yet counted); returns how many. */
+int32_t tpu_allocator_provisional(tpu_allocator_t* allocator, int stream, uint64_t* out_addr,
+                                  uint64_t* out_size, int32_t capacity);
+/* Raises the peak to at least current + `extra` (the most the flushed
+ * program holds on top of what was counted before it), then counts the
+ * stream's live provisional blocks in the statistics. */
+void tpu_allocator_commit(tpu_allocator_t* allocator, int stream, int64_t extra);
 
 /* defer.c */
 /* Appends a verified graph to the stream's pending graph (takes ownership). */

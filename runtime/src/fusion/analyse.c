@@ -29,6 +29,7 @@ static uint64_t view_hash(const tpu_view_t* v) {
 typedef struct vmap {
   const tpu_view_t** keys;
   int32_t* ids;
+  int32_t* freed; /* when the written value's buffer is freed (free point) */
   int64_t mask;
 } vmap_t;
 
@@ -150,17 +151,22 @@ tpu_status_t tpu_fusion_analyse(const tpu_graph_t* graph, const tpu_free_record_
   a->out_free = malloc(sizeof(int32_t) * (size_t)(nout + 1));
   int64_t cap = 16;
   while (cap < 2 * (int64_t)(nin + nout)) cap *= 2;
-  vmap_t m = {calloc((size_t)cap, sizeof(*m.keys)), malloc(sizeof(int32_t) * (size_t)cap), cap - 1};
+  vmap_t m = {calloc((size_t)cap, sizeof(*m.keys)), malloc(sizeof(int32_t) * (size_t)cap),
+              malloc(sizeof(int32_t) * (size_t)cap), cap - 1};
   if (!a->in_base || !a->out_base || !a->flags || !a->in_vid || !a->out_vid || !a->out_free ||
-      !m.keys || !m.ids || !key_reserve(a, (int64_t)(4 * n + 4 * (nin + nout) + 8) * 4)) {
+      !m.keys || !m.ids || !m.freed || !key_reserve(a, (int64_t)(4 * n + 4 * (nin + nout) + 8) * 4)) {
     free(m.keys);
     free(m.ids);
+    free(m.freed);
     tpu_fusion_analysis_free(a);
     return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fusion analysis allocation failed");
   }
 
   /* Value ids: a read takes the id of the last write of the identical view
-   * (or a fresh id for a graph input); every write makes a fresh id. */
+   * while that value's buffer is alive; every write makes a fresh id. Values
+   * the graph did not write (its inputs), and views that only reuse a freed
+   * value's address, read as TPU_VALUE_EXTERNAL: where the allocator put
+   * things is not the program's structure. */
   int32_t next_id = 0;
   int32_t group_first = -1; /* first node of the open tiled run */
   for (int32_t i = 0; i < n; ++i) {
@@ -169,11 +175,7 @@ tpu_status_t tpu_fusion_analyse(const tpu_graph_t* graph, const tpu_free_record_
       int32_t vid = -1;
       if (node->inputs[k].kind == TPU_VALUE_VIEW) {
         int64_t s = vmap_slot(&m, &node->inputs[k].u.view);
-        if (!m.keys[s]) {
-          m.keys[s] = &node->inputs[k].u.view;
-          m.ids[s] = next_id++;
-        }
-        vid = m.ids[s];
+        vid = m.keys[s] && i < m.freed[s] ? m.ids[s] : TPU_VALUE_EXTERNAL;
       }
       a->in_vid[a->in_base[i] + k] = vid;
     }
@@ -181,8 +183,9 @@ tpu_status_t tpu_fusion_analyse(const tpu_graph_t* graph, const tpu_free_record_
       int64_t s = vmap_slot(&m, &node->outputs[o]);
       m.keys[s] = &node->outputs[o];
       m.ids[s] = next_id++;
+      m.freed[s] = first_free_after(frees, free_count, i, &node->outputs[o], n);
       a->out_vid[a->out_base[i] + o] = m.ids[s];
-      a->out_free[a->out_base[i] + o] = n + 1;
+      a->out_free[a->out_base[i] + o] = m.freed[s];
     }
 
     /* Partition decision: join the open run or cut before this node. */
@@ -210,13 +213,11 @@ tpu_status_t tpu_fusion_analyse(const tpu_graph_t* graph, const tpu_free_record_
                    (i + 1 < n && (a->flags[i + 1] & TPU_NODE_TILEABLE) &&
                     !(a->flags[i + 1] & TPU_NODE_CUT_BEFORE)));
     if (!in_run) continue;
-    const tpu_node_t* node = tpu_graph_node(graph, i);
-    int32_t p = first_free_after(frees, free_count, i, &node->outputs[0], n);
-    a->out_free[a->out_base[i]] = p;
-    if (p <= n) a->flags[i] |= TPU_NODE_DEAD_OUT;
+    if (a->out_free[a->out_base[i]] <= n) a->flags[i] |= TPU_NODE_DEAD_OUT;
   }
   free(m.keys);
   free(m.ids);
+  free(m.freed);
 
   /* The key: everything the later phases decide on, nothing else. */
   key_put(a, n);

@@ -11,6 +11,9 @@
 #define TPU_FUSION_MAX_GROUP 64
 #define TPU_FUSION_MAX_SLOTS 16
 
+/* The value id of a view the graph reads before (or without) writing it. */
+#define TPU_VALUE_EXTERNAL (-2)
+
 /* Per-node flags. */
 enum {
   TPU_NODE_TILEABLE = 1,   /* pointwise, may join a tiled group */
