@@ -257,4 +257,7 @@ static inline bool la_rank_at_least(const tpu_view_t* v, int32_t r) { return v &
 tpu_status_t la_check_floats(const tpu_op_def_t* def, const tpu_node_t* node, const char* names,
                              const la_impl_t** impl);
 
+/* Plain reference of the linalg_simple rows (trace, linalg_cross, addbmm), for the tests. */
+tpu_status_t tpu_linalg_simple_reference(const tpu_op_def_t* def, const tpu_node_t* node);
+
 #endif /* TPU_KERNELS_LINALG_H_ */

@@ -4,11 +4,14 @@
  *                               accumulate in double, integers and bool in
  *                               wrapping int64 (the result is int64, as PyTorch's)
  *   linalg_cross(self, other, dim)  3-vectors along `dim`, broadcast; floats in
- *                               double, integers in wrapping int64
+ *                               double with each product rounded to the dtype (as
+ *                               PyTorch computes in it), integers in wrapping int64
  *   addbmm(self, b1, b2, beta, alpha)  beta*self + alpha*sum_b b1[b] @ b2[b]: the
  *                               batches are one GEMM [b1_0 .. b1_B] @ [b2_0; ..; b2_B]
  *                               (float32 work for the half types, f64 for f64,
- *                               OpenBLAS), split over column blocks of the result;
+ *                               OpenBLAS), split over column blocks of the result
+ *                               (half types: one GEMM per batch, rounding the
+ *                               result to the dtype after each, as PyTorch's addmm_ loop);
  *                               integers in a wrapping int64 loop over rows.
  * Every kernel has a plain reference (linalg_simple_reference) for the tests.
  */
@@ -75,8 +78,14 @@ static void cross_chunk(void* arg, int64_t begin, int64_t end) {
       double x[3], y[3];
       tpu_convert(x, TPU_DTYPE_F64, 1, view_at(j->a, offs[1]), j->a->dtype, j->sa, 3);
       tpu_convert(y, TPU_DTYPE_F64, 1, view_at(j->b, offs[2]), j->b->dtype, j->sb, 3);
-      double r[3] = {x[1] * y[2] - x[2] * y[1], x[2] * y[0] - x[0] * y[2],
-                     x[0] * y[1] - x[1] * y[0]};
+      /* PyTorch computes in the dtype: each product is rounded to it, then the difference */
+      double p[6] = {x[1] * y[2], x[2] * y[1], x[2] * y[0], x[0] * y[2], x[0] * y[1], x[1] * y[0]};
+      if (j->o->dtype != TPU_DTYPE_F64) {
+        uint64_t tmp[6];
+        tpu_convert(tmp, j->o->dtype, 1, p, TPU_DTYPE_F64, 1, 6);
+        tpu_convert(p, TPU_DTYPE_F64, 1, tmp, j->o->dtype, 1, 6);
+      }
+      double r[3] = {p[0] - p[1], p[2] - p[3], p[4] - p[5]};
       tpu_convert(view_at(j->o, offs[0]), j->o->dtype, j->so, r, TPU_DTYPE_F64, 1, 3);
     }
   }
@@ -141,21 +150,46 @@ static tpu_status_t cross_check(const tpu_op_def_t* def, const tpu_node_t* node)
 
 typedef struct addbmm_job {
   const la_impl_t* im; /* NULL: integers */
-  int64_t n, p, kk;    /* C is n x p, the inner dim kk = batch * k */
+  int64_t n, p, kk, k; /* C is n x p, the inner dim kk = batch * k */
+  tpu_dtype_t half;     /* a half dtype to round to after each batch, else INVALID */
   char *a, *b, *c;     /* column-major n x kk, kk x p, n x p (work dtype, or int64) */
   double alpha, beta;
   int64_t ialpha, ibeta;
   bool bias;
 } addbmm_job_t;
 
+/* Rounds n work-dtype values through the half dtype `dt` and back. */
+static void round_through(char* buf, tpu_dtype_t w, tpu_dtype_t dt, int64_t n) {
+  uint16_t tmp[256];
+  for (int64_t i = 0; i < n; i += 256) {
+    int64_t m = n - i < 256 ? n - i : 256;
+    char* p = buf + (size_t)i * tpu_dtype_size(w);
+    tpu_convert(tmp, dt, 1, p, w, 1, m);
+    tpu_convert(p, w, 1, tmp, dt, 1, m);
+  }
+}
+
 static void addbmm_cols(void* arg, int64_t c0, int64_t c1) {
   const addbmm_job_t* j = (const addbmm_job_t*)arg;
   if (j->im) {
     size_t es = tpu_dtype_size(j->im->w);
-    if (j->n && c1 > c0)
+    if (!j->n || c1 <= c0) return;
+    char* c = j->c + (size_t)(c0 * j->n) * es;
+    if (j->half == TPU_DTYPE_INVALID) { /* one GEMM over every batch */
       j->im->gemm('N', 'N', (int)j->n, (int)(c1 - c0), (int)j->kk, j->alpha, j->a, la_ld(j->n),
-                  j->b + (size_t)(c0 * j->kk) * es, la_ld(j->kk), j->bias ? j->beta : 0.0,
-                  j->c + (size_t)(c0 * j->n) * es, la_ld(j->n));
+                  j->b + (size_t)(c0 * j->kk) * es, la_ld(j->kk), j->bias ? j->beta : 0.0, c,
+                  la_ld(j->n));
+      return;
+    }
+    /* half types: PyTorch adds one batch at a time (addmm_), rounding C each time */
+    for (int64_t bi = 0; bi * j->k < j->kk; ++bi) {
+      double beta = bi == 0 ? (j->bias ? j->beta : 0.0) : 1.0;
+      j->im->gemm('N', 'N', (int)j->n, (int)(c1 - c0), (int)j->k, j->alpha,
+                  j->a + (size_t)(bi * j->k * j->n) * es, la_ld(j->n),
+                  j->b + (size_t)(c0 * j->kk + bi * j->k) * es, la_ld(j->kk), beta, c,
+                  la_ld(j->n));
+      round_through(c, j->im->w, j->half, j->n * (c1 - c0));
+    }
     return;
   }
   const int64_t* a = (const int64_t*)j->a;
@@ -192,7 +226,8 @@ static tpu_status_t addbmm_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
   if (!ints && !j.im) return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "addbmm without BLAS");
   tpu_dtype_t w = ints ? TPU_DTYPE_I64 : j.im->w;
   size_t es = tpu_dtype_size(w);
-  j.n = n, j.p = p, j.kk = nb * k;
+  j.n = n, j.p = p, j.kk = nb * k, j.k = k;
+  j.half = (!ints && o->dtype != w) ? o->dtype : TPU_DTYPE_INVALID;
   const tpu_attr_t* beta = ku_attr(def, node, "beta");
   const tpu_attr_t* alpha = ku_attr(def, node, "alpha");
   j.beta = tpu_attr_float(beta, 1.0), j.alpha = tpu_attr_float(alpha, 1.0);
@@ -216,7 +251,7 @@ static tpu_status_t addbmm_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
   if (j.kk == 0 && j.bias && !ints) /* no products: C = beta * self */
     for (int64_t e = 0; e < n * p; ++e) j.im->set(j.c, e, j.beta * j.im->get(j.c, e));
   if (j.kk > 0 || ints) {
-    int64_t per_col = n * (j.kk > 0 ? j.kk : 1);
+    int64_t per_col = (n > 0 ? n : 1) * (j.kk > 0 ? j.kk : 1);
     int64_t grain = per_col >= (1 << 16) ? 1 : (1 << 16) / per_col;
     tpu_parallel_for(p, grain, addbmm_cols, &j);
   }
