@@ -2,7 +2,7 @@
 entry of the LAPACK-backed linear algebra ops, and of trace, cross,
 addbmm, passes against CPU with no fallback for every dtype the runtime
 runs them in (float32/float64 for LAPACK; every dtype CPU supports for
-the simple ones); gradients of cholesky, solve, inv, det, svd, eigh and qr
+the simple ones); gradients of cholesky, solve, inv, det, svd, eigh, qr (and more)
 match CPU autograd with no fallback; LinAlgError and half-dtype errors
 keep PyTorch's exception types."""
 import pytest
@@ -18,7 +18,10 @@ linalg.lu linalg.lu_factor linalg.lu_factor_ex linalg.lu_solve linalg.matrix_nor
 linalg.matrix_power linalg.matrix_rank linalg.pinv linalg.qr linalg.slogdet linalg.solve
 linalg.solve_ex linalg.solve_triangular linalg.svd linalg.svdvals linalg.tensorinv
 linalg.tensorsolve logdet lu lu_solve lu_unpack ormqr pinverse svd triangular_solve
+linalg.lstsq linalg.ldl_factor linalg.ldl_factor_ex linalg.ldl_solve
 """.split()
+# matrix_exp runs natively in float64 only (see runtime/src/kernels/linalg_matfn.c)
+F64_ONLY = ["matrix_exp"]
 SIMPLE_OPS = "trace linalg.cross cross addbmm".split()
 
 FLOATS = [torch.float32, torch.float64]
@@ -33,10 +36,10 @@ def _pairs():
         key = coverage.op_key(op)
         lapack = any(key == n or key.startswith(n + ".") for n in LAPACK_OPS)
         simple = key in SIMPLE_OPS
-        if not (lapack or simple):
+        if not (lapack or simple or key in F64_ONLY):
             continue
         supported = op.supported_dtypes("cpu")
-        for dt in (FLOATS if lapack else DTYPES):
+        for dt in (FLOATS if lapack else [torch.float64] if key in F64_ONLY else DTYPES):
             if dt in supported:
                 out.append(pytest.param(op, dt, id=f"{key}-{str(dt)[6:]}"))
     return out
@@ -47,7 +50,7 @@ PAIRS = _pairs()
 
 def test_every_listed_op_has_an_opinfo():
     keys = {coverage.op_key(p.values[0]) for p in PAIRS}
-    missing = [n for n in LAPACK_OPS + SIMPLE_OPS
+    missing = [n for n in LAPACK_OPS + SIMPLE_OPS + F64_ONLY
                if not any(k == n or k.startswith(n + ".") for k in keys)]
     assert not missing, missing
 
@@ -100,6 +103,8 @@ GRAD_CASES = {
     "cholesky_solve": (lambda b, l: torch.cholesky_solve(b, l),
                        lambda: [_mat(3, 2), torch.linalg.cholesky(_spd(3))]),
     "trace": (lambda a: torch.trace(a), lambda: [_mat(3, 5)]),
+    "matrix_exp": (lambda a: torch.linalg.matrix_exp(a), lambda: [_mat(2, 4, 4) * 0.7]),
+    "lstsq": (lambda a, b: torch.linalg.lstsq(a, b).solution, lambda: [_mat(2, 5, 3), _mat(2, 5, 2)]),
     "cross": (lambda a, b: torch.linalg.cross(a, b), lambda: [_mat(4, 3), _mat(4, 3, seed=5)]),
     "addbmm": (lambda s, a, b: torch.addbmm(s, a, b, beta=0.5, alpha=2.0),
                lambda: [_mat(3, 4), _mat(2, 3, 5), _mat(2, 5, 4, seed=7)]),
@@ -187,6 +192,21 @@ def test_unsupported_dtypes_raise_like_cpu(dtype):
         with pytest.raises(Exception) as tpu_err:
             fn(a.to("tpu"))
         assert type(tpu_err.value) is type(cpu_err.value)
+
+
+def test_ldl_round_trip():
+    """ldl_factor/ldl_solve (no derivative in PyTorch): A X = B on an indefinite matrix."""
+    a = _mat(3, 5, 5)
+    a = a + a.mT
+    b = _mat(3, 5, 2, seed=4)
+    torch_tpu.reset_counts()
+    ld, piv = torch.linalg.ldl_factor(a.to("tpu"))
+    ldc, pivc = torch.linalg.ldl_factor(a)
+    torch.testing.assert_close(ld.cpu(), ldc)
+    assert torch.equal(piv.cpu(), pivc)
+    x = torch.linalg.ldl_solve(ld, piv, b.to("tpu"))
+    torch.testing.assert_close((a @ x.cpu()), b)
+    assert torch_tpu.fallback_counts() == {}
 
 
 def test_empty_and_scalar_shapes():

@@ -52,6 +52,9 @@ typedef struct la_impl {
                double rcond, int* rank, void* work, int lwork);
   int (*gelsd)(int m, int n, int nrhs, void* a, int lda, void* b, int ldb, void* s,
                double rcond, int* rank, void* work, int lwork, int* iwork);
+  int (*gels)(int m, int n, int nrhs, void* a, int lda, void* b, int ldb, void* work, int lwork);
+  int (*gelss)(int m, int n, int nrhs, void* a, int lda, void* b, int ldb, void* s,
+               double rcond, int* rank, void* work, int lwork);
   int (*sytrf)(char uplo, int n, void* a, int lda, int* ipiv, void* work, int lwork);
   int (*sytrs)(char uplo, int n, int nrhs, const void* a, int lda, const int* ipiv, void* b,
                int ldb);

@@ -9,6 +9,7 @@
  *   _linalg_det, _linalg_slogdet  getrf of A^T (as PyTorch); product / log-sum of U's
  *                            diagonal, pivot sign
  *   linalg_solve_triangular, triangular_solve  trsm
+ *   linalg_ldl_factor_ex, linalg_ldl_solve      sytrf('L') of tril(A), sytrs
  * Every op gathers each matrix into column-major scratch (linalg.h), runs
  * the routine, and scatters the results into its outputs, whose shapes come
  * from PyTorch's meta kernels (the rows have no infer); the kernels check
@@ -566,6 +567,110 @@ static tpu_status_t trsm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   return finish(&j);
 }
 
+/* ---- LDLᵀ (Bunch-Kaufman) ------------------------------------------------------------- */
+
+/* linalg_ldl_factor_ex(self, hermitian, check_errors) -> LD, pivots, info: sytrf('L') of
+ * tril(self), as PyTorch (the strict upper triangle of LD stays zero).
+ * m: 0 A, 1 LD, 2 pivots, 3 info */
+static int ldl_batch(const la_job_t* j, int64_t b, char* ws) {
+  int64_t n = j->n;
+  size_t es = tpu_dtype_size(j->im->w);
+  char* at = ws;
+  char* a = la_take(&at, n * n, es);
+  int* ipiv = (int*)la_take(&at, n, sizeof(int));
+  char* work = la_take(&at, j->lwork, es);
+  la_load(&j->m[0], la_off(&j->bt, &j->m[0], b), a, j->im->w, la_ld(n));
+  int info = n ? j->im->sytrf('L', (int)n, a, la_ld(n), ipiv, work, (int)j->lwork) : 0;
+  la_store_tri(&j->m[1], la_off(&j->bt, &j->m[1], b), a, j->im->w, la_ld(n), true, false);
+  store_ints(j, &j->m[2], b, ipiv, n);
+  store_int(j, &j->m[3], b, info);
+  return 0;
+}
+
+static tpu_status_t ldl_factor_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                      tpu_exec_ctx_t* ctx) {
+  la_job_t j;
+  job_init(&j, node, "");
+  j.m[0] = la_mat(&node->inputs[0].u.view);
+  const la_mat_t* ms[1] = {&j.m[0]};
+  la_bat_of(&j.bt, ms, 1);
+  j.n = j.m[0].rows;
+  if (!out_mat(node, 0, &j.bt, j.n, j.n, &j.m[1]) || !out_vec(node, 1, &j.bt, j.n, &j.m[2]) ||
+      !out_scalar(node, 2, &j.bt, &j.m[3]))
+    BAD("ldl_factor: outputs of unexpected shapes");
+  j.lwork = 1;
+  if (j.n) {
+    char q[16];
+    int iq = 0;
+    j.im->sytrf('L', (int)j.n, q, la_ld(j.n), &iq, q, -1);
+    double x = j.im->get(q, 0);
+    j.lwork = x > 1 ? (int64_t)x + 1 : 1;
+  }
+  size_t es = tpu_dtype_size(j.im->w);
+  j.ws_bytes = la_bytes(j.n * j.n, es) + la_bytes(j.n, sizeof(int)) + la_bytes(j.lwork, es);
+  j.fn = ldl_batch;
+  j.work = j.n * j.n * j.n / 3;
+  return finish(&j);
+}
+
+/* sytrs('L') pivots: |p| in [1, n]; a 2x2 block is two equal negative entries. */
+static bool ldl_pivots_ok(const int* ipiv, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) {
+    int p = ipiv[k];
+    if (p > 0 && p <= n) continue;
+    if (p < 0 && -p <= n && k + 1 < n && ipiv[k + 1] == p) {
+      ++k;
+      continue;
+    }
+    return false;
+  }
+  return true;
+}
+
+/* linalg_ldl_solve(LD, pivots, B, hermitian): m: 0 LD, 1 pivots, 2 B, 3 out */
+static int ldl_solve_batch(const la_job_t* j, int64_t b, char* ws) {
+  int64_t n = j->n, k = j->k;
+  size_t es = tpu_dtype_size(j->im->w);
+  char* at = ws;
+  char* a = la_take(&at, n * n, es);
+  int* ipiv = (int*)la_take(&at, n, sizeof(int));
+  char* x = la_take(&at, n * k, es);
+  la_load(&j->m[0], la_off(&j->bt, &j->m[0], b), a, j->im->w, la_ld(n));
+  tpu_convert(ipiv, TPU_DTYPE_I32, 1, view_at(j->m[1].v, la_off(&j->bt, &j->m[1], b)),
+              j->m[1].v->dtype, j->m[1].rs, n);
+  if (!ldl_pivots_ok(ipiv, n)) return -1;
+  la_load(&j->m[2], la_off(&j->bt, &j->m[2], b), x, j->im->w, la_ld(n));
+  if (n && k) j->im->sytrs('L', (int)n, (int)k, a, la_ld(n), ipiv, x, la_ld(n));
+  la_store(&j->m[3], la_off(&j->bt, &j->m[3], b), x, j->im->w, la_ld(n));
+  return 0;
+}
+
+static tpu_status_t ldl_solve_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                     tpu_exec_ctx_t* ctx) {
+  la_job_t j;
+  job_init(&j, node, "");
+  const tpu_view_t* piv = &node->inputs[1].u.view;
+  const tpu_view_t* o = out_at(node, 0);
+  if (piv->ndim < 1 || !o || o->ndim < 2) BAD("ldl_solve: unexpected operands");
+  j.m[0] = la_mat(&node->inputs[0].u.view);
+  j.m[1] = la_vec(piv);
+  j.m[2] = la_mat(&node->inputs[2].u.view);
+  j.m[3] = la_mat(o);
+  const la_mat_t* ms[3] = {&j.m[0], &j.m[1], &j.m[2]};
+  if (!la_bat_of(&j.bt, ms, 3)) BAD("ldl_solve: batch dims do not broadcast");
+  j.n = j.m[0].rows, j.k = j.m[2].cols;
+  if (j.m[0].cols != j.n || j.m[1].rows != j.n || j.m[2].rows != j.n ||
+      !la_shape_is(&j.m[3], &j.bt, j.n, j.k))
+    BAD("ldl_solve: incompatible shapes");
+  size_t es = tpu_dtype_size(j.im->w);
+  j.ws_bytes = la_bytes(j.n * j.n, es) + la_bytes(j.n, sizeof(int)) + la_bytes(j.n * j.k, es);
+  j.fn = ldl_solve_batch;
+  j.work = j.n * j.n * (j.k + 1);
+  TPU_RETURN_IF_ERROR(finish(&j));
+  if (j.err_info < 0) BAD("ldl_solve: invalid pivots");
+  return TPU_OK;
+}
+
 /* ---- checks and rows ------------------------------------------------------------------- */
 
 static tpu_status_t check_lu(const tpu_op_def_t* def, const tpu_node_t* node) {
@@ -580,6 +685,7 @@ static tpu_status_t check_lu(const tpu_op_def_t* def, const tpu_node_t* node) {
 static tpu_status_t check_two(const tpu_op_def_t* def, const tpu_node_t* node) {
   /* the floating inputs: every row here lists them first, pivots (ints) aside */
   const char* names = strcmp(def->name, "linalg_lu_solve") == 0 ? "LU,B" : def->inputs;
+  if (strcmp(def->name, "linalg_ldl_solve") == 0) names = "LD,B";
   if (strcmp(def->name, "linalg_lu_unpack") == 0) names = "LU_data";
   TPU_RETURN_IF_ERROR(check_mats(def, node, names));
   for (int32_t i = 0; i < node->num_inputs; ++i) {
@@ -615,6 +721,10 @@ static const tpu_op_def_t k_rows[] = {
      check_square},
     {"linalg_slogdet", "A", "", "sign,logabsdet,LU,pivots", "_linalg_slogdet _linalg_slogdet.sign",
      det_kernel, NULL, check_square},
+    {"linalg_ldl_factor", "self", "hermitian,check_errors", "LD,pivots,info",
+     "linalg_ldl_factor_ex linalg_ldl_factor_ex.out", ldl_factor_kernel, NULL, check_square},
+    {"linalg_ldl_solve", "LD,pivots,B", "hermitian", "out", "linalg_ldl_solve linalg_ldl_solve.out",
+     ldl_solve_kernel, NULL, check_two},
     {"linalg_solve_triangular", "self,B", "upper,left,unitriangular", "out",
      "linalg_solve_triangular linalg_solve_triangular.out", trsm_kernel, NULL, check_two},
     {"linalg_triangular_solve", "self,A", "upper,transpose,unitriangular", "X,M",

@@ -39,6 +39,10 @@
                          int*, const T*, int*, T*, const int*, int*);                             \
   void scipy_##P##gelsd_(const int*, const int*, const int*, T*, const int*, T*, const int*, T*,  \
                          const T*, int*, T*, const int*, int*, int*);                             \
+  void scipy_##P##gels_(const char*, const int*, const int*, const int*, T*, const int*, T*,      \
+                        const int*, T*, const int*, int*, size_t);                               \
+  void scipy_##P##gelss_(const int*, const int*, const int*, T*, const int*, T*, const int*, T*,  \
+                         const T*, int*, T*, const int*, int*);                                   \
   void scipy_##P##sytrf_(const char*, const int*, T*, const int*, int*, T*, const int*, int*,     \
                          size_t);                                                                 \
   void scipy_##P##sytrs_(const char*, const int*, const int*, const T*, const int*, const int*,   \
@@ -131,6 +135,21 @@ LA_DECLS(d, double)
                       &lwork, iwork, &info);                                                      \
     return info;                                                                                  \
   }                                                                                               \
+  static int P##_gels(int m, int n, int nrhs, void* a, int lda, void* b, int ldb, void* work,   \
+                      int lwork) {                                                                \
+    int info = 0;                                                                                 \
+    char t = 'N';                                                                                 \
+    scipy_##P##gels_(&t, &m, &n, &nrhs, (T*)a, &lda, (T*)b, &ldb, (T*)work, &lwork, &info, 1);    \
+    return info;                                                                                  \
+  }                                                                                               \
+  static int P##_gelss(int m, int n, int nrhs, void* a, int lda, void* b, int ldb, void* s,       \
+                       double rcond, int* rank, void* work, int lwork) {                          \
+    int info = 0;                                                                                 \
+    T rc = (T)rcond;                                                                              \
+    scipy_##P##gelss_(&m, &n, &nrhs, (T*)a, &lda, (T*)b, &ldb, (T*)s, &rc, rank, (T*)work, &lwork,\
+                      &info);                                                                     \
+    return info;                                                                                  \
+  }                                                                                               \
   static int P##_sytrf(char uplo, int n, void* a, int lda, int* ipiv, void* work, int lwork) {    \
     int info = 0;                                                                                 \
     scipy_##P##sytrf_(&uplo, &n, (T*)a, &lda, ipiv, (T*)work, &lwork, &info, 1);                  \
@@ -152,8 +171,9 @@ LA_DECLS(d, double)
   static void P##_set(void* p, int64_t i, double x) { ((T*)p)[i] = (T)x; }                        \
   static const la_impl_t k_##P = {0,        P##_potrf, P##_potrs, P##_potri, P##_getrf,           \
                                   P##_getrs, P##_trsm,  P##_geqrf, P##_orgqr, P##_ormqr,          \
-                                  P##_syevd, P##_gesdd, P##_gelsy, P##_gelsd, P##_sytrf,          \
-                                  P##_sytrs, P##_gemm,  P##_get,   P##_set};
+                                  P##_syevd, P##_gesdd, P##_gelsy, P##_gelsd, P##_gels,           \
+                                  P##_gelss, P##_sytrf, P##_sytrs, P##_gemm,  P##_get,            \
+                                  P##_set};
 
 LA_WRAPPERS(s, float, scipy_cblas_sgemm)
 LA_WRAPPERS(d, double, scipy_cblas_dgemm)

@@ -42,6 +42,7 @@
   X(linalg)             \
   X(linalg_simple)      \
   X(linalg_decomp)      \
+  X(linalg_matfn)       \
   /* one line per family, each ending in a backslash */
 
 #define TPU_X_(f) extern const tpu_op_family_t tpu_family_##f;
