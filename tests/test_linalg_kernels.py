@@ -18,7 +18,8 @@ linalg.lu linalg.lu_factor linalg.lu_factor_ex linalg.lu_solve linalg.matrix_nor
 linalg.matrix_power linalg.matrix_rank linalg.pinv linalg.qr linalg.slogdet linalg.solve
 linalg.solve_ex linalg.solve_triangular linalg.svd linalg.svdvals linalg.tensorinv
 linalg.tensorsolve logdet lu lu_solve lu_unpack ormqr pinverse svd triangular_solve
-linalg.lstsq linalg.ldl_factor linalg.ldl_factor_ex linalg.ldl_solve
+linalg.lstsq linalg.ldl_factor linalg.ldl_factor_ex linalg.ldl_solve linalg.matrix_sqrth
+linalg.polar
 """.split()
 # matrix_exp runs natively in float64 only (see runtime/src/kernels/linalg_matfn.c)
 F64_ONLY = ["matrix_exp"]
@@ -94,6 +95,8 @@ GRAD_CASES = {
     "eigh": (lambda a: (lambda w, v: (w, v @ torch.diag_embed(w) @ v.mT))(*torch.linalg.eigh(a)),
              lambda: [_spd(4, (2,))]),
     "eigvalsh": (lambda a: torch.linalg.eigvalsh(a), lambda: [_spd(5)]),
+    "matrix_sqrth": (lambda a: torch.linalg.matrix_sqrth(a), lambda: [_spd(4, (2,))]),
+    "polar": (lambda a: torch.linalg.polar(a), lambda: [_mat(2, 5, 3)]),
     "qr": (lambda a: torch.linalg.qr(a), lambda: [_mat(2, 5, 3)]),
     "qr_complete_square": (lambda a: torch.linalg.qr(a, mode="complete"), lambda: [_mat(4, 4)]),
     "lu_factor": (lambda a: torch.linalg.lu_factor(a)[0], lambda: [_well(4, (2,))]),

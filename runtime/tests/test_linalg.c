@@ -505,3 +505,174 @@ TEST(linalg_simple_checks) {
   CHECK_CODE(addbmm->check(addbmm, &node), TPU_CODE_UNIMPLEMENTED); /* mixed dtypes */
   tt_free(&a), tt_free(&b), tt_free(&c), tt_free(&d);
 }
+
+/* ---- LDLᵀ, least squares, matrix exponential, Householder products ------------------------ */
+
+TEST(linalg_ldl_solve_identity) {
+  for (size_t d = 0; d < 2; ++d)
+    for (size_t l = 0; l < 3; ++l)
+      for (size_t s = 0; s < 5; ++s) {
+        tpu_dtype_t dt = k_floats[d];
+        int64_t nb = k_sizes[s][0], n = k_sizes[s][1], k = 2;
+        tt_t a = mats(dt, nb, n, n, k_layouts[l]), B = mats(dt, nb, n, k, k_layouts[2 - l]);
+        tt_t LD = mats(dt, nb, n, n, TT_TRANSPOSED), piv = vecs(TPU_DTYPE_I32, nb, n);
+        tt_t info = scalars(TPU_DTYPE_I32, nb), X = mats(dt, nb, n, k, TT_PADDED);
+        fill_mats(&a.view, 0.0, false);
+        for (int64_t b = 0; b < nb; ++b) /* symmetric, indefinite, well conditioned */
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j <= i; ++j) {
+              double x = i == j ? (i % 2 ? -3.0 : 3.0) + el(&a.view, b, i, j) * 0.1
+                                : el(&a.view, b, i, j) * 0.5;
+              set_el(&a.view, b, i, j, x), set_el(&a.view, b, j, i, x);
+            }
+        fill_mats(&B.view, 0.0, false);
+        tpu_value_t in[1] = {tt_value(&a.view)};
+        tpu_view_t out[3] = {LD.view, piv.view, info.view};
+        tpu_attr_t at[2] = {tt_bool(false), tt_bool(false)};
+        CHECK_OK(run("linalg_ldl_factor", in, 1, out, 3, at, 2));
+        tpu_value_t in3[3] = {tt_value(&LD.view), tt_value(&piv.view), tt_value(&B.view)};
+        CHECK_OK(run("linalg_ldl_solve", in3, 3, &X.view, 1, at, 1));
+        double diff = prod_diff(&a.view, false, &X.view, false, &B.view);
+        if (!(diff < tol_of(dt) * 20 * n))
+          tpu_test_fail(__FILE__, __LINE__, "ldl %s n=%lld layout %zu: %g", tpu_dtype_name(dt),
+                        (long long)n, l, diff);
+        tt_free(&a), tt_free(&B), tt_free(&LD), tt_free(&piv), tt_free(&info), tt_free(&X);
+      }
+  /* pivots that would send sytrs out of bounds are refused */
+  int64_t s2[2] = {2, 2}, s1[1] = {2};
+  tt_t LD = tt_make(TPU_DTYPE_F64, 2, s2, TT_CONTIG), B = tt_make(TPU_DTYPE_F64, 2, s2, 0);
+  tt_t X = tt_make(TPU_DTYPE_F64, 2, s2, TT_CONTIG), piv = tt_make(TPU_DTYPE_I32, 1, s1, 0);
+  tt_set(&piv.view, 0, 1), tt_set(&piv.view, 1, -2); /* a 2x2 block starting at the end */
+  tpu_value_t in3[3] = {tt_value(&LD.view), tt_value(&piv.view), tt_value(&B.view)};
+  tpu_attr_t at[1] = {tt_bool(false)};
+  CHECK_CODE(run("linalg_ldl_solve", in3, 3, &X.view, 1, at, 1), TPU_CODE_INVALID_ARGUMENT);
+  tt_free(&LD), tt_free(&B), tt_free(&X), tt_free(&piv);
+}
+
+TEST(linalg_lstsq_normal_equations) {
+  const char* drivers[] = {"gels", "gelsy", "gelsd", "gelss"};
+  for (size_t d = 0; d < 2; ++d)
+    for (size_t l = 0; l < 3; ++l)
+      for (size_t dr = 0; dr < 4; ++dr) {
+        tpu_dtype_t dt = k_floats[d];
+        int64_t nb = 3, m = 7, n = 4, k = 2;
+        tt_t a = mats(dt, nb, m, n, k_layouts[l]), B = mats(dt, nb, m, k, k_layouts[2 - l]);
+        tt_t X = mats(dt, nb, n, k, TT_CONTIG), R = mats(TPU_DTYPE_F64, nb, m, k, TT_CONTIG);
+        int64_t rs[2] = {nb, k}, ss[2] = {nb, n}, z[1] = {0};
+        bool svd = dr >= 2;
+        tt_t res = dr == 1 ? tt_make(dt, 1, z, 0) : tt_make(dt, 2, rs, TT_CONTIG); /* gelsy: none */
+        tt_t rank = dr == 0 ? tt_make(TPU_DTYPE_I64, 1, z, 0) : scalars(TPU_DTYPE_I64, nb);
+        tt_t sv = svd ? tt_make(dt, 2, ss, TT_CONTIG) : tt_make(dt, 1, z, 0);
+        fill_mats(&a.view, 0.0, false);
+        fill_mats(&B.view, 0.0, false);
+        tpu_value_t in[2] = {tt_value(&a.view), tt_value(&B.view)};
+        tpu_view_t out[4] = {X.view, res.view, rank.view, sv.view};
+        tpu_attr_t at[3] = {tt_none(), {.kind = TPU_ATTR_STR}, tt_int(1)}; /* every rank is n */
+        strcpy(at[1].u.str, drivers[dr]);
+        CHECK_OK(run("linalg_lstsq", in, 2, out, 4, at, 3));
+        /* R = A X - B is orthogonal to A's columns: Aᵀ R = 0; residuals = |R_col|² */
+        for (int64_t b = 0; b < nb; ++b)
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t c = 0; c < k; ++c) {
+              double x = -el(&B.view, b, i, c);
+              for (int64_t t = 0; t < n; ++t) x += el(&a.view, b, i, t) * el(&X.view, b, t, c);
+              set_el(&R.view, b, i, c, x);
+            }
+        double worst = 0;
+        for (int64_t b = 0; b < nb; ++b)
+          for (int64_t t = 0; t < n; ++t)
+            for (int64_t c = 0; c < k; ++c) {
+              double x = 0;
+              for (int64_t i = 0; i < m; ++i) x += el(&a.view, b, i, t) * el(&R.view, b, i, c);
+              if (fabs(x) > worst) worst = fabs(x);
+            }
+        for (int64_t b = 0; b < nb && dr != 1; ++b)
+          for (int64_t c = 0; c < k; ++c) {
+            double r2 = 0;
+            for (int64_t i = 0; i < m; ++i) r2 += el(&R.view, b, i, c) * el(&R.view, b, i, c);
+            CHECK(fabs(r2 - vel(&res.view, b, c)) < tol_of(dt) * 100 * (1 + r2));
+          }
+        for (int64_t b = 0; b < nb && dr != 0; ++b) CHECK(view_get_i64(&rank.view, b) == n);
+        if (!(worst < tol_of(dt) * 100))
+          tpu_test_fail(__FILE__, __LINE__, "lstsq %s %s layout %zu: |Aᵀ(AX-B)| = %g",
+                        drivers[dr], tpu_dtype_name(dt), l, worst);
+        tt_free(&a), tt_free(&B), tt_free(&X), tt_free(&R), tt_free(&res), tt_free(&rank),
+            tt_free(&sv);
+      }
+}
+
+TEST(linalg_matrix_exp_identity) {
+  /* exp(A)·exp(-A) = I, and exp of a diagonal matrix */
+  for (size_t l = 0; l < 3; ++l)
+    for (size_t s = 0; s < 5; ++s) {
+      int64_t nb = k_sizes[s][0], n = k_sizes[s][1];
+      tt_t a = mats(TPU_DTYPE_F64, nb, n, n, k_layouts[l]), na = mats(TPU_DTYPE_F64, nb, n, n, 0);
+      tt_t e1 = mats(TPU_DTYPE_F64, nb, n, n, k_layouts[2 - l]), e2 = mats(TPU_DTYPE_F64, nb, n, n, 0);
+      tt_t I = mats(TPU_DTYPE_F64, nb, n, n, TT_CONTIG);
+      fill_mats(&a.view, 0.0, false);
+      for (int64_t b = 0; b < nb; ++b)
+        for (int64_t i = 0; i < n; ++i) {
+          set_el(&I.view, b, i, i, 1.0);
+          for (int64_t j = 0; j < n; ++j) {
+            set_el(&a.view, b, i, j, el(&a.view, b, i, j) * (1.0 + (double)b)); /* norms up to ~12 */
+            set_el(&na.view, b, i, j, -el(&a.view, b, i, j));
+          }
+        }
+      tpu_value_t in[1] = {tt_value(&a.view)};
+      CHECK_OK(run("linalg_matrix_exp", in, 1, &e1.view, 1, NULL, 0));
+      in[0] = tt_value(&na.view);
+      CHECK_OK(run("linalg_matrix_exp", in, 1, &e2.view, 1, NULL, 0));
+      double diff = prod_diff(&e1.view, false, &e2.view, false, &I.view);
+      if (!(diff < 1e-7))
+        tpu_test_fail(__FILE__, __LINE__, "matrix_exp n=%lld layout %zu: |e^A e^-A - I| = %g",
+                      (long long)n, l, diff);
+      tt_free(&a), tt_free(&na), tt_free(&e1), tt_free(&e2), tt_free(&I);
+    }
+  int64_t s2[2] = {2, 2};
+  tt_t d = tt_make(TPU_DTYPE_F64, 2, s2, TT_CONTIG), e = tt_make(TPU_DTYPE_F64, 2, s2, 0);
+  tt_set(&d.view, 0, 1.5), tt_set(&d.view, 3, -20.0);
+  tpu_value_t in[1] = {tt_value(&d.view)};
+  CHECK_OK(run("linalg_matrix_exp", in, 1, &e.view, 1, NULL, 0));
+  CHECK(fabs(tt_get(&e.view, 0) - exp(1.5)) < 1e-13 * exp(1.5));
+  CHECK(fabs(tt_get(&e.view, 3) - exp(-20.0)) < 1e-22 && tt_get(&e.view, 1) == 0.0);
+  tt_t f = tt_make(TPU_DTYPE_F32, 2, s2, TT_CONTIG);
+  in[0] = tt_value(&f.view); /* float32 runs on the CPU (see linalg_matfn.c) */
+  CHECK_CODE(run("linalg_matrix_exp", in, 1, &f.view, 1, NULL, 0), TPU_CODE_UNIMPLEMENTED);
+  tt_free(&d), tt_free(&e), tt_free(&f);
+}
+
+TEST(linalg_householder_geqrf_ormqr) {
+  for (size_t d = 0; d < 2; ++d)
+    for (size_t l = 0; l < 3; ++l) {
+      tpu_dtype_t dt = k_floats[d];
+      int64_t nb = 2, m = 6, n = 4, k = 3;
+      tt_t a = mats(dt, nb, m, n, k_layouts[l]), qa = mats(dt, nb, m, n, TT_TRANSPOSED);
+      tt_t tau = vecs(dt, nb, n), Q = mats(dt, nb, m, n, k_layouts[2 - l]);
+      tt_t R = mats(TPU_DTYPE_F64, nb, n, n, TT_CONTIG), C = mats(dt, nb, m, k, k_layouts[l]);
+      tt_t QC = mats(dt, nb, m, k, TT_PADDED), QtQC = mats(dt, nb, m, k, TT_CONTIG);
+      fill_mats(&a.view, 0.0, false);
+      fill_mats(&C.view, 0.0, false);
+      tpu_value_t in[1] = {tt_value(&a.view)};
+      tpu_view_t out[2] = {qa.view, tau.view};
+      CHECK_OK(run("geqrf", in, 1, out, 2, NULL, 0));
+      tpu_value_t in2[2] = {tt_value(&qa.view), tt_value(&tau.view)};
+      CHECK_OK(run("linalg_householder_product", in2, 2, &Q.view, 1, NULL, 0));
+      for (int64_t b = 0; b < nb; ++b) /* R: the upper triangle geqrf left in qa */
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = i; j < n; ++j) set_el(&R.view, b, i, j, el(&qa.view, b, i, j));
+      double diff = prod_diff(&Q.view, false, &R.view, false, &a.view);
+      /* ormqr applies the full Q and then Qᵀ: back to C */
+      tpu_value_t in3[3] = {tt_value(&qa.view), tt_value(&tau.view), tt_value(&C.view)};
+      tpu_attr_t at[2] = {tt_bool(true), tt_bool(false)};
+      CHECK_OK(run("ormqr", in3, 3, &QC.view, 1, at, 2));
+      in3[2] = tt_value(&QC.view);
+      at[1] = tt_bool(true);
+      CHECK_OK(run("ormqr", in3, 3, &QtQC.view, 1, at, 2));
+      double back = tt_max_rel_diff(&QtQC.view, &C.view);
+      if (!(diff < tol_of(dt) * 10 && back < tol_of(dt) * 10))
+        tpu_test_fail(__FILE__, __LINE__, "householder %s layout %zu: |QR - A| %g, ormqr %g",
+                      tpu_dtype_name(dt), l, diff, back);
+      tt_free(&a), tt_free(&qa), tt_free(&tau), tt_free(&Q), tt_free(&R), tt_free(&C),
+          tt_free(&QC), tt_free(&QtQC);
+    }
+}

@@ -6,6 +6,7 @@
  *   geqrf(self)                                geqrf (a and tau)
  *   linalg_householder_product(input, tau)     orgqr
  *   ormqr(self, input2=tau, input3=C, left, transpose)  ormqr
+ *   linalg_matrix_sqrth(A), linalg_polar(A)   from syevd / gesdd and two GEMMs
  * As in linalg_factor.c: every matrix is gathered into column-major scratch,
  * LAPACK's workspace sizes are queried once per node, batches run in
  * parallel, outputs come from PyTorch's meta kernels (geqrf has none: its
@@ -13,6 +14,7 @@
  * node fail with PyTorch's message (a RuntimeError; PyTorch raises
  * LinAlgError, a RuntimeError subclass).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -397,6 +399,97 @@ static tpu_status_t ormqr_kernel(const tpu_op_def_t* def, const tpu_node_t* node
   return qr_status(&j, "ormqr");
 }
 
+/* ---- functions of the decompositions -------------------------------------------------- */
+
+/* linalg_matrix_sqrth(A) = V diag(sqrt(w)) Vᵀ from syevd('V', 'L') (negative eigenvalues
+ * give NaN, as the CPU's sqrt does); linalg_polar(A) -> U = W Vᵀ, H = V diag(s) Vᵀ from
+ * gesdd('S') of A = W diag(s) Vᵀ (m >= n).
+ * m: 0 A, 1 X / U, 2 H; f[0] polar */
+static int matfn_batch(const la_job_t* j, int64_t b, char* ws) {
+  int64_t m = j->n, n = j->k;
+  const la_impl_t* im = j->im;
+  size_t es = tpu_dtype_size(im->w);
+  char* at = ws;
+  char* a = la_take(&at, m * n, es);
+  char* s = la_take(&at, n, es);
+  char* u = la_take(&at, m * n, es);
+  char* vt = la_take(&at, n * n, es);
+  char* t = la_take(&at, m * n, es);
+  int* iwork = (int*)la_take(&at, j->liwork, sizeof(int));
+  char* work = la_take(&at, j->lwork, es);
+  la_load(&j->m[0], la_off(&j->bt, &j->m[0], b), a, im->w, la_ld(m));
+  int info = 0;
+  if (!j->f[0]) { /* sqrth: a holds V (column-major), s the eigenvalues */
+    if (n) info = im->syevd('V', 'L', (int)n, a, la_ld(n), s, work, (int)j->lwork, iwork,
+                            (int)j->liwork);
+    for (int64_t c = 0; c < n; ++c) {
+      double r = sqrt(im->get(s, c));
+      for (int64_t i = 0; i < n; ++i) im->set(t, c * n + i, im->get(a, c * n + i) * r);
+    }
+    if (n) im->gemm('N', 'T', (int)n, (int)n, (int)n, 1.0, t, la_ld(n), a, la_ld(n), 0.0, u,
+                    la_ld(n));
+    la_store(&j->m[1], la_off(&j->bt, &j->m[1], b), u, im->w, la_ld(n));
+    return info;
+  }
+  if (m && n)
+    info = im->gesdd('S', (int)m, (int)n, a, la_ld(m), s, u, la_ld(m), vt, la_ld(n), work,
+                     (int)j->lwork, iwork);
+  if (m && n) /* U = W Vᵀ (m x n) */
+    im->gemm('N', 'N', (int)m, (int)n, (int)n, 1.0, u, la_ld(m), vt, la_ld(n), 0.0, t, la_ld(m));
+  la_store(&j->m[1], la_off(&j->bt, &j->m[1], b), t, im->w, la_ld(m));
+  for (int64_t c = 0; c < n; ++c) /* a = diag(s) Vᵀ, then H = V (diag(s) Vᵀ) */
+    for (int64_t i = 0; i < n; ++i) im->set(a, c * n + i, im->get(s, i) * im->get(vt, c * n + i));
+  if (n) im->gemm('T', 'N', (int)n, (int)n, (int)n, 1.0, vt, la_ld(n), a, la_ld(n), 0.0, t,
+                  la_ld(n));
+  la_store(&j->m[2], la_off(&j->bt, &j->m[2], b), t, im->w, la_ld(n));
+  return info;
+}
+
+static tpu_status_t matfn_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                 tpu_exec_ctx_t* ctx) {
+  la_job_t j;
+  setup_one(&j, node);
+  bool polar = strcmp(def->name, "linalg_polar") == 0;
+  j.f[0] = polar;
+  int64_t m = j.n, n = j.k;
+  if (polar ? m < n : m != n) BAD("%s: unexpected shape", def->name);
+  if (!out_mat(node, 0, &j.bt, m, n, &j.m[1]) || (polar && !out_mat(node, 1, &j.bt, n, n, &j.m[2])))
+    BAD("%s: outputs of unexpected shapes", def->name);
+  char q[16];
+  int iq = 1;
+  j.lwork = j.liwork = 1;
+  if (m && n) {
+    if (polar) {
+      j.im->gesdd('S', (int)m, (int)n, q, la_ld(m), q, q, la_ld(m), q, la_ld(n), q, -1, &iq);
+      j.liwork = 8 * n;
+    } else {
+      j.im->syevd('V', 'L', (int)n, q, la_ld(n), q, q, -1, &iq, -1);
+      j.liwork = iq > 1 ? iq : 1;
+    }
+    j.lwork = queried(j.im, q);
+  }
+  size_t es = tpu_dtype_size(j.im->w);
+  j.ws_bytes = 3 * la_bytes(m * n, es) + la_bytes(n, es) + la_bytes(n * n, es) +
+               la_bytes(j.liwork, sizeof(int)) + la_bytes(j.lwork, es);
+  j.fn = matfn_batch;
+  j.work = 8 * m * n * n;
+  TPU_RETURN_IF_ERROR(la_run(&j));
+  if (j.err_info > 0) BAD("%s: the algorithm failed to converge (error code: %d).", def->name,
+                          j.err_info);
+  return TPU_OK;
+}
+
+static tpu_status_t matfn_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  TPU_RETURN_IF_ERROR(la_check_floats(def, node, def->inputs, NULL));
+  const tpu_view_t* a = &node->inputs[0].u.view;
+  if (a->ndim < 2) return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "expects matrices");
+  int64_t m = a->sizes[a->ndim - 2], n = a->sizes[a->ndim - 1];
+  bool polar = strcmp(def->name, "linalg_polar") == 0;
+  if ((polar ? m < n : m != n) || m > 0x3fffffff)
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s of these shapes", def->name);
+  return TPU_OK;
+}
+
 /* ---- checks and rows --------------------------------------------------------------------- */
 
 static tpu_status_t check_inputs(const tpu_op_def_t* def, const tpu_node_t* node) {
@@ -423,6 +516,10 @@ static const tpu_op_def_t k_rows[] = {
     {"linalg_householder_product", "input,tau", "", "out",
      "linalg_householder_product linalg_householder_product.out", householder_kernel, NULL,
      check_inputs},
+    {"linalg_matrix_sqrth", "self", "", "out", "linalg_matrix_sqrth linalg_matrix_sqrth.out",
+     matfn_kernel, NULL, matfn_check},
+    {"linalg_polar", "A", "", "U,H", "linalg_polar linalg_polar.out", matfn_kernel, NULL,
+     matfn_check},
     {"ormqr", "self,input2,input3", "left,transpose", "out", "ormqr ormqr.out", ormqr_kernel, NULL,
      check_inputs},
 };
