@@ -23,6 +23,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernel_util.h"
 
@@ -60,6 +61,10 @@ typedef struct la_impl {
                int ldb);
   void (*gemm)(char ta, char tb, int m, int n, int k, double alpha, const void* a, int lda,
                const void* b, int ldb, double beta, void* c, int ldc);
+  /* dst (column-major, leading dim ldd) = src (row-major rows x cols, contiguous), and
+   * the inverse (dst row-major contiguous from src column-major with ld lds). */
+  void (*from_rows)(void* dst, int64_t ldd, const void* src, int64_t rows, int64_t cols);
+  void (*to_rows)(void* dst, const void* src, int64_t lds, int64_t rows, int64_t cols);
   /* One element of a work buffer as a double, and back. */
   double (*get)(const void* p, int64_t i);
   void (*set)(void* p, int64_t i, double x);
@@ -147,11 +152,26 @@ static inline bool la_bat_is(const la_bat_t* bt, const la_mat_t* m) {
   return true;
 }
 
-/* Rows [r0, r1) of column j of m at offset `off`, to/from `n` elements of
- * a buffer of dtype w with element step 1. */
+/* Matrix m at offset `off` to/from a column-major buffer of dtype w (leading dim ld),
+ * converting. Fast paths: a column-major matrix moves in one call; a small row-major
+ * one in one call through a row-major copy that is transposed in the work dtype. */
+#define LA_SMALL_ELEMS 4096
 static inline void la_load(const la_mat_t* m, int64_t off, void* buf, tpu_dtype_t w,
                            int64_t ld) {
   const size_t es = tpu_dtype_size(w);
+  int64_t n = m->rows * m->cols;
+  if (n == 0) return;
+  if ((m->rs == 1 || m->rows == 1) && (m->cs == m->rows || m->cols == 1) && ld == m->rows) {
+    tpu_convert(buf, w, 1, view_at(m->v, off), m->v->dtype, 1, n);
+    return;
+  }
+  const la_impl_t* im = la_impl_for(w);
+  if (im && m->cs == 1 && m->rs == m->cols && n <= LA_SMALL_ELEMS) {
+    double tmp[LA_SMALL_ELEMS];
+    tpu_convert(tmp, w, 1, view_at(m->v, off), m->v->dtype, 1, n);
+    im->from_rows(buf, ld, tmp, m->rows, m->cols);
+    return;
+  }
   for (int64_t j = 0; j < m->cols; ++j)
     tpu_convert((char*)buf + (size_t)(j * ld) * es, w, 1, view_at(m->v, off + j * m->cs),
                 m->v->dtype, m->rs, m->rows);
@@ -159,10 +179,38 @@ static inline void la_load(const la_mat_t* m, int64_t off, void* buf, tpu_dtype_
 static inline void la_store(const la_mat_t* m, int64_t off, const void* buf, tpu_dtype_t w,
                             int64_t ld) {
   const size_t es = tpu_dtype_size(w);
+  int64_t n = m->rows * m->cols;
+  if (n == 0) return;
+  if ((m->rs == 1 || m->rows == 1) && (m->cs == m->rows || m->cols == 1) && ld == m->rows) {
+    tpu_convert(view_at(m->v, off), m->v->dtype, 1, buf, w, 1, n);
+    return;
+  }
+  const la_impl_t* im = la_impl_for(w);
+  if (im && m->cs == 1 && m->rs == m->cols && n <= LA_SMALL_ELEMS) {
+    double tmp[LA_SMALL_ELEMS];
+    im->to_rows(tmp, buf, ld, m->rows, m->cols);
+    tpu_convert(view_at(m->v, off), m->v->dtype, 1, tmp, w, 1, n);
+    return;
+  }
   for (int64_t j = 0; j < m->cols; ++j)
     tpu_convert(view_at(m->v, off + j * m->cs), m->v->dtype, m->rs,
                 (const char*)buf + (size_t)(j * ld) * es, w, 1, m->rows);
 }
+/* Zeroes the strict upper (lower = true) or strict lower triangle of a column-major
+ * rows x cols buffer (leading dim ld), so that la_store writes a triangular factor. */
+static inline void la_zero_tri(void* buf, tpu_dtype_t w, int64_t ld, int64_t rows, int64_t cols,
+                               bool lower) {
+  const size_t es = tpu_dtype_size(w);
+  for (int64_t j = 0; j < cols; ++j) {
+    char* col = (char*)buf + (size_t)(j * ld) * es;
+    int64_t d = j < rows ? j : rows;
+    if (lower)
+      memset(col, 0, (size_t)d * es);
+    else if (d + 1 < rows)
+      memset(col + (size_t)(d + 1) * es, 0, (size_t)(rows - d - 1) * es);
+  }
+}
+
 /* Stores the lower (or upper) triangle of buf, diagonal included, and 0
  * elsewhere; `unit` writes 1 on the diagonal instead (L of an LU). */
 static inline void la_store_tri(const la_mat_t* m, int64_t off, const void* buf, tpu_dtype_t w,

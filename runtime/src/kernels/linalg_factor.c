@@ -114,7 +114,8 @@ static int chol_batch(const la_job_t* j, int64_t b, char* ws) {
   int64_t n = j->n;
   la_load(&j->m[0], la_off(&j->bt, &j->m[0], b), ws, j->im->w, la_ld(n));
   int info = n ? j->im->potrf(j->f[0] ? 'U' : 'L', (int)n, ws, la_ld(n)) : 0;
-  la_store_tri(&j->m[1], la_off(&j->bt, &j->m[1], b), ws, j->im->w, la_ld(n), !j->f[0], false);
+  la_zero_tri(ws, j->im->w, la_ld(n), n, n, !j->f[0]);
+  la_store(&j->m[1], la_off(&j->bt, &j->m[1], b), ws, j->im->w, la_ld(n));
   store_int(j, &j->m[2], b, info);
   return 0;
 }

@@ -167,13 +167,26 @@ LA_DECLS(d, double)
        tb == 'N' ? CblasNoTrans : CblasTrans, m, n, k, (T)alpha, (const T*)a, lda, (const T*)b,   \
        ldb, (T)beta, (T*)c, ldc);                                                                 \
   }                                                                                               \
+  static void P##_from_rows(void* dst, int64_t ldd, const void* src, int64_t rows,            \
+                            int64_t cols) {                                                       \
+    T* d = (T*)dst;                                                                               \
+    const T* s = (const T*)src;                                                                   \
+    for (int64_t i = 0; i < rows; ++i)                                                            \
+      for (int64_t j = 0; j < cols; ++j) d[j * ldd + i] = s[i * cols + j];                        \
+  }                                                                                               \
+  static void P##_to_rows(void* dst, const void* src, int64_t lds, int64_t rows, int64_t cols) {  \
+    T* d = (T*)dst;                                                                               \
+    const T* s = (const T*)src;                                                                   \
+    for (int64_t i = 0; i < rows; ++i)                                                            \
+      for (int64_t j = 0; j < cols; ++j) d[i * cols + j] = s[j * lds + i];                        \
+  }                                                                                               \
   static double P##_get(const void* p, int64_t i) { return (double)((const T*)p)[i]; }            \
   static void P##_set(void* p, int64_t i, double x) { ((T*)p)[i] = (T)x; }                        \
   static const la_impl_t k_##P = {0,        P##_potrf, P##_potrs, P##_potri, P##_getrf,           \
                                   P##_getrs, P##_trsm,  P##_geqrf, P##_orgqr, P##_ormqr,          \
                                   P##_syevd, P##_gesdd, P##_gelsy, P##_gelsd, P##_gels,           \
-                                  P##_gelss, P##_sytrf, P##_sytrs, P##_gemm,  P##_get,            \
-                                  P##_set};
+                                  P##_gelss, P##_sytrf, P##_sytrs, P##_gemm,  P##_from_rows,      \
+                                  P##_to_rows, P##_get, P##_set};
 
 LA_WRAPPERS(s, float, scipy_cblas_sgemm)
 LA_WRAPPERS(d, double, scipy_cblas_dgemm)
