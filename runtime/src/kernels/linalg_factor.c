@@ -99,8 +99,7 @@ static void store_int(const la_job_t* j, const la_mat_t* p, int64_t b, int64_t x
   view_set_i64(p->v, la_off(&j->bt, p, b), x);
 }
 
-static void job_init(la_job_t* j, const tpu_node_t* node, const char* names_unused) {
-  (void)names_unused;
+static void job_init(la_job_t* j, const tpu_node_t* node) {
   memset(j, 0, sizeof(*j));
   j->im = la_impl_for(node->inputs[0].u.view.dtype);
 }
@@ -123,7 +122,7 @@ static int chol_batch(const la_job_t* j, int64_t b, char* ws) {
 static tpu_status_t cholesky_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                     tpu_exec_ctx_t* ctx) {
   la_job_t j;
-  job_init(&j, node, "self");
+  job_init(&j, node);
   j.m[0] = la_mat(&node->inputs[0].u.view);
   const la_mat_t* ms[1] = {&j.m[0]};
   la_bat_of(&j.bt, ms, 1);
@@ -152,7 +151,7 @@ static int chol_solve_batch(const la_job_t* j, int64_t b, char* ws) {
 static tpu_status_t chol_solve_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                       tpu_exec_ctx_t* ctx) {
   la_job_t j;
-  job_init(&j, node, "");
+  job_init(&j, node);
   j.m[0] = la_mat(&node->inputs[0].u.view);
   j.m[1] = la_mat(&node->inputs[1].u.view);
   const la_mat_t* ms[2] = {&j.m[0], &j.m[1]};
@@ -188,7 +187,7 @@ static int chol_inv_batch(const la_job_t* j, int64_t b, char* ws) {
 static tpu_status_t chol_inv_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                     tpu_exec_ctx_t* ctx) {
   la_job_t j;
-  job_init(&j, node, "");
+  job_init(&j, node);
   j.m[0] = la_mat(&node->inputs[0].u.view);
   const la_mat_t* ms[1] = {&j.m[0]};
   la_bat_of(&j.bt, ms, 1);
@@ -279,7 +278,7 @@ static tpu_status_t lu_setup(la_job_t* j, const tpu_node_t* node) {
 static tpu_status_t lu_factor_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                      tpu_exec_ctx_t* ctx) {
   la_job_t j;
-  job_init(&j, node, "");
+  job_init(&j, node);
   TPU_RETURN_IF_ERROR(lu_setup(&j, node));
   int64_t k = j.n < j.k ? j.n : j.k;
   if (!out_mat(node, 0, &j.bt, j.n, j.k, &j.m[1]) || !out_vec(node, 1, &j.bt, k, &j.m[2]) ||
@@ -292,7 +291,7 @@ static tpu_status_t lu_factor_kernel(const tpu_op_def_t* def, const tpu_node_t* 
 static tpu_status_t lu_unpacked_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                        tpu_exec_ctx_t* ctx) {
   la_job_t j;
-  job_init(&j, node, "");
+  job_init(&j, node);
   TPU_RETURN_IF_ERROR(lu_setup(&j, node));
   bool unpack = strcmp(def->name, "linalg_lu_unpack") == 0;
   j.f[1] = unpack;
@@ -345,7 +344,7 @@ static void lu_solve_sizes(la_job_t* j) {
 static tpu_status_t lu_solve_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                     tpu_exec_ctx_t* ctx) {
   la_job_t j;
-  job_init(&j, node, "");
+  job_init(&j, node);
   bool left = attr_b(def, node, "left", true), adjoint = attr_b(def, node, "adjoint", false);
   const tpu_view_t* piv = &node->inputs[1].u.view;
   if (piv->ndim < 1) BAD("lu_solve: pivots must be at least 1-D");
@@ -388,7 +387,7 @@ static tpu_status_t solve_kernel(const tpu_op_def_t* def, const tpu_node_t* node
   bool vec = solve_is_vector_rhs(A, B);
   /* phase 1: LU of A's batches */
   la_job_t f;
-  job_init(&f, node, "");
+  job_init(&f, node);
   TPU_RETURN_IF_ERROR(lu_setup(&f, node));
   if (f.n != f.k) BAD("linalg.solve: A must be batches of square matrices");
   if (!out_mat(node, 1, &f.bt, f.n, f.n, &f.m[1]) || !out_vec(node, 2, &f.bt, f.n, &f.m[2]) ||
@@ -396,7 +395,7 @@ static tpu_status_t solve_kernel(const tpu_op_def_t* def, const tpu_node_t* node
     BAD("linalg.solve: outputs of unexpected shapes");
   /* phase 2: the solve over the broadcast batch (checked before anything runs) */
   la_job_t j;
-  job_init(&j, node, "");
+  job_init(&j, node);
   j.m[0] = f.m[1];
   j.m[1] = f.m[2];
   const tpu_view_t* o = out_at(node, 0);
@@ -441,7 +440,7 @@ static int inv_batch(const la_job_t* j, int64_t b, char* ws) {
 static tpu_status_t inv_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                tpu_exec_ctx_t* ctx) {
   la_job_t j;
-  job_init(&j, node, "");
+  job_init(&j, node);
   j.m[0] = la_mat(&node->inputs[0].u.view);
   const la_mat_t* ms[1] = {&j.m[0]};
   la_bat_of(&j.bt, ms, 1);
@@ -488,7 +487,7 @@ static int det_batch(const la_job_t* j, int64_t b, char* ws) {
 static tpu_status_t det_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                tpu_exec_ctx_t* ctx) {
   la_job_t j;
-  job_init(&j, node, "");
+  job_init(&j, node);
   bool slog = strcmp(def->name, "linalg_slogdet") == 0;
   /* PyTorch factors A^T (its LU and pivots are those of A.mT; det(A^T) = det(A)) */
   j.m[0] = la_mat_t_(la_mat(&node->inputs[0].u.view));
@@ -533,7 +532,7 @@ static int trsm_batch(const la_job_t* j, int64_t b, char* ws) {
 static tpu_status_t trsm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                 tpu_exec_ctx_t* ctx) {
   la_job_t j;
-  job_init(&j, node, "");
+  job_init(&j, node);
   bool legacy = strcmp(def->name, "linalg_triangular_solve") == 0;
   const tpu_view_t* A = ku_input(def, node, legacy ? "A" : "self");
   const tpu_view_t* B = ku_input(def, node, legacy ? "self" : "B");
@@ -591,7 +590,7 @@ static int ldl_batch(const la_job_t* j, int64_t b, char* ws) {
 static tpu_status_t ldl_factor_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                       tpu_exec_ctx_t* ctx) {
   la_job_t j;
-  job_init(&j, node, "");
+  job_init(&j, node);
   j.m[0] = la_mat(&node->inputs[0].u.view);
   const la_mat_t* ms[1] = {&j.m[0]};
   la_bat_of(&j.bt, ms, 1);
@@ -649,7 +648,7 @@ static int ldl_solve_batch(const la_job_t* j, int64_t b, char* ws) {
 static tpu_status_t ldl_solve_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                      tpu_exec_ctx_t* ctx) {
   la_job_t j;
-  job_init(&j, node, "");
+  job_init(&j, node);
   const tpu_view_t* piv = &node->inputs[1].u.view;
   const tpu_view_t* o = out_at(node, 0);
   if (piv->ndim < 1 || !o || o->ndim < 2) BAD("ldl_solve: unexpected operands");
