@@ -5,7 +5,9 @@ linalg.svd (full_matrices=False), each on one 256x256 float32 matrix and on a
 batch of 64 32x32 float32 matrices; also linalg.inv, eigh and qr on the same
 shapes. Best of N alternating rounds (both devices see the same machine
 load). Prints a table, writes bench/results/linalg.json.
-Usage: python bench/bench_linalg.py [--quick]
+Usage: python bench/bench_linalg.py [--quick] [--cpu-threads N]
+(--cpu-threads sets torch.set_num_threads for the CPU side: on a loaded machine
+MKL's OpenMP threads can stall, which the default thread count makes visible)
 """
 import argparse
 import json
@@ -55,7 +57,10 @@ def well(shape, d):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--cpu-threads", type=int, default=0)
     args = ap.parse_args()
+    if args.cpu_threads:
+        torch.set_num_threads(args.cpu_threads)
     repeats = 3 if args.quick else 7
     results = []
 
