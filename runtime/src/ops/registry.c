@@ -39,6 +39,10 @@
   X(pad)                \
   X(weight_norm)        \
   X(unique)             \
+  X(linalg)             \
+  X(linalg_simple)      \
+  X(linalg_decomp)      \
+  X(linalg_matfn)       \
   /* one line per family, each ending in a backslash */
 
 #define TPU_X_(f) extern const tpu_op_family_t tpu_family_##f;

@@ -1,0 +1,222 @@
+"""The linalg families (linalg, linalg_decomp, linalg_simple): every OpInfo
+entry of the LAPACK-backed linear algebra ops, and of trace, cross,
+addbmm, passes against CPU with no fallback for every dtype the runtime
+runs them in (float32/float64 for LAPACK; every dtype CPU supports for
+the simple ones); gradients of cholesky, solve, inv, det, svd, eigh, qr (and more)
+match CPU autograd with no fallback; LinAlgError and half-dtype errors
+keep PyTorch's exception types."""
+import pytest
+import torch
+
+import torch_tpu
+from torch_tpu.tools import coverage
+
+LAPACK_OPS = """
+cholesky_inverse cholesky_solve geqrf linalg.cholesky linalg.cholesky_ex linalg.cond
+linalg.det linalg.eigh linalg.eigvalsh linalg.householder_product linalg.inv linalg.inv_ex
+linalg.lu linalg.lu_factor linalg.lu_factor_ex linalg.lu_solve linalg.matrix_norm
+linalg.matrix_power linalg.matrix_rank linalg.pinv linalg.qr linalg.slogdet linalg.solve
+linalg.solve_ex linalg.solve_triangular linalg.svd linalg.svdvals linalg.tensorinv
+linalg.tensorsolve logdet lu lu_solve lu_unpack ormqr pinverse svd triangular_solve
+linalg.lstsq linalg.ldl_factor linalg.ldl_factor_ex linalg.ldl_solve linalg.matrix_sqrth
+linalg.polar
+""".split()
+# matrix_exp runs natively in float64 only (see runtime/src/kernels/linalg_matfn.c)
+F64_ONLY = ["matrix_exp"]
+SIMPLE_OPS = "trace linalg.cross cross addbmm".split()
+
+FLOATS = [torch.float32, torch.float64]
+DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+          torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+def _pairs():
+    db = coverage.load_op_db()
+    out = []
+    for op in db:
+        key = coverage.op_key(op)
+        lapack = any(key == n or key.startswith(n + ".") for n in LAPACK_OPS)
+        simple = key in SIMPLE_OPS
+        if not (lapack or simple or key in F64_ONLY):
+            continue
+        supported = op.supported_dtypes("cpu")
+        for dt in (FLOATS if lapack else [torch.float64] if key in F64_ONLY else DTYPES):
+            if dt in supported:
+                out.append(pytest.param(op, dt, id=f"{key}-{str(dt)[6:]}"))
+    return out
+
+
+PAIRS = _pairs()
+
+
+def test_every_listed_op_has_an_opinfo():
+    keys = {coverage.op_key(p.values[0]) for p in PAIRS}
+    missing = [n for n in LAPACK_OPS + SIMPLE_OPS + F64_ONLY
+               if not any(k == n or k.startswith(n + ".") for k in keys)]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("op,dtype", PAIRS)
+def test_opinfo_native(op, dtype):
+    rec = coverage.check_pair(op, dtype)
+    assert rec["status"] == "pass", rec
+    assert rec["fallbacks"] == {}, rec["fallbacks"]
+
+
+# ---- gradients --------------------------------------------------------------------
+
+def _spd(n, batch=(), dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(*batch, n, n, generator=g, dtype=dtype)
+    return a @ a.mT + n * torch.eye(n, dtype=dtype)
+
+
+def _mat(*shape, dtype=torch.float64, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=dtype)
+
+
+def _well(n, batch=(), dtype=torch.float64, seed=2):
+    return _mat(*batch, n, n, dtype=dtype, seed=seed) + n * torch.eye(n, dtype=dtype)
+
+
+GRAD_CASES = {
+    "cholesky": (lambda a: torch.linalg.cholesky(a), lambda: [_spd(4, (2,))]),
+    "cholesky_upper": (lambda a: torch.linalg.cholesky(a, upper=True), lambda: [_spd(3)]),
+    "solve": (lambda a, b: torch.linalg.solve(a, b), lambda: [_well(4, (3,)), _mat(3, 4, 2)]),
+    "solve_vec_right": (lambda a, b: torch.linalg.solve(a, b, left=False),
+                        lambda: [_well(3, (2,)), _mat(2, 5, 3)]),
+    "inv": (lambda a: torch.linalg.inv(a), lambda: [_well(5, (2,))]),
+    "det": (lambda a: torch.linalg.det(a), lambda: [_well(4, (3,))]),
+    "slogdet": (lambda a: torch.linalg.slogdet(a)[1], lambda: [_well(4, (2,))]),
+    "svd": (lambda a: (lambda u, s, v: (u @ torch.diag_embed(s) @ v, s))(
+        *torch.linalg.svd(a, full_matrices=False)), lambda: [_mat(2, 5, 3)]),
+    "svdvals": (lambda a: torch.linalg.svdvals(a), lambda: [_mat(4, 6)]),
+    "eigh": (lambda a: (lambda w, v: (w, v @ torch.diag_embed(w) @ v.mT))(*torch.linalg.eigh(a)),
+             lambda: [_spd(4, (2,))]),
+    "eigvalsh": (lambda a: torch.linalg.eigvalsh(a), lambda: [_spd(5)]),
+    "matrix_sqrth": (lambda a: torch.linalg.matrix_sqrth(a), lambda: [_spd(4, (2,))]),
+    "polar": (lambda a: torch.linalg.polar(a), lambda: [_mat(2, 5, 3)]),
+    "qr": (lambda a: torch.linalg.qr(a), lambda: [_mat(2, 5, 3)]),
+    "qr_complete_square": (lambda a: torch.linalg.qr(a, mode="complete"), lambda: [_mat(4, 4)]),
+    "lu_factor": (lambda a: torch.linalg.lu_factor(a)[0], lambda: [_well(4, (2,))]),
+    "lu": (lambda a: torch.linalg.lu(a)[1:], lambda: [_mat(2, 5, 3)]),
+    "solve_triangular": (lambda a, b: torch.linalg.solve_triangular(a.triu(), b, upper=True),
+                         lambda: [_well(4), _mat(2, 4, 3)]),
+    "cholesky_solve": (lambda b, l: torch.cholesky_solve(b, l),
+                       lambda: [_mat(3, 2), torch.linalg.cholesky(_spd(3))]),
+    "trace": (lambda a: torch.trace(a), lambda: [_mat(3, 5)]),
+    "matrix_exp": (lambda a: torch.linalg.matrix_exp(a), lambda: [_mat(2, 4, 4) * 0.7]),
+    "lstsq": (lambda a, b: torch.linalg.lstsq(a, b).solution, lambda: [_mat(2, 5, 3), _mat(2, 5, 2)]),
+    "cross": (lambda a, b: torch.linalg.cross(a, b), lambda: [_mat(4, 3), _mat(4, 3, seed=5)]),
+    "addbmm": (lambda s, a, b: torch.addbmm(s, a, b, beta=0.5, alpha=2.0),
+               lambda: [_mat(3, 4), _mat(2, 3, 5), _mat(2, 5, 4, seed=7)]),
+}
+
+
+def _flat(out):
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+@pytest.mark.parametrize("name", sorted(GRAD_CASES))
+def test_gradients_match_cpu(name):
+    fn, make = GRAD_CASES[name]
+    cpu_in = [t.requires_grad_(True) for t in make()]
+    tpu_in = [t.detach().to("tpu").requires_grad_(True) for t in cpu_in]
+    cpu_out = _flat(fn(*cpu_in))
+    g = torch.Generator().manual_seed(11)
+    weights = [torch.randn(o.shape, generator=g, dtype=o.dtype) for o in cpu_out]
+    sum(((o * w).sum() for o, w in zip(cpu_out, weights))).backward()
+    torch_tpu.reset_counts()
+    mode = torch_tpu._C.fallback_mode()
+    torch_tpu.set_fallback_mode("error")
+    try:
+        tpu_out = _flat(fn(*tpu_in))
+        sum(((o * w.to("tpu")).sum() for o, w in zip(tpu_out, weights))).backward()
+    finally:
+        torch_tpu.set_fallback_mode(mode)
+    assert torch_tpu.fallback_counts() == {}
+    for o, c in zip(tpu_out, cpu_out):
+        torch.testing.assert_close(o.detach().cpu(), c.detach(), atol=1e-8, rtol=1e-8)
+    for t, c in zip(tpu_in, cpu_in):
+        assert t.grad is not None and t.grad.device.type == "tpu"
+        torch.testing.assert_close(t.grad.cpu(), c.grad, atol=1e-8, rtol=1e-7)
+
+
+# ---- semantics: layouts, info, errors ------------------------------------------------
+
+def test_strided_and_broadcast_operands():
+    """Transposed, sliced and broadcast operands read and write correctly."""
+    a = _well(6, (3,))[:, ::2, ::2].mT          # non-contiguous square matrices
+    b = _mat(6, 3, 8)[::2, :, 1::3]             # strided B: (3, 3, 2)
+    torch_tpu.reset_counts()
+    ta, tb = a.to("tpu"), b.to("tpu")
+    torch.testing.assert_close(torch.linalg.solve(ta, tb).cpu(), torch.linalg.solve(a, b))
+    torch.testing.assert_close(torch.linalg.solve(ta[0], tb).cpu(), torch.linalg.solve(a[0], b))
+    torch.testing.assert_close(torch.linalg.inv(ta.mT).cpu(), torch.linalg.inv(a.mT))
+    out = torch.empty(3, 3, 3, dtype=torch.float64, device="tpu").mT   # strided out=
+    torch.linalg.solve(ta, tb, out=out)
+    torch.testing.assert_close(out.cpu(), torch.linalg.solve(a, b))
+    s = _spd(4).expand(5, 4, 4)                 # stride-0 batch
+    torch.testing.assert_close(torch.linalg.cholesky(s.to("tpu")).cpu(), torch.linalg.cholesky(s))
+    assert torch_tpu.fallback_counts() == {}
+
+
+def test_info_semantics_and_linalg_errors():
+    """_ex variants report info like the CPU; the others raise LinAlgError."""
+    bad = torch.tensor([[[4.0, 2.0], [2.0, 1.0]], [[4.0, 0.0], [0.0, 9.0]],
+                        [[1.0, 0.0], [0.0, -1.0]]], dtype=torch.float64)
+    torch_tpu.reset_counts()
+    L, info = torch.linalg.cholesky_ex(bad.to("tpu"))
+    Lc, infoc = torch.linalg.cholesky_ex(bad)
+    assert info.cpu().tolist() == infoc.tolist()
+    torch.testing.assert_close(L[1].cpu(), Lc[1])
+    with pytest.raises(torch.linalg.LinAlgError):
+        torch.linalg.cholesky(bad.to("tpu"))
+    sing = torch.tensor([[1.0, 2.0], [2.0, 4.0]], dtype=torch.float64)
+    _, info = torch.linalg.inv_ex(sing.to("tpu"))
+    assert info.item() == torch.linalg.inv_ex(sing)[1].item() == 2
+    with pytest.raises(torch.linalg.LinAlgError):
+        torch.linalg.inv(sing.to("tpu"))
+    with pytest.raises(torch.linalg.LinAlgError):
+        torch.linalg.solve(sing.to("tpu"), torch.ones(2, 1, dtype=torch.float64, device="tpu"))
+    assert torch.linalg.det(sing.to("tpu")).item() == 0.0
+    sign, logabs = torch.linalg.slogdet(sing.to("tpu"))
+    assert sign.item() == 0.0 and logabs.item() == float("-inf")
+    assert torch_tpu.fallback_counts() == {}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int32])
+def test_unsupported_dtypes_raise_like_cpu(dtype):
+    a = torch.eye(3).to(dtype)
+    for fn in (torch.linalg.inv, torch.linalg.cholesky, torch.linalg.svdvals, torch.linalg.det):
+        with pytest.raises(Exception) as cpu_err:
+            fn(a)
+        with pytest.raises(Exception) as tpu_err:
+            fn(a.to("tpu"))
+        assert type(tpu_err.value) is type(cpu_err.value)
+
+
+def test_ldl_round_trip():
+    """ldl_factor/ldl_solve (no derivative in PyTorch): A X = B on an indefinite matrix."""
+    a = _mat(3, 5, 5)
+    a = a + a.mT
+    b = _mat(3, 5, 2, seed=4)
+    torch_tpu.reset_counts()
+    ld, piv = torch.linalg.ldl_factor(a.to("tpu"))
+    ldc, pivc = torch.linalg.ldl_factor(a)
+    torch.testing.assert_close(ld.cpu(), ldc)
+    assert torch.equal(piv.cpu(), pivc)
+    x = torch.linalg.ldl_solve(ld, piv, b.to("tpu"))
+    torch.testing.assert_close((a @ x.cpu()), b)
+    assert torch_tpu.fallback_counts() == {}
+
+
+def test_empty_and_scalar_shapes():
+    torch_tpu.reset_counts()
+    for shape in ((0, 3, 3), (2, 0, 0), (3, 3)):
+        a = torch.eye(shape[-1], dtype=torch.float64).expand(*shape).contiguous()
+        torch.testing.assert_close(torch.linalg.inv(a.to("tpu")).cpu(), torch.linalg.inv(a))
+        torch.testing.assert_close(torch.linalg.det(a.to("tpu")).cpu(), torch.linalg.det(a))
+        torch.testing.assert_close(torch.linalg.svdvals(a.to("tpu")).cpu(), torch.linalg.svdvals(a))
+    assert torch_tpu.fallback_counts() == {}
