@@ -93,10 +93,12 @@ def defer_metrics():
 
 
 def delta(a, b):
-    """b - a for the numbers of two metrics snapshots (nested dicts); other values from b."""
+    """b - a for the numbers of two metrics snapshots (nested dicts / lists); other values from b."""
     if isinstance(b, dict):
         a = a if isinstance(a, dict) else {}
         return {k: delta(a.get(k), v) for k, v in b.items()}
+    if isinstance(b, list) and isinstance(a, list) and len(a) == len(b):
+        return [delta(x, y) for x, y in zip(a, b)]
     if isinstance(b, (int, float)) and not isinstance(b, bool) and isinstance(a, (int, float)):
         return b - a
     return b
@@ -132,6 +134,18 @@ def per_column_models(build):
     return get
 
 
+def inference(get, inputs, forward):
+    """make(col) of an inference workload: forward(module, *inputs) under no_grad."""
+    def make(col):
+        m, args = get(col), [t.to(device_of(col)) for t in inputs]
+
+        def run():
+            with torch.no_grad():
+                return (forward(m, *args),)
+        return run
+    return make
+
+
 # ---- 1. GPT-2-small-shaped forward -------------------------------------------------
 
 
@@ -143,14 +157,7 @@ def gpt2_workloads(batches, seq, layers=12, width=768, heads=12, vocab=50257):
     out = []
     for b in batches:
         ids = torch.randint(0, vocab, (b, seq), generator=torch.Generator().manual_seed(b))
-
-        def make(col, ids=ids):
-            m, x = get(col), ids.to(device_of(col))
-
-            def run():
-                with torch.no_grad():
-                    return (m(input_ids=x, use_cache=False).logits,)
-            return run
+        make = inference(get, (ids,), lambda m, x: m(input_ids=x, use_cache=False).logits)
         out.append(Workload(1, f"GPT-2 fwd {layers}L h{width} b{b} seq{seq}", "tokens/s", b * seq, make,
                             check=(1e-3, 1e-3)))
     return out
@@ -223,61 +230,32 @@ def generate_workload(new_tokens, prompt=16, batch=1, layers=2, width=128, heads
 # ---- 4. elementwise-heavy chains ---------------------------------------------------
 
 
-class GeluChain(nn.Module):
-    """GELU(x * w + b)."""
+class Chain(nn.Module):
+    """One of the elementwise-heavy chains (KINDS), with affine parameters w, b."""
+    KINDS = ("GELU(x*w+b)", "LayerNorm(x+r)", "RMSNorm(x)*SiLU(gate)")
 
-    def __init__(self, h):
+    def __init__(self, kind, h):
         super().__init__()
-        self.w, self.b = nn.Parameter(torch.randn(h)), nn.Parameter(torch.randn(h))
+        self.kind = kind
+        self.w, self.b = nn.Parameter(torch.rand(h) + 0.5), nn.Parameter(torch.rand(h) - 0.5)
 
-    def forward(self, x, _):
-        return F.gelu(x * self.w + self.b)
-
-
-class ResidualLayerNorm(nn.Module):
-    """LayerNorm(x + r)."""
-
-    def __init__(self, h):
-        super().__init__()
-        self.norm = nn.LayerNorm(h)
-
-    def forward(self, x, r):
-        return self.norm(x + r)
-
-
-class RMSNormSiLUGate(nn.Module):
-    """RMSNorm(x) * SiLU(gate)."""
-
-    def __init__(self, h):
-        super().__init__()
-        self.norm = nn.RMSNorm(h, eps=1e-6)
-
-    def forward(self, x, gate):
-        return self.norm(x) * F.silu(gate)
+    def forward(self, x, y):
+        if self.kind == 0:
+            return F.gelu(x * self.w + self.b)
+        if self.kind == 1:  # residual + LayerNorm
+            return F.layer_norm(x + y, self.w.shape, self.w, self.b)
+        return F.rms_norm(x, self.w.shape, self.w, eps=1e-6) * F.silu(y)  # RMSNorm + SiLU gating
 
 
 def chain_workloads(rows, hidden):
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(rows, hidden, generator=g), torch.randn(rows, hidden, generator=g)
     out = []
-    for cls in (GeluChain, ResidualLayerNorm, RMSNormSiLUGate):
-        def build(cls=cls):
-            m = cls(hidden)
-            with torch.no_grad():  # non-trivial affine parameters
-                for p in m.parameters():
-                    p.uniform_(0.5, 1.5)
-            return m
-        get = per_column_models(build)
-        g = torch.Generator().manual_seed(4)
-        x, y = torch.randn(rows, hidden, generator=g), torch.randn(rows, hidden, generator=g)
+    for kind, name in enumerate(Chain.KINDS):
+        get = per_column_models(lambda kind=kind: Chain(kind, hidden))
 
-        def make(col, get=get, x=x, y=y):
-            m, a, b = get(col), x.to(device_of(col)), y.to(device_of(col))
-
-            def run():
-                with torch.no_grad():
-                    return (m(a, b),)
-            return run
-        out.append(Workload(4, f"{cls.__doc__[:-1]} {rows}x{hidden}", "Melem/s", rows * hidden, make,
-                            scale=1e-6))
+        make = inference(get, (x, y), lambda m, a, b: m(a, b))
+        out.append(Workload(4, f"{name} {rows}x{hidden}", "Melem/s", rows * hidden, make, scale=1e-6))
     return out
 
 
@@ -417,6 +395,8 @@ def main():
     rows, t_start = [], time.perf_counter()
     for w in work:
         r, n, check, metrics = measure(w, cols, rounds, min_time)
+        w.make = None  # frees this workload's models (weights of earlier rows stay out of the peaks)
+        gc.collect()
         row = {"workload_num": w.num, "workload": w.name, "unit": w.unit, "amount": w.amount,
                "rounds": n, "columns": {c: r.get(c) for c in COLUMNS}, "check_vs_cpu": check,
                "defer_metrics": metrics}

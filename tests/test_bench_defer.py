@@ -118,3 +118,35 @@ def test_delta_of_metrics_snapshots():
     b = {"compiles": 5, "cache": {"hits": 7, "misses": 2}, "flushes": {"sync": 6, "host_read": 1}, "name": "y"}
     assert bench_defer.delta(a, b) == {"compiles": 2, "cache": {"hits": 6, "misses": 0},
                                        "flushes": {"sync": 2, "host_read": 1}, "name": "y"}
+    assert bench_defer.delta({"by_reason": [1, 2]}, {"by_reason": [4, 2], "new": [1]}) == \
+        {"by_reason": [3, 0], "new": [1]}
+
+
+def test_defer_column_with_a_stand_in_mode(tmp_path, monkeypatch, capsys):
+    """The DEFER_AND_FUSE column's code path before the mode exists: another
+    mode stands in for it, and a counter for torch_tpu.defer_metrics()."""
+    calls = []
+
+    def fake_metrics():
+        calls.append(1)
+        return {"compiles": len(calls), "cache": {"hits": 2 * len(calls)}, "flushes": {"sync": 0}}
+    monkeypatch.setattr(bench_defer, "DEFER", torch_tpu.EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING)
+    monkeypatch.setattr(torch_tpu, "defer_metrics", fake_metrics, raising=False)
+    out = tmp_path / "defer.json"
+    monkeypatch.setattr(sys, "argv", ["bench_defer.py", "--quick", "--smoke", "--only", "1,4",
+                                      "--columns", "strict,defer,cpu", "--out", str(out)])
+    bench_defer.main()
+    stdout = capsys.readouterr().out
+    with open(out) as f:
+        d = json.load(f)
+    assert d["defer_mode"] == "DEFER_NEVER_AND_LAUNCH_BLOCKING" and d["defer_metrics_api"]
+    assert d["columns_run"] == ["strict", "defer", "cpu"]
+    assert d["geomean"]["defer_over_strict"] > 0 and d["geomean"]["defer_over_inductor"] is None
+    for r in d["rows"]:
+        defer = r["columns"]["defer"]
+        assert defer["throughput"] > 0 and defer["peak_bytes"] > 0 and defer["fallbacks"] == {}
+        assert r["check_vs_cpu"]["defer"]["allclose"], r["workload"]
+        assert r["defer_over_strict_peak_bytes"] > 0
+        # three snapshots per workload: before and after the warm-up, after the timed rounds
+        assert r["defer_metrics"]["warmup"] == {"compiles": 1, "cache": {"hits": 2}, "flushes": {"sync": 0}}
+    assert "| workload | defer_metrics() change" in stdout and "compiles=1, cache.hits=2" in stdout
