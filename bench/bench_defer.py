@@ -450,7 +450,7 @@ def main():
     with open(a.out, "w") as f:
         json.dump({"size": size, "threads": threads, "min_rounds": rounds, "min_time_s": min_time,
                    "defer_mode": DEFER.name if DEFER is not None else None,
-                   "defer_metrics_api": defer_metrics() is not None, "columns": list(COLUMNS),
+                   "defer_metrics_api": defer_metrics() is not None, "defer_metrics_end": defer_metrics(), "columns": list(COLUMNS),
                    "columns_run": cols, "sizes": sz, "torch": torch.__version__, "seconds": elapsed,
                    "rows": rows, "geomean": summary}, f, indent=1)
     print("wrote", a.out)
