@@ -1,7 +1,7 @@
 """DEFER_AND_FUSE benchmark (issue 4), side by side in one run.
 
 Columns: strict eager tpu (the default mode), DEFER_AND_FUSE tpu (the same
-code under ``torch_tpu.set_eager_mode(EagerMode.DEFER_AND_FUSE)``; "n/a"
+code under ``torch_tpu.set_global_eager_mode(EagerMode.DEFER_AND_FUSE)``; "n/a"
 while the mode does not exist), PyTorch CPU eager, and
 ``torch.compile(backend="inductor")`` on CPU. Each workload runs its columns
 in alternating rounds (all see the same machine load), best of >= --rounds
@@ -75,8 +75,19 @@ def device_of(col):
     return "tpu" if col in ("strict", "defer") else "cpu"
 
 
+@contextlib.contextmanager
+def _global_mode(m):
+    """The mode for every thread (autograd runs backward on its own thread,
+    which follows the global mode, not a thread-local context)."""
+    torch_tpu.set_global_eager_mode(m)
+    try:
+        yield
+    finally:
+        torch_tpu.set_global_eager_mode(torch_tpu.EagerMode.DEFER_NEVER)
+
+
 def mode(col):
-    return torch_tpu.set_eager_mode(DEFER) if col == "defer" else contextlib.nullcontext()
+    return _global_mode(DEFER) if col == "defer" else contextlib.nullcontext()
 
 
 def defer_metrics():
