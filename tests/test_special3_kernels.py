@@ -14,7 +14,7 @@ special.bessel_y0 special.bessel_y1 special.modified_bessel_i0 special.modified_
 special.modified_bessel_k0 special.modified_bessel_k1 special.scaled_modified_bessel_k0
 special.scaled_modified_bessel_k1 special.spherical_bessel_j0 special.airy_ai
 igamma igammac angle frexp clamp_min clamp_max
-logspace arange tril_indices triu_indices isin
+logspace arange tril_indices triu_indices isin _segment_reduce
 """.split()
 
 DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
@@ -158,3 +158,48 @@ def test_logspace_arange_forms(no_fallback):
         for dt in (torch.int64, torch.int32):
             got = torch.arange(*args, dtype=dt, device="tpu")
             assert torch.equal(got.cpu(), torch.arange(*args, dtype=dt)), args
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min", "prod"])
+def test_segment_reduce_forward_backward(reduce, no_fallback):
+    """Lengths and offsets, axis 0 and 1, empty segments, an initial value,
+    ties (max/min) and zeros (prod): values and gradients as CPU's."""
+    torch.manual_seed(0)
+    data = torch.randn(3, 10, 4, dtype=torch.float64)
+    data[0, 2] = data[0, 3]        # ties
+    data[1, 5, 1] = 0.0            # a zero for prod
+    lengths = torch.tensor([[2, 0, 5, 3], [1, 4, 4, 1], [10, 0, 0, 0]])
+    offsets = torch.cat([torch.zeros(3, 1, dtype=torch.long), lengths.cumsum(1)], 1)
+    for axis_data, kw in ((data, dict(lengths=lengths, axis=1)),
+                          (data, dict(offsets=offsets, axis=1)),
+                          (data, dict(lengths=lengths.int(), axis=1, initial=0.5)),
+                          (data[0], dict(lengths=lengths[0], axis=0))):
+        for dt in (torch.float64, torch.float32, torch.bfloat16):
+            x = axis_data.to(dt)
+            kt = {k: (v.to("tpu") if torch.is_tensor(v) else v) for k, v in kw.items()}
+            want = torch.segment_reduce(x, reduce, **kw)
+            got = torch.segment_reduce(x.to("tpu"), reduce, **kt)
+            torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+        if reduce == "mean" and "initial" not in kw:
+            continue  # empty segments give NaN outputs; their gradients are NaN-free anyway
+        xc = axis_data.clone().requires_grad_()
+        xt = axis_data.to("tpu").requires_grad_()
+        kt = {k: (v.to("tpu") if torch.is_tensor(v) else v) for k, v in kw.items()}
+        yc = torch.segment_reduce(xc, reduce, **kw)
+        yt = torch.segment_reduce(xt, reduce, **kt)
+        w = torch.randn(yc.shape, dtype=yc.dtype)
+        (torch.nan_to_num(yc, 0.0, 0.0, 0.0) * w).sum().backward()
+        (torch.nan_to_num(yt, 0.0, 0.0, 0.0) * w.to("tpu")).sum().backward()
+        torch.testing.assert_close(xt.grad.cpu(), xc.grad)
+
+
+def test_segment_reduce_errors():
+    x = torch.randn(6, device="tpu")
+    with pytest.raises(RuntimeError):
+        torch.segment_reduce(x, "sum", lengths=torch.tensor([2, 2], device="tpu"))
+        torch.tpu.synchronize()
+    with pytest.raises(RuntimeError):
+        torch.segment_reduce(x, "sum", lengths=torch.tensor([7, -1], device="tpu"))
+        torch.tpu.synchronize()
+    with pytest.raises(RuntimeError):
+        torch.segment_reduce(x, "sum")
