@@ -16,6 +16,7 @@
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
 #include <atomic>
@@ -105,6 +106,28 @@ struct Call {
   tpu_view_t outputs[kMaxOutputs];
   c10::DeviceIndex device = -1;
 };
+
+// A call without tensors whose `device` argument is a tpu: sets call.device.
+bool factory_device(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args, Call& call) {
+  const auto& schema = op.schema().arguments();
+  for (size_t i = 0; i < args.size() && i < schema.size(); ++i) {
+    if (schema[i].name() != "device" || !args[i].isDevice()) continue;
+    c10::Device d = args[i].toDevice();
+    if (d.type() != c10::DeviceType::PrivateUse1) return false;
+    call.device = d.has_index() ? d.index() : c10::impl::getDeviceGuardImpl(d.type())->getDevice().index();
+    return true;
+  }
+  return false;
+}
+
+// The factory arguments a native factory call accepts: its tpu device, a
+// strided layout, pin_memory False.
+bool factory_arg(const c10::Argument& arg, const c10::IValue& iv) {
+  if (arg.name() == "device") return iv.isDevice() && iv.toDevice().type() == c10::DeviceType::PrivateUse1;
+  if (arg.name() == "layout") return iv.isInt() && iv.toInt() == (int64_t)c10::kStrided;
+  if (arg.name() == "pin_memory") return iv.isBool() && !iv.toBool();
+  return false;
+}
 
 [[noreturn]] void device_mismatch(const c10::Device& a, const c10::Device& b) {
   TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
@@ -483,6 +506,11 @@ void boxed_call(Binding* b, const c10::OperatorHandle& op, torch::jit::Stack* st
     else if (iv.isTensorList())
       for (const at::Tensor& t : iv.toTensorList()) note_device(call, t);
   }
+  // A factory without tensors (tril_indices): the device comes from its
+  // `device` argument; that argument, a strided layout and pin_memory=False
+  // are then what the call is for, not arguments the row must bind.
+  bool factory = false;
+  if (call.device < 0) factory = factory_device(op, args, call);
   if (call.device < 0) {  // only CPU operands: nothing of ours is involved
     run_fallback(op, stack);
     return;
@@ -522,7 +550,8 @@ void boxed_call(Binding* b, const c10::OperatorHandle& op, torch::jit::Stack* st
         if (!iv.isNone()) gen = iv.toGenerator();
         break;
       case Role::Ignore:
-        native = is_default(op.schema().arguments()[i], iv);
+        native = is_default(op.schema().arguments()[i], iv) ||
+                 (factory && factory_arg(op.schema().arguments()[i], iv));
         break;
     }
   }

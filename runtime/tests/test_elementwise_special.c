@@ -19,6 +19,7 @@
 #include "kernel_test_util.h"
 #include "kernels/elementwise.h"
 #include "kernels/specfun.h"
+#include "kernels/specfun_t.h"
 
 enum { CF = 1, CI = 2, CB = 4, CF2 = 8 }; /* dtype classes a case runs on (CF2: float32/64) */
 enum { RS_SAME, RS_FLOAT, RS_BOOL };     /* result dtype: common, float32 for ints, bool */
@@ -125,6 +126,21 @@ R(tanh, tanh(x[0]))
 R(rrelu_eval, x[0] > 0 ? x[0] : x[0] * (p[0] + p[1]) / 2)
 R(j0, sf_bessel_j0(x[0]))
 R(j1, sf_bessel_j1(x[0]))
+/* The Bessel/Airy/igamma kernels evaluate float32 in float (specfun_t.h's
+ * _f versions): the double versions are the reference. */
+R(y0, sft_bessel_y0(x[0]))
+R(y1, sft_bessel_y1(x[0]))
+R(mi0, sft_modified_bessel_i0(x[0]))
+R(mi1, sft_modified_bessel_i1(x[0]))
+R(mk0, sft_modified_bessel_k0(x[0]))
+R(mk1, sft_modified_bessel_k1(x[0]))
+R(smk0, sft_scaled_modified_bessel_k0(x[0]))
+R(smk1, sft_scaled_modified_bessel_k1(x[0]))
+R(sj0, x[0] == 0 ? 1.0 : sin(x[0]) / x[0])
+R(airy, sft_airy_ai(x[0]))
+R(igamma, sft_calc_igamma(x[0], x[1]))
+R(igammac, sft_calc_igammac(x[0], x[1]))
+R(angle, x[0] < 0 ? 3.14159265358979323846 : 0.0)
 
 /* Orthogonal polynomials of x[0] and degree trunc(x[1]) by their plain
  * three-term recurrences in double (the kernels use trigonometric forms
@@ -197,6 +213,19 @@ static const sp_case_t k_cases[] = {
     {"sinc", 1, CF | CI, RS_FLOAT, -4, 4, .ref = r_sinc},
     {"special_bessel_j0", 1, CF | CI, RS_FLOAT, -30, 30, .ref = r_j0, .f32_tol = 1e-4},
     {"special_bessel_j1", 1, CF | CI, RS_FLOAT, -30, 30, .ref = r_j1, .f32_tol = 1e-4},
+    {"special_bessel_y0", 1, CF2 | CI, RS_FLOAT, 1, 30, .ref = r_y0, .f32_tol = 1e-4},
+    {"special_bessel_y1", 1, CF2 | CI, RS_FLOAT, 1, 30, .ref = r_y1, .f32_tol = 1e-4},
+    {"special_modified_bessel_i0", 1, CF2 | CI, RS_FLOAT, -12, 12, .ref = r_mi0},
+    {"special_modified_bessel_i1", 1, CF2 | CI, RS_FLOAT, -12, 12, .ref = r_mi1},
+    {"special_modified_bessel_k0", 1, CF2 | CI, RS_FLOAT, 1, 12, .ref = r_mk0},
+    {"special_modified_bessel_k1", 1, CF2 | CI, RS_FLOAT, 1, 12, .ref = r_mk1},
+    {"special_scaled_modified_bessel_k0", 1, CF2 | CI, RS_FLOAT, 1, 12, .ref = r_smk0},
+    {"special_scaled_modified_bessel_k1", 1, CF2 | CI, RS_FLOAT, 1, 12, .ref = r_smk1},
+    {"special_spherical_bessel_j0", 1, CF2 | CI, RS_FLOAT, -20, 20, .ref = r_sj0},
+    {"special_airy_ai", 1, CF2 | CI, RS_FLOAT, -2, 20, .ref = r_airy, .f32_tol = 1e-4},
+    {"igamma", 2, CF, RS_SAME, 0.1, 10, .lo1 = 0.1, .hi1 = 12, .ref = r_igamma, .f32_tol = 1e-4},
+    {"igammac", 2, CF, RS_SAME, 0.1, 10, .lo1 = 0.1, .hi1 = 12, .ref = r_igammac, .f32_tol = 1e-4},
+    {"angle", 1, CF | CI | CB, RS_FLOAT, -3, 3, .ref = r_angle},
     {"deg2rad", 1, CF | CI, RS_FLOAT, -400, 400, .ref = r_deg2rad},
     {"rad2deg", 1, CF, RS_FLOAT, -7, 7, .ref = r_rad2deg},
     {"frac", 1, CF, RS_SAME, -20, 20, .ref = r_frac},
@@ -403,6 +432,20 @@ TEST(special_values) {
       {"special_bessel_j0", -1, 1.0, 0.76519768655796655},
       {"special_bessel_j1", -1, 1.0, 0.44005058574493352},
       {"special_bessel_j0", -1, 10.0, -0.24593576445134834},
+      {"special_bessel_y0", -1, 1.0, 0.088256964215676956},
+      {"special_bessel_y1", -1, 1.0, -0.78121282130028868},
+      {"special_bessel_y0", -1, 10.0, 0.055671167283599392},
+      {"special_modified_bessel_i0", -1, 1.0, 1.2660658777520082},
+      {"special_modified_bessel_i1", -1, -1.0, -0.56515910399248503},
+      {"special_modified_bessel_k0", -1, 1.0, 0.42102443824070834},
+      {"special_modified_bessel_k1", -1, 1.0, 0.60190723019723457},
+      {"special_modified_bessel_k0", -1, 5.0, 0.0036910983340425942},
+      {"special_scaled_modified_bessel_k0", -1, 1.0, 1.1444630798068949},
+      {"special_scaled_modified_bessel_k1", -1, 1.0, 1.6361534862632582},
+      {"special_spherical_bessel_j0", -1, 1.0, 0.84147098480789651},
+      {"special_airy_ai", -1, 1.0, 0.13529241631288141},
+      {"special_airy_ai", -1, -2.0, 0.22740742820168558},
+      {"special_airy_ai", -1, 5.0, 1.0834442813607442e-04},
   };
   for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); ++i) {
     int64_t one = 1;
@@ -416,7 +459,9 @@ TEST(special_values) {
     double got = tt_get(&y.view, 0);
     /* trigamma is PyTorch's 6-term series and J0/J1 Cephes' rational
      * approximations (CPU's values): good to ~1e-9. */
-    double tol = (vals[i].n == 1 || strstr(vals[i].op, "bessel")) ? 1e-8 : 1e-13;
+    double tol = (vals[i].n == 1 || strstr(vals[i].op, "bessel") || strstr(vals[i].op, "airy"))
+                     ? 1e-8
+                     : 1e-13;
     if (!(fabs(got - vals[i].want) <= tol * (1 + fabs(vals[i].want))))
       tpu_test_fail(__FILE__, __LINE__, "%s(%g): got %.17g want %.17g", vals[i].op, vals[i].x, got,
                     vals[i].want);
@@ -424,6 +469,13 @@ TEST(special_values) {
   }
   double z = sf_zeta(2.0, 1.0);
   CHECK_NEAR(z, 1.6449340668482264, 1e-14);
+  /* igamma(2, 1) = 1 - 2/e; igammac(0.5, 2) = erfc(sqrt(2)); the asymptotic
+   * branch (a ~ x, 20 < a < 200) against igamma + igammac = 1. */
+  CHECK_NEAR(sft_calc_igamma(2.0, 1.0), 0.26424111765711533, 1e-14);
+  CHECK_NEAR(sft_calc_igammac(0.5, 2.0), 0.045500263896358417, 1e-14);
+  CHECK_NEAR(sft_calc_igamma(50.0, 52.0) + sft_calc_igammac(50.0, 52.0), 1.0, 1e-14);
+  CHECK_NEAR(sft_calc_igamma_f(50.0f, 52.0f), sft_calc_igamma(50.0, 52.0), 1e-5);
+  CHECK(isnan(sft_calc_igamma(-1.0, 1.0)) && sft_calc_igamma(0.0, 1.0) == 1.0);
 }
 
 /* Runs `op` with the given inputs/outputs/attrs through check and kernel. */
@@ -525,5 +577,50 @@ TEST(special_rejected_arguments) {
   CHECK_CODE(run_op("rrelu_with_noise", ff, 2, &o.view, 1, train, 3), U);
   CHECK_CODE(run_op("floor_divide", ii, 2, &oi.view, 1, NULL, 0), TPU_CODE_INVALID_ARGUMENT);
   CHECK_CODE(run_op("acos", ff, 1, &oi.view, 1, NULL, 0), TPU_CODE_INVALID_ARGUMENT);
-  tt_free(&f), tt_free(&d), tt_free(&i), tt_free(&o), tt_free(&oi), tt_free(&fo);
+  /* Integer igamma, half-type Bessel Y, integer frexp: the CPU raises. */
+  CHECK_CODE(run_op("igamma", ii, 2, &oi.view, 1, NULL, 0), U);
+  tt_t h = tt_make(TPU_DTYPE_F16, 1, &n, TT_CONTIG);
+  tpu_value_t hv[1] = {tt_value(&h.view)};
+  CHECK_CODE(run_op("special_bessel_y0", hv, 1, &h.view, 1, NULL, 0), U);
+  tpu_view_t fx[2] = {o.view, oi.view};
+  CHECK_CODE(run_op("frexp", ii, 1, fx, 2, NULL, 0), U);
+  /* clamp_min on bool: a tensor bound runs, a Python bound is the CPU's error. */
+  tt_t b = tt_make(TPU_DTYPE_BOOL, 1, &n, TT_CONTIG), bo = tt_make(TPU_DTYPE_BOOL, 1, &n, TT_CONTIG);
+  tt_fill_value(&b.view, 1);
+  tpu_value_t bb[2] = {tt_value(&b.view), tt_value(&b.view)};
+  CHECK_OK(run_op("clamp_min", bb, 2, &bo.view, 1, NULL, 0));
+  memset(&bb[1], 0, sizeof(bb[1]));
+  bb[1].kind = TPU_VALUE_SCALAR;
+  bb[1].u.scalar.dtype = TPU_DTYPE_BOOL;
+  bb[1].u.scalar.v.i = 1;
+  CHECK_CODE(run_op("clamp_min", bb, 2, &bo.view, 1, NULL, 0), U);
+  tt_free(&f), tt_free(&d), tt_free(&i), tt_free(&o), tt_free(&oi), tt_free(&fo), tt_free(&h);
+  tt_free(&b), tt_free(&bo);
+}
+
+/* frexp: mantissa and int32 exponent of every layout against libm. */
+TEST(special_frexp) {
+  const tpu_dtype_t dts[] = {TPU_DTYPE_F32, TPU_DTYPE_F64, TPU_DTYPE_F16, TPU_DTYPE_BF16};
+  const tt_layout_t lays[] = {TT_CONTIG, TT_TRANSPOSED, TT_GAPS};
+  int64_t sizes[2] = {37, 1100};
+  for (size_t d = 0; d < 4; ++d)
+    for (size_t l = 0; l < 3; ++l) {
+      tt_t x = tt_make(dts[d], 2, sizes, lays[l]);
+      tt_t m = tt_make(dts[d], 2, sizes, lays[(l + 1) % 3]);
+      tt_t e = tt_make(TPU_DTYPE_I32, 2, sizes, lays[(l + 2) % 3]);
+      tt_fill(&x.view, -1e4, 1e4, 0);
+      tt_set(&x.view, 0, 0.0);
+      tpu_value_t in[1] = {tt_value(&x.view)};
+      tpu_view_t outs[2] = {m.view, e.view};
+      CHECK_OK(run_op("frexp", in, 1, outs, 2, NULL, 0));
+      int bad = 0;
+      for (int64_t k = 0; k < sizes[0] * sizes[1] && bad < 3; ++k) {
+        int ex = 0;
+        double man = frexp(tt_get(&x.view, k), &ex);
+        if (tt_get(&m.view, k) != man || tt_get(&e.view, k) != (double)ex)
+          bad++, tpu_test_fail(__FILE__, __LINE__, "frexp %s elem %lld", tpu_dtype_name(dts[d]),
+                               (long long)k);
+      }
+      tt_free(&x), tt_free(&m), tt_free(&e);
+    }
 }

@@ -269,3 +269,89 @@ TEST(shape_eye_table) {
   CHECK_CODE(def->check(def, &node), TPU_CODE_UNIMPLEMENTED);
   tt_free(&o);
 }
+
+/* logspace over every non-bool dtype (the kernel against the reference,
+ * contiguous and strided), known values, and tril/triu_indices against a
+ * plain double loop over the matrix. */
+TEST(shape_logspace_tri_indices_table) {
+  const tpu_op_def_t* ls = tt_def("logspace");
+  if (!ls) return;
+  static const struct {
+    double a, b;
+    int64_t steps;
+    double base;
+    bool ints;
+  } cases[] = {{0, 3, 4, 10, true}, {-2, 2, 9, 2, true}, {1, 0, 1, 10, true},
+               {0, 5, 0, 3, true},  {-1.5, 2.25, 1001, 2.5, false}, {0, 1, 40001, 10, false}};
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); ++c)
+    for (int t = 1; t < NDT; ++t) {
+      tpu_dtype_t dt = k_dtypes[t];
+      if (!cases[c].ints && !tpu_dtype_is_floating(dt)) continue;
+      if (dt == TPU_DTYPE_U8 && cases[c].a < 0) continue;
+      tpu_attr_t attrs[4] = {cases[c].ints ? tt_int((int64_t)cases[c].a) : tt_float(cases[c].a),
+                             cases[c].ints ? tt_int((int64_t)cases[c].b) : tt_float(cases[c].b),
+                             tt_int(cases[c].steps), tt_float(cases[c].base)};
+      tpu_view_t shape = {.dtype = dt, .ndim = 1, .sizes = {cases[c].steps}};
+      for (int layout = 0; layout < 2; ++layout) {
+        char what[64];
+        snprintf(what, sizeof(what), "logspace case %zu %s", c, tpu_dtype_name(dt));
+        run_compare(what, ls, NULL, 0, attrs, 4, &shape, layout ? TT_GAPS : TT_CONTIG);
+      }
+    }
+  int64_t s4[1] = {4};
+  tt_t l = tt_make(TPU_DTYPE_F64, 1, s4, TT_CONTIG);
+  tpu_attr_t la[4] = {tt_int(0), tt_int(3), tt_int(4), tt_float(10.0)};
+  tpu_node_t node = tt_node(NULL, 0, &l.view, 1, la, 4);
+  CHECK_OK(tt_run(ls->kernel, ls, &node));
+  for (int k = 0; k < 4; ++k) CHECK_NEAR(tt_get(&l.view, k), pow(10.0, k), 1e-12);
+  tt_free(&l);
+
+  const char* tri[2] = {"tril_indices", "triu_indices"};
+  for (int u = 0; u < 2; ++u) {
+    const tpu_op_def_t* def = tt_def(tri[u]);
+    if (!def) return;
+    for (int64_t r = 0; r <= 7; r += 1)
+      for (int64_t cc = 0; cc <= 9; cc += 3)
+        for (int64_t off = -8; off <= 10; off += 3) {
+          tpu_attr_t attrs[3] = {tt_int(r), tt_int(cc), tt_int(off)};
+          tpu_node_t n0 = tt_node(NULL, 0, NULL, 0, attrs, 3);
+          tpu_view_t inferred;
+          CHECK_OK(def->infer(def, &n0, &inferred));
+          /* Pairs by the definition. */
+          int64_t want = 0;
+          for (int64_t i = 0; i < r; ++i)
+            for (int64_t j = 0; j < cc; ++j) want += u ? j - i >= off : j - i <= off;
+          CHECK(inferred.sizes[1] == want && inferred.dtype == TPU_DTYPE_I64);
+          for (int layout = 0; layout < 2; ++layout) {
+            tpu_view_t shape = inferred;
+            shape.dtype = layout ? TPU_DTYPE_I32 : TPU_DTYPE_I64;
+            char what[64];
+            snprintf(what, sizeof(what), "%s %lld %lld %lld", tri[u], (long long)r, (long long)cc,
+                     (long long)off);
+            run_compare(what, def, NULL, 0, attrs, 3, &shape, layout ? TT_TRANSPOSED : TT_CONTIG);
+          }
+        }
+    /* float32 / negative sizes: the CPU's errors. */
+    int64_t s2[2] = {2, 3};
+    tt_t f = tt_make(TPU_DTYPE_F32, 2, s2, TT_CONTIG);
+    tpu_attr_t ok[3] = {tt_int(2), tt_int(2), tt_int(0)}, neg[3] = {tt_int(-1), tt_int(2), tt_int(0)};
+    tpu_node_t nf = tt_node(NULL, 0, &f.view, 1, ok, 3);
+    CHECK_CODE(def->check(def, &nf), TPU_CODE_UNIMPLEMENTED);
+    tpu_node_t nn = tt_node(NULL, 0, NULL, 0, neg, 3);
+    tpu_view_t iv;
+    CHECK_CODE(def->infer(def, &nn, &iv), TPU_CODE_UNIMPLEMENTED);
+    tt_free(&f);
+  }
+
+  /* arange over an integer dtype with Python floats: the double range's
+   * size, truncated start and step (0.5 -> 0 repeats start). */
+  const tpu_op_def_t* ar = tt_def("arange");
+  int64_t s128[1] = {128};
+  tt_t a = tt_make(TPU_DTYPE_I64, 1, s128, TT_CONTIG);
+  tpu_attr_t aa[3] = {tt_int(3), tt_int(67), tt_float(0.5)};
+  tpu_node_t na = tt_node(NULL, 0, &a.view, 1, aa, 3);
+  CHECK_OK(ar->check(ar, &na));
+  CHECK_OK(tt_run(ar->kernel, ar, &na));
+  CHECK(tt_get(&a.view, 0) == 3 && tt_get(&a.view, 127) == 3);
+  tt_free(&a);
+}

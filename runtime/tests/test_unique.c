@@ -214,3 +214,70 @@ TEST(unique_dim_table) {
     }
   }
 }
+
+/* isin: kernel against the quadratic reference over dtypes, layouts, invert,
+ * mixed dtypes, NaNs and a Python-number operand; bool is the CPU's error. */
+TEST(unique_isin_table) {
+  const tpu_op_def_t *def = tt_def("isin"), *ts = tt_def("isin_tensor_scalar"),
+                     *st = tt_def("isin_scalar_tensor");
+  if (!def || !ts || !st) return;
+  int64_t es[2] = {37, 130}, tsz[1] = {53};
+  for (int t = 1; t < NDT; ++t)
+    for (int layout = 0; layout < 3; ++layout)
+      for (int inv = 0; inv < 2; ++inv) {
+        tpu_dtype_t dt = k_dtypes[t], tdt = layout == 2 ? TPU_DTYPE_F64 : dt;
+        tt_t e = tt_make(dt, 2, es, layout == 1 ? TT_TRANSPOSED : layout == 2 ? TT_GAPS : TT_CONTIG);
+        tt_t te = tt_make(tdt, 1, tsz, layout ? TT_GAPS : TT_CONTIG);
+        tt_fill(&e.view, 0, 60, 0);
+        tt_fill(&te.view, 0, 60, 0);
+        if (tpu_dtype_is_floating(dt)) tt_set(&e.view, 3, NAN), tt_set(&te.view, 1, NAN);
+        tt_t out = tt_make(TPU_DTYPE_BOOL, 2, es, layout ? TT_GAPS : TT_CONTIG);
+        tt_t want = tt_make(TPU_DTYPE_BOOL, 2, es, TT_CONTIG);
+        tpu_value_t in[2] = {tt_value(&e.view), tt_value(&te.view)};
+        tpu_attr_t attrs[2] = {tt_bool(false), tt_bool(inv)};
+        tpu_node_t node = tt_node(in, 2, NULL, 0, attrs, 2);
+        tpu_view_t inferred;
+        CHECK_OK(def->infer(def, &node, &inferred));
+        CHECK(inferred.dtype == TPU_DTYPE_BOOL && views_same_shape(&inferred, &e.view));
+        node = tt_node(in, 2, &out.view, 1, attrs, 2);
+        CHECK_OK(def->check(def, &node));
+        CHECK_OK(tt_run(def->kernel, def, &node));
+        node.outputs = &want.view;
+        CHECK_OK(tpu_unique_reference(def, &node));
+        char what[64];
+        snprintf(what, sizeof(what), "isin %s layout %d invert %d", tpu_dtype_name(dt), layout, inv);
+        tt_compare(what, &out.view, &want.view, 0.0);
+        /* Tensor_Scalar with a Python int. */
+        tpu_value_t sc[2] = {tt_value(&e.view), {0}};
+        sc[1].kind = TPU_VALUE_SCALAR;
+        sc[1].u.scalar.dtype = TPU_DTYPE_I64;
+        sc[1].u.scalar.v.i = 7;
+        node = tt_node(sc, 2, &out.view, 1, attrs, 2);
+        CHECK_OK(tt_run(ts->kernel, ts, &node));
+        node.outputs = &want.view;
+        CHECK_OK(tpu_unique_reference(ts, &node));
+        tt_compare(what, &out.view, &want.view, 0.0);
+        tt_free(&e), tt_free(&te), tt_free(&out), tt_free(&want);
+      }
+  /* Scalar_Tensor: a 0-dim result. */
+  int64_t four = 4;
+  tt_t te = tt_make(TPU_DTYPE_I32, 1, &four, TT_CONTIG), o = tt_make(TPU_DTYPE_BOOL, 0, NULL, 0);
+  for (int k = 0; k < 4; ++k) tt_set(&te.view, k, 2 * k);
+  tpu_value_t in[2] = {{0}, tt_value(&te.view)};
+  in[0].kind = TPU_VALUE_SCALAR;
+  in[0].u.scalar.dtype = TPU_DTYPE_I64;
+  in[0].u.scalar.v.i = 4;
+  tpu_attr_t attrs[2] = {tt_bool(false), tt_bool(false)};
+  tpu_node_t node = tt_node(in, 2, &o.view, 1, attrs, 2);
+  CHECK_OK(tt_run(st->kernel, st, &node));
+  CHECK(tt_get(&o.view, 0) == 1);
+  in[0].u.scalar.v.i = 5;
+  CHECK_OK(tt_run(st->kernel, st, &node));
+  CHECK(tt_get(&o.view, 0) == 0);
+  /* bool: not supported by the CPU kernel. */
+  tt_t b = tt_make(TPU_DTYPE_BOOL, 1, &four, TT_CONTIG), bo = tt_make(TPU_DTYPE_BOOL, 1, &four, 0);
+  tpu_value_t bb[2] = {tt_value(&b.view), tt_value(&b.view)};
+  node = tt_node(bb, 2, &bo.view, 1, attrs, 2);
+  CHECK_CODE(def->check(def, &node), TPU_CODE_UNIMPLEMENTED);
+  tt_free(&te), tt_free(&o), tt_free(&b), tt_free(&bo);
+}

@@ -346,6 +346,16 @@ static tpu_status_t prep_clamp(const tpu_node_t* node, tpu_dtype_t common, tpu_e
   return TPU_OK;
 }
 
+/* clamp_min/clamp_max: bool runs with a tensor bound (maximum/minimum), not
+ * with a Python number (CPU's scalar kernel has no bool). */
+static tpu_status_t prep_clamp_bound(const tpu_node_t* node, tpu_dtype_t common,
+                                     tpu_ew_params_t* p) {
+  (void)p;
+  if (common == TPU_DTYPE_BOOL && node->inputs[1].kind != TPU_VALUE_VIEW)
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "clamp with a scalar bound: not for Bool");
+  return TPU_OK;
+}
+
 /* addcdiv: PyTorch rejects integer tensor1/tensor2. */
 static tpu_status_t prep_addcdiv(const tpu_node_t* node, tpu_dtype_t common, tpu_ew_params_t* p) {
   (void)common, (void)p;
@@ -393,8 +403,8 @@ EW_IMPL(k_pow, PROMOTE, EW_N(ew_pow), .checked = 2, .prepare = prep_pow)
 EW_IMPL(k_maximum, PROMOTE, EW_A(ew_maximum))
 EW_IMPL(k_minimum, PROMOTE, EW_A(ew_minimum))
 EW_IMPL(k_clamp, PROMOTE, EW_N(ew_clamp), .checked = 6, .prepare = prep_clamp)
-EW_IMPL(k_clamp_min, PROMOTE, EW_N(ew_maximum), .checked = 2)
-EW_IMPL(k_clamp_max, PROMOTE, EW_N(ew_minimum), .checked = 2)
+EW_IMPL(k_clamp_min, PROMOTE, EW_A(ew_maximum), .checked = 2, .prepare = prep_clamp_bound)
+EW_IMPL(k_clamp_max, PROMOTE, EW_A(ew_minimum), .checked = 2, .prepare = prep_clamp_bound)
 EW_IMPL(k_neg, PROMOTE, EW_N(ew_neg))
 EW_IMPL(k_abs, PROMOTE, EW_N(ew_abs))
 EW_IMPL(k_sign, PROMOTE, EW_A(ew_sign))

@@ -16,6 +16,7 @@
 
 #include "kernels/elementwise.h"
 #include "kernels/elementwise_tile.h"
+#include "kernels/kernel_util.h"
 #include "kernels/specfun.h"
 #include "kernels/vmath.h"
 
@@ -151,6 +152,11 @@ static int sp_logit_F32(void* out, const void* const* in, int64_t n, const tpu_e
 EW_FLOATS(EW_U, sp_nan_to_num, r = x != x ? s0 : x == (ew_t)INFINITY ? s1 : x == -(ew_t)INFINITY ? s2 : x)
 EW_INTS(EW_U, sp_ident, r = x)
 EW_BOOLS(EW_U, sp_ident, r = x)
+
+/* angle of a real number: 0, pi for negatives, NaN kept. */
+EW_FLOATS(EW_U, sp_angle, r = x != x ? x : x < C(0) ? (ew_t)SP_PI : C(0))
+/* frexp's mantissa (the exponent: sp_frexp_exponents). */
+EW_FLOATS(EW_U, sp_frexp_m, int e; r = frexp(x, &e))
 
 /* Predicates: integers and bools are finite and never NaN. */
 EW_U(sp_isnan, F32, float, uint8_t, r = x != x)
@@ -385,6 +391,8 @@ SP_FLOAT_UNARY(bessel_j0)
 SP_FLOAT_UNARY(bessel_j1)
 SP_FLOAT_UNARY(deg2rad)
 SP_FLOAT_UNARY(rad2deg)
+SP_FLOAT_UNARY(angle)
+EW_IMPL(k_frexp_m, PROMOTE, EW_F(sp_frexp_m))
 EW_IMPL(k_polygamma, FLOAT, EW_F(sp_polygamma), .num_params = 1, .prepare = prep_polygamma)
 EW_IMPL(k_logit, FLOAT, EW_F(sp_logit), .num_params = 1, .dflt = {-1}, .prepare = prep_logit)
 EW_IMPL(k_logit_backward, PROMOTE, EW_F(sp_logit_backward), .num_params = 1, .dflt = {-1})
@@ -486,6 +494,78 @@ static tpu_status_t sp_addr_kernel(const tpu_op_def_t* def, const tpu_node_t* no
                          &node->outputs[0]);
 }
 
+/* ---- frexp(self) -> (mantissa of self's dtype, exponent int32) --------------------- */
+
+/* `outs`: the outputs when known (check, kernel); NULL for shape inference. */
+static tpu_status_t sp_frexp_args(const tpu_op_def_t* def, const tpu_node_t* node,
+                                  const tpu_view_t* outs) {
+  tpu_dtype_t dt;
+  if (node->num_inputs != 1 || node->inputs[0].kind != TPU_VALUE_VIEW)
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "frexp: expected one tensor");
+  const tpu_view_t* x = &node->inputs[0].u.view;
+  if (!tpu_dtype_is_floating(x->dtype))
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED,
+                           "torch.frexp() only supports floating-point dtypes");
+  if (outs && (outs[0].dtype != x->dtype || outs[1].dtype != TPU_DTYPE_I32))
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "frexp: output dtypes");
+  return tpu_ew_result_dtype(&k_frexp_m, def->name, node->inputs, 1, NULL, 0, &dt);
+}
+
+static tpu_status_t sp_frexp_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  return sp_frexp_args(def, node, node->num_outputs == 2 ? node->outputs : NULL);
+}
+
+static tpu_status_t sp_frexp_infer(const tpu_op_def_t* def, const tpu_node_t* node,
+                                   tpu_view_t* out) {
+  TPU_RETURN_IF_ERROR(sp_frexp_args(def, node, NULL));
+  for (int k = 0; k < 2; ++k) {
+    out[k] = node->inputs[0].u.view;
+    out[k].addr = 0;
+    out[k].dtype = k == 0 ? node->inputs[0].u.view.dtype : TPU_DTYPE_I32;
+    tpu_view_set_contiguous(&out[k]);
+  }
+  return TPU_OK;
+}
+
+/* The int32 exponents: self read as float64 (exact for every floating dtype,
+ * so the exponent is the one of the stored value) a run at a time. */
+typedef struct sp_frexp_job {
+  walk_t in, out;
+  const tpu_view_t *x, *e;
+} sp_frexp_job_t;
+
+static void sp_frexp_exponents(void* arg, int64_t begin, int64_t end) {
+  const sp_frexp_job_t* j = (const sp_frexp_job_t*)arg;
+  double v[256];
+  int32_t e[256];
+  for (int64_t k = begin; k < end; k += 256) {
+    int64_t n = end - k < 256 ? end - k : 256;
+    walk_gather(v, TPU_DTYPE_F64, tpu_view_ptr(j->x), j->x->dtype, &j->in, k, n);
+    for (int64_t i = 0; i < n; ++i) {
+      int ex = 0;
+      (void)frexp(v[i], &ex);
+      e[i] = ex;
+    }
+    walk_scatter(tpu_view_ptr(j->e), TPU_DTYPE_I32, &j->out, k, e, TPU_DTYPE_I32, n);
+  }
+}
+
+static tpu_status_t sp_frexp_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                    tpu_exec_ctx_t* ctx) {
+  (void)ctx;
+  TPU_RETURN_IF_ERROR(sp_frexp_check(def, node));
+  if (node->num_outputs != 2)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: expected 2 outputs", def->name);
+  sp_frexp_job_t j;
+  j.x = &node->inputs[0].u.view, j.e = &node->outputs[1];
+  if (!views_same_shape(j.x, j.e))
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: exponent of another shape", def->name);
+  walk_init_tail(&j.in, j.x, 0);
+  walk_init_tail(&j.out, j.e, 0);
+  tpu_parallel_for(tpu_view_numel(j.x), WALK_GRAIN, sp_frexp_exponents, &j);
+  return tpu_ew_run_impl(&k_frexp_m, def->name, node->inputs, 1, NULL, 0, &node->outputs[0]);
+}
+
 /* ---- rows ------------------------------------------------------------------------ */
 
 /* A unary op with special.* spellings that have their own kernels. */
@@ -532,6 +612,9 @@ static const tpu_op_def_t g_rows[] = {
     SP_UNARY_ROW("rad2deg", SP_ATEN3(rad2deg), k_rad2deg),
     SP_UNARY_ROW("frac", SP_ATEN3(frac), k_frac),
     SP_UNARY_ROW("sgn", SP_ATEN3(sgn), k_sgn),
+    SP_UNARY_ROW("angle", "angle angle.out", k_angle),
+    {"frexp", "self", "", "mantissa,exponent", "frexp.Tensor frexp.Tensor_out", sp_frexp_kernel,
+     sp_frexp_infer, sp_frexp_check, NULL},
     EW_ROW("polygamma", "self", "n", "out", "polygamma polygamma.out", k_polygamma),
     EW_ROW("logit", "self", "eps", "out", "logit logit.out logit_", k_logit),
     EW_BACKWARD_ROW(logit_backward, "grad_output,self", "eps"),

@@ -15,6 +15,9 @@
  * before anything is written: RuntimeError for scatter, IndexError for
  * index_reduce (PyTorch's messages). `scatter_reduce_reference` is the plain
  * per-element reference the C tests compare against.
+ *
+ * segment_reduce (lengths or offsets, forward and _segment_reduce_backward)
+ * is at the end of the file: see there.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -391,6 +394,310 @@ static tpu_status_t sr_check(const tpu_op_def_t* def, const tpu_node_t* node) {
 static const sr_spec_t k_two = {SR_SCATTER_REDUCE}, k_legacy = {SR_SCATTER_LEGACY},
                        k_value = {SR_SCATTER_VALUE}, k_index_reduce = {SR_INDEX_REDUCE};
 
+/* ---- segment_reduce ---------------------------------------------------------------
+ * segment_reduce(data, reduce; lengths | offsets, axis, unsafe, initial) and
+ * _segment_reduce_backward(grad, output, data, reduce; lengths | offsets,
+ * axis, initial), as ATen's CPU kernels: data viewed as [outer, size, inner]
+ * around `axis`, lengths/offsets as [outer, segments(+1)]. Every operation
+ * rounds to the data's dtype as the CPU's scalar_t arithmetic does (half
+ * types through float32), on float64 copies; segments are split over
+ * threads (each writes its own outputs). Lengths and offsets are validated
+ * before anything is written (negative lengths, rows not summing to the
+ * axis size unless unsafe, offsets out of order or range: RuntimeError). */
+
+typedef enum { SG_MAX, SG_MEAN, SG_MIN, SG_SUM, SG_PROD } sg_red_t;
+
+typedef struct sg_args {
+  bool backward, offsets, unsafe, has_initial;
+  const tpu_view_t *data, *lens, *grad, *output;
+  sg_red_t red;
+  double initial;
+  int64_t outer, size, inner, nseg;
+  tpu_dtype_t dt;
+} sg_args_t;
+
+static tpu_status_t sg_parse(const tpu_op_def_t* def, const tpu_node_t* node, sg_args_t* a) {
+  memset(a, 0, sizeof(*a));
+  a->backward = strcmp(def->name, "segment_reduce_backward") == 0;
+  a->data = ku_input(def, node, "data");
+  const tpu_view_t *len = ku_input(def, node, "lengths"), *off = ku_input(def, node, "offsets");
+  if (!a->data) return unimpl("segment_reduce: data");
+  a->offsets = off != NULL;
+  a->lens = off ? off : len;
+  if (!a->lens) return unimpl("segment_reduce(): Either lengths or offsets must be defined.");
+  a->dt = a->data->dtype;
+  if (!tpu_dtype_is_floating(a->dt)) return unimpl("segment_reduce: floating data only");
+  if (a->lens->dtype != TPU_DTYPE_I64 && a->lens->dtype != TPU_DTYPE_I32)
+    return unimpl("segment_reduce: int32/int64 lengths only");
+  const tpu_attr_t* r = ku_attr(def, node, "reduce");
+  if (!r || r->kind != TPU_ATTR_STR) return unimpl("segment_reduce: reduce");
+  static const char* names[] = {"max", "mean", "min", "sum", "prod"};
+  int k = 0;
+  while (k < 5 && strcmp(r->u.str, names[k]) != 0) ++k;
+  if (k == 5) return unimpl("segment_reduce: unknown reduction");
+  a->red = (sg_red_t)k;
+  int32_t axis = 0;
+  TPU_RETURN_IF_ERROR(ku_unimplemented(
+      ku_wrap_dim(tpu_attr_int(ku_attr(def, node, "axis"), 0), a->data->ndim, &axis)));
+  if (a->data->ndim < 1 || a->lens->ndim != axis + 1 || a->data->ndim < a->lens->ndim)
+    return unimpl("segment_reduce(): Expected axis to be the last dimension of lengths");
+  for (int32_t d = 0; d < axis; ++d)
+    if (a->lens->sizes[d] != a->data->sizes[d]) return unimpl("segment_reduce: lengths shape");
+  a->nseg = a->lens->sizes[axis] - (a->offsets ? 1 : 0);
+  if (a->nseg < 0) return unimpl("segment_reduce: empty offsets");
+  a->outer = 1, a->inner = 1, a->size = a->data->sizes[axis];
+  for (int32_t d = 0; d < axis; ++d) a->outer *= a->data->sizes[d];
+  for (int32_t d = axis + 1; d < a->data->ndim; ++d) a->inner *= a->data->sizes[d];
+  a->unsafe = tpu_attr_bool(ku_attr(def, node, "unsafe"), false);
+  const tpu_attr_t* init = ku_attr(def, node, "initial");
+  if (init && init->kind != TPU_ATTR_NONE) {
+    if (init->kind != TPU_ATTR_INT && init->kind != TPU_ATTR_FLOAT && init->kind != TPU_ATTR_BOOL)
+      return unimpl("segment_reduce: initial");
+    a->has_initial = true;
+    a->initial = init->kind == TPU_ATTR_FLOAT ? init->u.f : (double)init->u.i;
+  }
+  if (a->backward) {
+    a->grad = ku_input(def, node, "grad");
+    a->output = ku_input(def, node, "output");
+    if (!a->grad || !a->output || a->grad->dtype != a->dt || a->output->dtype != a->dt ||
+        !views_same_shape(a->grad, a->output) || a->grad->ndim != a->data->ndim)
+      return unimpl("_segment_reduce_backward: grad/output");
+    for (int32_t d = 0; d < a->data->ndim; ++d)
+      if (a->grad->sizes[d] != (d == axis ? a->nseg : a->data->sizes[d]))
+        return unimpl("_segment_reduce_backward: grad shape");
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t sg_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  sg_args_t a;
+  TPU_RETURN_IF_ERROR(sg_parse(def, node, &a));
+  if (node->num_outputs == 1 && node->outputs && node->outputs[0].addr > 1) {
+    const tpu_view_t* o = &node->outputs[0];
+    if (o->dtype != a.dt) return unimpl("segment_reduce: out dtype");
+    for (int32_t i = 0; i < node->num_inputs; ++i)
+      if (node->inputs[i].kind == TPU_VALUE_VIEW && views_overlap(o, &node->inputs[i].u.view))
+        return unimpl("segment_reduce: output overlaps an input");
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t sg_infer(const tpu_op_def_t* def, const tpu_node_t* node, tpu_view_t* out) {
+  sg_args_t a;
+  TPU_RETURN_IF_ERROR(sg_parse(def, node, &a));
+  memset(out, 0, sizeof(*out));
+  out->dtype = a.dt;
+  out->ndim = a.data->ndim;
+  memcpy(out->sizes, a.data->sizes, sizeof(out->sizes));
+  if (!a.backward) out->sizes[a.lens->ndim - 1] = a.nseg;
+  tpu_view_set_contiguous(out);
+  return TPU_OK;
+}
+
+/* x rounded to dtype dt, as scalar_t arithmetic leaves it. */
+static inline double sg_rnd(double x, tpu_dtype_t dt) {
+  if (dt == TPU_DTYPE_F64) return x;
+  float f = (float)x;
+  if (dt == TPU_DTYPE_F16) return (double)tpu_f16_to_f32(tpu_f32_to_f16(f));
+  if (dt == TPU_DTYPE_BF16) return (double)tpu_bf16_to_f32(tpu_f32_to_bf16(f));
+  return (double)f;
+}
+
+typedef struct sg_job {
+  const sg_args_t* a;
+  const int64_t* lens; /* offsets [outer, nseg + 1] */
+  const double *data, *grad, *out;
+  double* res;
+} sg_job_t;
+
+/* Segment s of row o: j->lens holds offsets [outer, nseg + 1] (lengths are
+ * turned into offsets when loaded). */
+static void sg_segment(const sg_job_t* j, int64_t o, int64_t s, int64_t* start, int64_t* len) {
+  const int64_t* row = j->lens + o * (j->a->nseg + 1);
+  *start = row[s], *len = row[s + 1] - row[s];
+}
+
+/* A segment's rows are walked in order, each row's inner elements
+ * contiguously (acc holds one accumulator per inner position). */
+static void sg_forward_chunk(void* arg, int64_t begin, int64_t end) {
+  const sg_job_t* j = (const sg_job_t*)arg;
+  const sg_args_t* a = j->a;
+  const tpu_dtype_t dt = a->dt;
+  const int64_t inner = a->inner;
+  const double init = a->has_initial ? sg_rnd(a->initial, dt)
+                      : a->red == SG_MAX  ? -INFINITY
+                      : a->red == SG_MIN  ? INFINITY
+                      : a->red == SG_PROD ? 1.0
+                                          : 0.0;
+  for (int64_t t = begin; t < end; ++t) {
+    int64_t o = t / a->nseg, s = t % a->nseg, start, len;
+    sg_segment(j, o, s, &start, &len);
+    double* acc = j->res + (o * a->nseg + s) * inner;
+    for (int64_t i = 0; i < inner; ++i) acc[i] = init;
+    for (int64_t k = 0; k < len; ++k) {
+      const double* x = j->data + (o * a->size + start + k) * inner;
+      switch (a->red) {
+        case SG_MAX:
+          for (int64_t i = 0; i < inner; ++i) acc[i] = isnan(x[i]) || acc[i] < x[i] ? x[i] : acc[i];
+          break;
+        case SG_MIN:
+          for (int64_t i = 0; i < inner; ++i) acc[i] = isnan(x[i]) || x[i] < acc[i] ? x[i] : acc[i];
+          break;
+        case SG_PROD:
+          for (int64_t i = 0; i < inner; ++i) acc[i] = sg_rnd(acc[i] * x[i], dt);
+          break;
+        default:
+          if (dt == TPU_DTYPE_F64)
+            for (int64_t i = 0; i < inner; ++i) acc[i] += x[i];
+          else if (dt == TPU_DTYPE_F32)
+            for (int64_t i = 0; i < inner; ++i) acc[i] = (double)(float)(acc[i] + x[i]);
+          else
+            for (int64_t i = 0; i < inner; ++i) acc[i] = sg_rnd(acc[i] + x[i], dt);
+      }
+    }
+    if (a->red == SG_MEAN)
+      for (int64_t i = 0; i < inner; ++i) {
+        if (len == 0 && !a->has_initial) acc[i] = NAN;
+        else if (len > 0 && !isnan(acc[i])) acc[i] = sg_rnd(acc[i] / sg_rnd((double)len, dt), dt);
+      }
+  }
+}
+
+static void sg_backward_chunk(void* arg, int64_t begin, int64_t end) {
+  const sg_job_t* j = (const sg_job_t*)arg;
+  const sg_args_t* a = j->a;
+  const tpu_dtype_t dt = a->dt;
+  for (int64_t t = begin; t < end; ++t) {
+    int64_t o = t / a->nseg, s = t % a->nseg, start, len;
+    sg_segment(j, o, s, &start, &len);
+    if (len == 0) continue;
+    if (a->red == SG_MEAN || a->red == SG_SUM) {
+      const double* g = j->grad + (o * a->nseg + s) * a->inner;
+      for (int64_t k = 0; k < len; ++k) {
+        double* gi = j->res + (o * a->size + start + k) * a->inner;
+        if (a->red == SG_SUM)
+          memcpy(gi, g, sizeof(double) * (size_t)a->inner);
+        else
+          for (int64_t i = 0; i < a->inner; ++i)
+            gi[i] = sg_rnd(g[i] / sg_rnd((double)len, dt), dt);
+      }
+      continue;
+    }
+    for (int64_t i = 0; i < a->inner; ++i) {
+      const int64_t oi = (o * a->nseg + s) * a->inner + i, base = (o * a->size + start) * a->inner + i;
+      const double g = j->grad[oi], y = j->out[oi];
+      const double* x = j->data + base;
+      double* gi = j->res + base;
+      const int64_t st = a->inner;
+      if (a->red == SG_MAX || a->red == SG_MIN) {
+        int64_t count = 0;
+        for (int64_t k = 0; k < len; ++k)
+          if (isnan(x[k * st]) || x[k * st] == y) gi[k * st] = g, ++count;
+        if (count < 2) continue;
+        /* ATen averages only the positive gradients of the tied elements. */
+        for (int64_t k = 0; k < len; ++k)
+          if (gi[k * st] > 0) gi[k * st] = sg_rnd(gi[k * st] / sg_rnd((double)count, dt), dt);
+      } else if (a->red == SG_MEAN || a->red == SG_SUM) {
+        continue; /* filled row by row below */
+      } else {
+        const double gy = sg_rnd(g * y, dt);
+        for (int64_t k = 0; k < len; ++k) {
+          const double v = x[k * st];
+          if (isnan(v) || v == 0) {
+            double excl = a->has_initial ? sg_rnd(a->initial, dt) : 1.0;
+            for (int64_t q = 0; q < len; ++q)
+              if (q != k) excl = sg_rnd(excl * x[q * st], dt);
+            gi[k * st] = sg_rnd(g * excl, dt);
+          } else {
+            gi[k * st] = sg_rnd(gy / v, dt);
+          }
+        }
+      }
+    }
+  }
+}
+
+/* Lengths/offsets into int64, validated (see the section comment), then
+ * as offsets [outer, nseg + 1] in `offs`. */
+static tpu_status_t sg_load_lengths(const sg_args_t* a, int64_t* lens, int64_t* offs) {
+  tpu_view_t lv = view_of(lens, TPU_DTYPE_I64, a->lens->ndim, a->lens->sizes);
+  view_copy(&lv, a->lens);
+  const int64_t w = a->nseg + (a->offsets ? 1 : 0);
+  for (int64_t o = 0; o < a->outer; ++o) {
+    const int64_t* row = lens + o * w;
+    if (a->offsets) {
+      for (int64_t k = 0; k < w; ++k)
+        if (row[k] < 0 || row[k] > a->size || (k > 0 && row[k] < row[k - 1]))
+          return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                                 "segment_reduce(): offsets must be non-decreasing and within "
+                                 "data.size(axis)");
+    } else {
+      int64_t sum = 0;
+      for (int64_t k = 0; k < w; ++k) {
+        if (row[k] < 0)
+          return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "lengths contains negative value!");
+        sum += row[k];
+      }
+      if (sum > a->size || (!a->unsafe && !a->backward && sum != a->size))
+        return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                               "segment_reduce(): Expected all rows of lengths along axis to sum "
+                               "to data.size(lengths.dim()-1) when !unsafe.");
+    }
+    int64_t* orow = offs + o * (a->nseg + 1);
+    if (a->offsets) {
+      memcpy(orow, row, sizeof(int64_t) * (size_t)w);
+    } else {
+      orow[0] = 0;
+      for (int64_t k = 0; k < w; ++k) orow[k + 1] = orow[k] + row[k];
+    }
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t sg_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                              tpu_exec_ctx_t* ctx) {
+  (void)ctx;
+  sg_args_t a;
+  TPU_RETURN_IF_ERROR(ku_unimplemented(sg_parse(def, node, &a)));
+  if (node->num_outputs != 1) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "one output");
+  const tpu_view_t* out = &node->outputs[0];
+  const int64_t nd = a.outer * a.size * a.inner, nr = a.outer * a.nseg * a.inner;
+  const int64_t nl = tpu_view_numel(a.lens);
+  const int64_t nres = a.backward ? nd : nr;
+  int64_t* lens = malloc(sizeof(int64_t) * (size_t)(nl > 0 ? nl : 1));
+  int64_t* offs = malloc(sizeof(int64_t) * (size_t)(a.outer * (a.nseg + 1) + 1));
+  double* data = malloc(sizeof(double) * (size_t)(nd > 0 ? nd : 1));
+  double* res = calloc((size_t)(nres > 0 ? nres : 1), sizeof(double));
+  double *grad = NULL, *y = NULL;
+  if (a.backward) {
+    grad = malloc(sizeof(double) * (size_t)(nr > 0 ? nr : 1));
+    y = malloc(sizeof(double) * (size_t)(nr > 0 ? nr : 1));
+  }
+  tpu_status_t st = TPU_OK;
+  if (!lens || !offs || !data || !res || (a.backward && (!grad || !y)))
+    st = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "segment_reduce buffers");
+  if (st == TPU_OK) st = sg_load_lengths(&a, lens, offs);
+  if (st == TPU_OK) {
+    tpu_view_t dv = view_of(data, TPU_DTYPE_F64, a.data->ndim, a.data->sizes);
+    view_copy(&dv, a.data);
+    if (a.backward) {
+      tpu_view_t gv = view_of(grad, TPU_DTYPE_F64, a.grad->ndim, a.grad->sizes);
+      tpu_view_t yv = view_of(y, TPU_DTYPE_F64, a.output->ndim, a.output->sizes);
+      view_copy(&gv, a.grad);
+      view_copy(&yv, a.output);
+    }
+    sg_job_t j = {&a, offs, data, grad, y, res};
+    int64_t per = a.inner * (a.size / (a.nseg > 0 ? a.nseg : 1) + 1);
+    int64_t grain = 32768 / (per > 0 ? per : 1);
+    tpu_parallel_for(a.outer * a.nseg, grain > 0 ? grain : 1,
+                     a.backward ? sg_backward_chunk : sg_forward_chunk, &j);
+    tpu_view_t rv = view_of(res, TPU_DTYPE_F64, out->ndim, out->sizes);
+    view_copy(out, &rv);
+  }
+  free(lens), free(offs), free(data), free(res), free(grad), free(y);
+  return st;
+}
+
 #define SR_ROW(name, inputs, attrs, aten, spec) \
   {name, inputs, attrs, "out", aten, sr_kernel, sr_infer, sr_check, &spec}
 
@@ -403,6 +710,10 @@ static const tpu_op_def_t k_ops[] = {
            "scatter.value_reduce scatter_.value_reduce scatter.value_reduce_out", k_value),
     SR_ROW("index_reduce", "self,index,source", "dim,reduce,include_self",
            "index_reduce index_reduce_ index_reduce.out", k_index_reduce),
+    {"segment_reduce", "data,lengths,offsets", "reduce,axis,unsafe,initial", "out",
+     "segment_reduce segment_reduce.out", sg_kernel, sg_infer, sg_check, NULL},
+    {"segment_reduce_backward", "grad,output,data,lengths,offsets", "reduce,axis,initial", "out",
+     "_segment_reduce_backward _segment_reduce_backward.out", sg_kernel, sg_infer, sg_check, NULL},
 };
 
 const tpu_op_family_t tpu_family_scatter_reduce = {"scatter_reduce", k_ops,

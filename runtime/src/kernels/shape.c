@@ -1,10 +1,12 @@
 /* kernels/shape.c — the shape family: range factories and layout ops.
  *   arange   (arange.start_out; the functional forms route to it),
  *   linspace (linspace.out),
+ *   logspace (logspace.out; the functional and Tensor forms route to it),
  *   flip     (flip, flip.out),
  *   roll     (roll, roll.out),
  *   triu/tril (functional, out= and in-place forms),
- *   eye      (eye.out, eye.m_out; the functional forms route to them).
+ *   eye      (eye.out, eye.m_out; the functional forms route to them),
+ *   tril_indices / triu_indices (functional and out= forms).
  *
  * No kernel switches on dtype: values are computed in int64, float32 or
  * float64 (as PyTorch's CPU kernels compute them) into small contiguous
@@ -83,6 +85,10 @@ typedef struct seq {
   int64_t half;
   tpu_dtype_t rdt; /* the output dtype (linspace over half types rounds every operation) */
   int64_t lanes;   /* arange: ATen's vector width for the dtype (32 bytes) */
+  /* logspace: base ^ (linspace's exponent in double: dstart + dstep * i, or
+   * dend - dstep * (n - i - 1) past the middle); steps == 1: base ^ dstart. */
+  bool logspace;
+  double base;
 } seq_t;
 
 static tpu_status_t parse_arange(const tpu_op_def_t* def, const tpu_node_t* node,
@@ -101,10 +107,22 @@ static tpu_status_t parse_arange(const tpu_op_def_t* def, const tpu_node_t* node
     if (!attr_i64(a0, &xs) || !attr_i64(a1, &xe) ||
         (a2 && a2->kind != TPU_ATTR_NONE && !attr_i64(a2, &xst)))
       return unimpl("arange: range does not fit int64");
-    if (xst == 0) return unimpl("step must be nonzero");
-    if (!((xst > 0 && xe >= xs) || (xst < 0 && xe <= xs)))
+    bool fractional = a0->kind == TPU_ATTR_FLOAT || a1->kind == TPU_ATTR_FLOAT ||
+                      (a2 && a2->kind == TPU_ATTR_FLOAT);
+    if (fractional) {
+      /* Python floats for an integer dtype: the size from the double range
+       * (as the CPU sizes it), the values from the truncated start and step
+       * (a step truncated to 0 repeats start, as on the CPU). */
+      if (!(step > 0 || step < 0)) return unimpl("step must be nonzero");
+      if (!isfinite(start) || !isfinite(end)) return unimpl("unsupported range");
+      if (!((step > 0 && end >= start) || (step < 0 && end <= start)))
+        return unimpl("upper bound and larger bound inconsistent with step sign");
+      size_d = ceil((end - start) / step);
+    } else if (xst == 0) {
+      return unimpl("step must be nonzero");
+    } else if (!((xst > 0 && xe >= xs) || (xst < 0 && xe <= xs))) {
       return unimpl("upper bound and larger bound inconsistent with step sign");
-    if (dt == TPU_DTYPE_I64) {
+    } else if (dt == TPU_DTYPE_I64) {
       int64_t sgn = (xst > 0) - (xst < 0);
       size_d = (double)((xe - xs + xst - sgn) / xst);
     } else {
@@ -174,12 +192,71 @@ static tpu_status_t parse_linspace(const tpu_op_def_t* def, const tpu_node_t* no
   return TPU_OK;
 }
 
+/* A double rounded to a floating dtype and back (Scalar::to<scalar_t>). */
+static double round_f64(double x, tpu_dtype_t dt) {
+  uint64_t tmp = 0;
+  double r;
+  tpu_convert(&tmp, dt, 1, &x, TPU_DTYPE_F64, 1, 1);
+  tpu_convert(&r, TPU_DTYPE_F64, 1, &tmp, dt, 1, 1);
+  return r;
+}
+
+/* ATen's logspace_out: the exponents as linspace's, computed in double from
+ * start/end converted to the output dtype (their difference taken in that
+ * dtype), the power in double (an integer dtype's base as float first),
+ * then converted to the output. */
+static tpu_status_t parse_logspace(const tpu_op_def_t* def, const tpu_node_t* node,
+                                   tpu_dtype_t dt, seq_t* s) {
+  memset(s, 0, sizeof(*s));
+  s->logspace = true;
+  s->kind = SEQ_F64;
+  const tpu_attr_t *a0 = ku_attr(def, node, "start"), *a1 = ku_attr(def, node, "end"),
+                   *a2 = ku_attr(def, node, "steps"), *a3 = ku_attr(def, node, "base");
+  if (!a0 || !a1 || !a2 || a0->kind == TPU_ATTR_NONE || a1->kind == TPU_ATTR_NONE ||
+      a2->kind != TPU_ATTR_INT)
+    return unimpl("logspace: missing arguments");
+  if (dt == TPU_DTYPE_BOOL) return unimpl("logspace: bool output");
+  s->n = a2->u.i;
+  if (s->n < 0) return unimpl("number of steps must be non-negative");
+  s->half = s->n / 2;
+  s->base = (a3 && a3->kind != TPU_ATTR_NONE) ? attr_f64(a3) : 10.0;
+  if (s->n == 1) {
+    s->dstart = attr_f64(a0);
+    return TPU_OK;
+  }
+  if (tpu_dtype_is_integral(dt)) {
+    int64_t xs, xe, ws = 0, we = 0, bs = 0, be = 0;
+    if (!attr_i64(a0, &xs) || !attr_i64(a1, &xe)) return unimpl("logspace: out of range");
+    tpu_convert(&ws, dt, 1, &xs, TPU_DTYPE_I64, 1, 1);
+    tpu_convert(&we, dt, 1, &xe, TPU_DTYPE_I64, 1, 1);
+    tpu_convert(&bs, TPU_DTYPE_I64, 1, &ws, dt, 1, 1);
+    tpu_convert(&be, TPU_DTYPE_I64, 1, &we, dt, 1, 1);
+    if (bs != xs || be != xe) return unimpl("logspace: value out of the dtype's range");
+    s->base = (double)(float)s->base;
+    s->dstart = (double)xs, s->dend = (double)xe;
+    s->dstep = s->n > 1 ? (double)(int64_t)((uint64_t)xe - (uint64_t)xs) / (double)(s->n - 1) : 0.0;
+  } else {
+    s->dstart = round_f64(attr_f64(a0), dt), s->dend = round_f64(attr_f64(a1), dt);
+    double diff = dt == TPU_DTYPE_F64 ? s->dend - s->dstart
+                                      : round_f64((double)((float)s->dend - (float)s->dstart), dt);
+    s->dstep = s->n > 1 ? diff / (double)(s->n - 1) : 0.0;
+  }
+  return TPU_OK;
+}
+
+static double seq_log(const seq_t* s, int64_t i) {
+  if (s->n == 1) return pow(s->base, s->dstart);
+  return pow(s->base, i < s->half ? s->dstart + s->dstep * (double)i
+                                  : s->dend - s->dstep * (double)(s->n - i - 1));
+}
+
 static tpu_status_t parse_seq(const tpu_op_def_t* def, const tpu_node_t* node, seq_t* s) {
   const tpu_view_t* out = out_view(node);
   if (!out) return unimpl("expected an output");
-  bool lin = strcmp(def->name, "linspace") == 0;
-  TPU_RETURN_IF_ERROR(lin ? parse_linspace(def, node, out->dtype, s)
-                          : parse_arange(def, node, out->dtype, s));
+  bool lin = strcmp(def->name, "linspace") == 0, log = strcmp(def->name, "logspace") == 0;
+  TPU_RETURN_IF_ERROR(lin   ? parse_linspace(def, node, out->dtype, s)
+                      : log ? parse_logspace(def, node, out->dtype, s)
+                            : parse_arange(def, node, out->dtype, s));
   if (tpu_view_numel(out) != s->n)
     return unimpl("output size does not match the range");
   return TPU_OK;
@@ -274,7 +351,10 @@ static void seq_chunk(void* arg, int64_t begin, int64_t end) {
   for (int64_t k = begin; k < end; k += SHAPE_BUF) {
     int64_t n = end - k < SHAPE_BUF ? end - k : SHAPE_BUF;
     tpu_dtype_t bt;
-    if (seq_uses_int(s)) {
+    if (s->logspace) {
+      for (int64_t t = 0; t < n; ++t) buf.d[t] = seq_log(s, k + t);
+      bt = TPU_DTYPE_F64;
+    } else if (seq_uses_int(s)) {
       for (int64_t t = 0; t < n; ++t) buf.i[t] = seq_int(s, k + t);
       bt = TPU_DTYPE_I64;
     } else if (s->kind == SEQ_F32) {
@@ -617,6 +697,108 @@ static tpu_status_t eye_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   return TPU_OK;
 }
 
+/* ---- tril_indices / triu_indices ------------------------------------------------- */
+
+/* ATen's get_tril_size. */
+static int64_t tril_size(int64_t row, int64_t col, int64_t offset) {
+  if (row == 0 || col == 0) return 0;
+  int64_t first = offset > 0 ? (col < 1 + offset ? col : 1 + offset) : (row + offset > 0);
+  int64_t last = col < row + offset ? col : row + offset;
+  if (last < 0) last = 0;
+  int64_t all = row < row + offset ? row : row + offset;
+  if (all < 0) all = 0;
+  int64_t trap = last - first + 1;
+  int64_t size = ((first + last) * trap) >> 1;
+  if (all - trap > 0) size += (all - trap) * col;
+  return size;
+}
+
+typedef struct tri_idx {
+  bool upper;
+  int64_t row, col, offset, size;
+  tpu_dtype_t dtype;
+} tri_idx_t;
+
+/* `out`: the output when known (check, kernel); NULL for shape inference,
+ * which must not read node->outputs. */
+static tpu_status_t parse_tri_idx(const tpu_op_def_t* def, const tpu_node_t* node,
+                                  const tpu_view_t* out, tri_idx_t* t) {
+  memset(t, 0, sizeof(*t));
+  t->upper = def->name[2] == 'i' && def->name[3] == 'u';
+  const tpu_attr_t *r = ku_attr(def, node, "row"), *c = ku_attr(def, node, "col"),
+                   *dt = ku_attr(def, node, "dtype");
+  if (!r || !c || r->kind != TPU_ATTR_INT || c->kind != TPU_ATTR_INT)
+    return unimpl("tri_indices: row and col expected");
+  t->row = r->u.i, t->col = c->u.i;
+  t->offset = tpu_attr_int(ku_attr(def, node, "offset"), 0);
+  if (t->row < 0 || t->col < 0) return unimpl("row and col must be non-negative");
+  if (t->row > (int64_t)1 << 31 || t->col > (int64_t)1 << 31 ||
+      t->offset > (int64_t)1 << 31 || t->offset < -((int64_t)1 << 31))
+    return unimpl("tri_indices: too large");
+  t->size = t->upper ? t->row * t->col - tril_size(t->row, t->col, t->offset - 1)
+                     : tril_size(t->row, t->col, t->offset);
+  t->dtype = out ? out->dtype : (dt && dt->kind == TPU_ATTR_DTYPE) ? dt->u.dtype : TPU_DTYPE_I64;
+  if (t->dtype != TPU_DTYPE_I64 && t->dtype != TPU_DTYPE_I32)
+    return unimpl("tri_indices: int32 and int64 only, as the CPU");
+  if (out && (out->ndim != 2 || out->sizes[0] != 2 || out->sizes[1] != t->size))
+    return unimpl("tri_indices: output of another shape");
+  return TPU_OK;
+}
+
+static tpu_status_t tri_idx_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  tri_idx_t t;
+  return parse_tri_idx(def, node, out_view(node), &t);
+}
+
+static tpu_status_t tri_idx_infer(const tpu_op_def_t* def, const tpu_node_t* node,
+                                  tpu_view_t* out) {
+  tri_idx_t t;
+  TPU_RETURN_IF_ERROR(parse_tri_idx(def, node, NULL, &t));
+  memset(out, 0, sizeof(*out));
+  out->ndim = 2;
+  out->sizes[0] = 2;
+  out->sizes[1] = t.size;
+  out->dtype = t.dtype;
+  tpu_view_set_contiguous(out);
+  return TPU_OK;
+}
+
+/* The pair at position i (ATen walks them in row-major order). */
+static void tri_idx_start(const tri_idx_t* t, int64_t* r, int64_t* c) {
+  if (t->upper) *r = 0, *c = t->offset > 0 ? t->offset : 0;
+  else *r = t->offset < 0 ? -t->offset : 0, *c = 0;
+}
+static void tri_idx_next(const tri_idx_t* t, int64_t* r, int64_t* c) {
+  *c += 1;
+  if (t->upper) {
+    if (*c >= t->col) *r += 1, *c = *r + t->offset > 0 ? *r + t->offset : 0;
+  } else if (*c > *r + t->offset || *c >= t->col) {
+    *r += 1, *c = 0;
+  }
+}
+
+static tpu_status_t tri_idx_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                   tpu_exec_ctx_t* ctx) {
+  (void)ctx;
+  tri_idx_t t;
+  const tpu_view_t* out = out_view(node);
+  TPU_RETURN_IF_ERROR(ku_unimplemented(parse_tri_idx(def, node, out, &t)));
+  walk_t w;
+  walk_init_tail(&w, out, 0);
+  int64_t rb[SHAPE_BUF], cb[SHAPE_BUF], r, c;
+  tri_idx_start(&t, &r, &c);
+  for (int64_t k = 0; k < t.size; k += SHAPE_BUF) {
+    int64_t n = t.size - k < SHAPE_BUF ? t.size - k : SHAPE_BUF;
+    for (int64_t q = 0; q < n; ++q) {
+      rb[q] = r, cb[q] = c;
+      tri_idx_next(&t, &r, &c);
+    }
+    walk_scatter(tpu_view_ptr(out), out->dtype, &w, k, rb, TPU_DTYPE_I64, n);
+    walk_scatter(tpu_view_ptr(out), out->dtype, &w, t.size + k, cb, TPU_DTYPE_I64, n);
+  }
+  return TPU_OK;
+}
+
 /* ---- the reference: one element at a time ------------------------------------ */
 
 static void ref_copy(const tpu_view_t* out, int64_t oo, const tpu_view_t* self, int64_t so) {
@@ -644,13 +826,18 @@ tpu_status_t tpu_shape_reference(const tpu_op_def_t* def, const tpu_node_t* node
   const tpu_view_t* out = out_view(node);
   if (!out) return unimpl("expected an output");
   int64_t n = tpu_view_numel(out), idx[TPU_MAX_DIMS], sidx[TPU_MAX_DIMS];
-  if (strcmp(def->name, "arange") == 0 || strcmp(def->name, "linspace") == 0) {
+  if (strcmp(def->name, "arange") == 0 || strcmp(def->name, "linspace") == 0 ||
+      strcmp(def->name, "logspace") == 0) {
     seq_t s;
     TPU_RETURN_IF_ERROR(parse_seq(def, node, &s));
     for (int64_t k = 0; k < n; ++k) {
       ref_index(out, k, idx);
       int64_t off = ref_offset(out, idx);
-      if (seq_uses_int(&s))
+      if (s.logspace) {
+        double e = s.n == 1 ? s.dstart : k < s.n / 2 ? s.dstart + s.dstep * (double)k
+                                                     : s.dend - s.dstep * (double)(s.n - k - 1);
+        view_set_f64(out, off, pow(s.base, e));
+      } else if (seq_uses_int(&s))
         view_set_i64(out, off, s.istart + s.istep * k);
       else if (s.kind == SEQ_F32)
         view_set_f64(out, off, (double)seq_f32(&s, k));
@@ -667,6 +854,20 @@ tpu_status_t tpu_shape_reference(const tpu_op_def_t* def, const tpu_node_t* node
       view_set_f64(out, ref_offset(out, idx), idx[0] == idx[1] ? 1.0 : 0.0);
     }
     return TPU_OK;
+  }
+  if (strcmp(def->name, "tril_indices") == 0 || strcmp(def->name, "triu_indices") == 0) {
+    tri_idx_t t;
+    TPU_RETURN_IF_ERROR(parse_tri_idx(def, node, out, &t));
+    int64_t k = 0;
+    for (int64_t i = 0; i < t.row; ++i)
+      for (int64_t j = 0; j < t.col; ++j) {
+        if (t.upper ? j - i < t.offset : j - i > t.offset) continue;
+        if (k >= t.size) return unimpl("tri_indices: size mismatch");
+        view_set_i64(out, k * out->strides[1], i);
+        view_set_i64(out, out->strides[0] + k * out->strides[1], j);
+        ++k;
+      }
+    return k == t.size ? TPU_OK : unimpl("tri_indices: size mismatch");
   }
   const tpu_view_t* self = ku_input(def, node, "self");
   if (!self) return unimpl("expected self");
@@ -718,6 +919,8 @@ static const tpu_op_def_t g_rows[] = {
     {"arange", "", "start,end,step", "out", "arange.start_out", seq_kernel, NULL, seq_check,
      NULL},
     {"linspace", "", "start,end,steps", "out", "linspace.out", seq_kernel, NULL, seq_check, NULL},
+    {"logspace", "", "start,end,steps,base", "out", "logspace.out", seq_kernel, NULL, seq_check,
+     NULL},
     {"flip", "self", "dims", "out", "flip flip.out", flip_kernel, flip_infer, flip_check, NULL},
     {"roll", "self", "shifts,dims", "out", "roll roll.out", roll_kernel, roll_infer, roll_check,
      NULL},
@@ -726,6 +929,10 @@ static const tpu_op_def_t g_rows[] = {
     {"tril", "self", "diagonal", "out", "tril tril.out tril_", tri_kernel, tri_infer, tri_check,
      NULL},
     {"eye", "", "n,m", "out", "eye.out eye.m_out", eye_kernel, NULL, eye_check, NULL},
+    {"tril_indices", "", "row,col,offset,dtype", "out", "tril_indices tril_indices.out",
+     tri_idx_kernel, tri_idx_infer, tri_idx_check, NULL},
+    {"triu_indices", "", "row,col,offset,dtype", "out", "triu_indices triu_indices.out",
+     tri_idx_kernel, tri_idx_infer, tri_idx_check, NULL},
 };
 
 const tpu_op_family_t tpu_family_shape = {"shape", g_rows,

@@ -16,6 +16,7 @@
 
 #include "kernels/elementwise.h"
 #include "kernels/elementwise_tile.h"
+#include "kernels/specfun_t.h"
 
 /* The degree as int64: NaN, infinite or out-of-range n is negative (the
  * x86 conversion PyTorch relies on gives INT64_MIN), so the result is 0. */
@@ -273,6 +274,48 @@ SFP_IMPL(herm_he)
 SFP_IMPL(laguerre)
 SFP_IMPL(legendre)
 
+/* ---- Bessel and Airy functions of one argument, igamma/igammac ------------------- */
+
+/* float32 (and half, if a caller allowed it) in float, float64 in double,
+ * as ATen (specfun_t.h). */
+#define SFB_TILES(op)                                             \
+  EW_U(sfb_##op, F32, float, float, r = sft_##op##_f(x))          \
+  EW_U(sfb_##op, F64, double, double, r = sft_##op(x))
+SFB_TILES(bessel_y0)
+SFB_TILES(bessel_y1)
+SFB_TILES(modified_bessel_i0)
+SFB_TILES(modified_bessel_i1)
+SFB_TILES(modified_bessel_k0)
+SFB_TILES(modified_bessel_k1)
+SFB_TILES(scaled_modified_bessel_k0)
+SFB_TILES(scaled_modified_bessel_k1)
+SFB_TILES(spherical_bessel_j0)
+SFB_TILES(airy_ai)
+
+#define SFB_IMPL(op) EW_IMPL(k_##op, FLOAT, EW_F(sfb_##op), .prepare = prep_no_half)
+SFB_IMPL(bessel_y0)
+SFB_IMPL(bessel_y1)
+SFB_IMPL(modified_bessel_i0)
+SFB_IMPL(modified_bessel_i1)
+SFB_IMPL(modified_bessel_k0)
+SFB_IMPL(modified_bessel_k1)
+SFB_IMPL(scaled_modified_bessel_k0)
+SFB_IMPL(scaled_modified_bessel_k1)
+SFB_IMPL(spherical_bessel_j0)
+SFB_IMPL(airy_ai)
+
+/* igamma(a, x) / igammac(a, x): floating dtypes only (integers raise, as CPU);
+ * half types compute in float. */
+EW_B(sfb_igamma, F32, float, float, r = sft_calc_igamma_f(x, y))
+EW_B(sfb_igamma, F64, double, double, r = sft_calc_igamma(x, y))
+EW_B(sfb_igammac, F32, float, float, r = sft_calc_igammac_f(x, y))
+EW_B(sfb_igammac, F64, double, double, r = sft_calc_igammac(x, y))
+EW_IMPL(k_igamma, PROMOTE, EW_F(sfb_igamma))
+EW_IMPL(k_igammac, PROMOTE, EW_F(sfb_igammac))
+
+#define SFB_ROW(op, arg) \
+  EW_ROW("special_" #op, arg, "", "out", "special_" #op " special_" #op ".out", k_##op)
+
 /* special_<op>(x, n) with its Scalar x / Scalar n forms and out= forms. */
 #define SFP_ROW(op, impl)                                                               \
   EW_ROW("special_" #op, "x,n", "", "out",                                              \
@@ -293,6 +336,18 @@ static const tpu_op_def_t g_rows[] = {
     SFP_ROW(hermite_polynomial_he, k_herm_he),
     SFP_ROW(laguerre_polynomial_l, k_laguerre),
     SFP_ROW(legendre_polynomial_p, k_legendre),
+    SFB_ROW(bessel_y0, "self"),
+    SFB_ROW(bessel_y1, "self"),
+    SFB_ROW(modified_bessel_i0, "self"),
+    SFB_ROW(modified_bessel_i1, "self"),
+    SFB_ROW(modified_bessel_k0, "self"),
+    SFB_ROW(modified_bessel_k1, "self"),
+    SFB_ROW(scaled_modified_bessel_k0, "x"),
+    SFB_ROW(scaled_modified_bessel_k1, "x"),
+    SFB_ROW(spherical_bessel_j0, "x"),
+    SFB_ROW(airy_ai, "x"),
+    EW_ROW("igamma", "self,other", "", "out", "igamma igamma.out igamma_", k_igamma),
+    EW_ROW("igammac", "self,other", "", "out", "igammac igammac.out igammac_", k_igammac),
 };
 
 const tpu_op_family_t tpu_family_special_functions = {

@@ -5,7 +5,9 @@
  *   unique             (_unique2: torch.unique without dim; sorted or not,
  *                       the CPU always sorts), with inverse and counts,
  *   unique_consecutive (dim None: runs of the flattened tensor),
- *   bincount           (optional weights, minlength).
+ *   bincount           (optional weights, minlength),
+ *   isin               (all overloads: membership of each element in the
+ *                       sorted keys of test_elements, by binary search).
  *
  * Values are read once into a contiguous int64 (integer and bool dtypes) or
  * float64 (floating dtypes, exact for every one) buffer with view_copy, and
@@ -194,6 +196,140 @@ static tpu_status_t uq_load(const tpu_view_t* self, uq_data_t* d) {
 /* Whether element with key `k` starts a new group after key `prev`. */
 static inline bool uq_new_group(const uq_data_t* d, uint64_t prev, uint64_t k) {
   return k != prev || (d->fl && k == UQ_NAN_KEY);
+}
+
+/* ---- isin ----------------------------------------------------------------------- */
+
+/* isin(elements, test_elements; assume_unique, invert) and its Scalar forms:
+ * both operands are converted to result_type(elements, test_elements) (as
+ * the CPU compares them), then to int64/float64 keys (exact); NaN matches
+ * nothing. Bool is not supported by the CPU kernels (UNIMPLEMENTED). */
+typedef struct isin_args {
+  tpu_value_t in[2];
+  tpu_dtype_t common;
+  bool invert;
+} isin_args_t;
+
+/* `out`: the output when known (check, kernel); NULL for shape inference. */
+static tpu_status_t isin_parse(const tpu_op_def_t* def, const tpu_node_t* node,
+                               const tpu_view_t* out, isin_args_t* a) {
+  if (node->num_inputs != 2) return unimpl("isin: two operands expected");
+  a->in[0] = node->inputs[0], a->in[1] = node->inputs[1];
+  for (int k = 0; k < 2; ++k)
+    if (a->in[k].kind != TPU_VALUE_VIEW && a->in[k].kind != TPU_VALUE_SCALAR)
+      return unimpl("isin: operand");
+  if (a->in[0].kind != TPU_VALUE_VIEW && a->in[1].kind != TPU_VALUE_VIEW)
+    return unimpl("isin: no tensor");
+  a->common = tpu_result_type(a->in, 2);
+  if (a->common == TPU_DTYPE_BOOL || a->common == TPU_DTYPE_INVALID)
+    return unimpl("isin: dtype not supported");
+  a->invert = tpu_attr_bool(ku_attr(def, node, "invert"), false);
+  if (out) {
+    if (out->dtype != TPU_DTYPE_BOOL) return unimpl("isin: out must be bool");
+    if (a->in[0].kind == TPU_VALUE_VIEW ? !views_same_shape(out, &a->in[0].u.view) : out->ndim != 0)
+      return unimpl("isin: out of another shape");
+    for (int k = 0; k < 2; ++k)
+      if (out->addr > 1 && a->in[k].kind == TPU_VALUE_VIEW && views_overlap(out, &a->in[k].u.view))
+        return unimpl("isin: out overlaps an input");
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t isin_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  isin_args_t a;
+  return isin_parse(def, node, node->num_outputs >= 1 ? &node->outputs[0] : NULL, &a);
+}
+
+static tpu_status_t isin_infer(const tpu_op_def_t* def, const tpu_node_t* node,
+                               tpu_view_t* out) {
+  isin_args_t a;
+  TPU_RETURN_IF_ERROR(isin_parse(def, node, NULL, &a));
+  memset(out, 0, sizeof(*out));
+  if (a.in[0].kind == TPU_VALUE_VIEW) {
+    out->ndim = a.in[0].u.view.ndim;
+    memcpy(out->sizes, a.in[0].u.view.sizes, sizeof(out->sizes));
+  }
+  out->dtype = TPU_DTYPE_BOOL;
+  tpu_view_set_contiguous(out);
+  return TPU_OK;
+}
+
+/* Keys of `v` converted to `common`: *n of them, NaNs dropped when drop_nan
+ * (test elements) or kept as UQ_NAN_KEY. */
+static tpu_status_t isin_keys(const tpu_value_t* val, tpu_dtype_t common, bool drop_nan,
+                              uint64_t** keys, int64_t* n) {
+  uint64_t storage;
+  tpu_view_t v;
+  tpu_value_to_view(val, common, &storage, &v);
+  int64_t m = tpu_view_numel(&v);
+  void* tmp = malloc(8 * (size_t)(m > 0 ? m : 1));
+  uq_data_t d = {0};
+  if (!tmp) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "isin buffers");
+  tpu_view_t c = view_of(tmp, common, v.ndim, v.sizes);
+  view_copy(&c, &v);
+  tpu_status_t st = uq_load(&c, &d);
+  free(tmp);
+  if (st != TPU_OK) return st;
+  free(d.vals);
+  int64_t k = 0;
+  for (int64_t i = 0; i < m; ++i)
+    if (!(drop_nan && d.fl && d.keys[i] == UQ_NAN_KEY)) d.keys[k++] = d.keys[i];
+  *keys = d.keys;
+  *n = k;
+  return TPU_OK;
+}
+
+static int isin_key_cmp(const void* pa, const void* pb) {
+  uint64_t a = *(const uint64_t*)pa, b = *(const uint64_t*)pb;
+  return a < b ? -1 : a > b;
+}
+
+typedef struct isin_job {
+  const uint64_t *keys, *test;
+  int64_t ntest;
+  uint8_t* res;
+  bool invert, fl;
+} isin_job_t;
+
+static void isin_chunk(void* arg, int64_t begin, int64_t end) {
+  const isin_job_t* j = (const isin_job_t*)arg;
+  for (int64_t i = begin; i < end; ++i) {
+    uint64_t k = j->keys[i];
+    int64_t lo = 0, hi = j->ntest;
+    while (lo < hi) {
+      int64_t mid = lo + (hi - lo) / 2;
+      if (j->test[mid] < k) lo = mid + 1;
+      else hi = mid;
+    }
+    bool found = lo < j->ntest && j->test[lo] == k && !(j->fl && k == UQ_NAN_KEY);
+    j->res[i] = (uint8_t)(found != j->invert);
+  }
+}
+
+static tpu_status_t isin_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                tpu_exec_ctx_t* ctx) {
+  (void)ctx;
+  isin_args_t a;
+  if (node->num_outputs != 1) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "isin: output");
+  TPU_RETURN_IF_ERROR(ku_unimplemented(isin_parse(def, node, &node->outputs[0], &a)));
+  const tpu_view_t* out = &node->outputs[0];
+  uint64_t *keys = NULL, *test = NULL;
+  int64_t n = 0, ntest = 0;
+  tpu_status_t st = isin_keys(&a.in[0], a.common, false, &keys, &n);
+  if (st == TPU_OK) st = isin_keys(&a.in[1], a.common, true, &test, &ntest);
+  uint8_t* res = st == TPU_OK ? malloc((size_t)(n > 0 ? n : 1)) : NULL;
+  if (st == TPU_OK && !res) st = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "isin buffers");
+  if (st == TPU_OK) {
+    qsort(test, (size_t)ntest, sizeof(uint64_t), isin_key_cmp);
+    isin_job_t j = {keys, test, ntest, res, a.invert, tpu_dtype_is_floating(a.common)};
+    tpu_parallel_for(n, 4096, isin_chunk, &j);
+    tpu_view_t r = view_of(res, TPU_DTYPE_BOOL, out->ndim, out->sizes);
+    view_copy(out, &r);
+  }
+  free(keys);
+  free(test);
+  free(res);
+  return st;
 }
 
 /* ---- bincount ------------------------------------------------------------------ */
@@ -588,7 +724,51 @@ static tpu_status_t ref_by_dim(const uq_args_t* a, const tpu_node_t* node) {
   return TPU_OK;
 }
 
+/* isin by a quadratic loop over values rounded through the common dtype. */
+static int64_t ref_isin_offset(const tpu_view_t* v, int64_t k) {
+  int64_t off = 0;
+  for (int32_t d = v->ndim - 1; d >= 0; --d) {
+    off += (k % v->sizes[d]) * v->strides[d];
+    k /= v->sizes[d];
+  }
+  return off;
+}
+
+static double ref_isin_value(const tpu_view_t* v, int64_t k, tpu_dtype_t common, bool fl) {
+  uint64_t tmp = 0;
+  if (fl) {
+    double x = view_get_f64(v, ref_isin_offset(v, k));
+    tpu_convert(&tmp, common, 1, &x, TPU_DTYPE_F64, 1, 1);
+    tpu_convert(&x, TPU_DTYPE_F64, 1, &tmp, common, 1, 1);
+    return x;
+  }
+  int64_t x = view_get_i64(v, ref_isin_offset(v, k));
+  tpu_convert(&tmp, common, 1, &x, TPU_DTYPE_I64, 1, 1);
+  tpu_convert(&x, TPU_DTYPE_I64, 1, &tmp, common, 1, 1);
+  return (double)x;
+}
+
+static tpu_status_t ref_isin(const tpu_op_def_t* def, const tpu_node_t* node) {
+  isin_args_t a;
+  if (node->num_outputs != 1) return unimpl("isin: output");
+  TPU_RETURN_IF_ERROR(isin_parse(def, node, &node->outputs[0], &a));
+  uint64_t st[2];
+  tpu_view_t v[2];
+  for (int k = 0; k < 2; ++k) tpu_value_to_view(&a.in[k], a.common, &st[k], &v[k]);
+  bool fl = tpu_dtype_is_floating(a.common);
+  int64_t n = tpu_view_numel(&v[0]), m = tpu_view_numel(&v[1]);
+  const tpu_view_t* out = &node->outputs[0];
+  for (int64_t i = 0; i < n; ++i) {
+    bool found = false;
+    double x = ref_isin_value(&v[0], i, a.common, fl);
+    for (int64_t j = 0; j < m && !found; ++j) found = x == ref_isin_value(&v[1], j, a.common, fl);
+    view_set_i64(out, ref_isin_offset(out, i), found != a.invert);
+  }
+  return TPU_OK;
+}
+
 tpu_status_t tpu_unique_reference(const tpu_op_def_t* def, const tpu_node_t* node) {
+  if (strncmp(def->name, "isin", 4) == 0) return ref_isin(def, node);
   uq_args_t a;
   TPU_RETURN_IF_ERROR(uq_parse(def, node, &a));
   if (a.by_dim) return ref_by_dim(&a, node);
@@ -720,7 +900,15 @@ static const tpu_op_def_t k_rows[] = {
     UQ_ROW("bincount", "self,weights", "minlength,sync_size", "out", "bincount", k_bincount),
     UQ_ROW("bincount_count", "self,weights", "minlength,sync_size", "count", "",
            k_bincount_count),
+    {"isin", "elements,test_elements", "assume_unique,invert", "out",
+     "isin.Tensor_Tensor isin.Tensor_Tensor_out", isin_kernel, isin_infer, isin_check, NULL},
+    {"isin_tensor_scalar", "elements,test_element", "assume_unique,invert", "out",
+     "isin.Tensor_Scalar isin.Tensor_Scalar_out", isin_kernel, isin_infer, isin_check, NULL},
+    {"isin_scalar_tensor", "element,test_elements", "assume_unique,invert", "out",
+     "isin.Scalar_Tensor isin.Scalar_Tensor_out", isin_kernel, isin_infer, isin_check, NULL},
 };
 
-const tpu_op_family_t tpu_family_unique = {"unique", k_rows,
+const tpu_op_family_t tpu_family_unique
+
+ = {"unique", k_rows,
                                            (int32_t)(sizeof(k_rows) / sizeof(k_rows[0]))};
