@@ -61,6 +61,11 @@ struct tpu_op_def {
  * overlap is an error): elementwise rows. Other rows whose out= overlaps an
  * input are run by the bridge from copies, on the CPU. */
 #define TPU_OP_OWN_OVERLAP_CHECK 2u
+/* The row takes complex operands (complex64/complex128 views, or a complex
+ * dtype attr); its own check says which. Without this flag tpu_op_check and
+ * tpu_op_infer refuse such nodes (UNIMPLEMENTED: the CPU fallback runs
+ * them), so kernels written for real dtypes never see a complex one. */
+#define TPU_OP_COMPLEX 4u
 
 /* A kernel family's rows. */
 typedef struct tpu_op_family {

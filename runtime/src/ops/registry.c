@@ -39,6 +39,7 @@
   X(pad)                \
   X(weight_norm)        \
   X(unique)             \
+  X(fft)                \
   /* one line per family, each ending in a backslash */
 
 #define TPU_X_(f) extern const tpu_op_family_t tpu_family_##f;
@@ -152,9 +153,29 @@ int32_t tpu_spec_index(const char* spec, const char* name) {
 
 /* ---- checks and inference -------------------------------------------------- */
 
+/* Whether a node has a complex operand (view, output or dtype attr). */
+static bool has_complex(const tpu_node_t* node, bool outputs) {
+  for (int32_t i = 0; i < node->num_inputs; ++i)
+    if (node->inputs[i].kind == TPU_VALUE_VIEW && tpu_dtype_is_complex(node->inputs[i].u.view.dtype))
+      return true;
+  for (int32_t o = 0; outputs && node->outputs && o < node->num_outputs; ++o)
+    if (tpu_dtype_is_complex(node->outputs[o].dtype)) return true;
+  for (int32_t a = 0; a < node->num_attrs && a < TPU_MAX_ATTRS; ++a)
+    if (node->attrs[a].kind == TPU_ATTR_DTYPE && tpu_dtype_is_complex(node->attrs[a].u.dtype))
+      return true;
+  return false;
+}
+
+/* Complex operands reach only rows that declare TPU_OP_COMPLEX. */
+static tpu_status_t check_complex(const tpu_op_def_t* def, const tpu_node_t* node, bool outputs) {
+  if ((def->flags & TPU_OP_COMPLEX) || !has_complex(node, outputs)) return TPU_OK;
+  return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: complex operands", def->name);
+}
+
 tpu_status_t tpu_op_check(const tpu_node_t* node) {
   const tpu_op_def_t* def = tpu_op_def(node->op);
   if (!def) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "unknown op id %d", node->op);
+  TPU_RETURN_IF_ERROR(check_complex(def, node, true));
   for (int32_t i = 0; i < node->num_inputs; ++i)
     if (node->inputs[i].kind == TPU_VALUE_VIEW && node->inputs[i].u.view.ndim > TPU_MAX_DIMS)
       return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: more than %d dims", def->name,
@@ -182,6 +203,7 @@ tpu_status_t tpu_op_infer(const tpu_node_t* node, tpu_view_t* out_views) {
   if (!def) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "unknown op id %d", node->op);
   if (!def->infer)
     return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s has no shape function", def->name);
+  TPU_RETURN_IF_ERROR(check_complex(def, node, false));
   return def->infer(def, node, out_views);
 }
 
@@ -193,9 +215,11 @@ void tpu_view_set_contiguous(tpu_view_t* view) {
   }
 }
 
-/* Categories: 0 bool, 1 integer, 2 floating. */
+/* Categories: 0 bool, 1 integer, 2 floating, 3 complex. */
 static int category(tpu_dtype_t d) {
-  return tpu_dtype_is_floating(d) ? 2 : (tpu_dtype_is_integral(d) ? 1 : 0);
+  return tpu_dtype_is_complex(d) ? 3
+         : tpu_dtype_is_floating(d) ? 2
+                                    : (tpu_dtype_is_integral(d) ? 1 : 0);
 }
 
 tpu_dtype_t tpu_result_type(const tpu_value_t* inputs, int32_t count) {

@@ -1,0 +1,149 @@
+/* fft.c — the fft family: _fft_r2c, _fft_c2c, _fft_c2r and their out=
+ * forms (what every torch.fft function, stft and their backward passes
+ * call), with any number of transformed dims, the three normalization modes,
+ * onesided and two-sided r2c, and arbitrary input/output strides.
+ *
+ * A transform is a sequence of passes, one per dim (see fft.h for the order
+ * PyTorch uses); a pass cuts the tensor into lines along its dim, gathers
+ * each line into a contiguous buffer (converting), transforms it and
+ * scatters it back, lines spread over tpu_parallel_for. The 1-D transforms
+ * are fft_impl.h's, generated once per compute type (float32, float64) and
+ * picked from a table by compute type. Even-length real transforms run as a
+ * half-length complex transform plus a twiddle pass. The normalization
+ * factor is applied by the last pass.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/fft.h"
+
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
+
+#define FT float
+#define FS f32
+#define FDT TPU_DTYPE_F32
+#define FCDT TPU_DTYPE_C64
+#include "kernels/fft_impl.h"
+#undef FT
+#undef FS
+#undef FDT
+#undef FCDT
+
+#define FT double
+#define FS f64
+#define FDT TPU_DTYPE_F64
+#define FCDT TPU_DTYPE_C128
+#include "kernels/fft_impl.h"
+#undef FT
+#undef FS
+#undef FDT
+#undef FCDT
+
+static tpu_status_t unimpl(const char* msg) {
+  return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s", msg);
+}
+
+tpu_status_t tpu_fft_parse(const tpu_op_def_t* def, const tpu_node_t* node, fft_args_t* a) {
+  memset(a, 0, sizeof(*a));
+  a->kind = ((const fft_impl_t*)def->impl)->kind;
+  a->in = ku_input(def, node, "self");
+  if (!a->in) return unimpl("fft: expected a tensor");
+  const tpu_view_t* in = a->in;
+  bool cin = tpu_dtype_is_complex(in->dtype);
+  tpu_dtype_t part = tpu_dtype_part(in->dtype);
+  if (part != TPU_DTYPE_F32 && part != TPU_DTYPE_F64)
+    return unimpl("fft: only float32/float64 and complex64/complex128 inputs");
+  if (cin != (a->kind != FFT_R2C)) return unimpl("fft: input of the wrong kind");
+  a->part = part;
+  const tpu_attr_t* dims = ku_attr(def, node, "dim");
+  if (!dims || dims->kind != TPU_ATTR_INTS || dims->count < 1 || dims->count > in->ndim)
+    return unimpl("fft: needs a non-empty dim list");
+  a->ndims = dims->count;
+  bool seen[TPU_MAX_DIMS] = {false};
+  for (int32_t i = 0; i < a->ndims; ++i) {
+    TPU_RETURN_IF_ERROR(ku_wrap_dim(dims->u.ints[i], in->ndim, &a->dims[i]));
+    if (in->ndim == 0 || seen[a->dims[i]]) return unimpl("fft: repeated dims");
+    seen[a->dims[i]] = true;
+  }
+  int64_t norm = tpu_attr_int(ku_attr(def, node, "normalization"), 0);
+  if (norm < 0 || norm > 2) return unimpl("fft: unknown normalization");
+  const int32_t last = a->dims[a->ndims - 1];
+  a->shape = *in;
+  a->shape.addr = 0;
+  if (a->kind == FFT_R2C) {
+    a->sign = -1;
+    a->onesided = tpu_attr_bool(ku_attr(def, node, "onesided"), true);
+    a->shape.dtype = tpu_dtype_to_complex(part);
+    if (a->onesided) a->shape.sizes[last] = in->sizes[last] / 2 + 1;
+  } else if (a->kind == FFT_C2C) {
+    a->sign = tpu_attr_bool(ku_attr(def, node, "forward"), true) ? -1 : 1;
+  } else {
+    a->sign = 1;
+    a->last_size = tpu_attr_int(ku_attr(def, node, "last_dim_size"), 0);
+    if (a->last_size < 1 || in->sizes[last] < a->last_size / 2 + 1)
+      return unimpl("fft: c2r needs last_dim_size/2+1 inputs along the last dim");
+    a->shape.dtype = part;
+    a->shape.sizes[last] = a->last_size;
+  }
+  tpu_view_set_contiguous(&a->shape);
+  double n = 1;
+  for (int32_t i = 0; i < a->ndims; ++i) {
+    int64_t size = a->kind == FFT_C2R ? a->shape.sizes[a->dims[i]] : in->sizes[a->dims[i]];
+    if (size < 1) return unimpl("fft: a transformed dim is empty");
+    n *= (double)size;
+  }
+  a->scale = norm == 0 ? 1.0 : norm == 1 ? 1.0 / sqrt(n) : 1.0 / n;
+  return TPU_OK;
+}
+
+static tpu_status_t fft_infer(const tpu_op_def_t* def, const tpu_node_t* node,
+                              tpu_view_t* out_views) {
+  fft_args_t a;
+  TPU_RETURN_IF_ERROR(ku_unimplemented(tpu_fft_parse(def, node, &a)));
+  out_views[0] = a.shape;
+  return TPU_OK;
+}
+
+static tpu_status_t fft_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  fft_args_t a;
+  TPU_RETURN_IF_ERROR(ku_unimplemented(tpu_fft_parse(def, node, &a)));
+  if (node->num_outputs == 0) return TPU_OK;
+  const tpu_view_t* o = &node->outputs[0];
+  if (!views_same_shape(o, &a.shape) || o->dtype != a.shape.dtype)
+    return unimpl("fft: output of another shape or dtype");
+  if (o->addr > 1 && views_overlap(o, a.in)) return unimpl("fft: output overlaps the input");
+  return TPU_OK;
+}
+
+typedef tpu_status_t (*fft_run_fn)(const fft_args_t* a, const tpu_view_t* out);
+static const fft_run_fn k_run[TPU_COMPUTE_COUNT] = {
+    [TPU_COMPUTE_F32] = fft_run_f32,
+    [TPU_COMPUTE_F64] = fft_run_f64,
+};
+
+static tpu_status_t fft_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                               tpu_exec_ctx_t* ctx) {
+  (void)ctx;
+  fft_args_t a;
+  TPU_RETURN_IF_ERROR(tpu_fft_parse(def, node, &a));
+  const tpu_view_t* out = &node->outputs[0];
+  if (tpu_view_numel(out) == 0) return TPU_OK;
+  return k_run[tpu_dtype_compute(a.part)](&a, out);
+}
+
+static const fft_impl_t k_r2c = {FFT_R2C}, k_c2c = {FFT_C2C}, k_c2r = {FFT_C2R};
+
+static const tpu_op_def_t k_rows[] = {
+    {"fft_r2c", "self", "dim,normalization,onesided", "out", "_fft_r2c _fft_r2c.out", fft_kernel,
+     fft_infer, fft_check, &k_r2c, TPU_OP_COMPLEX},
+    {"fft_c2c", "self", "dim,normalization,forward", "out", "_fft_c2c _fft_c2c.out", fft_kernel,
+     fft_infer, fft_check, &k_c2c, TPU_OP_COMPLEX},
+    {"fft_c2r", "self", "dim,normalization,last_dim_size", "out", "_fft_c2r _fft_c2r.out",
+     fft_kernel, fft_infer, fft_check, &k_c2r, TPU_OP_COMPLEX},
+};
+
+const tpu_op_family_t tpu_family_fft = {"fft", k_rows,
+                                        (int32_t)(sizeof(k_rows) / sizeof(k_rows[0]))};
