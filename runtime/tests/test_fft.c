@@ -208,3 +208,94 @@ TEST(fft_semantics) {
   tt_free(&xc);
   tt_free(&xf);
 }
+
+/* Long lengths (stages split over the pool): a few bins against direct
+ * sums, and forward then backward gives n x. */
+TEST(fft_long) {
+  const tpu_op_def_t* def = tt_def("fft_c2c");
+  if (!def) return;
+  static const int64_t lens[] = {1 << 16, 3 * 5 * (1 << 12), 40009};
+  for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); ++li) {
+    int64_t n = lens[li], d0 = 0;
+    tt_t x = tt_make(C128, 1, &n, TT_CONTIG), y = tt_make(C128, 1, &n, TT_CONTIG);
+    tt_t z = tt_make(C128, 1, &n, TT_CONTIG);
+    fill_parts(&x.view);
+    tpu_value_t in[1] = {tt_value(&x.view)};
+    tpu_attr_t at[3] = {tt_ints(1, &d0), tt_int(0), tt_bool(true)};
+    tpu_node_t node = tt_node(in, 1, &y.view, 1, at, 3);
+    CHECK_OK(tt_run(def->kernel, def, &node));
+    const double* xs = (const double*)x.mem;
+    const double* ys = (const double*)y.mem;
+    static const int64_t bins[] = {0, 1, 7, 12345, 40008};
+    for (size_t b = 0; b < sizeof(bins) / sizeof(bins[0]); ++b) {
+      int64_t k = bins[b] % n;
+      double re = 0, im = 0;
+      for (int64_t t = 0; t < n; ++t) {
+        double ang = -2.0 * M_PI * (double)((k * t) % n) / (double)n;
+        re += xs[2 * t] * cos(ang) - xs[2 * t + 1] * sin(ang);
+        im += xs[2 * t] * sin(ang) + xs[2 * t + 1] * cos(ang);
+      }
+      if (!(fabs(ys[2 * k] - re) + fabs(ys[2 * k + 1] - im) < 1e-8 * sqrt((double)n)))
+        tpu_test_fail(__FILE__, __LINE__, "n=%lld bin %lld: (%g, %g) vs (%g, %g)", (long long)n,
+                      (long long)k, ys[2 * k], ys[2 * k + 1], re, im);
+    }
+    in[0] = tt_value(&y.view);
+    at[2] = tt_bool(false);
+    node = tt_node(in, 1, &z.view, 1, at, 3);
+    CHECK_OK(tt_run(def->kernel, def, &node));
+    const double* zs = (const double*)z.mem;
+    double worst = 0;
+    for (int64_t t = 0; t < 2 * n; ++t) worst = fmax(worst, fabs(zs[t] / (double)n - xs[t]));
+    if (!(worst < 1e-12)) tpu_test_fail(__FILE__, __LINE__, "n=%lld round trip: %g", (long long)n, worst);
+    tt_free(&x);
+    tt_free(&y);
+    tt_free(&z);
+  }
+}
+
+/* TPU_OP_COMPLEX_AS_REAL rows (mul, zero): complex * real runs on the real
+ * views, shapes come back complex; complex * complex is refused. */
+TEST(fft_complex_as_real_rows) {
+  tpu_op_id_t mul = tpu_op_lookup("mul"), zero = tpu_op_lookup("zero");
+  if (mul < 0 || zero < 0) return;
+  int64_t s[2] = {3, 5}, s1 = 5;
+  tt_t x = tt_make(C64, 2, s, TT_TRANSPOSED), y = tt_make(C64, 2, s, TT_CONTIG);
+  tt_t r = tt_make(F32, 1, &s1, TT_GAPS);
+  fill_parts(&x.view);
+  tt_fill(&r.view, -2, 2, 0);
+  tpu_value_t in[2] = {tt_value(&x.view), tt_value(&r.view)};
+  tpu_node_t node = tt_node(in, 2, NULL, 0, NULL, 0);
+  node.op = mul;
+  node.num_outputs = 1;
+  tpu_view_t shape;
+  CHECK_OK(tpu_op_infer(&node, &shape));
+  CHECK(shape.dtype == C64 && shape.ndim == 2 && shape.sizes[1] == 5 && shape.strides[0] == 5);
+  node = tt_node(in, 2, &y.view, 1, NULL, 0);
+  node.op = mul;
+  CHECK_OK(tpu_op_check(&node));
+  tpu_node_t rn;
+  tpu_value_t rin[2];
+  tpu_view_t rout[1];
+  CHECK(tpu_node_complex_as_real(&node, &rn, rin, rout));
+  const tpu_op_def_t* def = tpu_op_def(mul);
+  CHECK_OK(tt_run(def->kernel, def, &rn));
+  tpu_view_t xr = fft_part_view(&x.view, 0), xi = fft_part_view(&x.view, 1);
+  tpu_view_t yr = fft_part_view(&y.view, 0), yi = fft_part_view(&y.view, 1);
+  for (int64_t k = 0; k < 15; ++k) {
+    double f = tt_get(&r.view, k % 5);
+    CHECK(tt_get(&yr, k) == (double)(float)(tt_get(&xr, k) * f));
+    CHECK(tt_get(&yi, k) == (double)(float)(tt_get(&xi, k) * f));
+  }
+  in[1] = tt_value(&y.view); /* complex * complex is not real-linear */
+  CHECK(tt_code(tpu_op_check(&node)) == TPU_CODE_UNIMPLEMENTED);
+  node = tt_node(in, 1, &x.view, 1, NULL, 0);
+  node.op = zero;
+  CHECK_OK(tpu_op_check(&node));
+  CHECK(tpu_node_complex_as_real(&node, &rn, rin, rout));
+  def = tpu_op_def(zero);
+  CHECK_OK(tt_run(def->kernel, def, &rn));
+  for (int64_t k = 0; k < 15; ++k) CHECK(tt_get(&xr, k) == 0 && tt_get(&xi, k) == 0);
+  tt_free(&x);
+  tt_free(&y);
+  tt_free(&r);
+}

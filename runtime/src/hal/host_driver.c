@@ -258,7 +258,15 @@ static tpu_status_t run_graph(tpu_hal_queue_t* q, tpu_graph_t* graph) {
   for (int32_t i = 0; i < n; ++i) {
     const tpu_node_t* node = tpu_graph_node(graph, i);
     const tpu_op_def_t* def = tpu_op_def(node->op);
-    tpu_status_t s = def->kernel(def, node, &ctx);
+    tpu_status_t s;
+    tpu_node_t real_node; /* a real-linear op on complex operands: on their real views */
+    tpu_value_t real_in[8];
+    tpu_view_t real_out[8];
+    if ((def->flags & TPU_OP_COMPLEX_AS_REAL) && node->num_inputs <= 8 && node->num_outputs <= 8 &&
+        tpu_node_complex_as_real(node, &real_node, real_in, real_out))
+      s = def->kernel(def, &real_node, &ctx);
+    else
+      s = def->kernel(def, node, &ctx);
     if (s != TPU_OK) return tpu_status_annotate(s, "in op '%s' on tpu:%d", def->name, ctx.chip_index);
   }
   return TPU_OK;

@@ -11,6 +11,10 @@
  * picked from a table by compute type. Even-length real transforms run as a
  * half-length complex transform plus a twiddle pass. The normalization
  * factor is applied by the last pass.
+ *
+ * Also here: conj_physical (ihfft2/ihfftn call it between transforms), the
+ * one complex elementwise op the fft functions need besides mul by a real
+ * factor and zero_ (those run on real views: TPU_OP_COMPLEX_AS_REAL).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -22,21 +26,23 @@
 #define M_PI 3.14159265358979323846
 #endif
 
-#define FT float
-#define FS f32
-#define FDT TPU_DTYPE_F32
-#define FCDT TPU_DTYPE_C64
+#define FT double
+#define FS f64
+#define FDT TPU_DTYPE_F64
+#define FCDT TPU_DTYPE_C128
 #include "kernels/fft_impl.h"
 #undef FT
 #undef FS
 #undef FDT
 #undef FCDT
 
-#define FT double
-#define FS f64
-#define FDT TPU_DTYPE_F64
-#define FCDT TPU_DTYPE_C128
+#define FT float
+#define FS f32
+#define FDT TPU_DTYPE_F32
+#define FCDT TPU_DTYPE_C64
+#define FFT_BLUE_DOUBLE
 #include "kernels/fft_impl.h"
+#undef FFT_BLUE_DOUBLE
 #undef FT
 #undef FS
 #undef FDT
@@ -134,6 +140,78 @@ static tpu_status_t fft_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   return k_run[tpu_dtype_compute(a.part)](&a, out);
 }
 
+/* ---- conj_physical: what ihfft2/ihfftn call between their transforms -------------- */
+
+static tpu_status_t conj_infer(const tpu_op_def_t* def, const tpu_node_t* node,
+                               tpu_view_t* out_views) {
+  const tpu_view_t* in = ku_input(def, node, "self");
+  if (!in) return unimpl("conj_physical: expected a tensor");
+  out_views[0] = *in;
+  out_views[0].addr = 0;
+  tpu_view_set_contiguous(&out_views[0]);
+  return TPU_OK;
+}
+
+static tpu_status_t conj_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  tpu_view_t shape;
+  TPU_RETURN_IF_ERROR(conj_infer(def, node, &shape));
+  const tpu_view_t* in = ku_input(def, node, "self");
+  return ku_check_dim_outputs(node, in, &shape, 1);
+}
+
+typedef struct conj_job {
+  walk_t walk; /* view 0: output imaginary parts, 1: input imaginary parts */
+  char *dst, *src;
+  tpu_dtype_t dtype;
+  int64_t size;
+} conj_job_t;
+
+static void conj_run(void* arg, const int64_t* offs, const int64_t* steps, int64_t n,
+                     int64_t first) {
+  (void)first;
+  const conj_job_t* j = (const conj_job_t*)arg;
+  double buf[256];
+  for (int64_t i = 0; i < n; i += 256) {
+    int64_t m = n - i < 256 ? n - i : 256;
+    tpu_convert(buf, TPU_DTYPE_F64, 1, j->src + (offs[1] + i * steps[1]) * j->size, j->dtype,
+                steps[1], m);
+    for (int64_t e = 0; e < m; ++e) buf[e] = -buf[e];
+    tpu_convert(j->dst + (offs[0] + i * steps[0]) * j->size, j->dtype, steps[0], buf,
+                TPU_DTYPE_F64, 1, m);
+  }
+}
+
+static void conj_chunk(void* arg, int64_t begin, int64_t end) {
+  conj_job_t* j = (conj_job_t*)arg;
+  walk_range(&j->walk, begin, end, conj_run, j);
+}
+
+/* out = conj(self): the real parts copied, the imaginary parts negated; a real
+ * tensor is copied. */
+static tpu_status_t conj_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                tpu_exec_ctx_t* ctx) {
+  (void)ctx;
+  TPU_RETURN_IF_ERROR(conj_check(def, node));
+  const tpu_view_t* in = ku_input(def, node, "self");
+  const tpu_view_t* out = &node->outputs[0];
+  if (!tpu_dtype_is_complex(in->dtype)) {
+    view_copy(out, in);
+    return TPU_OK;
+  }
+  tpu_view_t ore = fft_part_view(out, 0), ire = fft_part_view(in, 0);
+  view_copy(&ore, &ire);
+  tpu_view_t oim = fft_part_view(out, 1), iim = fft_part_view(in, 1);
+  conj_job_t j;
+  const tpu_view_t* views[2] = {&oim, &iim};
+  walk_init_views(&j.walk, 2, views);
+  j.dst = (char*)tpu_view_ptr(&oim);
+  j.src = (char*)tpu_view_ptr(&iim);
+  j.dtype = oim.dtype;
+  j.size = (int64_t)tpu_dtype_size(oim.dtype);
+  tpu_parallel_for(j.walk.numel, WALK_GRAIN, conj_chunk, &j);
+  return TPU_OK;
+}
+
 static const fft_impl_t k_r2c = {FFT_R2C}, k_c2c = {FFT_C2C}, k_c2r = {FFT_C2R};
 
 static const tpu_op_def_t k_rows[] = {
@@ -143,6 +221,8 @@ static const tpu_op_def_t k_rows[] = {
      fft_infer, fft_check, &k_c2c, TPU_OP_COMPLEX},
     {"fft_c2r", "self", "dim,normalization,last_dim_size", "out", "_fft_c2r _fft_c2r.out",
      fft_kernel, fft_infer, fft_check, &k_c2r, TPU_OP_COMPLEX},
+    {"conj_physical", "self", "", "out", "_conj_physical conj_physical.out conj_physical_",
+     conj_kernel, conj_infer, conj_check, NULL, TPU_OP_COMPLEX},
 };
 
 const tpu_op_family_t tpu_family_fft = {"fft", k_rows,

@@ -2,12 +2,17 @@
  *   FT   the compute type (float or double),
  *   FS   a name suffix (f32, f64).
  * A plan for a length n and a sign: an iterative self-sorting (Stockham)
- * mixed-radix transform over radices 4, 2, 3, 5, or, for lengths with other
- * prime factors, Bluestein's algorithm (a chirp convolution through a
- * 2,3,5-smooth transform of length m >= 2n-1). Twiddles are computed in
- * float64 from exact angle indices and stored in FT. Data are interleaved
- * (re, im) pairs of FT.
+ * mixed-radix transform over radices 4, 2, 3, 5 (and plain DFT butterflies
+ * for prime factors up to FFT_MAX_RADIX), or, for lengths with larger prime
+ * factors, Bluestein's algorithm (a chirp convolution through a smooth
+ * transform of length m >= 2n-1; with FFT_BLUE_DOUBLE, float32 plans run it
+ * in float64, whose plan comes from the float64 instance). Twiddles are
+ * computed in float64 from exact angle indices and stored in FT. Data are
+ * interleaved (re, im) pairs of FT.
  */
+#ifndef FFT_MAX_RADIX
+#define FFT_MAX_RADIX 31 /* larger prime factors take Bluestein's algorithm */
+#endif
 #define FFT_CAT2(a, b) a##_##b
 #define FFT_CAT(a, b) FFT_CAT2(a, b)
 #define F_(name) FFT_CAT(name, FS)
@@ -18,17 +23,25 @@ typedef struct F_(fft_plan) {
   int nf;
   int64_t fac[64];
   FT* tw;          /* stage twiddles, stage after stage */
+  FT* roots;       /* per stage of a generic (prime > 5) radix R: exp(sign 2 pi i k / R), k < R */
   int64_t work;    /* complex elements of scratch fft_exec needs */
   /* Bluestein */
   int64_t m;
   struct F_(fft_plan) * sub; /* forward plan of length m */
   FT* chirp;                 /* n: exp(sign * i pi t^2 / n) */
   FT* bk;                    /* m: the transformed conjugate chirp, divided by m */
+#ifdef FFT_BLUE_DOUBLE
+  fft_plan_t_f64* dplan; /* float32 Bluestein runs in float64 (its chirps lose precision) */
+#endif
 } F_(fft_plan_t);
 
 static void F_(fft_plan_free)(F_(fft_plan_t) * p) {
   if (!p) return;
   free(p->tw);
+  free(p->roots);
+#ifdef FFT_BLUE_DOUBLE
+  fft_plan_free_f64(p->dplan);
+#endif
   free(p->chirp);
   free(p->bk);
   F_(fft_plan_free)(p->sub);
@@ -53,6 +66,8 @@ static int F_(fft_factor)(int64_t n, int64_t* fac) {
   while (n % 2 == 0) fac[nf++] = 2, n /= 2;
   while (n % 3 == 0) fac[nf++] = 3, n /= 3;
   while (n % 5 == 0) fac[nf++] = 5, n /= 5;
+  for (int64_t r = 7; r <= FFT_MAX_RADIX && n > 1; r += 2)
+    while (n % r == 0) fac[nf++] = r, n /= r;
   return n == 1 ? nf : -1;
 }
 
@@ -66,7 +81,11 @@ static F_(fft_plan_t) * F_(fft_plan_make)(int64_t n, int sign) {
     int64_t total = 0, L = 1;
     for (int s = 0; s < p->nf; ++s) total += L * (p->fac[s] - 1), L *= p->fac[s];
     p->tw = malloc(sizeof(FT) * 2 * (size_t)(total > 0 ? total : 1));
-    if (!p->tw) goto fail;
+    p->roots = malloc(sizeof(FT) * 2 * FFT_MAX_RADIX * (size_t)(p->nf > 0 ? p->nf : 1));
+    if (!p->tw || !p->roots) goto fail;
+    for (int s = 0; s < p->nf; ++s)
+      for (int64_t k = 0; k < p->fac[s]; ++k)
+        F_(fft_root)(sign, k, p->fac[s], p->roots + 2 * (FFT_MAX_RADIX * s + k));
     FT* t = p->tw;
     L = 1;
     for (int s = 0; s < p->nf; ++s) {
@@ -78,6 +97,12 @@ static F_(fft_plan_t) * F_(fft_plan_make)(int64_t n, int sign) {
     p->work = n;
     return p;
   }
+#ifdef FFT_BLUE_DOUBLE
+  p->dplan = fft_plan_make_f64(n, sign);
+  if (!p->dplan) goto fail;
+  p->work = 2 * (n + p->dplan->work); /* n + dplan->work complex doubles */
+  return p;
+#endif
   /* Bluestein: X[k] = c[k] sum_t (x[t] c[t]) conj(c[k - t]), c[t] = exp(sign i pi t^2 / n). */
   int64_t m = 2 * n - 1, dummy[64];
   while (F_(fft_factor)(m, dummy) < 0) ++m;
@@ -108,32 +133,47 @@ fail:
 }
 
 /* One Stockham stage of radix R: y[j + L u + L R k] = sum_q w_R^{uq} (w_{LR}^{jq} x[j + L k + L r' q]). */
+#ifndef FFT_CMUL
 #define FFT_CMUL(ar, ai, br, bi, outr, outi) \
   do {                                       \
     FT cr_ = (ar) * (br) - (ai) * (bi);      \
     FT ci_ = (ar) * (bi) + (ai) * (br);      \
     outr = cr_, outi = ci_;                  \
   } while (0)
+#endif
 
+/* Butterflies number k * L + j (k < r', j < L); [b, e) of them. */
 static void F_(fft_stage)(const FT* restrict x, FT* restrict y, int64_t n, int64_t L, int64_t R,
-                          const FT* restrict tw, int sign) {
+                          const FT* restrict tw, const FT* restrict rt, int sign, int64_t b,
+                          int64_t e) {
   const int64_t rp = n / (L * R); /* r' */
   const int64_t xs = L * rp;      /* stride between the R inputs */
   const FT s = (FT)sign;
-  for (int64_t k = 0; k < rp; ++k) {
+  for (int64_t k = b / L; k < rp && k * L < e; ++k) {
     const FT* xk = x + 2 * (L * k);
     FT* yk = y + 2 * (L * R * k);
-    for (int64_t j = 0; j < L; ++j) {
+    int64_t j0 = k * L < b ? b - k * L : 0, j1 = e - k * L < L ? e - k * L : L;
+    for (int64_t j = j0; j < j1; ++j) {
       const FT* w = tw + 2 * (R - 1) * j;
-      FT ar[5], ai[5];
+      FT ar[FFT_MAX_RADIX], ai[FFT_MAX_RADIX];
       ar[0] = xk[2 * j], ai[0] = xk[2 * j + 1];
       for (int64_t q = 1; q < R; ++q) {
         FT xr = xk[2 * (j + q * xs)], xi = xk[2 * (j + q * xs) + 1];
         if (L > 1) FFT_CMUL(xr, xi, w[2 * (q - 1)], w[2 * (q - 1) + 1], ar[q], ai[q]);
         else ar[q] = xr, ai[q] = xi;
       }
-      FT br[5], bi[5];
-      if (R == 2) {
+      FT br[FFT_MAX_RADIX], bi[FFT_MAX_RADIX];
+      if (R > 5) { /* a prime radix: the plain R-point DFT with the roots of unity */
+        for (int64_t u = 0; u < R; ++u) {
+          FT sr = ar[0], si = ai[0];
+          for (int64_t q = 1, uq = u; q < R; ++q, uq = (uq + u) % R) {
+            FT wr = rt[2 * uq], wi = rt[2 * uq + 1];
+            sr += ar[q] * wr - ai[q] * wi;
+            si += ar[q] * wi + ai[q] * wr;
+          }
+          br[u] = sr, bi[u] = si;
+        }
+      } else if (R == 2) {
         br[0] = ar[0] + ar[1], bi[0] = ai[0] + ai[1];
         br[1] = ar[0] - ar[1], bi[1] = ai[0] - ai[1];
       } else if (R == 4) {
@@ -174,6 +214,25 @@ static void F_(fft_stage)(const FT* restrict x, FT* restrict y, int64_t n, int64
   }
 }
 
+typedef struct F_(fft_stage_job) {
+  const FT* x;
+  FT* y;
+  int64_t n, L, R;
+  const FT* tw;
+  const FT* rt;
+  int sign;
+} F_(fft_stage_job_t);
+
+static void F_(fft_stage_chunk)(void* arg, int64_t b, int64_t e) {
+  const F_(fft_stage_job_t)* j = (const F_(fft_stage_job_t)*)arg;
+  F_(fft_stage)(j->x, j->y, j->n, j->L, j->R, j->tw, j->rt, j->sign, b, e);
+}
+
+/* Long transforms split each stage over the compute pool (inside a parallel
+ * pass over lines the pool is busy and this runs serially). */
+#define FFT_STAGE_PARALLEL (1 << 15)
+#define FFT_STAGE_GRAIN (1 << 13)
+
 /* x (n complex) <- its transform; work holds p->work complex elements. */
 static void F_(fft_exec)(const F_(fft_plan_t) * p, FT* x, FT* work) {
   const int64_t n = p->n;
@@ -184,7 +243,13 @@ static void F_(fft_exec)(const F_(fft_plan_t) * p, FT* x, FT* work) {
     int64_t L = 1;
     for (int s = 0; s < p->nf; ++s) {
       int64_t R = p->fac[s];
-      F_(fft_stage)(a, b, n, L, R, tw, p->sign);
+      const FT* rt = p->roots + 2 * FFT_MAX_RADIX * s;
+      if (n >= FFT_STAGE_PARALLEL) {
+        F_(fft_stage_job_t) job = {a, b, n, L, R, tw, rt, p->sign};
+        tpu_parallel_for(n / R, FFT_STAGE_GRAIN, F_(fft_stage_chunk), &job);
+      } else {
+        F_(fft_stage)(a, b, n, L, R, tw, rt, p->sign, 0, n / R);
+      }
       tw += 2 * L * (R - 1);
       L *= R;
       FT* t = a;
@@ -193,6 +258,15 @@ static void F_(fft_exec)(const F_(fft_plan_t) * p, FT* x, FT* work) {
     if (a != x) memcpy(x, a, sizeof(FT) * 2 * (size_t)n);
     return;
   }
+#ifdef FFT_BLUE_DOUBLE
+  if (p->dplan) {
+    double* dx = (double*)(void*)work;
+    for (int64_t i = 0; i < 2 * n; ++i) dx[i] = (double)x[i];
+    fft_exec_f64(p->dplan, dx, dx + 2 * n);
+    for (int64_t i = 0; i < 2 * n; ++i) x[i] = (FT)dx[i];
+    return;
+  }
+#endif
   const int64_t m = p->m;
   FT *a = work, *sub_work = work + 2 * m;
   for (int64_t t = 0; t < n; ++t) {
@@ -457,6 +531,8 @@ static tpu_status_t F_(fft_run)(const fft_args_t* a, const tpu_view_t* out) {
   return s;
 }
 
+#undef FFT_STAGE_PARALLEL
+#undef FFT_STAGE_GRAIN
 #undef F_
 #undef FFT_CAT
 #undef FFT_CAT2

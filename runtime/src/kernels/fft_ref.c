@@ -86,7 +86,7 @@ tpu_status_t tpu_fft_reference(const tpu_op_def_t* def, const tpu_node_t* node,
     int64_t ooff = ref_offset(ndim, out->sizes, orv.strides, k);
     if (a.kind != FFT_C2R) {
       /* the same multi-index in w (out's last dim may be shorter: onesided) */
-      int64_t idx[TPU_MAX_DIMS], r = k, wk = 0;
+      int64_t idx[TPU_MAX_DIMS] = {0}, r = k, wk = 0;
       for (int32_t d = ndim - 1; d >= 0; --d) idx[d] = r % out->sizes[d], r /= out->sizes[d];
       for (int32_t d = 0; d < ndim; ++d) wk = wk * wsizes[d] + idx[d];
       view_set_f64(&orv, ooff, w[2 * wk] * a.scale);
@@ -94,7 +94,7 @@ tpu_status_t tpu_fft_reference(const tpu_op_def_t* def, const tpu_node_t* node,
       continue;
     }
     /* c2r: y[t] = Re X0 + sum_{0<k<n/2} 2 Re(X[k] e^{2 pi i k t/n}) + Re X[n/2] (-1)^t (n even) */
-    int64_t idx[TPU_MAX_DIMS], r = k;
+    int64_t idx[TPU_MAX_DIMS] = {0}, r = k;
     for (int32_t d = ndim - 1; d >= 0; --d) idx[d] = r % out->sizes[d], r /= out->sizes[d];
     const int64_t n = a.last_size, t = idx[last];
     int64_t inner = 1;
