@@ -9,8 +9,8 @@
  * first, then the last listed dim complex-to-real to `last_dim_size` points,
  * reading its first last_dim_size/2+1 inputs (the imaginary parts of the
  * zero and Nyquist terms are ignored). normalization: 0 none, 1 by
- * 1/sqrt(n), 2 by 1/n, n the product of the signal sizes. float32 computes
- * in float32 (twiddles computed in float64), float64 in float64.
+ * 1/sqrt(n), 2 by 1/n, n the product of the signal sizes. Both float32 and
+ * float64 compute in float64 (float32 results are rounded once; see fft.c).
  */
 #ifndef TPU_KERNELS_FFT_H_
 #define TPU_KERNELS_FFT_H_

@@ -1,12 +1,12 @@
-/* fft_impl.h — the FFT core, included by fft.c once per precision with
+/* fft_impl.h — the FFT core, included by fft.c with
  *   FT   the compute type (float or double),
- *   FS   a name suffix (f32, f64).
+ *   FS   a name suffix (f32, f64),
+ *   FDT, FCDT  the real and complex dtypes of FT.
  * A plan for a length n and a sign: an iterative self-sorting (Stockham)
  * mixed-radix transform over radices 4, 2, 3, 5 (and plain DFT butterflies
  * for prime factors up to FFT_MAX_RADIX), or, for lengths with larger prime
- * factors, Bluestein's algorithm (a chirp convolution through a smooth
- * transform of length m >= 2n-1; with FFT_BLUE_DOUBLE, float32 plans run it
- * in float64, whose plan comes from the float64 instance). Twiddles are
+ * factors, Bluestein's algorithm (a chirp convolution through a
+ * 2,3,5-smooth transform of length m >= 2n-1). Twiddles are
  * computed in float64 from exact angle indices and stored in FT. Data are
  * interleaved (re, im) pairs of FT.
  */
@@ -30,18 +30,12 @@ typedef struct F_(fft_plan) {
   struct F_(fft_plan) * sub; /* forward plan of length m */
   FT* chirp;                 /* n: exp(sign * i pi t^2 / n) */
   FT* bk;                    /* m: the transformed conjugate chirp, divided by m */
-#ifdef FFT_BLUE_DOUBLE
-  fft_plan_t_f64* dplan; /* float32 Bluestein runs in float64 (its chirps lose precision) */
-#endif
 } F_(fft_plan_t);
 
 static void F_(fft_plan_free)(F_(fft_plan_t) * p) {
   if (!p) return;
   free(p->tw);
   free(p->roots);
-#ifdef FFT_BLUE_DOUBLE
-  fft_plan_free_f64(p->dplan);
-#endif
   free(p->chirp);
   free(p->bk);
   F_(fft_plan_free)(p->sub);
@@ -97,15 +91,15 @@ static F_(fft_plan_t) * F_(fft_plan_make)(int64_t n, int sign) {
     p->work = n;
     return p;
   }
-#ifdef FFT_BLUE_DOUBLE
-  p->dplan = fft_plan_make_f64(n, sign);
-  if (!p->dplan) goto fail;
-  p->work = 2 * (n + p->dplan->work); /* n + dplan->work complex doubles */
-  return p;
-#endif
   /* Bluestein: X[k] = c[k] sum_t (x[t] c[t]) conj(c[k - t]), c[t] = exp(sign i pi t^2 / n). */
-  int64_t m = 2 * n - 1, dummy[64];
-  while (F_(fft_factor)(m, dummy) < 0) ++m;
+  int64_t m = 2 * n - 1;
+  for (;; ++m) { /* 2,3,5-smooth */
+    int64_t r = m;
+    while (r % 2 == 0) r /= 2;
+    while (r % 3 == 0) r /= 3;
+    while (r % 5 == 0) r /= 5;
+    if (r == 1) break;
+  }
   p->m = m;
   p->sub = F_(fft_plan_make)(m, -1);
   p->chirp = malloc(sizeof(FT) * 2 * (size_t)n);
@@ -142,77 +136,124 @@ fail:
   } while (0)
 #endif
 
-/* Butterflies number k * L + j (k < r', j < L); [b, e) of them. */
-static void F_(fft_stage)(const FT* restrict x, FT* restrict y, int64_t n, int64_t L, int64_t R,
-                          const FT* restrict tw, const FT* restrict rt, int sign, int64_t b,
-                          int64_t e) {
-  const int64_t rp = n / (L * R); /* r' */
-  const int64_t xs = L * rp;      /* stride between the R inputs */
-  const FT s = (FT)sign;
+/* Butterflies number k * L + j (k < r', j < L); [b, e) of them. A stage per
+ * radix, so the R inputs live in registers; BFLY computes br/bi from ar/ai. */
+#define FFT_STAGE(NAME, R, ...)                                                              \
+  static void F_(NAME)(const FT* restrict x, FT* restrict y, int64_t n, int64_t L,         \
+                       const FT* restrict tw, const FT* restrict rt, int sign, int64_t b,  \
+                       int64_t e) {                                                         \
+    (void)rt;                                                                               \
+    const int64_t rp = n / (L * R), xs = L * rp;                                            \
+    const FT s = (FT)sign;                                                                  \
+    (void)s;                                                                                \
+    for (int64_t k = b / L; k < rp && k * L < e; ++k) {                                     \
+      const FT* xk = x + 2 * (L * k);                                                       \
+      FT* yk = y + 2 * (L * R * k);                                                         \
+      int64_t j0 = k * L < b ? b - k * L : 0, j1 = e - k * L < L ? e - k * L : L;          \
+      for (int64_t j = j0; j < j1; ++j) {                                                   \
+        FT ar[R], ai[R], br[R], bi[R];                                                      \
+        ar[0] = xk[2 * j], ai[0] = xk[2 * j + 1];                                           \
+        if (L == 1) {                                                                       \
+          for (int q = 1; q < R; ++q)                                                       \
+            ar[q] = xk[2 * (j + q * xs)], ai[q] = xk[2 * (j + q * xs) + 1];                 \
+        } else {                                                                            \
+          const FT* w = tw + 2 * (R - 1) * j;                                               \
+          for (int q = 1; q < R; ++q) {                                                     \
+            FT xr = xk[2 * (j + q * xs)], xi = xk[2 * (j + q * xs) + 1];                    \
+            FT wr = w[2 * (q - 1)], wi = w[2 * (q - 1) + 1];                                \
+            ar[q] = xr * wr - xi * wi, ai[q] = xr * wi + xi * wr;                           \
+          }                                                                                 \
+        }                                                                                   \
+        __VA_ARGS__                                                                         \
+        for (int u = 0; u < R; ++u)                                                         \
+          yk[2 * (j + L * u)] = br[u], yk[2 * (j + L * u) + 1] = bi[u];                     \
+      }                                                                                     \
+    }                                                                                       \
+  }
+
+FFT_STAGE(fft_stage2, 2, {
+  br[0] = ar[0] + ar[1], bi[0] = ai[0] + ai[1];
+  br[1] = ar[0] - ar[1], bi[1] = ai[0] - ai[1];
+})
+
+FFT_STAGE(fft_stage4, 4, {
+  FT t0r = ar[0] + ar[2], t0i = ai[0] + ai[2], t1r = ar[0] - ar[2], t1i = ai[0] - ai[2];
+  FT t2r = ar[1] + ar[3], t2i = ai[1] + ai[3], t3r = ar[1] - ar[3], t3i = ai[1] - ai[3];
+  FT ur = -s * t3i, ui = s * t3r; /* w4 * t3, w4 = sign * i */
+  br[0] = t0r + t2r, bi[0] = t0i + t2i;
+  br[2] = t0r - t2r, bi[2] = t0i - t2i;
+  br[1] = t1r + ur, bi[1] = t1i + ui;
+  br[3] = t1r - ur, bi[3] = t1i - ui;
+})
+
+FFT_STAGE(fft_stage3, 3, {
+  const FT h = (FT)0.86602540378443864676;
+  FT tr = ar[1] + ar[2], ti = ai[1] + ai[2], dr = ar[1] - ar[2], di = ai[1] - ai[2];
+  FT mr = ar[0] - (FT)0.5 * tr, mi = ai[0] - (FT)0.5 * ti;
+  FT nr = -s * h * di, ni = s * h * dr; /* sign * i * (sqrt(3)/2) * d */
+  br[0] = ar[0] + tr, bi[0] = ai[0] + ti;
+  br[1] = mr + nr, bi[1] = mi + ni;
+  br[2] = mr - nr, bi[2] = mi - ni;
+})
+
+FFT_STAGE(fft_stage5, 5, {
+  const FT c1 = (FT)0.30901699437494742410, c2 = (FT)-0.80901699437494742410;
+  const FT s1 = (FT)0.95105651629515357212, s2 = (FT)0.58778525229247312917;
+  FT t1r = ar[1] + ar[4], t1i = ai[1] + ai[4], d1r = ar[1] - ar[4], d1i = ai[1] - ai[4];
+  FT t2r = ar[2] + ar[3], t2i = ai[2] + ai[3], d2r = ar[2] - ar[3], d2i = ai[2] - ai[3];
+  FT m1r = ar[0] + c1 * t1r + c2 * t2r, m1i = ai[0] + c1 * t1i + c2 * t2i;
+  FT m2r = ar[0] + c2 * t1r + c1 * t2r, m2i = ai[0] + c2 * t1i + c1 * t2i;
+  FT e1r = s1 * d1r + s2 * d2r, e1i = s1 * d1i + s2 * d2i;
+  FT e2r = s2 * d1r - s1 * d2r, e2i = s2 * d1i - s1 * d2i;
+  FT n1r = -s * e1i, n1i = s * e1r, n2r = -s * e2i, n2i = s * e2r;
+  br[0] = ar[0] + t1r + t2r, bi[0] = ai[0] + t1i + t2i;
+  br[1] = m1r + n1r, bi[1] = m1i + n1i;
+  br[4] = m1r - n1r, bi[4] = m1i - n1i;
+  br[2] = m2r + n2r, bi[2] = m2i + n2i;
+  br[3] = m2r - n2r, bi[3] = m2i - n2i;
+})
+
+/* A prime radix R (7..FFT_MAX_RADIX): the plain R-point DFT with the roots rt. */
+static void F_(fft_stage_generic)(const FT* restrict x, FT* restrict y, int64_t n, int64_t L,
+                                  int64_t R, const FT* restrict tw, const FT* restrict rt,
+                                  int64_t b, int64_t e) {
+  const int64_t rp = n / (L * R), xs = L * rp;
   for (int64_t k = b / L; k < rp && k * L < e; ++k) {
     const FT* xk = x + 2 * (L * k);
     FT* yk = y + 2 * (L * R * k);
     int64_t j0 = k * L < b ? b - k * L : 0, j1 = e - k * L < L ? e - k * L : L;
     for (int64_t j = j0; j < j1; ++j) {
-      const FT* w = tw + 2 * (R - 1) * j;
       FT ar[FFT_MAX_RADIX], ai[FFT_MAX_RADIX];
+      const FT* w = tw + 2 * (R - 1) * j;
       ar[0] = xk[2 * j], ai[0] = xk[2 * j + 1];
       for (int64_t q = 1; q < R; ++q) {
         FT xr = xk[2 * (j + q * xs)], xi = xk[2 * (j + q * xs) + 1];
-        if (L > 1) FFT_CMUL(xr, xi, w[2 * (q - 1)], w[2 * (q - 1) + 1], ar[q], ai[q]);
-        else ar[q] = xr, ai[q] = xi;
+        FT wr = L > 1 ? w[2 * (q - 1)] : (FT)1, wi = L > 1 ? w[2 * (q - 1) + 1] : (FT)0;
+        ar[q] = xr * wr - xi * wi, ai[q] = xr * wi + xi * wr;
       }
-      FT br[FFT_MAX_RADIX], bi[FFT_MAX_RADIX];
-      if (R > 5) { /* a prime radix: the plain R-point DFT with the roots of unity */
-        for (int64_t u = 0; u < R; ++u) {
-          FT sr = ar[0], si = ai[0];
-          for (int64_t q = 1, uq = u; q < R; ++q, uq = (uq + u) % R) {
-            FT wr = rt[2 * uq], wi = rt[2 * uq + 1];
-            sr += ar[q] * wr - ai[q] * wi;
-            si += ar[q] * wi + ai[q] * wr;
-          }
-          br[u] = sr, bi[u] = si;
+      for (int64_t u = 0; u < R; ++u) {
+        FT sr = ar[0], si = ai[0];
+        for (int64_t q = 1, uq = u; q < R; ++q, uq = (uq + u) % R) {
+          FT wr = rt[2 * uq], wi = rt[2 * uq + 1];
+          sr += ar[q] * wr - ai[q] * wi;
+          si += ar[q] * wi + ai[q] * wr;
         }
-      } else if (R == 2) {
-        br[0] = ar[0] + ar[1], bi[0] = ai[0] + ai[1];
-        br[1] = ar[0] - ar[1], bi[1] = ai[0] - ai[1];
-      } else if (R == 4) {
-        FT t0r = ar[0] + ar[2], t0i = ai[0] + ai[2], t1r = ar[0] - ar[2], t1i = ai[0] - ai[2];
-        FT t2r = ar[1] + ar[3], t2i = ai[1] + ai[3], t3r = ar[1] - ar[3], t3i = ai[1] - ai[3];
-        /* w4 * t3 with w4 = sign * i */
-        FT ur = -s * t3i, ui = s * t3r;
-        br[0] = t0r + t2r, bi[0] = t0i + t2i;
-        br[2] = t0r - t2r, bi[2] = t0i - t2i;
-        br[1] = t1r + ur, bi[1] = t1i + ui;
-        br[3] = t1r - ur, bi[3] = t1i - ui;
-      } else if (R == 3) {
-        const FT h = (FT)0.86602540378443864676;
-        FT tr = ar[1] + ar[2], ti = ai[1] + ai[2], dr = ar[1] - ar[2], di = ai[1] - ai[2];
-        FT mr = ar[0] - (FT)0.5 * tr, mi = ai[0] - (FT)0.5 * ti;
-        FT nr = -s * h * di, ni = s * h * dr; /* sign * i * (sqrt(3)/2) * d */
-        br[0] = ar[0] + tr, bi[0] = ai[0] + ti;
-        br[1] = mr + nr, bi[1] = mi + ni;
-        br[2] = mr - nr, bi[2] = mi - ni;
-      } else { /* R == 5 */
-        const FT c1 = (FT)0.30901699437494742410, c2 = (FT)-0.80901699437494742410;
-        const FT s1 = (FT)0.95105651629515357212, s2 = (FT)0.58778525229247312917;
-        FT t1r = ar[1] + ar[4], t1i = ai[1] + ai[4], d1r = ar[1] - ar[4], d1i = ai[1] - ai[4];
-        FT t2r = ar[2] + ar[3], t2i = ai[2] + ai[3], d2r = ar[2] - ar[3], d2i = ai[2] - ai[3];
-        FT m1r = ar[0] + c1 * t1r + c2 * t2r, m1i = ai[0] + c1 * t1i + c2 * t2i;
-        FT m2r = ar[0] + c2 * t1r + c1 * t2r, m2i = ai[0] + c2 * t1i + c1 * t2i;
-        FT e1r = s1 * d1r + s2 * d2r, e1i = s1 * d1i + s2 * d2i;
-        FT e2r = s2 * d1r - s1 * d2r, e2i = s2 * d1i - s1 * d2i;
-        FT n1r = -s * e1i, n1i = s * e1r, n2r = -s * e2i, n2i = s * e2r;
-        br[0] = ar[0] + t1r + t2r, bi[0] = ai[0] + t1i + t2i;
-        br[1] = m1r + n1r, bi[1] = m1i + n1i;
-        br[4] = m1r - n1r, bi[4] = m1i - n1i;
-        br[2] = m2r + n2r, bi[2] = m2i + n2i;
-        br[3] = m2r - n2r, bi[3] = m2i - n2i;
+        yk[2 * (j + L * u)] = sr, yk[2 * (j + L * u) + 1] = si;
       }
-      for (int64_t u = 0; u < R; ++u) yk[2 * (j + L * u)] = br[u], yk[2 * (j + L * u) + 1] = bi[u];
     }
   }
 }
+
+static void F_(fft_stage)(const FT* restrict x, FT* restrict y, int64_t n, int64_t L, int64_t R,
+                          const FT* restrict tw, const FT* restrict rt, int sign, int64_t b,
+                          int64_t e) {
+  if (R == 4) F_(fft_stage4)(x, y, n, L, tw, rt, sign, b, e);
+  else if (R == 2) F_(fft_stage2)(x, y, n, L, tw, rt, sign, b, e);
+  else if (R == 3) F_(fft_stage3)(x, y, n, L, tw, rt, sign, b, e);
+  else if (R == 5) F_(fft_stage5)(x, y, n, L, tw, rt, sign, b, e);
+  else F_(fft_stage_generic)(x, y, n, L, R, tw, rt, b, e);
+}
+#undef FFT_STAGE
 
 typedef struct F_(fft_stage_job) {
   const FT* x;
@@ -258,15 +299,6 @@ static void F_(fft_exec)(const F_(fft_plan_t) * p, FT* x, FT* work) {
     if (a != x) memcpy(x, a, sizeof(FT) * 2 * (size_t)n);
     return;
   }
-#ifdef FFT_BLUE_DOUBLE
-  if (p->dplan) {
-    double* dx = (double*)(void*)work;
-    for (int64_t i = 0; i < 2 * n; ++i) dx[i] = (double)x[i];
-    fft_exec_f64(p->dplan, dx, dx + 2 * n);
-    for (int64_t i = 0; i < 2 * n; ++i) x[i] = (FT)dx[i];
-    return;
-  }
-#endif
   const int64_t m = p->m;
   FT *a = work, *sub_work = work + 2 * m;
   for (int64_t t = 0; t < n; ++t) {
@@ -463,18 +495,73 @@ static void F_(fft_pass_lines)(void* arg, int64_t begin, int64_t end) {
   free(work);
 }
 
+/* ---- a cache of line plans (twiddles cost more than a short transform) --------------- */
+
+#define FFT_CACHE 16
+typedef struct F_(fft_cache_entry) {
+  F_(fft_line_plan_t) lp;
+  int sign;
+  int users; /* passes holding it; evicted only at 0 */
+  uint64_t used;
+  bool valid;
+} F_(fft_cache_entry_t);
+
+static F_(fft_cache_entry_t) F_(g_fft_cache)[FFT_CACHE];
+static pthread_mutex_t F_(g_fft_cache_mu) = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t F_(g_fft_cache_clock);
+
+/* A shared plan for (kind, n, sign), or NULL (out of memory); release it with fft_plan_put. */
+static F_(fft_cache_entry_t) * F_(fft_plan_get)(fft_kind_t kind, int64_t n, int sign) {
+  pthread_mutex_lock(&F_(g_fft_cache_mu));
+  F_(fft_cache_entry_t)* hit = NULL;
+  F_(fft_cache_entry_t)* victim = NULL;
+  for (int i = 0; i < FFT_CACHE; ++i) {
+    F_(fft_cache_entry_t)* e = &F_(g_fft_cache)[i];
+    if (e->valid && e->lp.kind == kind && e->lp.n == n && e->sign == sign) hit = e;
+    if (!e->valid || (e->users == 0 && (!victim || (victim->valid && e->used < victim->used))))
+      if (!victim || victim->valid) victim = e;
+  }
+  if (!hit && victim) {
+    if (victim->valid) F_(fft_line_plan_free)(&victim->lp);
+    victim->valid = false;
+    if (F_(fft_line_plan_init)(&victim->lp, kind, n, sign)) {
+      victim->valid = true;
+      victim->sign = sign;
+      victim->users = 0;
+      hit = victim;
+    } else {
+      F_(fft_line_plan_free)(&victim->lp);
+    }
+  }
+  if (hit) {
+    hit->users++;
+    hit->used = ++F_(g_fft_cache_clock);
+  }
+  pthread_mutex_unlock(&F_(g_fft_cache_mu));
+  return hit;
+}
+
+static void F_(fft_plan_put)(F_(fft_cache_entry_t) * e) {
+  pthread_mutex_lock(&F_(g_fft_cache_mu));
+  e->users--;
+  pthread_mutex_unlock(&F_(g_fft_cache_mu));
+}
+
 /* dst = transform of src along dim (lines of src_len in, dst_len out); src and dst
- * agree on the other dims; they may be the same view. */
+ * agree on the other dims; they may be the same view. Plans come from the
+ * cache, or (every entry busy) are made for this pass. */
 static tpu_status_t F_(fft_pass_run)(fft_kind_t kind, const tpu_view_t* src, const tpu_view_t* dst,
                                      int32_t dim, int64_t n, int sign, double scale) {
-  F_(fft_line_plan_t) lp;
-  if (!F_(fft_line_plan_init)(&lp, kind, n, sign)) {
-    F_(fft_line_plan_free)(&lp);
+  F_(fft_line_plan_t) own;
+  memset(&own, 0, sizeof(own));
+  F_(fft_cache_entry_t)* cached = F_(fft_plan_get)(kind, n, sign);
+  if (!cached && !F_(fft_line_plan_init)(&own, kind, n, sign)) {
+    F_(fft_line_plan_free)(&own);
     return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fft: out of host memory for a plan");
   }
   F_(fft_pass_t) P;
   memset(&P, 0, sizeof(P));
-  P.lp = &lp;
+  P.lp = cached ? &cached->lp : &own;
   P.src = src;
   P.dst = dst;
   P.dim = dim;
@@ -490,7 +577,8 @@ static tpu_status_t F_(fft_pass_run)(fft_kind_t kind, const tpu_view_t* src, con
   int64_t nlines = P.lines.numel;
   int64_t grain = 65536 / (n + 1);
   tpu_parallel_for(nlines, grain > 1 ? grain : 1, F_(fft_pass_lines), &P);
-  F_(fft_line_plan_free)(&lp);
+  if (cached) F_(fft_plan_put)(cached);
+  else F_(fft_line_plan_free)(&own);
   if (P.failed) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fft: out of host memory");
   return TPU_OK;
 }
@@ -532,6 +620,7 @@ static tpu_status_t F_(fft_run)(const fft_args_t* a, const tpu_view_t* out) {
 }
 
 #undef FFT_STAGE_PARALLEL
+#undef FFT_CACHE
 #undef FFT_STAGE_GRAIN
 #undef F_
 #undef FFT_CAT
