@@ -124,9 +124,10 @@ def test_out_and_strides():
     out = torch.empty(0, dtype=torch.complex128, device="tpu")
     torch.fft.rfft2(xt, out=out)
     torch.testing.assert_close(out.cpu(), torch.fft.rfft2(x))
-    outc = torch.empty(8, 12, 10, dtype=torch.complex128, device="tpu").transpose(0, 1)
+    outc = torch.empty(12, 8, 10, dtype=torch.complex128, device="tpu").transpose(0, 1)
     torch.fft.fft(xt.to(torch.complex128), out=outc)
     torch.testing.assert_close(outc.cpu(), torch.fft.fft(x.to(torch.complex128)))
+    assert not outc.is_contiguous()
     assert torch_tpu.fallback_counts() == {}
 
 
@@ -144,3 +145,36 @@ def test_complex_math_still_falls_back():
             torch.exp(xt)
         finally:
             torch_tpu.set_fallback_mode("warn")
+
+
+def test_complex_real_linear_ops():
+    """mul by a real factor, zero_, conj_physical and constant padding of
+    complex tensors run natively (the ops fft functions and their gradients
+    use); complex * complex still falls back."""
+    torch.manual_seed(2)
+    x = torch.randn(4, 6, dtype=torch.complex64)
+    r = torch.randn(6, dtype=torch.float64)
+    xt, rt = x.to("tpu"), r.to("tpu")
+    torch_tpu.reset_counts()
+    torch.testing.assert_close((xt.mT * 2.5).cpu(), x.mT * 2.5)
+    torch.testing.assert_close((xt * rt).cpu(), x * r)  # complex128, as on the CPU
+    assert (xt * rt).dtype == torch.complex128
+    y = xt.clone()
+    y[:, ::2].mul_(-3)
+    yc = x.clone()
+    yc[:, ::2].mul_(-3)
+    torch.testing.assert_close(y.cpu(), yc)
+    y[1:, 1::2].zero_()
+    yc[1:, 1::2].zero_()
+    torch.testing.assert_close(y.cpu(), yc)
+    torch.testing.assert_close(torch.conj_physical(xt.T).cpu(), torch.conj_physical(x.T))
+    z = xt.clone()
+    z.conj_physical_()
+    torch.testing.assert_close(z.cpu(), x.conj())
+    p = torch.nn.functional.pad(xt.to(torch.complex128), (1, 2, 0, 1))
+    torch.testing.assert_close(p.cpu(), torch.nn.functional.pad(x.to(torch.complex128), (1, 2, 0, 1)))
+    torch.testing.assert_close(torch.zeros(3, dtype=torch.complex64, device="tpu").cpu(),
+                               torch.zeros(3, dtype=torch.complex64))
+    assert torch_tpu.fallback_counts() == {}
+    torch.testing.assert_close((xt * xt).cpu(), x * x)
+    assert torch_tpu.fallback_counts().get("aten::mul.Tensor", 0) >= 1

@@ -454,46 +454,96 @@ typedef struct F_(fft_pass) {
   int failed;
 } F_(fft_pass_t);
 
+/* One gathered line in buf (n reals or src_len complex values) -> its
+ * transform, scaled (dst_len complex values or n reals). */
+static void F_(fft_line)(const F_(fft_pass_t) * P, FT* buf, FT* work) {
+  const F_(fft_line_plan_t)* lp = P->lp;
+  const int64_t n = lp->n;
+  int64_t out_reals;
+  if (lp->kind == FFT_C2C) {
+    F_(fft_exec)(lp->full, buf, work);
+    out_reals = 2 * P->dst_len;
+  } else if (lp->kind == FFT_R2C) {
+    F_(fft_r2c_line)(lp, buf, work);
+    for (int64_t j = n / 2 + 1; j < P->dst_len; ++j) /* two-sided: the conjugate half */
+      buf[2 * j] = buf[2 * (n - j)], buf[2 * j + 1] = -buf[2 * (n - j) + 1];
+    out_reals = 2 * P->dst_len;
+  } else {
+    F_(fft_c2r_line)(lp, buf, work);
+    out_reals = P->dst_len;
+  }
+  if (P->scale != (FT)1)
+    for (int64_t j = 0; j < out_reals; ++j) buf[j] *= P->scale;
+}
+
+/* Lines whose neighbours are adjacent in memory (a transform along an outer
+ * dim) move in blocks of up to FFT_BLOCK lines: element t of every line of
+ * the block is one contiguous run, so the strided walk touches each cache
+ * line once; the block is transposed in a buffer. */
+#define FFT_BLOCK 16
+
 static void F_(fft_pass_lines)(void* arg, int64_t begin, int64_t end) {
   F_(fft_pass_t)* P = (F_(fft_pass_t)*)arg;
   const F_(fft_line_plan_t)* lp = P->lp;
   const int64_t n = lp->n;
+  const bool cin = lp->kind != FFT_R2C, cout = lp->kind != FFT_C2R;
+  const tpu_dtype_t it = cin ? FCDT : FDT, ot = cout ? FCDT : FDT;
+  const int64_t iw = cin ? 2 : 1, ow = cout ? 2 : 1; /* FT values per element */
+  const int64_t ss = P->src->strides[P->dim], ds = P->dst->strides[P->dim];
+  const int32_t last = P->lines.ndim - 1;
+  int64_t B = 1;
+  if (last >= 0 && P->lines.strides[0][last] == 1 && P->lines.strides[1][last] == 1 &&
+      (ss != 1 || ds != 1)) {
+    B = ((int64_t)1 << 16) / (n + 1);
+    if (B > FFT_BLOCK) B = FFT_BLOCK;
+  }
   FT* buf = malloc(sizeof(FT) * 2 * (size_t)(n + 2));
   FT* work = malloc(sizeof(FT) * (size_t)(lp->work > 0 ? lp->work : 1));
+  FT *gin = NULL, *gout = NULL;
+  if (B > 1) {
+    gin = malloc(sizeof(FT) * (size_t)(B * P->src_len * iw));
+    gout = malloc(sizeof(FT) * (size_t)(B * P->dst_len * ow));
+    if (!gin || !gout) B = 1;
+  }
   if (!buf || !work) {
     __atomic_store_n(&P->failed, 1, __ATOMIC_RELAXED);
     begin = end;
   }
-  const int64_t ss = P->src->strides[P->dim], ds = P->dst->strides[P->dim];
-  for (int64_t k = begin; k < end; ++k) {
+  for (int64_t k = begin; k < end;) {
     int64_t offs[2];
     walk_offsets(&P->lines, P->lines.ndim, k, offs);
-    const char* sp = view_at(P->src, offs[0]);
-    char* dp = view_at(P->dst, offs[1]);
-    int64_t out_reals; /* FT values written */
-    if (lp->kind == FFT_C2C) {
-      tpu_convert(buf, FCDT, 1, sp, P->src->dtype, ss, P->src_len);
-      F_(fft_exec)(lp->full, buf, work);
-      out_reals = 2 * P->dst_len;
-    } else if (lp->kind == FFT_R2C) {
-      tpu_convert(buf, FDT, 1, sp, P->src->dtype, ss, P->src_len);
-      F_(fft_r2c_line)(lp, buf, work);
-      for (int64_t j = n / 2 + 1; j < P->dst_len; ++j) /* two-sided: the conjugate half */
-        buf[2 * j] = buf[2 * (n - j)], buf[2 * j + 1] = -buf[2 * (n - j) + 1];
-      out_reals = 2 * P->dst_len;
-    } else {
-      tpu_convert(buf, FCDT, 1, sp, P->src->dtype, ss, P->src_len);
-      F_(fft_c2r_line)(lp, buf, work);
-      out_reals = P->dst_len;
+    int64_t g = 1;
+    if (B > 1) {
+      int64_t row_left = P->lines.sizes[last] - k % P->lines.sizes[last];
+      g = B < end - k ? B : end - k;
+      if (g > row_left) g = row_left;
     }
-    if (P->scale != (FT)1)
-      for (int64_t j = 0; j < out_reals; ++j) buf[j] *= P->scale;
-    tpu_convert(dp, P->dst->dtype, ds, buf, lp->kind == FFT_C2R ? FDT : FCDT, 1,
-                lp->kind == FFT_C2R ? P->dst_len : P->dst_len);
+    if (g == 1) {
+      tpu_convert(buf, it, 1, view_at(P->src, offs[0]), P->src->dtype, ss, P->src_len);
+      F_(fft_line)(P, buf, work);
+      tpu_convert(view_at(P->dst, offs[1]), P->dst->dtype, ds, buf, ot, 1, P->dst_len);
+      ++k;
+      continue;
+    }
+    for (int64_t t = 0; t < P->src_len; ++t)
+      tpu_convert(gin + t * B * iw, it, 1, view_at(P->src, offs[0] + t * ss), P->src->dtype, 1, g);
+    for (int64_t b = 0; b < g; ++b) {
+      for (int64_t t = 0; t < P->src_len; ++t)
+        for (int64_t c = 0; c < iw; ++c) buf[t * iw + c] = gin[(t * B + b) * iw + c];
+      F_(fft_line)(P, buf, work);
+      for (int64_t t = 0; t < P->dst_len; ++t)
+        for (int64_t c = 0; c < ow; ++c) gout[(t * B + b) * ow + c] = buf[t * ow + c];
+    }
+    for (int64_t t = 0; t < P->dst_len; ++t)
+      tpu_convert(view_at(P->dst, offs[1] + t * ds), P->dst->dtype, 1, gout + t * B * ow, ot, 1, g);
+    k += g;
   }
   free(buf);
   free(work);
+  free(gin);
+  free(gout);
 }
+#undef FFT_BLOCK
 
 /* ---- a cache of line plans (twiddles cost more than a short transform) --------------- */
 
