@@ -155,7 +155,7 @@ bool add_tensor_input(Call& call, const at::Tensor& t) {
   }
   if (t.device().is_cpu() && t.dim() == 0) {  // a number, or a zero-dim CPU tensor
     tpu_dtype_t dt = to_tpu_dtype(t.scalar_type());
-    if (dt == TPU_DTYPE_INVALID) return false;
+    if (dt == TPU_DTYPE_INVALID || tpu_dtype_is_complex(dt)) return false;  // scalars are real
     v.kind = TPU_VALUE_SCALAR;
     bool wrapped = t.unsafeGetTensorImpl()->is_wrapped_number();
     v.u.scalar.is_tensor = !wrapped;

@@ -30,7 +30,8 @@ void check(tpu_status_t status) {
 // One row per dtype the runtime knows, in TPU_DTYPE_LIST order.
 #define TPU_SCALAR_TYPES(X)                                                    \
   X(BOOL, Bool) X(U8, Byte) X(I8, Char) X(I16, Short) X(I32, Int) X(I64, Long) \
-  X(F16, Half) X(BF16, BFloat16) X(F32, Float) X(F64, Double)
+  X(F16, Half) X(BF16, BFloat16) X(F32, Float) X(F64, Double)                  \
+  X(C64, ComplexFloat) X(C128, ComplexDouble)
 
 tpu_dtype_t to_tpu_dtype(c10::ScalarType type) {
   switch (type) {
@@ -57,7 +58,8 @@ c10::ScalarType to_scalar_type(tpu_dtype_t dtype) {
 }
 
 bool make_view(const at::Tensor& t, tpu_view_t* v) {
-  if (t.dim() > TPU_MAX_DIMS) return false;
+  // Lazy conjugate/negative bits are not in the memory a view reads.
+  if (t.dim() > TPU_MAX_DIMS || t.is_conj() || t.is_neg()) return false;
   v->dtype = to_tpu_dtype(t.scalar_type());
   if (v->dtype == TPU_DTYPE_INVALID) return false;
   v->addr = (uint64_t)(uintptr_t)t.data_ptr();

@@ -372,10 +372,49 @@ static void convert_loops(void* dst, tpu_dtype_t dst_dtype, int64_t dst_stride, 
   }
 }
 
+/* Complex dtypes (storage only, outside the typed tables): each part is
+ * converted as a real dtype with doubled strides. complex -> complex converts
+ * both parts, real -> complex writes the real part and a zero imaginary part,
+ * complex -> real keeps the real part, complex -> bool is true when either
+ * part is nonzero (PyTorch's casts). */
+static void convert_complex(void* dst, tpu_dtype_t dst_dtype, int64_t dst_stride,
+                            const void* src, tpu_dtype_t src_dtype, int64_t src_stride,
+                            int64_t n) {
+  bool dc = tpu_dtype_is_complex(dst_dtype), sc = tpu_dtype_is_complex(src_dtype);
+  tpu_dtype_t dp = tpu_dtype_part(dst_dtype), sp = tpu_dtype_part(src_dtype);
+  int64_t dps = (int64_t)tpu_dtype_size(dp), sps = (int64_t)tpu_dtype_size(sp);
+  if (dst_dtype == src_dtype && dst_stride == 1 && src_stride == 1) {
+    memmove(dst, src, (size_t)n * tpu_dtype_size(dst_dtype));
+    return;
+  }
+  if (sc && dst_dtype == TPU_DTYPE_BOOL) { /* nonzero in either part (NaN too) */
+    for (int64_t i = 0; i < n; ++i) {
+      double p[2];
+      tpu_convert(p, TPU_DTYPE_F64, 1, (const char*)src + i * src_stride * 2 * sps, sp, 1, 2);
+      ((uint8_t*)dst)[i * dst_stride] = p[0] != 0 || p[1] != 0;
+    }
+    return;
+  }
+  int64_t ds = dc ? 2 * dst_stride : dst_stride, ss = sc ? 2 * src_stride : src_stride;
+  tpu_convert(dst, dp, ds, src, sp, ss, n);
+  if (!dc) return;
+  char* dst_im = (char*)dst + dps;
+  if (sc) {
+    tpu_convert(dst_im, dp, ds, (const char*)src + sps, sp, ss, n);
+  } else {
+    static const double zero = 0.0;
+    tpu_convert(dst_im, dp, ds, &zero, TPU_DTYPE_F64, 0, n);
+  }
+}
+
 void tpu_convert(void* dst, tpu_dtype_t dst_dtype, int64_t dst_stride, const void* src,
                  tpu_dtype_t src_dtype, int64_t src_stride, int64_t n) {
   if ((unsigned)dst_dtype >= TPU_DTYPE_COUNT || (unsigned)src_dtype >= TPU_DTYPE_COUNT || n <= 0)
     return;
+  if (tpu_dtype_is_complex(dst_dtype) || tpu_dtype_is_complex(src_dtype)) {
+    convert_complex(dst, dst_dtype, dst_stride, src, src_dtype, src_stride, n);
+    return;
+  }
   if (dst_dtype == src_dtype) {
     raw_copy(dst, dst_stride, src, src_stride, n, g_dtype[src_dtype].size);
     return;

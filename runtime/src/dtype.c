@@ -12,7 +12,7 @@ typedef struct dtype_info {
 
 static const dtype_info_t g_info[TPU_DTYPE_COUNT] = {
 #define TPU_X_(E, n, T, C, K) {n, sizeof(T), TPU_COMPUTE_##C, K},
-    TPU_DTYPE_LIST(TPU_X_)
+    TPU_DTYPE_ALL_LIST(TPU_X_)
 #undef TPU_X_
 };
 
@@ -25,6 +25,18 @@ tpu_compute_type_t tpu_dtype_compute(tpu_dtype_t d) {
 }
 bool tpu_dtype_is_floating(tpu_dtype_t d) { return valid(d) && g_info[d].category == 2; }
 bool tpu_dtype_is_integral(tpu_dtype_t d) { return valid(d) && g_info[d].category == 1; }
+bool tpu_dtype_is_complex(tpu_dtype_t d) { return valid(d) && g_info[d].category == 3; }
+
+tpu_dtype_t tpu_dtype_part(tpu_dtype_t d) {
+  return tpu_dtype_is_complex(d) ? tpu_compute_storage_dtype(g_info[d].compute) : d;
+}
+
+tpu_dtype_t tpu_dtype_to_complex(tpu_dtype_t d) {
+  if (tpu_dtype_is_complex(d)) return d;
+  for (int c = 0; c < TPU_DTYPE_COUNT; ++c)
+    if (g_info[c].category == 3 && tpu_dtype_part((tpu_dtype_t)c) == d) return (tpu_dtype_t)c;
+  return TPU_DTYPE_INVALID;
+}
 
 tpu_dtype_t tpu_compute_storage_dtype(tpu_compute_type_t ct) {
   static const tpu_dtype_t map[TPU_COMPUTE_COUNT] = {TPU_DTYPE_BOOL, TPU_DTYPE_I64,
@@ -37,23 +49,26 @@ size_t tpu_compute_size(tpu_compute_type_t ct) {
 }
 
 /* PyTorch's promoteTypes for these dtypes (c10/core/ScalarType.cpp):
- * u8 with a signed int goes to the next wider signed type; f16 with bf16 is f32. */
+ * u8 with a signed int goes to the next wider signed type; f16 with bf16 is
+ * f32; complex64 with float64 is complex128. */
 tpu_dtype_t tpu_dtype_promote(tpu_dtype_t a, tpu_dtype_t b) {
   enum { b1 = TPU_DTYPE_BOOL, u1 = TPU_DTYPE_U8, i1 = TPU_DTYPE_I8, i2 = TPU_DTYPE_I16,
          i4 = TPU_DTYPE_I32, i8 = TPU_DTYPE_I64, f2 = TPU_DTYPE_F16, bf = TPU_DTYPE_BF16,
-         f4 = TPU_DTYPE_F32, f8 = TPU_DTYPE_F64 };
+         f4 = TPU_DTYPE_F32, f8 = TPU_DTYPE_F64, c4 = TPU_DTYPE_C64, c8 = TPU_DTYPE_C128 };
   static const signed char table[TPU_DTYPE_COUNT][TPU_DTYPE_COUNT] = {
-      /*        b1  u1  i1  i2  i4  i8  f2  bf  f4  f8 */
-      /* b1 */ {b1, u1, i1, i2, i4, i8, f2, bf, f4, f8},
-      /* u1 */ {u1, u1, i2, i2, i4, i8, f2, bf, f4, f8},
-      /* i1 */ {i1, i2, i1, i2, i4, i8, f2, bf, f4, f8},
-      /* i2 */ {i2, i2, i2, i2, i4, i8, f2, bf, f4, f8},
-      /* i4 */ {i4, i4, i4, i4, i4, i8, f2, bf, f4, f8},
-      /* i8 */ {i8, i8, i8, i8, i8, i8, f2, bf, f4, f8},
-      /* f2 */ {f2, f2, f2, f2, f2, f2, f2, f4, f4, f8},
-      /* bf */ {bf, bf, bf, bf, bf, bf, f4, bf, f4, f8},
-      /* f4 */ {f4, f4, f4, f4, f4, f4, f4, f4, f4, f8},
-      /* f8 */ {f8, f8, f8, f8, f8, f8, f8, f8, f8, f8},
+      /*        b1  u1  i1  i2  i4  i8  f2  bf  f4  f8  c4  c8 */
+      /* b1 */ {b1, u1, i1, i2, i4, i8, f2, bf, f4, f8, c4, c8},
+      /* u1 */ {u1, u1, i2, i2, i4, i8, f2, bf, f4, f8, c4, c8},
+      /* i1 */ {i1, i2, i1, i2, i4, i8, f2, bf, f4, f8, c4, c8},
+      /* i2 */ {i2, i2, i2, i2, i4, i8, f2, bf, f4, f8, c4, c8},
+      /* i4 */ {i4, i4, i4, i4, i4, i8, f2, bf, f4, f8, c4, c8},
+      /* i8 */ {i8, i8, i8, i8, i8, i8, f2, bf, f4, f8, c4, c8},
+      /* f2 */ {f2, f2, f2, f2, f2, f2, f2, f4, f4, f8, c4, c8},
+      /* bf */ {bf, bf, bf, bf, bf, bf, f4, bf, f4, f8, c4, c8},
+      /* f4 */ {f4, f4, f4, f4, f4, f4, f4, f4, f4, f8, c4, c8},
+      /* f8 */ {f8, f8, f8, f8, f8, f8, f8, f8, f8, f8, c8, c8},
+      /* c4 */ {c4, c4, c4, c4, c4, c4, c4, c4, c4, c8, c4, c8},
+      /* c8 */ {c8, c8, c8, c8, c8, c8, c8, c8, c8, c8, c8, c8},
   };
   if (!valid(a) || !valid(b)) return TPU_DTYPE_INVALID;
   return (tpu_dtype_t)table[a][b];

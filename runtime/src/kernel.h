@@ -33,6 +33,11 @@ int tpu_parallel_threads(void);
 void tpu_value_to_view(const tpu_value_t* value, tpu_dtype_t dtype, uint64_t* storage,
                        tpu_view_t* out_view);
 
+/* Runs one node on the host driver: its kernel (on real views for a complex
+ * node of a TPU_OP_COMPLEX_AS_REAL row), the error annotated with the op and
+ * chip. The queue and the fusion interpreter both run nodes through it. */
+tpu_status_t tpu_node_execute(const tpu_node_t* node, tpu_exec_ctx_t* ctx);
+
 /* Reports an error with a printf message (convenience for kernels). */
 #define TPU_KERNEL_FAIL(code, ...) return tpu_status_make((code), __VA_ARGS__)
 

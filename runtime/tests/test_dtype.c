@@ -130,7 +130,8 @@ TEST(dtype_convert_matches_reference_for_every_pair) {
   unsigned char* got = malloc(N * 2 * 8);
   for (int s = 0; s < TPU_DTYPE_COUNT; ++s)
     for (int d = 0; d < TPU_DTYPE_COUNT; ++d)
-      for (int finite = 0; finite < 2; ++finite)
+      for (int finite = 0; finite < 2 && !tpu_dtype_is_complex(s) && !tpu_dtype_is_complex(d);
+           ++finite)
         for (int c = 0; c < 3; ++c) {
           size_t ss = tpu_dtype_size(s), ds = tpu_dtype_size(d);
           int64_t sst = strides[c][0], dst = strides[c][1];
@@ -183,4 +184,62 @@ TEST(dtype_convert_follows_pytorch_casts) {
   double one;
   tpu_convert(&one, TPU_DTYPE_F64, 1, &two, TPU_DTYPE_BOOL, 1, 1);
   CHECK(one == 1.0);
+}
+
+/* Complex dtypes are storage: tpu_convert moves them part by part. complex ->
+ * complex converts both parts, real -> complex has imaginary part 0, complex
+ * -> real keeps the real part (bool: either part nonzero); strided and
+ * broadcast too. */
+TEST(dtype_complex_conversions) {
+  CHECK(tpu_dtype_size(TPU_DTYPE_C64) == 8 && tpu_dtype_size(TPU_DTYPE_C128) == 16);
+  CHECK(tpu_dtype_is_complex(TPU_DTYPE_C64) && !tpu_dtype_is_floating(TPU_DTYPE_C64));
+  CHECK(tpu_dtype_part(TPU_DTYPE_C128) == TPU_DTYPE_F64);
+  CHECK(tpu_dtype_to_complex(TPU_DTYPE_F32) == TPU_DTYPE_C64);
+  CHECK(tpu_dtype_to_complex(TPU_DTYPE_F16) == TPU_DTYPE_INVALID);
+  CHECK(tpu_dtype_promote(TPU_DTYPE_C64, TPU_DTYPE_F64) == TPU_DTYPE_C128);
+  CHECK(tpu_dtype_promote(TPU_DTYPE_I64, TPU_DTYPE_C64) == TPU_DTYPE_C64);
+  enum { N = 37 };
+  static const int64_t strides[3][2] = {{1, 1}, {3, 2}, {0, 1}};
+  for (int s = 0; s < TPU_DTYPE_COUNT; ++s)
+    for (int d = 0; d < TPU_DTYPE_COUNT; ++d) {
+      if (!tpu_dtype_is_complex(s) && !tpu_dtype_is_complex(d)) continue;
+      for (int c = 0; c < 3; ++c) {
+        int64_t sst = strides[c][0], dst = strides[c][1];
+        double src_re[N], src_im[N];
+        unsigned char src[N * 3 * 16], got[N * 2 * 16];
+        memset(src, 0, sizeof(src));
+        memset(got, 0xa5, sizeof(got));
+        size_t ss = tpu_dtype_size(s), ds = tpu_dtype_size(d);
+        tpu_dtype_t sp = tpu_dtype_part(s), dp = tpu_dtype_part(d);
+        for (int k = 0; k < N; ++k) {
+          src_re[k] = (k * 7 % 11) - 5.5 + (s == TPU_DTYPE_BOOL ? 0 : 0.25 * k);
+          src_im[k] = tpu_dtype_is_complex(s) ? 3.0 - k : 0.0;
+          unsigned char* e = src + (size_t)k * (size_t)(sst ? sst : 1) * ss;
+          tpu_convert(e, sp, 1, &src_re[k], TPU_DTYPE_F64, 1, 1);
+          if (tpu_dtype_is_complex(s))
+            tpu_convert(e + tpu_dtype_size(sp), sp, 1, &src_im[k], TPU_DTYPE_F64, 1, 1);
+        }
+        tpu_convert(got, d, dst, src, s, sst, N);
+        for (int k = 0; k < N; ++k) {
+          int j = sst ? k : 0;
+          /* want: the source's real part as the destination's part dtype */
+          double re = 0, im = 0, want_re = 0;
+          const unsigned char* e = src + (size_t)j * (size_t)(sst ? sst : 1) * ss;
+          tpu_convert(&want_re, TPU_DTYPE_F64, 1, e, sp, 1, 1);
+          unsigned char part[8];
+          tpu_convert(part, dp, 1, &want_re, TPU_DTYPE_F64, 1, 1);
+          tpu_convert(&want_re, TPU_DTYPE_F64, 1, part, dp, 1, 1);
+          const unsigned char* g = got + (size_t)k * (size_t)dst * ds;
+          tpu_convert(&re, TPU_DTYPE_F64, 1, g, dp, 1, 1);
+          if (tpu_dtype_is_complex(d)) tpu_convert(&im, TPU_DTYPE_F64, 1, g + tpu_dtype_size(dp), dp, 1, 1);
+          double want_im = tpu_dtype_is_complex(d) ? src_im[j] : 0.0;
+          if (d == TPU_DTYPE_BOOL) want_re = (src_re[j] != 0 || src_im[j] != 0);
+          if (re != want_re || im != want_im) {
+            tpu_test_fail(__FILE__, __LINE__, "%s -> %s, strides %lld/%lld: element %d",
+                          tpu_dtype_name(s), tpu_dtype_name(d), (long long)sst, (long long)dst, k);
+            break;
+          }
+        }
+      }
+    }
 }

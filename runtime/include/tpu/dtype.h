@@ -5,6 +5,16 @@
  * conversion loops in convert.c).
  * Half types (float16, bfloat16) are stored as 16-bit patterns and computed in
  * float32. Integers compute in int64, floats in float32/float64, bool in bool.
+ *
+ * Complex dtypes (TPU_DTYPE_COMPLEX_LIST) are a storage category: a value is
+ * a (real, imaginary) pair of its part dtype, laid out as PyTorch lays it out.
+ * They are in the enum and in every dtype fact (size, name, promotion) and
+ * tpu_convert moves them (PyTorch's casts: complex -> real keeps the real
+ * part, real -> complex has imaginary part 0), but the per-dtype code the
+ * kernel families generate ranges over TPU_DTYPE_LIST, the real dtypes
+ * only: the op registry refuses complex views and dtype attrs for every row
+ * that does not declare TPU_OP_COMPLEX (tpu/ops.h), so no generic kernel
+ * sees one.
  */
 #ifndef TPU_DTYPE_H_
 #define TPU_DTYPE_H_
@@ -31,9 +41,24 @@ extern "C" {
   X(F32, "float32", float, F32, 2)              \
   X(F64, "float64", double, F64, 2)
 
+/* The complex dtypes, after the real ones: X(ENUM, name, storage C type,
+ * compute class of the parts, 3). */
+typedef struct tpu_complex64 {
+  float re, im;
+} tpu_complex64_t;
+typedef struct tpu_complex128 {
+  double re, im;
+} tpu_complex128_t;
+#define TPU_DTYPE_COMPLEX_LIST(X)                  \
+  X(C64, "complex64", tpu_complex64_t, F32, 3)     \
+  X(C128, "complex128", tpu_complex128_t, F64, 3)
+
+/* Every dtype: the real ones, then the complex ones. */
+#define TPU_DTYPE_ALL_LIST(X) TPU_DTYPE_LIST(X) TPU_DTYPE_COMPLEX_LIST(X)
+
 typedef enum tpu_dtype {
 #define TPU_X_(E, n, T, C, K) TPU_DTYPE_##E,
-  TPU_DTYPE_LIST(TPU_X_)
+  TPU_DTYPE_ALL_LIST(TPU_X_)
 #undef TPU_X_
   TPU_DTYPE_COUNT,
   TPU_DTYPE_INVALID = -1,
@@ -53,11 +78,17 @@ const char* tpu_dtype_name(tpu_dtype_t dtype);
 tpu_compute_type_t tpu_dtype_compute(tpu_dtype_t dtype);
 bool tpu_dtype_is_floating(tpu_dtype_t dtype);
 bool tpu_dtype_is_integral(tpu_dtype_t dtype); /* excludes bool */
+bool tpu_dtype_is_complex(tpu_dtype_t dtype);
+/* complex64 -> float32, complex128 -> float64; a real dtype is its own part. */
+tpu_dtype_t tpu_dtype_part(tpu_dtype_t dtype);
+/* The complex dtype with parts of `dtype` (float32 -> complex64, float64 ->
+ * complex128, a complex dtype itself); INVALID for the others. */
+tpu_dtype_t tpu_dtype_to_complex(tpu_dtype_t dtype);
 /* The storage dtype whose compute type is `ct` (B8->BOOL, I64->I64, ...). */
 tpu_dtype_t tpu_compute_storage_dtype(tpu_compute_type_t ct);
 size_t tpu_compute_size(tpu_compute_type_t ct);
 
-/* PyTorch's promoteTypes lattice for the dtypes above. */
+/* PyTorch's promoteTypes lattice for the dtypes above (complex included). */
 tpu_dtype_t tpu_dtype_promote(tpu_dtype_t a, tpu_dtype_t b);
 
 /* Converts n elements between any two dtypes, with source and destination

@@ -65,7 +65,19 @@ struct tpu_op_def {
  * broadcast to the output's shape (right-aligned, size-1 dims repeat), so
  * the kernel may run on any slice of the output with the matching slices of
  * the inputs. The fusion compiler tiles runs of such nodes together. */
-#define TPU_OP_POINTWISE 4u
+#define TPU_OP_POINTWISE 16u
+/* The row takes complex operands (complex64/complex128 views, or a complex
+ * dtype attr); its own check says which. Without this flag tpu_op_check and
+ * tpu_op_infer refuse such nodes (UNIMPLEMENTED: the CPU fallback runs
+ * them), so kernels written for real dtypes never see a complex one. */
+#define TPU_OP_COMPLEX 4u
+/* The op is real-linear in input 0 (mul by a real factor, zero_): a node
+ * whose input 0 is complex and whose other operands are real runs on real
+ * views (tpu_node_complex_as_real): each complex view becomes its (..., 2)
+ * real view, each real view of one or more dims gains a trailing dim of 1
+ * (broadcast over the pair), and the row's own check, infer and kernel see
+ * only real dtypes. Other complex nodes are refused. */
+#define TPU_OP_COMPLEX_AS_REAL 8u
 
 /* A kernel family's rows. */
 typedef struct tpu_op_family {
@@ -91,6 +103,13 @@ tpu_status_t tpu_op_check_out_overlap(const tpu_node_t* node);
  * (-1 if absent). A trailing '*' on an entry is ignored for matching. */
 int32_t tpu_spec_count(const char* spec);
 int32_t tpu_spec_index(const char* spec, const char* name);
+
+/* For a TPU_OP_COMPLEX_AS_REAL row: `*out` becomes `node` with complex views
+ * as real ones (inputs and outputs stored in the caller's arrays of
+ * num_inputs / num_outputs entries). False when the node has no complex
+ * operand or is not of the accepted form (a complex input 0, real others). */
+bool tpu_node_complex_as_real(const tpu_node_t* node, tpu_node_t* out, tpu_value_t* inputs,
+                              tpu_view_t* outputs);
 
 /* Runs the op's check (if any) and infer for a node whose outputs are not
  * set yet. */

@@ -66,12 +66,13 @@ static bool tileable(const tpu_node_t* node) {
   const tpu_op_def_t* def = tpu_op_def(node->op);
   if (!(def->flags & TPU_OP_POINTWISE) || node->num_outputs != 1) return false;
   const tpu_view_t* out = &node->outputs[0];
-  if (tpu_view_is_absent(out) || tpu_view_numel(out) == 0) return false;
+  if (tpu_view_is_absent(out) || tpu_view_numel(out) == 0 || tpu_dtype_is_complex(out->dtype))
+    return false;
   for (int32_t k = 0; k < node->num_inputs; ++k) {
     const tpu_value_t* v = &node->inputs[k];
     if (v->kind != TPU_VALUE_VIEW) continue;
     const tpu_view_t* in = &v->u.view;
-    if (in->ndim > out->ndim) return false;
+    if (in->ndim > out->ndim || tpu_dtype_is_complex(in->dtype)) return false;
     int32_t shift = out->ndim - in->ndim;
     for (int32_t d = 0; d < in->ndim; ++d)
       if (in->sizes[d] != 1 && in->sizes[d] != out->sizes[d + shift]) return false;

@@ -115,7 +115,6 @@ static tpu_status_t run_tile(tiled_run_t* r, const tile_t* tile, uint8_t* scratc
   tpu_view_t outputs[MAX_NODE_OUTPUTS];
   for (int32_t i = r->group->first; i < r->group->first + r->group->count; ++i) {
     const tpu_node_t* node = tpu_graph_node(r->graph, i);
-    const tpu_op_def_t* def = tpu_op_def(node->op);
     tpu_node_t tn = *node;
     for (int32_t k = 0; k < node->num_inputs; ++k) {
       inputs[k] = node->inputs[k];
@@ -137,9 +136,7 @@ static tpu_status_t run_tile(tiled_run_t* r, const tile_t* tile, uint8_t* scratc
     }
     tn.inputs = inputs;
     tn.outputs = outputs;
-    tpu_status_t s = def->kernel(def, &tn, r->ctx);
-    if (s != TPU_OK)
-      return tpu_status_annotate(s, "in op '%s' on tpu:%d", def->name, r->ctx->chip_index);
+    TPU_RETURN_IF_ERROR(tpu_node_execute(&tn, r->ctx));
   }
   return TPU_OK;
 }
@@ -169,21 +166,13 @@ static void run_tiles(void* arg, int64_t begin, int64_t end) {
   free(scratch);
 }
 
-static tpu_status_t run_single(const tpu_graph_t* graph, int32_t i, tpu_exec_ctx_t* ctx) {
-  const tpu_node_t* node = tpu_graph_node(graph, i);
-  const tpu_op_def_t* def = tpu_op_def(node->op);
-  tpu_status_t s = def->kernel(def, node, ctx);
-  if (s != TPU_OK) return tpu_status_annotate(s, "in op '%s' on tpu:%d", def->name, ctx->chip_index);
-  return TPU_OK;
-}
-
 tpu_status_t tpu_program_run(const tpu_program_t* p, const tpu_graph_t* graph,
                              tpu_exec_ctx_t* ctx) {
   for (int32_t g = 0; g < p->group_count; ++g) {
     const tpu_program_group_t* grp = &p->groups[g];
     if (grp->kind != TPU_GROUP_TILED) {
       for (int32_t i = grp->first; i < grp->first + grp->count; ++i)
-        TPU_RETURN_IF_ERROR(run_single(graph, i, ctx));
+        TPU_RETURN_IF_ERROR(tpu_node_execute(tpu_graph_node(graph, i), ctx));
       continue;
     }
     for (int32_t i = grp->first; i < grp->first + grp->count; ++i) {

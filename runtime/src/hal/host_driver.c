@@ -259,12 +259,8 @@ static void command_dispose(tpu_hal_command_t* cmd) {
 static tpu_status_t run_graph(tpu_hal_queue_t* q, tpu_graph_t* graph) {
   tpu_exec_ctx_t ctx = {.chip_index = q->chip->index};
   int32_t n = tpu_graph_node_count(graph);
-  for (int32_t i = 0; i < n; ++i) {
-    const tpu_node_t* node = tpu_graph_node(graph, i);
-    const tpu_op_def_t* def = tpu_op_def(node->op);
-    tpu_status_t s = def->kernel(def, node, &ctx);
-    if (s != TPU_OK) return tpu_status_annotate(s, "in op '%s' on tpu:%d", def->name, ctx.chip_index);
-  }
+  for (int32_t i = 0; i < n; ++i)
+    TPU_RETURN_IF_ERROR(tpu_node_execute(tpu_graph_node(graph, i), &ctx));
   return TPU_OK;
 }
 

@@ -103,7 +103,8 @@ static tpu_status_t zero_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
 }
 
 static const tpu_op_def_t g_rows[] = {
-    {"zero", "self", "", "out", "zero_ zero zero.out", zero_kernel, like_input0_infer, NULL, NULL},
+    {"zero", "self", "", "out", "zero_ zero zero.out", zero_kernel, like_input0_infer, NULL, NULL,
+     TPU_OP_COMPLEX_AS_REAL},
     {"copy", "src", "", "out", "", copy_kernel, like_input0_infer, NULL, NULL},
     {"fill", "self,value", "", "out",
      "fill.Scalar fill.Tensor fill.Scalar_out fill.Tensor_out fill_.Scalar fill_.Tensor",

@@ -118,13 +118,13 @@ typedef struct fill_job {
   char* base;
   tpu_dtype_t dtype;
   int64_t esize;
-  uint64_t value; /* one element of dtype */
+  uint64_t value[2]; /* one element of dtype (complex128 takes both words) */
 } fill_job_t;
 
 static void fill_run(void* arg, const int64_t* offs, const int64_t* steps, int64_t n,
                      int64_t first) {
   const fill_job_t* f = (const fill_job_t*)arg;
-  tpu_convert(f->base + offs[0] * f->esize, f->dtype, steps[0], &f->value, f->dtype, 0, n);
+  tpu_convert(f->base + offs[0] * f->esize, f->dtype, steps[0], f->value, f->dtype, 0, n);
 }
 
 static void fill_chunk(void* arg, int64_t begin, int64_t end) {
@@ -132,13 +132,14 @@ static void fill_chunk(void* arg, int64_t begin, int64_t end) {
   walk_range(&f->walk, begin, end, fill_run, f);
 }
 
-static void view_fill(const tpu_view_t* v, uint64_t value) {
+static void view_fill(const tpu_view_t* v, const uint64_t* value) {
   fill_job_t f;
   walk_init_tail(&f.walk, v, 0);
   f.base = (char*)tpu_view_ptr(v);
   f.dtype = v->dtype;
   f.esize = (int64_t)tpu_dtype_size(v->dtype);
-  f.value = value;
+  f.value[0] = value[0];
+  f.value[1] = value[1];
   if (f.walk.numel > 0) tpu_parallel_for(f.walk.numel, WALK_GRAIN, fill_chunk, &f);
 }
 
@@ -150,12 +151,12 @@ static void narrow(tpu_view_t* v, int32_t d, int64_t start, int64_t len) {
 
 static tpu_status_t constant_pad(const pad_args_t* a, const tpu_view_t* out) {
   const tpu_view_t* x = a->x;
-  uint64_t value = 0;
+  uint64_t value[2] = {0, 0}; /* complex: (value, 0) */
   const tpu_attr_t* va = a->value;
   if (va && va->kind == TPU_ATTR_FLOAT)
-    tpu_convert(&value, out->dtype, 1, &va->u.f, TPU_DTYPE_F64, 1, 1);
+    tpu_convert(value, out->dtype, 1, &va->u.f, TPU_DTYPE_F64, 1, 1);
   else if (va && (va->kind == TPU_ATTR_INT || va->kind == TPU_ATTR_BOOL))
-    tpu_convert(&value, out->dtype, 1, &va->u.i, TPU_DTYPE_I64, 1, 1);
+    tpu_convert(value, out->dtype, 1, &va->u.i, TPU_DTYPE_I64, 1, 1);
   /* The kept block: out [ostart, ostart + n) <- x [istart, istart + n) per dim. */
   tpu_view_t keep_out = *out, keep_in = *x, rest = *out;
   int64_t ostart[TPU_MAX_DIMS], n[TPU_MAX_DIMS];
@@ -491,7 +492,8 @@ static const pad_impl_t k_repl[3][2] = {{{PAD_REPLICATE, 1, false}, {PAD_REPLICA
 
 static const tpu_op_def_t k_rows[] = {
     {"constant_pad_nd", "self", "pad,value", "out",
-     "constant_pad_nd.default constant_pad_nd.out", pad_kernel, NULL, pad_check, &k_const},
+     "constant_pad_nd.default constant_pad_nd.out", pad_kernel, NULL, pad_check, &k_const,
+     TPU_OP_COMPLEX}, /* complex: storage moves and a (value, 0) border */
     PAD_PAIR(reflection, 1, k_refl),  PAD_PAIR(reflection, 2, k_refl),
     PAD_PAIR(reflection, 3, k_refl),  PAD_PAIR(replication, 1, k_repl),
     PAD_PAIR(replication, 2, k_repl), PAD_PAIR(replication, 3, k_repl),

@@ -43,6 +43,7 @@
   X(linalg_simple)      \
   X(linalg_decomp)      \
   X(linalg_matfn)       \
+  X(fft)                \
   /* one line per family, each ending in a backslash */
 
 #define TPU_X_(f) extern const tpu_op_family_t tpu_family_##f;
@@ -156,9 +157,100 @@ int32_t tpu_spec_index(const char* spec, const char* name) {
 
 /* ---- checks and inference -------------------------------------------------- */
 
+/* Whether a node has a complex operand (view, output or dtype attr). */
+static bool has_complex(const tpu_node_t* node, bool outputs) {
+  for (int32_t i = 0; i < node->num_inputs; ++i)
+    if (node->inputs[i].kind == TPU_VALUE_VIEW && tpu_dtype_is_complex(node->inputs[i].u.view.dtype))
+      return true;
+  for (int32_t o = 0; outputs && node->outputs && o < node->num_outputs; ++o)
+    if (tpu_dtype_is_complex(node->outputs[o].dtype)) return true;
+  for (int32_t a = 0; a < node->num_attrs && a < TPU_MAX_ATTRS; ++a)
+    if (node->attrs[a].kind == TPU_ATTR_DTYPE && tpu_dtype_is_complex(node->attrs[a].u.dtype))
+      return true;
+  return false;
+}
+
+/* Complex operands reach only rows that declare TPU_OP_COMPLEX. */
+static tpu_status_t check_complex(const tpu_op_def_t* def, const tpu_node_t* node, bool outputs) {
+  if ((def->flags & TPU_OP_COMPLEX) || !has_complex(node, outputs)) return TPU_OK;
+  return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: complex operands", def->name);
+}
+
+/* A complex view as its (..., 2) real view; a real view of >= 1 dims gains a
+ * trailing dim of 1. False when there is no room for the dim. */
+static bool view_as_real_pairs(const tpu_view_t* v, tpu_view_t* r) {
+  *r = *v;
+  if (tpu_view_is_absent(v)) return true;
+  bool c = tpu_dtype_is_complex(v->dtype);
+  if (!c && v->ndim == 0) return true;
+  if (v->ndim >= TPU_MAX_DIMS) return false;
+  r->ndim = v->ndim + 1;
+  r->sizes[v->ndim] = c ? 2 : 1;
+  r->strides[v->ndim] = 1;
+  if (c) {
+    r->dtype = tpu_dtype_part(v->dtype);
+    for (int32_t d = 0; d < v->ndim; ++d) r->strides[d] = v->strides[d] * 2;
+  }
+  return true;
+}
+
+bool tpu_node_complex_as_real(const tpu_node_t* node, tpu_node_t* out, tpu_value_t* inputs,
+                              tpu_view_t* outputs) {
+  if (node->num_inputs < 1 || node->inputs[0].kind != TPU_VALUE_VIEW ||
+      !tpu_dtype_is_complex(node->inputs[0].u.view.dtype))
+    return false;
+  for (int32_t a = 0; a < node->num_attrs && a < TPU_MAX_ATTRS; ++a)
+    if (node->attrs[a].kind == TPU_ATTR_DTYPE && tpu_dtype_is_complex(node->attrs[a].u.dtype))
+      return false;
+  *out = *node;
+  for (int32_t i = 0; i < node->num_inputs; ++i) {
+    inputs[i] = node->inputs[i];
+    if (inputs[i].kind != TPU_VALUE_VIEW) continue;
+    if (i > 0 && tpu_dtype_is_complex(inputs[i].u.view.dtype)) return false;
+    if (!view_as_real_pairs(&node->inputs[i].u.view, &inputs[i].u.view)) return false;
+  }
+  for (int32_t o = 0; node->outputs && o < node->num_outputs; ++o) {
+    const tpu_view_t* v = &node->outputs[o];
+    if (!tpu_view_is_absent(v) && !tpu_dtype_is_complex(v->dtype)) return false;
+    if (!view_as_real_pairs(v, &outputs[o])) return false;
+  }
+  out->inputs = inputs;
+  out->outputs = node->outputs ? outputs : NULL;
+  return true;
+}
+
+#define AS_REAL_MAX 8 /* operands of the rows that take TPU_OP_COMPLEX_AS_REAL */
+
+static bool as_real_row(const tpu_op_def_t* def, const tpu_node_t* node) {
+  return (def->flags & TPU_OP_COMPLEX_AS_REAL) && node->num_inputs <= AS_REAL_MAX &&
+         node->num_outputs <= AS_REAL_MAX;
+}
+
+tpu_status_t tpu_node_execute(const tpu_node_t* node, tpu_exec_ctx_t* ctx) {
+  const tpu_op_def_t* def = tpu_op_def(node->op);
+  tpu_node_t real_node; /* a real-linear op on complex operands: on their real views */
+  tpu_value_t real_in[AS_REAL_MAX];
+  tpu_view_t real_out[AS_REAL_MAX];
+  bool as_real = (def->flags & TPU_OP_COMPLEX_AS_REAL) && node->num_inputs <= AS_REAL_MAX &&
+                 node->num_outputs <= AS_REAL_MAX &&
+                 tpu_node_complex_as_real(node, &real_node, real_in, real_out);
+  tpu_status_t s = def->kernel(def, as_real ? &real_node : node, ctx);
+  if (s != TPU_OK) return tpu_status_annotate(s, "in op '%s' on tpu:%d", def->name, ctx->chip_index);
+  return TPU_OK;
+}
+
 tpu_status_t tpu_op_check(const tpu_node_t* node) {
   const tpu_op_def_t* def = tpu_op_def(node->op);
   if (!def) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "unknown op id %d", node->op);
+  if (as_real_row(def, node) && has_complex(node, true)) {
+    tpu_node_t r;
+    tpu_value_t in[AS_REAL_MAX];
+    tpu_view_t out[AS_REAL_MAX];
+    if (!tpu_node_complex_as_real(node, &r, in, out))
+      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: complex operands", def->name);
+    return tpu_op_check(&r);
+  }
+  TPU_RETURN_IF_ERROR(check_complex(def, node, true));
   for (int32_t i = 0; i < node->num_inputs; ++i)
     if (node->inputs[i].kind == TPU_VALUE_VIEW && node->inputs[i].u.view.ndim > TPU_MAX_DIMS)
       return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: more than %d dims", def->name,
@@ -186,6 +278,27 @@ tpu_status_t tpu_op_infer(const tpu_node_t* node, tpu_view_t* out_views) {
   if (!def) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "unknown op id %d", node->op);
   if (!def->infer)
     return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s has no shape function", def->name);
+  if (as_real_row(def, node) && has_complex(node, false)) {
+    tpu_node_t r, unset = *node;
+    tpu_value_t in[AS_REAL_MAX];
+    tpu_view_t out[AS_REAL_MAX];
+    unset.outputs = NULL; /* not set yet: not read */
+    if (!tpu_node_complex_as_real(&unset, &r, in, out))
+      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: complex operands", def->name);
+    TPU_RETURN_IF_ERROR(def->infer(def, &r, out_views));
+    for (int32_t o = 0; o < tpu_op_num_outputs(node->op); ++o) { /* (..., 2) back to complex */
+      tpu_view_t* v = &out_views[o];
+      if (tpu_view_is_absent(v)) continue;
+      tpu_dtype_t c = tpu_dtype_to_complex(v->dtype);
+      if (v->ndim < 1 || v->sizes[v->ndim - 1] != 2 || c == TPU_DTYPE_INVALID)
+        return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: complex operands", def->name);
+      v->ndim--;
+      v->dtype = c;
+      tpu_view_set_contiguous(v);
+    }
+    return TPU_OK;
+  }
+  TPU_RETURN_IF_ERROR(check_complex(def, node, false));
   return def->infer(def, node, out_views);
 }
 
@@ -197,9 +310,11 @@ void tpu_view_set_contiguous(tpu_view_t* view) {
   }
 }
 
-/* Categories: 0 bool, 1 integer, 2 floating. */
+/* Categories: 0 bool, 1 integer, 2 floating, 3 complex. */
 static int category(tpu_dtype_t d) {
-  return tpu_dtype_is_floating(d) ? 2 : (tpu_dtype_is_integral(d) ? 1 : 0);
+  return tpu_dtype_is_complex(d) ? 3
+         : tpu_dtype_is_floating(d) ? 2
+                                    : (tpu_dtype_is_integral(d) ? 1 : 0);
 }
 
 tpu_dtype_t tpu_result_type(const tpu_value_t* inputs, int32_t count) {
