@@ -591,19 +591,34 @@ class BackendTPU : public c10d::Backend {
     CoalescedWork(int rank, c10d::OpType type, std::vector<c10::intrusive_ptr<WorkTPU>> parts,
                   std::vector<at::Tensor> outputs)
         : c10d::Work(rank, type), parts_(std::move(parts)), outputs_(std::move(outputs)) {
-      std::vector<c10::intrusive_ptr<c10::ivalue::Future>> futs;
-      for (auto& p : parts_) futs.push_back(p->getFuture());
-      auto all = c10::collectAll(c10::List<c10::intrusive_ptr<c10::ivalue::Future>>(futs));
-      auto outs = outputs_;
-      future_ = all->then(
-          [outs](c10::ivalue::Future& f) {
-            for (const auto& v : f.value().toList()) {
-              auto sub = v.get().toFuture();
-              if (sub->hasError()) std::rethrow_exception(sub->exception_ptr());
-            }
-            return c10::IValue(outs);
-          },
+      future_ = c10::make_intrusive<at::ivalue::Future>(
           c10::ListType::create(c10::TensorType::get()));
+      // Completes when every part's future has (the first error wins).
+      struct State {
+        std::mutex mu;
+        size_t left;
+        std::exception_ptr error;
+      };
+      auto state = std::make_shared<State>();
+      state->left = parts_.size();
+      auto fut = future_;
+      auto outs = outputs_;
+      if (parts_.empty()) fut->markCompleted(c10::IValue(outs));
+      for (auto& p : parts_) {
+        p->getFuture()->addCallback([state, fut, outs](c10::ivalue::Future& f) {
+          std::exception_ptr err;
+          bool last;
+          {
+            std::lock_guard<std::mutex> lock(state->mu);
+            if (f.hasError() && !state->error) state->error = f.exception_ptr();
+            last = --state->left == 0;
+            err = state->error;
+          }
+          if (!last) return;
+          if (err) fut->setError(err);
+          else fut->markCompleted(c10::IValue(outs));
+        });
+      }
     }
     bool isCompleted() override {
       for (auto& p : parts_)

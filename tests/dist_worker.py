@@ -277,6 +277,80 @@ def scenario_timeout(rank, world):
             expect("aborted" in str(e), f"rank 1 sees the abort: {e}")
 
 
+def scenario_fsdp2(rank, world):
+    """FSDP2 fully_shard on DeviceMesh("tpu", ...): 5 steps equal to
+    single-process training."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    tpu = torch.device("tpu", 0)
+
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+
+    torch.manual_seed(1)
+    data = torch.randn(5, 4 * world, 8)
+    target = torch.randn(5, 4 * world, 4)
+    ref = model().to(tpu)
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    ref_losses = []
+    for s in range(5):
+        opt.zero_grad()
+        loss = ((ref(data[s].to(tpu)) - target[s].to(tpu)) ** 2).mean()
+        loss.backward()
+        opt.step()
+        ref_losses.append(loss.item())
+    mesh = init_device_mesh("tpu", (world,))
+    m = model().to(tpu)
+    for layer in m:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(m, mesh=mesh)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    lo, hi = 4 * rank, 4 * (rank + 1)
+    losses = []
+    for s in range(5):
+        opt.zero_grad()
+        loss = ((m(data[s, lo:hi].to(tpu)) - target[s, lo:hi].to(tpu)) ** 2).mean()
+        loss.backward()
+        opt.step()
+        g = loss.detach().clone()
+        dist.all_reduce(g, op=dist.ReduceOp.AVG)
+        losses.append(g.item())
+    notes["losses"] = losses
+    for s in range(5):
+        expect(abs(losses[s] - ref_losses[s]) <= 1e-5 * (1 + abs(ref_losses[s])),
+               f"step {s}: loss {losses[s]} vs single-process {ref_losses[s]}")
+
+
+def scenario_dtensor(rank, world):
+    """DTensor on DeviceMesh("tpu", ...): a column-then-row tensor-parallel
+    MLP equals the plain one."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+
+    tpu = torch.device("tpu", 0)
+    mesh = init_device_mesh("tpu", (world,))
+
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+
+    torch.manual_seed(1)
+    x = torch.randn(6, 8)
+    ref = model()
+    want = ref(x)
+    want.sum().backward()
+    tp = parallelize_module(model().to(tpu), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    got = tp(x.to(tpu))
+    expect(torch.allclose(got.cpu(), want.detach(), atol=1e-5, rtol=1e-5), "tensor-parallel output")
+    got.sum().backward()
+    g = tp[0].weight.grad.full_tensor().cpu()
+    expect(torch.allclose(g, ref[0].weight.grad, atol=1e-5, rtol=1e-5), "tensor-parallel gradient")
+
+
 def scenario_init_styles(rank, world):
     """init_process_group(device_id=tpu:r) binds rank r to chip r."""
     tpu = torch.device("tpu", rank)

@@ -104,3 +104,37 @@ def test_visible_chips_renumbers(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=120)
     assert out.returncode != 0 and "TPU_VISIBLE_CHIPS" in out.stderr
+
+
+def test_fsdp2_fully_shard_matches_single_process(tmp_path):
+    results = run_ranks(tmp_path, "fsdp2", 2, DIST_TEST_BACKEND="tpu_dist")
+    assert_ok(results)
+    assert results[0]["notes"]["checks"] == 5
+
+
+def test_dtensor_tensor_parallel_linear(tmp_path):
+    results = run_ranks(tmp_path, "dtensor", 2, DIST_TEST_BACKEND="tpu_dist")
+    assert_ok(results)
+    assert results[0]["notes"]["checks"] == 2
+
+
+def test_functional_collectives_single_rank():
+    # torch.ops._c10d_functional (DTensor, FSDP2, torch.compile's collectives)
+    # go through the backend's coalesced and single-tensor entry points.
+    code = """
+import torch, torch_tpu, torch.distributed as dist
+dist.init_process_group("tpu_dist", store=dist.HashStore(), rank=0, world_size=1)
+x = torch.arange(4, dtype=torch.float32, device="tpu")
+name = dist.group.WORLD.group_name
+f = torch.ops._c10d_functional
+outs = [f.all_reduce(x, "sum", name), f.all_gather_into_tensor(x, 1, name),
+        f.reduce_scatter_tensor(x, "sum", 1, name), f.all_to_all_single(x, [4], [4], name),
+        f.broadcast(x, 0, name)]
+outs += f.all_gather_into_tensor_coalesced([x, x], 1, name)
+for o in outs:
+    f.wait_tensor(o)
+    assert torch.equal(o.cpu(), torch.arange(4.0)), o
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().endswith("ok"), out.stdout + out.stderr[-3000:]
