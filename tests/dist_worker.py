@@ -277,6 +277,20 @@ def scenario_timeout(rank, world):
             expect("aborted" in str(e), f"rank 1 sees the abort: {e}")
 
 
+def scenario_dies(rank, world):
+    """Rank 1 dies after a barrier: rank 0's next all_reduce times out naming it."""
+    tpu = torch.device("tpu", 0)
+    dist.barrier()
+    if rank == 1:
+        os._exit(0)
+    try:
+        dist.all_reduce(torch.ones(4, device=tpu))
+        expect(False, "all_reduce did not time out")
+    except dist.DistBackendError as e:
+        notes["message"] = str(e).splitlines()[0]
+        expect("all_reduce" in str(e) and "rank 1 did not arrive" in str(e), "names the dead rank")
+
+
 def scenario_fsdp2(rank, world):
     """FSDP2 fully_shard on DeviceMesh("tpu", ...): 5 steps equal to
     single-process training."""

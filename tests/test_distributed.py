@@ -81,6 +81,26 @@ def test_missing_rank_times_out_naming_the_collective(tmp_path):
     assert results[0]["notes"]["seconds"] < 30
 
 
+def test_dead_rank_times_out(tmp_path):
+    store = tmp_path / "store"
+    procs = [subprocess.Popen([sys.executable, WORKER, "dies", str(r), "2", str(store),
+                               str(tmp_path / f"result{r}.json")],
+                              env=dict(os.environ, DIST_TEST_TIMEOUT="1.5", DIST_TEST_BACKEND="tpu_dist"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for r in range(2)]
+    try:
+        for p in procs:
+            p.wait(timeout=300)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    with open(tmp_path / "result0.json") as f:
+        res = json.load(f)
+    assert not res["failures"], res
+    assert "rank 1 did not arrive" in res["notes"]["message"]
+
+
 def test_device_id_binds_rank_to_chip(tmp_path):
     results = run_ranks(tmp_path, "init_styles", 2, TORCH_TPU_NUM_CHIPS=2)
     assert_ok(results)
