@@ -11,6 +11,10 @@
 namespace py = pybind11;
 using namespace torch_tpu;
 
+namespace torch_tpu {
+void init_distributed(py::module& m);  // distributed.cpp
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_tpu bridge: PyTorch's PrivateUse1 device backed by the torch_tpu runtime";
   m.def("_init", [] {
@@ -78,6 +82,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("binding_errors", [] { return binding_errors(); });
   m.def("set_fallback_mode", [](const std::string& mode) { set_fallback_mode(mode); });
   m.def("fallback_mode", [] { return fallback_mode(); });
+  init_distributed(m);
   m.def("runtime_ops", [] {
     std::vector<std::pair<std::string, std::string>> out;
     for (tpu_op_id_t i = 0; i < tpu_op_count(); ++i)

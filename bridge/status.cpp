@@ -22,6 +22,9 @@ void check(tpu_status_t status) {
       TORCH_CHECK_NOT_IMPLEMENTED(false, msg);
     case TPU_CODE_INVALID_ARGUMENT:
       TORCH_CHECK(false, msg);
+    case TPU_CODE_DEADLINE_EXCEEDED:
+    case TPU_CODE_ABORTED:
+      C10_THROW_ERROR(DistBackendError, msg);
     default:
       TORCH_CHECK(false, "tpu runtime error (", tpu_status_code_name(code), "): ", msg);
   }

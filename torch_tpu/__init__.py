@@ -7,6 +7,8 @@ registration) and installs ``torch.tpu``. Programs then use ``device="tpu"``,
 ``Tensor.tpu()``, ``torch.accelerator`` and ``torch.autocast("tpu")`` as they
 would with CUDA.
 """
+import os
+
 import torch
 
 __version__ = "0.1.0"
@@ -16,6 +18,21 @@ if torch._C._get_privateuse1_backend_name() != "tpu":
 
 from torch_tpu import _C  # noqa: E402
 
+
+def _apply_visible_chips() -> None:
+    """TPU_VISIBLE_CHIPS=2,3: this process sees those chips as tpu:0, tpu:1
+    (set before the runtime starts)."""
+    env = os.environ.get("TPU_VISIBLE_CHIPS")
+    if not env:
+        return
+    chips = [c.strip() for c in env.split(",") if c.strip()]
+    if not chips or not all(c.isdigit() and int(c) < 8 for c in chips) or len(set(chips)) != len(chips):
+        raise RuntimeError(f"TPU_VISIBLE_CHIPS={env!r}: expected distinct chip numbers 0..7, "
+                           "separated by commas")
+    os.environ["TORCH_TPU_NUM_CHIPS"] = str(len(chips))
+
+
+_apply_visible_chips()
 _C._init()
 
 from torch_tpu import device as _device_module  # noqa: E402
@@ -37,6 +54,9 @@ from torch_tpu._internal.execution_mode import (  # noqa: E402
     set_eager_mode,
     set_global_eager_mode,
 )
+
+
+from torch_tpu import distributed  # noqa: E402,F401  (registers the tpu_dist backend)
 
 
 def fallback_counts() -> dict:

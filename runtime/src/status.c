@@ -61,7 +61,8 @@ const char* tpu_status_message(tpu_status_t status) { return status ? status->me
 const char* tpu_status_code_name(tpu_status_code_t code) {
   static const char* const names[] = {"OK",           "INVALID_ARGUMENT", "INDEX_ERROR",
                                       "TYPE_ERROR",   "OUT_OF_MEMORY",    "UNIMPLEMENTED",
-                                      "INTERNAL",     "UNAVAILABLE"};
+                                      "INTERNAL",     "UNAVAILABLE",      "DEADLINE_EXCEEDED",
+                                      "ABORTED"};
   return (unsigned)code < sizeof(names) / sizeof(names[0]) ? names[code] : "UNKNOWN";
 }
 

@@ -23,6 +23,8 @@ typedef enum tpu_status_code {
   TPU_CODE_UNIMPLEMENTED,     /* op/dtype not supported natively: NotImplementedError */
   TPU_CODE_INTERNAL,          /* a runtime invariant broke */
   TPU_CODE_UNAVAILABLE,       /* device missing / driver failed */
+  TPU_CODE_DEADLINE_EXCEEDED, /* a collective's peers did not arrive in time: DistBackendError */
+  TPU_CODE_ABORTED,           /* a communicator was aborted (by a peer's failure): DistBackendError */
 } tpu_status_code_t;
 
 typedef struct tpu_status_s* tpu_status_t;

@@ -1,0 +1,404 @@
+"""One rank of a tests/test_distributed.py scenario (run as a script).
+
+    python dist_worker.py SCENARIO RANK WORLD STORE_FILE RESULT_FILE
+
+Joins a process group through a FileStore, runs the scenario, and writes
+{"failures": [...], ...} to RESULT_FILE. Never waits forever: every
+collective has a timeout, and the parent kills it after its own.
+"""
+import json
+import os
+import sys
+import time
+import traceback
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import torch_tpu  # noqa: F401  (registers tpu_dist)
+
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int8, torch.uint8,
+          torch.int16, torch.int32, torch.int64, torch.bool]
+
+failures = []
+notes = {}
+
+
+def expect(cond, what):
+    notes["checks"] = notes.get("checks", 0) + 1
+    if not cond:
+        failures.append(what)
+
+
+def same(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.cpu(), b.cpu())
+
+
+def inputs(rank, n, dtype, salt=0):
+    """Rank `rank`'s deterministic input: small values exact in every dtype
+    (sums and products of 4 stay exact)."""
+    g = torch.Generator().manual_seed(1000 * rank + 17 * salt + n)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (n,), generator=g).bool()
+    if dtype == torch.uint8:
+        return torch.randint(0, 3, (n,), generator=g).to(dtype)
+    v = torch.randint(-2, 3, (n,), generator=g)
+    v[v == 0] = 1
+    return v.to(dtype)
+
+
+def gloo_or(fn_cpu, what):
+    """Runs the collective under Gloo on CPU; None when Gloo refuses the dtype
+    (the caller then compares with the reference computed from every rank's
+    input)."""
+    try:
+        return fn_cpu()
+    except (RuntimeError, ValueError, TypeError) as e:
+        notes.setdefault("gloo_unsupported", []).append(f"{what}: {str(e).splitlines()[0][:120]}")
+        return None
+
+
+def reference_reduce(xs, op):
+    acc = xs[0].clone()
+    for x in xs[1:]:
+        if op == "sum":
+            acc = (acc | x) if acc.dtype == torch.bool else acc + x
+        elif op == "product":
+            acc = (acc & x) if acc.dtype == torch.bool else acc * x
+        elif op == "min":
+            acc = torch.minimum(acc, x)
+        elif op == "max":
+            acc = torch.maximum(acc, x)
+    return acc
+
+
+OPS = {"sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
+       "max": dist.ReduceOp.MAX}
+
+
+def scenario_collectives(rank, world):
+    """Every collective and dtype on tpu (tpu_dist) against Gloo on CPU, in one
+    "cpu:gloo,tpu:tpu_dist" group, with zero CPU fallbacks on tpu."""
+    torch_tpu.set_fallback_mode("error")
+    tpu = torch.device("tpu", 0)
+    for dtype in DTYPES:
+        name = str(dtype).replace("torch.", "")
+        for n in (1, 7, 3000):
+            xs = [inputs(r, n, dtype) for r in range(world)]
+            x = xs[rank]
+            for opname, op in OPS.items():
+                t = x.to(tpu)
+                dist.all_reduce(t, op=op)
+                c = x.clone()
+                g = gloo_or(lambda: (dist.all_reduce(c, op=op), c)[1], f"all_reduce {opname} {name}")
+                if g is not None:
+                    expect(same(t, g), f"all_reduce {opname} {name} n={n} vs gloo")
+                expect(same(t, reference_reduce(xs, opname)), f"all_reduce {opname} {name} n={n}")
+                # reduce to the last rank
+                t = x.to(tpu)
+                dist.reduce(t, dst=world - 1, op=op)
+                if rank == world - 1:
+                    expect(same(t, reference_reduce(xs, opname)), f"reduce {opname} {name} n={n}")
+            if dtype.is_floating_point or dtype in (torch.int32, torch.int64):
+                t = x.to(tpu)
+                dist.all_reduce(t, op=dist.ReduceOp.AVG)
+                ref = reference_reduce(xs, "sum")
+                ref = (ref.double() / world).to(dtype) if dtype.is_floating_point else \
+                    torch.div(ref, world, rounding_mode="trunc")
+                expect(same(t, ref), f"all_reduce avg {name} n={n}")
+            # broadcast
+            t = x.to(tpu)
+            dist.broadcast(t, src=world - 1)
+            c = x.clone()
+            g = gloo_or(lambda: (dist.broadcast(c, src=world - 1), c)[1], f"broadcast {name}")
+            if g is not None:
+                expect(same(t, g), f"broadcast {name} n={n} vs gloo")
+            expect(same(t, xs[world - 1]), f"broadcast {name} n={n}")
+            # all_gather (list) and all_gather_into_tensor
+            outs = [torch.empty_like(x, device=tpu) for _ in range(world)]
+            dist.all_gather(outs, x.to(tpu))
+            couts = [torch.empty_like(x) for _ in range(world)]
+            g = gloo_or(lambda: (dist.all_gather(couts, x), couts)[1], f"all_gather {name}")
+            for r in range(world):
+                expect(same(outs[r], xs[r]), f"all_gather {name} n={n} part {r}")
+                if g is not None:
+                    expect(same(outs[r], g[r]), f"all_gather {name} n={n} part {r} vs gloo")
+            flat = torch.empty(world * n, dtype=dtype, device=tpu)
+            dist.all_gather_into_tensor(flat, x.to(tpu))
+            expect(same(flat, torch.cat(xs)), f"all_gather_into_tensor {name} n={n}")
+            # reduce_scatter (list and tensor), sum
+            big = [inputs(r, n * world, dtype, salt=1) for r in range(world)]
+            out = torch.empty(n, dtype=dtype, device=tpu)
+            dist.reduce_scatter_tensor(out, big[rank].to(tpu))
+            want = reference_reduce([b[rank * n:(rank + 1) * n] for b in big], "sum")
+            expect(same(out, want), f"reduce_scatter_tensor {name} n={n}")
+            out = torch.empty(n, dtype=dtype, device=tpu)
+            dist.reduce_scatter(out, list(big[rank].to(tpu).chunk(world)))
+            expect(same(out, want), f"reduce_scatter {name} n={n}")
+            cout = torch.empty(n, dtype=dtype)
+            g = gloo_or(lambda: (dist.reduce_scatter_tensor(cout, big[rank]), cout)[1],
+                        f"reduce_scatter {name}")
+            if g is not None:
+                expect(same(out, g), f"reduce_scatter {name} n={n} vs gloo")
+            # all_to_all_single, uneven: rank i sends (i + j) % 3 + 1 rows of 2 to rank j
+            def split(i, j):
+                return (i + j) % 3 + 1
+            in_splits = [split(rank, j) for j in range(world)]
+            out_splits = [split(j, rank) for j in range(world)]
+            src = inputs(rank, 2 * sum(in_splits), dtype, salt=2).view(-1, 2)
+            dst = torch.empty(sum(out_splits), 2, dtype=dtype, device=tpu)
+            dist.all_to_all_single(dst, src.to(tpu), out_splits, in_splits)
+            cdst = torch.empty(sum(out_splits), 2, dtype=dtype)
+            g = gloo_or(lambda: (dist.all_to_all_single(cdst, src, out_splits, in_splits), cdst)[1],
+                        f"all_to_all_single {name}")
+            parts = []
+            for j in range(world):
+                sj = [split(j, k) for k in range(world)]
+                srcj = inputs(j, 2 * sum(sj), dtype, salt=2).view(-1, 2)
+                off = sum(sj[:rank])
+                parts.append(srcj[off:off + sj[rank]])
+            expect(same(dst, torch.cat(parts)), f"all_to_all_single {name}")
+            if g is not None:
+                expect(same(dst, g), f"all_to_all_single {name} vs gloo")
+            # all_to_all (lists)
+            ins = [inputs(rank, 3 + j, dtype, salt=3 + j).to(tpu) for j in range(world)]
+            outs = [torch.empty(3 + rank, dtype=dtype, device=tpu) for _ in range(world)]
+            dist.all_to_all(outs, ins)
+            for j in range(world):
+                expect(same(outs[j], inputs(j, 3 + rank, dtype, salt=3 + rank)), f"all_to_all {name} from {j}")
+            # gather / scatter
+            root = 1 % world
+            gl = [torch.empty_like(x, device=tpu) for _ in range(world)] if rank == root else None
+            dist.gather(x.to(tpu), gl, dst=root)
+            if rank == root:
+                for r in range(world):
+                    expect(same(gl[r], xs[r]), f"gather {name} part {r}")
+            sl = [inputs(r, n, dtype, salt=4).to(tpu) for r in range(world)] if rank == 0 else None
+            so = torch.empty(n, dtype=dtype, device=tpu)
+            dist.scatter(so, sl, src=0)
+            expect(same(so, inputs(rank, n, dtype, salt=4)), f"scatter {name}")
+            # send / recv around the ring
+            to, frm = (rank + 1) % world, (rank - 1) % world
+            r_buf = torch.empty_like(x, device=tpu)
+            if rank % 2 == 0:
+                dist.send(x.to(tpu), to)
+                dist.recv(r_buf, frm)
+            else:
+                dist.recv(r_buf, frm)
+                dist.send(x.to(tpu), to)
+            expect(same(r_buf, xs[frm]), f"send/recv {name}")
+            # non-contiguous tensor, async work and its future
+            m = inputs(rank, 2 * n, dtype, salt=5).view(2, n).t().to(tpu)
+            work = dist.all_reduce(m, op=dist.ReduceOp.MAX, async_op=True)
+            fut = work.get_future()
+            work.wait()
+            fut.wait()
+            want = reference_reduce([inputs(r, 2 * n, dtype, salt=5).view(2, n).t() for r in range(world)], "max")
+            expect(same(m, want), f"all_reduce non-contiguous {name}")
+            expect(same(fut.value()[0], want), f"future value {name}")
+    dist.barrier()
+    notes["fallbacks"] = torch_tpu.fallback_counts()
+    expect(not notes["fallbacks"], f"fallbacks: {notes['fallbacks']}")
+
+
+def scenario_ddp(rank, world):
+    """DDP on tpu, 20 steps: the global loss and the parameters equal those of
+    single-process training on the whole batch."""
+    torch_tpu.set_fallback_mode("error")
+    tpu = torch.device("tpu", 0)
+
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+
+    torch.manual_seed(1)
+    data = torch.randn(20, 4 * world, 8)
+    target = torch.randn(20, 4 * world, 4)
+    # single process, whole batch (on tpu, no DDP)
+    ref = model().to(tpu)
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    ref_losses = []
+    for s in range(20):
+        opt.zero_grad()
+        loss = ((ref(data[s].to(tpu)) - target[s].to(tpu)) ** 2).mean()
+        loss.backward()
+        opt.step()
+        ref_losses.append(loss.item())
+    # DDP: this rank's quarter of every batch
+    ddp = torch.nn.parallel.DistributedDataParallel(model().to(tpu))
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    losses = []
+    lo, hi = 4 * rank, 4 * (rank + 1)
+    for s in range(20):
+        opt.zero_grad()
+        loss = ((ddp(data[s, lo:hi].to(tpu)) - target[s, lo:hi].to(tpu)) ** 2).mean()
+        loss.backward()
+        opt.step()
+        g = loss.detach().clone()
+        dist.all_reduce(g, op=dist.ReduceOp.AVG)
+        losses.append(g.item())
+    notes["losses"] = losses
+    notes["ref_losses"] = ref_losses
+    for s in range(20):
+        expect(abs(losses[s] - ref_losses[s]) <= 1e-5 * (1 + abs(ref_losses[s])),
+               f"step {s}: loss {losses[s]} vs single-process {ref_losses[s]}")
+    for p, q in zip(ddp.module.parameters(), ref.parameters()):
+        expect(torch.allclose(p.cpu(), q.cpu(), atol=1e-5, rtol=1e-5), "parameters differ")
+    notes["fallbacks"] = torch_tpu.fallback_counts()
+    expect(not notes["fallbacks"], f"fallbacks: {notes['fallbacks']}")
+
+
+def scenario_timeout(rank, world):
+    """Rank 1 never calls the all_reduce: rank 0's fails naming it, then the
+    communicator is aborted and rank 1's next collective fails at once."""
+    tpu = torch.device("tpu", 0)
+    dist.barrier()
+    if rank == 0:
+        t = torch.ones(4, device=tpu)
+        t0 = time.time()
+        try:
+            dist.all_reduce(t)
+            expect(False, "all_reduce did not time out")
+        except dist.DistBackendError as e:
+            msg = str(e)
+            notes["message"] = msg.splitlines()[0]
+            expect("all_reduce" in msg, "message names the collective")
+            expect("rank 1 did not arrive" in msg, "message names the missing rank")
+        except Exception as e:  # noqa
+            expect(False, f"wrong exception {type(e).__name__}: {e}")
+        notes["seconds"] = time.time() - t0
+    else:
+        time.sleep(4)
+        try:
+            dist.barrier()
+            expect(False, "barrier after abort succeeded")
+        except dist.DistBackendError as e:
+            expect("aborted" in str(e), f"rank 1 sees the abort: {e}")
+
+
+def scenario_dies(rank, world):
+    """Rank 1 dies after a barrier: rank 0's next all_reduce times out naming it."""
+    tpu = torch.device("tpu", 0)
+    dist.barrier()
+    if rank == 1:
+        os._exit(0)
+    try:
+        dist.all_reduce(torch.ones(4, device=tpu))
+        expect(False, "all_reduce did not time out")
+    except dist.DistBackendError as e:
+        notes["message"] = str(e).splitlines()[0]
+        expect("all_reduce" in str(e) and "rank 1 did not arrive" in str(e), "names the dead rank")
+
+
+def scenario_fsdp2(rank, world):
+    """FSDP2 fully_shard on DeviceMesh("tpu", ...): 5 steps equal to
+    single-process training."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    tpu = torch.device("tpu", 0)
+
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+
+    torch.manual_seed(1)
+    data = torch.randn(5, 4 * world, 8)
+    target = torch.randn(5, 4 * world, 4)
+    ref = model().to(tpu)
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    ref_losses = []
+    for s in range(5):
+        opt.zero_grad()
+        loss = ((ref(data[s].to(tpu)) - target[s].to(tpu)) ** 2).mean()
+        loss.backward()
+        opt.step()
+        ref_losses.append(loss.item())
+    mesh = init_device_mesh("tpu", (world,))
+    m = model().to(tpu)
+    for layer in m:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(m, mesh=mesh)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    lo, hi = 4 * rank, 4 * (rank + 1)
+    losses = []
+    for s in range(5):
+        opt.zero_grad()
+        loss = ((m(data[s, lo:hi].to(tpu)) - target[s, lo:hi].to(tpu)) ** 2).mean()
+        loss.backward()
+        opt.step()
+        g = loss.detach().clone()
+        dist.all_reduce(g, op=dist.ReduceOp.AVG)
+        losses.append(g.item())
+    notes["losses"] = losses
+    for s in range(5):
+        expect(abs(losses[s] - ref_losses[s]) <= 1e-5 * (1 + abs(ref_losses[s])),
+               f"step {s}: loss {losses[s]} vs single-process {ref_losses[s]}")
+
+
+def scenario_dtensor(rank, world):
+    """DTensor on DeviceMesh("tpu", ...): a column-then-row tensor-parallel
+    MLP equals the plain one."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+
+    tpu = torch.device("tpu", 0)
+    mesh = init_device_mesh("tpu", (world,))
+
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+
+    torch.manual_seed(1)
+    x = torch.randn(6, 8)
+    ref = model()
+    want = ref(x)
+    want.sum().backward()
+    tp = parallelize_module(model().to(tpu), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    got = tp(x.to(tpu))
+    expect(torch.allclose(got.cpu(), want.detach(), atol=1e-5, rtol=1e-5), "tensor-parallel output")
+    got.sum().backward()
+    g = tp[0].weight.grad.full_tensor().cpu()
+    expect(torch.allclose(g, ref[0].weight.grad, atol=1e-5, rtol=1e-5), "tensor-parallel gradient")
+
+
+def scenario_init_styles(rank, world):
+    """init_process_group(device_id=tpu:r) binds rank r to chip r."""
+    tpu = torch.device("tpu", rank)
+    expect(torch.tpu.current_device() == rank, f"current device {torch.tpu.current_device()}")
+    t = torch.full((5,), float(rank + 1), device=tpu)
+    dist.all_reduce(t)
+    expect(same(t, torch.full((5,), float(sum(range(1, world + 1))))), "all_reduce on tpu:rank")
+    expect(t.device == tpu, "result stays on the rank's chip")
+
+
+def main():
+    scenario, rank, world, store_file, result_file = sys.argv[1:6]
+    rank, world = int(rank), int(world)
+    timeout = timedelta(seconds=float(os.environ.get("DIST_TEST_TIMEOUT", "60")))
+    store = dist.FileStore(store_file, world)
+    backend = os.environ.get("DIST_TEST_BACKEND", "cpu:gloo,tpu:tpu_dist")
+    kwargs = {}
+    if scenario == "init_styles":
+        kwargs["device_id"] = torch.device("tpu", rank)
+        backend = None
+    dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world,
+                            timeout=timeout, **kwargs)
+    try:
+        globals()["scenario_" + scenario](rank, world)
+    except Exception:  # noqa
+        failures.append(traceback.format_exc()[-3000:])
+    with open(result_file, "w") as f:
+        json.dump({"failures": failures, "notes": notes}, f, default=str)
+    try:
+        dist.destroy_process_group()
+    except Exception:  # noqa
+        pass
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""The tpu_dist backend of torch.distributed: each test starts its own ranks
+(tests/dist_worker.py, one process each, joined through a FileStore) and
+ends by itself: the ranks' collectives have timeouts and the test kills
+them after its own."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import torch_tpu
+
+WORKER = os.path.join(os.path.dirname(__file__), "dist_worker.py")
+
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed unavailable")
+
+
+def run_ranks(tmp_path, scenario, world, timeout=300, env_per_rank=None, **env):
+    store = str(tmp_path / "store")
+    procs, results = [], []
+    for r in range(world):
+        e = dict(os.environ)
+        e.update({k: str(v) for k, v in env.items()})
+        if env_per_rank:
+            e.update({k: str(v) for k, v in env_per_rank(r).items()})
+        e.setdefault("TORCH_TPU_NUM_THREADS", "1")
+        res = str(tmp_path / f"result{r}.json")
+        results.append(res)
+        procs.append(subprocess.Popen([sys.executable, WORKER, scenario, str(r), str(world), store, res],
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e))
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    got = []
+    for r, res in enumerate(results):
+        assert os.path.exists(res), f"rank {r} wrote no result:\n{outs[r][-4000:] if r < len(outs) else ''}"
+        with open(res) as f:
+            got.append(json.load(f))
+    return got
+
+
+def assert_ok(results):
+    for r, res in enumerate(results):
+        assert not res["failures"], f"rank {r}: {res['failures'][:10]}"
+
+
+def test_backend_is_registered():
+    assert "tpu_dist" in dist.Backend.backend_list
+    assert dist.Backend.default_device_backend_map.get("tpu") == "tpu_dist"
+    assert dist.Backend.backend_capability["tpu_dist"] == ["tpu"]
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_every_collective_and_dtype_against_gloo(tmp_path, world):
+    results = run_ranks(tmp_path, "collectives", world)
+    assert_ok(results)
+    assert results[0]["notes"]["fallbacks"] == {}
+
+
+def test_ddp_matches_single_process_training(tmp_path):
+    results = run_ranks(tmp_path, "ddp", 2)
+    assert_ok(results)
+    losses = results[0]["notes"]["losses"]
+    assert len(losses) == 20 and losses[-1] < losses[0]  # it trained
+
+
+def test_missing_rank_times_out_naming_the_collective(tmp_path):
+    results = run_ranks(tmp_path, "timeout", 2, DIST_TEST_TIMEOUT=1.5, DIST_TEST_BACKEND="tpu_dist")
+    assert_ok(results)
+    msg = results[0]["notes"]["message"]
+    assert "all_reduce" in msg and "rank 1 did not arrive" in msg, msg
+    assert results[0]["notes"]["seconds"] < 30
+
+
+def test_dead_rank_times_out(tmp_path):
+    store = tmp_path / "store"
+    procs = [subprocess.Popen([sys.executable, WORKER, "dies", str(r), "2", str(store),
+                               str(tmp_path / f"result{r}.json")],
+                              env=dict(os.environ, DIST_TEST_TIMEOUT="1.5", DIST_TEST_BACKEND="tpu_dist"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for r in range(2)]
+    try:
+        for p in procs:
+            p.wait(timeout=300)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    with open(tmp_path / "result0.json") as f:
+        res = json.load(f)
+    assert not res["failures"], res
+    assert "rank 1 did not arrive" in res["notes"]["message"]
+
+
+def test_device_id_binds_rank_to_chip(tmp_path):
+    results = run_ranks(tmp_path, "init_styles", 2, TORCH_TPU_NUM_CHIPS=2)
+    assert_ok(results)
+
+
+def test_plain_backend_string_and_visible_chips(tmp_path):
+    # init_process_group("tpu_dist"), each process seeing one chip of its own
+    results = run_ranks(tmp_path, "ddp", 2, DIST_TEST_BACKEND="tpu_dist",
+                        env_per_rank=lambda r: {"TPU_VISIBLE_CHIPS": str(r)})
+    assert_ok(results)
+
+
+def test_visible_chips_renumbers(tmp_path):
+    code = ("import torch, torch_tpu; print(torch.tpu.device_count(), "
+            "torch_tpu.distributed.visible_chips())")
+    env = dict(os.environ, TPU_VISIBLE_CHIPS="2,5", TORCH_TPU_NUM_CHIPS="8")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.stdout.split("\n")[0].strip() == "2 [2, 5]", out.stdout + out.stderr
+    env["TPU_VISIBLE_CHIPS"] = "1,1"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode != 0 and "TPU_VISIBLE_CHIPS" in out.stderr
+
+
+def test_fsdp2_fully_shard_matches_single_process(tmp_path):
+    results = run_ranks(tmp_path, "fsdp2", 2, DIST_TEST_BACKEND="tpu_dist")
+    assert_ok(results)
+    assert results[0]["notes"]["checks"] == 5
+
+
+def test_dtensor_tensor_parallel_linear(tmp_path):
+    results = run_ranks(tmp_path, "dtensor", 2, DIST_TEST_BACKEND="tpu_dist")
+    assert_ok(results)
+    assert results[0]["notes"]["checks"] == 2
+
+
+def test_functional_collectives_single_rank():
+    # torch.ops._c10d_functional (DTensor, FSDP2, torch.compile's collectives)
+    # go through the backend's coalesced and single-tensor entry points.
+    code = """
+import torch, torch_tpu, torch.distributed as dist
+dist.init_process_group("tpu_dist", store=dist.HashStore(), rank=0, world_size=1)
+x = torch.arange(4, dtype=torch.float32, device="tpu")
+name = dist.group.WORLD.group_name
+f = torch.ops._c10d_functional
+outs = [f.all_reduce(x, "sum", name), f.all_gather_into_tensor(x, 1, name),
+        f.reduce_scatter_tensor(x, "sum", 1, name), f.all_to_all_single(x, [4], [4], name),
+        f.broadcast(x, 0, name)]
+outs += f.all_gather_into_tensor_coalesced([x, x], 1, name)
+for o in outs:
+    f.wait_tensor(o)
+    assert torch.equal(o.cpu(), torch.arange(4.0)), o
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().endswith("ok"), out.stdout + out.stderr[-3000:]

@@ -1,0 +1,59 @@
+"""The ``tpu_dist`` backend of torch.distributed (imported by torch_tpu).
+
+Registers ``tpu_dist`` for the ``tpu`` device, so that
+``init_process_group("tpu_dist")``, ``init_process_group(device_id=torch.device("tpu", r))``
+and ``init_process_group("cpu:gloo,tpu:tpu_dist")`` work. Collectives run in
+the device runtime (``runtime/src/collectives``), on the current stream of the
+tensors' chip, between the processes of one host through shared memory.
+
+Chip assignment: the backend binds each process to chip ``LOCAL_RANK`` (as
+torchrun sets it; else the group rank) modulo the chips it sees, unless
+``init_process_group(device_id=...)`` named one. ``TPU_VISIBLE_CHIPS=2,3``
+(read at import, before the runtime starts) limits the chips a process sees,
+renumbered from 0 like ``CUDA_VISIBLE_DEVICES``.
+"""
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from torch_tpu import _C
+
+BACKEND_NAME = "tpu_dist"
+
+
+def visible_chips() -> list:
+    """The physical chips this process sees (``TPU_VISIBLE_CHIPS``), in the
+    order of their ``tpu:N`` indices."""
+    env = os.environ.get("TPU_VISIBLE_CHIPS")
+    if env:
+        return [int(c) for c in env.split(",") if c.strip()]
+    return list(range(_C.device_count()))
+
+
+def _local_rank(group_rank: int) -> int:
+    for var in ("LOCAL_RANK", "TPU_LOCAL_RANK"):
+        if os.environ.get(var, "").strip().isdigit():
+            return int(os.environ[var])
+    return group_rank
+
+
+def _create_backend(store, rank: int, size: int, timeout: timedelta):
+    count = _C.device_count()
+    if count > 1:
+        # torchrun: local rank -> chip, unless device_id / set_device chose one
+        # (a process group bound to a device sets it before creating us).
+        default = dist.is_initialized() and dist.distributed_c10d._get_default_group().bound_device_id
+        if not default and _C.current_device() == 0:
+            _C.set_device(_local_rank(rank) % count)
+    return _C._dist_create_backend(store, rank, size, timeout)
+
+
+def _register() -> None:
+    if not dist.is_available() or BACKEND_NAME.upper() in dist.Backend._plugins:
+        return
+    dist.Backend.register_backend(BACKEND_NAME, _create_backend, devices=["tpu"])
+
+
+_register()
