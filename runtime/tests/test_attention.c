@@ -44,6 +44,11 @@ static const attn_case_t k_cases[] = {
     {F32, 2, 1, 1, 30, 45, 256, 256, NO_MASK, false, 0, false, true, 0},
     {F64, 3, 1, 1, 9, 12, 5, 3, MASK_LS, false, 0.2, false, true, 0},
     {F32, 1, 2, 2, 200, 60, 8, 8, NO_MASK, true, 0, false, false, 0},
+    /* several forward query blocks (128 rows) and key blocks (512 keys),
+     * the last of each partial */
+    {F32, 1, 2, 1, 300, 1100, 16, 16, NO_MASK, false, 0, false, false, 0},
+    {F32, 1, 2, 2, 600, 600, 32, 32, NO_MASK, true, 0, true, false, 0},
+    {F64, 1, 1, 1, 260, 700, 8, 8, MASK_FULL, false, 0.2, false, false, 0},
 };
 
 /* A [B, H, rows, cols] tensor, contiguous or stored [B, rows, H, cols]. */

@@ -59,6 +59,13 @@ static const softmax_case_t k_cases[] = {
     {"log_softmax_backward", F16, 4, {2, 3, 6, 7}, TT_REVERSED, 2, false, SAME, true, 0},
     {"log_softmax_backward", F32, 3, {2, 3000, 70}, TT_CONTIG, 1, false, SAME, false, 0},
     {"log_softmax_backward", F64, 2, {3, 5000}, TT_CONTIG, 1, false, SAME, false, 0},
+    /* float32 last-dim rows (the SIMD fast paths), odd lengths */
+    {"softmax", F32, 2, {9, 4099}, TT_CONTIG, 1, false, SAME, false, 0},
+    {"log_softmax", F32, 3, {2, 5, 1001}, TT_CONTIG, -1, false, SAME, false, 0.001},
+    {"softmax_backward", F32, 3, {4, 3, 1001}, TT_CONTIG, 2, false, SAME, false, 0},
+    {"softmax_backward", F32, 2, {3, 1}, TT_CONTIG, 1, false, SAME, false, 0},
+    {"log_softmax_backward", F32, 2, {7, 4099}, TT_CONTIG, -1, false, SAME, false, 0},
+    {"log_softmax_backward", F32, 2, {7, 33}, TT_CONTIG, -1, false, SAME, true, 0},
 };
 
 static void run_case(int index, const softmax_case_t* c) {
@@ -121,6 +128,46 @@ static void run_row(const char* op, int64_t n, const double* x, double* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = tt_get(&out.view, i);
   tt_free(&in);
   tt_free(&out);
+}
+
+/* Runs a backward op over one F32 row (grad g, forward output y) into gx. */
+static void run_row_backward(const char* op, int64_t n, const double* g, const double* y,
+                             double* gx) {
+  const tpu_op_def_t* def = tt_def(op);
+  if (!def) return;
+  tt_t tg = tt_make(F32, 1, &n, TT_CONTIG), ty = tt_make(F32, 1, &n, TT_CONTIG);
+  tt_t out = tt_make(F32, 1, &n, TT_CONTIG);
+  for (int64_t i = 0; i < n; ++i) tt_set(&tg.view, i, g[i]), tt_set(&ty.view, i, y[i]);
+  tpu_value_t v[2] = {tt_value(&tg.view), tt_value(&ty.view)};
+  tpu_attr_t attrs[2] = {tt_int(0), tt_dtype(F32)};
+  tpu_node_t node = tt_node(v, 2, &out.view, 1, attrs, 2);
+  CHECK_OK(tt_run(def->kernel, def, &node));
+  for (int64_t i = 0; i < n; ++i) gx[i] = tt_get(&out.view, i);
+  tt_free(&tg);
+  tt_free(&ty);
+  tt_free(&out);
+}
+
+TEST(softmax_backward_rows) {
+  /* log_softmax backward: gx = g - exp(y) sum(g), y outside the SIMD exp's
+   * range (underflow, -inf) and NaN included; 20 elements so SIMD lanes run. */
+  double g[20], y[20], gx[20];
+  double s = 0;
+  for (int i = 0; i < 20; ++i) g[i] = 0.25 * (i % 7) - 0.5, y[i] = -0.1 * i, s += g[i];
+  y[3] = -100.0, y[5] = -INFINITY, y[17] = -88.5;
+  run_row_backward("log_softmax_backward", 20, g, y, gx);
+  for (int i = 0; i < 20; ++i) CHECK_NEAR(gx[i], g[i] - exp(y[i]) * s, 1e-5);
+  y[9] = NAN;
+  run_row_backward("log_softmax_backward", 20, g, y, gx);
+  CHECK(isnan(gx[9]) && !isnan(gx[8]));
+  /* softmax backward: gx = y (g - g.y); a NaN in g makes the row NaN */
+  double d = 0;
+  for (int i = 0; i < 20; ++i) y[i] = 0.05 * (i % 3), d += g[i] * y[i];
+  run_row_backward("softmax_backward", 20, g, y, gx);
+  for (int i = 0; i < 20; ++i) CHECK_NEAR(gx[i], y[i] * (g[i] - d), 1e-6);
+  g[4] = NAN;
+  run_row_backward("softmax_backward", 20, g, y, gx);
+  CHECK(isnan(gx[1]) && isnan(gx[19]));
 }
 
 TEST(softmax_semantics) {

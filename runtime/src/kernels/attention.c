@@ -1,8 +1,8 @@
 /* attention.c — the attention family: scaled dot-product attention forward
  * and backward, tiled and memory-efficient (flash-style, online softmax).
  *
- * Forward: work units are (batch, head, block of ATTN_BQ query rows), spread
- * over tpu_parallel_for. A unit walks the key/value blocks of ATTN_BK keys
+ * Forward: work units are (batch, head, block of ATTN_FWD_BQ query rows), spread
+ * over tpu_parallel_for. A unit walks the key/value blocks of ATTN_FWD_BK keys
  * (only those a causal mask leaves), computing scores S = scale Q Kᵀ with
  * one GEMM, adding the bias (bool masks become 0 / -inf), masking, and
  * updating a running row maximum m, sum l and output accumulator
@@ -10,7 +10,7 @@
  * maximum grows. Dropout multiplies p by keep / (1 - p_drop) before the
  * second GEMM (l uses the undropped p). The unit writes out = acc / l and
  * logsumexp = m + log l. Nothing of size L x S is ever stored: scratch is
- * ATTN_BQ x ATTN_BK scores plus a row block of the output per unit.
+ * ATTN_FWD_BQ x ATTN_FWD_BK scores plus a row block of the output per unit.
  *
  * Backward: work units are (batch, key/value head), so every gradient a
  * unit writes is its own (grouped query heads share a unit). For each query
@@ -44,8 +44,16 @@
 #include <cblas.h>
 #endif
 
-#define ATTN_BQ 64  /* query rows per block */
-#define ATTN_BK 128 /* keys per block */
+#define ATTN_BQ 64  /* backward: query rows per block */
+#define ATTN_BK 128 /* backward: keys per block */
+/* Forward blocks. OpenBLAS runs the two block GEMMs (64 x 128 x d64 and
+ * 64 x d64 x 128) through its unpacked "small" kernels, with the scores
+ * (32 KiB) staying in L1 for the row loops; larger blocks (128 x 512,
+ * 64 x 256) switch it to packed GEMMs and measured slower, as does a causal
+ * mask's waste on the diagonal block (about BQ / 2 keys per row). */
+#define ATTN_FWD_BQ 64
+#define ATTN_FWD_BK 128
+#define ATTN_ROW_MAX (ATTN_FWD_BK > ATTN_BK ? ATTN_FWD_BK : ATTN_BK) /* longest score row */
 #define ATTN_SMALL_WORK (1 << 16) /* multiply-adds below which one thread runs */
 
 /* ---- parsing ------------------------------------------------------------------ */
@@ -300,9 +308,28 @@ AT_CLONES float tpu_attn_row_max_f32(const float* x, int64_t n) {
 }
 
 AT_CLONES double tpu_attn_row_exp_f32(float* x, float shift, int64_t n) {
-  float tmp[ATTN_BK]; /* n <= ATTN_BK: vm_exp_shifted reads its input again for rare fix-ups */
-  double sum = vm_exp_shifted(tmp, x, shift, n);
-  memcpy(x, tmp, (size_t)n * sizeof(float));
+  /* One in-place pass: exp and the sum together (16 float lanes; a row is
+   * at most ATTN_ROW_MAX long). Scores here are <= shift (shift is the row
+   * maximum), so the only arguments outside vm_expf's range are below
+   * VM_EXP_LO (masked -inf included): their exp, below 2^-125, is flushed to
+   * 0, which no float32 sum of terms up to 1 can see. NaN stays NaN. */
+  float acc[16] = {0};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) {
+      float v = x[i + j] - shift;
+      float e = v < VM_EXP_LO ? 0.0f : vm_expf(v);
+      x[i + j] = e;
+      acc[j] += e;
+    }
+  double sum = 0.0;
+  for (; i < n; ++i) {
+    float v = x[i] - shift;
+    float e = v < VM_EXP_LO ? 0.0f : vm_expf(v);
+    x[i] = e;
+    sum += e;
+  }
+  for (int j = 0; j < 16; ++j) sum += acc[j];
   return sum;
 }
 
@@ -409,7 +436,7 @@ static tpu_status_t attn_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   tpu_compute_type_t ct = tpu_dtype_compute(a->dtype);
   double work = (double)a->B * a->H * a->L * a->S * (a->D + a->Dv);
   if (!a->backward) {
-    j->nqb = (a->L + ATTN_BQ - 1) / ATTN_BQ;
+    j->nqb = (a->L + ATTN_FWD_BQ - 1) / ATTN_FWD_BQ;
     int64_t units = a->B * a->H * j->nqb;
     tpu_parallel_for(units, work < ATTN_SMALL_WORK ? (units > 0 ? units : 1) : 1, k_fwd[ct], j);
   } else {

@@ -11,7 +11,7 @@ static void AT_CAT(attn_fwd_chunk)(void* arg, int64_t begin, int64_t end) {
   const attn_args_t* a = &j->a;
   typedef AT_TYPE T;
   const size_t es = sizeof(T);
-  const int64_t BQ = ATTN_BQ, BK = ATTN_BK, D = a->D, Dv = a->Dv;
+  const int64_t BQ = ATTN_FWD_BQ, BK = ATTN_FWD_BK, D = a->D, Dv = a->Dv;
   T* sbuf = malloc((size_t)(BQ * BK) * es);
   T* acc = malloc((size_t)(BQ * Dv) * es);
   T* brow = malloc((size_t)BK * es);
@@ -20,7 +20,7 @@ static void AT_CAT(attn_fwd_chunk)(void* arg, int64_t begin, int64_t end) {
     free(sbuf), free(acc), free(brow);
     return;
   }
-  T m[ATTN_BQ], l[ATTN_BQ], lv[ATTN_BQ];
+  T m[ATTN_FWD_BQ], l[ATTN_FWD_BQ], lv[ATTN_FWD_BQ];
   const int64_t group = a->H / a->Hkv;
   const double keep = 1.0 - a->dropout;
   const T inv_keep = (T)(1.0 / keep);

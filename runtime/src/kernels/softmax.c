@@ -20,8 +20,9 @@
  * rows that fit in one chunk are read once. Blocks of rows are spread over
  * tpu_parallel_for.
  *
- * Fast path: float32 softmax/log_softmax over the last dim of contiguous
- * tensors runs in float with the SIMD exp of vmath.h (sums in double).
+ * Fast path: float32 softmax/log_softmax and their backward over the last
+ * dim of contiguous tensors run in float with the SIMD exp of vmath.h (sums
+ * in double), built for AVX-512 / AVX2 too.
  */
 #include <math.h>
 #include <string.h>
@@ -227,42 +228,114 @@ static void softmax_work(void* arg, int64_t begin, int64_t end) {
 
 /* ---- float32 rows, contiguous along dim: the common case, in SIMD ---------- */
 
+/* The row loops are built for AVX-512 and AVX2 as well as the baseline
+ * (VM_SIMD_CLONES: GCC picks one at load time). A row of up to a few
+ * thousand floats stays in L1 across its passes, so each row is read from
+ * memory once and written once:
+ *   forward   m = max(x); y = exp(x - m) with s = sum y (one pass, SIMD exp);
+ *             y *= 1 / s  (log_softmax: y = x - (m + log s))
+ *   backward  one pass for the row sum (g . y, or sum g for log_softmax),
+ *             one pass writing gx.
+ * Sums are kept in double. */
+
 typedef struct fast_plan {
-  const float* x;
-  float* y;
+  const float* x; /* forward: self; backward: output (y) */
+  const float* g; /* backward: grad_output */
+  float* y;       /* the result */
   int64_t len;
   bool log_;
 } fast_plan_t;
 
-static void fast_rows(void* arg, int64_t begin, int64_t end) {
+/* Maximum of n floats (n >= 1), NaNs skipped: a maxps-shaped loop that
+ * vectorises (vm_max's NaN flag keeps GCC from it). A NaN in the row still
+ * makes the whole row NaN through the sum of exp(x - m). */
+static inline float fast_max(const float* x, int64_t n) {
+  float acc[16];
+  for (int j = 0; j < 16; ++j) acc[j] = -INFINITY;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+  float m = -INFINITY;
+  for (int j = 0; j < 16; ++j) m = acc[j] > m ? acc[j] : m;
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+VM_SIMD_CLONES static void fast_rows(void* arg, int64_t begin, int64_t end) {
   const fast_plan_t* p = (const fast_plan_t*)arg;
+  const int64_t len = p->len;
   for (int64_t r = begin; r < end; ++r) {
-    const float* x = p->x + r * p->len;
-    float* y = p->y + r * p->len;
-    float m = vm_max(x, p->len); /* NaN anywhere makes the whole row NaN */
-    double sum = vm_exp_shifted(y, x, m, p->len);
+    const float* x = p->x + r * len;
+    float* y = p->y + r * len;
+    float m = fast_max(x, len);
+    double sum = vm_exp_shifted(y, x, m, len);
     if (p->log_) {
       float shift = m + (float)log(sum);
-      for (int64_t i = 0; i < p->len; ++i) y[i] = x[i] - shift;
+      for (int64_t i = 0; i < len; ++i) y[i] = x[i] - shift;
     } else {
       float scale = (float)(1.0 / sum);
-      for (int64_t i = 0; i < p->len; ++i) y[i] *= scale;
+      for (int64_t i = 0; i < len; ++i) y[i] *= scale;
     }
   }
 }
 
-/* Forward float32 softmax over the last dim of a contiguous tensor into a
- * contiguous output; false when the call does not have that shape. */
+/* Sum of a[i] * b[i] in double (fixed association, as vm_sum). */
+static inline double fast_dot(const float* a, const float* b, int64_t n) {
+  double acc[VM_LANES] = {0};
+  int64_t i = 0;
+  for (; i + VM_LANES <= n; i += VM_LANES)
+    for (int j = 0; j < VM_LANES; ++j) acc[j] += (double)a[i + j] * (double)b[i + j];
+  double s = 0.0;
+  for (int j = 0; j < VM_LANES; ++j) s += acc[j];
+  for (; i < n; ++i) s += (double)a[i] * (double)b[i];
+  return s;
+}
+
+VM_SIMD_CLONES static void fast_rows_backward(void* arg, int64_t begin, int64_t end) {
+  const fast_plan_t* p = (const fast_plan_t*)arg;
+  const int64_t len = p->len;
+  for (int64_t r = begin; r < end; ++r) {
+    const float* y = p->x + r * len;
+    const float* g = p->g + r * len;
+    float* gx = p->y + r * len;
+    if (p->log_) {
+      /* gx = g - exp(y) sum(g); y <= 0, so exp(y) is out of vm_expf's range
+       * only below VM_EXP_LO (or for NaN / +inf): those use expf. */
+      float s = (float)vm_sum(g, len);
+      int all_ok = 1;
+      for (int64_t i = 0; i < len; ++i) {
+        all_ok &= vm_exp_ok(y[i]);
+        gx[i] = g[i] - vm_expf(y[i]) * s;
+      }
+      if (!all_ok)
+        for (int64_t i = 0; i < len; ++i)
+          if (!vm_exp_ok(y[i])) gx[i] = g[i] - expf(y[i]) * s;
+    } else {
+      float d = (float)fast_dot(g, y, len);
+      for (int64_t i = 0; i < len; ++i) gx[i] = y[i] * (g[i] - d);
+    }
+  }
+}
+
+static bool fast_view(const tpu_view_t* v) {
+  return v->dtype == TPU_DTYPE_F32 && tpu_view_is_contiguous(v);
+}
+
+/* float32 (log_)softmax or its backward over the last dim of contiguous
+ * tensors into a contiguous output that overlaps no input; false when the call does not have that shape. */
 static bool try_fast_rows(const softmax_args_t* a, const tpu_view_t* out) {
   const tpu_view_t* x = a->x;
-  if (a->impl->backward || x->dtype != TPU_DTYPE_F32 || out->dtype != TPU_DTYPE_F32 ||
-      x->ndim == 0 || a->dim != x->ndim - 1 || !tpu_view_is_contiguous(x) ||
-      !tpu_view_is_contiguous(out) || x->sizes[a->dim] == 0)
+  if (!fast_view(x) || !fast_view(out) || x->ndim == 0 || a->dim != x->ndim - 1 ||
+      x->sizes[a->dim] == 0)
     return false;
-  fast_plan_t p = {(const float*)tpu_view_ptr(x), (float*)tpu_view_ptr(out), x->sizes[a->dim],
-                   a->impl->log};
+  if (views_overlap(out, x) || (a->impl->backward && (!fast_view(a->g) || views_overlap(out, a->g))))
+    return false;
+  fast_plan_t p = {(const float*)tpu_view_ptr(x),
+                   a->g ? (const float*)tpu_view_ptr(a->g) : NULL, (float*)tpu_view_ptr(out),
+                   x->sizes[a->dim], a->impl->log};
   int64_t rows = tpu_view_numel(x) / p.len;
-  tpu_parallel_for(rows, p.len >= 16384 ? 1 : 16384 / p.len, fast_rows, &p);
+  tpu_parallel_for(rows, p.len >= 16384 ? 1 : 16384 / p.len,
+                   a->impl->backward ? fast_rows_backward : fast_rows, &p);
   return true;
 }
 
