@@ -384,7 +384,7 @@ static const tpu_op_def_t g_rows[] = {
      "glu_backward glu_backward.grad_input", ac_glu_bw_kernel, ac_glu_bw_infer, ac_glu_bw_check,
      &k_glu_grad_a},
     EW_ROW("_prelu_kernel", "self,weight", "", "out", "_prelu_kernel", k_prelu),
-    EW_ROW("rrelu_with_noise", "self,noise", "lower,upper,training", "out",
+    EW_ROW("rrelu_with_noise", "self,noise!", "lower,upper,training", "out",
            "rrelu_with_noise rrelu_with_noise.out", k_rrelu_eval),
     {"_prelu_kernel_backward", "grad_output,self,weight", "", "grad_input,grad_weight",
      "_prelu_kernel_backward", ac_prelu_bw_kernel, ac_prelu_bw_infer, ac_prelu_bw_check,
