@@ -13,6 +13,7 @@
 //   4. allocates functional outputs / resizes out= tensors, and submits a
 //      one-node graph to the current stream.
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <c10/core/DeviceGuard.h>
@@ -417,6 +418,13 @@ Outcome run_native(Binding* b, Call& call, const at::Tensor* const* given, at::T
                     "output with shape ", out.sizes(), " doesn't match the broadcast shape ",
                     shape_str(want));
       } else {
+        // Rows whose op refuses overlapping out= (TPU_OP_OUT_NO_OVERLAP) check
+        // the tensor as given, before resizing, as PyTorch does for them.
+        TORCH_CHECK(!(b->def->flags & TPU_OP_OUT_NO_OVERLAP) ||
+                        at::has_internal_overlap(out) != at::MemOverlap::Yes,
+                    "unsupported operation: more than one element of the written-to tensor "
+                    "refers to a single memory location. Please clone() the tensor before "
+                    "performing the operation.");
         tpu_view_t before;
         if (out.numel() > 0 && make_view(out, &before)) {
           if (out_overlaps_input(b, call, before)) return Outcome::Fallback;
@@ -430,6 +438,12 @@ Outcome run_native(Binding* b, Call& call, const at::Tensor* const* given, at::T
           check(st);
         }
         at::native::resize_output(out, c10::IntArrayRef(want.sizes, want.ndim));
+        // As PyTorch's out= kernels (assert_no_internal_overlap): an out=
+        // tensor whose elements share memory (an expanded view) is refused.
+        TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes,
+                    "unsupported operation: more than one element of the written-to tensor "
+                    "refers to a single memory location. Please clone() the tensor before "
+                    "performing the operation.");
       }
       if (!make_view(out, &call.outputs[k])) return Outcome::Fallback;
     } else {

@@ -181,3 +181,37 @@ def test_batch_norm_legit_updates_running_stats_in_place(fallback_error):
     assert r[3].dtype == torch.uint8 and r[3].numel() == 0
     torch.testing.assert_close(rms.cpu(), x.mean((0, 2)) * 0.5)
     assert torch.equal(base[1::2].cpu(), torch.zeros(3))
+
+
+ERROR_OPS = ["masked_select", "aminmax", "nn.functional.softshrink", "narrow_copy", "roll", "gather",
+             "index_select", "take", "bernoulli"]
+
+
+@pytest.mark.parametrize("name", ERROR_OPS)
+def test_error_inputs_raise_cpu_type(name):
+    from torch.testing._internal.common_methods_invocations import op_db
+    ops = [op for op in op_db if coverage.op_key(op) == name]
+    assert ops, name
+    rec = coverage.check_error_inputs(ops[0])
+    assert rec["cpu_raised"] > 0
+    assert rec["same_type"] == rec["cpu_raised"], rec
+
+
+def test_out_with_internal_overlap_raises():
+    x = torch.randn(6, device="tpu")
+    out = torch.zeros(1, device="tpu").expand(3)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        torch.gather(x, 0, torch.tensor([0, 2, 4], device="tpu"), out=out)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        torch.add(x[:3], 1, out=out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.bfloat16])
+def test_narrow_copy_native(dtype, fallback_error):
+    x = (torch.randn(4, 9, 5) * 5).to(dtype)
+    xt = x.to("tpu")
+    for dim, start, length in [(1, 2, 4), (-1, -3, 3), (0, 0, 0), (2, 4, 1)]:
+        assert torch.equal(torch.narrow_copy(xt, dim, start, length).cpu(),
+                           torch.narrow_copy(x, dim, start, length))
+    assert torch.equal(torch.narrow_copy(xt.transpose(0, 2), 1, 1, 3).cpu(),
+                       torch.narrow_copy(x.transpose(0, 2), 1, 1, 3))

@@ -23,7 +23,7 @@
   X(grid_sample)        \
   X(loss)               \
   X(pointwise_loss)     \
-  X(channel_shuffle)    \
+  X(sub_copy)           \
   X(matmul)             \
   X(index)              \
   X(index_adv)          \
