@@ -15,7 +15,8 @@ OPINFO_NAMES = ["_native_batch_norm_legit", "_batch_norm_with_update", "nn.funct
                 "native_batch_norm", "nn.functional.instance_norm",
                 "nn.functional.mse_loss", "nn.functional.smooth_l1_loss",
                 "nn.functional.huber_loss", "nn.functional.binary_cross_entropy",
-                "nn.functional.channel_shuffle"]
+                "nn.functional.channel_shuffle", "nn.functional.multi_margin_loss", "index_add",
+                "scatter_add", "native_dropout_backward", "nn.functional.embedding", "narrow_copy"]
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32,
           torch.int16, torch.int8, torch.uint8, torch.bool]
 
@@ -215,3 +216,29 @@ def test_narrow_copy_native(dtype, fallback_error):
                            torch.narrow_copy(x, dim, start, length))
     assert torch.equal(torch.narrow_copy(xt.transpose(0, 2), 1, 1, 3).cpu(),
                        torch.narrow_copy(x.transpose(0, 2), 1, 1, 3))
+
+
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_multi_margin_loss_gradients(p, reduction, weighted, fallback_error):
+    torch.manual_seed(2)
+    for shape in [(6, 9), (9,)]:
+        x = torch.randn(*shape, dtype=torch.float64)
+        t = torch.randint(0, 9, shape[:-1])
+        w = torch.rand(9, dtype=torch.float64) + 0.5 if weighted else None
+        xc, xt = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
+        y = F.multi_margin_loss(xc, t, p=p, margin=0.6, weight=w, reduction=reduction)
+        yt = F.multi_margin_loss(xt, t.to("tpu"), p=p, margin=0.6,
+                                 weight=None if w is None else w.to("tpu"), reduction=reduction)
+        gy = torch.randn(y.shape, dtype=torch.float64)
+        y.backward(gy)
+        yt.backward(gy.to("tpu"))
+        torch.testing.assert_close(yt.cpu(), y)
+        torch.testing.assert_close(xt.grad.cpu(), xc.grad)
+
+
+def test_multi_margin_loss_target_out_of_range():
+    with pytest.raises(RuntimeError, match="target out of range"):
+        F.multi_margin_loss(torch.randn(3, 4, device="tpu"),
+                            torch.tensor([0, 5, 1], device="tpu")).item()

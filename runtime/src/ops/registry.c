@@ -24,6 +24,7 @@
   X(loss)               \
   X(pointwise_loss)     \
   X(sub_copy)           \
+  X(margin_loss)        \
   X(matmul)             \
   X(index)              \
   X(index_adv)          \
