@@ -126,23 +126,26 @@ static void block_work(void* arg, int64_t begin, int64_t end) {
           x[j] = bwd ? pl_backward_half(kind, dt, prm, x[j], t[j], wj, g[j], norm, a->numel)
                      : pl_forward_half(kind, dt, prm, x[j], t[j], wj);
         }
-      } else switch (kind) { /* the common cases without the per-element switch */
-        case PL_MSE:
-          if (bwd)
-            for (int64_t j = 0; j < n; ++j) x[j] = 2.0 * (x[j] - t[j]) * g[j] * norm;
-          else
-            for (int64_t j = 0; j < n; ++j) x[j] = (x[j] - t[j]) * (x[j] - t[j]);
-          break;
-        case PL_BCE:
-          for (int64_t j = 0; j < n; ++j) bad += !(x[j] >= 0.0 && x[j] <= 1.0);
-          /* fall through */
-        default:
-          if (bwd)
-            for (int64_t j = 0; j < n; ++j)
-              x[j] = pl_backward(kind, prm, x[j], t[j], a->has_w ? w[j] : 1.0, g[j]) * norm;
-          else
-            for (int64_t j = 0; j < n; ++j)
-              x[j] = pl_forward(kind, prm, x[j], t[j], a->has_w ? w[j] : 1.0);
+      } else {
+        /* One loop per kind, the kind a constant: the formula's switch folds away. */
+#define PL_LOOP(K)                                                                        \
+  do {                                                                                    \
+    if (bwd)                                                                              \
+      for (int64_t j = 0; j < n; ++j)                                                     \
+        x[j] = pl_backward(K, prm, x[j], t[j], a->has_w ? w[j] : 1.0, g[j]) * norm;       \
+    else                                                                                  \
+      for (int64_t j = 0; j < n; ++j)                                                     \
+        x[j] = pl_forward(K, prm, x[j], t[j], a->has_w ? w[j] : 1.0);                     \
+  } while (0)
+        switch (kind) {
+          case PL_MSE: PL_LOOP(PL_MSE); break;
+          case PL_SMOOTH_L1: PL_LOOP(PL_SMOOTH_L1); break;
+          case PL_HUBER: PL_LOOP(PL_HUBER); break;
+          default:
+            for (int64_t j = 0; j < n; ++j) bad += !(x[j] >= 0.0 && x[j] <= 1.0);
+            PL_LOOP(PL_BCE);
+        }
+#undef PL_LOOP
       }
       if (p->reduce)
         for (int64_t j = 0; j < n; ++j) sum += x[j];
