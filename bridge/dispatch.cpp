@@ -13,6 +13,7 @@
 //   4. allocates functional outputs / resizes out= tensors, and submits a
 //      one-node graph to the current stream.
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <c10/core/DeviceGuard.h>
@@ -40,6 +41,7 @@ struct ArgRole {
   int index = -1;           // input position / attr index / output index
   bool is_dtype = false;    // ScalarType attrs arrive as ints
   bool also_input = false;  // an in-place self the op also reads
+  bool mutated = false;     // an input the kernel writes in place ("running_mean!")
 };
 
 struct Binding {
@@ -49,6 +51,7 @@ struct Binding {
   std::vector<ArgRole> args;
   int num_inputs = 0, num_attrs = 0, num_outputs = 0;
   bool inplace = false, has_out = false;
+  bool mutates_input = false;  // some input is marked '!' in the row
   int seed_attr = -1, offset_attr = -1;
   int sync_attr = -1;         // "sync_size": filled from the count row's result
   tpu_op_id_t count_op = -1;  // the row "<name>_count"
@@ -440,6 +443,13 @@ Outcome run_native(Binding* b, Call& call, const at::Tensor* const* given, at::T
                     "output with shape ", out.sizes(), " doesn't match the broadcast shape ",
                     shape_str(want));
       } else {
+        // Rows whose op refuses overlapping out= (TPU_OP_OUT_NO_OVERLAP) check
+        // the tensor as given, before resizing, as PyTorch does for them.
+        TORCH_CHECK(!(b->def->flags & TPU_OP_OUT_NO_OVERLAP) ||
+                        at::has_internal_overlap(out) != at::MemOverlap::Yes,
+                    "unsupported operation: more than one element of the written-to tensor "
+                    "refers to a single memory location. Please clone() the tensor before "
+                    "performing the operation.");
         tpu_view_t before;
         if (out.numel() > 0 && make_view(out, &before)) {
           if (out_overlaps_input(b, call, before)) return Outcome::Fallback;
@@ -453,6 +463,12 @@ Outcome run_native(Binding* b, Call& call, const at::Tensor* const* given, at::T
           check(st);
         }
         at::native::resize_output(out, c10::IntArrayRef(want.sizes, want.ndim));
+        // As PyTorch's out= kernels (assert_no_internal_overlap): an out=
+        // tensor whose elements share memory (an expanded view) is refused.
+        TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes,
+                    "unsupported operation: more than one element of the written-to tensor "
+                    "refers to a single memory location. Please clone() the tensor before "
+                    "performing the operation.");
       }
       if (!make_view(out, &call.outputs[k])) return Outcome::Fallback;
     } else {
@@ -521,6 +537,13 @@ void boxed_call(Binding* b, const c10::OperatorHandle& op, torch::jit::Stack* st
     const c10::IValue& iv = args[i];
     switch (r.role) {
       case Role::Input:
+        // A mutated input must be a tensor of ours: the kernel writes it
+        // (a CPU tensor, or None where the kernel needs one, goes to the CPU).
+        if (r.mutated && iv.isTensor() && iv.toTensor().defined() &&
+            iv.toTensor().device().type() != c10::DeviceType::PrivateUse1) {
+          native = false;
+          break;
+        }
         native = iv.isTensor() ? add_tensor_input(call, iv.toTensor())
                  : iv.isNone() ? add_tensor_input(call, at::Tensor())
                                : add_scalar_input(call, iv);
@@ -697,7 +720,8 @@ struct TypedInplace {
 // The typed kernel for an overload, or an empty CppFunction-less result.
 std::optional<torch::CppFunction> typed_kernel(Binding* b) {
   const c10::FunctionSchema& schema = b->handle->schema();
-  if (schema.returns().size() != 1 || b->has_out || b->seed_attr >= 0) return std::nullopt;
+  if (schema.returns().size() != 1 || b->has_out || b->seed_attr >= 0 || b->mutates_input)
+    return std::nullopt;
   std::string sig;
   for (const c10::Argument& a : schema.arguments()) {
     auto kind = a.real_type()->kind();
@@ -765,19 +789,23 @@ std::string bind_one(const std::string& aten, tpu_op_id_t id, Binding& b) {
   int out_pos = 0;
   bool list_input = false;
   std::vector<int> inputs_seen;
-  bool first_arg = true;
+  const std::string in_spec = std::string(",") + (def->inputs ? def->inputs : "") + ",";
   for (const c10::Argument& arg : schema.arguments()) {
     ArgRole r;
     const std::string& an = arg.name();
     bool written = arg.alias_info() && arg.alias_info()->isWrite();
-    // A mutable positional argument after the first (rrelu_with_noise's
-    // noise) that the op lists as an input is read, not written: the row's
-    // check refuses the calls that would write it.
-    if (written && !first_arg && !arg.kwarg_only() && tpu_spec_index(def->inputs, an.c_str()) >= 0)
-      written = false;
-    first_arg = false;
     int in_idx = tpu_spec_index(def->inputs, an.c_str());
     int at_idx = tpu_spec_index(def->attrs, an.c_str());
+    // A mutated input: the row marks it '!' ("running_mean!"); the kernel
+    // writes it in place (batch norm's running statistics, rrelu's noise).
+    // It binds as an input, whether or not the schema marks it written.
+    if (in_idx >= 0 && in_spec.find("," + an + "!,") != std::string::npos) {
+      if (arg.kwarg_only() || arg.type()->kind() == c10::TypeKind::ListType)
+        return aten + ": argument '" + an + "' cannot be a mutated input";
+      r.mutated = true;
+      b.mutates_input = true;
+      written = false;
+    }
     if (written && arg.kwarg_only()) {
       r.role = Role::Out;
       r.index = out_pos++;

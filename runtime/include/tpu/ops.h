@@ -6,6 +6,8 @@
  *   - inputs:   comma-separated names of its tensor/scalar operands, matched
  *               by name against an ATen schema's arguments ("self,other");
  *               a trailing '*' marks a tensor-list operand ("tensors*"),
+ *               a trailing '!' an operand the kernel writes in place (a
+ *               mutated input such as batch norm's "running_mean!"),
  *   - attrs:    comma-separated names of its non-tensor arguments ("alpha"),
  *               stored in node->attrs in this order,
  *   - outputs:  names of the ATen out= arguments it writes ("out" or
@@ -100,7 +102,7 @@ const char* tpu_op_family_of(tpu_op_id_t id);
 tpu_status_t tpu_op_check_out_overlap(const tpu_node_t* node);
 
 /* Counts of names in a comma-separated spec, and the index of `name` in it
- * (-1 if absent). A trailing '*' on an entry is ignored for matching. */
+ * (-1 if absent). A trailing '*' or '!' on an entry is ignored for matching. */
 int32_t tpu_spec_count(const char* spec);
 int32_t tpu_spec_index(const char* spec, const char* name);
 

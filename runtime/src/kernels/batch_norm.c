@@ -339,6 +339,11 @@ static void coefficients(plan_t* p, const tpu_node_t* node) {
         double m1 = s1 / n, var = s2 / n - m1 * m1;
         if (var < 0) var = 0;
         mean = p->shift[c] + m1;
+        /* bfloat16 parameters: the CPU keeps the variance sum in bfloat16 and
+         * divides it there (batch_norm_cpu_update_stats_template). */
+        tpu_dtype_t sd = a->shape[1].dtype;
+        if (sd == TPU_DTYPE_BF16)
+          var = round_to(sd, round_to(sd, var * n) / round_to(sd, n));
         invstd = 1.0 / sqrt(var + a->eps);
         view_set_f64(&node->outputs[1], c * node->outputs[1].strides[0], mean);
         view_set_f64(&node->outputs[2], c * node->outputs[2].strides[0], invstd);
@@ -452,11 +457,19 @@ static const bn_impl_t k_fwd = {false, -1, false};
 static const bn_impl_t k_fwd_eval = {false, 0, false};
 static const bn_impl_t k_bwd = {true, -1, false};
 static const bn_impl_t k_fwd_no_update = {false, -2, false};
+static const bn_impl_t k_fwd_train = {false, 1, false};
 
 static const tpu_op_def_t k_rows[] = {
     {"batch_norm", "input,weight,bias,running_mean,running_var", "training,momentum,eps",
      "out0,out1,out2",
      "native_batch_norm.default native_batch_norm.out", bn_kernel, bn_infer, bn_check, &k_fwd},
+    /* The forms whose schema marks the running statistics written ("!": mutated inputs). */
+    {"batch_norm_legit", "input,weight,bias,running_mean!,running_var!", "training,momentum,eps",
+     "out0,out1,out2", "_native_batch_norm_legit.default _native_batch_norm_legit.out", bn_kernel,
+     bn_infer, bn_check, &k_fwd},
+    {"batch_norm_with_update", "input,weight,bias,running_mean!,running_var!", "momentum,eps",
+     "out0,out1,out2,out3", "_batch_norm_with_update.default _batch_norm_with_update.out",
+     bn_kernel, bn_infer, bn_check, &k_fwd_train},
     {"batch_norm_no_stats", "input,weight,bias", "training,momentum,eps", "out0,out1,out2",
      "_native_batch_norm_legit.no_stats _native_batch_norm_legit.no_stats_out", bn_kernel,
      bn_infer, bn_check, &k_fwd},

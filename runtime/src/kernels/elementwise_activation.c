@@ -153,6 +153,16 @@ static tpu_status_t prep_rrelu(const tpu_node_t* node, tpu_dtype_t common, tpu_e
   return TPU_OK;
 }
 
+/* softshrink: lambda < 0 is PyTorch's error (the CPU fallback raises it). */
+static tpu_status_t prep_softshrink(const tpu_node_t* node, tpu_dtype_t common,
+                                    tpu_ew_params_t* p) {
+  (void)node;
+  (void)common;
+  if (!(p->f[0] >= 0))
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "softshrink: lambda must be >= 0");
+  return TPU_OK;
+}
+
 /* ---- impls ----------------------------------------------------------------------- */
 
 EW_IMPL(k_softplus, PROMOTE, EW_F(ac_softplus), .num_params = 2, .dflt = {1, 20})
@@ -164,7 +174,8 @@ EW_IMPL(k_hardswish, PROMOTE, EW_F(ac_hardswish))
 EW_IMPL(k_hardswish_backward, PROMOTE, EW_F(ac_hardswish_backward))
 EW_IMPL(k_mish, PROMOTE, EW_F(ac_mish))
 EW_IMPL(k_mish_backward, PROMOTE, EW_F(ac_mish_backward))
-EW_IMPL(k_softshrink, PROMOTE, EW_F(ac_softshrink), .num_params = 1, .dflt = {0.5})
+EW_IMPL(k_softshrink, PROMOTE, EW_F(ac_softshrink), .num_params = 1, .dflt = {0.5},
+        .prepare = prep_softshrink)
 EW_IMPL(k_hardshrink, PROMOTE, EW_F(ac_hardshrink), .num_params = 1, .dflt = {0.5})
 EW_IMPL(k_shrink_backward, PROMOTE, EW_F(ac_shrink_backward), .num_params = 1, .dflt = {0.5})
 EW_IMPL(k_log_sigmoid, PROMOTE, EW_F(ac_log_sigmoid))
@@ -384,7 +395,7 @@ static const tpu_op_def_t g_rows[] = {
      "glu_backward glu_backward.grad_input", ac_glu_bw_kernel, ac_glu_bw_infer, ac_glu_bw_check,
      &k_glu_grad_a},
     EW_ROW("_prelu_kernel", "self,weight", "", "out", "_prelu_kernel", k_prelu),
-    EW_ROW("rrelu_with_noise", "self,noise", "lower,upper,training", "out",
+    EW_ROW("rrelu_with_noise", "self,noise!", "lower,upper,training", "out",
            "rrelu_with_noise rrelu_with_noise.out", k_rrelu_eval),
     {"_prelu_kernel_backward", "grad_output,self,weight", "", "grad_input,grad_weight",
      "_prelu_kernel_backward", ac_prelu_bw_kernel, ac_prelu_bw_infer, ac_prelu_bw_check,

@@ -469,7 +469,7 @@ static tpu_status_t renorm_parse(const tpu_op_def_t* def, const tpu_node_t* node
   *self = ku_input(def, node, "self");
   *idx = ku_input(def, node, "indices");
   if (!*self || !*idx || (*self)->ndim != 2 || !tpu_dtype_is_floating((*self)->dtype) ||
-      !is_index(*idx) || (*idx)->ndim != 1)
+      !is_index(*idx))
     return unimpl("embedding_renorm_ arguments");
   return TPU_OK;
 }
@@ -481,7 +481,7 @@ static tpu_status_t renorm_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
   TPU_RETURN_IF_ERROR(renorm_parse(def, node, &self, &iv));
   const tpu_view_t* out = &node->outputs[0];
   if (!views_same(out, self)) view_copy(out, self);
-  int64_t n = iv->sizes[0], V = self->sizes[0];
+  int64_t n = tpu_view_numel(iv), V = self->sizes[0]; /* indices of any shape, flattened */
   int64_t* idx = load_i64(iv);
   uint8_t* seen = calloc((size_t)(V > 0 ? V : 1), 1);
   if (!idx || !seen) {

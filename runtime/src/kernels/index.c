@@ -203,8 +203,7 @@ tpu_status_t tpu_ix_parse(const tpu_op_def_t* def, const tpu_node_t* node, ix_ar
                     a->kind == IX_SCATTER_ADD) &&
                    tpu_view_numel(a->index) == 0 && a->index->dtype != TPU_DTYPE_BOOL &&
                    !tpu_dtype_is_floating(a->index->dtype);
-  if (!(is_index_dtype(a->index->dtype) || any_index) || (a->src && a->src->dtype != dt) ||
-      ((a->kind == IX_SCATTER_ADD || a->kind == IX_INDEX_ADD) && dt == TPU_DTYPE_BOOL))
+  if (!(is_index_dtype(a->index->dtype) || any_index) || (a->src && a->src->dtype != dt))
     return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s with %s index%s%s", tpu_dtype_name(dt),
                            tpu_dtype_name(a->index->dtype), a->src ? " and src " : "",
                            a->src ? tpu_dtype_name(a->src->dtype) : "");
@@ -439,7 +438,9 @@ static tpu_status_t run_scatter(const ix_args_t* a, const tpu_node_t* node, cons
   void *acc_buf = NULL, *src_buf = NULL;
   tpu_view_t acc = dst;
   if (add) {
-    tpu_compute_type_t ct = tpu_dtype_compute(a->dtype);
+    /* bool sums (PyTorch: a logical or) run in int64, converted back as != 0. */
+    tpu_compute_type_t ct =
+        a->dtype == TPU_DTYPE_BOOL ? TPU_COMPUTE_I64 : tpu_dtype_compute(a->dtype);
     tpu_dtype_t cdt = tpu_compute_storage_dtype(ct);
     jb.run = k_add[ct];
     jb.falpha = a->kind == IX_INDEX_ADD ? a->alpha : 1.0;

@@ -141,6 +141,9 @@ tpu_status_t tpu_rng_parse(const tpu_op_def_t* def, const tpu_node_t* node, rng_
                  : NULL;
   if (!a->input) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "input 0 must be a tensor");
   tpu_dtype_t dt = a->input->dtype;
+  /* Dropout backward of an integer or bool gradient: grad * mask * scale with
+   * a Python float scale promotes to float32 (PyTorch CPU). */
+  if (a->kind == RNG_DROPOUT_BACKWARD && !tpu_dtype_is_floating(dt)) dt = TPU_DTYPE_F32;
   set_shape(a, a->input, dt);
   bool floating = tpu_dtype_is_floating(dt);
   if (!floating && a->kind != RNG_BERNOULLI && a->kind != RNG_RANDOM &&

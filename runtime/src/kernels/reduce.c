@@ -217,7 +217,13 @@ static tpu_status_t reduce_infer(const tpu_op_def_t* def, const tpu_node_t* node
 /* Argument errors fall back (see ku_unimplemented), so PyTorch raises its own. */
 static tpu_status_t reduce_check(const tpu_op_def_t* def, const tpu_node_t* node) {
   reduce_args_t a;
-  return ku_unimplemented(tpu_reduce_parse(def, node, &a));
+  TPU_RETURN_IF_ERROR(ku_unimplemented(tpu_reduce_parse(def, node, &a)));
+  /* aminmax's out= must have self's dtype (PyTorch raises; the CPU fallback does). */
+  if (a.impl->out == ROUT_MINMAX)
+    for (int32_t i = 0; i < node->num_outputs && i < 2; ++i)
+      if (node->outputs[i].addr > 1 && node->outputs[i].dtype != a.in->dtype)
+        return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "aminmax: out= of another dtype");
+  return TPU_OK;
 }
 
 /* ---- accumulators ------------------------------------------------------------- */

@@ -490,6 +490,7 @@ static tpu_status_t parse_roll(const tpu_op_def_t* def, const tpu_node_t* node,
     return TPU_OK;
   }
   if (shifts->count != ndims) return unimpl("shifts and dimensions must align");
+  if (self->ndim == 0) return unimpl("roll: dims given for a 0-dim tensor"); /* IndexError */
   for (int32_t i = 0; i < ndims; ++i) {
     int32_t d = 0;
     TPU_RETURN_IF_ERROR(ku_unimplemented(ku_wrap_dim(dims->u.ints[i], self->ndim, &d)));

@@ -22,6 +22,9 @@
   X(upsample)           \
   X(grid_sample)        \
   X(loss)               \
+  X(pointwise_loss)     \
+  X(sub_copy)           \
+  X(margin_loss)        \
   X(matmul)             \
   X(index)              \
   X(index_adv)          \
@@ -146,7 +149,7 @@ int32_t tpu_spec_index(const char* spec, const char* name) {
   while (*p) {
     const char* end = strchr(p, ',');
     size_t n = end ? (size_t)(end - p) : strlen(p);
-    size_t m = (n && p[n - 1] == '*') ? n - 1 : n;
+    size_t m = (n && (p[n - 1] == '*' || p[n - 1] == '!')) ? n - 1 : n;
     if (m == len && strncmp(p, name, len) == 0) return index;
     if (!end) break;
     p = end + 1;
