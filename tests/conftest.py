@@ -34,6 +34,27 @@ def dtype_id(d):
     return str(d).replace("torch.", "")
 
 
+# ---- ops that always take the CPU fallback ------------------------------------------------
+# ATen ops keep gaining native kernels; these test-only ops have a CPU kernel
+# and never a tpu one, so the fallback tests always exercise the fallback.
+_FALLBACK_LIB = torch.library.Library("tpu_fb", "DEF")
+_FALLBACK_LIB.define("affine(Tensor x) -> Tensor")
+_FALLBACK_LIB.define("affine_(Tensor(a!) x) -> Tensor(a!)")
+_FALLBACK_LIB.define("affine.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)")
+_FALLBACK_LIB.define("scale_(Tensor(a!) x, Tensor y) -> Tensor(a!)")
+
+
+def _affine_out(x, *, out):
+    out.resize_(x.shape)
+    return out.copy_(x * 1.5 + 0.25)
+
+
+_FALLBACK_LIB.impl("affine", lambda x: x * 1.5 + 0.25, "CPU")
+_FALLBACK_LIB.impl("affine_", lambda x: x.mul_(1.5).add_(0.25), "CPU")
+_FALLBACK_LIB.impl("affine.out", _affine_out, "CPU")
+_FALLBACK_LIB.impl("scale_", lambda x, y: x.mul_(y).add_(0.25), "CPU")
+
+
 # ---- tensors -----------------------------------------------------------------------
 
 
