@@ -308,3 +308,26 @@ def test_environment_variable_selects_the_mode():
             assert torch_tpu.defer_metrics()["flushes_by_reason"]["copy_to_host"] == 1
     """, TORCH_TPU_DEFER_AND_FUSE="1")
     check_result(results, "env_mode")
+
+
+def test_collectives_are_flush_points():
+    results = run_checks("""
+        import tempfile
+        import torch.distributed as dist
+
+        @check
+        def collective_flushes():
+            store = dist.FileStore(tempfile.mktemp(), 1)
+            dist.init_process_group("tpu_dist", store=store, rank=0, world_size=1)
+            try:
+                x = torch.ones(4, device="tpu")
+                with torch_tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE):
+                    y = x * 3
+                    assert torch_tpu.defer_metrics()["flushes"] == 0
+                    dist.all_reduce(y)  # runs after the recorded x * 3, in stream order
+                    assert torch_tpu.defer_metrics()["flushes_by_reason"]["host_fn"] == 1
+                    assert (y + 1).cpu().tolist() == [4.0] * 4
+            finally:
+                dist.destroy_process_group()
+    """)
+    check_result(results, "collective_flushes")
