@@ -34,6 +34,33 @@ def dtype_id(d):
     return str(d).replace("torch.", "")
 
 
+# ---- OpInfo pairs ---------------------------------------------------------------------
+
+
+def opinfo_pairs(names, dtypes=ALL_DTYPES, variants=False):
+    """pytest params (op, dtype) for the OpInfo entries whose key is in
+    `names` (and their variants "name.variant" when `variants`), for each of
+    `dtypes` the CPU supports."""
+    from torch_tpu.tools import coverage
+    out = []
+    for op in coverage.load_op_db():
+        key = coverage.op_key(op)
+        if not any(key == n or (variants and key.startswith(n + ".")) for n in names):
+            continue
+        supported = op.supported_dtypes("cpu")
+        out += [pytest.param(op, dt, id=f"{key}-{dtype_id(dt)}") for dt in dtypes if dt in supported]
+    return out
+
+
+def assert_opinfo_native(op, dtype):
+    """The pair passes against the CPU, with no fallback, on at least one sample."""
+    from torch_tpu.tools import coverage
+    rec = coverage.check_pair(op, dtype)
+    assert rec["status"] == "pass", rec
+    assert rec["fallbacks"] == {}, rec["fallbacks"]
+    assert rec["passed"] > 0, rec
+
+
 # ---- ops that always take the CPU fallback ------------------------------------------------
 # ATen ops keep gaining native kernels; these test-only ops have a CPU kernel
 # and never a tpu one, so the fallback tests always exercise the fallback.

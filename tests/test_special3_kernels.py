@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import torch_tpu
+from conftest import assert_opinfo_native, opinfo_pairs
 from torch_tpu.tools import coverage
 
 OPS = """
@@ -22,17 +23,7 @@ DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.i
 
 
 def _pairs():
-    db = coverage.load_op_db()
-    out = []
-    for op in db:
-        key = coverage.op_key(op)
-        if not any(key == n or key.startswith(n + ".") for n in OPS):
-            continue
-        supported = op.supported_dtypes("cpu")
-        for dt in DTYPES:
-            if dt in supported:
-                out.append(pytest.param(op, dt, id=f"{key}-{str(dt)[6:]}"))
-    return out
+    return opinfo_pairs(OPS, DTYPES, variants=True)
 
 
 PAIRS = _pairs()
@@ -46,9 +37,7 @@ def test_every_listed_op_has_an_opinfo():
 
 @pytest.mark.parametrize("op,dtype", PAIRS)
 def test_opinfo_native(op, dtype):
-    rec = coverage.check_pair(op, dtype)
-    assert rec["status"] == "pass", rec
-    assert rec["fallbacks"] == {}, rec["fallbacks"]
+    assert_opinfo_native(op, dtype)
 
 
 @pytest.fixture

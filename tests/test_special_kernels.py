@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_tpu
+from conftest import assert_opinfo_native, opinfo_pairs
 from torch_tpu.tools import coverage
 
 # OpInfo names (op_key, variants included by prefix "name."). Aliases
@@ -30,17 +31,7 @@ DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.i
 
 
 def _pairs():
-    db = coverage.load_op_db()
-    out = []
-    for op in db:
-        key = coverage.op_key(op)
-        if not any(key == n or key.startswith(n + ".") for n in OPS):
-            continue
-        supported = op.supported_dtypes("cpu")
-        for dt in DTYPES:
-            if dt in supported:
-                out.append(pytest.param(op, dt, id=f"{key}-{str(dt)[6:]}"))
-    return out
+    return opinfo_pairs(OPS, DTYPES, variants=True)
 
 
 PAIRS = _pairs()
