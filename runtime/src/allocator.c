@@ -268,11 +268,16 @@ static void process_waiting(tpu_allocator_t* a) {
   a->waiting_count = k;
 }
 
-/* Tells the stream's deferred work that a buffer died (after a->mu is
- * released: the pending lock is taken before the allocator's on flush). */
+/* Tells the stream's deferred work that a buffer died, then releases the
+ * stream's pending lock, which tpu_block_free holds from before the block
+ * becomes reusable: no node that writes a new tenant of the range can be
+ * recorded ahead of the record (the lock order is pending, then allocator,
+ * as on flush). */
 static void note_free(tpu_allocator_t* a, int stream, uint64_t addr, uint64_t size,
                       bool provisional) {
-  tpu_defer_note_free(&a->chip->streams[stream], addr, size, provisional);
+  tpu_pending_t* pd = &a->chip->streams[stream].pending;
+  tpu_defer_note_free_locked(&a->chip->streams[stream], addr, size, provisional);
+  pthread_mutex_unlock(&pd->mu);
 }
 
 void tpu_block_free(tpu_block_t* b) {
@@ -287,6 +292,7 @@ void tpu_block_free(tpu_block_t* b) {
   for (int s = 0; s < TPU_STREAMS_PER_CHIP; ++s)
     if (other_uses & (1u << s))
       tpu_status_free(tpu_stream_flush(&a->chip->streams[s], TPU_FLUSH_EVENT, NULL));
+  pthread_mutex_lock(&a->chip->streams[b->stream].pending.mu); /* released by note_free */
   pthread_mutex_lock(&a->mu);
   b->allocated = false;
   bool provisional = b->provisional;

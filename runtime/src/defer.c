@@ -134,25 +134,23 @@ bool tpu_defer_pending(tpu_stream_t* stream) {
   return any;
 }
 
-void tpu_defer_note_free(tpu_stream_t* stream, uint64_t addr, uint64_t size, bool provisional) {
+void tpu_defer_note_free_locked(tpu_stream_t* stream, uint64_t addr, uint64_t size,
+                                bool provisional) {
   tpu_pending_t* pd = &stream->pending;
-  pthread_mutex_lock(&pd->mu);
-  if (pd->graph) {
-    if (pd->free_count == pd->free_capacity) {
-      int32_t cap = pd->free_capacity ? pd->free_capacity * 2 : 64;
-      tpu_free_record_t* f = realloc(pd->frees, sizeof(*f) * (size_t)cap);
-      if (f) {
-        pd->frees = f;
-        pd->free_capacity = cap;
-      }
+  if (!pd->graph) return;
+  if (pd->free_count == pd->free_capacity) {
+    int32_t cap = pd->free_capacity ? pd->free_capacity * 2 : 64;
+    tpu_free_record_t* f = realloc(pd->frees, sizeof(*f) * (size_t)cap);
+    if (f) {
+      pd->frees = f;
+      pd->free_capacity = cap;
     }
-    /* Without room the buffer just stays "alive": it is then written, which
-     * is always correct. */
-    if (pd->free_count < pd->free_capacity)
-      pd->frees[pd->free_count++] = (tpu_free_record_t){
-          addr, addr + size, tpu_graph_node_count(pd->graph), provisional};
   }
-  pthread_mutex_unlock(&pd->mu);
+  /* Without room the buffer just stays "alive": it is then written, which
+   * is always correct. */
+  if (pd->free_count < pd->free_capacity)
+    pd->frees[pd->free_count++] =
+        (tpu_free_record_t){addr, addr + size, tpu_graph_node_count(pd->graph), provisional};
 }
 
 /* ---- flushing ------------------------------------------------------------------------- */

@@ -65,8 +65,10 @@ void tpu_allocator_commit(tpu_allocator_t* allocator, int stream, int64_t extra)
 tpu_status_t tpu_defer_record(tpu_stream_t* stream, tpu_graph_t* graph);
 /* Whether the stream has recorded nodes. */
 bool tpu_defer_pending(tpu_stream_t* stream);
-/* The allocator reports a block freed while its stream has pending nodes:
+/* The allocator reports a freed block to its stream (recorded when the
+ * stream has pending nodes); the caller holds stream->pending.mu.
  * `provisional` when its bytes were never counted. */
-void tpu_defer_note_free(tpu_stream_t* stream, uint64_t addr, uint64_t size, bool provisional);
+void tpu_defer_note_free_locked(tpu_stream_t* stream, uint64_t addr, uint64_t size,
+                                bool provisional);
 
 #endif /* TPU_INTERNAL_H_ */
