@@ -11,12 +11,11 @@ Usage: python bench/bench_fft.py [--rounds N]
 """
 import argparse
 import json
-import os
-import time
 
 import torch
 
 import torch_tpu  # noqa: F401
+from side_by_side import compare, report
 
 
 def real(*shape, dtype=torch.float32):
@@ -42,19 +41,6 @@ CASES = {
 }
 
 
-def sync(device):
-    if device == "tpu":
-        torch.tpu.synchronize()
-
-
-def time_once(fn, x, device):
-    sync(device)
-    t0 = time.perf_counter()
-    fn(x)
-    sync(device)
-    return time.perf_counter() - t0
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
@@ -64,25 +50,8 @@ def main():
     for name, (make, fn) in CASES.items():
         x = {"cpu": make()}
         x["tpu"] = x["cpu"].to("tpu")
-        for d in ("tpu", "cpu"):  # warm up (allocator, pool)
-            fn(x[d])
-            sync(d)
-        best = {}
-        for _ in range(args.rounds):
-            for d in ("tpu", "cpu"):
-                t = time_once(fn, x[d], d)
-                best[d] = min(best.get(d, t), t)
-        rows.append({"case": name, "tpu_ms": best["tpu"] * 1e3, "cpu_ms": best["cpu"] * 1e3,
-                     "ratio": best["tpu"] / best["cpu"]})
-    print(f"{'case':32} {'tpu ms':>10} {'cpu ms':>10} {'tpu/cpu':>8}")
-    for r in rows:
-        print(f"{r['case']:32} {r['tpu_ms']:10.3f} {r['cpu_ms']:10.3f} {r['ratio']:8.2f}")
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "fft.json")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump({"threads": torch.get_num_threads(), "rounds": args.rounds, "cases": rows}, f,
-                  indent=1)
-    print("wrote", out)
+        rows.append(compare(name, {d: (lambda d=d: fn(x[d])) for d in x}, args.rounds))
+    report(rows, "fft", args.rounds, width=32)
 
 
 if __name__ == "__main__":

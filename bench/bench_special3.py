@@ -12,12 +12,11 @@ Usage: python bench/bench_special3.py [--rounds N]
 """
 import argparse
 import json
-import os
-import time
 
 import torch
 
 import torch_tpu  # noqa: F401
+from side_by_side import compare, report
 
 N = 1 << 20
 
@@ -60,45 +59,14 @@ CASES = {
 }
 
 
-def sync(device):
-    if device == "tpu":
-        torch.tpu.synchronize()
-
-
-def time_once(fn, v, device):
-    sync(device)
-    t0 = time.perf_counter()
-    fn(v, device)
-    sync(device)
-    return time.perf_counter() - t0
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     vals = {d: _inputs(d) for d in ("cpu", "tpu")}
-    rows = []
-    for name, fn in CASES.items():
-        for d in ("tpu", "cpu"):  # warm up (allocator, pool)
-            fn(vals[d], d)
-            sync(d)
-        best = {}
-        for _ in range(args.rounds):
-            for d in ("tpu", "cpu"):
-                t = time_once(fn, vals[d], d)
-                best[d] = min(best.get(d, t), t)
-        rows.append({"case": name, "tpu_ms": best["tpu"] * 1e3, "cpu_ms": best["cpu"] * 1e3,
-                     "ratio": best["tpu"] / best["cpu"]})
-    print(f"{'case':36} {'tpu ms':>10} {'cpu ms':>10} {'tpu/cpu':>8}")
-    for r in rows:
-        print(f"{r['case']:36} {r['tpu_ms']:10.2f} {r['cpu_ms']:10.2f} {r['ratio']:8.2f}")
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "special3.json")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump({"threads": torch.get_num_threads(), "rounds": args.rounds, "cases": rows}, f,
-                  indent=1)
-    print("wrote", out)
+    rows = [compare(name, {d: (lambda d=d, fn=fn: fn(vals[d], d)) for d in vals}, args.rounds)
+            for name, fn in CASES.items()]
+    report(rows, "special3", args.rounds, width=36)
 
 
 if __name__ == "__main__":
