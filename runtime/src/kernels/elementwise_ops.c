@@ -66,11 +66,28 @@ EW_U(ew_sigmoid, F64, double, double, r = 1.0 / (1.0 + exp(-x)))
 EW_FLOATS(EW_U, ew_erf, r = erf(x))
 EW_VEXP_F32(ew_silu, -1.0f, x / (1.0f + e))
 EW_U(ew_silu, F64, double, double, r = x / (1.0 + exp(-x)))
-EW_FLOATS(EW_U, ew_gelu,
-          r = p->mode ? C(0.5) * x *
-                            (C(1) + tanh(C(EW_SQRT2 * EW_2_SQRTPI * 0.5) *
-                                         (x + C(EW_GELU_KAPPA) * x * x * x)))
-                      : x * C(0.5) * (C(1) + erf(x * C(EW_SQRT1_2))))
+/* gelu: float32 through the SIMD erf and tanh of vmath.h, float64 libm. */
+VM_SIMD_CLONES static int ew_gelu_F32(void* out, const void* const* in, int64_t n,
+                                      const tpu_ew_params_t* p) {
+  const float* a = (const float*)in[0];
+  float* o = (float*)out;
+  const float kb = (float)(EW_SQRT2 * EW_2_SQRTPI * 0.5), kappa = (float)EW_GELU_KAPPA;
+  if (p->mode)
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = a[i];
+      o[i] = 0.5f * x * (1.0f + vm_tanhf(kb * (x + kappa * x * x * x)));
+    }
+  else
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = a[i];
+      o[i] = x * 0.5f * (1.0f + vm_erff(x * (float)EW_SQRT1_2));
+    }
+  return 0;
+}
+EW_U(ew_gelu, F64, double, double,
+     r = p->mode ? 0.5 * x * (1.0 + tanh(EW_SQRT2 * EW_2_SQRTPI * 0.5 *
+                                         (x + EW_GELU_KAPPA * x * x * x)))
+                 : x * 0.5 * (1.0 + erf(x * EW_SQRT1_2)))
 EW_FLOATS(EW_U, ew_leaky_relu, r = x > C(0) ? x : x * s0)
 EW_FLOATS(EW_U, ew_elu, r = x <= C(0) ? expm1(x * s2) * (s0 * s1) : x * s1)
 EW_FLOATS(EW_U, ew_neg, r = -x)
@@ -141,17 +158,26 @@ EW_FLOATS(EW_B, ew_elu_backward,
           r = !(y <= C(0)) ? x * s1
               : p->i[3]    ? x * s2 * (y + s0 * s1)
                            : x * s2 * (s0 * s1) * exp(y * s2))
-EW_FLOATS(EW_B, ew_gelu_backward, ew_t d;
-          if (p->mode) {
-            const ew_t kb = C(EW_SQRT2 * EW_2_SQRTPI * 0.5);
-            const ew_t th = tanh(kb * (y + C(EW_GELU_KAPPA) * y * y * y));
-            const ew_t left = C(0.5) * y;
-            const ew_t inner_d = kb * (C(1) + C(3.0 * EW_GELU_KAPPA) * y * y);
-            d = C(0.5) * (C(1) + th) + left * (C(1) - th * th) * inner_d;
-          } else {
-            const ew_t cdf = C(0.5) * (C(1) + erf(y * C(EW_SQRT1_2)));
-            d = cdf + y * C(EW_2_SQRTPI * EW_SQRT1_2 * 0.5) * exp(y * y * C(-0.5));
-          } r = x * d)
+/* gelu_backward: x is grad_output, y the input; float32 as gelu. */
+#define EW_GELU_GRAD(T, TANH, ERF, EXP)                                                  \
+  {                                                                                      \
+    T d;                                                                                 \
+    if (p->mode) {                                                                       \
+      const T kb = (T)(EW_SQRT2 * EW_2_SQRTPI * 0.5);                                    \
+      const T th = TANH(kb * (y + (T)EW_GELU_KAPPA * y * y * y));                        \
+      const T inner_d = kb * ((T)1 + (T)(3.0 * EW_GELU_KAPPA) * y * y);                  \
+      d = (T)0.5 * ((T)1 + th) + (T)0.5 * y * ((T)1 - th * th) * inner_d;                \
+    } else {                                                                             \
+      const T cdf = (T)0.5 * ((T)1 + ERF(y * (T)EW_SQRT1_2));                            \
+      d = cdf + y * (T)(EW_2_SQRTPI * EW_SQRT1_2 * 0.5) * EXP(y * y * (T)(-0.5));        \
+    }                                                                                    \
+    r = x * d;                                                                           \
+  }
+/* e^(-y^2/2) for the float32 gelu gradient: 0 once it underflows. */
+static inline float ew_gauss_f32(float v) { return v > -87.0f ? vm_expf(v) : 0.0f; }
+VM_SIMD_CLONES EW_B(ew_gelu_backward, F32, float, float,
+                    EW_GELU_GRAD(float, vm_tanhf, vm_erff, ew_gauss_f32))
+EW_B(ew_gelu_backward, F64, double, double, EW_GELU_GRAD(double, tanh, erf, exp))
 
 /* ---- ternary ----------------------------------------------------------------- */
 
@@ -270,16 +296,28 @@ EW_INT_DIVISION(ew_fmod, ew_irem(a[i], b[i]))
 
 /* pow: p->mode picks PyTorch's special cases of a Python-number exponent. */
 enum { POW_ANY = 0, POW_SQUARE, POW_CUBE, POW_SQRT, POW_RSQRT, POW_RECIP, POW_RECIP_SQUARE };
-EW_FLOATS(EW_B, ew_pow,
-          switch (p->mode) {
-            case POW_SQUARE: r = x * x; break;
-            case POW_CUBE: r = x * x * x; break;
-            case POW_SQRT: r = sqrt(x); break;
-            case POW_RSQRT: r = C(1) / sqrt(x); break;
-            case POW_RECIP: r = C(1) / x; break;
-            case POW_RECIP_SQUARE: r = C(1) / (x * x); break;
-            default: r = pow(x, y); break;
-          })
+/* One loop per special case, so each vectorises. */
+#define EW_POW_FLOAT(CT, T)                                                            \
+  static int ew_pow_##CT(void* out, const void* const* in, int64_t n,                  \
+                         const tpu_ew_params_t* p) {                                   \
+    const T* a = (const T*)in[0];                                                      \
+    const T* b = (const T*)in[1];                                                      \
+    T* o = (T*)out;                                                                    \
+    switch (p->mode) {                                                                 \
+      case POW_SQUARE: for (int64_t i = 0; i < n; ++i) o[i] = a[i] * a[i]; break;       \
+      case POW_CUBE: for (int64_t i = 0; i < n; ++i) o[i] = a[i] * a[i] * a[i]; break;  \
+      case POW_SQRT: for (int64_t i = 0; i < n; ++i) o[i] = sqrt(a[i]); break;          \
+      case POW_RSQRT: for (int64_t i = 0; i < n; ++i) o[i] = (T)1 / sqrt(a[i]); break;  \
+      case POW_RECIP: for (int64_t i = 0; i < n; ++i) o[i] = (T)1 / a[i]; break;        \
+      case POW_RECIP_SQUARE:                                                           \
+        for (int64_t i = 0; i < n; ++i) o[i] = (T)1 / (a[i] * a[i]);                   \
+        break;                                                                         \
+      default: for (int64_t i = 0; i < n; ++i) o[i] = pow(a[i], b[i]); break;           \
+    }                                                                                  \
+    return 0;                                                                          \
+  }
+EW_POW_FLOAT(F32, float)
+EW_POW_FLOAT(F64, double)
 EW_INTS(EW_B, ew_pow, r = ew_powi(x, y))
 
 /* ---- prepare hooks ------------------------------------------------------------- */

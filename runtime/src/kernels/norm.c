@@ -15,6 +15,9 @@
  * fixed stack buffers: the statistics pass merges per-chunk moments (Chan),
  * then the write pass converts back into the output. Weight and bias are
  * gathered once into double arrays. Rows are spread over tpu_parallel_for.
+ * float32 rows that are contiguous (with contiguous float32 weight and bias)
+ * take a fast path: the statistics in double straight from the row, the
+ * normalisation in float, as PyTorch's CPU kernel computes it.
  * grad_weight/grad_bias are column sums: with enough rows, blocks of rows
  * compute grad_input and their own partial column sums in one pass (added up
  * afterwards); with few rows, columns are spread over blocks of COLS columns
@@ -149,6 +152,10 @@ typedef struct plan {
   double* rstd;
   double* part;         /* backward by row blocks: partial column sums */
   int64_t block, nblocks;
+  /* Forward fast path: float32 input and output with contiguous rows, and
+   * float32 contiguous weight and bias (each may be NULL). */
+  bool f32;
+  const float *wf, *bf;
 } plan_t;
 
 /* Gathers n elements of row r's block `d` of view v, starting at k. */
@@ -196,6 +203,60 @@ static void forward_rows(void* arg, int64_t begin, int64_t end) {
     if (p->out[1]) view_set_f64(p->out[1], offs[V_MEAN], mean);
     view_set_f64(p->out[2], offs[V_RSTD], rstd);
   }
+}
+
+/* The float32 fast path of forward_rows: the statistics in double straight
+ * from the row (two passes, vectorised), the normalisation in float. */
+static void forward_rows_f32(void* arg, int64_t begin, int64_t end) {
+  const plan_t* p = (const plan_t*)arg;
+  const norm_args_t* a = p->a;
+  int64_t offs[NUM_V], n = a->n;
+  for (int64_t r = begin; r < end; ++r) {
+    walk_offsets(&p->rows, p->rows.ndim, r, offs);
+    const float* x = (const float*)view_at(a->x, offs[V_X]);
+    float* y = (float*)view_at(p->out[0], offs[V_OUT]);
+    double mean = 0.0;
+    if (!a->impl->rms) {
+      double acc[4] = {0, 0, 0, 0};
+      int64_t i = 0;
+      for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; ++j) acc[j] += (double)x[i + j];
+      for (; i < n; ++i) acc[0] += (double)x[i];
+      mean = ((acc[0] + acc[1]) + (acc[2] + acc[3])) / (double)n;
+    }
+    double acc[4] = {0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+      for (int j = 0; j < 4; ++j) {
+        double d = (double)x[i + j] - mean;
+        acc[j] += d * d;
+      }
+    for (; i < n; ++i) acc[0] += ((double)x[i] - mean) * ((double)x[i] - mean);
+    double rstd = 1.0 / sqrt(((acc[0] + acc[1]) + (acc[2] + acc[3])) / (double)n + a->eps);
+    const float fm = (float)mean, fr = (float)rstd;
+    const float *w = p->wf, *b = p->bf;
+    if (w && b)
+      for (int64_t k = 0; k < n; ++k) y[k] = (x[k] - fm) * fr * w[k] + b[k];
+    else if (w)
+      for (int64_t k = 0; k < n; ++k) y[k] = (x[k] - fm) * fr * w[k];
+    else if (b)
+      for (int64_t k = 0; k < n; ++k) y[k] = (x[k] - fm) * fr + b[k];
+    else
+      for (int64_t k = 0; k < n; ++k) y[k] = (x[k] - fm) * fr;
+    if (p->out[1]) view_set_f64(p->out[1], offs[V_MEAN], mean);
+    view_set_f64(p->out[2], offs[V_RSTD], rstd);
+  }
+}
+
+/* Whether v is float32 with its trailing dims from `axis` on contiguous. */
+static bool f32_rows(const tpu_view_t* v, int32_t axis) {
+  if (!v || v->dtype != TPU_DTYPE_F32) return false;
+  int64_t stride = 1;
+  for (int32_t d = v->ndim - 1; d >= axis; --d) {
+    if (v->sizes[d] != 1 && v->strides[d] != stride) return false;
+    stride *= v->sizes[d];
+  }
+  return true;
 }
 
 static void grad_input_rows(void* arg, int64_t begin, int64_t end) {
@@ -371,7 +432,14 @@ static tpu_status_t norm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   tpu_status_t s = gather_param(a.w, a.n, &p.w);
   if (s == TPU_OK && !backward) s = gather_param(a.b, a.n, &p.b);
   if (s == TPU_OK && backward) s = gather_stats(&p);
-  if (s == TPU_OK && !backward) tpu_parallel_for(a.m, grain, forward_rows, &p);
+  if (!backward) {
+    p.f32 = f32_rows(a.x, a.axis) && f32_rows(p.out[0], a.axis) &&
+            (!a.w || f32_rows(a.w, 0)) && (!a.b || f32_rows(a.b, 0));
+    p.wf = p.f32 && a.w ? (const float*)tpu_view_ptr(a.w) : NULL;
+    p.bf = p.f32 && a.b ? (const float*)tpu_view_ptr(a.b) : NULL;
+  }
+  if (s == TPU_OK && !backward)
+    tpu_parallel_for(a.m, grain, p.f32 ? forward_rows_f32 : forward_rows, &p);
   bool params = backward && (a.mask[1] || a.mask[2]);
   if (params) {
     if (a.mask[1]) walk_init_tail(&p.wd, p.out[1], 0);
