@@ -240,7 +240,7 @@ static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason
   int32_t nodes = tpu_graph_node_count(graph);
   int64_t fused_kernels = 0, fused_nodes = 0;
   for (int32_t g = 0; g < program->group_count; ++g)
-    if (program->groups[g].kind == TPU_GROUP_TILED) {
+    if (program->groups[g].kind != TPU_GROUP_SINGLE) {
       fused_kernels++;
       fused_nodes += program->groups[g].count;
     }

@@ -2,6 +2,7 @@
  * equal strict eager's, intermediates freed before the flush are elided and
  * never counted, programs are cached by structure (not sizes), and flushes
  * happen at the documented points only. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -241,4 +242,150 @@ TEST(defer_cuts_groups_at_conflicting_views) {
   for (int i = 0; i < 64; ++i) CHECK(got[i] == want[i]);
   tpu_block_free(x);
   tpu_block_free(y);
+}
+
+/* Submits out = op(a) for a row-local op with a `dim` list (mean: dim,
+ * keepdim; softmax: dim, half_to_float). */
+static void along(tpu_stream_t* st, const char* op, const tpu_view_t* a, int64_t dim,
+                  const tpu_view_t* out) {
+  tpu_value_t in[1] = {{.kind = TPU_VALUE_VIEW, .u.view = *a}};
+  tpu_op_id_t id = tpu_op_lookup(op);
+  tpu_attr_t attrs[TPU_MAX_ATTRS] = {{0}};
+  if (strcmp(op, "mean") == 0) {
+    attrs[0] = (tpu_attr_t){.kind = TPU_ATTR_INTS, .count = 1, .u.ints = {dim}};
+    attrs[1] = (tpu_attr_t){.kind = TPU_ATTR_BOOL, .u.i = 1};
+  } else {
+    attrs[0] = (tpu_attr_t){.kind = TPU_ATTR_INT, .u.i = dim};
+    attrs[1] = (tpu_attr_t){.kind = TPU_ATTR_BOOL, .u.i = 0};
+  }
+  tpu_graph_t* g = NULL;
+  CHECK_OK(tpu_graph_create(&g));
+  CHECK_OK(tpu_graph_add_node(g, id, in, 1, out, 1, attrs, tpu_op_num_attrs(id)));
+  CHECK_OK(tpu_stream_submit(st, g));
+}
+
+/* y = softmax(h - mean(h, -1), -1) * 2 with h = x + b: a row-tiled group.
+ * Each intermediate is freed after its last use, so the allocator hands
+ * the next node a block of a dead one (a [rows, 1] value in the block of a
+ * [rows, cols] one): those are scratch values, never written. */
+static float* row_chain(tpu_stream_t* st, int64_t rows, int64_t cols, const float* hx,
+                        const float* hb) {
+  int64_t n = rows * cols, sz[2] = {rows, cols}, sz1[2] = {rows, 1};
+  tpu_block_t *x, *b, *h, *m, *c, *s, *y;
+  CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &x));
+  CHECK_OK(tpu_block_alloc(st, (size_t)cols * 4, &b));
+  CHECK_OK(tpu_stream_copy(st, TPU_COPY_H2D, tpu_block_addr(x), (uint64_t)(uintptr_t)hx,
+                           (size_t)n * 4));
+  CHECK_OK(tpu_stream_copy(st, TPU_COPY_H2D, tpu_block_addr(b), (uint64_t)(uintptr_t)hb,
+                           (size_t)cols * 4));
+  tpu_view_t vx = fview(tpu_block_addr(x), 2, sz), vb = fview(tpu_block_addr(b), 1, &cols);
+  CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &h));
+  tpu_view_t vh = fview(tpu_block_addr(h), 2, sz);
+  binary(st, "add", &vx, &vb, 0, &vh);
+  CHECK_OK(tpu_block_alloc(st, (size_t)rows * 4, &m));
+  tpu_view_t vm = fview(tpu_block_addr(m), 2, sz1);
+  along(st, "mean", &vh, -1, &vm);
+  CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &c));
+  tpu_view_t vc = fview(tpu_block_addr(c), 2, sz);
+  binary(st, "sub", &vh, &vm, 0, &vc);
+  tpu_block_free(h);
+  tpu_block_free(m);
+  CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &s));
+  tpu_view_t vs = fview(tpu_block_addr(s), 2, sz);
+  along(st, "softmax", &vc, 1, &vs);
+  tpu_block_free(c);
+  CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &y));
+  tpu_view_t vy = fview(tpu_block_addr(y), 2, sz);
+  binary(st, "mul", &vs, NULL, 2.0, &vy);
+  tpu_block_free(s);
+  float* out = calloc((size_t)n, 4);
+  CHECK_OK(tpu_stream_copy(st, TPU_COPY_D2H, (uint64_t)(uintptr_t)out, tpu_block_addr(y),
+                           (size_t)n * 4));
+  CHECK_OK(tpu_stream_synchronize(st));
+  tpu_block_free(x);
+  tpu_block_free(b);
+  tpu_block_free(y);
+  return out;
+}
+
+TEST(defer_row_tiled_group_matches_strict) {
+  tpu_stream_t* st = stream0();
+  enum { ROWS = 53, COLS = 700 }; /* several row tiles, a ragged last one */
+  float* hx = malloc(ROWS * COLS * 4);
+  float* hb = malloc(COLS * 4);
+  fill(hx, ROWS * COLS, 3);
+  fill(hb, COLS, 4);
+  tpu_defer_set_thread(0);
+  float* strict = row_chain(st, ROWS, COLS, hx, hb);
+  tpu_defer_reset_metrics();
+  tpu_defer_set_thread(1);
+  float* fused = row_chain(st, ROWS, COLS, hx, hb);
+  tpu_defer_set_thread(-1);
+  for (int64_t r = 0; r < ROWS; ++r) {
+    double mean = 0, mx = -1e30, sum = 0;
+    for (int64_t k = 0; k < COLS; ++k) mean += hx[r * COLS + k] + hb[k];
+    mean /= COLS;
+    for (int64_t k = 0; k < COLS; ++k) {
+      double c = hx[r * COLS + k] + hb[k] - mean;
+      mx = c > mx ? c : mx;
+    }
+    for (int64_t k = 0; k < COLS; ++k) sum += exp(hx[r * COLS + k] + hb[k] - mean - mx);
+    for (int64_t k = 0; k < COLS; ++k) {
+      double want = 2 * exp(hx[r * COLS + k] + hb[k] - mean - mx) / sum;
+      CHECK_NEAR(strict[r * COLS + k], want, 1e-6);
+      CHECK_NEAR(fused[r * COLS + k], strict[r * COLS + k], 1e-7);
+    }
+  }
+  tpu_defer_metrics_t m;
+  tpu_defer_get_metrics(&m);
+  CHECK(m.flushes == 1);
+  CHECK(m.fused_kernels == 1 && m.fused_nodes == 5); /* one row-tiled kernel */
+  CHECK(m.elided_buffers == 4);                      /* h, the mean, c and s */
+  free(hx);
+  free(hb);
+  free(strict);
+  free(fused);
+}
+
+TEST(defer_row_group_cut_at_transposed_read) {
+  /* mean over rows of x, then a pointwise read of x's transpose: the read
+   * is not by rows, so the compiler must not put it in the row group. */
+  tpu_stream_t* st = stream0();
+  int64_t sz[2] = {16, 16}, sz1[2] = {16, 1};
+  float host[256], got[256];
+  for (int i = 0; i < 256; ++i) host[i] = (float)(i % 23) - 11.0f;
+  tpu_block_t *x, *y, *m, *z;
+  CHECK_OK(tpu_block_alloc(st, sizeof(host), &x));
+  CHECK_OK(tpu_block_alloc(st, sizeof(host), &y));
+  CHECK_OK(tpu_block_alloc(st, 16 * 4, &m));
+  CHECK_OK(tpu_block_alloc(st, sizeof(host), &z));
+  CHECK_OK(tpu_stream_copy(st, TPU_COPY_H2D, tpu_block_addr(x), (uint64_t)(uintptr_t)host,
+                           sizeof(host)));
+  tpu_view_t vx = fview(tpu_block_addr(x), 2, sz), vy = fview(tpu_block_addr(y), 2, sz);
+  tpu_view_t vm = fview(tpu_block_addr(m), 2, sz1), vz = fview(tpu_block_addr(z), 2, sz);
+  tpu_view_t vyt = vy;
+  vyt.strides[0] = 1;
+  vyt.strides[1] = 16;
+  tpu_defer_reset_metrics();
+  tpu_defer_set_thread(1);
+  binary(st, "mul", &vx, NULL, 2.0, &vy); /* y = 2x */
+  along(st, "mean", &vy, -1, &vm);        /* m = mean(y, -1) */
+  binary(st, "add", &vyt, &vm, 0, &vz);   /* z = y^T + m */
+  tpu_defer_set_thread(-1);
+  CHECK_OK(tpu_stream_copy(st, TPU_COPY_D2H, (uint64_t)(uintptr_t)got, tpu_block_addr(z),
+                           sizeof(got)));
+  CHECK_OK(tpu_stream_synchronize(st));
+  for (int r = 0; r < 16; ++r) {
+    double mean = 0;
+    for (int k = 0; k < 16; ++k) mean += 2.0 * host[r * 16 + k];
+    mean /= 16;
+    for (int k = 0; k < 16; ++k) CHECK_NEAR(got[r * 16 + k], 2.0 * host[k * 16 + r] + mean, 1e-5);
+  }
+  tpu_defer_metrics_t met;
+  tpu_defer_get_metrics(&met);
+  CHECK(met.fused_kernels == 1 && met.fused_nodes == 2); /* mul + mean; the add is cut */
+  tpu_block_free(x);
+  tpu_block_free(y);
+  tpu_block_free(m);
+  tpu_block_free(z);
 }

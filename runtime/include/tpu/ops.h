@@ -40,6 +40,15 @@ typedef tpu_status_t (*tpu_kernel_fn)(const tpu_op_def_t* def, const tpu_node_t*
 typedef tpu_status_t (*tpu_infer_fn)(const tpu_op_def_t* def, const tpu_node_t* node,
                                      tpu_view_t* out_views);
 typedef tpu_status_t (*tpu_check_fn)(const tpu_op_def_t* def, const tpu_node_t* node);
+/* Row-local ops (optional): returns k >= 1 when, for every index of the
+ * node's leading k dims (its rows), the outputs at that index depend only on
+ * the same index of the row inputs (bit j of *out_row_inputs set for input j)
+ * and on the other inputs as a whole; every output and row input then has
+ * those k leading dims. Returns 0 when this node is not (e.g. a reduction
+ * over dim 0). The fusion compiler runs such nodes a block of rows at a
+ * time, together with pointwise neighbours. */
+typedef int32_t (*tpu_rows_fn)(const tpu_op_def_t* def, const tpu_node_t* node,
+                               uint32_t* out_row_inputs);
 
 struct tpu_op_def {
   const char* name;
@@ -52,6 +61,7 @@ struct tpu_op_def {
   tpu_check_fn check;
   const void* impl; /* family-private data (e.g. an elementwise op's tile functions) */
   uint32_t flags;   /* TPU_OP_* below; 0 for most rows */
+  tpu_rows_fn rows; /* NULL: not row-local */
 };
 
 /* PyTorch rejects outputs that share memory with an input for this op

@@ -94,20 +94,206 @@ static bool conflicting(const tpu_view_t* a, const tpu_view_t* b) {
   return tpu_views_may_overlap(a, b) && !tpu_fusion_same_view(a, b);
 }
 
-static bool conflicts_with(const tpu_node_t* n, const tpu_node_t* m) {
-  for (int32_t o = 0; o < n->num_outputs; ++o) {
-    for (int32_t k = 0; k < m->num_inputs; ++k)
-      if (m->inputs[k].kind == TPU_VALUE_VIEW && conflicting(&n->outputs[o], &m->inputs[k].u.view))
-        return true;
-    for (int32_t p = 0; p < m->num_outputs; ++p)
-      if (conflicting(&n->outputs[o], &m->outputs[p])) return true;
+/* ---- row-tiled groups ------------------------------------------------------------------ */
+
+bool tpu_fusion_has_rows(const tpu_view_t* v, const tpu_view_t* rows, int32_t k) {
+  if (v->ndim < k || rows->ndim < k) return false;
+  for (int32_t d = 0; d < k; ++d)
+    if (v->sizes[d] != rows->sizes[d]) return false;
+  return true;
+}
+
+bool tpu_fusion_reads_by_rows(const tpu_node_t* node, int32_t j, uint32_t row_mask,
+                              const tpu_view_t* rows, int32_t k) {
+  const tpu_view_t* in = &node->inputs[j].u.view;
+  if (tpu_op_def(node->op)->flags & TPU_OP_POINTWISE)
+    return in->ndim == node->outputs[0].ndim && tpu_fusion_has_rows(in, rows, k);
+  return (row_mask >> j) & 1u;
+}
+
+/* A row-local node's row dims when it can run by rows: its row inputs and
+ * outputs have the rows of its first row input, nothing is complex, and no
+ * input shares memory with an output. 0 otherwise. */
+static int32_t row_op_k(const tpu_node_t* node, uint32_t* out_mask) {
+  const tpu_op_def_t* def = tpu_op_def(node->op);
+  *out_mask = 0;
+  if (!def->rows || node->num_inputs > 16 || node->num_outputs > 4) return 0;
+  int32_t k = def->rows(def, node, out_mask);
+  if (k < 1 || k >= TPU_MAX_DIMS) return 0;
+  const tpu_view_t* rows = NULL;
+  for (int32_t j = 0; j < node->num_inputs && !rows; ++j)
+    if (node->inputs[j].kind == TPU_VALUE_VIEW && ((*out_mask >> j) & 1u))
+      rows = &node->inputs[j].u.view;
+  if (!rows) return 0;
+  for (int32_t j = 0; j < node->num_inputs; ++j) {
+    if (node->inputs[j].kind != TPU_VALUE_VIEW) continue;
+    const tpu_view_t* in = &node->inputs[j].u.view;
+    if (tpu_dtype_is_complex(in->dtype)) return 0;
+    if (((*out_mask >> j) & 1u) && !tpu_fusion_has_rows(in, rows, k)) return 0;
+    for (int32_t o = 0; o < node->num_outputs; ++o)
+      if (!tpu_view_is_absent(&node->outputs[o]) && tpu_views_may_overlap(in, &node->outputs[o]))
+        return 0;
   }
-  for (int32_t k = 0; k < n->num_inputs; ++k) {
-    if (n->inputs[k].kind != TPU_VALUE_VIEW) continue;
-    for (int32_t p = 0; p < m->num_outputs; ++p)
-      if (conflicting(&n->inputs[k].u.view, &m->outputs[p])) return true;
+  for (int32_t o = 0; o < node->num_outputs; ++o) {
+    const tpu_view_t* out = &node->outputs[o];
+    if (tpu_view_is_absent(out)) continue;
+    if (tpu_dtype_is_complex(out->dtype) || !tpu_fusion_has_rows(out, rows, k)) return 0;
+  }
+  return k;
+}
+
+/* The open group of the partition. */
+typedef struct open_group {
+  int32_t first;           /* -1: none */
+  int32_t kind;            /* TPU_GROUP_TILED or TPU_GROUP_ROWS */
+  int32_t k;               /* ROWS: row dims */
+  const tpu_view_t* shape; /* TILED: the lead's output; ROWS: the rows (leading k dims) */
+} open_group_t;
+
+/* Whether output q of node m is dead before node i is recorded and read
+ * only through its identical view: inside a fused group, phase 3 then keeps
+ * it in scratch, so its memory is never written, and a later tenant of its
+ * address (the allocator reuses freed blocks) does not conflict with it. */
+static bool scratch_bound(const tpu_graph_t* graph, const tpu_fusion_analysis_t* a, int32_t m,
+                          int32_t q, int32_t i) {
+  int32_t until = a->out_free[a->out_base[m] + q];
+  if (until > i) return false;
+  const tpu_view_t* v = &tpu_graph_node(graph, m)->outputs[q];
+  for (int32_t r = m + 1; r < until; ++r) {
+    const tpu_node_t* reader = tpu_graph_node(graph, r);
+    for (int32_t j = 0; j < reader->num_inputs; ++j)
+      if (reader->inputs[j].kind == TPU_VALUE_VIEW &&
+          tpu_views_may_overlap(&reader->inputs[j].u.view, v) &&
+          !tpu_fusion_same_view(&reader->inputs[j].u.view, v))
+        return false;
+  }
+  return true;
+}
+
+/* Whether `in`, read by node m of the group starting at `first`, is the
+ * identical view of a scratch-bound output of an earlier group node. */
+static bool reads_scratch_bound(const tpu_graph_t* graph, const tpu_fusion_analysis_t* a,
+                                int32_t first, int32_t m, const tpu_view_t* in, int32_t i) {
+  for (int32_t w = first; w < m; ++w) {
+    const tpu_node_t* writer = tpu_graph_node(graph, w);
+    for (int32_t q = 0; q < writer->num_outputs; ++q)
+      if (tpu_fusion_same_view(&writer->outputs[q], in) && scratch_bound(graph, a, w, q, i))
+        return true;
   }
   return false;
+}
+
+/* Whether input j of group node m is read as the group writes: a pointwise
+ * group reads any identical view element by element; a row-tiled group
+ * needs a read by rows. */
+static bool reads_in_step(const tpu_fusion_analysis_t* a, const open_group_t* g,
+                          const tpu_node_t* node, int32_t m, int32_t j) {
+  return g->kind != TPU_GROUP_ROWS ||
+         tpu_fusion_reads_by_rows(node, j, a->row_mask[m], g->shape, g->k);
+}
+
+/* Whether node i may join the open fused group g without a conflict: a
+ * value it reads that the group wrote is read in step, from the identical
+ * view; what it writes was not read by the group other than in step from
+ * the identical view, nor written through another view -- except values
+ * already dead and kept in scratch. Then running the group a tile at a time
+ * computes what running its nodes one after the other does. */
+static bool joins_cleanly(const tpu_graph_t* graph, const tpu_fusion_analysis_t* a,
+                          const open_group_t* g, int32_t i) {
+  const tpu_node_t* node = tpu_graph_node(graph, i);
+  for (int32_t m = g->first; m < i; ++m) {
+    const tpu_node_t* prev = tpu_graph_node(graph, m);
+    for (int32_t j = 0; j < node->num_inputs; ++j) {
+      if (node->inputs[j].kind != TPU_VALUE_VIEW) continue;
+      const tpu_view_t* in = &node->inputs[j].u.view;
+      bool in_step = reads_in_step(a, g, node, i, j);
+      for (int32_t q = 0; q < prev->num_outputs; ++q)
+        if (!tpu_view_is_absent(&prev->outputs[q]) &&
+            tpu_views_may_overlap(in, &prev->outputs[q]) &&
+            !(in_step && tpu_fusion_same_view(in, &prev->outputs[q])) &&
+            !scratch_bound(graph, a, m, q, i))
+          return false;
+    }
+    for (int32_t o = 0; o < node->num_outputs; ++o) {
+      const tpu_view_t* out = &node->outputs[o];
+      if (tpu_view_is_absent(out)) continue;
+      for (int32_t j = 0; j < prev->num_inputs; ++j) {
+        if (prev->inputs[j].kind != TPU_VALUE_VIEW) continue;
+        const tpu_view_t* in = &prev->inputs[j].u.view;
+        if (tpu_views_may_overlap(out, in) &&
+            !(reads_in_step(a, g, prev, m, j) && tpu_fusion_same_view(out, in)) &&
+            !reads_scratch_bound(graph, a, g->first, m, in, i))
+          return false;
+      }
+      for (int32_t q = 0; q < prev->num_outputs; ++q)
+        if (!tpu_view_is_absent(&prev->outputs[q]) && conflicting(out, &prev->outputs[q]) &&
+            !scratch_bound(graph, a, m, q, i))
+          return false;
+    }
+  }
+  return true;
+}
+
+/* Whether node i may join the open row-tiled group g: its outputs have the
+ * group's rows and it joins cleanly. */
+static bool rows_join_ok(const tpu_graph_t* graph, const tpu_fusion_analysis_t* a,
+                         const open_group_t* g, int32_t i) {
+  const tpu_node_t* node = tpu_graph_node(graph, i);
+  for (int32_t o = 0; o < node->num_outputs; ++o)
+    if (!tpu_view_is_absent(&node->outputs[o]) &&
+        !tpu_fusion_has_rows(&node->outputs[o], g->shape, g->k))
+      return false;
+  return joins_cleanly(graph, a, g, i);
+}
+
+/* Partition decision for node i: joins the open group (flags without
+ * TPU_NODE_CUT_BEFORE) or starts one. */
+static uint8_t partition_step(const tpu_graph_t* graph, tpu_fusion_analysis_t* a,
+                              open_group_t* g, int32_t i) {
+  const tpu_node_t* node = tpu_graph_node(graph, i);
+  bool room = g->first >= 0 && i - g->first < TPU_FUSION_MAX_GROUP;
+  if (tileable(node)) {
+    uint8_t f = TPU_NODE_TILEABLE;
+    if (room && g->kind == TPU_GROUP_TILED && same_shape(&node->outputs[0], g->shape) &&
+        joins_cleanly(graph, a, g, i))
+      return f;
+    if (room && g->kind == TPU_GROUP_ROWS && rows_join_ok(graph, a, g, i)) {
+      a->group_k[i] = (int8_t)g->k;
+      return f | TPU_NODE_ROWS;
+    }
+    *g = (open_group_t){i, TPU_GROUP_TILED, 0, &node->outputs[0]};
+    return f | TPU_NODE_CUT_BEFORE;
+  }
+  int32_t k = a->row_k[i];
+  if (k == 0) {
+    g->first = -1;
+    return TPU_NODE_CUT_BEFORE;
+  }
+  const tpu_view_t* rows = NULL;
+  for (int32_t j = 0; j < node->num_inputs && !rows; ++j)
+    if (node->inputs[j].kind == TPU_VALUE_VIEW && ((a->row_mask[i] >> j) & 1u))
+      rows = &node->inputs[j].u.view;
+  if (room && g->kind == TPU_GROUP_ROWS && g->k == k && tpu_fusion_has_rows(rows, g->shape, k) &&
+      rows_join_ok(graph, a, g, i)) {
+    a->group_k[i] = (int8_t)k;
+    return TPU_NODE_ROWS;
+  }
+  if (room && g->kind == TPU_GROUP_TILED && tpu_fusion_has_rows(g->shape, rows, k)) {
+    /* The pointwise run becomes row-tiled: its outputs all have g->shape. */
+    open_group_t as_rows = {g->first, TPU_GROUP_ROWS, k, rows};
+    if (rows_join_ok(graph, a, &as_rows, i)) {
+      for (int32_t j = g->first; j < i; ++j) {
+        a->flags[j] |= TPU_NODE_ROWS;
+        a->group_k[j] = (int8_t)k;
+      }
+      *g = as_rows;
+      a->group_k[i] = (int8_t)k;
+      return TPU_NODE_ROWS;
+    }
+  }
+  *g = (open_group_t){i, TPU_GROUP_ROWS, k, rows};
+  a->group_k[i] = (int8_t)k;
+  return TPU_NODE_ROWS | TPU_NODE_CUT_BEFORE;
 }
 
 /* ---- the phase ---------------------------------------------------------------------------- */
@@ -135,6 +321,9 @@ tpu_status_t tpu_fusion_analyse(const tpu_graph_t* graph, const tpu_free_record_
   a->in_base = malloc(sizeof(int32_t) * (size_t)(n + 1));
   a->out_base = malloc(sizeof(int32_t) * (size_t)(n + 1));
   a->flags = calloc((size_t)n + 1, 1);
+  a->group_k = calloc((size_t)n + 1, 1);
+  a->row_k = calloc((size_t)n + 1, 1);
+  a->row_mask = calloc((size_t)n + 1, sizeof(uint32_t));
   int32_t nin = 0, nout = 0;
   if (a->in_base && a->out_base) {
     for (int32_t i = 0; i < n; ++i) {
@@ -154,7 +343,8 @@ tpu_status_t tpu_fusion_analyse(const tpu_graph_t* graph, const tpu_free_record_
   while (cap < 2 * (int64_t)(nin + nout)) cap *= 2;
   vmap_t m = {calloc((size_t)cap, sizeof(*m.keys)), malloc(sizeof(int32_t) * (size_t)cap),
               malloc(sizeof(int32_t) * (size_t)cap), cap - 1};
-  if (!a->in_base || !a->out_base || !a->flags || !a->in_vid || !a->out_vid || !a->out_free ||
+  if (!a->in_base || !a->out_base || !a->flags || !a->group_k || !a->row_k || !a->row_mask ||
+      !a->in_vid || !a->out_vid || !a->out_free ||
       !m.keys || !m.ids || !m.freed || !key_reserve(a, (int64_t)(4 * n + 4 * (nin + nout) + 8) * 4)) {
     free(m.keys);
     free(m.ids);
@@ -169,7 +359,7 @@ tpu_status_t tpu_fusion_analyse(const tpu_graph_t* graph, const tpu_free_record_
    * value's address, read as TPU_VALUE_EXTERNAL: where the allocator put
    * things is not the program's structure. */
   int32_t next_id = 0;
-  int32_t group_first = -1; /* first node of the open tiled run */
+  open_group_t g = {-1, TPU_GROUP_SINGLE, 0, NULL};
   for (int32_t i = 0; i < n; ++i) {
     const tpu_node_t* node = tpu_graph_node(graph, i);
     for (int32_t k = 0; k < node->num_inputs; ++k) {
@@ -189,32 +379,11 @@ tpu_status_t tpu_fusion_analyse(const tpu_graph_t* graph, const tpu_free_record_
       a->out_free[a->out_base[i] + o] = m.freed[s];
     }
 
-    /* Partition decision: join the open run or cut before this node. */
-    uint8_t f = 0;
-    if (tileable(node)) {
-      f |= TPU_NODE_TILEABLE;
-      bool join = group_first >= 0 && i - group_first < TPU_FUSION_MAX_GROUP &&
-                  same_shape(&node->outputs[0], &tpu_graph_node(graph, group_first)->outputs[0]);
-      for (int32_t j = group_first; join && j < i; ++j)
-        if (conflicts_with(node, tpu_graph_node(graph, j))) join = false;
-      if (!join) {
-        f |= TPU_NODE_CUT_BEFORE;
-        group_first = i;
-      }
-    } else {
-      f |= TPU_NODE_CUT_BEFORE;
-      group_first = -1;
-    }
-    a->flags[i] = f;
-  }
-  /* Dead outputs, for members of runs of two or more nodes. */
-  for (int32_t i = 0; i < n; ++i) {
-    bool in_run = (a->flags[i] & TPU_NODE_TILEABLE) &&
-                  (!(a->flags[i] & TPU_NODE_CUT_BEFORE) ||
-                   (i + 1 < n && (a->flags[i + 1] & TPU_NODE_TILEABLE) &&
-                    !(a->flags[i + 1] & TPU_NODE_CUT_BEFORE)));
-    if (!in_run) continue;
-    if (a->out_free[a->out_base[i]] <= n) a->flags[i] |= TPU_NODE_DEAD_OUT;
+    /* Partition decision: join the open group or cut before this node. */
+    uint32_t mask = 0;
+    a->row_k[i] = (int8_t)row_op_k(node, &mask);
+    a->row_mask[i] = mask;
+    a->flags[i] = partition_step(graph, a, &g, i);
   }
   free(m.keys);
   free(m.ids);
@@ -225,7 +394,9 @@ tpu_status_t tpu_fusion_analyse(const tpu_graph_t* graph, const tpu_free_record_
   for (int32_t i = 0; i < n; ++i) {
     const tpu_node_t* node = tpu_graph_node(graph, i);
     key_put(a, node->op);
-    key_put(a, node->num_inputs | node->num_outputs << 8 | (int32_t)a->flags[i] << 16);
+    key_put(a, node->num_inputs | node->num_outputs << 8 | (int32_t)a->flags[i] << 16 |
+                   (int32_t)a->group_k[i] << 24);
+    key_put(a, (int32_t)a->row_k[i] | (int32_t)(a->row_mask[i] << 8));
     for (int32_t k = 0; k < node->num_inputs; ++k) {
       const tpu_value_t* v = &node->inputs[k];
       int32_t d = v->kind == TPU_VALUE_VIEW     ? (int32_t)v->u.view.dtype | v->u.view.ndim << 8
@@ -235,7 +406,8 @@ tpu_status_t tpu_fusion_analyse(const tpu_graph_t* graph, const tpu_free_record_
       key_put(a, a->in_vid[a->in_base[i] + k]);
     }
     for (int32_t o = 0; o < node->num_outputs; ++o) {
-      key_put(a, (int32_t)node->outputs[o].dtype | node->outputs[o].ndim << 8);
+      bool dead = a->out_free[a->out_base[i] + o] <= n;
+      key_put(a, (int32_t)node->outputs[o].dtype | node->outputs[o].ndim << 8 | (int32_t)dead << 16);
       key_put(a, a->out_vid[a->out_base[i] + o]);
     }
   }
@@ -251,6 +423,9 @@ void tpu_fusion_analysis_free(tpu_fusion_analysis_t* a) {
   free(a->in_base);
   free(a->out_base);
   free(a->flags);
+  free(a->group_k);
+  free(a->row_k);
+  free(a->row_mask);
   free(a->in_vid);
   free(a->out_vid);
   free(a->out_free);

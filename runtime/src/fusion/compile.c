@@ -57,21 +57,24 @@ static void partition(const tpu_fusion_analysis_t* a, tpu_program_t* p) {
       tpu_program_group_t* g = &p->groups[p->group_count++];
       g->first = i;
       g->count = 0;
-      g->kind = (a->flags[i] & TPU_NODE_TILEABLE) ? TPU_GROUP_TILED : TPU_GROUP_SINGLE;
+      g->kind = (a->flags[i] & TPU_NODE_ROWS)       ? TPU_GROUP_ROWS
+                : (a->flags[i] & TPU_NODE_TILEABLE) ? TPU_GROUP_TILED
+                                                    : TPU_GROUP_SINGLE;
+      g->rows = g->kind == TPU_GROUP_ROWS ? a->group_k[i] : 0;
     }
     p->groups[p->group_count - 1].count++;
   }
-  /* A run of one pointwise node gains nothing from tiling. */
+  /* A run of one node gains nothing from tiling. */
   for (int32_t g = 0; g < p->group_count; ++g)
-    if (p->groups[g].count == 1) p->groups[g].kind = TPU_GROUP_SINGLE;
+    if (p->groups[g].count == 1) p->groups[g].kind = TPU_GROUP_SINGLE, p->groups[g].rows = 0;
 }
 
-/* Whether every node that reads the value of output (i, 0) before its
+/* Whether every node that reads the value of output (i, o) before its
  * buffer is freed is in [first, end) and reads the identical view. */
 static bool readers_inside(const tpu_graph_t* graph, const tpu_fusion_analysis_t* a, int32_t i,
-                           int32_t end) {
-  const tpu_view_t* v = &tpu_graph_node(graph, i)->outputs[0];
-  int32_t until = a->out_free[a->out_base[i]];
+                           int32_t o, int32_t end) {
+  const tpu_view_t* v = &tpu_graph_node(graph, i)->outputs[o];
+  int32_t until = a->out_free[a->out_base[i] + o];
   if (until > a->n) until = a->n;
   for (int32_t k = i + 1; k < until; ++k) {
     const tpu_node_t* r = tpu_graph_node(graph, k);
@@ -92,7 +95,7 @@ static void assign_scratch(const tpu_graph_t* graph, const tpu_fusion_analysis_t
   p->elided_per_run = 0;
   for (int32_t g = 0; g < p->group_count; ++g) {
     tpu_program_group_t* grp = &p->groups[g];
-    if (grp->kind != TPU_GROUP_TILED) continue;
+    if (grp->kind == TPU_GROUP_SINGLE) continue;
     int32_t end = grp->first + grp->count;
     int32_t slot_vid[TPU_FUSION_MAX_SLOTS];
     grp->slots = 0;
@@ -103,17 +106,74 @@ static void assign_scratch(const tpu_graph_t* graph, const tpu_fusion_analysis_t
         for (int32_t s = 0; vid >= 0 && s < grp->slots; ++s)
           if (slot_vid[s] == vid) p->in_slot[a->in_base[i] + k] = s;
       }
-      if ((a->flags[i] & TPU_NODE_DEAD_OUT) && grp->slots < TPU_FUSION_MAX_SLOTS &&
-          readers_inside(graph, a, i, end)) {
-        slot_vid[grp->slots] = a->out_vid[a->out_base[i]];
-        p->out_slot[a->out_base[i]] = grp->slots++;
-        p->elided_per_run++;
+      for (int32_t o = 0; o < node->num_outputs; ++o) {
+        int32_t at = a->out_base[i] + o;
+        if (a->out_free[at] <= a->n && !tpu_view_is_absent(&node->outputs[o]) &&
+            grp->slots < TPU_FUSION_MAX_SLOTS && readers_inside(graph, a, i, o, end)) {
+          slot_vid[grp->slots] = a->out_vid[at];
+          p->out_slot[at] = grp->slots++;
+          p->elided_per_run++;
+        }
       }
     }
   }
 }
 
-tpu_status_t tpu_fusion_verify(const tpu_graph_t* graph, const tpu_program_t* p) {
+/* Whether output q of node m is (after phase 3), or must become (after
+ * phase 2: dead before node i), a scratch value: another tenant of its
+ * memory then does not conflict with it. */
+static bool in_scratch(const tpu_program_t* p, const tpu_fusion_analysis_t* a, int32_t m,
+                       int32_t q, int32_t i) {
+  return a ? a->out_free[a->out_base[m] + q] <= i : p->out_slot[p->out_base[m] + q] >= 0;
+}
+
+/* A row-tiled group: every node is pointwise or row-local over the group's
+ * rows, every output has them, and every read of a value the group wrote is
+ * a read by rows of the identical view. */
+static tpu_status_t verify_rows(const tpu_graph_t* graph, const tpu_program_t* p,
+                                const tpu_fusion_analysis_t* a, const tpu_program_group_t* grp,
+                                int32_t g) {
+  int32_t k = grp->rows, end = grp->first + grp->count;
+  const tpu_view_t* rows = NULL;
+  for (int32_t i = grp->first; i < end; ++i) {
+    const tpu_node_t* node = tpu_graph_node(graph, i);
+    const tpu_op_def_t* def = tpu_op_def(node->op);
+    uint32_t mask = 0;
+    bool pointwise = (def->flags & TPU_OP_POINTWISE) && node->num_outputs == 1;
+    if (!pointwise && (!def->rows || def->rows(def, node, &mask) != k))
+      return tpu_status_make(TPU_CODE_INTERNAL,
+                             "fusion: node %d (%s) is not row-local over group %d's %d dims", i,
+                             def->name, g, k);
+    if (!rows) rows = &node->outputs[0];
+    for (int32_t o = 0; o < node->num_outputs; ++o)
+      if (!tpu_view_is_absent(&node->outputs[o]) &&
+          !tpu_fusion_has_rows(&node->outputs[o], rows, k))
+        return tpu_status_make(TPU_CODE_INTERNAL,
+                               "fusion: node %d (%s) output %d lacks group %d's rows", i,
+                               def->name, o, g);
+    for (int32_t j = 0; j < node->num_inputs; ++j) {
+      if (node->inputs[j].kind != TPU_VALUE_VIEW) continue;
+      const tpu_view_t* in = &node->inputs[j].u.view;
+      for (int32_t m = grp->first; m < i; ++m) {
+        const tpu_node_t* prev = tpu_graph_node(graph, m);
+        for (int32_t q = 0; q < prev->num_outputs; ++q)
+          if (!tpu_view_is_absent(&prev->outputs[q]) &&
+              tpu_views_may_overlap(in, &prev->outputs[q]) &&
+              !(tpu_fusion_same_view(in, &prev->outputs[q]) &&
+                tpu_fusion_reads_by_rows(node, j, mask, rows, k)) &&
+              !in_scratch(p, a, m, q, i))
+            return tpu_status_make(TPU_CODE_INTERNAL,
+                                   "fusion: node %d (%s) input %d reads node %d's output "
+                                   "other than by rows",
+                                   i, def->name, j, m);
+      }
+    }
+  }
+  return TPU_OK;
+}
+
+tpu_status_t tpu_fusion_verify(const tpu_graph_t* graph, const tpu_program_t* p,
+                               const tpu_fusion_analysis_t* a) {
   int32_t next = 0;
   for (int32_t g = 0; g < p->group_count; ++g) {
     const tpu_program_group_t* grp = &p->groups[g];
@@ -123,6 +183,7 @@ tpu_status_t tpu_fusion_verify(const tpu_graph_t* graph, const tpu_program_t* p)
     next += grp->count;
     if (grp->slots < 0 || grp->slots > TPU_FUSION_MAX_SLOTS)
       return tpu_status_make(TPU_CODE_INTERNAL, "fusion: group %d has %d slots", g, grp->slots);
+    if (grp->kind == TPU_GROUP_ROWS) TPU_RETURN_IF_ERROR(verify_rows(graph, p, a, grp, g));
     const tpu_node_t* lead = tpu_graph_node(graph, grp->first);
     for (int32_t i = grp->first; i < next; ++i) {
       const tpu_node_t* node = tpu_graph_node(graph, i);
@@ -142,17 +203,18 @@ tpu_status_t tpu_fusion_verify(const tpu_graph_t* graph, const tpu_program_t* p)
         /* The slot must be written earlier in this group by the same view. */
         bool found = false;
         for (int32_t j = grp->first; j < i && !found; ++j)
-          found = p->out_slot[p->out_base[j]] == s &&
-                  tpu_fusion_same_view(&tpu_graph_node(graph, j)->outputs[0],
-                                       &node->inputs[k].u.view);
-        if (grp->kind != TPU_GROUP_TILED || !found)
+          for (int32_t o = 0; o < tpu_graph_node(graph, j)->num_outputs && !found; ++o)
+            found = p->out_slot[p->out_base[j] + o] == s &&
+                    tpu_fusion_same_view(&tpu_graph_node(graph, j)->outputs[o],
+                                         &node->inputs[k].u.view);
+        if (grp->kind == TPU_GROUP_SINGLE || !found)
           return tpu_status_make(TPU_CODE_INTERNAL,
                                  "fusion: node %d (%s) input %d reads slot %d no earlier node "
                                  "of its group wrote",
                                  i, def->name, k, s);
       }
       for (int32_t o = 0; o < node->num_outputs; ++o)
-        if (p->out_slot[p->out_base[i] + o] >= 0 && grp->kind != TPU_GROUP_TILED)
+        if (p->out_slot[p->out_base[i] + o] >= 0 && grp->kind == TPU_GROUP_SINGLE)
           return tpu_status_make(TPU_CODE_INTERNAL, "fusion: untiled node %d writes scratch", i);
     }
   }
@@ -168,10 +230,10 @@ tpu_status_t tpu_fusion_compile(const tpu_graph_t* graph, const tpu_fusion_analy
   tpu_program_t* p = NULL;
   TPU_RETURN_IF_ERROR(program_alloc(a, &p));
   partition(a, p);
-  tpu_status_t s = tpu_fusion_verify(graph, p);
+  tpu_status_t s = tpu_fusion_verify(graph, p, a);
   if (s == TPU_OK) {
     assign_scratch(graph, a, p);
-    s = tpu_fusion_verify(graph, p);
+    s = tpu_fusion_verify(graph, p, NULL);
   }
   if (s != TPU_OK) {
     tpu_program_release(p);
@@ -194,7 +256,10 @@ void tpu_fusion_dump(const tpu_graph_t* graph, const tpu_program_t* p) {
   for (int32_t g = 0; g < p->group_count; ++g) {
     const tpu_program_group_t* grp = &p->groups[g];
     fprintf(stderr, "  kernel %d: %s, %d node(s), %d slot(s)\n", g,
-            grp->kind == TPU_GROUP_TILED ? "tiled" : "single", grp->count, grp->slots);
+            grp->kind == TPU_GROUP_TILED  ? "tiled"
+            : grp->kind == TPU_GROUP_ROWS ? "rows"
+                                          : "single",
+            grp->count, grp->slots);
     for (int32_t i = grp->first; i < grp->first + grp->count; ++i) {
       const tpu_node_t* node = tpu_graph_node(graph, i);
       fprintf(stderr, "    %%%d = %s(", i, tpu_op_def(node->op)->name);

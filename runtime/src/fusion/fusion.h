@@ -9,10 +9,16 @@
  *                The result is the program's structural key; sizes, addresses
  *                and scalar values are not part of it.
  *   2. partition contiguous groups: runs of pointwise nodes (TPU_OP_POINTWISE)
- *                over one iteration shape with no conflict inside the run.
- *   3. scratch   a dead output whose every reader is in its own group and
- *                reads the identical view lives in a tile scratch slot: it is
- *                never written to device memory.
+ *                over one iteration shape with no conflict inside the run
+ *                (tiled by elements), and runs of row-local ops (an op
+ *                row's `rows` function: reductions over trailing dims,
+ *                softmax, layer/rms norm) with pointwise nodes over the same
+ *                leading dims, in which every value the run writes and reads
+ *                is read a row at a time (tiled by rows): residual add +
+ *                LayerNorm, RMSNorm's pow/mean/rsqrt/mul, softmax epilogues.
+ *   3. scratch   a dead output of a fused group whose every reader is in
+ *                the group and reads the identical view lives in a tile
+ *                scratch slot: it is never written to device memory.
  * A program depends only on the key, so the cache (cache.c) maps keys to
  * programs; the interpreter (exec.c) binds a program to a graph's views and
  * runs each group tile by tile, the tile's intermediates staying in cache.
@@ -39,13 +45,16 @@ typedef struct tpu_free_record {
   bool provisional; /* allocated while deferring: its bytes were never counted */
 } tpu_free_record_t;
 
-/* Group kinds. */
-enum { TPU_GROUP_SINGLE = 0, TPU_GROUP_TILED = 1 };
+/* Group kinds: one node run as strict eager runs it; a pointwise run over
+ * one shape, cut into tiles of elements; a run of row-local and pointwise
+ * nodes over the same leading `rows` dims, cut into blocks of rows. */
+enum { TPU_GROUP_SINGLE = 0, TPU_GROUP_TILED = 1, TPU_GROUP_ROWS = 2 };
 
 typedef struct tpu_program_group {
   int32_t first, count; /* nodes [first, first + count) */
   int32_t kind;
   int32_t slots;        /* scratch slots a tile needs */
+  int32_t rows;         /* TPU_GROUP_ROWS: the leading dims that are rows */
 } tpu_program_group_t;
 
 typedef struct tpu_program {
@@ -81,9 +90,14 @@ const uint8_t* tpu_fusion_analysis_key(const tpu_fusion_analysis_t* analysis, in
 tpu_status_t tpu_fusion_compile(const tpu_graph_t* graph, const tpu_fusion_analysis_t* analysis,
                                 tpu_program_t** out_program);
 /* Checks a program's invariants against a graph (groups cover the nodes in
- * order, tiled groups are pointwise over one shape, scratch reads are of
- * identical views written earlier in the same group). */
-tpu_status_t tpu_fusion_verify(const tpu_graph_t* graph, const tpu_program_t* program);
+ * order, tiled groups are pointwise over one shape, row-tiled groups are
+ * row-local over their rows and read what they wrote by rows, scratch reads
+ * are of identical views written earlier in the same group). Between phases
+ * 2 and 3 pass the analysis: an overlap with a value dead before the reader
+ * is then accepted (phase 3 must keep it in scratch); with NULL it must be
+ * in scratch. */
+tpu_status_t tpu_fusion_verify(const tpu_graph_t* graph, const tpu_program_t* program,
+                               const tpu_fusion_analysis_t* analysis);
 /* Prints the program (TORCH_TPU_DEFER_LOG=2). */
 void tpu_fusion_dump(const tpu_graph_t* graph, const tpu_program_t* program);
 

@@ -135,6 +135,19 @@ static tpu_status_t norm_check(const tpu_op_def_t* def, const tpu_node_t* node) 
   return ku_unimplemented(tpu_norm_parse(def, node, &a));
 }
 
+/* Row-local (fusion): the forward ops' rows are the dims before the
+ * normalized shape, in the input and every output. */
+static int32_t norm_rows(const tpu_op_def_t* def, const tpu_node_t* node, uint32_t* out_mask) {
+  norm_args_t a;
+  *out_mask = 1u;
+  tpu_status_t s = tpu_norm_parse(def, node, &a);
+  if (s != TPU_OK) {
+    tpu_status_free(s);
+    return 0;
+  }
+  return a.impl->backward ? 0 : a.axis;
+}
+
 /* ---- the optimised kernels ------------------------------------------------------- */
 
 /* Views of the row iterator. Mean and rstd are outputs forward, inputs backward. */
@@ -488,13 +501,13 @@ static const norm_impl_t k_rms_backward = {true, true};
 static const tpu_op_def_t k_rows[] = {
     {"layer_norm", "input,weight,bias", "normalized_shape,eps", "out0,out1,out2",
      "native_layer_norm.default native_layer_norm.out", norm_kernel, norm_infer, norm_check,
-     &k_forward},
+     &k_forward, 0, norm_rows},
     {"layer_norm_backward", "grad_out,input,mean,rstd,weight,bias",
      "normalized_shape,output_mask", "out0,out1,out2",
      "native_layer_norm_backward.default native_layer_norm_backward.out", norm_kernel,
      norm_infer, norm_check, &k_backward},
     {"rms_norm", "input,weight", "normalized_shape,eps", "out0,out1", "_fused_rms_norm.default",
-     norm_kernel, norm_infer, norm_check, &k_rms_forward},
+     norm_kernel, norm_infer, norm_check, &k_rms_forward, 0, norm_rows},
     {"rms_norm_backward", "grad_out,input,rstd,weight", "normalized_shape,output_mask",
      "out0,out1", "_fused_rms_norm_backward.default", norm_kernel, norm_infer, norm_check,
      &k_rms_backward},

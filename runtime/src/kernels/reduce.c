@@ -226,6 +226,21 @@ static tpu_status_t reduce_check(const tpu_op_def_t* def, const tpu_node_t* node
   return TPU_OK;
 }
 
+/* Row-local (fusion): a reduction over dims that all lie after its first k
+ * dims keeps those k dims, keepdim or not. */
+static int32_t reduce_rows(const tpu_op_def_t* def, const tpu_node_t* node, uint32_t* out_mask) {
+  reduce_args_t a;
+  *out_mask = 1u;
+  tpu_status_t s = tpu_reduce_parse(def, node, &a);
+  if (s != TPU_OK) {
+    tpu_status_free(s);
+    return 0;
+  }
+  int32_t k = 0;
+  while (k < a.in->ndim && !a.reduced[k]) k++;
+  return k < a.in->ndim ? k : 0;
+}
+
 /* ---- accumulators ------------------------------------------------------------- */
 
 /* One output's running state. f: float sum/product/extremum/mean, i: integer
@@ -850,8 +865,9 @@ static const reduce_impl_t k_norm = {RACC_NORM, ROUT_NORM, true, "norm"};
 static const reduce_impl_t k_logsumexp = {RACC_LSE, ROUT_LSE, true, "logsumexp"};
 static const reduce_impl_t k_aminmax = {RACC_MINMAX, ROUT_MINMAX, true, "aminmax"};
 
-#define ROW(name, attrs, outputs, aten, impl) \
-  {name, "self", attrs, outputs, aten, reduce_kernel, reduce_infer, reduce_check, &impl}
+#define ROW(name, attrs, outputs, aten, impl)                                              \
+  {name, "self", attrs, outputs, aten, reduce_kernel, reduce_infer, reduce_check, &impl, 0, \
+   reduce_rows}
 
 /* Rows whose ATen schemas have different argument subsets are separate rows
  * (sum.dim_IntList has dim/keepdim, sum.default has not); one kernel serves

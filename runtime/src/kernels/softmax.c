@@ -95,6 +95,18 @@ static tpu_status_t softmax_check(const tpu_op_def_t* def, const tpu_node_t* nod
   return ku_unimplemented(tpu_softmax_parse(def, node, &a));
 }
 
+/* Row-local (fusion): rows are the dims before `dim`, in every input. */
+static int32_t softmax_rows(const tpu_op_def_t* def, const tpu_node_t* node, uint32_t* out_mask) {
+  softmax_args_t a;
+  *out_mask = 3u;
+  tpu_status_t s = tpu_softmax_parse(def, node, &a);
+  if (s != TPU_OK) {
+    tpu_status_free(s);
+    return 0;
+  }
+  return a.dim;
+}
+
 /* ---- the optimised kernel ------------------------------------------------------ */
 
 typedef struct plan {
@@ -393,15 +405,15 @@ static const softmax_impl_t k_log_softmax_bwd = {true, true};
 
 static const tpu_op_def_t k_rows[] = {
     {"softmax", "self", "dim,half_to_float", "out", "_softmax.default _softmax.out",
-     softmax_kernel, softmax_infer, softmax_check, &k_softmax},
+     softmax_kernel, softmax_infer, softmax_check, &k_softmax, 0, softmax_rows},
     {"log_softmax", "self", "dim,half_to_float", "out", "_log_softmax.default _log_softmax.out",
-     softmax_kernel, softmax_infer, softmax_check, &k_log_softmax},
+     softmax_kernel, softmax_infer, softmax_check, &k_log_softmax, 0, softmax_rows},
     {"softmax_backward", "grad_output,output", "dim,input_dtype", "grad_input",
      "_softmax_backward_data.default _softmax_backward_data.out", softmax_kernel, softmax_infer,
-     softmax_check, &k_softmax_bwd},
+     softmax_check, &k_softmax_bwd, 0, softmax_rows},
     {"log_softmax_backward", "grad_output,output", "dim,input_dtype", "out",
      "_log_softmax_backward_data.default _log_softmax_backward_data.out", softmax_kernel,
-     softmax_infer, softmax_check, &k_log_softmax_bwd},
+     softmax_infer, softmax_check, &k_log_softmax_bwd, 0, softmax_rows},
 };
 
 const tpu_op_family_t tpu_family_softmax = {"softmax", k_rows,
