@@ -56,6 +56,18 @@ static int32_t max_nodes(void) {
   return m;
 }
 
+/* Pipeline cuts before heavy nodes: on unless TORCH_TPU_DEFER_PIPELINE=0. */
+static bool pipeline(void) {
+  static atomic_int on = -1;
+  int v = atomic_load(&on);
+  if (v < 0) {
+    const char* env = getenv("TORCH_TPU_DEFER_PIPELINE");
+    v = !(env && strcmp(env, "0") == 0);
+    atomic_store(&on, v);
+  }
+  return v == 1;
+}
+
 static int log_level(void) {
   static atomic_int level = -1;
   int l = atomic_load(&level);
@@ -108,8 +120,12 @@ tpu_status_t tpu_defer_record(tpu_stream_t* stream, tpu_graph_t* graph) {
   tpu_pending_t* pd = &stream->pending;
   pthread_mutex_lock(&pd->mu);
   tpu_status_t s = TPU_OK;
-  if (!pd->graph) s = tpu_graph_create(&pd->graph);
   int32_t n = tpu_graph_node_count(graph);
+  /* Cut before a heavy node: the nodes recorded so far start running. */
+  if (pd->graph && n > 0 && pipeline() &&
+      (tpu_op_def(tpu_graph_node(graph, 0)->op)->flags & TPU_OP_HEAVY))
+    s = flush_locked(stream, TPU_FLUSH_PIPELINE, NULL);
+  if (s == TPU_OK && !pd->graph) s = tpu_graph_create(&pd->graph);
   for (int32_t i = 0; i < n && s == TPU_OK; ++i) {
     const tpu_node_t* node = tpu_graph_node(graph, i);
     s = tpu_graph_add_node(pd->graph, node->op, node->inputs, node->num_inputs, node->outputs,

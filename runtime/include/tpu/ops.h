@@ -90,6 +90,11 @@ struct tpu_op_def {
  * (broadcast over the pair), and the row's own check, infer and kernel see
  * only real dtypes. Other complex nodes are refused. */
 #define TPU_OP_COMPLEX_AS_REAL 8u
+/* Heavy: a GEMM, convolution or attention, which no fused group holds.
+ * DEFER_AND_FUSE cuts the pending graph before such a node (flush reason
+ * "pipeline"), so what was recorded runs while the program records on:
+ * the cut depends on the op sequence alone, and loses no fusion. */
+#define TPU_OP_HEAVY 32u
 
 /* A kernel family's rows. */
 typedef struct tpu_op_family {

@@ -466,11 +466,11 @@ static const int k_backward_flag = 1;
 static const tpu_op_def_t k_ops[] = {
     {"sdpa_flash", "query,key,value,attn_bias",
      "dropout_p,is_causal,return_debug_mask,scale,seed,offset", "output,logsumexp", NULL,
-     attn_kernel, attn_infer, attn_check, NULL},
+     attn_kernel, attn_infer, attn_check, NULL, TPU_OP_HEAVY},
     {"sdpa_flash_backward", "grad_out,query,key,value,attn_bias,out,logsumexp",
      "grad_input_mask,dropout_p,is_causal,scale,seed,offset",
      "grad_query,grad_key,grad_value,grad_attn_bias", NULL, attn_kernel, attn_infer, attn_check,
-     &k_backward_flag},
+     &k_backward_flag, TPU_OP_HEAVY},
 };
 
 const tpu_op_family_t tpu_family_attention = {"attention", k_ops,

@@ -185,16 +185,29 @@ typedef void (*gemm_fn)(bool ta, bool tb, int m, int n, int k, double alpha, con
 
 #ifdef TPU_HAVE_OPENBLAS
 #define MM_T(t) ((t) ? CblasTrans : CblasNoTrans)
-static void gemm_f32(bool ta, bool tb, int m, int n, int k, double alpha, const void* a, int lda,
-                     const void* b, int ldb, double beta, void* c, int ldc) {
-  scipy_cblas_sgemm(CblasRowMajor, MM_T(ta), MM_T(tb), m, n, k, (float)alpha, a, lda, b, ldb,
-                    (float)beta, c, ldc);
-}
-static void gemm_f64(bool ta, bool tb, int m, int n, int k, double alpha, const void* a, int lda,
-                     const void* b, int ldb, double beta, void* c, int ldc) {
-  scipy_cblas_dgemm(CblasRowMajor, MM_T(ta), MM_T(tb), m, n, k, alpha, a, lda, b, ldb, beta, c,
-                    ldc);
-}
+/* One row or one column of C is a matrix-vector product: gemv reads the
+ * matrix once, where gemm would first pack all of it (decode steps multiply
+ * one token by the whole vocabulary projection). */
+#define MM_GEMM(P, T)                                                                        \
+  static void gemm_##P(bool ta, bool tb, int m, int n, int k, double alpha, const void* a,   \
+                       int lda, const void* b, int ldb, double beta, void* c, int ldc) {     \
+    if ((m == 1 && n > 1) || (n == 1 && m > 1)) { /* beta 0: C may hold NaN */              \
+      for (int i = 0; beta == 0.0 && i < (m == 1 ? n : m); ++i)                              \
+        ((T*)c)[m == 1 ? i : (int64_t)i * ldc] = 0;                                          \
+    }                                                                                        \
+    if (m == 1 && n > 1) /* c = op(B)^T a */                                                 \
+      scipy_cblas_##P##gemv(CblasRowMajor, tb ? CblasNoTrans : CblasTrans, tb ? n : k,       \
+                            tb ? k : n, (T)alpha, b, ldb, a, ta ? lda : 1, (T)beta, c, 1);   \
+    else if (n == 1 && m > 1) /* c = op(A) b */                                              \
+      scipy_cblas_##P##gemv(CblasRowMajor, MM_T(ta), ta ? k : m, ta ? m : k, (T)alpha, a,    \
+                            lda, b, tb ? 1 : ldb, (T)beta, c, ldc);                          \
+    else                                                                                     \
+      scipy_cblas_##P##gemm(CblasRowMajor, MM_T(ta), MM_T(tb), m, n, k, (T)alpha, a, lda, b, \
+                            ldb, (T)beta, c, ldc);                                           \
+  }
+MM_GEMM(s, float)
+MM_GEMM(d, double)
+#undef MM_GEMM
 #undef MM_T
 
 /* OpenBLAS runs single-threaded: the compute pool splits GEMMs into row
@@ -203,8 +216,8 @@ static void gemm_f64(bool ta, bool tb, int m, int n, int k, double alpha, const 
 static void blas_init(void) { scipy_openblas_set_num_threads(1); }
 
 /* The GEMM for each compute type: floats through OpenBLAS, integers below. */
-static const gemm_fn k_blas[TPU_COMPUTE_COUNT] = {[TPU_COMPUTE_F32] = gemm_f32,
-                                                  [TPU_COMPUTE_F64] = gemm_f64};
+static const gemm_fn k_blas[TPU_COMPUTE_COUNT] = {[TPU_COMPUTE_F32] = gemm_s,
+                                                  [TPU_COMPUTE_F64] = gemm_d};
 #else
 static const gemm_fn k_blas[TPU_COMPUTE_COUNT] = {0};
 #endif
@@ -441,7 +454,7 @@ static const mm_spec_t k_mm = {false, 2, 2}, k_bmm = {false, 3, 3}, k_addmm = {t
                        k_dot = {false, 1, 1};
 
 #define MM_ROW(name, inputs, attrs, aten, spec) \
-  {name, inputs, attrs, "out", aten, matmul_kernel, matmul_infer, matmul_check, &spec}
+  {name, inputs, attrs, "out", aten, matmul_kernel, matmul_infer, matmul_check, &spec, TPU_OP_HEAVY}
 
 static const tpu_op_def_t k_ops[] = {
     MM_ROW("mm", "self,mat2", "", "mm mm.out", k_mm),
