@@ -50,7 +50,8 @@ static inline double sf_zeta(double s, double q) {
     if (s != floor(s)) return NAN;
   }
   double sum = 0, w = q;
-  for (int k = 0; k < 64 && (k < 9 || w < 10); ++k, w += 1) {
+  /* (a q far below 0 walks up to 10 term by term, as CPU; bounded) */
+  for (int64_t k = 0; k < ((int64_t)1 << 26) && (k < 9 || w < 10); ++k, w += 1) {
     const double t = pow(w, -s);
     sum += t;
     if (k >= 9 && fabs(t) <= 0x1p-54 * fabs(sum)) return sum;

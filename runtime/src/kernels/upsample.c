@@ -15,6 +15,23 @@
  * row interpolated along the width); backward scatters grad_output * weights
  * into a zeroed grad_input. Planes ([N, C] pairs) are tasks of tpu_parallel_for: a plane is
  * gathered into a double buffer (any strides), computed, and scattered back.
+ *
+ * uint8 bilinear / antialiased bilinear / antialiased bicubic (forward) give
+ * CPU's uint8 results bit for bit. Found by probing CPU's outputs (no
+ * float-then-round rule reproduces them; this one matches every probe):
+ * the filter weights of each dim (computed in double, the out-of-range taps
+ * dropped and the rest normalised to sum 1) are scaled by 2^p and rounded
+ * to integers, p the largest (<= 22) with round(max weight * 2^p) < 2^15;
+ * the image is filtered along the width first, then the height (a dim
+ * whose size does not change is skipped), each pass summing pixel * weight
+ * onto 2^(p-1) in integers, shifting right by p and clamping to [0, 255],
+ * so the intermediate image is uint8 too. For plain (not antialiased)
+ * bilinear the filter is the unwidened triangle around the source index
+ * (align_corners moves the centre by half a pixel). Two argument classes
+ * are left to CPU (UNIMPLEMENTED, the fallback runs CPU's kernel): more
+ * than 4 channels with an output width of 1, where CPU's values do not
+ * follow the rule, and 3 channels to a 1 x 1 output, which CPU rejects
+ * with an internal assertion.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -75,8 +92,11 @@ static tpu_status_t up_parse(const tpu_op_def_t* def, const tpu_node_t* node, up
   a->in = ku_input(def, node, a->impl->backward ? "grad_output" : "self");
   if (!a->in) TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "expected an input tensor");
   const tpu_view_t* x = a->in;
+  int mode = a->impl->mode;
+  bool u8_filter = mode == LINEAR ? k == 2 : (mode == AA_LINEAR || mode == AA_CUBIC);
   bool ok_dtype = tpu_dtype_is_floating(x->dtype) ||
-                  (x->dtype == TPU_DTYPE_U8 && a->impl->mode <= NEAREST_EXACT && !a->impl->backward);
+                  (x->dtype == TPU_DTYPE_U8 && !a->impl->backward &&
+                   (mode <= NEAREST_EXACT || u8_filter));
   if (!ok_dtype || x->ndim != k + 2)
     TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "upsample: no native kernel for this input");
   const tpu_attr_t* os = ku_attr(def, node, "output_size");
@@ -113,6 +133,11 @@ static tpu_status_t up_parse(const tpu_op_def_t* def, const tpu_node_t* node, up
   for (int d = 0; d < k; ++d)
     if (a->isz[d] <= 0 || a->osz[d] <= 0)
       TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "upsample: empty spatial sizes");
+  if (x->dtype == TPU_DTYPE_U8 && mode > NEAREST_EXACT) {
+    int64_t c = x->sizes[1];
+    if ((c > 4 && a->osz[1] == 1) || (c == 3 && a->osz[0] == 1 && a->osz[1] == 1))
+      TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "upsample: CPU's own uint8 result for this shape");
+  }
   layout_like(s, x);
   return TPU_OK;
 }
@@ -173,7 +198,7 @@ static double aa_support(const up_args_t* a, int d, bool f32) {
 
 static double aa_filter(int mode, double x) {
   if (x < 0.0) x = -x;
-  if (mode == AA_LINEAR) return x < 1.0 ? 1.0 - x : 0.0;
+  if (mode == AA_LINEAR || mode == LINEAR) return x < 1.0 ? 1.0 - x : 0.0;
   const double A = -0.5;
   if (x < 1.0) return ((A + 2.0) * x - (A + 3.0)) * x * x + 1;
   if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * A;
@@ -194,17 +219,21 @@ static int taps_of(const up_args_t* a, bool f32) {
   return k;
 }
 
-/* Antialiased taps of output o along dim d (K slots, unused ones weight 0). */
+/* Antialiased taps of output o along dim d (K slots, unused ones weight 0).
+ * mode LINEAR (uint8 bilinear): the plain triangle, not widened when
+ * downsampling, centred on the align_corners source index. */
 static void aa_taps(const up_args_t* a, int d, bool f32, int K, int64_t o, int64_t* ix,
                     double* wt) {
   int64_t in = a->isz[d];
+  bool plain = a->impl->mode == LINEAR;
+  double delta = plain && a->align ? 0.5 : 0.0;
   double scale = area_scale(in, a->osz[d], a->align, a->has_scale[d], a->scale[d], f32);
-  double support = aa_support(a, d, f32);
-  double center = R(scale * ((double)o + 0.5));
-  double invscale = scale >= 1.0 ? R(1.0 / scale) : 1.0;
-  int64_t xmin = (int64_t)(R(center - support) + 0.5);
+  double support = plain ? 1.0 : aa_support(a, d, f32);
+  double center = R(scale * ((double)o + 0.5 - delta));
+  double invscale = !plain && scale >= 1.0 ? R(1.0 / scale) : 1.0;
+  int64_t xmin = (int64_t)(R(center - support) + 0.5 + delta);
   if (xmin < 0) xmin = 0;
-  int64_t xmax = (int64_t)(R(center + support) + 0.5);
+  int64_t xmax = (int64_t)(R(center + support) + 0.5 + delta);
   int64_t xsize = (xmax < in ? xmax : in) - xmin;
   if (xsize < 0) xsize = 0;
   if (xsize > K) xsize = K;
@@ -213,7 +242,7 @@ static void aa_taps(const up_args_t* a, int d, bool f32, int K, int64_t o, int64
     ix[j] = j < xsize ? xmin + j : (xmin < in ? xmin : in - 1);
     wt[j] = j < xsize
                 ? R(aa_filter(a->impl->mode,
-                              R((R((double)(j + xmin) - center) + 0.5) * invscale)))
+                              R((R((double)(j + xmin) - center) + 0.5 - delta) * invscale)))
                 : 0.0;
     total = R(total + wt[j]);
   }
@@ -231,7 +260,7 @@ static void make_taps(const up_args_t* a, int d, bool f32_compute, int K, int64_
   for (int64_t o = 0; o < out; ++o) {
     int64_t* ix = idx + o * K;
     double* wt = w + o * K;
-    if (mode == AA_LINEAR || mode == AA_CUBIC) {
+    if (mode == AA_LINEAR || mode == AA_CUBIC || (mode == LINEAR && a->in->dtype == TPU_DTYPE_U8)) {
       aa_taps(a, d, f32_compute, K, o, ix, wt);
       continue;
     }
@@ -298,7 +327,100 @@ typedef struct plan {
   walk_t iw, ow;         /* a plane of the op's input (x or grad_output) / output */
   const tpu_view_t* src; /* the view read (plane walk iw) */
   atomic_int failed;     /* a task found no host memory */
+  bool u8;               /* uint8 filter modes: integer weights q, shift prec */
+  int32_t* q[3];
+  int prec[3];
 } plan_t;
+
+/* uint8 filter modes: the weights of a dim as integers (see the header). */
+static int u8_quantize(const double* w, int64_t n, int32_t* q) {
+  double wmax = 0.0;
+  for (int64_t i = 0; i < n; ++i) wmax = w[i] > wmax ? w[i] : wmax;
+  int prec = 0;
+  while (prec < 22 && (int64_t)(0.5 + wmax * (double)(1 << (prec + 1))) < (1 << 15)) ++prec;
+  for (int64_t i = 0; i < n; ++i) {
+    double v = w[i] * (double)(1 << prec);
+    q[i] = (int32_t)(v < 0 ? -floor(0.5 - v) : floor(0.5 + v));
+  }
+  return prec;
+}
+
+/* The uint8 width pass: out[r][o] = clamp((2^(prec-1) + sum_j in[r][idx] q) >> prec). */
+static void u8_width(const uint8_t* in, uint8_t* out, int64_t nrow, int64_t iw, int64_t ow,
+                     const int64_t* idx, const int32_t* q, int K, int prec) {
+  const int32_t bias = (int32_t)1 << (prec - 1);
+  for (int64_t r = 0; r < nrow; ++r) {
+    const uint8_t* irow = in + r * iw;
+    uint8_t* orow = out + r * ow;
+    if (K == 2) {
+      for (int64_t o = 0; o < ow; ++o) {
+        int32_t acc = bias + (int32_t)irow[idx[2 * o]] * q[2 * o] +
+                      (int32_t)irow[idx[2 * o + 1]] * q[2 * o + 1];
+        acc = acc < 0 ? 0 : acc >> prec;
+        orow[o] = (uint8_t)(acc > 255 ? 255 : acc);
+      }
+      continue;
+    }
+    for (int64_t o = 0; o < ow; ++o) {
+      int32_t acc = bias;
+      for (int j = 0; j < K; ++j) acc += (int32_t)irow[idx[o * K + j]] * q[o * K + j];
+      acc = acc < 0 ? 0 : acc >> prec;
+      orow[o] = (uint8_t)(acc > 255 ? 255 : acc);
+    }
+  }
+}
+
+/* The uint8 height pass, a whole output row at a time (acc: w ints). */
+static void u8_height(const uint8_t* in, uint8_t* out, int64_t oh, int64_t w,
+                      const int64_t* idx, const int32_t* q, int K, int prec, int32_t* acc) {
+  const int32_t bias = (int32_t)1 << (prec - 1);
+  for (int64_t o = 0; o < oh; ++o) {
+    for (int64_t x = 0; x < w; ++x) acc[x] = bias;
+    for (int j = 0; j < K; ++j) {
+      const int32_t qj = q[o * K + j];
+      if (qj == 0) continue;
+      const uint8_t* irow = in + idx[o * K + j] * w;
+      for (int64_t x = 0; x < w; ++x) acc[x] += (int32_t)irow[x] * qj;
+    }
+    uint8_t* orow = out + o * w;
+    for (int64_t x = 0; x < w; ++x) {
+      int32_t v = acc[x] < 0 ? 0 : acc[x] >> prec;
+      orow[x] = (uint8_t)(v > 255 ? 255 : v);
+    }
+  }
+}
+
+/* uint8 filter modes: planes [begin, end) in uint8 buffers. */
+static void u8_planes(plan_t* p, int64_t begin, int64_t end) {
+  const up_args_t* a = p->a;
+  int64_t iH = p->isz[1], iW = p->isz[2], oH = p->osz[1], oW = p->osz[2];
+  size_t n_src = (size_t)(iH * iW), n_mid = (size_t)(iH * oW), n_dst = (size_t)(oH * oW);
+  uint8_t* src = (uint8_t*)malloc(n_src + n_mid + n_dst + sizeof(int32_t) * (size_t)oW + 8);
+  if (!src) {
+    atomic_store(&p->failed, 1);
+    return;
+  }
+  uint8_t *mid = src + n_src, *dst = mid + n_mid;
+  int32_t* acc = (int32_t*)(((uintptr_t)(dst + n_dst) + 7) & ~(uintptr_t)7);
+  for (int64_t pl = begin; pl < end; ++pl) {
+    int64_t n = pl / a->in->sizes[1], c = pl % a->in->sizes[1];
+    const tpu_view_t* sv = p->src;
+    walk_gather(src, TPU_DTYPE_U8, view_at(sv, n * sv->strides[0] + c * sv->strides[1]),
+                sv->dtype, &p->iw, 0, (int64_t)n_src);
+    const uint8_t* h = src;
+    if (oW != iW) { /* width first, then height (a dim of unchanged size is skipped) */
+      u8_width(src, oH != iH ? mid : dst, iH, iW, oW, p->idx[2], p->q[2], p->K, p->prec[2]);
+      h = mid;
+    }
+    if (oH != iH)
+      u8_height(h, dst, oH, oW, p->idx[1], p->q[1], p->K, p->prec[1], acc);
+    else if (oW == iW)
+      memcpy(dst, src, n_dst);
+    walk_scatter(view_at(p->out, n * p->out->strides[0] + c * p->out->strides[1]), p->out->dtype,
+                 &p->ow, 0, dst, TPU_DTYPE_U8, (int64_t)n_dst);
+  }
+  free(src);
+}
 
 static void plane_walk(walk_t* w, const tpu_view_t* v) {
   walk_start(w, 1);
@@ -307,6 +429,10 @@ static void plane_walk(walk_t* w, const tpu_view_t* v) {
 
 static void planes(void* arg, int64_t begin, int64_t end) {
   plan_t* p = (plan_t*)arg;
+  if (p->u8) {
+    u8_planes(p, begin, end);
+    return;
+  }
   const up_args_t* a = p->a;
   bool bwd = a->impl->backward;
   /* Buffers: the "small" side is the op's input for forward, grad_input for backward. */
@@ -440,7 +566,9 @@ static tpu_status_t up_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   p.out = &node->outputs[0];
   p.src = a.in;
   p.k = a.impl->dims;
-  bool f32 = a.in->dtype != TPU_DTYPE_F64;
+  /* uint8: nearest indices in float (make_taps), filter weights in double */
+  bool f32 = a.in->dtype != TPU_DTYPE_F64 && a.in->dtype != TPU_DTYPE_U8;
+  p.u8 = a.in->dtype == TPU_DTYPE_U8 && a.impl->mode > NEAREST_EXACT;
   p.K = taps_of(&a, f32);
   p.ip = p.op = 1;
   for (int d = 0; d < 3; ++d) {
@@ -454,9 +582,11 @@ static tpu_status_t up_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   for (int d = 0; d < p.k; ++d) ntaps += a.osz[d] * p.K;
   int64_t* idx = (int64_t*)malloc(sizeof(int64_t) * (size_t)ntaps);
   double* w = (double*)malloc(sizeof(double) * (size_t)ntaps);
-  if (!idx || !w) {
+  int32_t* q = p.u8 ? (int32_t*)malloc(sizeof(int32_t) * (size_t)ntaps) : NULL;
+  if (!idx || !w || (p.u8 && !q)) {
     free(idx);
     free(w);
+    free(q);
     TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "no host memory for upsample");
   }
   atomic_init(&p.failed, 0);
@@ -467,6 +597,10 @@ static tpu_status_t up_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
     p.idx[d] = idx + off;
     p.w[d] = w + off;
     make_taps(&a, s, f32, p.K, p.idx[d], p.w[d]);
+    if (p.u8) {
+      p.q[d] = q + off;
+      p.prec[d] = u8_quantize(p.w[d], a.osz[s] * p.K, p.q[d]);
+    }
     off += a.osz[s] * p.K;
   }
   /* Half types: PyTorch CPU keeps the cubic weights in the input dtype. */
@@ -484,6 +618,7 @@ static tpu_status_t up_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   tpu_parallel_for(nplanes, work >= 16384 ? 1 : 16384 / (work > 0 ? work : 1), planes, &p);
   free(idx);
   free(w);
+  free(q);
   if (atomic_load(&p.failed))
     TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "no host memory for upsample planes");
   return TPU_OK;
