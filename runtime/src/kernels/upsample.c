@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "kernels/kernel_util.h"
+#include "kernels/vmath.h" /* VM_SIMD_CLONES */
 
 enum { NEAREST = 0, NEAREST_EXACT, LINEAR, CUBIC, AA_LINEAR, AA_CUBIC };
 
@@ -345,81 +346,213 @@ static int u8_quantize(const double* w, int64_t n, int32_t* q) {
   return prec;
 }
 
-/* The uint8 width pass: out[r][o] = clamp((2^(prec-1) + sum_j in[r][idx] q) >> prec). */
-static void u8_width(const uint8_t* in, uint8_t* out, int64_t nrow, int64_t iw, int64_t ow,
-                     const int64_t* idx, const int32_t* q, int K, int prec) {
+/* uint8 filter modes, in two parallel phases over rows: the width pass
+ * (input rows -> rows of oW, into `mid` when a height pass follows, else
+ * straight into the output), then the height pass (output rows, from `mid`
+ * or straight from the input). Each output element is
+ * clamp((2^(prec-1) + sum_j pixel_j q_j) >> prec, 0, 255). */
+typedef struct u8_run {
+  const plan_t* p;
+  const uint8_t* in; /* element (n, c, h, w) at in + n is0 + c is1 + h is2 + w is3 */
+  uint8_t* out;      /* likewise with os0..os3 */
+  int64_t is[4], os[4];
+  int64_t C, iH, iW, oH, oW;
+  uint8_t* mid; /* N*C*iH rows of oW, or NULL */
+  int32_t *ixw, *ixh;
+  int32_t* q16; /* 2 < K <= 16: each output's width weights in 16 lanes (64-byte aligned) */
+  atomic_int failed;
+} u8_run_t;
+
+static inline uint8_t u8_px(int32_t acc, int prec) {
+  acc = acc < 0 ? 0 : acc >> prec;
+  return (uint8_t)(acc > 255 ? 255 : acc);
+}
+
+/* The width pass. Each output's taps are consecutive input pixels from
+ * its first index (the filter's support), so for 2 < K <= 16 one 16-byte
+ * load from a zero-padded copy of the row times the output's 16 weights
+ * (zero past K) gives the sum; small K uses the taps one by one. */
+typedef int32_t u8_v16i __attribute__((vector_size(64)));
+typedef int32_t u8_v8i __attribute__((vector_size(32)));
+typedef int32_t u8_v4i __attribute__((vector_size(16)));
+typedef uint8_t u8_v16b __attribute__((vector_size(16)));
+
+VM_SIMD_CLONES static void u8_width_rows(void* arg, int64_t begin, int64_t end) {
+  u8_run_t* r = (u8_run_t*)arg;
+  const int K = r->p->K, prec = r->p->prec[2];
+  const int32_t* ix = r->ixw;
+  const int32_t* q = r->p->q[2];
   const int32_t bias = (int32_t)1 << (prec - 1);
-  for (int64_t r = 0; r < nrow; ++r) {
-    const uint8_t* irow = in + r * iw;
-    uint8_t* orow = out + r * ow;
-    if (K == 2) {
-      for (int64_t o = 0; o < ow; ++o) {
-        int32_t acc = bias + (int32_t)irow[idx[2 * o]] * q[2 * o] +
-                      (int32_t)irow[idx[2 * o + 1]] * q[2 * o + 1];
-        acc = acc < 0 ? 0 : acc >> prec;
-        orow[o] = (uint8_t)(acc > 255 ? 255 : acc);
+  const int64_t s = r->is[3], iW = r->iW, oW = r->oW;
+  const bool wide = K > 2 && K <= 16;
+  uint8_t* rb = wide ? (uint8_t*)calloc((size_t)(iW + 16), 1) : NULL;
+  if (wide && !rb) {
+    atomic_store(&r->failed, 1);
+    return;
+  }
+  for (int64_t row = begin; row < end; ++row) {
+    int64_t h = row % r->iH, pl = row / r->iH, n = pl / r->C, c = pl % r->C;
+    const uint8_t* irow = r->in + n * r->is[0] + c * r->is[1] + h * r->is[2];
+    uint8_t* orow;
+    int64_t os;
+    if (r->mid) {
+      orow = r->mid + row * oW;
+      os = 1;
+    } else {
+      orow = r->out + n * r->os[0] + c * r->os[1] + h * r->os[2];
+      os = r->os[3];
+    }
+    if (wide) {
+      if (s == 1)
+        memcpy(rb, irow, (size_t)iW);
+      else
+        for (int64_t x = 0; x < iW; ++x) rb[x] = irow[x * s];
+      const u8_v16i* qv = (const u8_v16i*)r->q16;
+      for (int64_t o = 0; o < oW; ++o) {
+        u8_v16b px;
+        memcpy(&px, rb + ix[o * K], sizeof(px));
+        u8_v16i prod = __builtin_convertvector(px, u8_v16i) * qv[o];
+        u8_v8i lo, hi;
+        memcpy(&lo, &prod, sizeof(lo));
+        memcpy(&hi, (const char*)&prod + sizeof(lo), sizeof(hi));
+        lo += hi;
+        u8_v4i a4, b4;
+        memcpy(&a4, &lo, sizeof(a4));
+        memcpy(&b4, (const char*)&lo + sizeof(a4), sizeof(b4));
+        a4 += b4;
+        orow[o * os] = u8_px(bias + a4[0] + a4[1] + a4[2] + a4[3], prec);
       }
       continue;
     }
-    for (int64_t o = 0; o < ow; ++o) {
-      int32_t acc = bias;
-      for (int j = 0; j < K; ++j) acc += (int32_t)irow[idx[o * K + j]] * q[o * K + j];
-      acc = acc < 0 ? 0 : acc >> prec;
-      orow[o] = (uint8_t)(acc > 255 ? 255 : acc);
+    if (K == 2) {
+      for (int64_t o = 0; o < oW; ++o) {
+        int32_t acc = bias + (int32_t)irow[ix[2 * o] * s] * q[2 * o] +
+                      (int32_t)irow[ix[2 * o + 1] * s] * q[2 * o + 1];
+        orow[o * os] = u8_px(acc, prec);
+      }
+    } else {
+      for (int64_t o = 0; o < oW; ++o) {
+        int32_t acc = bias;
+        for (int j = 0; j < K; ++j) acc += (int32_t)irow[ix[o * K + j] * s] * q[o * K + j];
+        orow[o * os] = u8_px(acc, prec);
+      }
     }
   }
+  free(rb);
 }
 
-/* The uint8 height pass, a whole output row at a time (acc: w ints). */
-static void u8_height(const uint8_t* in, uint8_t* out, int64_t oh, int64_t w,
-                      const int64_t* idx, const int32_t* q, int K, int prec, int32_t* acc) {
+VM_SIMD_CLONES static void u8_height_rows(void* arg, int64_t begin, int64_t end) {
+  u8_run_t* r = (u8_run_t*)arg;
+  const int K = r->p->K, prec = r->p->prec[1];
+  const int32_t* ix = r->ixh;
+  const int32_t* q = r->p->q[1];
   const int32_t bias = (int32_t)1 << (prec - 1);
-  for (int64_t o = 0; o < oh; ++o) {
-    for (int64_t x = 0; x < w; ++x) acc[x] = bias;
-    for (int j = 0; j < K; ++j) {
-      const int32_t qj = q[o * K + j];
-      if (qj == 0) continue;
-      const uint8_t* irow = in + idx[o * K + j] * w;
-      for (int64_t x = 0; x < w; ++x) acc[x] += (int32_t)irow[x] * qj;
-    }
-    uint8_t* orow = out + o * w;
-    for (int64_t x = 0; x < w; ++x) {
-      int32_t v = acc[x] < 0 ? 0 : acc[x] >> prec;
-      orow[x] = (uint8_t)(v > 255 ? 255 : v);
-    }
-  }
-}
-
-/* uint8 filter modes: planes [begin, end) in uint8 buffers. */
-static void u8_planes(plan_t* p, int64_t begin, int64_t end) {
-  const up_args_t* a = p->a;
-  int64_t iH = p->isz[1], iW = p->isz[2], oH = p->osz[1], oW = p->osz[2];
-  size_t n_src = (size_t)(iH * iW), n_mid = (size_t)(iH * oW), n_dst = (size_t)(oH * oW);
-  uint8_t* src = (uint8_t*)malloc(n_src + n_mid + n_dst + sizeof(int32_t) * (size_t)oW + 8);
-  if (!src) {
-    atomic_store(&p->failed, 1);
+  const int64_t oW = r->oW;
+  int32_t* acc = (int32_t*)malloc(sizeof(int32_t) * (size_t)oW);
+  if (!acc) {
+    atomic_store(&r->failed, 1);
     return;
   }
-  uint8_t *mid = src + n_src, *dst = mid + n_mid;
-  int32_t* acc = (int32_t*)(((uintptr_t)(dst + n_dst) + 7) & ~(uintptr_t)7);
-  for (int64_t pl = begin; pl < end; ++pl) {
-    int64_t n = pl / a->in->sizes[1], c = pl % a->in->sizes[1];
-    const tpu_view_t* sv = p->src;
-    walk_gather(src, TPU_DTYPE_U8, view_at(sv, n * sv->strides[0] + c * sv->strides[1]),
-                sv->dtype, &p->iw, 0, (int64_t)n_src);
-    const uint8_t* h = src;
-    if (oW != iW) { /* width first, then height (a dim of unchanged size is skipped) */
-      u8_width(src, oH != iH ? mid : dst, iH, iW, oW, p->idx[2], p->q[2], p->K, p->prec[2]);
-      h = mid;
+  for (int64_t row = begin; row < end; ++row) {
+    int64_t oh = row % r->oH, pl = row / r->oH, n = pl / r->C, c = pl % r->C;
+    uint8_t* orow = r->out + n * r->os[0] + c * r->os[1] + oh * r->os[2];
+    if (K == 2 && r->mid && r->os[3] == 1) { /* bilinear from mid: two rows, one pass */
+      const uint8_t* s0 = r->mid + (pl * r->iH + ix[2 * oh]) * oW;
+      const uint8_t* s1 = r->mid + (pl * r->iH + ix[2 * oh + 1]) * oW;
+      const int32_t q0 = q[2 * oh], q1 = q[2 * oh + 1];
+      for (int64_t x = 0; x < oW; ++x)
+        orow[x] = u8_px(bias + (int32_t)s0[x] * q0 + (int32_t)s1[x] * q1, prec);
+      continue;
     }
-    if (oH != iH)
-      u8_height(h, dst, oH, oW, p->idx[1], p->q[1], p->K, p->prec[1], acc);
-    else if (oW == iW)
-      memcpy(dst, src, n_dst);
-    walk_scatter(view_at(p->out, n * p->out->strides[0] + c * p->out->strides[1]), p->out->dtype,
-                 &p->ow, 0, dst, TPU_DTYPE_U8, (int64_t)n_dst);
+    for (int64_t x = 0; x < oW; ++x) acc[x] = bias;
+    for (int j = 0; j < K; ++j) {
+      const int32_t qj = q[oh * K + j];
+      if (qj == 0) continue;
+      const int64_t h = ix[oh * K + j];
+      if (r->mid) {
+        const uint8_t* src = r->mid + (pl * r->iH + h) * oW;
+        for (int64_t x = 0; x < oW; ++x) acc[x] += (int32_t)src[x] * qj;
+      } else {
+        const uint8_t* src = r->in + n * r->is[0] + c * r->is[1] + h * r->is[2];
+        const int64_t s = r->is[3];
+        if (s == 1)
+          for (int64_t x = 0; x < oW; ++x) acc[x] += (int32_t)src[x] * qj;
+        else
+          for (int64_t x = 0; x < oW; ++x) acc[x] += (int32_t)src[x * s] * qj;
+      }
+    }
+    const int64_t os = r->os[3];
+    if (os == 1)
+      for (int64_t x = 0; x < oW; ++x) orow[x] = u8_px(acc[x], prec);
+    else
+      for (int64_t x = 0; x < oW; ++x) orow[x * os] = u8_px(acc[x], prec);
   }
-  free(src);
+  free(acc);
+}
+
+static void u8_copy_rows(void* arg, int64_t begin, int64_t end) {
+  const u8_run_t* r = (const u8_run_t*)arg;
+  for (int64_t row = begin; row < end; ++row) {
+    int64_t h = row % r->iH, pl = row / r->iH, n = pl / r->C, c = pl % r->C;
+    const uint8_t* src = r->in + n * r->is[0] + c * r->is[1] + h * r->is[2];
+    uint8_t* dst = r->out + n * r->os[0] + c * r->os[1] + h * r->os[2];
+    for (int64_t x = 0; x < r->iW; ++x) dst[x * r->os[3]] = src[x * r->is[3]];
+  }
+}
+
+static tpu_status_t u8_filter(const plan_t* p) {
+  const tpu_view_t *in = p->src, *out = p->out;
+  u8_run_t r;
+  memset(&r, 0, sizeof(r));
+  r.p = p;
+  r.in = (const uint8_t*)view_at(in, 0);
+  r.out = (uint8_t*)view_at(out, 0);
+  for (int d = 0; d < 4; ++d) r.is[d] = in->strides[d], r.os[d] = out->strides[d];
+  r.C = in->sizes[1];
+  r.iH = p->isz[1], r.iW = p->isz[2], r.oH = p->osz[1], r.oW = p->osz[2];
+  const int64_t planes = in->sizes[0] * in->sizes[1], K = p->K;
+  const bool need_w = r.oW != r.iW, need_h = r.oH != r.iH;
+  atomic_init(&r.failed, 0);
+  r.ixw = (int32_t*)malloc(sizeof(int32_t) * (size_t)((r.oW + r.oH) * K));
+  if (need_w && need_h) r.mid = (uint8_t*)malloc((size_t)(planes * r.iH * r.oW));
+  if (!r.ixw || (need_w && need_h && !r.mid)) {
+    free(r.ixw);
+    free(r.mid);
+    TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "no host memory for upsample");
+  }
+  r.ixh = r.ixw + r.oW * K;
+  void* q16 = NULL;
+  if (need_w && K > 2 && K <= 16) {
+    if (posix_memalign(&q16, 64, sizeof(int32_t) * 16 * (size_t)r.oW) != 0) q16 = NULL;
+    if (!q16) {
+      free(r.ixw);
+      free(r.mid);
+      TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "no host memory for upsample");
+    }
+    r.q16 = (int32_t*)q16;
+    memset(r.q16, 0, sizeof(int32_t) * 16 * (size_t)r.oW);
+    /* the taps run from ix[o K] on; a slot past the row's end has weight 0 */
+    for (int64_t o = 0; o < r.oW; ++o)
+      for (int j = 0; j < K; ++j) r.q16[o * 16 + j] = p->q[2][o * K + j];
+  }
+  for (int64_t i = 0; i < r.oW * K; ++i) r.ixw[i] = (int32_t)p->idx[2][i];
+  for (int64_t i = 0; i < r.oH * K; ++i) r.ixh[i] = (int32_t)p->idx[1][i];
+  if (need_w) {
+    int64_t work = r.oW * K + 1;
+    tpu_parallel_for(planes * r.iH, work >= 16384 ? 1 : 16384 / work, u8_width_rows, &r);
+  }
+  if (need_h) {
+    int64_t work = r.oW * K + 1;
+    tpu_parallel_for(planes * r.oH, work >= 16384 ? 1 : 16384 / work, u8_height_rows, &r);
+  }
+  if (!need_w && !need_h)
+    tpu_parallel_for(planes * r.iH, r.iW >= 16384 ? 1 : 16384 / (r.iW + 1), u8_copy_rows, &r);
+  free(r.ixw);
+  free(r.mid);
+  free(q16);
+  if (atomic_load(&r.failed))
+    TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "no host memory for upsample rows");
+  return TPU_OK;
 }
 
 static void plane_walk(walk_t* w, const tpu_view_t* v) {
@@ -429,10 +562,7 @@ static void plane_walk(walk_t* w, const tpu_view_t* v) {
 
 static void planes(void* arg, int64_t begin, int64_t end) {
   plan_t* p = (plan_t*)arg;
-  if (p->u8) {
-    u8_planes(p, begin, end);
-    return;
-  }
+
   const up_args_t* a = p->a;
   bool bwd = a->impl->backward;
   /* Buffers: the "small" side is the op's input for forward, grad_input for backward. */
@@ -610,6 +740,13 @@ static tpu_status_t up_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
       tpu_convert(&h, a.in->dtype, 1, &w[i], TPU_DTYPE_F64, 1, 1);
       tpu_convert(&w[i], TPU_DTYPE_F64, 1, &h, a.in->dtype, 1, 1);
     }
+  }
+  if (p.u8) {
+    tpu_status_t st = u8_filter(&p);
+    free(idx);
+    free(w);
+    free(q);
+    return st;
   }
   plane_walk(&p.iw, a.in);
   plane_walk(&p.ow, p.out);
