@@ -54,15 +54,22 @@ static inline double sfg_lgamma1p(double a) {
   return sfg_lgamma(u) - 0.57721566490153286061 * r;
 }
 
-/* log(1 + s) - s, by its series -s^2/2 + s^3/3 - ... for small |s|. */
+/* log(1 + s) - s, by its series -s^2/2 + s^3/3 - ... for small |s|
+ * (terms (-1)^(k+1) s^k / k, with 1/k from a table). */
 static inline double sfg_log1pmx(double s) {
+  static const double inv[40] = {
+      0,        1,        1. / 2,  1. / 3,  1. / 4,  1. / 5,  1. / 6,  1. / 7,
+      1. / 8,   1. / 9,   1. / 10, 1. / 11, 1. / 12, 1. / 13, 1. / 14, 1. / 15,
+      1. / 16,  1. / 17,  1. / 18, 1. / 19, 1. / 20, 1. / 21, 1. / 22, 1. / 23,
+      1. / 24,  1. / 25,  1. / 26, 1. / 27, 1. / 28, 1. / 29, 1. / 30, 1. / 31,
+      1. / 32,  1. / 33,  1. / 34, 1. / 35, 1. / 36, 1. / 37, 1. / 38, 1. / 39};
   if (fabs(s) > 0.25) return log1p(s) - s;
-  double pw = s * s, sum = 0;
+  double pw = -s * s, sum = 0; /* pw = (-1)^(k+1) s^k */
   for (int k = 2; k < 40; ++k) {
-    const double t = pw / k;
-    sum += (k & 1) ? t : -t;
+    const double t = pw * inv[k];
+    sum += t;
     if (fabs(t) <= SFG_EPS * fabs(sum)) break;
-    pw *= s;
+    pw *= -s;
   }
   return sum;
 }
@@ -79,10 +86,11 @@ static inline double sfg_log_gstar(double a) {
   return acc / a;
 }
 
-/* x^a e^-x / Gamma(a) for a > 0, x > 0. */
+/* x^a e^-x / Gamma(a) for a > 0, x > 0: the plain logarithms for small
+ * a or x far below a (where s -> -1 would lose log1p(s)'s argument). */
 static inline double sfg_prefix(double a, double x) {
-  if (a < 10) return exp(a * log(x) - x - sfg_lgamma(a));
   const double s = (x - a) / a;
+  if (a < 10 || s < -0.5) return exp(a * log(x) - x - sfg_lgamma(a));
   return sqrt(a / (2 * 3.14159265358979323846)) * exp(a * sfg_log1pmx(s) - sfg_log_gstar(a));
 }
 
@@ -112,28 +120,31 @@ static inline double sfg_q_small_x(double a, double x) {
   return -expm1(e) - a * exp(e) * sum;
 }
 
-/* Q by the continued fraction Gamma(a,x) = x^a e^-x / (x + 1 - a -
- * 1 (1-a) / (x + 3 - a - 2 (2-a) / (x + 5 - a - ...))), x >= a + 1,
- * with the modified Lentz algorithm. */
+/* Q by the continued fraction Gamma(a,x) = x^a e^-x / f,
+ * f = b_0 + a_1 / (b_1 + a_2 / (b_2 + ...)), b_n = x + 1 - a + 2n,
+ * a_n = -n (n - a) (x >= a + 1), its convergents A_n / B_n from the
+ * three-term recurrences X_n = b_n X_(n-1) + a_n X_(n-2), rescaled by
+ * 2^-512 whenever they grow past 2^512 (one division per term). */
 static inline double sfg_q_fraction(double a, double x) {
   const double pre = sfg_prefix(a, x);
   if (pre == 0) return 0;
-  const double tiny = 1e-300;
   double b = x + 1 - a;
-  double f = b == 0 ? tiny : b, c = f, d = 0;
+  double A0 = 1, A1 = b, B0 = 0, B1 = 1, r = A1 / B1;
   for (int n = 1; n < 10000; ++n) {
     const double an = -n * (n - a);
     b += 2;
-    d = b + an * d;
-    if (d == 0) d = tiny;
-    c = b + an / c;
-    if (c == 0) c = tiny;
-    d = 1 / d;
-    const double delta = c * d;
-    f *= delta;
-    if (fabs(delta - 1) <= SFG_EPS) break;
+    const double A2 = b * A1 + an * A0, B2 = b * B1 + an * B0;
+    A0 = A1, A1 = A2, B0 = B1, B1 = B2;
+    if (fabs(A1) > 0x1p512 || fabs(B1) > 0x1p512) {
+      A0 *= 0x1p-512, A1 *= 0x1p-512, B0 *= 0x1p-512, B1 *= 0x1p-512;
+    }
+    if (B1 == 0) continue;
+    const double rn = A1 / B1;
+    const bool done = fabs(rn - r) <= SFG_EPS * fabs(rn);
+    r = rn;
+    if (done) break;
   }
-  return pre / f;
+  return pre / r;
 }
 
 /* Temme's expansion: Q (upper = 1) or P (upper = 0), a >= 20. */
