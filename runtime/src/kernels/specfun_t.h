@@ -25,6 +25,11 @@
 #define SF_CAT(a, b) SF_CAT_(a, b)
 #define SF_FN(n) SF_CAT(n, SF_SUF)
 
+/* SF_TAB(t): table t of specfun_coef.h in SF_T; SF_PICK(p, f): field f of a
+ * description, or its float twin f_f. */
+#define SF_TAB(t) SF_CAT(t, SF_SUF)
+#define SF_PICK(p, f) ((p)->SF_CAT(f, SF_SUF))
+
 #define SF_T float
 #define SF_SUF _f
 #define SF_EPS FLT_EPSILON
