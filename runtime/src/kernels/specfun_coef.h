@@ -28,7 +28,7 @@
  * Note on denominators: Cephes evaluates several denominators as monic
  * polynomials (an implicit leading 1). PyTorch's CPU kernels evaluate the
  * same tables without that leading term (bessel_j0/j1/y0/y1 and airy_ai),
- * which moves their results by up to ~1e-6 near x = 5 (J/Y) and x = -2.09
+ * which moves their results by up to ~1e-6 near x = 5 (J/Y) and ~3e-6 near x = -2.09
  * (Ai). The runtime's results follow CPU's, so these denominators are the
  * polynomials CPU evaluates: exactly the listed coefficients, no implicit
  * term. (torch.special.bessel_j0 etc. agree with CPU to rounding, and the
