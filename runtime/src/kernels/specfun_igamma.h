@@ -153,12 +153,12 @@ static inline double sfg_temme(double a, double x, int upper) {
   /* eta = sign(x - a) sqrt(2 (lambda - 1 - log(lambda))), lambda = x / a */
   const double eta2 = -2 * sfg_log1pmx(s);
   const double eta = s < 0 ? -sqrt(eta2) : sqrt(eta2);
-  /* sum_k C_k(eta) a^-k by Horner in 1/a over the rows that matter: the
-   * C_k stay below ~1e3 for |eta| <= 0.4, so rows past a^-k < 2^-63 add
-   * nothing. */
+  /* sum_k C_k(eta) a^-k by Horner in 1/a over the rows that matter:
+   * |C_k| < 0.04 for 1 <= k <= 15 and |eta| <= 0.45, so the rows left out
+   * (a^-k < 2^-56) add below 2^-60 (a >= 20 needs at most 13 rows). */
   int rows = 25;
-  const double need = 63 / log2(a);
-  if (need + 2 < rows) rows = (int)need + 2;
+  const double need = 56 / log2(a);
+  if (need + 1 < rows) rows = (int)need + 1;
   const double inv_a = 1 / a;
   double sum = 0;
   for (int k = rows - 1; k >= 0; --k) {
