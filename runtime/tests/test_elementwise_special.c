@@ -126,8 +126,8 @@ R(tanh, tanh(x[0]))
 R(rrelu_eval, x[0] > 0 ? x[0] : x[0] * (p[0] + p[1]) / 2)
 R(j0, sf_bessel_j0(x[0]))
 R(j1, sf_bessel_j1(x[0]))
-/* The Bessel/Airy/igamma kernels evaluate float32 in float (specfun_t.h's
- * _f versions): the double versions are the reference. */
+/* The Bessel/Airy kernels evaluate float32 in float (specfun_t.h's _f
+ * versions), igamma in double: the double versions are the reference. */
 R(y0, sft_bessel_y0(x[0]))
 R(y1, sft_bessel_y1(x[0]))
 R(mi0, sft_modified_bessel_i0(x[0]))
@@ -457,9 +457,10 @@ TEST(special_values) {
     tpu_node_t node = tt_node(in, 1, &y.view, 1, attrs, vals[i].n >= 0 ? 1 : 0);
     CHECK_OK(tt_run(def->kernel, def, &node));
     double got = tt_get(&y.view, 0);
-    /* trigamma is PyTorch's 6-term series and J0/J1 Cephes' rational
-     * approximations (CPU's values): good to ~1e-9. */
-    double tol = (vals[i].n == 1 || strstr(vals[i].op, "bessel") || strstr(vals[i].op, "airy"))
+    /* J0/J1/Y0/Y1/Ai follow CPU's values, which differ from the exact
+     * function by up to ~1e-6 near x = 5 (specfun_coef.h); checked to 1e-8
+     * at these points (test_specfun.c checks them and the rest closer). */
+    double tol = (strstr(vals[i].op, "bessel") || strstr(vals[i].op, "airy"))
                      ? 1e-8
                      : 1e-13;
     if (!(fabs(got - vals[i].want) <= tol * (1 + fabs(vals[i].want))))

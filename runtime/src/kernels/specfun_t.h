@@ -1,14 +1,14 @@
-/* kernels/specfun_t.h — special functions written once over an element type
- * (internal): the incomplete gamma functions (specfun_igamma.inc) and the
- * Bessel/Airy functions of torch.special (specfun_bessel.inc), ported from
- * ATen's native/Math.h templates. Each .inc is included twice, with SF_T
- * float (functions named <name>_f) and SF_T double (<name>): ATen evaluates
- * float (and half) tensors in float and double tensors in double, and
- * following it keeps results equal to CPU's to rounding, also where the
- * float evaluation itself loses digits.
+/* kernels/specfun_t.h — special functions written once over an element
+ * type (internal): the table evaluators (specfun_eval.inc) and the
+ * Bessel/Airy functions (specfun_bessel.inc) are included twice, with SF_T
+ * float (functions named <name>_f) and SF_T double (<name>): float
+ * tensors are evaluated in float and double tensors in double, as
+ * PyTorch's CPU kernels do, so overflow, underflow and rounding land where
+ * CPU's do. The incomplete gamma functions (specfun_igamma.h) are double
+ * only.
  *
  * <tgmath.h> makes the libm calls generic, so `exp(x)` is expf for a float
- * x and exp for a double, and mixed expressions promote as in C++.
+ * x and exp for a double.
  */
 #ifndef TPU_KERNELS_SPECFUN_T_H_
 #define TPU_KERNELS_SPECFUN_T_H_
@@ -18,46 +18,34 @@
 #include <stdint.h>
 #include <tgmath.h>
 
-#include "kernels/specfun.h"
-
-/* lgamma without glibc's global signgam (threads would race on it). */
-static inline float sft_lgammaf(float x) {
-  int sign;
-  return lgammaf_r(x, &sign);
-}
-static inline double sft_lgamma(double x) {
-  int sign;
-  return lgamma_r(x, &sign);
-}
+#include "kernels/specfun_coef.h"
+#include "kernels/specfun_igamma.h"
 
 #define SF_CAT_(a, b) a##b
 #define SF_CAT(a, b) SF_CAT_(a, b)
 #define SF_FN(n) SF_CAT(n, SF_SUF)
 
+/* SF_TAB(t): table t of specfun_coef.h in SF_T; SF_PICK(p, f): field f of a
+ * description, or its float twin f_f. */
+#define SF_TAB(t) SF_CAT(t, SF_SUF)
+#define SF_PICK(p, f) ((p)->SF_CAT(f, SF_SUF))
+
 #define SF_T float
 #define SF_SUF _f
-#define SF_IS_DOUBLE 0
 #define SF_EPS FLT_EPSILON
-#define SF_LGAMMA sft_lgammaf
-#include "kernels/specfun_igamma.inc"
+#include "kernels/specfun_eval.inc"
 #include "kernels/specfun_bessel.inc"
 #undef SF_T
 #undef SF_SUF
-#undef SF_IS_DOUBLE
 #undef SF_EPS
-#undef SF_LGAMMA
 
 #define SF_T double
 #define SF_SUF
-#define SF_IS_DOUBLE 1
 #define SF_EPS DBL_EPSILON
-#define SF_LGAMMA sft_lgamma
-#include "kernels/specfun_igamma.inc"
+#include "kernels/specfun_eval.inc"
 #include "kernels/specfun_bessel.inc"
 #undef SF_T
 #undef SF_SUF
-#undef SF_IS_DOUBLE
 #undef SF_EPS
-#undef SF_LGAMMA
 
 #endif /* TPU_KERNELS_SPECFUN_T_H_ */

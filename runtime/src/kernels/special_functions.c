@@ -277,7 +277,7 @@ SFP_IMPL(legendre)
 /* ---- Bessel and Airy functions of one argument, igamma/igammac ------------------- */
 
 /* float32 (and half, if a caller allowed it) in float, float64 in double,
- * as ATen (specfun_t.h). */
+ * as PyTorch's CPU kernels (specfun_t.h). */
 #define SFB_TILES(op)                                             \
   EW_U(sfb_##op, F32, float, float, r = sft_##op##_f(x))          \
   EW_U(sfb_##op, F64, double, double, r = sft_##op(x))

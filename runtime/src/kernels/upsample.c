@@ -15,6 +15,23 @@
  * row interpolated along the width); backward scatters grad_output * weights
  * into a zeroed grad_input. Planes ([N, C] pairs) are tasks of tpu_parallel_for: a plane is
  * gathered into a double buffer (any strides), computed, and scattered back.
+ *
+ * uint8 bilinear / antialiased bilinear / antialiased bicubic (forward) give
+ * CPU's uint8 results bit for bit. Found by probing CPU's outputs (no
+ * float-then-round rule reproduces them; this one matches every probe):
+ * the filter weights of each dim (computed in double, the out-of-range taps
+ * dropped and the rest normalised to sum 1) are scaled by 2^p and rounded
+ * to integers, p the largest (<= 22) with round(max weight * 2^p) < 2^15;
+ * the image is filtered along the width first, then the height (a dim
+ * whose size does not change is skipped), each pass summing pixel * weight
+ * onto 2^(p-1) in integers, shifting right by p and clamping to [0, 255],
+ * so the intermediate image is uint8 too. For plain (not antialiased)
+ * bilinear the filter is the unwidened triangle around the source index
+ * (align_corners moves the centre by half a pixel). Two argument classes
+ * are left to CPU (UNIMPLEMENTED, the fallback runs CPU's kernel): more
+ * than 4 channels with an output width of 1, where CPU's values do not
+ * follow the rule, and 3 channels to a 1 x 1 output, which CPU rejects
+ * with an internal assertion.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -22,6 +39,7 @@
 #include <string.h>
 
 #include "kernels/kernel_util.h"
+#include "kernels/vmath.h" /* VM_SIMD_CLONES */
 
 enum { NEAREST = 0, NEAREST_EXACT, LINEAR, CUBIC, AA_LINEAR, AA_CUBIC };
 
@@ -75,8 +93,11 @@ static tpu_status_t up_parse(const tpu_op_def_t* def, const tpu_node_t* node, up
   a->in = ku_input(def, node, a->impl->backward ? "grad_output" : "self");
   if (!a->in) TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "expected an input tensor");
   const tpu_view_t* x = a->in;
+  int mode = a->impl->mode;
+  bool u8_filter = mode == LINEAR ? k == 2 : (mode == AA_LINEAR || mode == AA_CUBIC);
   bool ok_dtype = tpu_dtype_is_floating(x->dtype) ||
-                  (x->dtype == TPU_DTYPE_U8 && a->impl->mode <= NEAREST_EXACT && !a->impl->backward);
+                  (x->dtype == TPU_DTYPE_U8 && !a->impl->backward &&
+                   (mode <= NEAREST_EXACT || u8_filter));
   if (!ok_dtype || x->ndim != k + 2)
     TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "upsample: no native kernel for this input");
   const tpu_attr_t* os = ku_attr(def, node, "output_size");
@@ -113,6 +134,11 @@ static tpu_status_t up_parse(const tpu_op_def_t* def, const tpu_node_t* node, up
   for (int d = 0; d < k; ++d)
     if (a->isz[d] <= 0 || a->osz[d] <= 0)
       TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "upsample: empty spatial sizes");
+  if (x->dtype == TPU_DTYPE_U8 && mode > NEAREST_EXACT) {
+    int64_t c = x->sizes[1];
+    if ((c > 4 && a->osz[1] == 1) || (c == 3 && a->osz[0] == 1 && a->osz[1] == 1))
+      TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "upsample: CPU's own uint8 result for this shape");
+  }
   layout_like(s, x);
   return TPU_OK;
 }
@@ -173,7 +199,7 @@ static double aa_support(const up_args_t* a, int d, bool f32) {
 
 static double aa_filter(int mode, double x) {
   if (x < 0.0) x = -x;
-  if (mode == AA_LINEAR) return x < 1.0 ? 1.0 - x : 0.0;
+  if (mode == AA_LINEAR || mode == LINEAR) return x < 1.0 ? 1.0 - x : 0.0;
   const double A = -0.5;
   if (x < 1.0) return ((A + 2.0) * x - (A + 3.0)) * x * x + 1;
   if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * A;
@@ -194,17 +220,21 @@ static int taps_of(const up_args_t* a, bool f32) {
   return k;
 }
 
-/* Antialiased taps of output o along dim d (K slots, unused ones weight 0). */
+/* Antialiased taps of output o along dim d (K slots, unused ones weight 0).
+ * mode LINEAR (uint8 bilinear): the plain triangle, not widened when
+ * downsampling, centred on the align_corners source index. */
 static void aa_taps(const up_args_t* a, int d, bool f32, int K, int64_t o, int64_t* ix,
                     double* wt) {
   int64_t in = a->isz[d];
+  bool plain = a->impl->mode == LINEAR;
+  double delta = plain && a->align ? 0.5 : 0.0;
   double scale = area_scale(in, a->osz[d], a->align, a->has_scale[d], a->scale[d], f32);
-  double support = aa_support(a, d, f32);
-  double center = R(scale * ((double)o + 0.5));
-  double invscale = scale >= 1.0 ? R(1.0 / scale) : 1.0;
-  int64_t xmin = (int64_t)(R(center - support) + 0.5);
+  double support = plain ? 1.0 : aa_support(a, d, f32);
+  double center = R(scale * ((double)o + 0.5 - delta));
+  double invscale = !plain && scale >= 1.0 ? R(1.0 / scale) : 1.0;
+  int64_t xmin = (int64_t)(R(center - support) + 0.5 + delta);
   if (xmin < 0) xmin = 0;
-  int64_t xmax = (int64_t)(R(center + support) + 0.5);
+  int64_t xmax = (int64_t)(R(center + support) + 0.5 + delta);
   int64_t xsize = (xmax < in ? xmax : in) - xmin;
   if (xsize < 0) xsize = 0;
   if (xsize > K) xsize = K;
@@ -213,7 +243,7 @@ static void aa_taps(const up_args_t* a, int d, bool f32, int K, int64_t o, int64
     ix[j] = j < xsize ? xmin + j : (xmin < in ? xmin : in - 1);
     wt[j] = j < xsize
                 ? R(aa_filter(a->impl->mode,
-                              R((R((double)(j + xmin) - center) + 0.5) * invscale)))
+                              R((R((double)(j + xmin) - center) + 0.5 - delta) * invscale)))
                 : 0.0;
     total = R(total + wt[j]);
   }
@@ -231,7 +261,7 @@ static void make_taps(const up_args_t* a, int d, bool f32_compute, int K, int64_
   for (int64_t o = 0; o < out; ++o) {
     int64_t* ix = idx + o * K;
     double* wt = w + o * K;
-    if (mode == AA_LINEAR || mode == AA_CUBIC) {
+    if (mode == AA_LINEAR || mode == AA_CUBIC || (mode == LINEAR && a->in->dtype == TPU_DTYPE_U8)) {
       aa_taps(a, d, f32_compute, K, o, ix, wt);
       continue;
     }
@@ -298,7 +328,232 @@ typedef struct plan {
   walk_t iw, ow;         /* a plane of the op's input (x or grad_output) / output */
   const tpu_view_t* src; /* the view read (plane walk iw) */
   atomic_int failed;     /* a task found no host memory */
+  bool u8;               /* uint8 filter modes: integer weights q, shift prec */
+  int32_t* q[3];
+  int prec[3];
 } plan_t;
+
+/* uint8 filter modes: the weights of a dim as integers (see the header). */
+static int u8_quantize(const double* w, int64_t n, int32_t* q) {
+  double wmax = 0.0;
+  for (int64_t i = 0; i < n; ++i) wmax = w[i] > wmax ? w[i] : wmax;
+  int prec = 0;
+  while (prec < 22 && (int64_t)(0.5 + wmax * (double)(1 << (prec + 1))) < (1 << 15)) ++prec;
+  for (int64_t i = 0; i < n; ++i) {
+    double v = w[i] * (double)(1 << prec);
+    q[i] = (int32_t)(v < 0 ? -floor(0.5 - v) : floor(0.5 + v));
+  }
+  return prec;
+}
+
+/* uint8 filter modes, in two parallel phases over rows: the width pass
+ * (input rows -> rows of oW, into `mid` when a height pass follows, else
+ * straight into the output), then the height pass (output rows, from `mid`
+ * or straight from the input). Each output element is
+ * clamp((2^(prec-1) + sum_j pixel_j q_j) >> prec, 0, 255). */
+typedef struct u8_run {
+  const plan_t* p;
+  const uint8_t* in; /* element (n, c, h, w) at in + n is0 + c is1 + h is2 + w is3 */
+  uint8_t* out;      /* likewise with os0..os3 */
+  int64_t is[4], os[4];
+  int64_t C, iH, iW, oH, oW;
+  uint8_t* mid; /* N*C*iH rows of oW, or NULL */
+  int32_t *ixw, *ixh;
+  int32_t* q16; /* 2 < K <= 16: each output's width weights in 16 lanes (64-byte aligned) */
+  atomic_int failed;
+} u8_run_t;
+
+static inline uint8_t u8_px(int32_t acc, int prec) {
+  acc = acc < 0 ? 0 : acc >> prec;
+  return (uint8_t)(acc > 255 ? 255 : acc);
+}
+
+/* The width pass. Each output's taps are consecutive input pixels from
+ * its first index (the filter's support), so for 2 < K <= 16 one 16-byte
+ * load from a zero-padded copy of the row times the output's 16 weights
+ * (zero past K) gives the sum; small K uses the taps one by one. */
+typedef int32_t u8_v16i __attribute__((vector_size(64)));
+typedef int32_t u8_v8i __attribute__((vector_size(32)));
+typedef int32_t u8_v4i __attribute__((vector_size(16)));
+typedef uint8_t u8_v16b __attribute__((vector_size(16)));
+
+VM_SIMD_CLONES static void u8_width_rows(void* arg, int64_t begin, int64_t end) {
+  u8_run_t* r = (u8_run_t*)arg;
+  const int K = r->p->K, prec = r->p->prec[2];
+  const int32_t* ix = r->ixw;
+  const int32_t* q = r->p->q[2];
+  const int32_t bias = (int32_t)1 << (prec - 1);
+  const int64_t s = r->is[3], iW = r->iW, oW = r->oW;
+  const bool wide = K > 2 && K <= 16;
+  uint8_t* rb = wide ? (uint8_t*)calloc((size_t)(iW + 16), 1) : NULL;
+  if (wide && !rb) {
+    atomic_store(&r->failed, 1);
+    return;
+  }
+  for (int64_t row = begin; row < end; ++row) {
+    int64_t h = row % r->iH, pl = row / r->iH, n = pl / r->C, c = pl % r->C;
+    const uint8_t* irow = r->in + n * r->is[0] + c * r->is[1] + h * r->is[2];
+    uint8_t* orow;
+    int64_t os;
+    if (r->mid) {
+      orow = r->mid + row * oW;
+      os = 1;
+    } else {
+      orow = r->out + n * r->os[0] + c * r->os[1] + h * r->os[2];
+      os = r->os[3];
+    }
+    if (wide) {
+      if (s == 1)
+        memcpy(rb, irow, (size_t)iW);
+      else
+        for (int64_t x = 0; x < iW; ++x) rb[x] = irow[x * s];
+      const u8_v16i* qv = (const u8_v16i*)r->q16;
+      for (int64_t o = 0; o < oW; ++o) {
+        u8_v16b px;
+        memcpy(&px, rb + ix[o * K], sizeof(px));
+        u8_v16i prod = __builtin_convertvector(px, u8_v16i) * qv[o];
+        u8_v8i lo, hi;
+        memcpy(&lo, &prod, sizeof(lo));
+        memcpy(&hi, (const char*)&prod + sizeof(lo), sizeof(hi));
+        lo += hi;
+        u8_v4i a4, b4;
+        memcpy(&a4, &lo, sizeof(a4));
+        memcpy(&b4, (const char*)&lo + sizeof(a4), sizeof(b4));
+        a4 += b4;
+        orow[o * os] = u8_px(bias + a4[0] + a4[1] + a4[2] + a4[3], prec);
+      }
+      continue;
+    }
+    if (K == 2) {
+      for (int64_t o = 0; o < oW; ++o) {
+        int32_t acc = bias + (int32_t)irow[ix[2 * o] * s] * q[2 * o] +
+                      (int32_t)irow[ix[2 * o + 1] * s] * q[2 * o + 1];
+        orow[o * os] = u8_px(acc, prec);
+      }
+    } else {
+      for (int64_t o = 0; o < oW; ++o) {
+        int32_t acc = bias;
+        for (int j = 0; j < K; ++j) acc += (int32_t)irow[ix[o * K + j] * s] * q[o * K + j];
+        orow[o * os] = u8_px(acc, prec);
+      }
+    }
+  }
+  free(rb);
+}
+
+VM_SIMD_CLONES static void u8_height_rows(void* arg, int64_t begin, int64_t end) {
+  u8_run_t* r = (u8_run_t*)arg;
+  const int K = r->p->K, prec = r->p->prec[1];
+  const int32_t* ix = r->ixh;
+  const int32_t* q = r->p->q[1];
+  const int32_t bias = (int32_t)1 << (prec - 1);
+  const int64_t oW = r->oW;
+  int32_t* acc = (int32_t*)malloc(sizeof(int32_t) * (size_t)oW);
+  if (!acc) {
+    atomic_store(&r->failed, 1);
+    return;
+  }
+  for (int64_t row = begin; row < end; ++row) {
+    int64_t oh = row % r->oH, pl = row / r->oH, n = pl / r->C, c = pl % r->C;
+    uint8_t* orow = r->out + n * r->os[0] + c * r->os[1] + oh * r->os[2];
+    if (K == 2 && r->mid && r->os[3] == 1) { /* bilinear from mid: two rows, one pass */
+      const uint8_t* s0 = r->mid + (pl * r->iH + ix[2 * oh]) * oW;
+      const uint8_t* s1 = r->mid + (pl * r->iH + ix[2 * oh + 1]) * oW;
+      const int32_t q0 = q[2 * oh], q1 = q[2 * oh + 1];
+      for (int64_t x = 0; x < oW; ++x)
+        orow[x] = u8_px(bias + (int32_t)s0[x] * q0 + (int32_t)s1[x] * q1, prec);
+      continue;
+    }
+    for (int64_t x = 0; x < oW; ++x) acc[x] = bias;
+    for (int j = 0; j < K; ++j) {
+      const int32_t qj = q[oh * K + j];
+      if (qj == 0) continue;
+      const int64_t h = ix[oh * K + j];
+      if (r->mid) {
+        const uint8_t* src = r->mid + (pl * r->iH + h) * oW;
+        for (int64_t x = 0; x < oW; ++x) acc[x] += (int32_t)src[x] * qj;
+      } else {
+        const uint8_t* src = r->in + n * r->is[0] + c * r->is[1] + h * r->is[2];
+        const int64_t s = r->is[3];
+        if (s == 1)
+          for (int64_t x = 0; x < oW; ++x) acc[x] += (int32_t)src[x] * qj;
+        else
+          for (int64_t x = 0; x < oW; ++x) acc[x] += (int32_t)src[x * s] * qj;
+      }
+    }
+    const int64_t os = r->os[3];
+    if (os == 1)
+      for (int64_t x = 0; x < oW; ++x) orow[x] = u8_px(acc[x], prec);
+    else
+      for (int64_t x = 0; x < oW; ++x) orow[x * os] = u8_px(acc[x], prec);
+  }
+  free(acc);
+}
+
+static void u8_copy_rows(void* arg, int64_t begin, int64_t end) {
+  const u8_run_t* r = (const u8_run_t*)arg;
+  for (int64_t row = begin; row < end; ++row) {
+    int64_t h = row % r->iH, pl = row / r->iH, n = pl / r->C, c = pl % r->C;
+    const uint8_t* src = r->in + n * r->is[0] + c * r->is[1] + h * r->is[2];
+    uint8_t* dst = r->out + n * r->os[0] + c * r->os[1] + h * r->os[2];
+    for (int64_t x = 0; x < r->iW; ++x) dst[x * r->os[3]] = src[x * r->is[3]];
+  }
+}
+
+static tpu_status_t u8_filter(const plan_t* p) {
+  const tpu_view_t *in = p->src, *out = p->out;
+  u8_run_t r;
+  memset(&r, 0, sizeof(r));
+  r.p = p;
+  r.in = (const uint8_t*)view_at(in, 0);
+  r.out = (uint8_t*)view_at(out, 0);
+  for (int d = 0; d < 4; ++d) r.is[d] = in->strides[d], r.os[d] = out->strides[d];
+  r.C = in->sizes[1];
+  r.iH = p->isz[1], r.iW = p->isz[2], r.oH = p->osz[1], r.oW = p->osz[2];
+  const int64_t planes = in->sizes[0] * in->sizes[1], K = p->K;
+  const bool need_w = r.oW != r.iW, need_h = r.oH != r.iH;
+  atomic_init(&r.failed, 0);
+  r.ixw = (int32_t*)malloc(sizeof(int32_t) * (size_t)((r.oW + r.oH) * K));
+  if (need_w && need_h) r.mid = (uint8_t*)malloc((size_t)(planes * r.iH * r.oW));
+  if (!r.ixw || (need_w && need_h && !r.mid)) {
+    free(r.ixw);
+    free(r.mid);
+    TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "no host memory for upsample");
+  }
+  r.ixh = r.ixw + r.oW * K;
+  void* q16 = NULL;
+  if (need_w && K > 2 && K <= 16) {
+    if (posix_memalign(&q16, 64, sizeof(int32_t) * 16 * (size_t)r.oW) != 0) q16 = NULL;
+    if (!q16) {
+      free(r.ixw);
+      free(r.mid);
+      TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "no host memory for upsample");
+    }
+    r.q16 = (int32_t*)q16;
+    memset(r.q16, 0, sizeof(int32_t) * 16 * (size_t)r.oW);
+    /* the taps run from ix[o K] on; a slot past the row's end has weight 0 */
+    for (int64_t o = 0; o < r.oW; ++o)
+      for (int j = 0; j < K; ++j) r.q16[o * 16 + j] = p->q[2][o * K + j];
+  }
+  for (int64_t i = 0; i < r.oW * K; ++i) r.ixw[i] = (int32_t)p->idx[2][i];
+  for (int64_t i = 0; i < r.oH * K; ++i) r.ixh[i] = (int32_t)p->idx[1][i];
+  if (need_w) {
+    int64_t work = r.oW * K + 1;
+    tpu_parallel_for(planes * r.iH, work >= 16384 ? 1 : 16384 / work, u8_width_rows, &r);
+  }
+  if (need_h) {
+    int64_t work = r.oW * K + 1;
+    tpu_parallel_for(planes * r.oH, work >= 16384 ? 1 : 16384 / work, u8_height_rows, &r);
+  }
+  if (!need_w && !need_h)
+    tpu_parallel_for(planes * r.iH, r.iW >= 16384 ? 1 : 16384 / (r.iW + 1), u8_copy_rows, &r);
+  free(r.ixw);
+  free(r.mid);
+  free(q16);
+  if (atomic_load(&r.failed))
+    TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "no host memory for upsample rows");
+  return TPU_OK;
+}
 
 static void plane_walk(walk_t* w, const tpu_view_t* v) {
   walk_start(w, 1);
@@ -307,6 +562,7 @@ static void plane_walk(walk_t* w, const tpu_view_t* v) {
 
 static void planes(void* arg, int64_t begin, int64_t end) {
   plan_t* p = (plan_t*)arg;
+
   const up_args_t* a = p->a;
   bool bwd = a->impl->backward;
   /* Buffers: the "small" side is the op's input for forward, grad_input for backward. */
@@ -440,7 +696,9 @@ static tpu_status_t up_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   p.out = &node->outputs[0];
   p.src = a.in;
   p.k = a.impl->dims;
-  bool f32 = a.in->dtype != TPU_DTYPE_F64;
+  /* uint8: nearest indices in float (make_taps), filter weights in double */
+  bool f32 = a.in->dtype != TPU_DTYPE_F64 && a.in->dtype != TPU_DTYPE_U8;
+  p.u8 = a.in->dtype == TPU_DTYPE_U8 && a.impl->mode > NEAREST_EXACT;
   p.K = taps_of(&a, f32);
   p.ip = p.op = 1;
   for (int d = 0; d < 3; ++d) {
@@ -454,9 +712,11 @@ static tpu_status_t up_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   for (int d = 0; d < p.k; ++d) ntaps += a.osz[d] * p.K;
   int64_t* idx = (int64_t*)malloc(sizeof(int64_t) * (size_t)ntaps);
   double* w = (double*)malloc(sizeof(double) * (size_t)ntaps);
-  if (!idx || !w) {
+  int32_t* q = p.u8 ? (int32_t*)malloc(sizeof(int32_t) * (size_t)ntaps) : NULL;
+  if (!idx || !w || (p.u8 && !q)) {
     free(idx);
     free(w);
+    free(q);
     TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "no host memory for upsample");
   }
   atomic_init(&p.failed, 0);
@@ -467,6 +727,10 @@ static tpu_status_t up_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
     p.idx[d] = idx + off;
     p.w[d] = w + off;
     make_taps(&a, s, f32, p.K, p.idx[d], p.w[d]);
+    if (p.u8) {
+      p.q[d] = q + off;
+      p.prec[d] = u8_quantize(p.w[d], a.osz[s] * p.K, p.q[d]);
+    }
     off += a.osz[s] * p.K;
   }
   /* Half types: PyTorch CPU keeps the cubic weights in the input dtype. */
@@ -477,6 +741,13 @@ static tpu_status_t up_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
       tpu_convert(&w[i], TPU_DTYPE_F64, 1, &h, a.in->dtype, 1, 1);
     }
   }
+  if (p.u8) {
+    tpu_status_t st = u8_filter(&p);
+    free(idx);
+    free(w);
+    free(q);
+    return st;
+  }
   plane_walk(&p.iw, a.in);
   plane_walk(&p.ow, p.out);
   int64_t nplanes = a.in->sizes[0] * a.in->sizes[1];
@@ -484,6 +755,7 @@ static tpu_status_t up_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   tpu_parallel_for(nplanes, work >= 16384 ? 1 : 16384 / (work > 0 ? work : 1), planes, &p);
   free(idx);
   free(w);
+  free(q);
   if (atomic_load(&p.failed))
     TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "no host memory for upsample planes");
   return TPU_OK;
