@@ -9,6 +9,15 @@
 // Futures are completed by one completion thread per backend, in order, so
 // their callbacks never run on a stream's worker.
 //
+// Between hosts (a group whose ranks are not all on one host, as
+// torch_tpu/distributed.py detects through the store), the backend holds a
+// ProcessGroupGloo made on the same store and runs every collective through
+// it over host staging buffers: enqueued on the same stream are the copies
+// device->host, a host function that runs the Gloo collective (and waits for
+// it, with the collective's timeout), the copies host->device, and a host
+// function that completes the request. The stream order, Work, futures and
+// timeouts are therefore the same as on the shared-memory path.
+//
 // Tensors must be dense tpu tensors; non-contiguous ones are staged through
 // contiguous copies (enqueued on the same stream, so ordering holds). The
 // list forms (allgather, gather, scatter, reduce_scatter, alltoall) stage
@@ -186,11 +195,87 @@ tpu_reduce_op_t to_reduce_op(const c10d::ReduceOp& op) {
 
 uint64_t addr(const at::Tensor& t) { return (uint64_t)(uintptr_t)t.data_ptr(); }
 
+// ---- Between hosts: Gloo over staged host buffers ---------------------------------------------
+
+// The first failure of the Gloo path: later collectives fail at once with it
+// (like an aborted communicator).
+struct InterState {
+  std::mutex mu;
+  std::string error;
+};
+
+// One collective through Gloo: what runs on the stream worker.
+struct StagedOp {
+  std::vector<at::Tensor> host;  // staging buffers, alive until the copies back ran
+  std::function<void()> body;    // the Gloo collective on them; throws on failure
+  tpu_coll_request_t* req = nullptr;
+  std::string what;  // "all_reduce (collective #3, Gloo between hosts) on rank 0 of 2"
+  std::shared_ptr<InterState> state;
+  ~StagedOp() { tpu_coll_request_release(req); }
+};
+using StagedRef = std::shared_ptr<StagedOp>;
+
+void staged_run(void* arg) {
+  std::unique_ptr<StagedRef> holder(static_cast<StagedRef*>(arg));
+  StagedOp& op = **holder;
+  {
+    std::lock_guard<std::mutex> lock(op.state->mu);
+    if (!op.state->error.empty()) {
+      tpu_coll_request_complete(op.req, tpu_status_make(TPU_CODE_ABORTED,
+          "%s: not run, the Gloo transport failed earlier: %s", op.what.c_str(),
+          op.state->error.c_str()));
+      return;
+    }
+  }
+  std::string msg;
+  try {
+    op.body();
+    return;
+  } catch (const std::exception& e) {
+    msg = e.what();
+  } catch (...) {
+    msg = "unknown error";
+  }
+  auto nl = msg.find('\n');
+  if (nl != std::string::npos) msg.resize(nl);
+  bool timed_out = msg.find("imed out") != std::string::npos || msg.find("imeout") != std::string::npos;
+  std::string full = op.what + (timed_out ? " timed out: " : " failed: ") + msg;
+  {
+    std::lock_guard<std::mutex> lock(op.state->mu);
+    if (op.state->error.empty()) op.state->error = full;
+  }
+  tpu_coll_request_complete(op.req, tpu_status_make(timed_out ? TPU_CODE_DEADLINE_EXCEEDED
+                                                              : TPU_CODE_ABORTED, "%s", full.c_str()));
+}
+
+void staged_finish(void* arg) {
+  std::unique_ptr<StagedRef> holder(static_cast<StagedRef*>(arg));
+  tpu_coll_request_complete((*holder)->req, TPU_OK);  // dropped if the body failed
+}
+
+c10d::ReduceOp to_c10d_op(tpu_reduce_op_t op) {
+  switch (op) {
+    case TPU_REDUCE_MIN: return c10d::ReduceOp::MIN;
+    case TPU_REDUCE_MAX: return c10d::ReduceOp::MAX;
+    case TPU_REDUCE_PRODUCT: return c10d::ReduceOp::PRODUCT;
+    default: return c10d::ReduceOp::SUM;  // AVG: a sum, divided after
+  }
+}
+
+// Reductions run in the dtype's compute type (half types in float32, as on
+// the shared-memory path); int16, which Gloo lacks, in int32 (wraps the same).
+at::ScalarType gloo_type(at::ScalarType t) {
+  if (t == at::kHalf || t == at::kBFloat16) return at::kFloat;
+  if (t == at::kShort) return at::kInt;
+  return t;
+}
+
 class BackendTPU : public c10d::Backend {
  public:
   BackendTPU(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-             std::chrono::milliseconds timeout)
-      : c10d::Backend(rank, size), timeout_(timeout) {
+             std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Backend> inter)
+      : c10d::Backend(rank, size), timeout_(timeout), inter_(std::move(inter)) {
+    if (inter_) return;  // between hosts: no shared-memory communicator
     tpu_comm_id_t id;
     const std::string key = "tpu_dist/comm_id";
     if (rank == 0) {
@@ -213,14 +298,18 @@ class BackendTPU : public c10d::Backend {
 
   ~BackendTPU() override {
     completer_.reset();  // waits for pending futures (each bounded by its timeout)
-    tpu_comm_release(comm_);
+    if (comm_) tpu_comm_release(comm_);
   }
 
   const std::string getBackendName() const override { return "tpu_dist"; }
 
   void setTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 
-  void abort() override { tpu_comm_abort(comm_, "aborted by the process group"); }
+  void abort() override {
+    if (comm_) tpu_comm_abort(comm_, "aborted by the process group");
+    std::lock_guard<std::mutex> lock(inter_state_->mu);
+    if (inter_state_->error.empty()) inter_state_->error = "aborted by the process group";
+  }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override {
@@ -489,9 +578,7 @@ class BackendTPU : public c10d::Backend {
     tpu_coll_args_t a{};
     a.kind = TPU_COLL_BARRIER;
     a.timeout_ms = timeout_ms(opts.timeout);
-    tpu_coll_request_t* req = nullptr;
-    check(tpu_comm_enqueue(comm_, current_runtime_stream(dev), &a, &req));
-    return finish(c10d::OpType::BARRIER, {req}, {}, {});
+    return finish(c10d::OpType::BARRIER, {enqueue_on(dev, a)}, {}, {});
   }
 
  private:
@@ -545,10 +632,245 @@ class BackendTPU : public c10d::Backend {
   }
 
   tpu_coll_request_t* enqueue(const at::Tensor& on, tpu_coll_args_t& a) {
-    tpu_stream_t* st = current_runtime_stream(on.device().index());
+    return enqueue_on(on.device().index(), a);
+  }
+
+  // The one place a collective is issued: the shared-memory communicator, or
+  // Gloo between hosts.
+  tpu_coll_request_t* enqueue_on(c10::DeviceIndex dev, tpu_coll_args_t& a) {
+    tpu_stream_t* st = current_runtime_stream(dev);
+    if (inter_) return enqueue_gloo(st, a);
     tpu_coll_request_t* req = nullptr;
     check(tpu_comm_enqueue(comm_, st, &a, &req));
     return req;
+  }
+
+  // A collective through Gloo over host staging buffers (see the top).
+  tpu_coll_request_t* enqueue_gloo(tpu_stream_t* st, const tpu_coll_args_t& a) {
+    const int n = size_, me = rank_;
+    const char* name = tpu_coll_name(a.kind);
+    bool rooted = a.kind == TPU_COLL_BROADCAST || a.kind == TPU_COLL_REDUCE ||
+                  a.kind == TPU_COLL_GATHER || a.kind == TPU_COLL_SCATTER ||
+                  a.kind == TPU_COLL_SEND || a.kind == TPU_COLL_RECV;
+    TORCH_CHECK(!rooted || (a.root >= 0 && a.root < n), "tpu_dist ", name, ": rank ", a.root,
+                " is not in the group of ", n);
+    TORCH_CHECK(!((a.kind == TPU_COLL_SEND || a.kind == TPU_COLL_RECV) && a.root == me),
+                "tpu_dist ", name, ": the peer is this rank");
+    bool reduces = a.kind == TPU_COLL_ALL_REDUCE || a.kind == TPU_COLL_REDUCE ||
+                   a.kind == TPU_COLL_REDUCE_SCATTER;
+    TORCH_CHECK(!(reduces && a.dtype == TPU_DTYPE_BOOL && a.op == TPU_REDUCE_AVG),
+                "tpu_dist ", name, ": AVG is not defined for bool");
+    const at::ScalarType dtype = a.kind == TPU_COLL_BARRIER ? at::kByte : to_scalar_type(a.dtype);
+    const int64_t elem = a.kind == TPU_COLL_BARRIER ? 1 : (int64_t)tpu_dtype_size(a.dtype);
+    const int64_t count = (int64_t)a.count;
+    const std::chrono::milliseconds t(a.timeout_ms > 0 ? a.timeout_ms : (int64_t)timeout_.count());
+    // Gloo stops the collective at its own timeout; the wait has a margin over it.
+    const auto wait_t = t + std::chrono::milliseconds(2000);
+    const tpu_reduce_op_t rop = a.op;
+    auto gloo = inter_;
+    auto bytes = [](int64_t nb) { return at::empty({nb}, at::kByte); };
+    // n equal parts of a flat buffer (views).
+    auto parts = [](const at::Tensor& flat, int n, int64_t len) {
+      std::vector<at::Tensor> v;
+      for (int p = 0; p < n; ++p) v.push_back(flat.narrow(0, p * len, len));
+      return v;
+    };
+
+    auto op = std::make_shared<StagedOp>();
+    op->state = inter_state_;
+    op->what = std::string(name) + " (collective #" + std::to_string(++inter_seq_) +
+               ", Gloo between hosts) on rank " + std::to_string(me) + " of " + std::to_string(n);
+    std::vector<std::pair<at::Tensor, uint64_t>> in, out;  // (host buffer, device address)
+    auto finish_avg = [rop, n](at::Tensor& g) {
+      if (rop != TPU_REDUCE_AVG) return;
+      if (at::isFloatingType(g.scalar_type())) g.div_(n);
+      else g.div_(n, "trunc");
+    };
+    switch (a.kind) {
+      case TPU_COLL_ALL_REDUCE:
+      case TPU_COLL_REDUCE: {
+        auto h = at::empty({count}, dtype);
+        in.push_back({h, a.send});
+        bool all = a.kind == TPU_COLL_ALL_REDUCE;
+        if (all || me == a.root) out.push_back({h, a.recv});
+        int root = a.root;
+        op->body = [=]() mutable {
+          auto g = h.scalar_type() == gloo_type(dtype) ? h : h.to(gloo_type(dtype));
+          std::vector<at::Tensor> v{g};
+          if (all) {
+            c10d::AllreduceOptions o;
+            o.reduceOp = to_c10d_op(rop);
+            o.timeout = t;
+            gloo->allreduce(v, o)->wait(wait_t);
+          } else {
+            c10d::ReduceOptions o;
+            o.reduceOp = to_c10d_op(rop);
+            o.rootRank = root;
+            o.timeout = t;
+            gloo->reduce(v, o)->wait(wait_t);
+          }
+          finish_avg(g);
+          if (!g.is_same(h)) h.copy_(g);
+        };
+        break;
+      }
+      case TPU_COLL_BROADCAST: {
+        auto h = bytes(count * elem);
+        if (me == a.root) in.push_back({h, a.send});
+        else out.push_back({h, a.recv});
+        int root = a.root;
+        op->body = [=]() {
+          std::vector<at::Tensor> v{h};
+          c10d::BroadcastOptions o;
+          o.rootRank = root;
+          o.timeout = t;
+          gloo->broadcast(v, o)->wait(wait_t);
+        };
+        break;
+      }
+      case TPU_COLL_ALL_GATHER:
+      case TPU_COLL_GATHER: {
+        auto hin = bytes(count * elem);
+        in.push_back({hin, a.send});
+        bool all = a.kind == TPU_COLL_ALL_GATHER;
+        bool receives = all || me == a.root;
+        auto hout = bytes(receives ? n * count * elem : 0);
+        if (receives) out.push_back({hout, a.recv});
+        int root = a.root;
+        op->body = [=]() {
+          std::vector<at::Tensor> inputs{hin};
+          std::vector<std::vector<at::Tensor>> outputs(1);
+          if (receives) outputs[0] = parts(hout, n, count * elem);
+          if (all) {
+            c10d::AllgatherOptions o;
+            o.timeout = t;
+            gloo->allgather(outputs, inputs, o)->wait(wait_t);
+          } else {
+            c10d::GatherOptions o;
+            o.rootRank = root;
+            o.timeout = t;
+            if (!receives) outputs.clear();
+            gloo->gather(outputs, inputs, o)->wait(wait_t);
+          }
+        };
+        break;
+      }
+      case TPU_COLL_SCATTER: {
+        bool root = me == a.root;
+        auto hin = bytes(root ? n * count * elem : 0);
+        if (root) in.push_back({hin, a.send});
+        auto hout = bytes(count * elem);
+        out.push_back({hout, a.recv});
+        int r = a.root;
+        op->body = [=]() {
+          std::vector<at::Tensor> outputs{hout};
+          std::vector<std::vector<at::Tensor>> inputs;
+          if (root) inputs.push_back(parts(hin, n, count * elem));
+          c10d::ScatterOptions o;
+          o.rootRank = r;
+          o.timeout = t;
+          gloo->scatter(outputs, inputs, o)->wait(wait_t);
+        };
+        break;
+      }
+      case TPU_COLL_REDUCE_SCATTER: {
+        auto hin = at::empty({n * count}, dtype);
+        auto hout = at::empty({count}, dtype);
+        in.push_back({hin, a.send});
+        out.push_back({hout, a.recv});
+        op->body = [=]() mutable {
+          auto gt = gloo_type(dtype);
+          auto gin = hin.scalar_type() == gt ? hin : hin.to(gt);
+          auto gout = hout.scalar_type() == gt ? hout : at::empty({count}, gt);
+          c10d::ReduceScatterOptions o;
+          o.reduceOp = to_c10d_op(rop);
+          o.timeout = t;
+          gloo->_reduce_scatter_base(gout, gin, o)->wait(wait_t);
+          finish_avg(gout);
+          if (!gout.is_same(hout)) hout.copy_(gout);
+        };
+        break;
+      }
+      case TPU_COLL_ALL_TO_ALL: {
+        std::vector<int64_t> sb(n), rb(n);
+        int64_t st_total = 0, rt_total = 0;
+        for (int p = 0; p < n; ++p) {
+          sb[p] = (int64_t)(a.send_counts ? a.send_counts[p] : a.count) * elem;
+          rb[p] = (int64_t)(a.recv_counts ? a.recv_counts[p] : a.count) * elem;
+          st_total += sb[p];
+          rt_total += rb[p];
+        }
+        TORCH_CHECK(!a.send_displs && !a.recv_displs, "tpu_dist all_to_all over Gloo: packed buffers only");
+        auto hin = bytes(st_total), hout = bytes(rt_total);
+        in.push_back({hin, a.send});
+        out.push_back({hout, a.recv});
+        op->body = [=]() mutable {
+          c10d::AllToAllOptions o;
+          o.timeout = t;
+          gloo->alltoall_base(hout, hin, rb, sb, o)->wait(wait_t);
+        };
+        break;
+      }
+      case TPU_COLL_SEND: {
+        auto h = bytes(count * elem);
+        in.push_back({h, a.send});
+        int peer = a.root;
+        op->body = [=]() {
+          std::vector<at::Tensor> v{h};
+          gloo->send(v, peer, 0)->wait(wait_t);
+        };
+        break;
+      }
+      case TPU_COLL_RECV: {
+        auto h = bytes(count * elem);
+        out.push_back({h, a.recv});
+        int peer = a.root;
+        op->body = [=]() {
+          std::vector<at::Tensor> v{h};
+          gloo->recv(v, peer, 0)->wait(wait_t);
+        };
+        break;
+      }
+      case TPU_COLL_BARRIER: {
+        op->body = [=]() {
+          c10d::BarrierOptions o;
+          o.timeout = t;
+          gloo->barrier(o)->wait(wait_t);
+        };
+        break;
+      }
+      default:
+        TORCH_CHECK(false, "tpu_dist: ", name, " is not supported over Gloo");
+    }
+    for (auto& p : in) op->host.push_back(p.first);
+    for (auto& p : out) op->host.push_back(p.first);
+    check(tpu_coll_request_create(&op->req));
+    tpu_coll_request_t* caller_req = op->req;  // the caller's reference; op holds another
+    tpu_coll_request_retain(caller_req);
+    // Queue: copies in, the Gloo collective, copies back, completion. On a
+    // failure to queue, wait for what was queued (it uses the host buffers).
+    tpu_status_t s = TPU_OK;
+    for (auto& p : in)
+      if (s == TPU_OK && p.first.numel())
+        s = tpu_stream_copy(st, TPU_COPY_D2H, addr(p.first), p.second, (size_t)p.first.numel() * p.first.element_size());
+    if (s == TPU_OK) {
+      auto* h = new StagedRef(op);
+      s = tpu_stream_host_fn(st, staged_run, h);
+      if (s != TPU_OK) delete h;
+    }
+    for (auto& p : out)
+      if (s == TPU_OK && p.first.numel())
+        s = tpu_stream_copy(st, TPU_COPY_H2D, p.second, addr(p.first), (size_t)p.first.numel() * p.first.element_size());
+    if (s == TPU_OK) {
+      auto* h = new StagedRef(op);
+      s = tpu_stream_host_fn(st, staged_finish, h);
+      if (s != TPU_OK) delete h;
+    }
+    if (s != TPU_OK) {
+      tpu_status_free(tpu_stream_synchronize(st));
+      check(s);
+    }
+    return caller_req;
   }
 
   // One collective whose result lands in `target`: through a contiguous
@@ -640,6 +962,9 @@ class BackendTPU : public c10d::Backend {
 
   tpu_comm_t* comm_ = nullptr;
   std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::Backend> inter_;  // Gloo between hosts; null: shared memory
+  std::shared_ptr<InterState> inter_state_ = std::make_shared<InterState>();
+  uint64_t inter_seq_ = 0;
   std::vector<c10::intrusive_ptr<WorkTPU>> pending_;
   std::unique_ptr<Completer> completer_ = std::make_unique<Completer>();
 };
@@ -650,11 +975,13 @@ void init_distributed(py::module& m) {
   m.def(
       "_dist_create_backend",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-         std::chrono::duration<float> timeout) -> c10::intrusive_ptr<c10d::Backend> {
+         std::chrono::duration<float> timeout,
+         c10::intrusive_ptr<c10d::Backend> inter) -> c10::intrusive_ptr<c10d::Backend> {
         auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
-        return c10::make_intrusive<BackendTPU>(store, rank, size, ms);
+        return c10::make_intrusive<BackendTPU>(store, rank, size, ms, std::move(inter));
       },
-      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"));
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+      py::arg("inter") = c10::intrusive_ptr<c10d::Backend>());
 }
 
 }  // namespace torch_tpu

@@ -365,6 +365,50 @@ def scenario_dtensor(rank, world):
     expect(torch.allclose(g, ref[0].weight.grad, atol=1e-5, rtol=1e-5), "tensor-parallel gradient")
 
 
+def scenario_hosts(rank, world):
+    """A group across hosts (network namespaces, or TPU_DIST_HOST_KEY): the
+    backend runs through Gloo; all_reduce, all_gather, broadcast, send/recv
+    and a barrier give the expected values."""
+    torch_tpu.set_fallback_mode("error")
+    tpu = torch.device("tpu", 0)
+    created = torch_tpu.distributed.created
+    expect(created and created[-1][2] > 1 and created[-1][3] == "gloo",
+           f"several hosts and the Gloo transport: {created}")
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        n = 1000
+        xs = [inputs(r, n, dtype) for r in range(world)]
+        for opname in ("sum", "max"):
+            t = xs[rank].to(tpu)
+            dist.all_reduce(t, op=OPS[opname])
+            expect(same(t, reference_reduce(xs, opname)), f"all_reduce {opname} {dtype}")
+        t = xs[rank].to(tpu)
+        work = dist.all_reduce(t, op=dist.ReduceOp.AVG, async_op=True)
+        fut = work.get_future()
+        work.wait()
+        ref = reference_reduce(xs, "sum")
+        ref = (ref.double() / world).to(dtype) if dtype.is_floating_point else \
+            torch.div(ref, world, rounding_mode="trunc")
+        expect(same(t, ref) and same(fut.wait()[0], ref), f"all_reduce avg {dtype}")
+        flat = torch.empty(world * n, dtype=dtype, device=tpu)
+        dist.all_gather_into_tensor(flat, xs[rank].to(tpu))
+        expect(same(flat, torch.cat(xs)), f"all_gather_into_tensor {dtype}")
+        t = xs[rank].to(tpu)
+        dist.broadcast(t, src=world - 1)
+        expect(same(t, xs[world - 1]), f"broadcast {dtype}")
+        t = xs[rank].to(tpu) * 2  # a pending result on the stream feeds the collective
+        dist.all_reduce(t)
+        expect(same(t, reference_reduce([x * 2 for x in xs], "sum")), f"queued input {dtype}")
+    buf = torch.empty(5, device=tpu)
+    if rank == 0:
+        dist.send(torch.arange(5.0, device=tpu), world - 1)
+    elif rank == world - 1:
+        dist.recv(buf, 0)
+        expect(same(buf, torch.arange(5.0)), "send/recv")
+    dist.barrier()
+    notes["fallbacks"] = torch_tpu.fallback_counts()
+    expect(not notes["fallbacks"], f"fallbacks: {notes['fallbacks']}")
+
+
 def scenario_init_styles(rank, world):
     """init_process_group(device_id=tpu:r) binds rank r to chip r."""
     tpu = torch.device("tpu", rank)
@@ -379,7 +423,13 @@ def main():
     scenario, rank, world, store_file, result_file = sys.argv[1:6]
     rank, world = int(rank), int(world)
     timeout = timedelta(seconds=float(os.environ.get("DIST_TEST_TIMEOUT", "60")))
-    store = dist.FileStore(store_file, world)
+    tcp = os.environ.get("DIST_TEST_TCP_STORE")  # "HOST:PORT": a TCPStore that rank 0 serves
+    if tcp:
+        host, port = tcp.rsplit(":", 1)
+        store = dist.TCPStore(host, int(port), world, is_master=rank == 0,
+                              timeout=timedelta(seconds=60))
+    else:
+        store = dist.FileStore(store_file, world)
     backend = os.environ.get("DIST_TEST_BACKEND", "cpu:gloo,tpu:tpu_dist")
     kwargs = {}
     if scenario == "init_styles":
@@ -387,6 +437,7 @@ def main():
         backend = None
     dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world,
                             timeout=timeout, **kwargs)
+    notes["created"] = torch_tpu.distributed.created
     try:
         globals()["scenario_" + scenario](rank, world)
     except Exception:  # noqa

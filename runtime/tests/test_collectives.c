@@ -464,3 +464,19 @@ TEST(collectives_stream_path_single_rank) {
   tpu_block_free(b);
   tpu_comm_release(comm);
 }
+
+TEST(collectives_external_request_completes_once) {
+  tpu_coll_request_t* req = NULL;
+  CHECK_OK(tpu_coll_request_create(&req));
+  if (!req) return;
+  CHECK(!tpu_coll_request_done(req));
+  tpu_coll_request_complete(req, tpu_status_make(TPU_CODE_DEADLINE_EXCEEDED, "first"));
+  tpu_coll_request_retain(req);
+  tpu_coll_request_complete(req, TPU_OK); /* dropped: the first outcome stands */
+  CHECK(tpu_coll_request_done(req));
+  tpu_coll_request_release(req);
+  tpu_status_t s = tpu_coll_request_wait(req);
+  CHECK(tpu_status_code(s) == TPU_CODE_DEADLINE_EXCEEDED && strcmp(tpu_status_message(s), "first") == 0);
+  tpu_status_free(s);
+  tpu_coll_request_release(req);
+}

@@ -373,10 +373,27 @@ static tpu_coll_request_t* request_create(void) {
 
 static void request_complete(tpu_coll_request_t* r, tpu_status_t status) {
   pthread_mutex_lock(&r->mu);
+  if (r->done) { /* completed already: the first outcome stands */
+    pthread_mutex_unlock(&r->mu);
+    tpu_status_free(status);
+    return;
+  }
   r->status = status;
   r->done = true;
   pthread_cond_broadcast(&r->cv);
   pthread_mutex_unlock(&r->mu);
+}
+
+tpu_status_t tpu_coll_request_create(tpu_coll_request_t** out_request) {
+  *out_request = request_create();
+  return *out_request ? TPU_OK
+                      : tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "collective request allocation failed");
+}
+
+void tpu_coll_request_retain(tpu_coll_request_t* r) { atomic_fetch_add(&r->refs, 1); }
+
+void tpu_coll_request_complete(tpu_coll_request_t* r, tpu_status_t status) {
+  request_complete(r, status);
 }
 
 bool tpu_coll_request_done(tpu_coll_request_t* r) {
