@@ -81,11 +81,16 @@ def test_missing_rank_times_out_naming_the_collective(tmp_path):
     assert results[0]["notes"]["seconds"] < 30
 
 
-def test_dead_rank_times_out(tmp_path):
+@pytest.mark.parametrize("hosts", [1, 2])
+def test_dead_rank_fails_its_peer(tmp_path, hosts):
+    # One host: the peer's wait notices the dead process (not a zombie
+    # reaped yet: the parent waits for rank 0 first) long before the 60 s
+    # timeout and names it. Two hosts (Gloo): the closed connection fails it.
     store = tmp_path / "store"
+    env = dict(os.environ, DIST_TEST_TIMEOUT="60", DIST_TEST_BACKEND="tpu_dist")
     procs = [subprocess.Popen([sys.executable, WORKER, "dies", str(r), "2", str(store),
                                str(tmp_path / f"result{r}.json")],
-                              env=dict(os.environ, DIST_TEST_TIMEOUT="1.5", DIST_TEST_BACKEND="tpu_dist"),
+                              env=dict(env, TPU_DIST_HOST_KEY=f"h{r % hosts}"),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for r in range(2)]
     try:
@@ -98,7 +103,12 @@ def test_dead_rank_times_out(tmp_path):
     with open(tmp_path / "result0.json") as f:
         res = json.load(f)
     assert not res["failures"], res
-    assert "rank 1 did not arrive" in res["notes"]["message"]
+    msg = res["notes"]["message"]
+    assert res["notes"]["seconds"] < 30, res
+    if hosts == 1:
+        assert "rank 1 did not arrive: its process (pid" in msg and "exited" in msg, msg
+    else:
+        assert "Gloo between hosts" in msg, msg
 
 
 def test_device_id_binds_rank_to_chip(tmp_path):

@@ -377,6 +377,44 @@ TEST(collectives_timeout_names_collective_and_missing_rank) {
   CHECK(run_ranks(2, 20000, rank1_never_arrives) == 0);
 }
 
+/* Rank 1 exits (unreaped: a zombie until run_ranks waits for it): rank 0's
+ * waits notice its process is gone long before the timeout. */
+static void rank1_exits(tpu_comm_t* comm, int r, int N) {
+  float x[4] = {1, 2, 3, 4};
+  tpu_coll_args_t bar = args_of(TPU_COLL_BARRIER, NULL, NULL, 0, TPU_DTYPE_F32);
+  CCHECK_OK(tpu_comm_run(comm, &bar));
+  if (r == 1) _exit(0);
+  tpu_coll_args_t a = args_of(TPU_COLL_ALL_REDUCE, x, x, 4, TPU_DTYPE_F32);
+  a.timeout_ms = 60000;
+  int64_t t0 = comm_now_ns();
+  tpu_status_t s = tpu_comm_run(comm, &a);
+  CCHECK(comm_now_ns() - t0 < (int64_t)10000 * 1000000);
+  CCHECK(tpu_status_code(s) == TPU_CODE_ABORTED);
+  const char* m = tpu_status_message(s);
+  CCHECK(strstr(m, "all_reduce") != NULL);
+  CCHECK(strstr(m, "rank 1 did not arrive: its process") != NULL);
+  CCHECK(strstr(m, "exited; it last ran barrier #1") != NULL);
+  tpu_status_free(s);
+}
+
+/* The same for a recv from a rank that exited. */
+static void sender_exits(tpu_comm_t* comm, int r, int N) {
+  float x[4] = {0};
+  if (r == 1) _exit(0);
+  tpu_coll_args_t a = args_of(TPU_COLL_RECV, NULL, x, 4, TPU_DTYPE_F32);
+  a.root = 1;
+  a.timeout_ms = 60000;
+  tpu_status_t s = tpu_comm_run(comm, &a);
+  CCHECK(tpu_status_code(s) == TPU_CODE_ABORTED);
+  CCHECK(strstr(tpu_status_message(s), "recv from rank 1 failed on rank 0 of 2: rank 1 did not arrive") != NULL);
+  tpu_status_free(s);
+}
+
+TEST(collectives_exited_rank_fails_its_peers_at_once) {
+  CHECK(run_ranks(2, 60000, rank1_exits) == 0);
+  CHECK(run_ranks(2, 60000, sender_exits) == 0);
+}
+
 static void mismatched(tpu_comm_t* comm, int r, int N) {
   float x[8] = {0};
   tpu_coll_args_t a = args_of(r == 0 ? TPU_COLL_ALL_REDUCE : TPU_COLL_BROADCAST, x, x, r == 2 ? 8 : 4,

@@ -278,6 +278,10 @@ static tpu_status_t p2p_failure(coll_exec_t* x, int w, bool sending) {
   if (w == 2) return comm_aborted_status(c);
   char msg[COMM_ABORT_MSG];
   int peer = x->args->root;
+  if (w == 3) {
+    snprintf(msg, sizeof(msg), "%s %s rank %d", sending ? "send" : "recv", sending ? "to" : "from", peer);
+    return comm_peer_exited(c, msg, peer);
+  }
   snprintf(msg, sizeof(msg), "%s %s rank %d timed out after %lld ms on rank %d: rank %d did not %s",
            sending ? "send" : "recv", sending ? "to" : "from", peer, (long long)x->timeout_ms,
            c->rank, peer, sending ? "receive" : "send");
@@ -293,7 +297,7 @@ static tpu_status_t run_send(coll_exec_t* x) {
   size_t total = a->count * tpu_dtype_size(a->dtype), cap = c->hdr->p2p_bytes, off = 0;
   do {
     size_t n = min_size(total - off, cap);
-    int w = comm_wait_word(c, &box->acked, c->p2p_sent[peer], x->deadline_ns);
+    int w = comm_wait_word(c, &box->acked, c->p2p_sent[peer], peer, x->deadline_ns);
     if (w) return p2p_failure(x, w, true);
     memcpy(data, ptr(a->send) + off, n);
     box->msg_bytes = total;
@@ -312,7 +316,7 @@ static tpu_status_t run_recv(coll_exec_t* x) {
   const uint8_t* data = comm_mailbox(c, peer, c->rank);
   size_t total = a->count * tpu_dtype_size(a->dtype), off = 0;
   do {
-    int w = comm_wait_word(c, &box->sent, c->p2p_recvd[peer] + 1, x->deadline_ns);
+    int w = comm_wait_word(c, &box->sent, c->p2p_recvd[peer] + 1, peer, x->deadline_ns);
     if (w) return p2p_failure(x, w, false);
     if (box->msg_bytes != total) {
       char msg[COMM_ABORT_MSG];
