@@ -412,6 +412,90 @@ def scenario_hosts(rank, world):
     expect(not notes["fallbacks"], f"fallbacks: {notes['fallbacks']}")
 
 
+def _dcp_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 6))
+
+
+def _dcp_step(m, opt, rank, world):
+    torch.manual_seed(3)
+    data, target = torch.randn(4 * world, 8), torch.randn(4 * world, 6)
+    lo, hi = 4 * rank, 4 * (rank + 1)
+    tpu = torch.device("tpu", 0)
+    opt.zero_grad()
+    ((m(data[lo:hi].to(tpu)) - target[lo:hi].to(tpu)) ** 2).mean().backward()
+    opt.step()
+
+
+def scenario_dcp_save(rank, world):
+    """FSDP2-sharded model and Adam state (DTensors on tpu) saved with
+    torch.distributed.checkpoint; rank 0 also writes the full values
+    (torch.save) for the reload to compare with."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    ckpt = os.environ["DIST_TEST_CKPT"]
+    mesh = init_device_mesh("tpu", (world,))
+    m = _dcp_model().to("tpu")
+    for layer in m:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(m, mesh=mesh)
+    opt = torch.optim.Adam(m.parameters(), lr=0.01)
+    for _ in range(2):
+        _dcp_step(m, opt, rank, world)
+    msd, osd = get_state_dict(m, opt)
+    expect(any(type(v).__name__ == "DTensor" for v in msd.values()), "model state is sharded")
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=ckpt)
+    full_m, full_o = get_state_dict(m, opt, options=StateDictOptions(full_state_dict=True,
+                                                                    cpu_offload=True))
+    if rank == 0:
+        torch.save({"model": full_m, "optim": full_o}, os.path.join(ckpt, "..", "full.pt"))
+    dist.barrier()
+    notes["keys"] = sorted(msd)
+
+
+def scenario_dcp_load(rank, world):
+    """Reloads scenario_dcp_save's checkpoint with a different world size
+    (plain or sharded model) and compares with the full values."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict,
+                                                         set_state_dict)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    ckpt = os.environ["DIST_TEST_CKPT"]
+    m = _dcp_model().to("tpu")
+    if world > 1:
+        mesh = init_device_mesh("tpu", (world,))
+        for layer in m:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(m, mesh=mesh)
+    opt = torch.optim.Adam(m.parameters(), lr=0.01)
+    msd, osd = get_state_dict(m, opt)  # (creates the optimizer state to load into)
+    sd = {"model": msd, "optim": osd}
+    dcp.load(sd, checkpoint_id=ckpt)
+    set_state_dict(m, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+    full = torch.load(os.path.join(ckpt, "..", "full.pt"), weights_only=False)
+    got_m, got_o = get_state_dict(m, opt, options=StateDictOptions(full_state_dict=True,
+                                                                  cpu_offload=True))
+    if rank != 0:  # (a full state dict with cpu_offload is on rank 0 only)
+        full = {"model": {}, "optim": {"state": {}}}
+    for k, v in full["model"].items():
+        expect(k in got_m and torch.equal(got_m[k].cpu(), v.cpu()), f"model {k} after reload")
+    for pk, st in full["optim"]["state"].items():
+        for name, v in st.items():
+            g = got_o["state"].get(pk, {}).get(name)
+            expect(g is not None and torch.equal(torch.as_tensor(g).cpu(), torch.as_tensor(v).cpu()),
+                   f"optimizer {pk}.{name} after reload")
+    # still trains on the new world size
+    _dcp_step(m, opt, rank, world)
+    notes["fallbacks"] = torch_tpu.fallback_counts()
+
+
 def scenario_init_styles(rank, world):
     """init_process_group(device_id=tpu:r) binds rank r to chip r."""
     tpu = torch.device("tpu", rank)

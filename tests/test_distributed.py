@@ -262,3 +262,19 @@ def test_two_hosts_in_network_namespaces(tmp_path):
         for n in ns:
             _sh("ip", "netns", "del", n)  # takes the veth pair with it
         assert not any(n in _sh("ip", "netns", "list").stdout for n in ns)
+
+
+@pytest.mark.parametrize("reload_world", [1, 4])
+def test_checkpoint_saved_sharded_reloads_with_another_world_size(tmp_path, reload_world):
+    # torch.distributed.checkpoint: FSDP2 model + Adam state saved by 2 ranks,
+    # reloaded by 1 (plain model) or 4 (resharded) and compared with the full values
+    ckpt = tmp_path / "ckpt"
+    results = run_ranks(tmp_path / "save", "dcp_save", 2, DIST_TEST_BACKEND="tpu_dist",
+                        DIST_TEST_CKPT=ckpt) if (tmp_path / "save").mkdir() is None else None
+    assert_ok(results)
+    assert any(k.endswith("weight") for k in results[0]["notes"]["keys"])
+    (tmp_path / "load").mkdir()
+    results = run_ranks(tmp_path / "load", "dcp_load", reload_world, DIST_TEST_BACKEND="tpu_dist",
+                        DIST_TEST_CKPT=ckpt)
+    assert_ok(results)
+    assert results[0]["notes"]["checks"] >= 4 + 2 * 4  # 4 model tensors, Adam's state of each
