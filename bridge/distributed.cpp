@@ -211,7 +211,11 @@ struct StagedOp {
   tpu_coll_request_t* req = nullptr;
   std::string what;  // "all_reduce (collective #3, Gloo between hosts) on rank 0 of 2"
   std::shared_ptr<InterState> state;
-  ~StagedOp() { tpu_coll_request_release(req); }
+  tpu_comm_t* local = nullptr;  // hierarchical: the host's communicator, aborted on failure
+  ~StagedOp() {
+    tpu_coll_request_release(req);
+    if (local) tpu_comm_release(local);
+  }
 };
 using StagedRef = std::shared_ptr<StagedOp>;
 
@@ -244,8 +248,38 @@ void staged_run(void* arg) {
     std::lock_guard<std::mutex> lock(op.state->mu);
     if (op.state->error.empty()) op.state->error = full;
   }
+  // The host's other ranks wait in the broadcast that follows: fail them too.
+  if (op.local) tpu_comm_abort(op.local, full.c_str());
   tpu_coll_request_complete(op.req, tpu_status_make(timed_out ? TPU_CODE_DEADLINE_EXCEEDED
                                                               : TPU_CODE_ABORTED, "%s", full.c_str()));
+}
+
+// Hierarchical all_reduce: one request for its parts, completed after them.
+struct CompositeOp {
+  std::vector<tpu_coll_request_t*> parts;
+  tpu_coll_request_t* req = nullptr;
+  std::string what;  // prefixed to a failure's message
+  ~CompositeOp() {
+    for (auto* p : parts) tpu_coll_request_release(p);
+    tpu_coll_request_release(req);
+  }
+};
+
+void composite_finish(void* arg) {
+  std::unique_ptr<CompositeOp> op(static_cast<CompositeOp*>(arg));
+  tpu_status_t first = TPU_OK;
+  for (auto* p : op->parts) {  // done: they ran earlier on this stream
+    tpu_status_t s = tpu_coll_request_wait(p);
+    if (first == TPU_OK) first = s;
+    else tpu_status_free(s);
+  }
+  if (first != TPU_OK) {
+    tpu_status_t annotated = tpu_status_make(tpu_status_code(first), "%s: %s", op->what.c_str(),
+                                             tpu_status_message(first));
+    tpu_status_free(first);
+    first = annotated;
+  }
+  tpu_coll_request_complete(op->req, first);
 }
 
 void staged_finish(void* arg) {
@@ -272,13 +306,22 @@ at::ScalarType gloo_type(at::ScalarType t) {
 
 class BackendTPU : public c10d::Backend {
  public:
+  // inter: Gloo over the whole group (several hosts), else null. leaders:
+  // Gloo between the hosts' first ranks (hierarchical all_reduce; null on the
+  // other ranks); host/local_rank/local_size: this rank's host and its place
+  // there, whose ranks then share a communicator (local_size 0: none).
   BackendTPU(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-             std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Backend> inter)
-      : c10d::Backend(rank, size), timeout_(timeout), inter_(std::move(inter)) {
-    if (inter_) return;  // between hosts: no shared-memory communicator
+             std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Backend> inter,
+             c10::intrusive_ptr<c10d::Backend> leaders, int host, int local_rank, int local_size,
+             std::string host_ranks)
+      : c10d::Backend(rank, size), timeout_(timeout), inter_(std::move(inter)),
+        leaders_(std::move(leaders)), host_(host), local_rank_(local_rank),
+        host_ranks_(std::move(host_ranks)) {
+    if (inter_ && local_size <= 0) return;  // between hosts, flat: no shared-memory communicator
+    if (!inter_) local_size = size, local_rank = rank;
     tpu_comm_id_t id;
-    const std::string key = "tpu_dist/comm_id";
-    if (rank == 0) {
+    const std::string key = inter_ ? "tpu_dist/comm_id/host" + std::to_string(host) : "tpu_dist/comm_id";
+    if (local_rank == 0) {
       check(tpu_comm_unique_id(&id));
       store->set(key, std::vector<uint8_t>(id.bytes, id.bytes + sizeof(id.bytes)));
     } else {
@@ -289,9 +332,9 @@ class BackendTPU : public c10d::Backend {
     tpu_status_t s;
     if (PyGILState_Check()) {
       py::gil_scoped_release no_gil;
-      s = tpu_comm_create(&id, size, rank, timeout.count(), &comm_);
+      s = tpu_comm_create(&id, local_size, local_rank, timeout.count(), &comm_);
     } else {
-      s = tpu_comm_create(&id, size, rank, timeout.count(), &comm_);
+      s = tpu_comm_create(&id, local_size, local_rank, timeout.count(), &comm_);
     }
     check(s);
   }
@@ -639,15 +682,69 @@ class BackendTPU : public c10d::Backend {
   // Gloo between hosts.
   tpu_coll_request_t* enqueue_on(c10::DeviceIndex dev, tpu_coll_args_t& a) {
     tpu_stream_t* st = current_runtime_stream(dev);
-    if (inter_) return enqueue_gloo(st, a);
+    if (inter_ && comm_ && a.kind == TPU_COLL_ALL_REDUCE) return enqueue_hierarchical(st, a);
+    if (inter_) return enqueue_gloo(st, a, inter_, rank_, size_);
     tpu_coll_request_t* req = nullptr;
     check(tpu_comm_enqueue(comm_, st, &a, &req));
     return req;
   }
 
-  // A collective through Gloo over host staging buffers (see the top).
-  tpu_coll_request_t* enqueue_gloo(tpu_stream_t* st, const tpu_coll_args_t& a) {
-    const int n = size_, me = rank_;
+  // all_reduce between hosts, hierarchically: reduce to the host's first
+  // rank (shared memory), all_reduce between those (Gloo), broadcast inside
+  // each host (shared memory). A Gloo failure aborts the host's communicator,
+  // so its other ranks fail too instead of taking the leader's buffer.
+  tpu_coll_request_t* enqueue_hierarchical(tpu_stream_t* st, const tpu_coll_args_t& a) {
+    TORCH_CHECK(!(a.dtype == TPU_DTYPE_BOOL && a.op == TPU_REDUCE_AVG),
+                "tpu_dist all_reduce: AVG is not defined for bool");
+    auto op = std::make_unique<CompositeOp>();
+    check(tpu_coll_request_create(&op->req));
+    op->what = "all_reduce (hierarchical #" + std::to_string(++inter_seq_) + ") on rank " +
+               std::to_string(rank_) + " of " + std::to_string(size_) + ", rank " +
+               std::to_string(local_rank_) + " of host " + std::to_string(host_) + " (" +
+               host_ranks_ + ")";
+    tpu_coll_args_t r = a;
+    r.kind = TPU_COLL_REDUCE;
+    r.root = 0;
+    if (r.op == TPU_REDUCE_AVG) r.op = TPU_REDUCE_SUM;  // divided by the world size between hosts
+    tpu_coll_request_t* part = nullptr;
+    check(tpu_comm_enqueue(comm_, st, &r, &part));
+    op->parts.push_back(part);
+    try {
+      if (local_rank_ == 0) {
+        tpu_coll_args_t g = a;
+        g.send = a.recv;
+        op->parts.push_back(enqueue_gloo(st, g, leaders_, host_, leaders_->getSize(), size_));
+      }
+      tpu_coll_args_t b = a;
+      b.kind = TPU_COLL_BROADCAST;
+      b.send = b.recv = a.recv;
+      b.root = 0;
+      part = nullptr;
+      check(tpu_comm_enqueue(comm_, st, &b, &part));
+      op->parts.push_back(part);
+    } catch (...) {
+      tpu_comm_abort(comm_, "tpu_dist: a hierarchical all_reduce could not be queued");
+      tpu_status_free(tpu_stream_synchronize(st));
+      throw;
+    }
+    tpu_coll_request_t* caller = op->req;
+    tpu_coll_request_retain(caller);
+    CompositeOp* raw = op.release();
+    tpu_status_t s = tpu_stream_host_fn(st, composite_finish, raw);
+    if (s != TPU_OK) {
+      delete raw;
+      tpu_coll_request_release(caller);
+      check(s);
+    }
+    return caller;
+  }
+
+  // A collective through Gloo over host staging buffers (see the top), as
+  // rank `me` of the `n` of `gloo`; AVG divides by `divisor` (default n).
+  tpu_coll_request_t* enqueue_gloo(tpu_stream_t* st, const tpu_coll_args_t& a,
+                                   c10::intrusive_ptr<c10d::Backend> gloo, int me, int n,
+                                   int divisor = 0) {
+    if (divisor <= 0) divisor = n;
     const char* name = tpu_coll_name(a.kind);
     bool rooted = a.kind == TPU_COLL_BROADCAST || a.kind == TPU_COLL_REDUCE ||
                   a.kind == TPU_COLL_GATHER || a.kind == TPU_COLL_SCATTER ||
@@ -667,7 +764,6 @@ class BackendTPU : public c10d::Backend {
     // Gloo stops the collective at its own timeout; the wait has a margin over it.
     const auto wait_t = t + std::chrono::milliseconds(2000);
     const tpu_reduce_op_t rop = a.op;
-    auto gloo = inter_;
     auto bytes = [](int64_t nb) { return at::empty({nb}, at::kByte); };
     // n equal parts of a flat buffer (views).
     auto parts = [](const at::Tensor& flat, int n, int64_t len) {
@@ -679,12 +775,17 @@ class BackendTPU : public c10d::Backend {
     auto op = std::make_shared<StagedOp>();
     op->state = inter_state_;
     op->what = std::string(name) + " (collective #" + std::to_string(++inter_seq_) +
-               ", Gloo between hosts) on rank " + std::to_string(me) + " of " + std::to_string(n);
+               ", Gloo between hosts) on rank " + std::to_string(rank_) + " of " + std::to_string(size_);
+    if (gloo.get() == leaders_.get() && comm_) {
+      op->what += " (host " + std::to_string(me) + " of " + std::to_string(n) + ")";
+      tpu_comm_retain(comm_);
+      op->local = comm_;
+    }
     std::vector<std::pair<at::Tensor, uint64_t>> in, out;  // (host buffer, device address)
-    auto finish_avg = [rop, n](at::Tensor& g) {
+    auto finish_avg = [rop, divisor](at::Tensor& g) {
       if (rop != TPU_REDUCE_AVG) return;
-      if (at::isFloatingType(g.scalar_type())) g.div_(n);
-      else g.div_(n, "trunc");
+      if (at::isFloatingType(g.scalar_type())) g.div_(divisor);
+      else g.div_(divisor, "trunc");
     };
     switch (a.kind) {
       case TPU_COLL_ALL_REDUCE:
@@ -963,6 +1064,9 @@ class BackendTPU : public c10d::Backend {
   tpu_comm_t* comm_ = nullptr;
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Backend> inter_;  // Gloo between hosts; null: shared memory
+  c10::intrusive_ptr<c10d::Backend> leaders_;  // hierarchical: Gloo between the hosts' first ranks
+  int host_ = 0, local_rank_ = 0;
+  std::string host_ranks_;  // "its ranks 1, 3" (messages name host-local ranks)
   std::shared_ptr<InterState> inter_state_ = std::make_shared<InterState>();
   uint64_t inter_seq_ = 0;
   std::vector<c10::intrusive_ptr<WorkTPU>> pending_;
@@ -975,13 +1079,20 @@ void init_distributed(py::module& m) {
   m.def(
       "_dist_create_backend",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-         std::chrono::duration<float> timeout,
-         c10::intrusive_ptr<c10d::Backend> inter) -> c10::intrusive_ptr<c10d::Backend> {
+         std::chrono::duration<float> timeout, c10::intrusive_ptr<c10d::Backend> inter,
+         c10::intrusive_ptr<c10d::Backend> leaders, int host, int local_rank,
+         int local_size, std::string host_ranks) -> c10::intrusive_ptr<c10d::Backend> {
         auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
-        return c10::make_intrusive<BackendTPU>(store, rank, size, ms, std::move(inter));
+        TORCH_CHECK(!leaders || local_rank == 0, "tpu_dist: only a host's first rank joins the leaders");
+        TORCH_CHECK(!inter || local_size <= 0 || local_rank != 0 || leaders,
+                    "tpu_dist: a host's first rank needs the leaders' group");
+        return c10::make_intrusive<BackendTPU>(store, rank, size, ms, std::move(inter), std::move(leaders),
+                                               host, local_rank, local_size, std::move(host_ranks));
       },
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
-      py::arg("inter") = c10::intrusive_ptr<c10d::Backend>());
+      py::arg("inter") = c10::intrusive_ptr<c10d::Backend>(),
+      py::arg("leaders") = c10::intrusive_ptr<c10d::Backend>(), py::arg("host") = 0,
+      py::arg("local_rank") = 0, py::arg("local_size") = 0, py::arg("host_ranks") = "");
 }
 
 }  // namespace torch_tpu

@@ -375,15 +375,17 @@ def scenario_hosts(rank, world):
     torch_tpu.set_fallback_mode("error")
     tpu = torch.device("tpu", 0)
     created = torch_tpu.distributed.created
-    expect(created and created[-1][2] > 1 and created[-1][3] == "gloo",
-           f"several hosts and the Gloo transport: {created}")
-    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+    expect(created and created[-1][2] > 1 and created[-1][3] == os.environ.get("DIST_TEST_TRANSPORT", "gloo"),
+           f"several hosts and the expected transport: {created}")
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.int16, torch.int64, torch.bool):
         n = 1000
         xs = [inputs(r, n, dtype) for r in range(world)]
-        for opname in ("sum", "max"):
+        for opname in OPS:
             t = xs[rank].to(tpu)
             dist.all_reduce(t, op=OPS[opname])
             expect(same(t, reference_reduce(xs, opname)), f"all_reduce {opname} {dtype}")
+        if dtype == torch.bool:
+            continue
         t = xs[rank].to(tpu)
         work = dist.all_reduce(t, op=dist.ReduceOp.AVG, async_op=True)
         fut = work.get_future()

@@ -81,18 +81,21 @@ def test_missing_rank_times_out_naming_the_collective(tmp_path):
     assert results[0]["notes"]["seconds"] < 30
 
 
-@pytest.mark.parametrize("hosts", [1, 2])
-def test_dead_rank_fails_its_peer(tmp_path, hosts):
-    # One host: the peer's wait notices the dead process (not a zombie
-    # reaped yet: the parent waits for rank 0 first) long before the 60 s
-    # timeout and names it. Two hosts (Gloo): the closed connection fails it.
+@pytest.mark.parametrize("world,hosts", [(2, 1), (2, 2), (4, 2)])
+def test_dead_rank_fails_its_peers(tmp_path, world, hosts):
+    # Rank 1 exits after a barrier; the others' all_reduce fails long before
+    # the 60 s timeout. One host: the peer's wait notices the dead process
+    # (a zombie: the parent waits for rank 0 first) and names it. Two hosts
+    # (Gloo): the closed connection fails it. Four ranks on two hosts
+    # (hierarchical): rank 0's Gloo part fails and aborts its host's
+    # communicator (rank 2 fails too); rank 3 notices its leader exited.
     store = tmp_path / "store"
     env = dict(os.environ, DIST_TEST_TIMEOUT="60", DIST_TEST_BACKEND="tpu_dist")
-    procs = [subprocess.Popen([sys.executable, WORKER, "dies", str(r), "2", str(store),
+    procs = [subprocess.Popen([sys.executable, WORKER, "dies", str(r), str(world), str(store),
                                str(tmp_path / f"result{r}.json")],
                               env=dict(env, TPU_DIST_HOST_KEY=f"h{r % hosts}"),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for r in range(2)]
+             for r in range(world)]
     try:
         for p in procs:
             p.wait(timeout=300)
@@ -100,15 +103,24 @@ def test_dead_rank_fails_its_peer(tmp_path, hosts):
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    with open(tmp_path / "result0.json") as f:
-        res = json.load(f)
-    assert not res["failures"], res
-    msg = res["notes"]["message"]
-    assert res["notes"]["seconds"] < 30, res
+    msgs = {}
+    for r in range(world):
+        if r == 1:
+            continue
+        with open(tmp_path / f"result{r}.json") as f:
+            res = json.load(f)
+        assert not res["failures"], res
+        assert res["notes"]["seconds"] < 30, res
+        msgs[r] = res["notes"]["message"]
     if hosts == 1:
-        assert "rank 1 did not arrive: its process (pid" in msg and "exited" in msg, msg
+        assert "rank 1 did not arrive: its process (pid" in msgs[0] and "exited" in msgs[0], msgs
     else:
-        assert "Gloo between hosts" in msg, msg
+        assert "Gloo between hosts" in msgs[0], msgs
+    if world == 4:
+        assert "Gloo between hosts" in msgs[2], msgs  # its leader's failure
+        # rank 1 is its host's rank 0
+        assert "all_reduce (hierarchical #" in msgs[3] and "on rank 3 of 4" in msgs[3], msgs
+        assert "rank 0 did not arrive: its process" in msgs[3], msgs
 
 
 def test_device_id_binds_rank_to_chip(tmp_path):
@@ -195,12 +207,23 @@ def test_ddp_between_hosts(tmp_path):
     assert_ok(results)
 
 
-def test_mixed_hosts_with_four_ranks(tmp_path):
-    # ranks 0, 1 on one host and 2, 3 on another: the group goes through Gloo
-    results = run_ranks(tmp_path, "hosts", 4, DIST_TEST_BACKEND="tpu_dist",
-                        env_per_rank=lambda r: {"TPU_DIST_HOST_KEY": f"h{r // 2}"})
+@pytest.mark.parametrize("transport", ["gloo+shm", "gloo"])
+def test_mixed_hosts_with_four_ranks(tmp_path, transport):
+    # ranks 0, 2 on one host and 1, 3 on another: all_reduce hierarchically
+    # (shared memory inside a host, Gloo between ranks 0 and 1), the rest
+    # through Gloo; or everything through Gloo (TPU_DIST_HIERARCHICAL=0)
+    results = run_ranks(tmp_path, "hosts", 4, DIST_TEST_BACKEND="tpu_dist", DIST_TEST_TRANSPORT=transport,
+                        TPU_DIST_HIERARCHICAL=int(transport == "gloo+shm"),
+                        env_per_rank=lambda r: {"TPU_DIST_HOST_KEY": f"h{r % 2}"})
     assert_ok(results)
-    assert results[0]["notes"]["created"][-1][2] == 2
+    assert results[0]["notes"]["created"][-1][2:] == [2, transport]
+
+
+def test_ddp_between_hosts_hierarchical(tmp_path):
+    # DDP's gradient all_reduce (AVG) through the hierarchical path
+    results = run_ranks(tmp_path, "ddp", 4, env_per_rank=lambda r: {"TPU_DIST_HOST_KEY": f"h{r // 2}"})
+    assert_ok(results)
+    assert results[0]["notes"]["created"][-1][3] == "gloo+shm"
 
 
 def _sh(*args):

@@ -19,7 +19,9 @@ processes in different network namespaces count as different hosts;
 uses shared memory; otherwise the backend runs every collective through a
 ``ProcessGroupGloo`` made on the same store (prefix ``tpu_dist/gloo/``) over
 host staging buffers (``GLOO_SOCKET_IFNAME`` picks its network interface, as
-for Gloo itself).
+for Gloo itself). When some host holds several ranks, all_reduce goes
+hierarchically: shared memory inside each host, Gloo between the hosts' first
+ranks (``TPU_DIST_HIERARCHICAL=0``: everything flat through Gloo).
 """
 import os
 import socket
@@ -89,12 +91,28 @@ def _create_backend(store, rank: int, size: int, timeout: timedelta):
         default = dist.is_initialized() and dist.distributed_c10d._get_default_group().bound_device_id
         if not default and _C.current_device() == 0:
             _C.set_device(_local_rank(rank) % count)
-    hosts = len(set(_hosts(store, rank, size)))
-    inter = None
-    if hosts > 1:
-        inter = dist.ProcessGroupGloo(dist.PrefixStore("tpu_dist/gloo/", store), rank, size, timeout)
-    created.append((rank, size, hosts, "gloo" if inter is not None else "shm"))
-    return _C._dist_create_backend(store, rank, size, timeout, inter)
+    keys = _hosts(store, rank, size)
+    order = list(dict.fromkeys(keys))  # hosts, in the order of their first rank
+    if len(order) == 1:
+        created.append((rank, size, 1, "shm"))
+        return _C._dist_create_backend(store, rank, size, timeout)
+    inter = dist.ProcessGroupGloo(dist.PrefixStore("tpu_dist/gloo/", store), rank, size, timeout)
+    if len(order) == size or os.environ.get("TPU_DIST_HIERARCHICAL", "1") == "0":
+        created.append((rank, size, len(order), "gloo"))
+        return _C._dist_create_backend(store, rank, size, timeout, inter)
+    # Some hosts hold several ranks: all_reduce goes hierarchically (shared
+    # memory inside each host, Gloo between the hosts' first ranks).
+    host = order.index(keys[rank])
+    local = [r for r in range(size) if keys[r] == keys[rank]]
+    local_rank = local.index(rank)
+    leaders = None
+    if local_rank == 0:
+        leaders = dist.ProcessGroupGloo(dist.PrefixStore("tpu_dist/leaders/", store), host, len(order),
+                                        timeout)
+    created.append((rank, size, len(order), "gloo+shm"))
+    names = "its ranks 0, 1, ... are group ranks " + ", ".join(map(str, local))
+    return _C._dist_create_backend(store, rank, size, timeout, inter, leaders, host, local_rank, len(local),
+                                   names)
 
 
 def _register() -> None:
