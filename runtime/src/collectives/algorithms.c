@@ -103,7 +103,13 @@ static tpu_status_t run_reduce(coll_exec_t* x) {
   size_t off = 0;
   do {
     size_t m = min_size(n - off, chunk);
-    memcpy(my_next(c), ptr(a->send) + off * es, m * es);
+    /* large all_reduce: this rank's own slice is read from send, not copied */
+    bool split = all && m * es > SMALL_REDUCE_BYTES && N > 1;
+    size_t mlo = split ? m * (size_t)r / (size_t)N : 0, mhi = split ? m * (size_t)(r + 1) / (size_t)N : 0;
+    uint8_t* slot = my_next(c);
+    const uint8_t* src = ptr(a->send) + off * es;
+    memcpy(slot, src, mlo * es);
+    memcpy(slot + mhi * es, src + mhi * es, (m - mhi) * es);
     TPU_RETURN_IF_ERROR(round_barrier(x, &first));
     uint32_t k = c->round;
     if (!all) { /* reduce to root: the root does the work */
@@ -115,8 +121,8 @@ static tpu_status_t run_reduce(coll_exec_t* x) {
       for (int p = 0; p < N; ++p) srcs[p] = comm_slot(c, p, k);
       coll_reduce(ptr(a->recv) + off * es, srcs, N, m, a->dtype, a->op, N);
     } else {
-      size_t lo = m * (size_t)r / (size_t)N, hi = m * (size_t)(r + 1) / (size_t)N;
-      for (int p = 0; p < N; ++p) srcs[p] = comm_slot(c, p, k) + lo * es;
+      size_t lo = mlo, hi = mhi;
+      for (int p = 0; p < N; ++p) srcs[p] = p == r ? src + lo * es : comm_slot(c, p, k) + lo * es;
       coll_reduce(comm_slot(c, r, k + 1) + lo * es, srcs, N, hi - lo, a->dtype, a->op, N);
       TPU_RETURN_IF_ERROR(round_barrier(x, &first));
       for (int p = 0; p < N; ++p) {
