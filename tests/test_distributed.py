@@ -81,6 +81,14 @@ def test_missing_rank_times_out_naming_the_collective(tmp_path):
     assert results[0]["notes"]["seconds"] < 30
 
 
+def test_missing_rank_times_out_between_hosts(tmp_path):
+    results = run_ranks(tmp_path, "timeout", 2, DIST_TEST_TIMEOUT=1.5, DIST_TEST_BACKEND="tpu_dist",
+                        env_per_rank=lambda r: {"TPU_DIST_HOST_KEY": f"h{r}"})
+    assert_ok(results)
+    assert "all_reduce (collective #2, Gloo between hosts)" in results[0]["notes"]["message"]
+    assert results[0]["notes"]["seconds"] < 30
+
+
 @pytest.mark.parametrize("world,hosts", [(2, 1), (2, 2), (4, 2)])
 def test_dead_rank_fails_its_peers(tmp_path, world, hosts):
     # Rank 1 exits after a barrier; the others' all_reduce fails long before
