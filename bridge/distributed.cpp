@@ -35,6 +35,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <atomic>
 
 #include "tpu_bridge.h"
 
@@ -202,6 +203,82 @@ uint64_t addr(const at::Tensor& t) { return (uint64_t)(uintptr_t)t.data_ptr(); }
 struct InterState {
   std::mutex mu;
   std::string error;
+
+  // Progress, for the message of a collective that fails: the number of the
+  // last collective this rank started through the whole group's Gloo,
+  // published to the store (key tpu_dist/progress/RANK) by a thread at most
+  // every 200 ms, so a failing rank can name the ranks that never started it.
+  std::atomic<uint64_t> started{0};
+
+  void start_publishing(c10::intrusive_ptr<c10d::Store> store, int rank, int size) {
+    store_ = std::move(store);
+    rank_ = rank;
+    size_ = size;
+    publisher_ = std::thread([this] { publish_loop(); });
+  }
+
+  ~InterState() {
+    if (!publisher_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(pub_mu_);
+      stop_ = true;
+    }
+    pub_cv_.notify_all();
+    publisher_.join();
+  }
+
+  // "; rank 1 did not arrive (last seen starting collective #1)" for every rank
+  // whose published progress is below `seq` (empty when none, or unknown).
+  std::string missing(uint64_t seq) {
+    if (!store_) return "";
+    std::string out;
+    try {
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_) continue;
+        std::string key = progress_key(p);
+        uint64_t at = 0;
+        if (store_->check({key})) {
+          auto v = store_->get(key);
+          at = std::stoull(std::string(v.begin(), v.end()));
+        }
+        if (at >= seq) continue;
+        out += "; rank " + std::to_string(p) + " did not arrive (" +
+               (at ? "last seen starting collective #" + std::to_string(at) : std::string("not seen starting any")) +
+               ")";
+      }
+    } catch (...) {
+      return out;  // the store is gone too: what is known
+    }
+    return out;
+  }
+
+ private:
+  static std::string progress_key(int rank) { return "tpu_dist/progress/" + std::to_string(rank); }
+
+  void publish_loop() {
+    uint64_t published = 0;
+    std::unique_lock<std::mutex> lock(pub_mu_);
+    while (!stop_) {
+      pub_cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; });
+      uint64_t now = started.load();
+      if (stop_ || now == published) continue;
+      lock.unlock();
+      try {
+        std::string v = std::to_string(now);
+        store_->set(progress_key(rank_), std::vector<uint8_t>(v.begin(), v.end()));
+        published = now;
+      } catch (...) {
+      }
+      lock.lock();
+    }
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  int rank_ = 0, size_ = 0;
+  std::mutex pub_mu_;
+  std::condition_variable pub_cv_;
+  bool stop_ = false;
+  std::thread publisher_;
 };
 
 // One collective through Gloo: what runs on the stream worker.
@@ -212,6 +289,8 @@ struct StagedOp {
   std::string what;  // "all_reduce (collective #3, Gloo between hosts) on rank 0 of 2"
   std::shared_ptr<InterState> state;
   tpu_comm_t* local = nullptr;  // hierarchical: the host's communicator, aborted on failure
+  uint64_t seq = 0;             // its number (progress)
+  bool whole_group = false;     // on the whole group's Gloo (progress, missing ranks)
   ~StagedOp() {
     tpu_coll_request_release(req);
     if (local) tpu_comm_release(local);
@@ -231,6 +310,7 @@ void staged_run(void* arg) {
       return;
     }
   }
+  if (op.whole_group) op.state->started.store(op.seq);
   std::string msg;
   try {
     op.body();
@@ -244,6 +324,7 @@ void staged_run(void* arg) {
   if (nl != std::string::npos) msg.resize(nl);
   bool timed_out = msg.find("imed out") != std::string::npos || msg.find("imeout") != std::string::npos;
   std::string full = op.what + (timed_out ? " timed out: " : " failed: ") + msg;
+  if (op.whole_group) full += op.state->missing(op.seq);
   {
     std::lock_guard<std::mutex> lock(op.state->mu);
     if (op.state->error.empty()) op.state->error = full;
@@ -317,6 +398,7 @@ class BackendTPU : public c10d::Backend {
       : c10d::Backend(rank, size), timeout_(timeout), inter_(std::move(inter)),
         leaders_(std::move(leaders)), host_(host), local_rank_(local_rank),
         host_ranks_(std::move(host_ranks)) {
+    if (inter_) inter_state_->start_publishing(store, rank, size);
     if (inter_ && local_size <= 0) return;  // between hosts, flat: no shared-memory communicator
     if (!inter_) local_size = size, local_rank = rank;
     tpu_comm_id_t id;
@@ -698,7 +780,8 @@ class BackendTPU : public c10d::Backend {
                 "tpu_dist all_reduce: AVG is not defined for bool");
     auto op = std::make_unique<CompositeOp>();
     check(tpu_coll_request_create(&op->req));
-    op->what = "all_reduce (hierarchical #" + std::to_string(++inter_seq_) + ") on rank " +
+    const uint64_t seq = ++inter_seq_;
+    op->what = "all_reduce (hierarchical #" + std::to_string(seq) + ") on rank " +
                std::to_string(rank_) + " of " + std::to_string(size_) + ", rank " +
                std::to_string(local_rank_) + " of host " + std::to_string(host_) + " (" +
                host_ranks_ + ")";
@@ -713,7 +796,7 @@ class BackendTPU : public c10d::Backend {
       if (local_rank_ == 0) {
         tpu_coll_args_t g = a;
         g.send = a.recv;
-        op->parts.push_back(enqueue_gloo(st, g, leaders_, host_, leaders_->getSize(), size_));
+        op->parts.push_back(enqueue_gloo(st, g, leaders_, host_, leaders_->getSize(), size_, seq));
       }
       tpu_coll_args_t b = a;
       b.kind = TPU_COLL_BROADCAST;
@@ -743,7 +826,8 @@ class BackendTPU : public c10d::Backend {
   // rank `me` of the `n` of `gloo`; AVG divides by `divisor` (default n).
   tpu_coll_request_t* enqueue_gloo(tpu_stream_t* st, const tpu_coll_args_t& a,
                                    c10::intrusive_ptr<c10d::Backend> gloo, int me, int n,
-                                   int divisor = 0) {
+                                   int divisor = 0, uint64_t seq = 0) {
+    if (!seq) seq = ++inter_seq_;
     if (divisor <= 0) divisor = n;
     const char* name = tpu_coll_name(a.kind);
     bool rooted = a.kind == TPU_COLL_BROADCAST || a.kind == TPU_COLL_REDUCE ||
@@ -774,7 +858,9 @@ class BackendTPU : public c10d::Backend {
 
     auto op = std::make_shared<StagedOp>();
     op->state = inter_state_;
-    op->what = std::string(name) + " (collective #" + std::to_string(++inter_seq_) +
+    op->seq = seq;
+    op->whole_group = gloo.get() == inter_.get();
+    op->what = std::string(name) + " (collective #" + std::to_string(seq) +
                ", Gloo between hosts) on rank " + std::to_string(rank_) + " of " + std::to_string(size_);
     if (gloo.get() == leaders_.get() && comm_) {
       op->what += " (host " + std::to_string(me) + " of " + std::to_string(n) + ")";

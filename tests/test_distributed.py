@@ -85,7 +85,9 @@ def test_missing_rank_times_out_between_hosts(tmp_path):
     results = run_ranks(tmp_path, "timeout", 2, DIST_TEST_TIMEOUT=1.5, DIST_TEST_BACKEND="tpu_dist",
                         env_per_rank=lambda r: {"TPU_DIST_HOST_KEY": f"h{r}"})
     assert_ok(results)
-    assert "all_reduce (collective #2, Gloo between hosts)" in results[0]["notes"]["message"]
+    msg = results[0]["notes"]["message"]
+    assert "all_reduce (collective #2, Gloo between hosts)" in msg, msg
+    assert "rank 1 did not arrive (last seen starting collective #1)" in msg, msg
     assert results[0]["notes"]["seconds"] < 30
 
 
@@ -124,6 +126,8 @@ def test_dead_rank_fails_its_peers(tmp_path, world, hosts):
         assert "rank 1 did not arrive: its process (pid" in msgs[0] and "exited" in msgs[0], msgs
     else:
         assert "Gloo between hosts" in msgs[0], msgs
+    if world == 2 and hosts == 2:  # (the flat Gloo group names who did not arrive)
+        assert "rank 1 did not arrive" in msgs[0], msgs
     if world == 4:
         assert "Gloo between hosts" in msgs[2], msgs  # its leader's failure
         # rank 1 is its host's rank 0
