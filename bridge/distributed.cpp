@@ -827,7 +827,6 @@ class BackendTPU : public c10d::Backend {
   tpu_coll_request_t* enqueue_gloo(tpu_stream_t* st, const tpu_coll_args_t& a,
                                    c10::intrusive_ptr<c10d::Backend> gloo, int me, int n,
                                    int divisor = 0, uint64_t seq = 0) {
-    if (!seq) seq = ++inter_seq_;
     if (divisor <= 0) divisor = n;
     const char* name = tpu_coll_name(a.kind);
     bool rooted = a.kind == TPU_COLL_BROADCAST || a.kind == TPU_COLL_REDUCE ||
@@ -841,6 +840,7 @@ class BackendTPU : public c10d::Backend {
                    a.kind == TPU_COLL_REDUCE_SCATTER;
     TORCH_CHECK(!(reduces && a.dtype == TPU_DTYPE_BOOL && a.op == TPU_REDUCE_AVG),
                 "tpu_dist ", name, ": AVG is not defined for bool");
+    if (!seq) seq = ++inter_seq_;  // (after the checks: every rank numbers the same calls)
     const at::ScalarType dtype = a.kind == TPU_COLL_BARRIER ? at::kByte : to_scalar_type(a.dtype);
     const int64_t elem = a.kind == TPU_COLL_BARRIER ? 1 : (int64_t)tpu_dtype_size(a.dtype);
     const int64_t count = (int64_t)a.count;
