@@ -8,7 +8,14 @@ S/t * (n-1)/n with S the gathered output's bytes. Best of N alternating
 rounds (tpu_dist, then Gloo, each round; both see the same machine load).
 Prints a table, writes bench/results/collectives.json.
 
+DDP: tokens/s of DistributedDataParallel training of a small language-model
+MLP (embedding 128, hidden 512, vocab 2048; 8 x 64 tokens per rank and step)
+with 1 and 2 processes (weak scaling: the per-rank batch is fixed), tpu
+(tpu_dist) and CPU (Gloo) side by side in alternating rounds of 5 steps, in
+one "cpu:gloo,tpu:tpu_dist" group. Scaling = tokens/s(2) / tokens/s(1).
+
 Usage: python bench/bench_collectives.py [--quick] [--max-mib 256] [--worlds 2,4]
+                                         [--what collectives,ddp]
 """
 import argparse
 import json
@@ -80,6 +87,76 @@ def worker(rank, world, store_file, out_file, sizes, rounds):
     dist.destroy_process_group()
 
 
+def ddp_worker(rank, world, store_file, out_file, rounds):
+    import torch
+    import torch.distributed as dist
+
+    import torch_tpu  # noqa: F401
+
+    torch.set_num_threads(1)
+    store = dist.FileStore(store_file, world)
+    dist.init_process_group("cpu:gloo,tpu:tpu_dist", store=store, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=600))
+    vocab, dim, hidden, batch, seq, steps = 2048, 128, 512, 8, 64, 5
+
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Embedding(vocab, dim), torch.nn.Linear(dim, hidden),
+                                   torch.nn.GELU(), torch.nn.Linear(hidden, dim), torch.nn.GELU(),
+                                   torch.nn.Linear(dim, vocab))
+
+    g = torch.Generator().manual_seed(rank)
+    tokens = torch.randint(0, vocab, (steps, batch, seq + 1), generator=g)
+    setups = {}
+    for dev in ("tpu", "cpu"):
+        m = torch.nn.parallel.DistributedDataParallel(model().to(dev))
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        setups[dev] = (m, opt, tokens.to(dev))
+
+    def run(dev):
+        m, opt, toks = setups[dev]
+        for s in range(steps):
+            opt.zero_grad()
+            logits = m(toks[s, :, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), toks[s, :, 1:].reshape(-1))
+            loss.backward()
+            opt.step()
+        loss.item()  # waits for the device
+
+    best = {}
+    for dev in ("tpu", "cpu"):
+        run(dev)  # warm-up
+    for _ in range(rounds):
+        for dev in ("tpu", "cpu"):
+            dist.barrier()
+            t0 = time.perf_counter()
+            run(dev)
+            t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            best[dev] = min(best.get(dev, t.item()), t.item())
+    if rank == 0:
+        toks = world * batch * seq * steps
+        with open(out_file, "w") as f:
+            json.dump({"world": world, "tokens_per_step": world * batch * seq,
+                       "tpu_dist_tokens_per_s": toks / best["tpu"],
+                       "gloo_cpu_tokens_per_s": toks / best["cpu"]}, f)
+    dist.destroy_process_group()
+
+
+def launch(args, world):
+    """Runs `world` worker processes of this script; returns rank 0's JSON."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store, out = os.path.join(tmp, "store"), os.path.join(tmp, "out.json")
+        env = dict(os.environ, TORCH_TPU_NUM_THREADS="1")
+        procs = [subprocess.Popen([sys.executable, __file__] + [a.format(rank=r, store=store, out=out)
+                                                                for a in args], env=env)
+                 for r in range(world)]
+        for p in procs:
+            p.wait(timeout=3600)
+        with open(out) as f:
+            return json.load(f)
+
+
 def human(n):
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024:
@@ -93,12 +170,50 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--max-mib", type=int, default=256)
     ap.add_argument("--worlds", default="2,4")
+    ap.add_argument("--what", default="collectives,ddp")
     ap.add_argument("--worker", nargs=6, help=argparse.SUPPRESS)
+    ap.add_argument("--ddp-worker", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         rank, world, store, out, sizes, rounds = args.worker
         worker(int(rank), int(world), store, out, [int(s) for s in sizes.split(",")], int(rounds))
         return
+    if args.ddp_worker:
+        rank, world, store, out, rounds = args.ddp_worker
+        ddp_worker(int(rank), int(world), store, out, int(rounds))
+        return
+    what = args.what.split(",")
+    path = os.path.join(os.path.dirname(__file__), "results", "collectives.json")
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        saved = {}
+    saved["machine_cores"] = os.cpu_count()
+    if "collectives" in what:
+        saved["results"] = collectives(args)
+    if "ddp" in what:
+        saved["ddp"] = ddp(args)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(saved, f, indent=1)
+
+
+def ddp(args):
+    rounds = 2 if args.quick else 4
+    rows = [launch(["--ddp-worker", "{rank}", str(w), "{store}", "{out}", str(rounds)], w) for w in (1, 2)]
+    print(f"{'DDP':<6}{'ranks':>6}{'tokens/step':>13}{'tpu_dist tok/s':>16}{'gloo cpu tok/s':>16}{'speedup':>9}")
+    for r in rows:
+        print(f"{'':<6}{r['world']:>6}{r['tokens_per_step']:>13}{r['tpu_dist_tokens_per_s']:>16.0f}"
+              f"{r['gloo_cpu_tokens_per_s']:>16.0f}{r['tpu_dist_tokens_per_s'] / r['gloo_cpu_tokens_per_s']:>8.2f}x")
+    scaling = {"tpu_dist": rows[1]["tpu_dist_tokens_per_s"] / rows[0]["tpu_dist_tokens_per_s"],
+               "gloo_cpu": rows[1]["gloo_cpu_tokens_per_s"] / rows[0]["gloo_cpu_tokens_per_s"]}
+    print(f"scaling 1 -> 2 processes: tpu_dist {scaling['tpu_dist']:.2f}x, gloo cpu {scaling['gloo_cpu']:.2f}x"
+          f" (machine: {os.cpu_count()} cores)")
+    return {"rows": rows, "scaling_1_to_2": scaling}
+
+
+def collectives(args):
     max_bytes = (16 if args.quick else args.max_mib) << 20
     sizes, s = [], 1024
     while s <= max_bytes:
@@ -123,9 +238,7 @@ def main():
         print(f"{r['op']:<11}{r['world']:>6}{human(r['bytes']):>11}{r['tpu_dist_us']:>13.1f}"
               f"{r['gloo_us']:>11.1f}{r['tpu_dist_busbw_GBps']:>15.3f}{r['gloo_busbw_GBps']:>11.3f}"
               f"{r['gloo_us'] / r['tpu_dist_us']:>8.2f}x")
-    os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
-    with open(os.path.join(os.path.dirname(__file__), "results", "collectives.json"), "w") as f:
-        json.dump({"machine_cores": os.cpu_count(), "results": results}, f, indent=1)
+    return results
 
 
 if __name__ == "__main__":

@@ -9,6 +9,15 @@
 // Futures are completed by one completion thread per backend, in order, so
 // their callbacks never run on a stream's worker.
 //
+// Between hosts (a group whose ranks are not all on one host, as
+// torch_tpu/distributed.py detects through the store), the backend holds a
+// ProcessGroupGloo made on the same store and runs every collective through
+// it over host staging buffers: enqueued on the same stream are the copies
+// device->host, a host function that runs the Gloo collective (and waits for
+// it, with the collective's timeout), the copies host->device, and a host
+// function that completes the request. The stream order, Work, futures and
+// timeouts are therefore the same as on the shared-memory path.
+//
 // Tensors must be dense tpu tensors; non-contiguous ones are staged through
 // contiguous copies (enqueued on the same stream, so ordering holds). The
 // list forms (allgather, gather, scatter, reduce_scatter, alltoall) stage
@@ -26,6 +35,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <atomic>
 
 #include "tpu_bridge.h"
 
@@ -186,14 +196,214 @@ tpu_reduce_op_t to_reduce_op(const c10d::ReduceOp& op) {
 
 uint64_t addr(const at::Tensor& t) { return (uint64_t)(uintptr_t)t.data_ptr(); }
 
+// ---- Between hosts: Gloo over staged host buffers ---------------------------------------------
+
+// The first failure of the Gloo path: later collectives fail at once with it
+// (like an aborted communicator).
+struct InterState {
+  std::mutex mu;
+  std::string error;
+
+  // Progress, for the message of a collective that fails: the number of the
+  // last collective this rank started through the whole group's Gloo,
+  // published to the store (key tpu_dist/progress/RANK) by a thread at most
+  // every 200 ms, so a failing rank can name the ranks that never started it.
+  std::atomic<uint64_t> started{0};
+
+  void start_publishing(c10::intrusive_ptr<c10d::Store> store, int rank, int size) {
+    store_ = std::move(store);
+    rank_ = rank;
+    size_ = size;
+    publisher_ = std::thread([this] { publish_loop(); });
+  }
+
+  ~InterState() {
+    if (!publisher_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(pub_mu_);
+      stop_ = true;
+    }
+    pub_cv_.notify_all();
+    publisher_.join();
+  }
+
+  // "; rank 1 did not arrive (last seen starting collective #1)" for every rank
+  // whose published progress is below `seq` (empty when none, or unknown).
+  std::string missing(uint64_t seq) {
+    if (!store_) return "";
+    std::string out;
+    try {
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_) continue;
+        std::string key = progress_key(p);
+        uint64_t at = 0;
+        if (store_->check({key})) {
+          auto v = store_->get(key);
+          at = std::stoull(std::string(v.begin(), v.end()));
+        }
+        if (at >= seq) continue;
+        out += "; rank " + std::to_string(p) + " did not arrive (" +
+               (at ? "last seen starting collective #" + std::to_string(at) : std::string("not seen starting any")) +
+               ")";
+      }
+    } catch (...) {
+      return out;  // the store is gone too: what is known
+    }
+    return out;
+  }
+
+ private:
+  static std::string progress_key(int rank) { return "tpu_dist/progress/" + std::to_string(rank); }
+
+  void publish_loop() {
+    uint64_t published = 0;
+    std::unique_lock<std::mutex> lock(pub_mu_);
+    while (!stop_) {
+      pub_cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; });
+      uint64_t now = started.load();
+      if (stop_ || now == published) continue;
+      lock.unlock();
+      try {
+        std::string v = std::to_string(now);
+        store_->set(progress_key(rank_), std::vector<uint8_t>(v.begin(), v.end()));
+        published = now;
+      } catch (...) {
+      }
+      lock.lock();
+    }
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  int rank_ = 0, size_ = 0;
+  std::mutex pub_mu_;
+  std::condition_variable pub_cv_;
+  bool stop_ = false;
+  std::thread publisher_;
+};
+
+// One collective through Gloo: what runs on the stream worker.
+struct StagedOp {
+  std::vector<at::Tensor> host;  // staging buffers, alive until the copies back ran
+  std::function<void()> body;    // the Gloo collective on them; throws on failure
+  tpu_coll_request_t* req = nullptr;
+  std::string what;  // "all_reduce (collective #3, Gloo between hosts) on rank 0 of 2"
+  std::shared_ptr<InterState> state;
+  tpu_comm_t* local = nullptr;  // hierarchical: the host's communicator, aborted on failure
+  uint64_t seq = 0;             // its number (progress)
+  bool whole_group = false;     // on the whole group's Gloo (progress, missing ranks)
+  ~StagedOp() {
+    tpu_coll_request_release(req);
+    if (local) tpu_comm_release(local);
+  }
+};
+using StagedRef = std::shared_ptr<StagedOp>;
+
+void staged_run(void* arg) {
+  std::unique_ptr<StagedRef> holder(static_cast<StagedRef*>(arg));
+  StagedOp& op = **holder;
+  {
+    std::lock_guard<std::mutex> lock(op.state->mu);
+    if (!op.state->error.empty()) {
+      tpu_coll_request_complete(op.req, tpu_status_make(TPU_CODE_ABORTED,
+          "%s: not run, the Gloo transport failed earlier: %s", op.what.c_str(),
+          op.state->error.c_str()));
+      return;
+    }
+  }
+  if (op.whole_group) op.state->started.store(op.seq);
+  std::string msg;
+  try {
+    op.body();
+    return;
+  } catch (const std::exception& e) {
+    msg = e.what();
+  } catch (...) {
+    msg = "unknown error";
+  }
+  auto nl = msg.find('\n');
+  if (nl != std::string::npos) msg.resize(nl);
+  bool timed_out = msg.find("imed out") != std::string::npos || msg.find("imeout") != std::string::npos;
+  std::string full = op.what + (timed_out ? " timed out: " : " failed: ") + msg;
+  if (op.whole_group) full += op.state->missing(op.seq);
+  {
+    std::lock_guard<std::mutex> lock(op.state->mu);
+    if (op.state->error.empty()) op.state->error = full;
+  }
+  // The host's other ranks wait in the broadcast that follows: fail them too.
+  if (op.local) tpu_comm_abort(op.local, full.c_str());
+  tpu_coll_request_complete(op.req, tpu_status_make(timed_out ? TPU_CODE_DEADLINE_EXCEEDED
+                                                              : TPU_CODE_ABORTED, "%s", full.c_str()));
+}
+
+// Hierarchical all_reduce: one request for its parts, completed after them.
+struct CompositeOp {
+  std::vector<tpu_coll_request_t*> parts;
+  tpu_coll_request_t* req = nullptr;
+  std::string what;  // prefixed to a failure's message
+  ~CompositeOp() {
+    for (auto* p : parts) tpu_coll_request_release(p);
+    tpu_coll_request_release(req);
+  }
+};
+
+void composite_finish(void* arg) {
+  std::unique_ptr<CompositeOp> op(static_cast<CompositeOp*>(arg));
+  tpu_status_t first = TPU_OK;
+  for (auto* p : op->parts) {  // done: they ran earlier on this stream
+    tpu_status_t s = tpu_coll_request_wait(p);
+    if (first == TPU_OK) first = s;
+    else tpu_status_free(s);
+  }
+  if (first != TPU_OK) {
+    tpu_status_t annotated = tpu_status_make(tpu_status_code(first), "%s: %s", op->what.c_str(),
+                                             tpu_status_message(first));
+    tpu_status_free(first);
+    first = annotated;
+  }
+  tpu_coll_request_complete(op->req, first);
+}
+
+void staged_finish(void* arg) {
+  std::unique_ptr<StagedRef> holder(static_cast<StagedRef*>(arg));
+  tpu_coll_request_complete((*holder)->req, TPU_OK);  // dropped if the body failed
+}
+
+c10d::ReduceOp to_c10d_op(tpu_reduce_op_t op) {
+  switch (op) {
+    case TPU_REDUCE_MIN: return c10d::ReduceOp::MIN;
+    case TPU_REDUCE_MAX: return c10d::ReduceOp::MAX;
+    case TPU_REDUCE_PRODUCT: return c10d::ReduceOp::PRODUCT;
+    default: return c10d::ReduceOp::SUM;  // AVG: a sum, divided after
+  }
+}
+
+// Reductions run in the dtype's compute type (half types in float32, as on
+// the shared-memory path); int16, which Gloo lacks, in int32 (wraps the same).
+at::ScalarType gloo_type(at::ScalarType t) {
+  if (t == at::kHalf || t == at::kBFloat16) return at::kFloat;
+  if (t == at::kShort) return at::kInt;
+  return t;
+}
+
 class BackendTPU : public c10d::Backend {
  public:
+  // inter: Gloo over the whole group (several hosts), else null. leaders:
+  // Gloo between the hosts' first ranks (hierarchical all_reduce; null on the
+  // other ranks); host/local_rank/local_size: this rank's host and its place
+  // there, whose ranks then share a communicator (local_size 0: none).
   BackendTPU(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-             std::chrono::milliseconds timeout)
-      : c10d::Backend(rank, size), timeout_(timeout) {
+             std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Backend> inter,
+             c10::intrusive_ptr<c10d::Backend> leaders, int host, int local_rank, int local_size,
+             std::string host_ranks)
+      : c10d::Backend(rank, size), timeout_(timeout), inter_(std::move(inter)),
+        leaders_(std::move(leaders)), host_(host), local_rank_(local_rank),
+        host_ranks_(std::move(host_ranks)) {
+    if (inter_) inter_state_->start_publishing(store, rank, size);
+    if (inter_ && local_size <= 0) return;  // between hosts, flat: no shared-memory communicator
+    if (!inter_) local_size = size, local_rank = rank;
     tpu_comm_id_t id;
-    const std::string key = "tpu_dist/comm_id";
-    if (rank == 0) {
+    const std::string key = inter_ ? "tpu_dist/comm_id/host" + std::to_string(host) : "tpu_dist/comm_id";
+    if (local_rank == 0) {
       check(tpu_comm_unique_id(&id));
       store->set(key, std::vector<uint8_t>(id.bytes, id.bytes + sizeof(id.bytes)));
     } else {
@@ -204,23 +414,27 @@ class BackendTPU : public c10d::Backend {
     tpu_status_t s;
     if (PyGILState_Check()) {
       py::gil_scoped_release no_gil;
-      s = tpu_comm_create(&id, size, rank, timeout.count(), &comm_);
+      s = tpu_comm_create(&id, local_size, local_rank, timeout.count(), &comm_);
     } else {
-      s = tpu_comm_create(&id, size, rank, timeout.count(), &comm_);
+      s = tpu_comm_create(&id, local_size, local_rank, timeout.count(), &comm_);
     }
     check(s);
   }
 
   ~BackendTPU() override {
     completer_.reset();  // waits for pending futures (each bounded by its timeout)
-    tpu_comm_release(comm_);
+    if (comm_) tpu_comm_release(comm_);
   }
 
   const std::string getBackendName() const override { return "tpu_dist"; }
 
   void setTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 
-  void abort() override { tpu_comm_abort(comm_, "aborted by the process group"); }
+  void abort() override {
+    if (comm_) tpu_comm_abort(comm_, "aborted by the process group");
+    std::lock_guard<std::mutex> lock(inter_state_->mu);
+    if (inter_state_->error.empty()) inter_state_->error = "aborted by the process group";
+  }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override {
@@ -489,9 +703,7 @@ class BackendTPU : public c10d::Backend {
     tpu_coll_args_t a{};
     a.kind = TPU_COLL_BARRIER;
     a.timeout_ms = timeout_ms(opts.timeout);
-    tpu_coll_request_t* req = nullptr;
-    check(tpu_comm_enqueue(comm_, current_runtime_stream(dev), &a, &req));
-    return finish(c10d::OpType::BARRIER, {req}, {}, {});
+    return finish(c10d::OpType::BARRIER, {enqueue_on(dev, a)}, {}, {});
   }
 
  private:
@@ -545,10 +757,307 @@ class BackendTPU : public c10d::Backend {
   }
 
   tpu_coll_request_t* enqueue(const at::Tensor& on, tpu_coll_args_t& a) {
-    tpu_stream_t* st = current_runtime_stream(on.device().index());
+    return enqueue_on(on.device().index(), a);
+  }
+
+  // The one place a collective is issued: the shared-memory communicator, or
+  // Gloo between hosts.
+  tpu_coll_request_t* enqueue_on(c10::DeviceIndex dev, tpu_coll_args_t& a) {
+    tpu_stream_t* st = current_runtime_stream(dev);
+    if (inter_ && comm_ && a.kind == TPU_COLL_ALL_REDUCE) return enqueue_hierarchical(st, a);
+    if (inter_) return enqueue_gloo(st, a, inter_, rank_, size_);
     tpu_coll_request_t* req = nullptr;
     check(tpu_comm_enqueue(comm_, st, &a, &req));
     return req;
+  }
+
+  // all_reduce between hosts, hierarchically: reduce to the host's first
+  // rank (shared memory), all_reduce between those (Gloo), broadcast inside
+  // each host (shared memory). A Gloo failure aborts the host's communicator,
+  // so its other ranks fail too instead of taking the leader's buffer.
+  tpu_coll_request_t* enqueue_hierarchical(tpu_stream_t* st, const tpu_coll_args_t& a) {
+    TORCH_CHECK(!(a.dtype == TPU_DTYPE_BOOL && a.op == TPU_REDUCE_AVG),
+                "tpu_dist all_reduce: AVG is not defined for bool");
+    auto op = std::make_unique<CompositeOp>();
+    check(tpu_coll_request_create(&op->req));
+    const uint64_t seq = ++inter_seq_;
+    op->what = "all_reduce (hierarchical #" + std::to_string(seq) + ") on rank " +
+               std::to_string(rank_) + " of " + std::to_string(size_) + ", rank " +
+               std::to_string(local_rank_) + " of host " + std::to_string(host_) + " (" +
+               host_ranks_ + ")";
+    tpu_coll_args_t r = a;
+    r.kind = TPU_COLL_REDUCE;
+    r.root = 0;
+    if (r.op == TPU_REDUCE_AVG) r.op = TPU_REDUCE_SUM;  // divided by the world size between hosts
+    tpu_coll_request_t* part = nullptr;
+    check(tpu_comm_enqueue(comm_, st, &r, &part));
+    op->parts.push_back(part);
+    try {
+      if (local_rank_ == 0) {
+        tpu_coll_args_t g = a;
+        g.send = a.recv;
+        op->parts.push_back(enqueue_gloo(st, g, leaders_, host_, leaders_->getSize(), size_, seq));
+      }
+      tpu_coll_args_t b = a;
+      b.kind = TPU_COLL_BROADCAST;
+      b.send = b.recv = a.recv;
+      b.root = 0;
+      part = nullptr;
+      check(tpu_comm_enqueue(comm_, st, &b, &part));
+      op->parts.push_back(part);
+    } catch (...) {
+      tpu_comm_abort(comm_, "tpu_dist: a hierarchical all_reduce could not be queued");
+      tpu_status_free(tpu_stream_synchronize(st));
+      throw;
+    }
+    tpu_coll_request_t* caller = op->req;
+    tpu_coll_request_retain(caller);
+    CompositeOp* raw = op.release();
+    tpu_status_t s = tpu_stream_host_fn(st, composite_finish, raw);
+    if (s != TPU_OK) {
+      delete raw;
+      tpu_coll_request_release(caller);
+      check(s);
+    }
+    return caller;
+  }
+
+  // A collective through Gloo over host staging buffers (see the top), as
+  // rank `me` of the `n` of `gloo`; AVG divides by `divisor` (default n).
+  tpu_coll_request_t* enqueue_gloo(tpu_stream_t* st, const tpu_coll_args_t& a,
+                                   c10::intrusive_ptr<c10d::Backend> gloo, int me, int n,
+                                   int divisor = 0, uint64_t seq = 0) {
+    if (divisor <= 0) divisor = n;
+    const char* name = tpu_coll_name(a.kind);
+    bool rooted = a.kind == TPU_COLL_BROADCAST || a.kind == TPU_COLL_REDUCE ||
+                  a.kind == TPU_COLL_GATHER || a.kind == TPU_COLL_SCATTER ||
+                  a.kind == TPU_COLL_SEND || a.kind == TPU_COLL_RECV;
+    TORCH_CHECK(!rooted || (a.root >= 0 && a.root < n), "tpu_dist ", name, ": rank ", a.root,
+                " is not in the group of ", n);
+    TORCH_CHECK(!((a.kind == TPU_COLL_SEND || a.kind == TPU_COLL_RECV) && a.root == me),
+                "tpu_dist ", name, ": the peer is this rank");
+    bool reduces = a.kind == TPU_COLL_ALL_REDUCE || a.kind == TPU_COLL_REDUCE ||
+                   a.kind == TPU_COLL_REDUCE_SCATTER;
+    TORCH_CHECK(!(reduces && a.dtype == TPU_DTYPE_BOOL && a.op == TPU_REDUCE_AVG),
+                "tpu_dist ", name, ": AVG is not defined for bool");
+    if (!seq) seq = ++inter_seq_;  // (after the checks: every rank numbers the same calls)
+    const at::ScalarType dtype = a.kind == TPU_COLL_BARRIER ? at::kByte : to_scalar_type(a.dtype);
+    const int64_t elem = a.kind == TPU_COLL_BARRIER ? 1 : (int64_t)tpu_dtype_size(a.dtype);
+    const int64_t count = (int64_t)a.count;
+    const std::chrono::milliseconds t(a.timeout_ms > 0 ? a.timeout_ms : (int64_t)timeout_.count());
+    // Gloo stops the collective at its own timeout; the wait has a margin over it.
+    const auto wait_t = t + std::chrono::milliseconds(2000);
+    const tpu_reduce_op_t rop = a.op;
+    auto bytes = [](int64_t nb) { return at::empty({nb}, at::kByte); };
+    // n equal parts of a flat buffer (views).
+    auto parts = [](const at::Tensor& flat, int n, int64_t len) {
+      std::vector<at::Tensor> v;
+      for (int p = 0; p < n; ++p) v.push_back(flat.narrow(0, p * len, len));
+      return v;
+    };
+
+    auto op = std::make_shared<StagedOp>();
+    op->state = inter_state_;
+    op->seq = seq;
+    op->whole_group = gloo.get() == inter_.get();
+    op->what = std::string(name) + " (collective #" + std::to_string(seq) +
+               ", Gloo between hosts) on rank " + std::to_string(rank_) + " of " + std::to_string(size_);
+    if (gloo.get() == leaders_.get() && comm_) {
+      op->what += " (host " + std::to_string(me) + " of " + std::to_string(n) + ")";
+      tpu_comm_retain(comm_);
+      op->local = comm_;
+    }
+    std::vector<std::pair<at::Tensor, uint64_t>> in, out;  // (host buffer, device address)
+    auto finish_avg = [rop, divisor](at::Tensor& g) {
+      if (rop != TPU_REDUCE_AVG) return;
+      if (at::isFloatingType(g.scalar_type())) g.div_(divisor);
+      else g.div_(divisor, "trunc");
+    };
+    switch (a.kind) {
+      case TPU_COLL_ALL_REDUCE:
+      case TPU_COLL_REDUCE: {
+        auto h = at::empty({count}, dtype);
+        in.push_back({h, a.send});
+        bool all = a.kind == TPU_COLL_ALL_REDUCE;
+        if (all || me == a.root) out.push_back({h, a.recv});
+        int root = a.root;
+        op->body = [=]() mutable {
+          auto g = h.scalar_type() == gloo_type(dtype) ? h : h.to(gloo_type(dtype));
+          std::vector<at::Tensor> v{g};
+          if (all) {
+            c10d::AllreduceOptions o;
+            o.reduceOp = to_c10d_op(rop);
+            o.timeout = t;
+            gloo->allreduce(v, o)->wait(wait_t);
+          } else {
+            c10d::ReduceOptions o;
+            o.reduceOp = to_c10d_op(rop);
+            o.rootRank = root;
+            o.timeout = t;
+            gloo->reduce(v, o)->wait(wait_t);
+          }
+          finish_avg(g);
+          if (!g.is_same(h)) h.copy_(g);
+        };
+        break;
+      }
+      case TPU_COLL_BROADCAST: {
+        auto h = bytes(count * elem);
+        if (me == a.root) in.push_back({h, a.send});
+        else out.push_back({h, a.recv});
+        int root = a.root;
+        op->body = [=]() {
+          std::vector<at::Tensor> v{h};
+          c10d::BroadcastOptions o;
+          o.rootRank = root;
+          o.timeout = t;
+          gloo->broadcast(v, o)->wait(wait_t);
+        };
+        break;
+      }
+      case TPU_COLL_ALL_GATHER:
+      case TPU_COLL_GATHER: {
+        auto hin = bytes(count * elem);
+        in.push_back({hin, a.send});
+        bool all = a.kind == TPU_COLL_ALL_GATHER;
+        bool receives = all || me == a.root;
+        auto hout = bytes(receives ? n * count * elem : 0);
+        if (receives) out.push_back({hout, a.recv});
+        int root = a.root;
+        op->body = [=]() {
+          std::vector<at::Tensor> inputs{hin};
+          std::vector<std::vector<at::Tensor>> outputs(1);
+          if (receives) outputs[0] = parts(hout, n, count * elem);
+          if (all) {
+            c10d::AllgatherOptions o;
+            o.timeout = t;
+            gloo->allgather(outputs, inputs, o)->wait(wait_t);
+          } else {
+            c10d::GatherOptions o;
+            o.rootRank = root;
+            o.timeout = t;
+            if (!receives) outputs.clear();
+            gloo->gather(outputs, inputs, o)->wait(wait_t);
+          }
+        };
+        break;
+      }
+      case TPU_COLL_SCATTER: {
+        bool root = me == a.root;
+        auto hin = bytes(root ? n * count * elem : 0);
+        if (root) in.push_back({hin, a.send});
+        auto hout = bytes(count * elem);
+        out.push_back({hout, a.recv});
+        int r = a.root;
+        op->body = [=]() {
+          std::vector<at::Tensor> outputs{hout};
+          std::vector<std::vector<at::Tensor>> inputs;
+          if (root) inputs.push_back(parts(hin, n, count * elem));
+          c10d::ScatterOptions o;
+          o.rootRank = r;
+          o.timeout = t;
+          gloo->scatter(outputs, inputs, o)->wait(wait_t);
+        };
+        break;
+      }
+      case TPU_COLL_REDUCE_SCATTER: {
+        auto hin = at::empty({n * count}, dtype);
+        auto hout = at::empty({count}, dtype);
+        in.push_back({hin, a.send});
+        out.push_back({hout, a.recv});
+        op->body = [=]() mutable {
+          auto gt = gloo_type(dtype);
+          auto gin = hin.scalar_type() == gt ? hin : hin.to(gt);
+          auto gout = hout.scalar_type() == gt ? hout : at::empty({count}, gt);
+          c10d::ReduceScatterOptions o;
+          o.reduceOp = to_c10d_op(rop);
+          o.timeout = t;
+          gloo->_reduce_scatter_base(gout, gin, o)->wait(wait_t);
+          finish_avg(gout);
+          if (!gout.is_same(hout)) hout.copy_(gout);
+        };
+        break;
+      }
+      case TPU_COLL_ALL_TO_ALL: {
+        std::vector<int64_t> sb(n), rb(n);
+        int64_t st_total = 0, rt_total = 0;
+        for (int p = 0; p < n; ++p) {
+          sb[p] = (int64_t)(a.send_counts ? a.send_counts[p] : a.count) * elem;
+          rb[p] = (int64_t)(a.recv_counts ? a.recv_counts[p] : a.count) * elem;
+          st_total += sb[p];
+          rt_total += rb[p];
+        }
+        TORCH_CHECK(!a.send_displs && !a.recv_displs, "tpu_dist all_to_all over Gloo: packed buffers only");
+        auto hin = bytes(st_total), hout = bytes(rt_total);
+        in.push_back({hin, a.send});
+        out.push_back({hout, a.recv});
+        op->body = [=]() mutable {
+          c10d::AllToAllOptions o;
+          o.timeout = t;
+          gloo->alltoall_base(hout, hin, rb, sb, o)->wait(wait_t);
+        };
+        break;
+      }
+      case TPU_COLL_SEND: {
+        auto h = bytes(count * elem);
+        in.push_back({h, a.send});
+        int peer = a.root;
+        op->body = [=]() {
+          std::vector<at::Tensor> v{h};
+          gloo->send(v, peer, 0)->wait(wait_t);
+        };
+        break;
+      }
+      case TPU_COLL_RECV: {
+        auto h = bytes(count * elem);
+        out.push_back({h, a.recv});
+        int peer = a.root;
+        op->body = [=]() {
+          std::vector<at::Tensor> v{h};
+          gloo->recv(v, peer, 0)->wait(wait_t);
+        };
+        break;
+      }
+      case TPU_COLL_BARRIER: {
+        op->body = [=]() {
+          c10d::BarrierOptions o;
+          o.timeout = t;
+          gloo->barrier(o)->wait(wait_t);
+        };
+        break;
+      }
+      default:
+        TORCH_CHECK(false, "tpu_dist: ", name, " is not supported over Gloo");
+    }
+    for (auto& p : in) op->host.push_back(p.first);
+    for (auto& p : out) op->host.push_back(p.first);
+    check(tpu_coll_request_create(&op->req));
+    tpu_coll_request_t* caller_req = op->req;  // the caller's reference; op holds another
+    tpu_coll_request_retain(caller_req);
+    // Queue: copies in, the Gloo collective, copies back, completion. On a
+    // failure to queue, wait for what was queued (it uses the host buffers).
+    tpu_status_t s = TPU_OK;
+    for (auto& p : in)
+      if (s == TPU_OK && p.first.numel())
+        s = tpu_stream_copy(st, TPU_COPY_D2H, addr(p.first), p.second, (size_t)p.first.numel() * p.first.element_size());
+    if (s == TPU_OK) {
+      auto* h = new StagedRef(op);
+      s = tpu_stream_host_fn(st, staged_run, h);
+      if (s != TPU_OK) delete h;
+    }
+    for (auto& p : out)
+      if (s == TPU_OK && p.first.numel())
+        s = tpu_stream_copy(st, TPU_COPY_H2D, p.second, addr(p.first), (size_t)p.first.numel() * p.first.element_size());
+    if (s == TPU_OK) {
+      auto* h = new StagedRef(op);
+      s = tpu_stream_host_fn(st, staged_finish, h);
+      if (s != TPU_OK) delete h;
+    }
+    if (s != TPU_OK) {
+      tpu_status_free(tpu_stream_synchronize(st));
+      check(s);
+    }
+    return caller_req;
   }
 
   // One collective whose result lands in `target`: through a contiguous
@@ -640,6 +1149,12 @@ class BackendTPU : public c10d::Backend {
 
   tpu_comm_t* comm_ = nullptr;
   std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::Backend> inter_;  // Gloo between hosts; null: shared memory
+  c10::intrusive_ptr<c10d::Backend> leaders_;  // hierarchical: Gloo between the hosts' first ranks
+  int host_ = 0, local_rank_ = 0;
+  std::string host_ranks_;  // "its ranks 1, 3" (messages name host-local ranks)
+  std::shared_ptr<InterState> inter_state_ = std::make_shared<InterState>();
+  uint64_t inter_seq_ = 0;
   std::vector<c10::intrusive_ptr<WorkTPU>> pending_;
   std::unique_ptr<Completer> completer_ = std::make_unique<Completer>();
 };
@@ -650,11 +1165,20 @@ void init_distributed(py::module& m) {
   m.def(
       "_dist_create_backend",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-         std::chrono::duration<float> timeout) -> c10::intrusive_ptr<c10d::Backend> {
+         std::chrono::duration<float> timeout, c10::intrusive_ptr<c10d::Backend> inter,
+         c10::intrusive_ptr<c10d::Backend> leaders, int host, int local_rank,
+         int local_size, std::string host_ranks) -> c10::intrusive_ptr<c10d::Backend> {
         auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
-        return c10::make_intrusive<BackendTPU>(store, rank, size, ms);
+        TORCH_CHECK(!leaders || local_rank == 0, "tpu_dist: only a host's first rank joins the leaders");
+        TORCH_CHECK(!inter || local_size <= 0 || local_rank != 0 || leaders,
+                    "tpu_dist: a host's first rank needs the leaders' group");
+        return c10::make_intrusive<BackendTPU>(store, rank, size, ms, std::move(inter), std::move(leaders),
+                                               host, local_rank, local_size, std::move(host_ranks));
       },
-      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"));
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+      py::arg("inter") = c10::intrusive_ptr<c10d::Backend>(),
+      py::arg("leaders") = c10::intrusive_ptr<c10d::Backend>(), py::arg("host") = 0,
+      py::arg("local_rank") = 0, py::arg("local_size") = 0, py::arg("host_ranks") = "");
 }
 
 }  // namespace torch_tpu

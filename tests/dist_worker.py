@@ -264,7 +264,10 @@ def scenario_timeout(rank, world):
             msg = str(e)
             notes["message"] = msg.splitlines()[0]
             expect("all_reduce" in msg, "message names the collective")
-            expect("rank 1 did not arrive" in msg, "message names the missing rank")
+            if os.environ.get("TPU_DIST_HOST_KEY"):  # Gloo between hosts: its timeout
+                expect("Gloo between hosts) on rank 0 of 2 timed out" in msg, "Gloo's timeout")
+            else:
+                expect("rank 1 did not arrive" in msg, "message names the missing rank")
         except Exception as e:  # noqa
             expect(False, f"wrong exception {type(e).__name__}: {e}")
         notes["seconds"] = time.time() - t0
@@ -274,21 +277,25 @@ def scenario_timeout(rank, world):
             dist.barrier()
             expect(False, "barrier after abort succeeded")
         except dist.DistBackendError as e:
-            expect("aborted" in str(e), f"rank 1 sees the abort: {e}")
+            # (between hosts: rank 0 has left, Gloo fails the barrier)
+            expect("aborted" in str(e) or os.environ.get("TPU_DIST_HOST_KEY"), f"rank 1 sees the abort: {e}")
 
 
 def scenario_dies(rank, world):
-    """Rank 1 dies after a barrier: rank 0's next all_reduce times out naming it."""
+    """Rank 1 dies after a barrier: rank 0's next all_reduce fails (naming it
+    on one host, where its exit is noticed at once)."""
     tpu = torch.device("tpu", 0)
     dist.barrier()
     if rank == 1:
         os._exit(0)
+    t0 = time.time()
     try:
         dist.all_reduce(torch.ones(4, device=tpu))
-        expect(False, "all_reduce did not time out")
+        expect(False, "all_reduce did not fail")
     except dist.DistBackendError as e:
         notes["message"] = str(e).splitlines()[0]
-        expect("all_reduce" in str(e) and "rank 1 did not arrive" in str(e), "names the dead rank")
+        expect("all_reduce" in str(e), "names the collective")
+    notes["seconds"] = time.time() - t0
 
 
 def scenario_fsdp2(rank, world):
@@ -365,6 +372,136 @@ def scenario_dtensor(rank, world):
     expect(torch.allclose(g, ref[0].weight.grad, atol=1e-5, rtol=1e-5), "tensor-parallel gradient")
 
 
+def scenario_hosts(rank, world):
+    """A group across hosts (network namespaces, or TPU_DIST_HOST_KEY): the
+    backend runs through Gloo; all_reduce, all_gather, broadcast, send/recv
+    and a barrier give the expected values."""
+    torch_tpu.set_fallback_mode("error")
+    tpu = torch.device("tpu", 0)
+    created = torch_tpu.distributed.created
+    expect(created and created[-1][2] > 1 and created[-1][3] == os.environ.get("DIST_TEST_TRANSPORT", "gloo"),
+           f"several hosts and the expected transport: {created}")
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.int16, torch.int64, torch.bool):
+        n = 1000
+        xs = [inputs(r, n, dtype) for r in range(world)]
+        for opname in OPS:
+            t = xs[rank].to(tpu)
+            dist.all_reduce(t, op=OPS[opname])
+            expect(same(t, reference_reduce(xs, opname)), f"all_reduce {opname} {dtype}")
+        if dtype == torch.bool:
+            continue
+        t = xs[rank].to(tpu)
+        work = dist.all_reduce(t, op=dist.ReduceOp.AVG, async_op=True)
+        fut = work.get_future()
+        work.wait()
+        ref = reference_reduce(xs, "sum")
+        ref = (ref.double() / world).to(dtype) if dtype.is_floating_point else \
+            torch.div(ref, world, rounding_mode="trunc")
+        expect(same(t, ref) and same(fut.wait()[0], ref), f"all_reduce avg {dtype}")
+        flat = torch.empty(world * n, dtype=dtype, device=tpu)
+        dist.all_gather_into_tensor(flat, xs[rank].to(tpu))
+        expect(same(flat, torch.cat(xs)), f"all_gather_into_tensor {dtype}")
+        t = xs[rank].to(tpu)
+        dist.broadcast(t, src=world - 1)
+        expect(same(t, xs[world - 1]), f"broadcast {dtype}")
+        t = xs[rank].to(tpu) * 2  # a pending result on the stream feeds the collective
+        dist.all_reduce(t)
+        expect(same(t, reference_reduce([x * 2 for x in xs], "sum")), f"queued input {dtype}")
+    buf = torch.empty(5, device=tpu)
+    if rank == 0:
+        dist.send(torch.arange(5.0, device=tpu), world - 1)
+    elif rank == world - 1:
+        dist.recv(buf, 0)
+        expect(same(buf, torch.arange(5.0)), "send/recv")
+    dist.barrier()
+    notes["fallbacks"] = torch_tpu.fallback_counts()
+    expect(not notes["fallbacks"], f"fallbacks: {notes['fallbacks']}")
+
+
+def _dcp_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 6))
+
+
+def _dcp_step(m, opt, rank, world):
+    torch.manual_seed(3)
+    data, target = torch.randn(4 * world, 8), torch.randn(4 * world, 6)
+    lo, hi = 4 * rank, 4 * (rank + 1)
+    tpu = torch.device("tpu", 0)
+    opt.zero_grad()
+    ((m(data[lo:hi].to(tpu)) - target[lo:hi].to(tpu)) ** 2).mean().backward()
+    opt.step()
+
+
+def scenario_dcp_save(rank, world):
+    """FSDP2-sharded model and Adam state (DTensors on tpu) saved with
+    torch.distributed.checkpoint; rank 0 also writes the full values
+    (torch.save) for the reload to compare with."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    ckpt = os.environ["DIST_TEST_CKPT"]
+    mesh = init_device_mesh("tpu", (world,))
+    m = _dcp_model().to("tpu")
+    for layer in m:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(m, mesh=mesh)
+    opt = torch.optim.Adam(m.parameters(), lr=0.01)
+    for _ in range(2):
+        _dcp_step(m, opt, rank, world)
+    msd, osd = get_state_dict(m, opt)
+    expect(any(type(v).__name__ == "DTensor" for v in msd.values()), "model state is sharded")
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=ckpt)
+    full_m, full_o = get_state_dict(m, opt, options=StateDictOptions(full_state_dict=True,
+                                                                    cpu_offload=True))
+    if rank == 0:
+        torch.save({"model": full_m, "optim": full_o}, os.path.join(ckpt, "..", "full.pt"))
+    dist.barrier()
+    notes["keys"] = sorted(msd)
+
+
+def scenario_dcp_load(rank, world):
+    """Reloads scenario_dcp_save's checkpoint with a different world size
+    (plain or sharded model) and compares with the full values."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict,
+                                                         set_state_dict)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    ckpt = os.environ["DIST_TEST_CKPT"]
+    m = _dcp_model().to("tpu")
+    if world > 1:
+        mesh = init_device_mesh("tpu", (world,))
+        for layer in m:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(m, mesh=mesh)
+    opt = torch.optim.Adam(m.parameters(), lr=0.01)
+    msd, osd = get_state_dict(m, opt)  # (creates the optimizer state to load into)
+    sd = {"model": msd, "optim": osd}
+    dcp.load(sd, checkpoint_id=ckpt)
+    set_state_dict(m, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+    full = torch.load(os.path.join(ckpt, "..", "full.pt"), weights_only=False)
+    got_m, got_o = get_state_dict(m, opt, options=StateDictOptions(full_state_dict=True,
+                                                                  cpu_offload=True))
+    if rank != 0:  # (a full state dict with cpu_offload is on rank 0 only)
+        full = {"model": {}, "optim": {"state": {}}}
+    for k, v in full["model"].items():
+        expect(k in got_m and torch.equal(got_m[k].cpu(), v.cpu()), f"model {k} after reload")
+    for pk, st in full["optim"]["state"].items():
+        for name, v in st.items():
+            g = got_o["state"].get(pk, {}).get(name)
+            expect(g is not None and torch.equal(torch.as_tensor(g).cpu(), torch.as_tensor(v).cpu()),
+                   f"optimizer {pk}.{name} after reload")
+    # still trains on the new world size
+    _dcp_step(m, opt, rank, world)
+    notes["fallbacks"] = torch_tpu.fallback_counts()
+
+
 def scenario_init_styles(rank, world):
     """init_process_group(device_id=tpu:r) binds rank r to chip r."""
     tpu = torch.device("tpu", rank)
@@ -379,7 +516,13 @@ def main():
     scenario, rank, world, store_file, result_file = sys.argv[1:6]
     rank, world = int(rank), int(world)
     timeout = timedelta(seconds=float(os.environ.get("DIST_TEST_TIMEOUT", "60")))
-    store = dist.FileStore(store_file, world)
+    tcp = os.environ.get("DIST_TEST_TCP_STORE")  # "HOST:PORT": a TCPStore that rank 0 serves
+    if tcp:
+        host, port = tcp.rsplit(":", 1)
+        store = dist.TCPStore(host, int(port), world, is_master=rank == 0,
+                              timeout=timedelta(seconds=60))
+    else:
+        store = dist.FileStore(store_file, world)
     backend = os.environ.get("DIST_TEST_BACKEND", "cpu:gloo,tpu:tpu_dist")
     kwargs = {}
     if scenario == "init_styles":
@@ -387,6 +530,7 @@ def main():
         backend = None
     dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world,
                             timeout=timeout, **kwargs)
+    notes["created"] = torch_tpu.distributed.created
     try:
         globals()["scenario_" + scenario](rank, world)
     except Exception:  # noqa

@@ -11,8 +11,20 @@ torchrun sets it; else the group rank) modulo the chips it sees, unless
 ``init_process_group(device_id=...)`` named one. ``TPU_VISIBLE_CHIPS=2,3``
 (read at import, before the runtime starts) limits the chips a process sees,
 renumbered from 0 like ``CUDA_VISIBLE_DEVICES``.
+
+Between hosts: each rank publishes a host key through the group's store
+(hostname, the kernel's boot id and the inode of its network namespace, so
+processes in different network namespaces count as different hosts;
+``TPU_DIST_HOST_KEY`` overrides it). A group whose ranks all share one key
+uses shared memory; otherwise the backend runs every collective through a
+``ProcessGroupGloo`` made on the same store (prefix ``tpu_dist/gloo/``) over
+host staging buffers (``GLOO_SOCKET_IFNAME`` picks its network interface, as
+for Gloo itself). When some host holds several ranks, all_reduce goes
+hierarchically: shared memory inside each host, Gloo between the hosts' first
+ranks (``TPU_DIST_HIERARCHICAL=0``: everything flat through Gloo).
 """
 import os
+import socket
 from datetime import timedelta
 
 import torch
@@ -39,6 +51,38 @@ def _local_rank(group_rank: int) -> int:
     return group_rank
 
 
+def host_key() -> str:
+    """What identifies this process's host: ``TPU_DIST_HOST_KEY`` if set,
+    else hostname, boot id and network-namespace inode."""
+    env = os.environ.get("TPU_DIST_HOST_KEY")
+    if env:
+        return env
+    parts = [socket.gethostname()]
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            parts.append(f.read().strip())
+    except OSError:
+        pass
+    try:
+        parts.append(str(os.stat("/proc/self/ns/net").st_ino))
+    except OSError:
+        pass
+    return "/".join(parts)
+
+
+# (rank, size, number of hosts, transport) of every backend this process
+# made, in order ("shm" or "gloo"): for tests and diagnostics.
+created = []
+
+
+def _hosts(store, rank: int, size: int) -> list:
+    """Every rank's host key, exchanged through the store."""
+    if size == 1:
+        return [host_key()]
+    store.set(f"tpu_dist/host/{rank}", host_key())
+    return [store.get(f"tpu_dist/host/{r}").decode() for r in range(size)]
+
+
 def _create_backend(store, rank: int, size: int, timeout: timedelta):
     count = _C.device_count()
     if count > 1:
@@ -47,7 +91,28 @@ def _create_backend(store, rank: int, size: int, timeout: timedelta):
         default = dist.is_initialized() and dist.distributed_c10d._get_default_group().bound_device_id
         if not default and _C.current_device() == 0:
             _C.set_device(_local_rank(rank) % count)
-    return _C._dist_create_backend(store, rank, size, timeout)
+    keys = _hosts(store, rank, size)
+    order = list(dict.fromkeys(keys))  # hosts, in the order of their first rank
+    if len(order) == 1:
+        created.append((rank, size, 1, "shm"))
+        return _C._dist_create_backend(store, rank, size, timeout)
+    inter = dist.ProcessGroupGloo(dist.PrefixStore("tpu_dist/gloo/", store), rank, size, timeout)
+    if len(order) == size or os.environ.get("TPU_DIST_HIERARCHICAL", "1") == "0":
+        created.append((rank, size, len(order), "gloo"))
+        return _C._dist_create_backend(store, rank, size, timeout, inter)
+    # Some hosts hold several ranks: all_reduce goes hierarchically (shared
+    # memory inside each host, Gloo between the hosts' first ranks).
+    host = order.index(keys[rank])
+    local = [r for r in range(size) if keys[r] == keys[rank]]
+    local_rank = local.index(rank)
+    leaders = None
+    if local_rank == 0:
+        leaders = dist.ProcessGroupGloo(dist.PrefixStore("tpu_dist/leaders/", store), host, len(order),
+                                        timeout)
+    created.append((rank, size, len(order), "gloo+shm"))
+    names = "its ranks 0, 1, ... are group ranks " + ", ".join(map(str, local))
+    return _C._dist_create_backend(store, rank, size, timeout, inter, leaders, host, local_rank, len(local),
+                                   names)
 
 
 def _register() -> None:

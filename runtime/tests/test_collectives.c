@@ -338,9 +338,32 @@ static void big_all_reduce(tpu_comm_t* comm, int r, int N) {
   free(want);
 }
 
+/* In place (each rank reads its own slice from its input), odd sizes over
+ * several chunks, every op, a half and an integer type: bit for bit the
+ * reference. */
+static void big_all_reduce_in_place(tpu_comm_t* comm, int r, int N) {
+  const tpu_dtype_t dts[] = {TPU_DTYPE_BF16, TPU_DTYPE_I32};
+  for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); ++d) {
+    for (int op = 0; op < TPU_REDUCE_OP_COUNT; ++op) {
+      size_t es = tpu_dtype_size(dts[d]), n = ((size_t)5 << 19) / es + 7 * (size_t)op + 1;
+      void* in[TPU_COMM_MAX_RANKS];
+      for (int p = 0; p < N; ++p) in[p] = make_input(dts[d], p, n, 11 + op);
+      void* want = calloc(n, es);
+      coll_reduce_ref(want, (const void* const*)in, N, n, dts[d], (tpu_reduce_op_t)op, N);
+      tpu_coll_args_t a = args_of(TPU_COLL_ALL_REDUCE, in[r], in[r], n, dts[d]);
+      a.op = (tpu_reduce_op_t)op;
+      CCHECK_OK(tpu_comm_run(comm, &a));
+      CCHECK(same_bytes(in[r], want, n * es));
+      for (int p = 0; p < N; ++p) free(in[p]);
+      free(want);
+    }
+  }
+}
+
 TEST(collectives_large_all_reduce_2_and_4_ranks) {
   CHECK(run_ranks(2, 20000, big_all_reduce) == 0);
   CHECK(run_ranks(4, 20000, big_all_reduce) == 0);
+  CHECK(run_ranks(3, 60000, big_all_reduce_in_place) == 0);
 }
 
 /* ---- failures ---------------------------------------------------------------------------- */
@@ -375,6 +398,44 @@ static void rank1_never_arrives(tpu_comm_t* comm, int r, int N) {
 
 TEST(collectives_timeout_names_collective_and_missing_rank) {
   CHECK(run_ranks(2, 20000, rank1_never_arrives) == 0);
+}
+
+/* Rank 1 exits (unreaped: a zombie until run_ranks waits for it): rank 0's
+ * waits notice its process is gone long before the timeout. */
+static void rank1_exits(tpu_comm_t* comm, int r, int N) {
+  float x[4] = {1, 2, 3, 4};
+  tpu_coll_args_t bar = args_of(TPU_COLL_BARRIER, NULL, NULL, 0, TPU_DTYPE_F32);
+  CCHECK_OK(tpu_comm_run(comm, &bar));
+  if (r == 1) _exit(0);
+  tpu_coll_args_t a = args_of(TPU_COLL_ALL_REDUCE, x, x, 4, TPU_DTYPE_F32);
+  a.timeout_ms = 60000;
+  int64_t t0 = comm_now_ns();
+  tpu_status_t s = tpu_comm_run(comm, &a);
+  CCHECK(comm_now_ns() - t0 < (int64_t)10000 * 1000000);
+  CCHECK(tpu_status_code(s) == TPU_CODE_ABORTED);
+  const char* m = tpu_status_message(s);
+  CCHECK(strstr(m, "all_reduce") != NULL);
+  CCHECK(strstr(m, "rank 1 did not arrive: its process") != NULL);
+  CCHECK(strstr(m, "exited; it last ran barrier #1") != NULL);
+  tpu_status_free(s);
+}
+
+/* The same for a recv from a rank that exited. */
+static void sender_exits(tpu_comm_t* comm, int r, int N) {
+  float x[4] = {0};
+  if (r == 1) _exit(0);
+  tpu_coll_args_t a = args_of(TPU_COLL_RECV, NULL, x, 4, TPU_DTYPE_F32);
+  a.root = 1;
+  a.timeout_ms = 60000;
+  tpu_status_t s = tpu_comm_run(comm, &a);
+  CCHECK(tpu_status_code(s) == TPU_CODE_ABORTED);
+  CCHECK(strstr(tpu_status_message(s), "recv from rank 1 failed on rank 0 of 2: rank 1 did not arrive") != NULL);
+  tpu_status_free(s);
+}
+
+TEST(collectives_exited_rank_fails_its_peers_at_once) {
+  CHECK(run_ranks(2, 60000, rank1_exits) == 0);
+  CHECK(run_ranks(2, 60000, sender_exits) == 0);
 }
 
 static void mismatched(tpu_comm_t* comm, int r, int N) {
@@ -463,4 +524,20 @@ TEST(collectives_stream_path_single_rank) {
   tpu_block_free(a);
   tpu_block_free(b);
   tpu_comm_release(comm);
+}
+
+TEST(collectives_external_request_completes_once) {
+  tpu_coll_request_t* req = NULL;
+  CHECK_OK(tpu_coll_request_create(&req));
+  if (!req) return;
+  CHECK(!tpu_coll_request_done(req));
+  tpu_coll_request_complete(req, tpu_status_make(TPU_CODE_DEADLINE_EXCEEDED, "first"));
+  tpu_coll_request_retain(req);
+  tpu_coll_request_complete(req, TPU_OK); /* dropped: the first outcome stands */
+  CHECK(tpu_coll_request_done(req));
+  tpu_coll_request_release(req);
+  tpu_status_t s = tpu_coll_request_wait(req);
+  CHECK(tpu_status_code(s) == TPU_CODE_DEADLINE_EXCEEDED && strcmp(tpu_status_message(s), "first") == 0);
+  tpu_status_free(s);
+  tpu_coll_request_release(req);
 }

@@ -149,6 +149,14 @@ bool tpu_coll_request_done(tpu_coll_request_t* request);
 tpu_status_t tpu_coll_request_wait(tpu_coll_request_t* request);
 void tpu_coll_request_release(tpu_coll_request_t* request);
 
+/* Requests for collectives run by a transport outside the runtime (the
+ * bridge's Gloo path between hosts): create gives one reference; complete
+ * takes ownership of `status` (TPU_OK for success) and wakes the waiters; a
+ * request is completed once (later completions are dropped). */
+tpu_status_t tpu_coll_request_create(tpu_coll_request_t** out_request);
+void tpu_coll_request_retain(tpu_coll_request_t* request);
+void tpu_coll_request_complete(tpu_coll_request_t* request, tpu_status_t status);
+
 #ifdef __cplusplus
 }
 #endif

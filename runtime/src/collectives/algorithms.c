@@ -103,7 +103,13 @@ static tpu_status_t run_reduce(coll_exec_t* x) {
   size_t off = 0;
   do {
     size_t m = min_size(n - off, chunk);
-    memcpy(my_next(c), ptr(a->send) + off * es, m * es);
+    /* large all_reduce: this rank's own slice is read from send, not copied */
+    bool split = all && m * es > SMALL_REDUCE_BYTES && N > 1;
+    size_t mlo = split ? m * (size_t)r / (size_t)N : 0, mhi = split ? m * (size_t)(r + 1) / (size_t)N : 0;
+    uint8_t* slot = my_next(c);
+    const uint8_t* src = ptr(a->send) + off * es;
+    memcpy(slot, src, mlo * es);
+    memcpy(slot + mhi * es, src + mhi * es, (m - mhi) * es);
     TPU_RETURN_IF_ERROR(round_barrier(x, &first));
     uint32_t k = c->round;
     if (!all) { /* reduce to root: the root does the work */
@@ -115,8 +121,8 @@ static tpu_status_t run_reduce(coll_exec_t* x) {
       for (int p = 0; p < N; ++p) srcs[p] = comm_slot(c, p, k);
       coll_reduce(ptr(a->recv) + off * es, srcs, N, m, a->dtype, a->op, N);
     } else {
-      size_t lo = m * (size_t)r / (size_t)N, hi = m * (size_t)(r + 1) / (size_t)N;
-      for (int p = 0; p < N; ++p) srcs[p] = comm_slot(c, p, k) + lo * es;
+      size_t lo = mlo, hi = mhi;
+      for (int p = 0; p < N; ++p) srcs[p] = p == r ? src + lo * es : comm_slot(c, p, k) + lo * es;
       coll_reduce(comm_slot(c, r, k + 1) + lo * es, srcs, N, hi - lo, a->dtype, a->op, N);
       TPU_RETURN_IF_ERROR(round_barrier(x, &first));
       for (int p = 0; p < N; ++p) {
@@ -278,6 +284,10 @@ static tpu_status_t p2p_failure(coll_exec_t* x, int w, bool sending) {
   if (w == 2) return comm_aborted_status(c);
   char msg[COMM_ABORT_MSG];
   int peer = x->args->root;
+  if (w == 3) {
+    snprintf(msg, sizeof(msg), "%s %s rank %d", sending ? "send" : "recv", sending ? "to" : "from", peer);
+    return comm_peer_exited(c, msg, peer);
+  }
   snprintf(msg, sizeof(msg), "%s %s rank %d timed out after %lld ms on rank %d: rank %d did not %s",
            sending ? "send" : "recv", sending ? "to" : "from", peer, (long long)x->timeout_ms,
            c->rank, peer, sending ? "receive" : "send");
@@ -293,7 +303,7 @@ static tpu_status_t run_send(coll_exec_t* x) {
   size_t total = a->count * tpu_dtype_size(a->dtype), cap = c->hdr->p2p_bytes, off = 0;
   do {
     size_t n = min_size(total - off, cap);
-    int w = comm_wait_word(c, &box->acked, c->p2p_sent[peer], x->deadline_ns);
+    int w = comm_wait_word(c, &box->acked, c->p2p_sent[peer], peer, x->deadline_ns);
     if (w) return p2p_failure(x, w, true);
     memcpy(data, ptr(a->send) + off, n);
     box->msg_bytes = total;
@@ -312,7 +322,7 @@ static tpu_status_t run_recv(coll_exec_t* x) {
   const uint8_t* data = comm_mailbox(c, peer, c->rank);
   size_t total = a->count * tpu_dtype_size(a->dtype), off = 0;
   do {
-    int w = comm_wait_word(c, &box->sent, c->p2p_recvd[peer] + 1, x->deadline_ns);
+    int w = comm_wait_word(c, &box->sent, c->p2p_recvd[peer] + 1, peer, x->deadline_ns);
     if (w) return p2p_failure(x, w, false);
     if (box->msg_bytes != total) {
       char msg[COMM_ABORT_MSG];

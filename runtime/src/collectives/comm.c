@@ -68,7 +68,61 @@ void comm_post(tpu_comm_t* c, _Atomic uint32_t* word, uint32_t value) {
 #define WAIT_YIELDS 16
 #define WAIT_SLICE_NS 20000000 /* 20 ms */
 
-int comm_wait_word(tpu_comm_t* c, _Atomic uint32_t* word, uint32_t target, int64_t deadline_ns) {
+/* Reads a process's state and start time from /proc/PID/stat: 1 read,
+ * 0 no such process, -1 unknown (no /proc, unexpected format). */
+static int proc_stat(int pid, char* state, uint64_t* start) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT || errno == ESRCH ? 0 : -1;
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return n == 0 || errno == ESRCH ? 0 : -1;
+  buf[n] = 0;
+  const char* p = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+  if (!p) return -1;
+  unsigned long long v = 0;
+  /* after ')': state is field 3, starttime field 22 */
+  if (sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+             state, &v) != 2)
+    return -1;
+  *start = v;
+  return 1;
+}
+
+static uint64_t pid_ns_inode(void) {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+/* False once rank `peer`'s process has exited (or is a zombie, or its pid
+ * was reused); true when unknown (another pid namespace, no /proc). */
+static bool peer_alive(tpu_comm_t* c, int peer) {
+  if (peer < 0 || peer == c->rank) return true;
+  const rank_ctl_t* ctl = &c->ctl[peer];
+  if (ctl->pid <= 0 || !ctl->pid_ns || ctl->pid_ns != pid_ns_inode()) return true;
+  char state = 0;
+  uint64_t start = 0;
+  int r = proc_stat(ctl->pid, &state, &start);
+  if (r < 0) return true;
+  return r == 1 && state != 'Z' && state != 'X' && start == ctl->pid_start;
+}
+
+tpu_status_t comm_peer_exited(tpu_comm_t* c, const char* what, int peer) {
+  char msg[COMM_ABORT_MSG], last[160] = "";
+  const rank_ctl_t* q = &c->ctl[peer];
+  uint64_t at = atomic_load(&q->at_seq);
+  if (at)
+    snprintf(last, sizeof(last), "; it last ran %s #%llu",
+             tpu_coll_name((tpu_coll_kind_t)atomic_load(&q->at_kind)), (unsigned long long)at);
+  snprintf(msg, sizeof(msg), "%s failed on rank %d of %d: rank %d did not arrive: its process (pid %d) exited%s",
+           what, c->rank, c->nranks, peer, (int)q->pid, last);
+  tpu_comm_abort(c, msg);
+  return tpu_status_make(TPU_CODE_ABORTED, "%s", msg);
+}
+
+int comm_wait_word(tpu_comm_t* c, _Atomic uint32_t* word, uint32_t target, int peer,
+                   int64_t deadline_ns) {
   for (int i = 0; i < WAIT_SPINS; ++i) {
     if (reached(atomic_load_explicit(word, memory_order_acquire), target)) return 0;
     cpu_relax();
@@ -80,6 +134,7 @@ int comm_wait_word(tpu_comm_t* c, _Atomic uint32_t* word, uint32_t target, int64
   for (;;) {
     if (reached(atomic_load(word), target)) return 0;
     if (atomic_load(&c->hdr->abort)) return 2;
+    if (!peer_alive(c, peer)) return reached(atomic_load(word), target) ? 0 : 3;
     int64_t now = comm_now_ns();
     if (now >= deadline_ns) return 1;
     int64_t slice = deadline_ns - now < WAIT_SLICE_NS ? deadline_ns - now : WAIT_SLICE_NS;
@@ -140,9 +195,15 @@ tpu_status_t comm_barrier(coll_exec_t* x) {
   comm_post(c, &c->ctl[c->rank].round, k);
   for (int p = 0; p < c->nranks; ++p) {
     if (p == c->rank) continue;
-    int r = comm_wait_word(c, &c->ctl[p].round, k, x->deadline_ns);
+    int r = comm_wait_word(c, &c->ctl[p].round, k, p, x->deadline_ns);
     if (r == 0) continue;
     if (r == 2) return comm_aborted_status(c);
+    if (r == 3) {
+      char what[128];
+      snprintf(what, sizeof(what), "%s (collective #%llu)", tpu_coll_name(x->args->kind),
+               (unsigned long long)x->seq);
+      return comm_peer_exited(c, what, p);
+    }
     /* Timed out: name every rank that has not reached this round, and what
      * each of them runs. */
     char msg[COMM_ABORT_MSG] = "";
@@ -315,10 +376,18 @@ tpu_status_t tpu_comm_create(const tpu_comm_id_t* id, int nranks, int rank, int6
   c->p2p = (p2p_ctl_t*)(c->base + c->hdr->p2p_ctl_off);
   pthread_mutex_init(&c->mu, NULL);
   /* Join, and wait until every rank has. */
+  {
+    char state;
+    uint64_t start = 0;
+    rank_ctl_t* me = &c->ctl[rank];
+    me->pid = (int32_t)getpid();
+    me->pid_start = proc_stat((int)getpid(), &state, &start) == 1 ? start : 0;
+    me->pid_ns = me->pid_start ? pid_ns_inode() : 0;
+  }
   atomic_store(&c->ctl[rank].joined, 1);
   atomic_fetch_add(&c->hdr->attached, 1);
   futex_wake(&c->hdr->attached);
-  int r = comm_wait_word(c, &c->hdr->attached, (uint32_t)nranks, deadline);
+  int r = comm_wait_word(c, &c->hdr->attached, (uint32_t)nranks, -1, deadline);
   if (rank == 0) shm_unlink(id->bytes); /* every rank has it mapped, or never will */
   if (r != 0) {
     char missing[256] = "";
@@ -373,10 +442,27 @@ static tpu_coll_request_t* request_create(void) {
 
 static void request_complete(tpu_coll_request_t* r, tpu_status_t status) {
   pthread_mutex_lock(&r->mu);
+  if (r->done) { /* completed already: the first outcome stands */
+    pthread_mutex_unlock(&r->mu);
+    tpu_status_free(status);
+    return;
+  }
   r->status = status;
   r->done = true;
   pthread_cond_broadcast(&r->cv);
   pthread_mutex_unlock(&r->mu);
+}
+
+tpu_status_t tpu_coll_request_create(tpu_coll_request_t** out_request) {
+  *out_request = request_create();
+  return *out_request ? TPU_OK
+                      : tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "collective request allocation failed");
+}
+
+void tpu_coll_request_retain(tpu_coll_request_t* r) { atomic_fetch_add(&r->refs, 1); }
+
+void tpu_coll_request_complete(tpu_coll_request_t* r, tpu_status_t status) {
+  request_complete(r, status);
 }
 
 bool tpu_coll_request_done(tpu_coll_request_t* r) {

@@ -61,6 +61,9 @@ typedef struct rank_ctl {
   _Atomic uint64_t at_seq; /* the collective it runs or last ran */
   _Atomic int32_t at_kind;
   _Atomic uint32_t at_done; /* 1 once at_seq finished */
+  int32_t pid;              /* the rank's process, for the liveness check: */
+  uint64_t pid_start;       /* its start time (/proc/PID/stat field 22), and */
+  uint64_t pid_ns;          /* its pid namespace inode (checked only when ours) */
   coll_info_t info[2];      /* by round parity */
 } __attribute__((aligned(128))) rank_ctl_t;
 
@@ -114,9 +117,14 @@ tpu_status_t comm_check_args(const tpu_comm_t* c, const tpu_coll_args_t* a);
  * it). On timeout: DEADLINE_EXCEEDED naming the ranks that did not arrive,
  * and the communicator is aborted. */
 tpu_status_t comm_barrier(coll_exec_t* x);
-/* Waits until *word reaches target (wrapping compare). 0: reached,
- * 1: deadline passed, 2: communicator aborted. */
-int comm_wait_word(tpu_comm_t* c, _Atomic uint32_t* word, uint32_t target, int64_t deadline_ns);
+/* Waits until *word reaches target (wrapping compare), posted by rank `peer`
+ * (-1: any). 0: reached, 1: deadline passed, 2: communicator aborted, 3: the
+ * peer's process exited (checked once per sleep slice, from /proc). */
+int comm_wait_word(tpu_comm_t* c, _Atomic uint32_t* word, uint32_t target, int peer,
+                   int64_t deadline_ns);
+/* A peer's process exited while this rank waited for it: aborts the
+ * communicator and returns ABORTED naming the rank and what it last ran. */
+tpu_status_t comm_peer_exited(tpu_comm_t* c, const char* what, int peer);
 void comm_post(tpu_comm_t* c, _Atomic uint32_t* word, uint32_t value);
 /* The ABORTED status carrying the abort message. */
 tpu_status_t comm_aborted_status(tpu_comm_t* c);
