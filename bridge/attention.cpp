@@ -176,6 +176,14 @@ int64_t traced_size(const c10::SymInt& s) {
   return 1024 + (int64_t)(std::hash<std::string>{}(s.toSymNodeImplUnowned()->str()) % (1 << 20));
 }
 
+// A head dim (the last one): the kernel takes 1..256, so a symbolic one adds
+// the guard `dim <= 256` (not a specialisation) and stands in below it.
+int64_t traced_head_dim(const c10::SymInt& s) {
+  if (auto v = s.maybe_as_int()) return *v;
+  if (!s.sym_le(c10::SymInt(256)).guard_bool(__FILE__, __LINE__)) return 1 << 20;
+  return 2 + (int64_t)(std::hash<std::string>{}(s.toSymNodeImplUnowned()->str()) % 255);
+}
+
 // The choice for traced tensors: their shapes and dtypes only (no data
 // address is read; operands that need broadcasting get the math backend).
 int64_t traced_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
@@ -199,7 +207,8 @@ int64_t traced_choice(const at::Tensor& query, const at::Tensor& key, const at::
     v->u.view.addr = 4096 * (uint64_t)(i + 1);  // never read
     v->u.view.ndim = (int32_t)t.dim();
     for (int64_t d = 0; d < t.dim(); ++d) {
-      v->u.view.sizes[d] = traced_size(t.sym_size(d));
+      v->u.view.sizes[d] = d + 1 == t.dim() && i < 3 ? traced_head_dim(t.sym_size(d))
+                                                    : traced_size(t.sym_size(d));
       v->u.view.strides[d] = traced_size(t.sym_stride(d));
     }
   }

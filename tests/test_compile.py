@@ -6,6 +6,8 @@ with no CPU fallback.
 """
 import copy
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -16,7 +18,7 @@ import torch._dynamo.testing
 import torch_tpu
 from torch_tpu.tools import coverage
 
-from conftest import TPU, assert_same, opinfo_pairs, run_python
+from conftest import TPU, assert_same, child_env, opinfo_pairs
 
 
 torch._dynamo.config.cache_size_limit = 64
@@ -160,12 +162,18 @@ print("@@" + json.dumps({"out": out.tolist(), "stats": dict(counters["stats"]),
 
 
 def test_cpu_inductor_compile_unaffected_by_import():
+    """The same Inductor compile of a CPU function, in two processes (at once),
+    one with torch_tpu imported and one without: same result, same counters."""
+    procs = {which: subprocess.Popen(
+        [sys.executable, "-c", _CPU_COMPILE, which], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=child_env(TORCH_DEVICE_BACKEND_AUTOLOAD=autoload,
+                                 TORCHINDUCTOR_FORCE_DISABLE_CACHES="1"))
+        for which, autoload in (("with", "1"), ("without", "0"))}
     res = {}
-    for which, autoload in (("with", "1"), ("without", "0")):
-        r = run_python(_CPU_COMPILE, timeout=600, args=(which,), TORCH_DEVICE_BACKEND_AUTOLOAD=autoload,
-                       TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
-        assert r.returncode == 0, r.stderr[-3000:]
-        res[which] = json.loads(r.stdout.split("@@", 1)[1])
+    for which, p in procs.items():
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-3000:]
+        res[which] = json.loads(out.split("@@", 1)[1])
     assert res["with"]["out"] == res["without"]["out"]
     assert res["with"]["stats"] == res["without"]["stats"]
     assert res["with"]["frames"] == res["without"]["frames"]
@@ -341,8 +349,10 @@ def test_optimizer_step_compiles():
 # ---- model sweep (tiny HF configs, random weights) ---------------------------------------------------
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "bert"])
+@pytest.mark.parametrize("arch", ["gpt2", "bert", "llama"])
 def test_model_sweep_compiled(arch):
+    """The model sweep's tiny configs: compiled forward (no_grad) against CPU
+    eager, then a compiled training forward and backward against CPU autograd."""
     pytest.importorskip("transformers")
     from torch_tpu.tools import model_sweep as ms
     name, train, model, inputs = ms.build(arch)
@@ -357,4 +367,35 @@ def test_model_sweep_compiled(arch):
     err, why = ms.compare(actual, expected)
     assert err <= ms.FWD_TOL, (err, why)
     assert backend.stats["inference"] >= 1, backend.stats
+    if train:
+        ms._loss(model(**inputs)).backward()
+        ms._loss(cm(**inp)).backward()
+        gerr, where = ms._grad_error(m_tpu, model)
+        assert gerr <= ms.GRAD_TOL, (gerr, where)
+        assert backend.stats["forward"] >= 1 and backend.stats["backward"] >= 1, backend.stats
+    _no_fallbacks()
+
+
+def test_sdpa_dynamic_seq_and_backward():
+    """Attention traced with symbolic sequence lengths: one graph for every
+    length, the runtime's attention kernel (no math fallback), gradients."""
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(
+            q.shape[0], q.shape[2], -1)
+
+    cnt = CompileCounter("tpu")
+    cf = torch.compile(f, backend=cnt, dynamic=True)
+    for L in (5, 9, 17):
+        qkv = [torch.randn(2, 4, L, 16, requires_grad=True) for _ in range(3)]
+        dev = [t.detach().to(TPU).requires_grad_() for t in qkv]
+        torch_tpu.reset_counts()
+        out = cf(*dev)
+        assert torch_tpu.native_counts().get("_scaled_dot_product_fused_attention_overrideable", 0) == 1
+        want = f(*qkv)
+        assert_same(out, want, atol=1e-5, rtol=1e-4)
+        out.pow(2).sum().backward()
+        want.pow(2).sum().backward()
+        for d, c in zip(dev, qkv):
+            assert_same(d.grad, c.grad, atol=1e-4, rtol=1e-4)
+    assert cnt.frame_count == 1
     _no_fallbacks()

@@ -83,15 +83,41 @@ def graph_uses_tpu(gm, example_inputs=()) -> bool:
     return False
 
 
+_KERNEL_KEYS = ("PrivateUse1", "CompositeImplicitAutograd", "CompositeExplicitAutograd",
+                "CompositeExplicitAutogradNonFunctional")
+
+
 def _non_native_ops(gm) -> list:
-    """ATen ops of the graph without a native tpu kernel (they run through the CPU fallback)."""
+    """ATen ops of the graph with neither a native tpu kernel nor a tpu or
+    composite registration: they run through the CPU fallback."""
     native, out = _native_names(), []
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
     for node in gm.graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             name = _op_name(node.target)
-            if node.target.namespace == "aten" and name not in native and name not in out:
+            if (node.target.namespace == "aten" and name not in native and name not in out
+                    and not any(has(node.target.name(), k) for k in _KERNEL_KEYS)):
                 out.append(name)
     return out
+
+
+def _views_to_reshapes(gm) -> None:
+    """The traced graph assumes the strides of PyTorch's meta functions (e.g.
+    elementwise results in their inputs' permuted layout, so a later
+    ``.contiguous()`` was traced away); the runtime's kernels may return
+    another layout of the same values. Every ``view`` becomes ``reshape``:
+    the same view wherever one exists, a copy only where ``view`` would fail."""
+    aten = torch.ops.aten
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in (aten.view.default, aten._unsafe_view.default):
+            node.target = aten.reshape.default
+            changed = True
+    if changed:
+        gm.recompile()
+
+
+_DEFER = None  # EagerMode.DEFER_AND_FUSE, set by _Lowered
 
 
 class _Lowered:
@@ -104,27 +130,40 @@ class _Lowered:
         # in the instance's __dict__: Dynamo's disable() wrapper of the
         # backward copies it (functools.wraps), so both are called boxed
         self._boxed_call = True
+        _views_to_reshapes(gm)
         self.gm, self.kind, self.backend = gm, kind, backend
         self.forward = gm.forward  # the generated straight-line code (no module hooks)
         self.nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
         self.non_native = _non_native_ops(gm)
         from torch_tpu._internal import execution_mode
+        global _DEFER
+        _DEFER = execution_mode.EagerMode.DEFER_AND_FUSE
         self._mode = execution_mode
 
     def __call__(self, *args):
         # AOTAutograd calls it boxed: one list, ours to clear, so inputs die
         # as early as possible. (Graph inputs are tensors and numbers, never
         # lists: a direct unboxed call is told apart.)
-        boxed = len(args) == 1 and type(args[0]) is list
-        em = self._mode
-        with em.set_eager_mode(em.EagerMode.DEFER_AND_FUSE):
-            if boxed:
-                lst = args[0]
-                args = tuple(lst)
-                lst.clear()
-            out = self.forward(*args)
+        if len(args) == 1 and type(args[0]) is list:
+            lst = args[0]
+            args = tuple(lst)
+            lst.clear()
         self.backend.stats["calls"] += 1
-        return out
+        em = self._mode
+        if em.get_eager_mode() is _DEFER:  # the caller defers: the ops join its graph
+            return self.forward(*args)
+        # set_eager_mode(DEFER_AND_FUSE) inlined (this is every call's overhead)
+        stack = getattr(em._local, "stack", None)
+        if stack is None:
+            stack = em._local.stack = []
+        stack.append(_DEFER)
+        em._apply_thread(_DEFER)
+        try:
+            return self.forward(*args)
+        finally:
+            stack.pop()
+            em._apply_thread(stack[-1] if stack else None)
+            em._C.flush("mode_switch")
 
 
 class TpuBackend:
@@ -157,8 +196,8 @@ class TpuBackend:
             self.stats[kind] += 1
             self.graphs.append((kind, lowered.nodes, tuple(lowered.non_native)))
             if self.debug:
-                print(f"[torch_tpu.compile] {kind} graph: {lowered.nodes} ATen ops; no native "
-                      f"kernel (CPU fallback): {', '.join(lowered.non_native) or 'none'}",
+                print(f"[torch_tpu.compile] {kind} graph: {lowered.nodes} ATen ops; without a "
+                      f"tpu kernel (CPU fallback): {', '.join(lowered.non_native) or 'none'}",
                       file=sys.stderr)
                 print(gm.code, file=sys.stderr)
             return lowered
