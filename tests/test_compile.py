@@ -37,6 +37,17 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
+@pytest.fixture
+def strict_global():
+    """Strict eager globally (the suite may run under TORCH_TPU_DEFER_AND_FUSE=1,
+    where a compiled graph's ops join the caller's pending graph)."""
+    previous = torch_tpu._internal.execution_mode._global_mode
+    torch_tpu.set_global_eager_mode(torch_tpu.EagerMode.DEFER_NEVER)
+    yield
+    torch.tpu.synchronize()
+    torch_tpu.set_global_eager_mode(previous)
+
+
 def _no_fallbacks():
     torch.tpu.synchronize()
     assert torch_tpu.fallback_counts() == {}, torch_tpu.fallback_counts()
@@ -56,6 +67,47 @@ def test_backend_and_device_interface_registered():
     iface.synchronize()
 
 
+_LAZY_REGISTRATION = r'''
+import sys, importlib.metadata
+import torch
+import torch_tpu
+assert "torch._dynamo" not in sys.modules, "importing torch_tpu imported torch._dynamo"
+from torch._dynamo.backends import registry
+from torch._dynamo.device_interface import get_interface_for_device
+assert registry.lookup_backend("tpu") is torch_tpu.dynamo.tpu_backend
+assert get_interface_for_device("tpu").__module__ == "torch_tpu.dynamo"
+print("ok")
+'''
+
+_ENTRY_POINT = r'''
+import sys, importlib.metadata
+import torch._dynamo
+from torch._dynamo.backends import registry
+assert "torch_tpu" not in sys.modules
+registry._BACKENDS["tpu"] = importlib.metadata.EntryPoint(
+    name="tpu", value="torch_tpu.dynamo:tpu_backend", group="torch_dynamo_backends")
+fn = registry.lookup_backend("tpu")  # loads torch_tpu through the entry point
+import torch_tpu
+assert fn is torch_tpu.dynamo.tpu_backend
+from torch._dynamo.device_interface import get_interface_for_device
+assert get_interface_for_device("tpu").__module__ == "torch_tpu.dynamo"
+x = torch.randn(3, device="tpu")
+assert torch.equal(torch.compile(lambda t: t * 2 + 1, backend="tpu")(x).cpu(), (x * 2 + 1).cpu())
+print("ok")
+'''
+
+
+@pytest.mark.parametrize("code,autoload", [(_LAZY_REGISTRATION, "1"), (_ENTRY_POINT, "0")],
+                         ids=["import-then-dynamo", "entry-point-first"])
+def test_registration_paths(code, autoload):
+    """import torch (autoloading torch_tpu) does not import torch._dynamo; the
+    backend and interface appear once it is imported; the torch_dynamo_backends
+    entry point loading torch_tpu first registers the backend once."""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env=child_env(TORCH_DEVICE_BACKEND_AUTOLOAD=autoload))
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-3000:]
+
+
 def test_decompositions_keep_native_ops_whole():
     d = torch_tpu.dynamo.decompositions()
     aten = torch.ops.aten
@@ -69,7 +121,7 @@ def test_decompositions_keep_native_ops_whole():
     assert kept and all(torch_tpu.dynamo._op_name(op) not in native for op in kept)
 
 
-def test_lowering_is_one_deferred_graph():
+def test_lowering_is_one_deferred_graph(strict_global):
     """An ATen graph runs as one pending graph: one flush, its nodes fused."""
     def f(x, w, b):
         return F.gelu(x @ w + b) * 0.5 + x
@@ -212,7 +264,7 @@ def test_mark_dynamic_no_recompile():
     _no_fallbacks()
 
 
-def test_dynamic_graph_reuses_fused_program_across_sizes():
+def test_dynamic_graph_reuses_fused_program_across_sizes(strict_global):
     cf = torch.compile(_f, backend="tpu", dynamic=True)
     cf(torch.randn(3, 6, device=TPU))
     torch.tpu.synchronize()
