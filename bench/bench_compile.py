@@ -10,12 +10,14 @@ forward with dynamic=True), and the elementwise chains.
 
 Also reported per workload: cold compile time of the compiled tpu column and
 of Inductor (first call minus best call: Dynamo, AOTAutograd and the
-backend's own work, plus the first run's fusion-program compiles), and the
+backend's own work, plus the first run's fusion-program compiles; Inductor's
+on-disk caches are off unless --inductor-cache, so its compiles are cold), and the
 Dynamo recompiles during the timed rounds (``torch._dynamo.utils.counters``:
 frames compiled after the warm-up).
 Writes bench/results/compile.json.
 Usage: python bench/bench_compile.py [--quick | --smoke] [--rounds N] [--min-time S]
-       [--only 1,2,3,4] [--columns compiled,defer,strict,cpu,inductor] [--threads T] [--out PATH]
+       [--only 1,2,3,4] [--columns compiled,defer,strict,cpu,inductor] [--threads T]
+       [--inductor-cache] [--out PATH]
 """
 import argparse
 import gc
@@ -81,6 +83,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--only", default="1,2,3,4")
     ap.add_argument("--columns", default=",".join(COLUMNS))
+    ap.add_argument("--inductor-cache", action="store_true",
+                    help="let Inductor use its on-disk caches (warm compiles)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                   "results", "compile.json"))
     a = ap.parse_args()
@@ -91,6 +95,9 @@ def main():
     pool = torch_tpu._C.compute_threads()
     torch.set_num_threads(a.threads or pool)
     torch._dynamo.config.cache_size_limit = 64
+    if not a.inductor_cache:
+        from torch._inductor import config as inductor_config
+        inductor_config.force_disable_caches = True
     cols = [c for c in a.columns.split(",") if c in COLUMNS]
     assert "cpu" in cols, "the CPU eager column is the reference of the output checks"
     only, tiny, work = set(a.only.split(",")), size == "smoke", []
@@ -158,6 +165,7 @@ def main():
     with open(a.out, "w") as f:
         json.dump({"size": size, "sizes": sz, "min_rounds": rounds, "min_time_s": min_time,
                    "columns": list(COLUMNS), "columns_run": cols, "torch": torch.__version__,
+                   "inductor_cache": a.inductor_cache,
                    "threads": {"torch_cpu": torch.get_num_threads(), "tpu_pool": pool},
                    "seconds": elapsed, "rows": rows, "geomean": summary}, f, indent=1, default=str)
     print("wrote", a.out)

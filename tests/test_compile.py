@@ -451,3 +451,26 @@ def test_sdpa_dynamic_seq_and_backward():
             assert_same(d.grad, c.grad, atol=1e-4, rtol=1e-4)
     assert cnt.frame_count == 1
     _no_fallbacks()
+
+
+# ---- the benchmark script ------------------------------------------------------------------------
+
+
+def test_bench_compile_smoke(tmp_path):
+    """bench/bench_compile.py end to end at smoke sizes (the chains; no
+    Inductor: its cold compiles are slow here): every column's first result
+    matches CPU eager's, one Dynamo graph, no recompiles. No timing assertions."""
+    import os
+    out = tmp_path / "compile.json"
+    bench = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "bench_compile.py")
+    r = subprocess.run([sys.executable, bench, "--smoke", "--only", "4", "--columns",
+                        "compiled,defer,strict,cpu", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600, env=child_env())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    d = json.loads(out.read_text())
+    assert len(d["rows"]) == 3
+    for row in d["rows"]:
+        assert all(v["allclose"] for v in row["check_vs_cpu"].values()), row["check_vs_cpu"]
+        c = row["columns"]["compiled"]
+        assert c["graphs_first_call"] == 1 and c["recompiles_timed"] == 0, c
+        assert c["fallbacks"] == {} and row["columns"]["inductor"] is None
