@@ -144,6 +144,30 @@ def test_lowering_is_one_deferred_graph(strict_global):
     _no_fallbacks()
 
 
+def test_backend_debug_lists_graphs_and_fallback_ops(capfd):
+    """A custom op with a CPU kernel only (and a fake implementation, which
+    tracing needs) stays in the graph and takes the CPU fallback there."""
+    if not torch._C._dispatch_has_kernel_for_dispatch_key("tpu_fb::affine", "Meta"):
+        try:
+            torch.library.register_fake("tpu_fb::affine")(lambda x: torch.empty_like(x))
+        except RuntimeError:
+            pass
+    backend = torch_tpu.TpuBackend(debug=True)
+
+    def f(x):
+        return torch.ops.tpu_fb.affine(x.exp()) + 1  # conftest's op with a CPU kernel only
+
+    x = torch.randn(6)
+    out = torch.compile(f, backend=backend)(x.to(TPU))
+    assert_same(out, x.exp() * 1.5 + 0.25 + 1, atol=1e-6, rtol=1e-6)
+    err = capfd.readouterr().err
+    line = next(ln for ln in err.splitlines() if ln.startswith("[torch_tpu.compile] inference graph"))
+    assert line.endswith("(CPU fallback): tpu_fb::affine"), line
+    assert backend.graphs == [("inference", 3, ("tpu_fb::affine",))], backend.graphs
+    torch.tpu.synchronize()
+    assert torch_tpu.fallback_counts() == {"tpu_fb::affine": 1}, torch_tpu.fallback_counts()
+
+
 # ---- OpInfo parity through torch.compile ------------------------------------------------------------
 
 

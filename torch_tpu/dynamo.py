@@ -94,8 +94,9 @@ def _non_native_ops(gm) -> list:
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     for node in gm.graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
-            name = _op_name(node.target)
-            if (node.target.namespace == "aten" and name not in native and name not in out
+            aten = node.target.namespace == "aten"
+            name = _op_name(node.target) if aten else node.target.name()
+            if ((not aten or name not in native) and name not in out
                     and not any(has(node.target.name(), k) for k in _KERNEL_KEYS)):
                 out.append(name)
     return out
