@@ -71,7 +71,14 @@ SIZES = {  # smoke also shrinks the models: GPT-2 64 wide / vocab 256, Llama 2 l
                   new_tokens=8, chain_rows=8, chain_hidden=32)}
 
 
+# Columns running a torch.compile'd model: column -> (device, backend).
+# bench_compile.py adds its compiled-tpu column here.
+COMPILED_COLUMNS = {"inductor": ("cpu", "inductor")}
+
+
 def device_of(col):
+    if col in COMPILED_COLUMNS:
+        return COMPILED_COLUMNS[col][0]
     return "tpu" if col in ("strict", "defer") else "cpu"
 
 
@@ -126,13 +133,14 @@ class Workload:
         self.make, self.scale, self.check = make, scale, check
 
 
-def compiled(module, dynamic=False):
-    return torch.compile(module, backend="inductor", dynamic=dynamic)
+def compiled(module, dynamic=False, col="inductor"):
+    return torch.compile(module, backend=COMPILED_COLUMNS[col][1], dynamic=dynamic)
 
 
 def per_column_models(build):
     """build() -> CPU module (seeded); the same weights for every column: one tpu
-    copy shared by strict and DEFER (inference), the CPU module compiled for Inductor."""
+    copy shared by strict and DEFER (inference), the CPU module compiled for Inductor
+    (and the device's module for any other compiled column)."""
     cache = {}
 
     def get(col):
@@ -140,8 +148,11 @@ def per_column_models(build):
             torch.manual_seed(0)
             cpu = build().eval()
             cache.update(cpu=cpu, tpu=copy.deepcopy(cpu).to("tpu"))
-            cache["inductor"] = compiled(cpu)
-        return cache["inductor" if col == "inductor" else device_of(col)]
+        if col in COMPILED_COLUMNS:
+            if col not in cache:
+                cache[col] = compiled(cache[device_of(col)], col=col)
+            return cache[col]
+        return cache[device_of(col)]
     return get
 
 
@@ -194,7 +205,7 @@ def llama_train_workload(batch, seq, cfg):
     def make(col):  # each column trains its own copy from the same initial weights
         m = copy.deepcopy(base).to(device_of(col)).train()
         opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-        f, x = (compiled(m) if col == "inductor" else m), ids.to(device_of(col))
+        f, x = (compiled(m, col=col) if col in COMPILED_COLUMNS else m), ids.to(device_of(col))
 
         def run():
             loss = f(input_ids=x, labels=x).loss
@@ -220,11 +231,11 @@ def generate_workload(new_tokens, prompt=16, batch=1, layers=2, width=128, heads
     models = {}
 
     def make(col):
-        key = "inductor" if col == "inductor" else device_of(col)  # strict and DEFER share one
+        key = col if col in COMPILED_COLUMNS else device_of(col)  # strict and DEFER share one
         if key not in models:
             m = base if key == "cpu" else copy.deepcopy(base).to(device_of(col))
-            if key == "inductor":  # dynamic shapes: the KV cache grows every token
-                m.forward = torch.compile(m.forward, backend="inductor", dynamic=True)
+            if key in COMPILED_COLUMNS:  # dynamic shapes: the KV cache grows every token
+                m.forward = compiled(m.forward, dynamic=True, col=col)
             models[key] = m
         m, x = models[key], ids.to(device_of(col))
 

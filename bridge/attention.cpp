@@ -159,11 +159,87 @@ bool prepare(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool
   return true;
 }
 
+// torch.compile traces with tensors that have no data (FakeTensor,
+// FunctionalTensor) and maybe symbolic sizes; the stub is called with them.
+bool traced(const at::Tensor& t) {
+  if (!t.defined()) return false;
+  c10::DispatchKeySet ks = t.key_set();
+  return ks.has(c10::DispatchKey::Python) || ks.has(c10::DispatchKey::Functionalize) ||
+         t.unsafeGetTensorImpl()->has_symbolic_sizes_strides() || !t.has_storage();
+}
+
+// A size as the check sees it while tracing: a symbolic one (never 0 or 1:
+// Dynamo specializes those) stands in as a large value, equal for equal
+// expressions, so shape equalities hold without adding a guard.
+int64_t traced_size(const c10::SymInt& s) {
+  if (auto v = s.maybe_as_int()) return *v;
+  return 1024 + (int64_t)(std::hash<std::string>{}(s.toSymNodeImplUnowned()->str()) % (1 << 20));
+}
+
+// A head dim (the last one): the kernel takes 1..256, so a symbolic one adds
+// the guard `dim <= 256` (not a specialisation) and stands in below it.
+int64_t traced_head_dim(const c10::SymInt& s) {
+  if (auto v = s.maybe_as_int()) return *v;
+  if (!s.sym_le(c10::SymInt(256)).guard_bool(__FILE__, __LINE__)) return 1 << 20;
+  return 2 + (int64_t)(std::hash<std::string>{}(s.toSymNodeImplUnowned()->str()) % 255);
+}
+
+// The choice for traced tensors: their shapes and dtypes only (no data
+// address is read; operands that need broadcasting get the math backend).
+int64_t traced_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                      const at::Tensor& mask, double dropout_p, bool is_causal,
+                      std::optional<double> scale) {
+  Node n;
+  n.node.op = tpu_op_lookup("sdpa_flash");
+  if (n.node.op < 0) return kMathBackend;
+  n.device = query.device().index();
+  const at::Tensor* ts[4] = {&query, &key, &value, &mask};
+  for (int i = 0; i < 4; ++i) {
+    const at::Tensor& t = *ts[i];
+    tpu_value_t* v = &n.inputs[i];
+    std::memset(v, 0, sizeof(*v));
+    if (!t.defined()) continue;
+    if (!on_tpu(t) || t.device().index() != n.device || t.is_nested() || t.dim() > TPU_MAX_DIMS)
+      return kMathBackend;
+    v->kind = TPU_VALUE_VIEW;
+    v->u.view.dtype = to_tpu_dtype(t.scalar_type());
+    if (v->u.view.dtype == TPU_DTYPE_INVALID) return kMathBackend;
+    v->u.view.addr = 4096 * (uint64_t)(i + 1);  // never read
+    v->u.view.ndim = (int32_t)t.dim();
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      v->u.view.sizes[d] = d + 1 == t.dim() && i < 3 ? traced_head_dim(t.sym_size(d))
+                                                    : traced_size(t.sym_size(d));
+      v->u.view.strides[d] = traced_size(t.sym_stride(d));
+    }
+  }
+  n.node.inputs = n.inputs;
+  n.node.num_inputs = 4;
+  n.node.outputs = n.outputs;
+  n.node.num_outputs = tpu_op_num_outputs(n.node.op);
+  tpu_attr_t attrs[6] = {attr_float(dropout_p), attr_int(is_causal, TPU_ATTR_BOOL),
+                         attr_int(0, TPU_ATTR_BOOL), attr_float(scale), attr_int(0), attr_int(0)};
+  n.node.num_attrs = 6;
+  for (int i = 0; i < 6; ++i) n.node.attrs[i] = attrs[i];
+  tpu_status_t s = n.infer_and_check();
+  bool ok = s == TPU_OK;
+  tpu_status_free(s);
+  return ok ? kOverrideableBackend : kMathBackend;
+}
+
 int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                          const std::optional<at::Tensor>& attn_mask, double dropout_p,
                          bool is_causal, std::optional<double> scale, bool enable_gqa) {
   if (!at::globalContext().userEnabledOverrideableSDP()) return kMathBackend;
   if (!on_tpu(query) || !on_tpu(key) || !on_tpu(value)) return kMathBackend;
+  if (traced(query) || traced(key) || traced(value) || (attn_mask && traced(*attn_mask))) {
+    auto sz = [](const at::Tensor& t, int64_t d) { return traced_size(t.sym_size(d)); };
+    if (query.dim() < 3 || query.dim() > 4 || query.dim() != key.dim() ||
+        key.dim() != value.dim() || sz(query, 0) != sz(key, 0) || sz(key, 0) != sz(value, 0) ||
+        (query.dim() == 4 && !enable_gqa && sz(query, 1) != sz(key, 1)))
+      return kMathBackend;  // as prepare() decides for real tensors (no broadcasting here)
+    return traced_choice(query, key, value, attn_mask ? *attn_mask : at::Tensor(), dropout_p,
+                         is_causal, scale);
+  }
   Operands ops;
   if (!prepare(query, key, value, enable_gqa, &ops)) return kMathBackend;  // math raises errors
   at::Tensor mask = attn_mask.has_value() ? *attn_mask : at::Tensor();
@@ -176,6 +252,23 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
   bool ok = s == TPU_OK;
   tpu_status_free(s);
   return ok ? kOverrideableBackend : kMathBackend;
+}
+
+// The forward's output in the query's memory layout, as PyTorch's meta
+// function of the op (alloc_with_matching_layout) tells torch.compile's
+// traced graphs, which then view it without a copy (the kernel writes
+// through strides).
+at::Tensor alloc_like_query(const at::Tensor& query, const at::Tensor& value) {
+  std::vector<int64_t> shape = query.sizes().vec();
+  shape.back() = value.size(-1);
+  if (query.sizes().vec() == shape) return at::empty_like(query.transpose(1, 2)).transpose(1, 2);
+  if (query.dim() != 4) return at::empty(shape, query.options());
+  std::vector<int64_t> order = {0, 1, 2, 3};
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return query.stride(a) > query.stride(b); });
+  std::vector<int64_t> permuted(4), back(4);
+  for (int64_t i = 0; i < 4; ++i) permuted[i] = shape[order[i]], back[order[i]] = i;
+  return at::empty(permuted, query.options()).permute(back);
 }
 
 at::Tensor cpu_scalar(uint64_t v) {
@@ -200,7 +293,8 @@ sdpa_forward(const at::Tensor& query, const at::Tensor& key, const at::Tensor& v
               "scaled_dot_product_attention: all tensors must be on ", query.device());
   c10::DeviceGuard guard(query.device());
   check(n.infer_and_check());
-  at::Tensor out = alloc(n.outputs[0], n.device), lse = alloc(n.outputs[1], n.device);
+  at::Tensor out = ops.expanded ? alloc(n.outputs[0], n.device) : alloc_like_query(query, value),
+             lse = alloc(n.outputs[1], n.device);
   make_view(out, &n.outputs[0]);
   make_view(lse, &n.outputs[1]);
   uint64_t seed = 0, offset = 0;
@@ -268,7 +362,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
   at::Tensor grads[4];
   for (int i = 0; i < 4; ++i) {
     if (i == 3 && !(attn_bias.defined() && grad_input_mask[3])) continue;  // an empty view
-    grads[i] = alloc(n.outputs[i], n.device);
+    // the layout of the operand, as the meta function promises torch.compile
+    grads[i] = i < 3 && !ops.expanded ? at::empty_like(i == 0 ? query : i == 1 ? key : value)
+                                      : alloc(n.outputs[i], n.device);
     make_view(grads[i], &n.outputs[i]);
   }
   n.submit();

@@ -57,6 +57,10 @@ from torch_tpu._internal.execution_mode import (  # noqa: E402
 
 
 from torch_tpu import distributed  # noqa: E402,F401  (registers the tpu_dist backend)
+from torch_tpu import dynamo as _dynamo  # noqa: E402
+from torch_tpu.dynamo import TpuBackend  # noqa: E402
+
+_dynamo.install()  # torch.compile(backend="tpu"), once torch._dynamo is imported
 
 
 def fallback_counts() -> dict:
@@ -87,6 +91,7 @@ def set_fallback_mode(mode: str) -> None:
 
 __all__ = [
     "EagerMode",
+    "TpuBackend",
     "defer_cuts",
     "defer_metrics",
     "eager_mode",

@@ -1,0 +1,380 @@
+"""Compiled mode: ``torch.compile(model, backend="tpu")``.
+
+Dynamo captures Python into FX graphs; AOTAutograd turns each into ATen
+graphs (forward and backward for training, one graph for inference) with the
+decompositions this runtime wants (:func:`decompositions`: PyTorch's core ATen
+decompositions minus every op the runtime runs natively, so ``gelu``,
+``native_layer_norm``, ``_softmax``, ``native_dropout``, ... stay whole).
+
+Each ATen graph is lowered into the runtime's graph IR by running it under
+DEFER_AND_FUSE on the calling thread: every ATen call becomes one node of the
+stream's pending graph (the same nodes strict eager submits one at a time),
+and the whole graph is flushed once at its end into the fusion compiler, whose
+programs are cached by structure (never by sizes), so one compiled graph
+serves every size of a dynamic dimension without a recompile. There is one
+graph IR and one fusion compiler for DEFER_AND_FUSE and compiled mode.
+
+Importing torch_tpu costs nothing here until ``torch._dynamo`` is imported
+(a post-import hook then registers the backend ``"tpu"`` and the Dynamo
+device interface for ``tpu``); compiling CPU code is never affected. With
+tpu inputs and no backend named (Inductor, the default), the graph is handed
+to this backend: Inductor's own ``tpu`` code generator is Pallas (JAX) for
+Google TPUs, which cannot drive this runtime. See docs/compile.md.
+"""
+import functools
+import importlib.abc
+import importlib.util
+import sys
+import threading
+import warnings
+
+import torch
+
+__all__ = ["TpuBackend", "tpu_backend", "decompositions", "graph_uses_tpu"]
+
+_DEVICE = "tpu"
+
+
+# ---- the decomposition table ----------------------------------------------------------------
+
+
+def _op_name(op) -> str:
+    """'add.Tensor' / 'relu' (the spelling of torch_tpu.native_ops(), '.default' dropped)."""
+    name = op.name()
+    return name.split("::", 1)[1] if "::" in name else name
+
+
+@functools.lru_cache(maxsize=1)
+def _native_names() -> frozenset:
+    import torch_tpu
+    return frozenset(n[:-len(".default")] if n.endswith(".default") else n
+                     for n in torch_tpu.native_ops())
+
+
+@functools.lru_cache(maxsize=1)
+def _decompositions() -> dict:
+    from torch._decomp import core_aten_decompositions
+    native = _native_names()
+    return {op: fn for op, fn in core_aten_decompositions().items()
+            if _op_name(op) not in native}
+
+
+def decompositions() -> dict:
+    """{OpOverload: decomposition}: core ATen decompositions of the ops the
+    runtime has no native kernel for (a copy: callers may change it)."""
+    return dict(_decompositions())
+
+
+# ---- lowering an ATen graph --------------------------------------------------------------------
+
+
+def graph_uses_tpu(gm, example_inputs=()) -> bool:
+    """Whether a Dynamo graph reads or makes tpu tensors (its inputs, or the
+    example values Dynamo recorded on its nodes)."""
+    for t in example_inputs:
+        if isinstance(t, torch.Tensor) and t.device.type == _DEVICE:
+            return True
+    for node in getattr(gm, "graph", None).nodes if hasattr(gm, "graph") else ():
+        for key in ("example_value", "val"):
+            v = node.meta.get(key)
+            vs = v if isinstance(v, (list, tuple)) else (v,)
+            if any(isinstance(x, torch.Tensor) and x.device.type == _DEVICE for x in vs):
+                return True
+    return False
+
+
+_KERNEL_KEYS = ("PrivateUse1", "CompositeImplicitAutograd", "CompositeExplicitAutograd",
+                "CompositeExplicitAutogradNonFunctional")
+
+
+def _non_native_ops(gm) -> list:
+    """ATen ops of the graph with neither a native tpu kernel nor a tpu or
+    composite registration: they run through the CPU fallback."""
+    native, out = _native_names(), []
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            aten = node.target.namespace == "aten"
+            name = _op_name(node.target) if aten else node.target.name()
+            if ((not aten or name not in native) and name not in out
+                    and not any(has(node.target.name(), k) for k in _KERNEL_KEYS)):
+                out.append(name)
+    return out
+
+
+def _views_to_reshapes(gm) -> None:
+    """The traced graph assumes the strides of PyTorch's meta functions (e.g.
+    elementwise results in their inputs' permuted layout, so a later
+    ``.contiguous()`` was traced away); the runtime's kernels may return
+    another layout of the same values. Every ``view`` becomes ``reshape``:
+    the same view wherever one exists, a copy only where ``view`` would fail."""
+    aten = torch.ops.aten
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in (aten.view.default, aten._unsafe_view.default):
+            node.target = aten.reshape.default
+            changed = True
+    if changed:
+        gm.recompile()
+
+
+_DEFER = None  # EagerMode.DEFER_AND_FUSE, set by _Lowered
+
+
+class _Lowered:
+    """One ATen graph lowered to the runtime: called (boxed: one list of
+    arguments) it records the graph's ops into this thread's pending graph
+    under DEFER_AND_FUSE and flushes them as one program when the graph ends
+    (unless the caller is itself deferring: then the ops join its graph)."""
+
+    def __init__(self, gm, kind, backend):
+        # in the instance's __dict__: Dynamo's disable() wrapper of the
+        # backward copies it (functools.wraps), so both are called boxed
+        self._boxed_call = True
+        _views_to_reshapes(gm)
+        self.gm, self.kind, self.backend = gm, kind, backend
+        self.forward = gm.forward  # the generated straight-line code (no module hooks)
+        self.nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+        self.non_native = _non_native_ops(gm)
+        from torch_tpu._internal import execution_mode
+        global _DEFER
+        _DEFER = execution_mode.EagerMode.DEFER_AND_FUSE
+        self._mode = execution_mode
+
+    def __call__(self, *args):
+        # AOTAutograd calls it boxed: one list, ours to clear, so inputs die
+        # as early as possible. (Graph inputs are tensors and numbers, never
+        # lists: a direct unboxed call is told apart.)
+        if len(args) == 1 and type(args[0]) is list:
+            lst = args[0]
+            args = tuple(lst)
+            lst.clear()
+        self.backend.stats["calls"] += 1
+        em = self._mode
+        if em.get_eager_mode() is _DEFER:  # the caller defers: the ops join its graph
+            return self.forward(*args)
+        # set_eager_mode(DEFER_AND_FUSE) inlined (this is every call's overhead)
+        stack = getattr(em._local, "stack", None)
+        if stack is None:
+            stack = em._local.stack = []
+        stack.append(_DEFER)
+        em._apply_thread(_DEFER)
+        try:
+            return self.forward(*args)
+        finally:
+            stack.pop()
+            em._apply_thread(stack[-1] if stack else None)
+            em._C.flush("mode_switch")
+
+
+class TpuBackend:
+    """The ``"tpu"`` Dynamo backend with options:
+
+    - ``debug``: print each ATen graph lowered (kind, node count, the ops with
+      no native kernel that will take the CPU fallback) and its code;
+    - ``dynamic``: what :meth:`compile` passes to ``torch.compile`` (None:
+      PyTorch's default, static first then automatically dynamic);
+    - ``decompositions``: a table replacing :func:`decompositions`.
+
+    ``torch.compile(m, backend=TpuBackend(debug=True))`` or
+    ``TpuBackend(dynamic=True).compile(m)``. ``stats`` counts graphs lowered
+    by kind and calls."""
+
+    def __init__(self, debug: bool = False, dynamic=None, decompositions=None):
+        self.debug, self.dynamic = bool(debug), dynamic
+        self._decomps = decompositions
+        self.stats = {"forward": 0, "backward": 0, "inference": 0, "calls": 0}
+        self.graphs = []  # (kind, node count, non-native ops) per lowered graph
+
+    def compile(self, model, **kwargs):
+        """torch.compile(model, backend=self, dynamic=self.dynamic, **kwargs)."""
+        kwargs.setdefault("dynamic", self.dynamic)
+        return torch.compile(model, backend=self, **kwargs)
+
+    def _lower(self, kind):
+        def compiler(gm, example_inputs):
+            lowered = _Lowered(gm, kind, self)
+            self.stats[kind] += 1
+            self.graphs.append((kind, lowered.nodes, tuple(lowered.non_native)))
+            if self.debug:
+                print(f"[torch_tpu.compile] {kind} graph: {lowered.nodes} ATen ops; without a "
+                      f"tpu kernel (CPU fallback): {', '.join(lowered.non_native) or 'none'}",
+                      file=sys.stderr)
+                print(gm.code, file=sys.stderr)
+            return lowered
+        return compiler
+
+    def __call__(self, gm, example_inputs):
+        from torch._dynamo.backends.common import aot_autograd
+        decomps = self._decomps if self._decomps is not None else _decompositions()
+        return aot_autograd(fw_compiler=self._lower("forward"), bw_compiler=self._lower("backward"),
+                            inference_compiler=self._lower("inference"), decompositions=decomps,
+                            keep_inference_input_mutations=True)(gm, example_inputs)
+
+
+_default = TpuBackend()
+
+
+def tpu_backend(gm, example_inputs):
+    """The backend function registered as ``"tpu"`` (a default TpuBackend)."""
+    return _default(gm, example_inputs)
+
+
+# ---- the Dynamo device interface -------------------------------------------------------------------
+
+
+def _make_interface():
+    from torch._dynamo.device_interface import DeviceInterface
+
+    tpu = torch.tpu
+
+    class TpuInterface(DeviceInterface):
+        """torch_tpu's device to Dynamo (streams, events, device queries)."""
+
+        device = tpu.device
+        Event = torch.Event
+        Stream = tpu.Stream
+
+        class Worker:
+            @staticmethod
+            def set_device(device: int) -> None:
+                tpu.set_device(device)
+
+            @staticmethod
+            def current_device() -> int:
+                return tpu.current_device()
+
+            @staticmethod
+            def get_device_properties(device=None):
+                return tpu.get_device_properties(device)
+
+        current_device = staticmethod(tpu.current_device)
+        set_device = staticmethod(tpu.set_device)
+        device_count = staticmethod(tpu.device_count)
+        is_available = staticmethod(tpu.is_available)
+        stream = staticmethod(tpu.stream)
+        current_stream = staticmethod(tpu.current_stream)
+        set_stream = staticmethod(tpu.set_stream)
+        synchronize = staticmethod(tpu.synchronize)
+        get_device_properties = staticmethod(tpu.get_device_properties)
+        memory_allocated = staticmethod(tpu.memory_allocated)
+
+        @staticmethod
+        def maybe_exchange_device(device: int) -> int:
+            prev = tpu.current_device()
+            if device != prev:
+                tpu.set_device(device)
+            return prev
+
+        exchange_device = maybe_exchange_device
+
+        @staticmethod
+        def get_raw_stream(device_idx: int) -> int:
+            return tpu.current_stream(device_idx).stream_id
+
+        @staticmethod
+        def get_compute_capability(device=None):
+            return "host"
+
+        @staticmethod
+        def is_bf16_supported(including_emulation: bool = False) -> bool:
+            return True
+
+        @classmethod
+        def is_dtype_supported(cls, dtype, including_emulation: bool = False) -> bool:
+            return True
+
+        @staticmethod
+        def is_triton_capable(device=None) -> bool:
+            return False
+
+    return TpuInterface
+
+
+# ---- registration (when torch._dynamo is imported) ---------------------------------------------------
+
+
+_registered = False
+_lock = threading.Lock()
+
+
+def _register_with_dynamo() -> None:
+    """Registers the backend "tpu" and the tpu device interface. Runs once,
+    after torch._dynamo finished importing."""
+    global _registered
+    with _lock:
+        if _registered:
+            return
+        _registered = True
+    from torch._dynamo import device_interface
+    from torch._dynamo.backends import registry
+    # Dynamo registers its built-in interfaces (one named "tpu", for Google
+    # TPUs through Pallas) on first use: let it, then replace that one.
+    device_interface.get_registered_device_interfaces()
+    device_interface.register_interface_for_device(_DEVICE, _make_interface())
+    # The torch_dynamo_backends entry point may have been discovered and be
+    # loading this module right now: lookup_backend registers it then.
+    if _DEVICE not in registry._COMPILER_FNS and registry._BACKENDS.get(_DEVICE) is None:
+        registry.register_backend(compiler_fn=tpu_backend, name=_DEVICE)
+
+
+class _DynamoImportHook(importlib.abc.MetaPathFinder):
+    """Runs _register_with_dynamo right after ``import torch._dynamo`` completes
+    (importing torch._dynamo from torch_tpu's import would add seconds to
+    every ``import torch``, which autoloads torch_tpu)."""
+
+    def __init__(self):
+        self._busy = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch._dynamo" or self._busy:
+            return None
+        self._busy = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_register(module):
+            exec_module(module)
+            try:
+                sys.meta_path.remove(self)
+            except ValueError:
+                pass
+            try:
+                _register_with_dynamo()
+            except Exception as e:  # noqa: BLE001  (never break torch._dynamo's import)
+                warnings.warn(f"torch_tpu: registering the 'tpu' compile backend failed: {e!r}")
+
+        spec.loader.exec_module = exec_then_register
+        return spec
+
+
+def _wrap_inductor_default() -> None:
+    """torch.compile's default backend (Inductor) hands graphs that use tpu
+    tensors to this backend; every other graph goes to Inductor untouched."""
+    wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
+    call = getattr(wrapper, "__call__", None)
+    if call is None or getattr(call, "_torch_tpu", False):
+        return
+
+    @functools.wraps(call)
+    def __call__(self, model_, inputs_, *args, **kwargs):
+        if graph_uses_tpu(model_, inputs_):
+            return tpu_backend(model_, inputs_)
+        return call(self, model_, inputs_, *args, **kwargs)
+
+    __call__._torch_tpu = True
+    wrapper.__call__ = __call__
+
+
+def install() -> None:
+    """Called by ``import torch_tpu``."""
+    _wrap_inductor_default()
+    if "torch._dynamo" in sys.modules and hasattr(sys.modules["torch._dynamo"], "optimize"):
+        _register_with_dynamo()
+    elif not any(isinstance(f, _DynamoImportHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _DynamoImportHook())
