@@ -8,6 +8,10 @@ in alternating rounds (all see the same machine load), best of >= --rounds
 rounds (more, up to 25, until every column ran --min-time seconds); the tpu
 columns synchronise (``torch.tpu.synchronize()``) inside the timed region.
 
+Between a CPU column and a tpu column (either way) the loop sleeps SETTLE_S:
+PyTorch CPU's OpenMP threads keep spinning for a while after a parallel
+region, and a tpu column timed in that window measured up to 4x slower.
+
 Workloads (sizes: the SIZES table below; "default" = the issue's sizes, "quick"
 for CI-like runs on the 2-core machine, "smoke" = tiny, 1 round, for
 tests/test_bench_defer.py; --gpt2-batches, --gpt2-seq, ... override them):
@@ -59,6 +63,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_kernels import fmt, sync  # noqa: E402
 
 COLUMNS = ("strict", "defer", "cpu", "inductor")
+SETTLE_S = 0.1  # idle time between CPU and tpu columns (see the docstring)
 TITLES = {"strict": "strict eager tpu", "defer": "DEFER_AND_FUSE tpu",
           "cpu": "PyTorch CPU eager", "inductor": "Inductor CPU"}
 DEFER = getattr(torch_tpu.EagerMode, "DEFER_AND_FUSE", None)
@@ -339,7 +344,9 @@ def measure(w, cols, rounds, min_time, max_rounds=25):
     m1, best, spent, n = defer_metrics(), {}, dict.fromkeys(cols, 0.0), 0
     while n < rounds or (n < max_rounds and min(spent.values()) < min_time):
         n += 1
-        for c in cols:
+        for i, c in enumerate(cols):
+            if device_of(c) != device_of(cols[i - 1]):
+                time.sleep(SETTLE_S)
             t, _ = call(c, fns[c], r[c]["fallbacks"])
             spent[c] += t
             best[c] = min(best.get(c, t), t)

@@ -358,9 +358,10 @@ static tpu_block_t* take_free(tpu_allocator_t* a, int pool, int stream, size_t s
   free_list_t* fl = &a->free[pool];
   int i = lower_bound(fl, stream, size, 0);
   if (i >= fl->count || fl->items[i]->stream != stream) return NULL;
+  /* The best fit, split by the caller whatever its size (PyTorch's default,
+   * max_split_size unlimited): refusing to carve a request out of a merged
+   * free segment made every call of a loop map a new one. */
   tpu_block_t* b = fl->items[i];
-  /* Do not carve small requests out of huge cached blocks of the large pool. */
-  if (pool == TPU_POOL_LARGE && size < LARGE_DIRECT && b->size >= 2 * LARGE_DIRECT) return NULL;
   memmove(&fl->items[i], &fl->items[i + 1], sizeof(*fl->items) * (size_t)(fl->count - i - 1));
   fl->count--;
   if (b->prev || b->next) {

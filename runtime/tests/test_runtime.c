@@ -56,6 +56,27 @@ TEST(allocator_reuses_and_accounts) {
   CHECK(after.reserved_bytes[TPU_POOL_ALL].current <= before.reserved_bytes[TPU_POOL_ALL].current);
 }
 
+TEST(allocator_reuses_merged_segments_in_a_loop) {
+  /* A loop step allocates two 8 MiB blocks of one 20 MiB segment and frees
+   * both (they merge back into the whole segment): later steps must carve
+   * from that free segment, not map a new one per step. */
+  tpu_chip_t* chip = chip0();
+  tpu_stream_t* st = stream_of(chip, 0);
+  tpu_memory_empty_cache(chip);
+  tpu_memory_stats_t first, later;
+  for (int step = 0; step < 6; ++step) {
+    tpu_block_t *t = NULL, *u = NULL;
+    CHECK_OK(tpu_block_alloc(st, 8 << 20, &t));
+    CHECK_OK(tpu_block_alloc(st, 8 << 20, &u));
+    tpu_block_free(t);
+    tpu_block_free(u);
+    tpu_memory_get_stats(chip, step == 0 ? &first : &later);
+  }
+  CHECK(later.segment[TPU_POOL_LARGE].current == first.segment[TPU_POOL_LARGE].current);
+  CHECK(later.reserved_bytes[TPU_POOL_ALL].current == first.reserved_bytes[TPU_POOL_ALL].current);
+  tpu_memory_empty_cache(chip);
+}
+
 TEST(allocator_out_of_memory_recovers) {
   tpu_chip_t* chip = chip0();
   tpu_stream_t* st = stream_of(chip, 0);
