@@ -95,19 +95,33 @@ static void fill(float* p, int64_t n, int seed) {
   for (int64_t i = 0; i < n; ++i) p[i] = (float)(((i * 7919 + seed * 104729) % 2001) - 1000) / 250.f;
 }
 
-TEST(defer_fused_chain_matches_strict_and_elides) {
+/* A program over x [rows, cols] and b [cols], run on the host values. */
+typedef float* (*program_fn)(tpu_stream_t* st, int64_t rows, int64_t cols, const float* hx,
+                             const float* hb);
+
+/* Runs `program` in strict eager (*out_strict) and then deferred (*out_fused,
+ * with fresh metrics), on inputs filled from `seed`; the caller frees all
+ * four arrays. */
+static void strict_then_deferred(program_fn program, int64_t rows, int64_t cols, int seed,
+                                 float** out_hx, float** out_hb, float** out_strict,
+                                 float** out_fused) {
   tpu_stream_t* st = stream0();
-  enum { ROWS = 67, COLS = 301 }; /* several tiles, a ragged last one */
-  float* hx = malloc(ROWS * COLS * 4);
-  float* hb = malloc(COLS * 4);
-  fill(hx, ROWS * COLS, 1);
-  fill(hb, COLS, 2);
+  *out_hx = malloc((size_t)(rows * cols) * 4);
+  *out_hb = malloc((size_t)cols * 4);
+  fill(*out_hx, rows * cols, seed);
+  fill(*out_hb, cols, seed + 1);
   tpu_defer_set_thread(0);
-  float* strict = chain(st, ROWS, COLS, hx, hb);
+  *out_strict = program(st, rows, cols, *out_hx, *out_hb);
   tpu_defer_reset_metrics();
   tpu_defer_set_thread(1);
-  float* fused = chain(st, ROWS, COLS, hx, hb);
+  *out_fused = program(st, rows, cols, *out_hx, *out_hb);
   tpu_defer_set_thread(-1);
+}
+
+TEST(defer_fused_chain_matches_strict_and_elides) {
+  enum { ROWS = 67, COLS = 301 }; /* several tiles, a ragged last one */
+  float *hx, *hb, *strict, *fused;
+  strict_then_deferred(chain, ROWS, COLS, 1, &hx, &hb, &strict, &fused);
   for (int64_t i = 0; i < ROWS * COLS; ++i) {
     float want = hx[i] * 2 + hb[i % COLS];
     want = (want < 0 ? 0 : want) - hx[i];
@@ -309,18 +323,9 @@ static float* row_chain(tpu_stream_t* st, int64_t rows, int64_t cols, const floa
 }
 
 TEST(defer_row_tiled_group_matches_strict) {
-  tpu_stream_t* st = stream0();
   enum { ROWS = 53, COLS = 700 }; /* several row tiles, a ragged last one */
-  float* hx = malloc(ROWS * COLS * 4);
-  float* hb = malloc(COLS * 4);
-  fill(hx, ROWS * COLS, 3);
-  fill(hb, COLS, 4);
-  tpu_defer_set_thread(0);
-  float* strict = row_chain(st, ROWS, COLS, hx, hb);
-  tpu_defer_reset_metrics();
-  tpu_defer_set_thread(1);
-  float* fused = row_chain(st, ROWS, COLS, hx, hb);
-  tpu_defer_set_thread(-1);
+  float *hx, *hb, *strict, *fused;
+  strict_then_deferred(row_chain, ROWS, COLS, 3, &hx, &hb, &strict, &fused);
   for (int64_t r = 0; r < ROWS; ++r) {
     double mean = 0, mx = -1e30, sum = 0;
     for (int64_t k = 0; k < COLS; ++k) mean += hx[r * COLS + k] + hb[k];
