@@ -181,6 +181,8 @@ tpu_status_t tpu_fusion_verify(const tpu_graph_t* graph, const tpu_program_t* p,
       return tpu_status_make(TPU_CODE_INTERNAL, "fusion: group %d does not follow group %d", g,
                              g - 1);
     next += grp->count;
+    if (grp->kind != TPU_GROUP_SINGLE && grp->count > TPU_FUSION_MAX_GROUP)
+      return tpu_status_make(TPU_CODE_INTERNAL, "fusion: group %d holds %d nodes", g, grp->count);
     if (grp->slots < 0 || grp->slots > TPU_FUSION_MAX_SLOTS)
       return tpu_status_make(TPU_CODE_INTERNAL, "fusion: group %d has %d slots", g, grp->slots);
     if (grp->kind == TPU_GROUP_ROWS) TPU_RETURN_IF_ERROR(verify_rows(graph, p, a, grp, g));

@@ -133,6 +133,7 @@ typedef struct tiled_run {
   tpu_exec_ctx_t* ctx;
   tiling_t tiling;
   int64_t slot_bytes; /* per scratch slot */
+  uint32_t row_inputs[TPU_FUSION_MAX_GROUP]; /* row groups: per node, its `rows` mask */
   _Atomic(tpu_status_t) error;
 } tiled_run_t;
 
@@ -143,9 +144,8 @@ static void rows_views(tiled_run_t* r, const tile_t* tile, uint8_t* scratch, int
   const tiling_t* t = &r->tiling;
   const tpu_node_t* node = tpu_graph_node(r->graph, i);
   const tpu_op_def_t* def = tpu_op_def(node->op);
-  uint32_t mask = 0;
+  uint32_t mask = r->row_inputs[i - r->group->first];
   bool pointwise = (def->flags & TPU_OP_POINTWISE) != 0;
-  if (!pointwise) def->rows(def, node, &mask);
   for (int32_t o = 0; o < node->num_outputs; ++o) {
     tpu_view_t sliced;
     slice_rows(t, tile, &node->outputs[o], 0, &sliced);
@@ -261,6 +261,13 @@ tpu_status_t tpu_program_run(const tpu_program_t* p, const tpu_graph_t* graph,
           if (node->inputs[k].kind == TPU_VALUE_VIEW &&
               tpu_view_numel(&node->inputs[k].u.view) / nrows > widest)
             widest = tpu_view_numel(&node->inputs[k].u.view) / nrows;
+      }
+      for (int32_t i = grp->first; i < grp->first + grp->count; ++i) {
+        const tpu_node_t* node = tpu_graph_node(graph, i);
+        const tpu_op_def_t* def = tpu_op_def(node->op);
+        uint32_t* mask = &r.row_inputs[i - grp->first];
+        *mask = 0;
+        if (!(def->flags & TPU_OP_POINTWISE)) def->rows(def, node, mask);
       }
       tiling_init(lead->outputs[0].sizes, grp->rows, widest, &r.tiling);
       int64_t rows_per_tile = r.tiling.split < 0 ? nrows : r.tiling.chunk;
