@@ -12,7 +12,7 @@ Usage: python bench/bench_nnleft.py [--quick]
 import argparse
 import json
 import os
-import time
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -20,26 +20,8 @@ import torch.nn.functional as F
 import torch_tpu  # noqa: F401
 
 
-def sync(d):
-    if d == "tpu":
-        torch.tpu.synchronize()
-
-
-def pair(make, run, repeats):
-    """Best seconds per call on tpu and cpu, alternating rounds."""
-    state = {d: make(d) for d in ("tpu", "cpu")}
-    best = {}
-    for d in state:
-        run(*state[d])
-        sync(d)
-    for _ in range(repeats):
-        for d in state:
-            t0 = time.perf_counter()
-            run(*state[d])
-            sync(d)
-            t = time.perf_counter() - t0
-            best[d] = min(best.get(d, t), t)
-    return best["tpu"], best["cpu"]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from side_by_side import pair  # noqa: E402
 
 
 def main():

@@ -36,6 +36,14 @@ def compare(name, calls, rounds):
             "ratio": best["tpu"] / best["cpu"]}
 
 
+def pair(make, run, rounds):
+    """make(device) -> arguments for run(*arguments); the best seconds per call
+    on tpu and on the CPU (compare's warm-up and alternating rounds)."""
+    state = {d: make(d) for d in ("tpu", "cpu")}
+    row = compare("", {d: (lambda d=d: run(*state[d])) for d in state}, rounds)
+    return row["tpu_ms"] / 1e3, row["cpu_ms"] / 1e3
+
+
 def report(rows, family, rounds, width=32):
     """Prints the table and writes bench/results/<family>.json."""
     print(f"{'case':{width}} {'tpu ms':>10} {'cpu ms':>10} {'tpu/cpu':>8}")
