@@ -56,16 +56,27 @@ static int32_t max_nodes(void) {
   return m;
 }
 
+/* Whether the environment variable is not "0" (read once into *cached). */
+static bool env_on(const char* name, atomic_int* cached) {
+  int v = atomic_load(cached);
+  if (v < 0) {
+    const char* env = getenv(name);
+    v = !(env && strcmp(env, "0") == 0);
+    atomic_store(cached, v);
+  }
+  return v == 1;
+}
+
 /* Pipeline cuts before heavy nodes: on unless TORCH_TPU_DEFER_PIPELINE=0. */
 static bool pipeline(void) {
   static atomic_int on = -1;
-  int v = atomic_load(&on);
-  if (v < 0) {
-    const char* env = getenv("TORCH_TPU_DEFER_PIPELINE");
-    v = !(env && strcmp(env, "0") == 0);
-    atomic_store(&on, v);
-  }
-  return v == 1;
+  return env_on("TORCH_TPU_DEFER_PIPELINE", &on);
+}
+
+/* Phase 0 of the fusion compiler: on unless TORCH_TPU_DEFER_SCHEDULE=0. */
+static bool schedule(void) {
+  static atomic_int on = -1;
+  return env_on("TORCH_TPU_DEFER_SCHEDULE", &on);
 }
 
 static int log_level(void) {
@@ -244,7 +255,14 @@ static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason
   tpu_fusion_analysis_t* analysis = NULL;
   tpu_program_t* program = NULL;
   bool hit = false;
-  tpu_status_t s = tpu_fusion_analyse(graph, pd->frees, free_count, &analysis);
+  tpu_graph_t* scheduled = NULL;
+  tpu_status_t s =
+      schedule() ? tpu_fusion_schedule(graph, pd->frees, free_count, &scheduled) : TPU_OK;
+  if (scheduled) {
+    tpu_graph_release(graph);
+    graph = scheduled;
+  }
+  if (s == TPU_OK) s = tpu_fusion_analyse(graph, pd->frees, free_count, &analysis);
   if (s == TPU_OK) s = tpu_program_cache_get(graph, analysis, &program, &hit);
   tpu_fusion_analysis_free(analysis);
   int64_t extra = s == TPU_OK ? peak_extra(stream, graph, program, pd->frees, free_count) : 0;

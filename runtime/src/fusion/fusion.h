@@ -2,6 +2,10 @@
  * program the host driver runs.
  *
  * Passes, each a named phase followed by the verifier (fusion_verify):
+ *   0. schedule  (schedule.c) the order the nodes run in: a pointwise
+ *                consumer moves up to just after its producer when no node
+ *                it passes touches its memory in a conflicting way, so the
+ *                per-tensor chains of a foreach step become adjacent.
  *   1. analyse   per node: which earlier view each input reads (identical
  *                views get one id), the nearest earlier node it conflicts
  *                with (views that overlap without being identical), whether
@@ -74,6 +78,12 @@ typedef struct tpu_program {
 
 void tpu_program_retain(tpu_program_t* program);
 void tpu_program_release(tpu_program_t* program);
+
+/* Phase 0. When it moves any node, *out_graph is the reordered graph (the
+ * caller owns it) and the free records' points are rewritten for it in
+ * place; otherwise *out_graph is NULL and nothing changes. */
+tpu_status_t tpu_fusion_schedule(const tpu_graph_t* graph, tpu_free_record_t* frees,
+                                 int32_t free_count, tpu_graph_t** out_graph);
 
 /* Analysis of one graph: the structural key and what the passes read. */
 typedef struct tpu_fusion_analysis tpu_fusion_analysis_t;
