@@ -15,7 +15,7 @@ bool tpu_fusion_same_view(const tpu_view_t* a, const tpu_view_t* b) {
   return true;
 }
 
-static uint64_t view_hash(const tpu_view_t* v) {
+uint64_t tpu_fusion_view_hash(const tpu_view_t* v) {
   uint64_t h = 1469598103934665603ull ^ v->addr;
   h = (h ^ (uint64_t)v->dtype) * 1099511628211ull;
   for (int32_t d = 0; d < v->ndim; ++d) {
@@ -34,7 +34,7 @@ typedef struct vmap {
 } vmap_t;
 
 static int64_t vmap_slot(const vmap_t* m, const tpu_view_t* v) {
-  int64_t i = (int64_t)(view_hash(v) & (uint64_t)m->mask);
+  int64_t i = (int64_t)(tpu_fusion_view_hash(v) & (uint64_t)m->mask);
   while (m->keys[i] && !tpu_fusion_same_view(m->keys[i], v)) i = (i + 1) & m->mask;
   return i;
 }

@@ -37,6 +37,8 @@ struct tpu_fusion_analysis {
 
 /* Identical views: same address, dtype, sizes and strides. */
 bool tpu_fusion_same_view(const tpu_view_t* a, const tpu_view_t* b);
+/* A hash of what tpu_fusion_same_view compares. */
+uint64_t tpu_fusion_view_hash(const tpu_view_t* v);
 
 /* Whether v has at least k dims and its leading k equal rows'. */
 bool tpu_fusion_has_rows(const tpu_view_t* v, const tpu_view_t* rows, int32_t k);

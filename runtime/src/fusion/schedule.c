@@ -19,14 +19,18 @@
  * The order is a function of the recorded graph alone (never of timing), so
  * identical programs are scheduled, keyed and cut identically.
  */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "fusion/analysis.h"
 #include "tpu/ops.h"
 
-/* How far ahead a consumer is looked for, in nodes: bounds the phase's cost
- * on very long graphs (the default node limit is 1024). */
-#define SCHEDULE_WINDOW 1024
+/* Bounds on the phase's cost, which every flush pays (cache hits too): a
+ * consumer further ahead than SCHEDULE_WINDOW nodes is not moved, and the
+ * conflict checks of one graph stop after SCHEDULE_BUDGET per node. Both
+ * depend on the graph alone, so the order stays deterministic. */
+#define SCHEDULE_WINDOW 512
+#define SCHEDULE_BUDGET 256
 
 typedef struct extent {
   uint64_t lo, hi;
@@ -35,6 +39,7 @@ typedef struct extent {
 /* Per node: the byte ranges it reads, then those it writes. */
 typedef struct access {
   int32_t reads, writes; /* counts; ranges at base[i] .. */
+  extent_t all;          /* the hull of every range: a quick first test */
 } access_t;
 
 static extent_t extent_of(const tpu_view_t* v) {
@@ -55,11 +60,14 @@ typedef struct sched {
   access_t* acc;
   int32_t* base; /* per node: first range in ext */
   extent_t* ext;
+  int32_t* reader; /* per node: the first later node reading its first output, or -1 */
+  int64_t budget;  /* conflict checks left */
 } sched_t;
 
 /* Whether nodes a and b must keep their relative order: one writes memory
  * the other reads or writes. */
 static bool conflict(const sched_t* s, int32_t a, int32_t b) {
+  if (!meet(s->acc[a].all, s->acc[b].all)) return false;
   const extent_t* ea = s->ext + s->base[a];
   const extent_t* eb = s->ext + s->base[b];
   int32_t na = s->acc[a].reads + s->acc[a].writes, nb = s->acc[b].reads + s->acc[b].writes;
@@ -82,21 +90,46 @@ static bool movable(const tpu_node_t* node, const tpu_view_t* produced) {
   return true;
 }
 
-/* The first node after `cur` not yet placed that reads the identical view of
- * cur's first output, or -1. */
-static int32_t next_reader(const sched_t* s, const bool* placed, int32_t cur, int32_t n) {
-  const tpu_node_t* node = tpu_graph_node(s->graph, cur);
-  if (node->num_outputs < 1 || tpu_view_is_absent(&node->outputs[0])) return -1;
-  const tpu_view_t* v = &node->outputs[0];
-  int32_t stop = cur + SCHEDULE_WINDOW < n ? cur + SCHEDULE_WINDOW : n;
-  for (int32_t k = cur + 1; k < stop; ++k) {
-    if (placed[k]) continue;
-    const tpu_node_t* r = tpu_graph_node(s->graph, k);
-    for (int32_t j = 0; j < r->num_inputs; ++j)
-      if (r->inputs[j].kind == TPU_VALUE_VIEW && tpu_fusion_same_view(&r->inputs[j].u.view, v))
-        return k;
+/* reader[i]: the first node after i that reads the identical view of i's
+ * first output, from one backward pass over a map view -> the earliest
+ * reader seen so far (open addressing, keyed by view content). */
+static tpu_status_t find_readers(sched_t* s, int32_t n) {
+  int64_t cap = 16;
+  for (int32_t i = 0; i < n; ++i) cap += tpu_graph_node(s->graph, i)->num_inputs;
+  int64_t size = 16;
+  while (size < 2 * cap) size *= 2;
+  const tpu_view_t** keys = calloc((size_t)size, sizeof(*keys));
+  int32_t* at = malloc(sizeof(int32_t) * (size_t)size);
+  s->reader = malloc(sizeof(int32_t) * (size_t)n);
+  if (!keys || !at || !s->reader) {
+    free(keys);
+    free(at);
+    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fusion schedule allocation failed");
   }
-  return -1;
+  uint64_t mask = (uint64_t)size - 1;
+  for (int32_t i = n - 1; i >= 0; --i) {
+    const tpu_node_t* node = tpu_graph_node(s->graph, i);
+    s->reader[i] = -1;
+    if (node->num_outputs > 0 && !tpu_view_is_absent(&node->outputs[0])) {
+      const tpu_view_t* v = &node->outputs[0];
+      for (uint64_t h = tpu_fusion_view_hash(v) & mask; keys[h]; h = (h + 1) & mask)
+        if (tpu_fusion_same_view(keys[h], v)) {
+          s->reader[i] = at[h];
+          break;
+        }
+    }
+    for (int32_t j = 0; j < node->num_inputs; ++j) {
+      if (node->inputs[j].kind != TPU_VALUE_VIEW) continue;
+      const tpu_view_t* v = &node->inputs[j].u.view;
+      uint64_t h = tpu_fusion_view_hash(v) & mask;
+      while (keys[h] && !tpu_fusion_same_view(keys[h], v)) h = (h + 1) & mask;
+      keys[h] = v;
+      at[h] = i;
+    }
+  }
+  free(keys);
+  free(at);
+  return TPU_OK;
 }
 
 static tpu_status_t build_access(sched_t* s, int32_t n) {
@@ -114,7 +147,7 @@ static tpu_status_t build_access(sched_t* s, int32_t n) {
   for (int32_t i = 0; i < n; ++i) {
     const tpu_node_t* node = tpu_graph_node(s->graph, i);
     s->base[i] = at;
-    s->acc[i] = (access_t){0, 0};
+    s->acc[i] = (access_t){0, 0, {UINT64_MAX, 0}};
     for (int32_t j = 0; j < node->num_inputs; ++j)
       if (node->inputs[j].kind == TPU_VALUE_VIEW) {
         s->ext[at++] = extent_of(&node->inputs[j].u.view);
@@ -125,27 +158,32 @@ static tpu_status_t build_access(sched_t* s, int32_t n) {
         s->ext[at++] = extent_of(&node->outputs[o]);
         s->acc[i].writes++;
       }
+    for (int32_t x = s->base[i]; x < at; ++x) {
+      if (s->ext[x].lo >= s->ext[x].hi) continue;
+      if (s->ext[x].lo < s->acc[i].all.lo) s->acc[i].all.lo = s->ext[x].lo;
+      if (s->ext[x].hi > s->acc[i].all.hi) s->acc[i].all.hi = s->ext[x].hi;
+    }
   }
   return TPU_OK;
 }
 
 /* The new order: recorded order, except that from each node placed, the
  * chain of its pointwise consumers follows while each may move up. */
-static void order_nodes(const sched_t* s, int32_t n, bool* placed, int32_t* order) {
+static void order_nodes(sched_t* s, int32_t n, bool* placed, int32_t* order) {
   int32_t count = 0;
   for (int32_t j = 0; j < n; ++j) {
     if (placed[j]) continue;
     placed[j] = true;
     order[count++] = j;
     for (int32_t cur = j;;) {
-      int32_t k = next_reader(s, placed, cur, n);
-      if (k < 0) break;
+      int32_t k = s->reader[cur];
+      if (k < 0 || placed[k] || k - cur > SCHEDULE_WINDOW) break;
       const tpu_node_t* prod = tpu_graph_node(s->graph, cur);
       if (!movable(tpu_graph_node(s->graph, k), &prod->outputs[0])) break;
       /* Every node before k not placed yet would now run after it. */
       bool ok = true;
       for (int32_t i = j + 1; i < k && ok; ++i)
-        if (!placed[i] && conflict(s, i, k)) ok = false;
+        if (!placed[i] && (--s->budget < 0 || conflict(s, i, k))) ok = false;
       if (!ok) break;
       placed[k] = true;
       order[count++] = k;
@@ -176,13 +214,14 @@ tpu_status_t tpu_fusion_schedule(const tpu_graph_t* graph, tpu_free_record_t* fr
   *out_graph = NULL;
   int32_t n = tpu_graph_node_count(graph);
   if (n < 3) return TPU_OK;
-  sched_t s = {graph, NULL, NULL, NULL};
+  sched_t s = {graph, NULL, NULL, NULL, NULL, (int64_t)SCHEDULE_BUDGET * n};
   bool* placed = calloc((size_t)n, sizeof(bool));
   int32_t* order = malloc(sizeof(int32_t) * (size_t)n);
   int32_t* pos = malloc(sizeof(int32_t) * (size_t)n);
   tpu_status_t st = placed && order && pos
                         ? build_access(&s, n)
                         : tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fusion schedule allocation failed");
+  if (st == TPU_OK) st = find_readers(&s, n);
   bool moved = false;
   if (st == TPU_OK) {
     order_nodes(&s, n, placed, order);
@@ -207,6 +246,7 @@ tpu_status_t tpu_fusion_schedule(const tpu_graph_t* graph, tpu_free_record_t* fr
   free(s.acc);
   free(s.base);
   free(s.ext);
+  free(s.reader);
   free(placed);
   free(order);
   free(pos);
