@@ -26,7 +26,7 @@ static bool ew_exp_range_ok(const float* a, int64_t n, float sign) {
 }
 
 #define EW_VEXP_F32(name, sign, EXPR)                                                  \
-  static int name##_F32(void* out, const void* const* in, int64_t n,                   \
+  VM_SIMD_CLONES static int name##_F32(void* out, const void* const* in, int64_t n,    \
                         const tpu_ew_params_t* p) {                                    \
     (void)p;                                                                           \
     const float* a = (const float*)in[0];                                              \
@@ -49,7 +49,23 @@ EW_VEXP_F32(ew_exp, 1.0f, e)
 EW_U(ew_exp, F64, double, double, r = exp(x))
 EW_FLOATS(EW_U, ew_exp2, r = exp2(x))
 EW_FLOATS(EW_U, ew_expm1, r = expm1(x))
-EW_FLOATS(EW_U, ew_log, r = log(x))
+/* float32 log: vmath.h's SIMD log where every element of the tile is a
+ * normal positive number (Cephes, ~1 ulp); libm's otherwise (zero, negative,
+ * subnormal, inf and NaN keep libm's exact special values). */
+VM_SIMD_CLONES static int ew_log_F32(void* out, const void* const* in, int64_t n,
+                                     const tpu_ew_params_t* p) {
+  (void)p;
+  const float* a = (const float*)in[0];
+  float* o = (float*)out;
+  int ok = 1;
+  for (int64_t i = 0; i < n; ++i) ok &= vm_log_ok(a[i]);
+  if (ok)
+    for (int64_t i = 0; i < n; ++i) o[i] = vm_logf(a[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) o[i] = logf(a[i]);
+  return 0;
+}
+EW_U(ew_log, F64, double, double, r = log(x))
 EW_FLOATS(EW_U, ew_log2, r = log2(x))
 EW_FLOATS(EW_U, ew_log10, r = log10(x))
 EW_FLOATS(EW_U, ew_log1p, r = log1p(x))
