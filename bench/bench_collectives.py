@@ -14,8 +14,8 @@ with 1 and 2 processes (weak scaling: the per-rank batch is fixed), tpu
 (tpu_dist) and CPU (Gloo) side by side in alternating rounds of 5 steps, in
 one "cpu:gloo,tpu:tpu_dist" group. Scaling = tokens/s(2) / tokens/s(1).
 
-Usage: python bench/bench_collectives.py [--quick] [--max-mib 256] [--worlds 2,4]
-                                         [--what collectives,ddp]
+Usage: python bench/bench_collectives.py [--quick] [--min-kib 1] [--max-mib 256] [--worlds 2,4]
+                                         [--ops all_reduce,all_gather] [--what collectives,ddp]
 """
 import argparse
 import json
@@ -27,7 +27,7 @@ import time
 from datetime import timedelta
 
 
-def worker(rank, world, store_file, out_file, sizes, rounds):
+def worker(rank, world, store_file, out_file, sizes, rounds, ops):
     import torch
     import torch.distributed as dist
 
@@ -37,7 +37,7 @@ def worker(rank, world, store_file, out_file, sizes, rounds):
     dist.init_process_group("cpu:gloo,tpu:tpu_dist", store=store, rank=rank, world_size=world,
                             timeout=timedelta(seconds=600))
     rows = []
-    for op in ("all_reduce", "all_gather"):
+    for op in ops:
         for size in sizes:
             n = max(1, size // 4)
             if op == "all_gather":
@@ -45,7 +45,7 @@ def worker(rank, world, store_file, out_file, sizes, rounds):
             bufs = {}
             for dev in ("tpu", "cpu"):
                 x = torch.ones(n, dtype=torch.float32, device=dev)
-                out = torch.empty(n * world, dtype=torch.float32, device=dev)
+                out = torch.empty(n * world if op == "all_gather" else 0, dtype=torch.float32, device=dev)
                 bufs[dev] = (x, out)
             # small messages: several calls per timing
             iters = max(1, min(200, (4 << 20) // max(size, 1)))
@@ -169,14 +169,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--max-mib", type=int, default=256)
+    ap.add_argument("--min-kib", type=int, default=1)
+    ap.add_argument("--ops", default="all_reduce,all_gather")
     ap.add_argument("--worlds", default="2,4")
     ap.add_argument("--what", default="collectives,ddp")
-    ap.add_argument("--worker", nargs=6, help=argparse.SUPPRESS)
+    ap.add_argument("--worker", nargs=7, help=argparse.SUPPRESS)
     ap.add_argument("--ddp-worker", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        rank, world, store, out, sizes, rounds = args.worker
-        worker(int(rank), int(world), store, out, [int(s) for s in sizes.split(",")], int(rounds))
+        rank, world, store, out, sizes, rounds, ops = args.worker
+        worker(int(rank), int(world), store, out, [int(s) for s in sizes.split(",")], int(rounds),
+               ops.split(","))
         return
     if args.ddp_worker:
         rank, world, store, out, rounds = args.ddp_worker
@@ -216,6 +219,8 @@ def ddp(args):
 def collectives(args):
     max_bytes = (16 if args.quick else args.max_mib) << 20
     sizes, s = [], 1024
+    while s < args.min_kib * 1024:
+        s *= 4
     while s <= max_bytes:
         sizes.append(s)
         s *= 4
@@ -226,7 +231,7 @@ def collectives(args):
             store, out = os.path.join(tmp, "store"), os.path.join(tmp, "out.json")
             env = dict(os.environ, TORCH_TPU_NUM_THREADS="1")
             procs = [subprocess.Popen([sys.executable, __file__, "--worker", str(r), str(world), store,
-                                       out, ",".join(map(str, sizes)), str(rounds)], env=env)
+                                       out, ",".join(map(str, sizes)), str(rounds), args.ops], env=env)
                      for r in range(world)]
             for p in procs:
                 p.wait(timeout=3600)

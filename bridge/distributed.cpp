@@ -419,6 +419,10 @@ class BackendTPU : public c10d::Backend {
       s = tpu_comm_create(&id, local_size, local_rank, timeout.count(), &comm_);
     }
     check(s);
+    // Buffers allocated from now on can be read in place by the peers
+    // (large collectives skip the staging); a driver that cannot share
+    // memory just keeps staging.
+    tpu_status_free(tpu_comm_share_chip_memory(tpu_stream_chip(current_runtime_stream(current_device()))));
   }
 
   ~BackendTPU() override {
@@ -427,6 +431,9 @@ class BackendTPU : public c10d::Backend {
   }
 
   const std::string getBackendName() const override { return "tpu_dist"; }
+
+  // Collectives the shared-memory communicator ran (-1: none), for tests.
+  int64_t collectives_run() const { return comm_ ? (int64_t)tpu_comm_sequence(comm_) : -1; }
 
   void setTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 
@@ -459,8 +466,45 @@ class BackendTPU : public c10d::Backend {
     }, opts.timeout);
   }
 
+  // Coalescing (ProcessGroup::startCoalescing / endCoalescing, as PyTorch's
+  // _coalescing_manager and batch_isend_irecv use them): the collectives
+  // issued in between are queued as usual; endCoalescing returns one Work
+  // for all of them. The fast-path forms that PyTorch gathers inside the
+  // region (allreduce_coalesced, allgather_into_tensor_coalesced,
+  // reduce_scatter_tensor_coalesced) each run as one collective of the
+  // runtime over all their tensors (tpu_coll_args_t.segments).
+  bool supportsCoalescing() const override { return true; }
+
+  void startCoalescing() override {
+    coalescing_ = true;
+    coalesced_.clear();
+  }
+
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override {
+    coalescing_ = false;
+    auto parts = std::move(coalesced_);
+    coalesced_.clear();
+    std::vector<at::Tensor> outputs;
+    for (auto& p : parts)
+      for (auto& t : p->result()) outputs.push_back(t);
+    return c10::make_intrusive<CoalescedWork>(rank_, c10d::OpType::COALESCED, std::move(parts),
+                                              std::move(outputs));
+  }
+
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
+    if (!inter_) {
+      tpu_reduce_op_t op = to_reduce_op(opts.reduceOp);
+      std::vector<at::Tensor> dense;
+      std::vector<tpu_coll_segment_t> segs;
+      for (auto& t : tensors) {
+        check_same(t, tensors, "allreduce_coalesced");
+        dense.push_back(t.is_contiguous() ? t : t.contiguous());
+        segs.push_back({addr(dense.back()), addr(dense.back()), (size_t)t.numel()});
+      }
+      return run_segments(c10d::OpType::ALLREDUCE_COALESCED, TPU_COLL_ALL_REDUCE, op, tensors, dense,
+                          segs, {}, opts.timeout);
+    }
     for (auto& t : tensors) {
       std::vector<at::Tensor> one{t};
       auto w = c10::static_intrusive_pointer_cast<WorkTPU>(allreduce(one, opts));
@@ -504,6 +548,22 @@ class BackendTPU : public c10d::Backend {
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override {
     TORCH_CHECK(outputs.size() == inputs.size(), "tpu_dist: as many outputs as inputs");
+    if (!inter_) {
+      std::vector<at::Tensor> dense, ins;
+      std::vector<tpu_coll_segment_t> segs;
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        check_same(outputs[i], outputs, "all_gather_into_tensor_coalesced");
+        check_same(inputs[i], outputs, "all_gather_into_tensor_coalesced");
+        TORCH_CHECK(outputs[i].numel() == inputs[i].numel() * size_,
+                    "tpu_dist all_gather_into_tensor_coalesced: each output must have world_size "
+                    "times its input's elements");
+        ins.push_back(inputs[i].contiguous());
+        dense.push_back(outputs[i].is_contiguous() ? outputs[i] : outputs[i].contiguous());
+        segs.push_back({addr(ins.back()), addr(dense.back()), (size_t)ins.back().numel()});
+      }
+      return run_segments(c10d::OpType::COALESCED, TPU_COLL_ALL_GATHER, TPU_REDUCE_SUM, outputs, dense,
+                          segs, ins, opts.timeout);
+    }
     for (size_t i = 0; i < outputs.size(); ++i)
       pending_.push_back(c10::static_intrusive_pointer_cast<WorkTPU>(
           _allgather_base(outputs[i], inputs[i], opts)));
@@ -602,6 +662,23 @@ class BackendTPU : public c10d::Backend {
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& opts) override {
     TORCH_CHECK(outputs.size() == inputs.size(), "tpu_dist: as many outputs as inputs");
+    if (!inter_) {
+      tpu_reduce_op_t op = to_reduce_op(opts.reduceOp);
+      std::vector<at::Tensor> dense, ins;
+      std::vector<tpu_coll_segment_t> segs;
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        check_same(outputs[i], outputs, "reduce_scatter_tensor_coalesced");
+        check_same(inputs[i], outputs, "reduce_scatter_tensor_coalesced");
+        TORCH_CHECK(inputs[i].numel() == outputs[i].numel() * size_,
+                    "tpu_dist reduce_scatter_tensor_coalesced: each input must have world_size "
+                    "times its output's elements");
+        ins.push_back(inputs[i].contiguous());
+        dense.push_back(outputs[i].is_contiguous() ? outputs[i] : outputs[i].contiguous());
+        segs.push_back({addr(ins.back()), addr(dense.back()), (size_t)dense.back().numel()});
+      }
+      return run_segments(c10d::OpType::COALESCED, TPU_COLL_REDUCE_SCATTER, op, outputs, dense, segs,
+                          ins, opts.timeout);
+    }
     for (size_t i = 0; i < outputs.size(); ++i)
       pending_.push_back(c10::static_intrusive_pointer_cast<WorkTPU>(
           _reduce_scatter_base(outputs[i], inputs[i], opts)));
@@ -712,6 +789,33 @@ class BackendTPU : public c10d::Backend {
                 tensors.size(), ")");
     check_tensor(tensors[0], what);
     return tensors[0];
+  }
+
+  // A tensor of a coalesced collective: on the first tensor's chip, of its dtype.
+  void check_same(const at::Tensor& t, const std::vector<at::Tensor>& all, const char* what) {
+    check_tensor(t, what);
+    TORCH_CHECK(t.device() == all[0].device(), "tpu_dist ", what, ": tensors on different chips (",
+                t.device(), " and ", all[0].device(), ")");
+    TORCH_CHECK(t.scalar_type() == all[0].scalar_type(), "tpu_dist ", what,
+                ": tensors must have one dtype (got ", t.scalar_type(), " and ", all[0].scalar_type(), ")");
+  }
+
+  // One runtime collective over several tensors (coalesced forms): results
+  // land in `dense` (contiguous), copied into `targets` where they differ.
+  c10::intrusive_ptr<c10d::Work> run_segments(c10d::OpType type, tpu_coll_kind_t kind, tpu_reduce_op_t op,
+                                              std::vector<at::Tensor>& targets, std::vector<at::Tensor> dense,
+                                              const std::vector<tpu_coll_segment_t>& segs,
+                                              std::vector<at::Tensor> keep, std::chrono::milliseconds timeout) {
+    if (targets.empty()) return finish(type, {}, {}, {});
+    tpu_coll_args_t a = args(kind, targets[0], timeout);
+    a.op = op;
+    a.segments = segs.data();
+    a.nsegments = segs.size();
+    auto req = enqueue(targets[0], a);
+    for (size_t i = 0; i < targets.size(); ++i)
+      if (!dense[i].is_same(targets[i])) targets[i].copy_(dense[i]);
+    for (auto& d : dense) keep.push_back(d);
+    return finish(type, {req}, targets, std::move(keep));
   }
 
   void check_tensor(const at::Tensor& t, const char* what) {
@@ -1083,6 +1187,7 @@ class BackendTPU : public c10d::Backend {
     auto work = c10::make_intrusive<WorkTPU>(rank_, type, std::move(reqs), std::move(outputs),
                                              std::move(keep), source_rank);
     completer_->push(work);
+    if (coalescing_) coalesced_.push_back(work);
     return work;
   }
 
@@ -1156,12 +1261,19 @@ class BackendTPU : public c10d::Backend {
   std::shared_ptr<InterState> inter_state_ = std::make_shared<InterState>();
   uint64_t inter_seq_ = 0;
   std::vector<c10::intrusive_ptr<WorkTPU>> pending_;
+  bool coalescing_ = false;                              // between startCoalescing and endCoalescing
+  std::vector<c10::intrusive_ptr<WorkTPU>> coalesced_;  // what was issued there
   std::unique_ptr<Completer> completer_ = std::make_unique<Completer>();
 };
 
 }  // namespace
 
 void init_distributed(py::module& m) {
+  m.def("_dist_collectives_run", [](const c10::intrusive_ptr<c10d::Backend>& backend) -> int64_t {
+    auto* b = dynamic_cast<BackendTPU*>(backend.get());
+    TORCH_CHECK(b, "not a tpu_dist backend");
+    return b->collectives_run();
+  });
   m.def(
       "_dist_create_backend",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
