@@ -12,6 +12,7 @@
  *   - the stream path: a collective enqueued on a chip's stream over device
  *     memory, with its request.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -437,6 +438,130 @@ TEST(collectives_coalesced_run_as_one) {
   CHECK(run_ranks(2, 20000, coalesced_collectives) == 0);
   CHECK(run_ranks(3, 20000, coalesced_collectives) == 0);
   unsetenv("TPU_DIST_CHUNK_KB");
+}
+
+/* ---- chips of one process (tpu_comm_create_local) --------------------------------------------- */
+
+typedef struct local_rank {
+  tpu_comm_t* comm;
+  int r, N;
+  int failed;
+} local_rank_t;
+
+#define LCHECK(cond)                                                                   \
+  do {                                                                                 \
+    if (!(cond)) {                                                                     \
+      fprintf(stderr, "  local rank %d: %s:%d: CHECK(%s)\n", L->r, __FILE__, __LINE__, #cond); \
+      L->failed = 1;                                                                   \
+    }                                                                                  \
+  } while (0)
+
+#define LCHECK_OK(expr)                                                                \
+  do {                                                                                 \
+    tpu_status_t s_ = (expr);                                                          \
+    if (s_ != TPU_OK) {                                                                \
+      fprintf(stderr, "  local rank %d: %s:%d: %s\n", L->r, __FILE__, __LINE__, tpu_status_message(s_)); \
+      tpu_status_free(s_);                                                             \
+      L->failed = 1;                                                                   \
+    }                                                                                  \
+  } while (0)
+
+/* Each thread is one chip's worker: every direct collective, in and out of
+ * place, against the reference; plus all_to_all and barrier (staged). */
+static void* local_rank_main(void* arg) {
+  local_rank_t* L = arg;
+  int r = L->r, N = L->N;
+  const tpu_dtype_t dts[] = {TPU_DTYPE_F32, TPU_DTYPE_F16, TPU_DTYPE_I32, TPU_DTYPE_BOOL};
+  for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); ++d) {
+    for (size_t n = 1; n < 40000; n *= 37) {
+      tpu_dtype_t dt = dts[d];
+      size_t es = tpu_dtype_size(dt);
+      void* in[TPU_COMM_MAX_RANKS];
+      for (int p = 0; p < N; ++p) in[p] = make_input(dt, p, n * (size_t)N, (int)(n + d));
+      uint8_t* send = malloc(n * (size_t)N * es + 1);
+      uint8_t* recv = calloc(n * (size_t)N + 1, es);
+      uint8_t* want = calloc(n * (size_t)N + 1, es);
+      for (int op = 0; op < TPU_REDUCE_OP_COUNT; ++op) {
+        if (op == TPU_REDUCE_AVG && dt == TPU_DTYPE_BOOL) continue;
+        coll_reduce_ref(want, (const void* const*)in, N, n, dt, (tpu_reduce_op_t)op, N);
+        memcpy(send, in[r], n * es);
+        tpu_coll_args_t a = args_of(TPU_COLL_ALL_REDUCE, send, send, n, dt);
+        a.op = (tpu_reduce_op_t)op;
+        LCHECK_OK(tpu_comm_run(L->comm, &a));
+        LCHECK(same_bytes(send, want, n * es));
+        memcpy(send, in[r], n * es);
+        a = args_of(TPU_COLL_REDUCE, send, recv, n, dt);
+        a.op = (tpu_reduce_op_t)op;
+        a.root = N - 1;
+        LCHECK_OK(tpu_comm_run(L->comm, &a));
+        if (r == N - 1) LCHECK(same_bytes(recv, want, n * es));
+      }
+      memcpy(send, in[r], n * es);
+      tpu_coll_args_t a = args_of(TPU_COLL_ALL_GATHER, send, recv, n, dt);
+      LCHECK_OK(tpu_comm_run(L->comm, &a));
+      for (int p = 0; p < N; ++p) LCHECK(same_bytes(recv + (size_t)p * n * es, in[p], n * es));
+      memset(recv, 0, n * (size_t)N * es);
+      a = args_of(TPU_COLL_GATHER, send, r == 1 ? recv : NULL, n, dt);
+      a.root = 1;
+      LCHECK_OK(tpu_comm_run(L->comm, &a));
+      if (r == 1)
+        for (int p = 0; p < N; ++p) LCHECK(same_bytes(recv + (size_t)p * n * es, in[p], n * es));
+      memcpy(send, in[r], n * (size_t)N * es);
+      a = args_of(TPU_COLL_SCATTER, r == 0 ? send : NULL, recv, n, dt);
+      LCHECK_OK(tpu_comm_run(L->comm, &a));
+      LCHECK(same_bytes(recv, (uint8_t*)in[0] + (size_t)r * n * es, n * es));
+      memcpy(recv, in[r], n * es);
+      a = args_of(TPU_COLL_BROADCAST, recv, recv, n, dt);
+      a.root = N - 1;
+      LCHECK_OK(tpu_comm_run(L->comm, &a));
+      LCHECK(same_bytes(recv, in[N - 1], n * es));
+      a = args_of(TPU_COLL_ALL_TO_ALL, send, recv, n, dt);
+      LCHECK_OK(tpu_comm_run(L->comm, &a));
+      for (int p = 0; p < N; ++p) LCHECK(same_bytes(recv + (size_t)p * n * es, (uint8_t*)in[p] + (size_t)r * n * es, n * es));
+      for (int p = 0; p < N; ++p) free(in[p]);
+      free(send);
+      free(recv);
+      free(want);
+    }
+  }
+  /* a mismatch fails on every chip and leaves the communicator usable */
+  float x[3] = {1, 2, 3};
+  tpu_coll_args_t a = args_of(TPU_COLL_ALL_REDUCE, x, x, r == 0 ? 2 : 3, TPU_DTYPE_F32);
+  tpu_status_t s = tpu_comm_run(L->comm, &a);
+  LCHECK(tpu_status_code(s) == TPU_CODE_INVALID_ARGUMENT);
+  tpu_status_free(s);
+  a = args_of(TPU_COLL_BARRIER, NULL, NULL, 0, TPU_DTYPE_F32);
+  LCHECK_OK(tpu_comm_run(L->comm, &a));
+  return NULL;
+}
+
+TEST(collectives_local_chips_read_each_other_directly) {
+  for (int N = 2; N <= 4; N += 2) {
+    tpu_comm_t* comms[TPU_COMM_MAX_RANKS];
+    CHECK_OK(tpu_comm_create_local(N, 20000, comms));
+    pthread_t th[TPU_COMM_MAX_RANKS];
+    local_rank_t ranks[TPU_COMM_MAX_RANKS];
+    for (int r = 0; r < N; ++r) {
+      ranks[r] = (local_rank_t){comms[r], r, N, 0};
+      pthread_create(&th[r], NULL, local_rank_main, &ranks[r]);
+    }
+    for (int r = 0; r < N; ++r) {
+      pthread_join(th[r], NULL);
+      CHECK(!ranks[r].failed);
+    }
+    for (int r = N - 1; r >= 0; --r) tpu_comm_release(comms[r]);
+  }
+  /* a chip that never arrives: the others time out naming it */
+  tpu_comm_t* comms[2];
+  CHECK_OK(tpu_comm_create_local(2, 300, comms));
+  float x[2] = {1, 2};
+  tpu_coll_args_t a = args_of(TPU_COLL_ALL_REDUCE, x, x, 2, TPU_DTYPE_F32);
+  tpu_status_t s = tpu_comm_run(comms[0], &a);
+  CHECK(tpu_status_code(s) == TPU_CODE_DEADLINE_EXCEEDED);
+  CHECK(s && strstr(tpu_status_message(s), "rank 1 did not arrive") != NULL);
+  tpu_status_free(s);
+  tpu_comm_release(comms[1]);
+  tpu_comm_release(comms[0]);
 }
 
 /* ---- the direct path: buffers in shared device memory ------------------------------------ */

@@ -137,6 +137,16 @@ tpu_status_t tpu_comm_unique_id(tpu_comm_id_t* out_id);
  * ranks. timeout_ms is also the default timeout of its collectives. */
 tpu_status_t tpu_comm_create(const tpu_comm_id_t* id, int nranks, int rank, int64_t timeout_ms,
                              tpu_comm_t** out_comm);
+/* Communicators between `nranks` chips driven by this process (rank i is
+ * out_comms[i]; the caller releases each). Collectives on them are enqueued
+ * with tpu_comm_enqueue on each chip's stream like any other, rendezvous
+ * when every chip's queue reaches them, and move data chip to chip
+ * directly: each chip's worker reads the other chips' buffers in place
+ * (all_reduce, reduce, broadcast, all_gather, gather, scatter,
+ * reduce_scatter: no staging copy; all_to_all and send/recv still go
+ * through the control block's slots). Same checks, timeouts and abort as
+ * between processes. */
+tpu_status_t tpu_comm_create_local(int nranks, int64_t timeout_ms, tpu_comm_t** out_comms);
 void tpu_comm_retain(tpu_comm_t* comm);
 void tpu_comm_release(tpu_comm_t* comm);
 int tpu_comm_rank(const tpu_comm_t* comm);

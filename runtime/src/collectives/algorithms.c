@@ -396,14 +396,27 @@ static tpu_status_t run_recv(coll_exec_t* x) {
 
 static bool direct_kind(tpu_coll_kind_t k) {
   return k == TPU_COLL_ALL_REDUCE || k == TPU_COLL_ALL_GATHER || k == TPU_COLL_REDUCE_SCATTER ||
-         k == TPU_COLL_BROADCAST;
+         k == TPU_COLL_BROADCAST || k == TPU_COLL_REDUCE || k == TPU_COLL_GATHER || k == TPU_COLL_SCATTER;
 }
 
-/* Bytes of this rank's send and recv buffers. */
-static void extents(const tpu_coll_args_t* a, int N, size_t* sb, size_t* rb) {
-  size_t bytes = a->count * tpu_dtype_size(a->dtype);
-  *sb = a->kind == TPU_COLL_REDUCE_SCATTER ? bytes * (size_t)N : bytes;
-  *rb = a->kind == TPU_COLL_ALL_GATHER ? bytes * (size_t)N : bytes;
+static bool kind_parts(tpu_coll_kind_t k) { /* one buffer holds nranks parts of count */
+  return k == TPU_COLL_ALL_GATHER || k == TPU_COLL_REDUCE_SCATTER || k == TPU_COLL_GATHER ||
+         k == TPU_COLL_SCATTER;
+}
+
+/* Bytes of this rank's send and recv buffers (0: not used by this rank). */
+static void extents(const tpu_coll_args_t* a, int N, int rank, size_t* sb, size_t* rb) {
+  size_t bytes = a->count * tpu_dtype_size(a->dtype), all = bytes * (size_t)N;
+  bool root = rank == a->root;
+  switch (a->kind) {
+    case TPU_COLL_ALL_GATHER: *sb = bytes, *rb = all; break;
+    case TPU_COLL_REDUCE_SCATTER: *sb = all, *rb = bytes; break;
+    case TPU_COLL_GATHER: *sb = bytes, *rb = root ? all : 0; break;
+    case TPU_COLL_SCATTER: *sb = root ? all : 0, *rb = bytes; break;
+    case TPU_COLL_REDUCE: *sb = bytes, *rb = root ? bytes : 0; break;
+    case TPU_COLL_BROADCAST: *sb = root ? bytes : 0, *rb = bytes; break;
+    default: *sb = *rb = bytes;
+  }
 }
 
 static bool disjoint(uint64_t a, size_t na, uint64_t b, size_t nb) { return a + na <= b || b + nb <= a; }
@@ -415,21 +428,30 @@ static void direct_prepare(coll_exec_t* x) {
   const tpu_coll_args_t* a = x->args;
   size_t sb, rb;
   if (!direct_kind(a->kind) || x->nsegs != 1 || !c->hdr->direct_min_bytes || c->nranks < 2) return;
-  extents(a, c->nranks, &sb, &rb);
-  size_t moved = sb > rb ? sb : rb;
+  /* the same on every rank that calls the same collective */
+  size_t moved = a->count * tpu_dtype_size(a->dtype) * (kind_parts(a->kind) ? (size_t)c->nranks : 1);
   if (moved < c->hdr->direct_min_bytes) return;
   x->try_direct = true;
-  const coll_mem_t* m = x->mem;
-  if (!m || m->driver->memory_export(m->chip, &x->direct_mem) != TPU_OK) return;
-  if (!m->driver->memory_is_shared(m->chip, a->send, sb) || !m->driver->memory_is_shared(m->chip, a->recv, rb))
+  extents(a, c->nranks, c->rank, &sb, &rb);
+  if (!c->local) { /* between processes: the buffers must lie in memory the peers can map */
+    const coll_mem_t* m = x->mem;
+    if (!m || m->driver->memory_export(m->chip, &x->direct_mem) != TPU_OK) return;
+    if (!m->driver->memory_is_shared(m->chip, a->send, sb) || !m->driver->memory_is_shared(m->chip, a->recv, rb))
+      return;
+  }
+  if (!sb || !rb) { /* a rooted collective's unused buffer */
+    x->direct = true;
     return;
+  }
   size_t part = a->count * tpu_dtype_size(a->dtype);
   bool layout_ok;
   switch (a->kind) {
     case TPU_COLL_ALL_GATHER: /* in place: send is this rank's part of recv */
+    case TPU_COLL_GATHER:
       layout_ok = disjoint(a->send, sb, a->recv, rb) || a->send == a->recv + (uint64_t)c->rank * part;
       break;
     case TPU_COLL_REDUCE_SCATTER: /* in place: recv is this rank's part of send */
+    case TPU_COLL_SCATTER:
       layout_ok = disjoint(a->send, sb, a->recv, rb) || a->recv == a->send + (uint64_t)c->rank * part;
       break;
     default:
@@ -454,6 +476,10 @@ static tpu_status_t direct_agree(coll_exec_t* x, bool* use) {
     mems[p] = i->mem;
     x->peer_send[p] = i->send;
     x->peer_recv[p] = i->recv;
+  }
+  if (c->local) { /* chips of this process: their addresses are readable as they are */
+    *use = true;
+    return TPU_OK;
   }
   if (c->agreed_state != 0 && memcmp(mems, c->agreed, sizeof(mems[0]) * (size_t)N) == 0) {
     *use = c->agreed_state > 0;
@@ -488,7 +514,7 @@ static tpu_status_t direct_agree(coll_exec_t* x, bool* use) {
 
 /* Rank p's device address `addr` as readable here. */
 static inline const uint8_t* at_peer(const tpu_comm_t* c, int p, uint64_t addr) {
-  if (p == c->rank) return ptr(addr);
+  if (p == c->rank || c->local) return ptr(addr);
   return c->peer_base[p] + (addr - c->peer_mem[p].base);
 }
 
@@ -545,6 +571,35 @@ static tpu_status_t direct_reduce_scatter(coll_exec_t* x) {
   return round_barrier(x);
 }
 
+static tpu_status_t direct_reduce(coll_exec_t* x) {
+  tpu_comm_t* c = x->comm;
+  const tpu_coll_args_t* a = x->args;
+  if (c->rank == a->root) {
+    const void* srcs[TPU_COMM_MAX_RANKS];
+    for (int p = 0; p < c->nranks; ++p) srcs[p] = at_peer(c, p, x->peer_send[p]);
+    reduce_any_alias(ptr(a->recv), srcs, c->nranks, a->count, a->dtype, a->op);
+  }
+  return round_barrier(x);
+}
+
+static tpu_status_t direct_gather(coll_exec_t* x) {
+  tpu_comm_t* c = x->comm;
+  const tpu_coll_args_t* a = x->args;
+  size_t bytes = a->count * tpu_dtype_size(a->dtype);
+  if (c->rank == a->root)
+    for (int p = 0; p < c->nranks; ++p)
+      memmove(ptr(a->recv) + (size_t)p * bytes, at_peer(c, p, x->peer_send[p]), bytes);
+  return round_barrier(x);
+}
+
+static tpu_status_t direct_scatter(coll_exec_t* x) {
+  tpu_comm_t* c = x->comm;
+  const tpu_coll_args_t* a = x->args;
+  size_t bytes = a->count * tpu_dtype_size(a->dtype);
+  memmove(ptr(a->recv), at_peer(c, a->root, x->peer_send[a->root]) + (size_t)c->rank * bytes, bytes);
+  return round_barrier(x);
+}
+
 static tpu_status_t direct_broadcast(coll_exec_t* x) {
   tpu_comm_t* c = x->comm;
   const tpu_coll_args_t* a = x->args;
@@ -559,6 +614,8 @@ typedef tpu_status_t (*run_fn)(coll_exec_t* x);
 static const run_fn g_direct[TPU_COLL_KIND_COUNT] = {
     [TPU_COLL_ALL_REDUCE] = direct_all_reduce, [TPU_COLL_ALL_GATHER] = direct_all_gather,
     [TPU_COLL_REDUCE_SCATTER] = direct_reduce_scatter, [TPU_COLL_BROADCAST] = direct_broadcast,
+    [TPU_COLL_REDUCE] = direct_reduce, [TPU_COLL_GATHER] = direct_gather,
+    [TPU_COLL_SCATTER] = direct_scatter,
 };
 
 static const run_fn g_run[TPU_COLL_KIND_COUNT] = {

@@ -409,13 +409,66 @@ tpu_status_t tpu_comm_create(const tpu_comm_id_t* id, int nranks, int rank, int6
   return TPU_OK;
 }
 
+tpu_status_t tpu_comm_create_local(int nranks, int64_t timeout_ms, tpu_comm_t** out_comms) {
+  if (nranks < 1 || nranks > TPU_COMM_MAX_RANKS)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "tpu_dist: invalid number of chips %d (1..%d)",
+                           nranks, TPU_COMM_MAX_RANKS);
+  if (timeout_ms <= 0) timeout_ms = 30 * 60 * 1000;
+  comm_header_t h;
+  memset(&h, 0, sizeof(h));
+  layout(&h, nranks);
+  h.direct_min_bytes = 1; /* every collective that has a direct form takes it */
+  /* The control block: anonymous memory (pages only where touched); the
+   * staged collectives (all_to_all, send/recv) still use its slots. */
+  void* p = mmap(NULL, h.total_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return sys_error("mmap", "(chips of this process)");
+  comm_header_t* hdr = p;
+  memcpy((uint8_t*)hdr + sizeof(hdr->magic), (uint8_t*)&h + sizeof(h.magic), sizeof(h) - sizeof(h.magic));
+  atomic_store(&hdr->magic, COMM_MAGIC);
+  char state;
+  uint64_t start = 0;
+  uint64_t pid_start = proc_stat((int)getpid(), &state, &start) == 1 ? start : 0;
+  for (int r = 0; r < nranks; ++r) {
+    tpu_comm_t* c = calloc(1, sizeof(*c));
+    if (!c) {
+      for (int q = r - 1; q >= 1; --q) tpu_comm_release(out_comms[q]);
+      if (r > 0) tpu_comm_release(out_comms[0]);
+      else munmap(p, h.total_bytes);
+      return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "communicator allocation failed");
+    }
+    atomic_init(&c->refs, 1);
+    c->rank = r;
+    c->nranks = nranks;
+    atomic_init(&c->timeout_ms, timeout_ms);
+    c->base = p;
+    c->bytes = h.total_bytes;
+    c->hdr = hdr;
+    c->ctl = (rank_ctl_t*)(c->base + hdr->ctl_off);
+    c->p2p = (p2p_ctl_t*)(c->base + hdr->p2p_ctl_off);
+    pthread_mutex_init(&c->mu, NULL);
+    c->local = true;
+    if (r > 0) {
+      c->owner = out_comms[0];
+      tpu_comm_retain(c->owner);
+    }
+    c->ctl[r].pid = (int32_t)getpid();
+    c->ctl[r].pid_start = pid_start;
+    c->ctl[r].pid_ns = pid_start ? pid_ns_inode() : 0;
+    atomic_store(&c->ctl[r].joined, 1);
+    atomic_fetch_add(&hdr->attached, 1);
+    out_comms[r] = c;
+  }
+  return TPU_OK;
+}
+
 void tpu_comm_retain(tpu_comm_t* c) { atomic_fetch_add(&c->refs, 1); }
 
 void tpu_comm_release(tpu_comm_t* c) {
   if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
   for (int p = 0; p < c->nranks; ++p)
     if (c->peer_base[p]) c->driver->memory_unimport(&c->peer_mem[p], c->peer_base[p]);
-  munmap(c->base, c->bytes);
+  if (c->owner) tpu_comm_release(c->owner);
+  else munmap(c->base, c->bytes);
   pthread_mutex_destroy(&c->mu);
   free(c);
 }

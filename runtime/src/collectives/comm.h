@@ -100,6 +100,11 @@ struct tpu_comm {
   tpu_hal_memory_export_t agreed[TPU_COMM_MAX_RANKS];
   int agreed_state; /* 0: none yet, 1: all ranks mapped `agreed`, -1: some could not */
   pthread_mutex_t mu; /* one collective at a time */
+  /* tpu_comm_create_local: every rank is a chip of this process, so peers'
+   * device addresses are readable as they are; ranks other than 0 hold a
+   * reference to rank 0's communicator, which owns the control block. */
+  bool local;
+  tpu_comm_t* owner;
 };
 
 static inline uint8_t* comm_slot(const tpu_comm_t* c, int rank, uint32_t round) {
