@@ -75,7 +75,8 @@ typedef struct tpu_hal_driver {
    * other processes can map (idempotent). memory_is_shared: whether all of
    * [addr, addr + bytes) is such memory. memory_export: describes the chip's
    * shareable memory for another process, whose memory_import maps it
-   * read-only and returns the host address at which the exporter's `base`
+   * (readable and writable: a collective writes its results into the
+   * peers' buffers) and returns the host address at which the exporter's `base`
    * appears (the exporter's own process gets its own addresses back);
    * memory_unimport undoes that. */
   tpu_status_t (*memory_share)(tpu_hal_chip_t* chip);

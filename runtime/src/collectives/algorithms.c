@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "comm.h"
 
@@ -513,9 +516,61 @@ static tpu_status_t direct_agree(coll_exec_t* x, bool* use) {
 }
 
 /* Rank p's device address `addr` as readable here. */
-static inline const uint8_t* at_peer(const tpu_comm_t* c, int p, uint64_t addr) {
+static inline uint8_t* at_peer(const tpu_comm_t* c, int p, uint64_t addr) {
   if (p == c->rank || c->local) return ptr(addr);
-  return c->peer_base[p] + (addr - c->peer_mem[p].base);
+  return (uint8_t*)c->peer_base[p] + (addr - c->peer_mem[p].base);
+}
+
+/* Copies with streaming stores where the destination allows (x86) when
+ * `stream`: a block written to several ranks' buffers is not read back here,
+ * and plain stores would first read every destination line (write-allocate).
+ * Only for messages larger than the cache (STREAM_MIN_BYTES): smaller ones
+ * are better left in cache for whoever reads them next. */
+static size_t stream_min_bytes(void) {
+  static _Atomic size_t v;
+  size_t x = atomic_load_explicit(&v, memory_order_relaxed);
+  if (!x) {
+    const char* e = getenv("TPU_DIST_STREAM_MIN_KB");
+    x = e && atoll(e) > 0 ? (size_t)atoll(e) * 1024 : (size_t)32 << 20;
+    atomic_store_explicit(&v, x, memory_order_relaxed);
+  }
+  return x;
+}
+#define STREAM_MIN_BYTES stream_min_bytes()
+static void copy_stream(uint8_t* dst, const uint8_t* src, size_t bytes, bool stream) {
+#if defined(__SSE2__)
+  if (!stream) {
+    memcpy(dst, src, bytes);
+    return;
+  }
+  size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+  if (bytes < 64 + head) {
+    memcpy(dst, src, bytes);
+    return;
+  }
+  memcpy(dst, src, head);
+  dst += head, src += head, bytes -= head;
+  size_t body = bytes & ~(size_t)63;
+  for (size_t i = 0; i < body; i += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i*)(src + i));
+    __m128i b = _mm_loadu_si128((const __m128i*)(src + i + 16));
+    __m128i c = _mm_loadu_si128((const __m128i*)(src + i + 32));
+    __m128i d = _mm_loadu_si128((const __m128i*)(src + i + 48));
+    _mm_stream_si128((__m128i*)(dst + i), a);
+    _mm_stream_si128((__m128i*)(dst + i + 16), b);
+    _mm_stream_si128((__m128i*)(dst + i + 32), c);
+    _mm_stream_si128((__m128i*)(dst + i + 48), d);
+  }
+  memcpy(dst + body, src + body, bytes - body);
+#else
+  memcpy(dst, src, bytes);
+#endif
+}
+
+static void stream_fence(void) {
+#if defined(__SSE2__)
+  _mm_sfence(); /* streaming stores are visible before the barrier that follows */
+#endif
 }
 
 /* coll_reduce for a dst that may alias any source: through a small buffer,
@@ -534,30 +589,56 @@ static void reduce_any_alias(uint8_t* dst, const void* const* srcs, int N, size_
   }
 }
 
+/* all_reduce in one pass: rank r reduces slice r of every rank's send,
+ * a block at a time, and writes the block into slice r of every rank's recv.
+ * Only rank r touches slice r of any buffer, so in place (send == recv) is
+ * safe; the final barrier tells every rank its recv is complete. A block is
+ * written only while the communicator is not aborted (a peer that gave up
+ * may reuse its buffer). */
 static tpu_status_t direct_all_reduce(coll_exec_t* x) {
   tpu_comm_t* c = x->comm;
   const tpu_coll_args_t* a = x->args;
   int N = c->nranks, r = c->rank;
   size_t es = tpu_dtype_size(a->dtype), n = a->count;
+  enum { BLOCK_BYTES = 16384 };
+  uint64_t tmp[BLOCK_BYTES / 8];
+  size_t block = BLOCK_BYTES / es;
   const void* srcs[TPU_COMM_MAX_RANKS];
+  uint8_t* dsts[TPU_COMM_MAX_RANKS];
   size_t lo = n * (size_t)r / (size_t)N, hi = n * (size_t)(r + 1) / (size_t)N;
-  for (int p = 0; p < N; ++p) srcs[p] = at_peer(c, p, x->peer_send[p]) + lo * es;
-  reduce_any_alias(ptr(a->recv) + lo * es, srcs, N, hi - lo, a->dtype, a->op);
-  TPU_RETURN_IF_ERROR(round_barrier(x));
-  for (int p = 0; p < N; ++p) {
-    if (p == r) continue;
-    size_t plo = n * (size_t)p / (size_t)N, phi = n * (size_t)(p + 1) / (size_t)N;
-    memcpy(ptr(a->recv) + plo * es, at_peer(c, p, x->peer_recv[p]) + plo * es, (phi - plo) * es);
+  bool stream = n * es >= STREAM_MIN_BYTES;
+  for (size_t off = lo; off < hi; off += block) {
+    if (atomic_load_explicit(&c->hdr->abort, memory_order_relaxed)) break;
+    size_t m = min_size(block, hi - off);
+    for (int p = 0; p < N; ++p) {
+      srcs[p] = at_peer(c, p, x->peer_send[p]) + off * es;
+      dsts[p] = at_peer(c, p, x->peer_recv[p]) + off * es;
+    }
+    coll_reduce(tmp, srcs, N, m, a->dtype, a->op, N);
+    for (int p = 0; p < N; ++p) copy_stream(dsts[p], (const uint8_t*)tmp, m * es, stream);
   }
+  stream_fence();
   return round_barrier(x);
 }
 
+/* all_gather: rank r writes its send, a block at a time (read once), into
+ * part r of every rank's recv (skipped where that is its send: in place). */
 static tpu_status_t direct_all_gather(coll_exec_t* x) {
   tpu_comm_t* c = x->comm;
   const tpu_coll_args_t* a = x->args;
+  int N = c->nranks, r = c->rank;
   size_t bytes = a->count * tpu_dtype_size(a->dtype);
-  for (int p = 0; p < c->nranks; ++p) /* memmove: recv's own part may be send itself */
-    memmove(ptr(a->recv) + (size_t)p * bytes, at_peer(c, p, x->peer_send[p]), bytes);
+  enum { BLOCK_BYTES = 65536 };
+  const uint8_t* src = ptr(a->send);
+  for (size_t off = 0; off < bytes; off += BLOCK_BYTES) {
+    if (atomic_load_explicit(&c->hdr->abort, memory_order_relaxed)) break;
+    size_t m = min_size(BLOCK_BYTES, bytes - off);
+    for (int p = 0; p < N; ++p) {
+      uint8_t* dst = at_peer(c, p, x->peer_recv[p]) + (size_t)r * bytes + off;
+      if (dst != src + off) copy_stream(dst, src + off, m, bytes * (size_t)N >= STREAM_MIN_BYTES);
+    }
+  }
+  stream_fence();
   return round_barrier(x);
 }
 

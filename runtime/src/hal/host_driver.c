@@ -7,7 +7,7 @@
  *    Once sharing is enabled (memory_share, asked for by the collectives), new
  *    segments are mapped MAP_SHARED from one memfd per chip (sized to the
  *    capacity, sparse, at the segment's offset in the range) so processes of
- *    a communicator can map each other's device memory read-only
+ *    a communicator can map each other's device memory
  *    (memory_import opens the memfd through /proc/PID/fd); unmapping such a
  *    segment punches its pages out of the memfd and puts a private mapping
  *    back. Shared segments are not inherited by fork (MADV_DONTFORK).
@@ -184,10 +184,10 @@ static tpu_status_t host_memory_import(const tpu_hal_memory_export_t* e, const u
   }
   char path[64];
   snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)e->pid, (int)e->handle);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
   if (fd < 0)
     return tpu_status_make(TPU_CODE_UNAVAILABLE, "cannot open process %d's device memory", (int)e->pid);
-  void* p = mmap(NULL, e->capacity, PROT_READ, MAP_SHARED, fd, 0);
+  void* p = mmap(NULL, e->capacity, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED)
     return tpu_status_make(TPU_CODE_UNAVAILABLE, "cannot map process %d's device memory", (int)e->pid);
