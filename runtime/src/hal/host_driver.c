@@ -106,7 +106,11 @@ static void map_shared(tpu_hal_chip_t* c, uint64_t addr, uint64_t bytes) {
   if (c->share_fd < 0) return;
   void* p = mmap((void*)(uintptr_t)addr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
                  c->share_fd, (off_t)(addr - c->base));
-  if (p == MAP_FAILED) return;
+  if (p == MAP_FAILED) { /* a failed MAP_FIXED may have dropped the old mapping: restore it */
+    mmap((void*)(uintptr_t)addr, bytes, PROT_READ | PROT_WRITE,
+         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    return;
+  }
   madvise(p, bytes, MADV_DONTFORK);
   pthread_mutex_lock(&c->mu);
   memset(c->shared_units + (addr - c->base) / SEGMENT_ALIGN, 1, bytes / SEGMENT_ALIGN);
