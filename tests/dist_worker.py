@@ -555,6 +555,22 @@ def scenario_coalesced(rank, world):
         for i, n in enumerate(sizes):
             want = reference_reduce([xs[r][i][rank * n:(rank + 1) * n] for r in range(world)], "sum")
             expect(same(rs_out[i], want), f"coalesced reduce_scatter {name} n={n}")
+    # large messages (>= 1 MiB) take the direct path: buffers allocated after
+    # init_process_group lie in shared device memory, peers read and write in place
+    n = 300001
+    xs = [inputs(r, n * world, torch.float32, salt=99) for r in range(world)]
+    t = xs[rank][:n].to(tpu)
+    dist.all_reduce(t)
+    expect(same(t, reference_reduce([x[:n] for x in xs], "sum")), "large all_reduce")
+    out = torch.empty(n * world, device=tpu)
+    dist.all_gather_into_tensor(out, xs[rank][:n].to(tpu))
+    expect(same(out, torch.cat([x[:n] for x in xs])), "large all_gather")
+    rs = torch.empty(n, device=tpu)
+    dist.reduce_scatter_tensor(rs, xs[rank].to(tpu))
+    expect(same(rs, reference_reduce([x[rank * n:(rank + 1) * n] for x in xs], "sum")), "large reduce_scatter")
+    b = xs[rank].to(tpu)
+    dist.broadcast(b, src=world - 1)
+    expect(same(b, xs[world - 1]), "large broadcast")
     # batch_isend_irecv goes through startCoalescing/endCoalescing now
     send = torch.full((1000,), float(rank), device=tpu)
     recv = torch.empty(1000, device=tpu)
