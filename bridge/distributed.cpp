@@ -32,6 +32,8 @@
 
 #include <condition_variable>
 #include <deque>
+#include <map>
+#include <optional>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -419,6 +421,10 @@ class BackendTPU : public c10d::Backend {
       s = tpu_comm_create(&id, local_size, local_rank, timeout.count(), &comm_);
     }
     check(s);
+    // Buffers allocated from now on can be read in place by the peers
+    // (large collectives skip the staging); a driver that cannot share
+    // memory just keeps staging.
+    tpu_status_free(tpu_comm_share_chip_memory(tpu_stream_chip(current_runtime_stream(current_device()))));
   }
 
   ~BackendTPU() override {
@@ -427,6 +433,9 @@ class BackendTPU : public c10d::Backend {
   }
 
   const std::string getBackendName() const override { return "tpu_dist"; }
+
+  // Collectives the shared-memory communicator ran (-1: none), for tests.
+  int64_t collectives_run() const { return comm_ ? (int64_t)tpu_comm_sequence(comm_) : -1; }
 
   void setTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 
@@ -459,8 +468,45 @@ class BackendTPU : public c10d::Backend {
     }, opts.timeout);
   }
 
+  // Coalescing (ProcessGroup::startCoalescing / endCoalescing, as PyTorch's
+  // _coalescing_manager and batch_isend_irecv use them): the collectives
+  // issued in between are queued as usual; endCoalescing returns one Work
+  // for all of them. The fast-path forms that PyTorch gathers inside the
+  // region (allreduce_coalesced, allgather_into_tensor_coalesced,
+  // reduce_scatter_tensor_coalesced) each run as one collective of the
+  // runtime over all their tensors (tpu_coll_args_t.segments).
+  bool supportsCoalescing() const override { return true; }
+
+  void startCoalescing() override {
+    coalescing_ = true;
+    coalesced_.clear();
+  }
+
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override {
+    coalescing_ = false;
+    auto parts = std::move(coalesced_);
+    coalesced_.clear();
+    std::vector<at::Tensor> outputs;
+    for (auto& p : parts)
+      for (auto& t : p->result()) outputs.push_back(t);
+    return c10::make_intrusive<CoalescedWork>(rank_, c10d::OpType::COALESCED, std::move(parts),
+                                              std::move(outputs));
+  }
+
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
+    if (!inter_) {
+      tpu_reduce_op_t op = to_reduce_op(opts.reduceOp);
+      std::vector<at::Tensor> dense;
+      std::vector<tpu_coll_segment_t> segs;
+      for (auto& t : tensors) {
+        check_same(t, tensors, "allreduce_coalesced");
+        dense.push_back(t.is_contiguous() ? t : t.contiguous());
+        segs.push_back({addr(dense.back()), addr(dense.back()), (size_t)t.numel()});
+      }
+      return run_segments(c10d::OpType::ALLREDUCE_COALESCED, TPU_COLL_ALL_REDUCE, op, tensors, dense,
+                          segs, {}, opts.timeout);
+    }
     for (auto& t : tensors) {
       std::vector<at::Tensor> one{t};
       auto w = c10::static_intrusive_pointer_cast<WorkTPU>(allreduce(one, opts));
@@ -504,6 +550,22 @@ class BackendTPU : public c10d::Backend {
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override {
     TORCH_CHECK(outputs.size() == inputs.size(), "tpu_dist: as many outputs as inputs");
+    if (!inter_) {
+      std::vector<at::Tensor> dense, ins;
+      std::vector<tpu_coll_segment_t> segs;
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        check_same(outputs[i], outputs, "all_gather_into_tensor_coalesced");
+        check_same(inputs[i], outputs, "all_gather_into_tensor_coalesced");
+        TORCH_CHECK(outputs[i].numel() == inputs[i].numel() * size_,
+                    "tpu_dist all_gather_into_tensor_coalesced: each output must have world_size "
+                    "times its input's elements");
+        ins.push_back(inputs[i].contiguous());
+        dense.push_back(outputs[i].is_contiguous() ? outputs[i] : outputs[i].contiguous());
+        segs.push_back({addr(ins.back()), addr(dense.back()), (size_t)ins.back().numel()});
+      }
+      return run_segments(c10d::OpType::COALESCED, TPU_COLL_ALL_GATHER, TPU_REDUCE_SUM, outputs, dense,
+                          segs, ins, opts.timeout);
+    }
     for (size_t i = 0; i < outputs.size(); ++i)
       pending_.push_back(c10::static_intrusive_pointer_cast<WorkTPU>(
           _allgather_base(outputs[i], inputs[i], opts)));
@@ -602,6 +664,23 @@ class BackendTPU : public c10d::Backend {
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& opts) override {
     TORCH_CHECK(outputs.size() == inputs.size(), "tpu_dist: as many outputs as inputs");
+    if (!inter_) {
+      tpu_reduce_op_t op = to_reduce_op(opts.reduceOp);
+      std::vector<at::Tensor> dense, ins;
+      std::vector<tpu_coll_segment_t> segs;
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        check_same(outputs[i], outputs, "reduce_scatter_tensor_coalesced");
+        check_same(inputs[i], outputs, "reduce_scatter_tensor_coalesced");
+        TORCH_CHECK(inputs[i].numel() == outputs[i].numel() * size_,
+                    "tpu_dist reduce_scatter_tensor_coalesced: each input must have world_size "
+                    "times its output's elements");
+        ins.push_back(inputs[i].contiguous());
+        dense.push_back(outputs[i].is_contiguous() ? outputs[i] : outputs[i].contiguous());
+        segs.push_back({addr(ins.back()), addr(dense.back()), (size_t)dense.back().numel()});
+      }
+      return run_segments(c10d::OpType::COALESCED, TPU_COLL_REDUCE_SCATTER, op, outputs, dense, segs,
+                          ins, opts.timeout);
+    }
     for (size_t i = 0; i < outputs.size(); ++i)
       pending_.push_back(c10::static_intrusive_pointer_cast<WorkTPU>(
           _reduce_scatter_base(outputs[i], inputs[i], opts)));
@@ -712,6 +791,33 @@ class BackendTPU : public c10d::Backend {
                 tensors.size(), ")");
     check_tensor(tensors[0], what);
     return tensors[0];
+  }
+
+  // A tensor of a coalesced collective: on the first tensor's chip, of its dtype.
+  void check_same(const at::Tensor& t, const std::vector<at::Tensor>& all, const char* what) {
+    check_tensor(t, what);
+    TORCH_CHECK(t.device() == all[0].device(), "tpu_dist ", what, ": tensors on different chips (",
+                t.device(), " and ", all[0].device(), ")");
+    TORCH_CHECK(t.scalar_type() == all[0].scalar_type(), "tpu_dist ", what,
+                ": tensors must have one dtype (got ", t.scalar_type(), " and ", all[0].scalar_type(), ")");
+  }
+
+  // One runtime collective over several tensors (coalesced forms): results
+  // land in `dense` (contiguous), copied into `targets` where they differ.
+  c10::intrusive_ptr<c10d::Work> run_segments(c10d::OpType type, tpu_coll_kind_t kind, tpu_reduce_op_t op,
+                                              std::vector<at::Tensor>& targets, std::vector<at::Tensor> dense,
+                                              const std::vector<tpu_coll_segment_t>& segs,
+                                              std::vector<at::Tensor> keep, std::chrono::milliseconds timeout) {
+    if (targets.empty()) return finish(type, {}, {}, {});
+    tpu_coll_args_t a = args(kind, targets[0], timeout);
+    a.op = op;
+    a.segments = segs.data();
+    a.nsegments = segs.size();
+    auto req = enqueue(targets[0], a);
+    for (size_t i = 0; i < targets.size(); ++i)
+      if (!dense[i].is_same(targets[i])) targets[i].copy_(dense[i]);
+    for (auto& d : dense) keep.push_back(d);
+    return finish(type, {req}, targets, std::move(keep));
   }
 
   void check_tensor(const at::Tensor& t, const char* what) {
@@ -1083,6 +1189,7 @@ class BackendTPU : public c10d::Backend {
     auto work = c10::make_intrusive<WorkTPU>(rank_, type, std::move(reqs), std::move(outputs),
                                              std::move(keep), source_rank);
     completer_->push(work);
+    if (coalescing_) coalesced_.push_back(work);
     return work;
   }
 
@@ -1156,12 +1263,156 @@ class BackendTPU : public c10d::Backend {
   std::shared_ptr<InterState> inter_state_ = std::make_shared<InterState>();
   uint64_t inter_seq_ = 0;
   std::vector<c10::intrusive_ptr<WorkTPU>> pending_;
+  bool coalescing_ = false;                              // between startCoalescing and endCoalescing
+  std::vector<c10::intrusive_ptr<WorkTPU>> coalesced_;  // what was issued there
   std::unique_ptr<Completer> completer_ = std::make_unique<Completer>();
 };
+
+// ---- Between chips of this process (torch.tpu.comm) --------------------------------------------
+//
+// One communicator per set of chips (tpu_comm_create_local), made on first
+// use. A collective is one part per chip, each enqueued on that chip's
+// current stream; the parts rendezvous when every chip's queue reaches
+// them, so the work queued before them on each chip is done before any
+// chip reads its buffers, and the work queued after them waits until every
+// chip is done with them. The call returns at once; its tensors are kept
+// alive until the parts ran, and a failure (a timeout: a chip whose queue
+// never reaches its part) is raised by the next call or by _chips_wait.
+struct LocalParts {
+  std::vector<tpu_coll_request_t*> reqs;
+  std::vector<at::Tensor> keep;
+  ~LocalParts() {
+    for (auto* r : reqs) tpu_coll_request_release(r);
+  }
+};
+
+struct LocalState {
+  std::mutex mu;
+  std::map<std::vector<int64_t>, std::vector<tpu_comm_t*>> comms;
+  std::deque<std::unique_ptr<LocalParts>> pending;
+};
+
+LocalState& local_state() {
+  static LocalState* s = new LocalState();  // process lifetime (workers may use it at exit)
+  return *s;
+}
+
+// Drops finished collectives (all of them when `wait`); returns the first failure.
+tpu_status_t local_reap(LocalState& st, bool wait) {
+  tpu_status_t first = TPU_OK;
+  for (auto it = st.pending.begin(); it != st.pending.end();) {
+    bool done = true;
+    for (auto* r : (*it)->reqs) done = done && tpu_coll_request_done(r);
+    if (!done && !wait) {
+      ++it;
+      continue;
+    }
+    for (auto* r : (*it)->reqs) {
+      tpu_status_t s = tpu_coll_request_wait(r);
+      if (first == TPU_OK) first = s;
+      else tpu_status_free(s);
+    }
+    it = st.pending.erase(it);
+  }
+  return first;
+}
+
+void chips_collective(const std::string& kind_name, std::vector<int64_t> chips,
+                      std::vector<std::optional<at::Tensor>> sends, std::vector<std::optional<at::Tensor>> recvs,
+                      int64_t count, int64_t root, int64_t op, double timeout_s, int64_t skip) {
+  static const std::map<std::string, tpu_coll_kind_t> kinds = {
+      {"all_reduce", TPU_COLL_ALL_REDUCE}, {"reduce", TPU_COLL_REDUCE},
+      {"broadcast", TPU_COLL_BROADCAST},   {"all_gather", TPU_COLL_ALL_GATHER},
+      {"gather", TPU_COLL_GATHER},         {"scatter", TPU_COLL_SCATTER},
+      {"reduce_scatter", TPU_COLL_REDUCE_SCATTER}};
+  auto k = kinds.find(kind_name);
+  TORCH_CHECK(k != kinds.end(), "torch.tpu.comm: unknown collective ", kind_name);
+  const size_t n = chips.size();
+  TORCH_CHECK(n >= 1 && n <= TPU_COMM_MAX_RANKS && sends.size() == n && recvs.size() == n,
+              "torch.tpu.comm: one send and one recv entry per chip");
+  auto parts = std::make_unique<LocalParts>();
+  std::vector<tpu_coll_args_t> args(n);
+  for (size_t i = 0; i < n; ++i) {
+    TORCH_CHECK(chips[i] >= 0 && chips[i] < tpu_chip_count(), "torch.tpu.comm: no chip ", chips[i]);
+    for (size_t j = 0; j < i; ++j) TORCH_CHECK(chips[j] != chips[i], "torch.tpu.comm: chip ", chips[i], " twice");
+    tpu_coll_args_t& a = args[i];
+    a = tpu_coll_args_t{};
+    a.kind = k->second;
+    a.count = (size_t)count;
+    a.root = (int)root;
+    a.op = (tpu_reduce_op_t)op;
+    a.timeout_ms = (int64_t)(timeout_s * 1000);
+    bool typed = false;
+    for (auto* t : {&sends[i], &recvs[i]}) {
+      if (!t->has_value()) continue;
+      const at::Tensor& x = **t;
+      TORCH_CHECK(x.device().type() == c10::DeviceType::PrivateUse1 && x.device().index() == chips[i] &&
+                      x.is_contiguous(),
+                  "torch.tpu.comm: buffers must be contiguous tpu tensors on their chip");
+      TORCH_CHECK_TYPE(to_tpu_dtype(x.scalar_type()) != TPU_DTYPE_INVALID, "torch.tpu.comm: unsupported dtype ",
+                       x.scalar_type());
+      a.dtype = to_tpu_dtype(x.scalar_type());
+      typed = true;
+      parts->keep.push_back(x);
+    }
+    TORCH_CHECK(typed, "torch.tpu.comm: chip ", chips[i], " has no buffer");
+    a.send = sends[i].has_value() ? addr(*sends[i]) : 0;
+    a.recv = recvs[i].has_value() ? addr(*recvs[i]) : 0;
+  }
+  LocalState& st = local_state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  check(local_reap(st, false));
+  auto& comms = st.comms[chips];
+  if (!comms.empty()) {
+    tpu_status_t e = tpu_comm_error(comms[0]);
+    if (e != TPU_OK) {  // aborted (a timeout): start afresh
+      tpu_status_free(e);
+      for (auto* c : comms) tpu_comm_release(c);
+      comms.clear();
+    }
+  }
+  if (comms.empty()) {
+    comms.resize(n);
+    tpu_status_t s = tpu_comm_create_local((int)n, 0, comms.data());
+    if (s != TPU_OK) {
+      comms.clear();
+      check(s);
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if ((int64_t)i == skip) continue;  // tests: a chip whose queue never reaches its part
+    tpu_coll_request_t* req = nullptr;
+    tpu_status_t s = tpu_comm_enqueue(comms[i], current_runtime_stream((c10::DeviceIndex)chips[i]), &args[i], &req);
+    if (s != TPU_OK) {  // the parts queued so far would wait for this one: fail them now
+      tpu_comm_abort(comms[0], "torch.tpu.comm: a chip's part could not be queued");
+      st.pending.push_back(std::move(parts));
+      check(s);
+    }
+    parts->reqs.push_back(req);
+  }
+  st.pending.push_back(std::move(parts));
+}
 
 }  // namespace
 
 void init_distributed(py::module& m) {
+  m.def("_chips_collective", &chips_collective, py::arg("kind"), py::arg("chips"), py::arg("sends"),
+        py::arg("recvs"), py::arg("count"), py::arg("root") = 0, py::arg("op") = 0, py::arg("timeout_s") = 0.0, py::arg("skip") = -1);
+  m.def("_chips_wait", [] {
+    LocalState& st = local_state();
+    tpu_status_t s;
+    {
+      py::gil_scoped_release no_gil;
+      std::lock_guard<std::mutex> lock(st.mu);
+      s = local_reap(st, true);
+    }
+    check(s);
+  });
+  m.def("_dist_collectives_run", [](const c10::intrusive_ptr<c10d::Backend>& backend) -> int64_t {
+    auto* b = dynamic_cast<BackendTPU*>(backend.get());
+    TORCH_CHECK(b, "not a tpu_dist backend");
+    return b->collectives_run();
+  });
   m.def(
       "_dist_create_backend",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

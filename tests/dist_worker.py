@@ -502,6 +502,84 @@ def scenario_dcp_load(rank, world):
     notes["fallbacks"] = torch_tpu.fallback_counts()
 
 
+def scenario_coalesced(rank, world):
+    """Coalesced collectives (dist._coalescing_manager: all_reduce,
+    all_gather_into_tensor, reduce_scatter_tensor; batch_isend_irecv) on tpu
+    against Gloo on CPU (or the reference where Gloo has no coalesced form);
+    each coalesced group runs as one collective of the communicator."""
+    torch_tpu.set_fallback_mode("error")
+    tpu = torch.device("tpu", 0)
+    backend = dist.group.WORLD._get_backend(tpu)
+    expect(backend.supports_coalescing, "supports_coalescing")
+    sizes = (5, 1, 3000, 0)
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        name = str(dtype).replace("torch.", "")
+        for opname, op in (("sum", dist.ReduceOp.SUM), ("max", dist.ReduceOp.MAX)):
+            xs = [[inputs(r, n, dtype, salt=i) for i, n in enumerate(sizes)] for r in range(world)]
+            ts = [x.to(tpu) for x in xs[rank]]
+            ts[2] = ts[2].view(60, 50).t()  # non-contiguous
+            torch.tpu.synchronize()
+            before = torch_tpu._C._dist_collectives_run(backend)
+            with dist._coalescing_manager(device=tpu):
+                for t in ts:
+                    dist.all_reduce(t, op=op)
+            torch.tpu.synchronize()
+            expect(torch_tpu._C._dist_collectives_run(backend) == before + 1,
+                   f"coalesced all_reduce {name} ran as {torch_tpu._C._dist_collectives_run(backend) - before} collectives")
+            cs = [x.clone() for x in xs[rank]]
+            with dist._coalescing_manager():
+                for c in cs:
+                    dist.all_reduce(c, op=op)
+            for i, n in enumerate(sizes):
+                got = ts[i].t().reshape(-1) if i == 2 else ts[i]
+                expect(same(got, cs[i]), f"coalesced all_reduce {opname} {name} n={n} vs gloo")
+                expect(same(got, reference_reduce([xs[r][i] for r in range(world)], opname)),
+                       f"coalesced all_reduce {opname} {name} n={n}")
+        # all_gather_into_tensor and reduce_scatter_tensor, coalesced
+        xs = [[inputs(r, n * world, dtype, salt=10 + i) for i, n in enumerate(sizes)] for r in range(world)]
+        outs = [torch.empty(n * world, dtype=dtype, device=tpu) for n in sizes]
+        parts = [x[:n].to(tpu) for x, n in zip(xs[rank], sizes)]
+        before = torch_tpu._C._dist_collectives_run(backend)
+        with dist._coalescing_manager(device=tpu, async_ops=True) as cm:
+            for o, p in zip(outs, parts):
+                dist.all_gather_into_tensor(o, p)
+        cm.wait()
+        expect(torch_tpu._C._dist_collectives_run(backend) == before + 1, "coalesced all_gather: one collective")
+        for i, n in enumerate(sizes):
+            want = torch.cat([xs[r][i][:n] for r in range(world)])
+            expect(same(outs[i], want), f"coalesced all_gather {name} n={n}")
+        rs_out = [torch.empty(n, dtype=dtype, device=tpu) for n in sizes]
+        with dist._coalescing_manager(device=tpu):
+            for o, x in zip(rs_out, xs[rank]):
+                dist.reduce_scatter_tensor(o, x.to(tpu))
+        for i, n in enumerate(sizes):
+            want = reference_reduce([xs[r][i][rank * n:(rank + 1) * n] for r in range(world)], "sum")
+            expect(same(rs_out[i], want), f"coalesced reduce_scatter {name} n={n}")
+    # large messages (>= 1 MiB) take the direct path: buffers allocated after
+    # init_process_group lie in shared device memory, peers read and write in place
+    n = 300001
+    xs = [inputs(r, n * world, torch.float32, salt=99) for r in range(world)]
+    t = xs[rank][:n].to(tpu)
+    dist.all_reduce(t)
+    expect(same(t, reference_reduce([x[:n] for x in xs], "sum")), "large all_reduce")
+    out = torch.empty(n * world, device=tpu)
+    dist.all_gather_into_tensor(out, xs[rank][:n].to(tpu))
+    expect(same(out, torch.cat([x[:n] for x in xs])), "large all_gather")
+    rs = torch.empty(n, device=tpu)
+    dist.reduce_scatter_tensor(rs, xs[rank].to(tpu))
+    expect(same(rs, reference_reduce([x[rank * n:(rank + 1) * n] for x in xs], "sum")), "large reduce_scatter")
+    b = xs[rank].to(tpu)
+    dist.broadcast(b, src=world - 1)
+    expect(same(b, xs[world - 1]), "large broadcast")
+    # batch_isend_irecv goes through startCoalescing/endCoalescing now
+    send = torch.full((1000,), float(rank), device=tpu)
+    recv = torch.empty(1000, device=tpu)
+    ops = [dist.P2POp(dist.isend, send, (rank + 1) % world), dist.P2POp(dist.irecv, recv, (rank - 1) % world)]
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
+    expect(same(recv, torch.full((1000,), float((rank - 1) % world))), "batch_isend_irecv ring")
+
+
 def scenario_init_styles(rank, world):
     """init_process_group(device_id=tpu:r) binds rank r to chip r."""
     tpu = torch.device("tpu", rank)

@@ -66,6 +66,12 @@ def test_every_collective_and_dtype_against_gloo(tmp_path, world):
     assert results[0]["notes"]["fallbacks"] == {}
 
 
+def test_coalesced_collectives_run_as_one(tmp_path):
+    results = run_ranks(tmp_path, "coalesced", 2, timeout=240)
+    assert_ok(results)
+    assert results[0]["notes"]["checks"] > 50
+
+
 def test_ddp_matches_single_process_training(tmp_path):
     results = run_ranks(tmp_path, "ddp", 2)
     assert_ok(results)

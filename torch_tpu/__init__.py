@@ -57,6 +57,7 @@ from torch_tpu._internal.execution_mode import (  # noqa: E402
 
 
 from torch_tpu import distributed  # noqa: E402,F401  (registers the tpu_dist backend)
+from torch_tpu import comm  # noqa: E402,F401  (torch.tpu.comm: collectives between chips)
 from torch_tpu import dynamo as _dynamo  # noqa: E402
 from torch_tpu.dynamo import TpuBackend  # noqa: E402
 

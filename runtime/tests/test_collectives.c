@@ -12,6 +12,7 @@
  *   - the stream path: a collective enqueued on a chip's stream over device
  *     memory, with its request.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #include "collectives/comm.h"
 #include "test.h"
 #include "tpu/collectives.h"
+#include "tpu/hal.h"
 #include "tpu/runtime.h"
 
 /* ---- deterministic inputs ------------------------------------------------------------- */
@@ -364,6 +366,305 @@ TEST(collectives_large_all_reduce_2_and_4_ranks) {
   CHECK(run_ranks(2, 20000, big_all_reduce) == 0);
   CHECK(run_ranks(4, 20000, big_all_reduce) == 0);
   CHECK(run_ranks(3, 60000, big_all_reduce_in_place) == 0);
+}
+
+/* ---- coalesced collectives ------------------------------------------------------------------ */
+
+/* Several tensors of odd sizes (one empty) as one collective, against the
+ * reference per tensor; small slots, so chunks straddle tensors. */
+static void coalesced_collectives(tpu_comm_t* comm, int r, int N) {
+  const size_t counts[] = {3, 0, 5000, 1, 777};
+  enum { NS = 5 };
+  const tpu_dtype_t dts[] = {TPU_DTYPE_F32, TPU_DTYPE_BF16, TPU_DTYPE_I64};
+  for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); ++d) {
+    tpu_dtype_t dt = dts[d];
+    size_t es = tpu_dtype_size(dt);
+    void* in[NS][TPU_COMM_MAX_RANKS];
+    uint8_t *send[NS], *recv[NS], *want[NS];
+    tpu_coll_segment_t segs[NS];
+    for (int i = 0; i < NS; ++i) {
+      for (int p = 0; p < N; ++p) in[i][p] = make_input(dt, p, counts[i] * (size_t)N, i + 7 * (int)d);
+      send[i] = calloc(counts[i] * (size_t)N + 1, es);
+      recv[i] = calloc(counts[i] * (size_t)N + 1, es);
+      want[i] = calloc(counts[i] * (size_t)N + 1, es);
+    }
+    tpu_coll_args_t a;
+    for (int op = 0; op < TPU_REDUCE_OP_COUNT; ++op) {
+      for (int kind = 0; kind < 2; ++kind) { /* all_reduce, reduce_scatter */
+        for (int i = 0; i < NS; ++i) {
+          memcpy(send[i], in[i][r], counts[i] * (size_t)N * es);
+          segs[i] = (tpu_coll_segment_t){(uint64_t)(uintptr_t)send[i], (uint64_t)(uintptr_t)recv[i], counts[i]};
+          const void* parts[TPU_COMM_MAX_RANKS];
+          for (int p = 0; p < N; ++p) parts[p] = (const uint8_t*)in[i][p] + (kind ? (size_t)r * counts[i] * es : 0);
+          coll_reduce_ref(want[i], parts, N, counts[i], dt, (tpu_reduce_op_t)op, N);
+        }
+        a = args_of(kind ? TPU_COLL_REDUCE_SCATTER : TPU_COLL_ALL_REDUCE, NULL, NULL, 0, dt);
+        a.op = (tpu_reduce_op_t)op;
+        a.segments = segs;
+        a.nsegments = NS;
+        CCHECK_OK(tpu_comm_run(comm, &a));
+        for (int i = 0; i < NS; ++i) CCHECK(same_bytes(recv[i], want[i], counts[i] * es));
+      }
+    }
+    /* all_gather */
+    for (int i = 0; i < NS; ++i)
+      segs[i] = (tpu_coll_segment_t){(uint64_t)(uintptr_t)in[i][r], (uint64_t)(uintptr_t)recv[i], counts[i]};
+    a = args_of(TPU_COLL_ALL_GATHER, NULL, NULL, 0, dt);
+    a.segments = segs;
+    a.nsegments = NS;
+    CCHECK_OK(tpu_comm_run(comm, &a));
+    for (int i = 0; i < NS; ++i)
+      for (int p = 0; p < N; ++p) CCHECK(same_bytes(recv[i] + (size_t)p * counts[i] * es, in[i][p], counts[i] * es));
+    for (int i = 0; i < NS; ++i) {
+      for (int p = 0; p < N; ++p) free(in[i][p]);
+      free(send[i]);
+      free(recv[i]);
+      free(want[i]);
+    }
+  }
+  /* a rank whose tensors add up to a different total: every rank fails */
+  float one = 1, out = 0;
+  tpu_coll_segment_t seg = {(uint64_t)(uintptr_t)&one, (uint64_t)(uintptr_t)&out, r == 0 ? 1 : 0};
+  tpu_coll_args_t a = args_of(TPU_COLL_ALL_REDUCE, NULL, NULL, 0, TPU_DTYPE_F32);
+  a.segments = &seg;
+  a.nsegments = 1;
+  tpu_status_t s = tpu_comm_run(comm, &a);
+  CCHECK(tpu_status_code(s) == TPU_CODE_INVALID_ARGUMENT);
+  tpu_status_free(s);
+}
+
+TEST(collectives_coalesced_run_as_one) {
+  setenv("TPU_DIST_CHUNK_KB", "16", 1);
+  CHECK(run_ranks(2, 20000, coalesced_collectives) == 0);
+  CHECK(run_ranks(3, 20000, coalesced_collectives) == 0);
+  unsetenv("TPU_DIST_CHUNK_KB");
+}
+
+/* ---- chips of one process (tpu_comm_create_local) --------------------------------------------- */
+
+typedef struct local_rank {
+  tpu_comm_t* comm;
+  int r, N;
+  int failed;
+} local_rank_t;
+
+#define LCHECK(cond)                                                                   \
+  do {                                                                                 \
+    if (!(cond)) {                                                                     \
+      fprintf(stderr, "  local rank %d: %s:%d: CHECK(%s)\n", L->r, __FILE__, __LINE__, #cond); \
+      L->failed = 1;                                                                   \
+    }                                                                                  \
+  } while (0)
+
+#define LCHECK_OK(expr)                                                                \
+  do {                                                                                 \
+    tpu_status_t s_ = (expr);                                                          \
+    if (s_ != TPU_OK) {                                                                \
+      fprintf(stderr, "  local rank %d: %s:%d: %s\n", L->r, __FILE__, __LINE__, tpu_status_message(s_)); \
+      tpu_status_free(s_);                                                             \
+      L->failed = 1;                                                                   \
+    }                                                                                  \
+  } while (0)
+
+/* Each thread is one chip's worker: every direct collective, in and out of
+ * place, against the reference; plus all_to_all and barrier (staged). */
+static void* local_rank_main(void* arg) {
+  local_rank_t* L = arg;
+  int r = L->r, N = L->N;
+  const tpu_dtype_t dts[] = {TPU_DTYPE_F32, TPU_DTYPE_F16, TPU_DTYPE_I32, TPU_DTYPE_BOOL};
+  for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); ++d) {
+    for (size_t n = 1; n < 40000; n *= 37) {
+      tpu_dtype_t dt = dts[d];
+      size_t es = tpu_dtype_size(dt);
+      void* in[TPU_COMM_MAX_RANKS];
+      for (int p = 0; p < N; ++p) in[p] = make_input(dt, p, n * (size_t)N, (int)(n + d));
+      uint8_t* send = malloc(n * (size_t)N * es + 1);
+      uint8_t* recv = calloc(n * (size_t)N + 1, es);
+      uint8_t* want = calloc(n * (size_t)N + 1, es);
+      for (int op = 0; op < TPU_REDUCE_OP_COUNT; ++op) {
+        if (op == TPU_REDUCE_AVG && dt == TPU_DTYPE_BOOL) continue;
+        coll_reduce_ref(want, (const void* const*)in, N, n, dt, (tpu_reduce_op_t)op, N);
+        memcpy(send, in[r], n * es);
+        tpu_coll_args_t a = args_of(TPU_COLL_ALL_REDUCE, send, send, n, dt);
+        a.op = (tpu_reduce_op_t)op;
+        LCHECK_OK(tpu_comm_run(L->comm, &a));
+        LCHECK(same_bytes(send, want, n * es));
+        memcpy(send, in[r], n * es);
+        a = args_of(TPU_COLL_REDUCE, send, recv, n, dt);
+        a.op = (tpu_reduce_op_t)op;
+        a.root = N - 1;
+        LCHECK_OK(tpu_comm_run(L->comm, &a));
+        if (r == N - 1) LCHECK(same_bytes(recv, want, n * es));
+      }
+      memcpy(send, in[r], n * es);
+      tpu_coll_args_t a = args_of(TPU_COLL_ALL_GATHER, send, recv, n, dt);
+      LCHECK_OK(tpu_comm_run(L->comm, &a));
+      for (int p = 0; p < N; ++p) LCHECK(same_bytes(recv + (size_t)p * n * es, in[p], n * es));
+      memset(recv, 0, n * (size_t)N * es);
+      a = args_of(TPU_COLL_GATHER, send, r == 1 ? recv : NULL, n, dt);
+      a.root = 1;
+      LCHECK_OK(tpu_comm_run(L->comm, &a));
+      if (r == 1)
+        for (int p = 0; p < N; ++p) LCHECK(same_bytes(recv + (size_t)p * n * es, in[p], n * es));
+      memcpy(send, in[r], n * (size_t)N * es);
+      a = args_of(TPU_COLL_SCATTER, r == 0 ? send : NULL, recv, n, dt);
+      LCHECK_OK(tpu_comm_run(L->comm, &a));
+      LCHECK(same_bytes(recv, (uint8_t*)in[0] + (size_t)r * n * es, n * es));
+      memcpy(recv, in[r], n * es);
+      a = args_of(TPU_COLL_BROADCAST, recv, recv, n, dt);
+      a.root = N - 1;
+      LCHECK_OK(tpu_comm_run(L->comm, &a));
+      LCHECK(same_bytes(recv, in[N - 1], n * es));
+      a = args_of(TPU_COLL_ALL_TO_ALL, send, recv, n, dt);
+      LCHECK_OK(tpu_comm_run(L->comm, &a));
+      for (int p = 0; p < N; ++p) LCHECK(same_bytes(recv + (size_t)p * n * es, (uint8_t*)in[p] + (size_t)r * n * es, n * es));
+      for (int p = 0; p < N; ++p) free(in[p]);
+      free(send);
+      free(recv);
+      free(want);
+    }
+  }
+  /* a mismatch fails on every chip and leaves the communicator usable */
+  float x[3] = {1, 2, 3};
+  tpu_coll_args_t a = args_of(TPU_COLL_ALL_REDUCE, x, x, r == 0 ? 2 : 3, TPU_DTYPE_F32);
+  tpu_status_t s = tpu_comm_run(L->comm, &a);
+  LCHECK(tpu_status_code(s) == TPU_CODE_INVALID_ARGUMENT);
+  tpu_status_free(s);
+  a = args_of(TPU_COLL_BARRIER, NULL, NULL, 0, TPU_DTYPE_F32);
+  LCHECK_OK(tpu_comm_run(L->comm, &a));
+  return NULL;
+}
+
+TEST(collectives_local_chips_read_each_other_directly) {
+  for (int N = 2; N <= 4; N += 2) {
+    tpu_comm_t* comms[TPU_COMM_MAX_RANKS];
+    CHECK_OK(tpu_comm_create_local(N, 20000, comms));
+    pthread_t th[TPU_COMM_MAX_RANKS];
+    local_rank_t ranks[TPU_COMM_MAX_RANKS];
+    for (int r = 0; r < N; ++r) {
+      ranks[r] = (local_rank_t){comms[r], r, N, 0};
+      pthread_create(&th[r], NULL, local_rank_main, &ranks[r]);
+    }
+    for (int r = 0; r < N; ++r) {
+      pthread_join(th[r], NULL);
+      CHECK(!ranks[r].failed);
+    }
+    for (int r = N - 1; r >= 0; --r) tpu_comm_release(comms[r]);
+  }
+  /* a chip that never arrives: the others time out naming it */
+  tpu_comm_t* comms[2];
+  CHECK_OK(tpu_comm_create_local(2, 300, comms));
+  float x[2] = {1, 2};
+  tpu_coll_args_t a = args_of(TPU_COLL_ALL_REDUCE, x, x, 2, TPU_DTYPE_F32);
+  tpu_status_t s = tpu_comm_run(comms[0], &a);
+  CHECK(tpu_status_code(s) == TPU_CODE_DEADLINE_EXCEEDED);
+  CHECK(s && strstr(tpu_status_message(s), "rank 1 did not arrive") != NULL);
+  tpu_status_free(s);
+  tpu_comm_release(comms[1]);
+  tpu_comm_release(comms[0]);
+}
+
+/* ---- the direct path: buffers in shared device memory ------------------------------------ */
+
+/* Each forked rank opens a host-driver chip of its own, shares its memory and
+ * places its buffers there, so peers read them in place (comm_run_mem);
+ * g_direct_mixed: rank 1 keeps its buffers in plain host memory, so every
+ * rank must agree to stage instead. Results are compared bit for bit with
+ * the reference (the reductions run in rank order on both paths). */
+static int g_direct_mixed;
+
+static uint8_t* chip_alloc(tpu_hal_chip_t* chip, bool shared, size_t bytes) {
+  if (!shared) return calloc(bytes + 1, 1);
+  uint64_t addr = 0;
+  tpu_status_t s = tpu_host_driver.memory_map(chip, bytes ? bytes : 1, &addr);
+  if (s != TPU_OK) {
+    tpu_status_free(s);
+    return NULL;
+  }
+  return (uint8_t*)(uintptr_t)addr;
+}
+
+static void direct_collectives(tpu_comm_t* comm, int r, int N) {
+  tpu_hal_chip_t* chip = NULL;
+  CCHECK_OK(tpu_host_driver.chip_open(0, (uint64_t)256 << 20, &chip));
+  if (!chip) return;
+  CCHECK_OK(tpu_host_driver.memory_share(chip));
+  bool shared = !(g_direct_mixed && r == 1);
+  coll_mem_t mem = {.driver = &tpu_host_driver, .chip = chip};
+  const tpu_dtype_t dts[] = {TPU_DTYPE_F32, TPU_DTYPE_BF16, TPU_DTYPE_I32, TPU_DTYPE_F64};
+  const size_t sizes[] = {1000, 12345, 70001};
+  for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); ++d) {
+    for (size_t si = 0; si < 3; ++si) {
+      tpu_dtype_t dt = dts[d];
+      size_t es = tpu_dtype_size(dt), n = sizes[si];
+      void* in[TPU_COMM_MAX_RANKS];
+      for (int p = 0; p < N; ++p) in[p] = make_input(dt, p, n * (size_t)N, (int)(si + 5 * d));
+      uint8_t* send = chip_alloc(chip, shared, n * (size_t)N * es);
+      uint8_t* recv = chip_alloc(chip, shared, n * (size_t)N * es);
+      uint8_t* want = calloc(n * (size_t)N + 1, es);
+      CCHECK(send && recv);
+      if (!send || !recv) break;
+      for (int op = 0; op < TPU_REDUCE_OP_COUNT; ++op) {
+        /* all_reduce, out of place and in place */
+        coll_reduce_ref(want, (const void* const*)in, N, n, dt, (tpu_reduce_op_t)op, N);
+        memcpy(send, in[r], n * es);
+        tpu_coll_args_t a = args_of(TPU_COLL_ALL_REDUCE, send, recv, n, dt);
+        a.op = (tpu_reduce_op_t)op;
+        CCHECK_OK(comm_run_mem(comm, &a, &mem));
+        CCHECK(same_bytes(recv, want, n * es));
+        a.recv = a.send;
+        CCHECK_OK(comm_run_mem(comm, &a, &mem));
+        CCHECK(same_bytes(send, want, n * es));
+        /* reduce_scatter: this rank's part of the sum of every rank's n*N */
+        const void* parts[TPU_COMM_MAX_RANKS];
+        for (int p = 0; p < N; ++p) parts[p] = (const uint8_t*)in[p] + (size_t)r * n * es;
+        coll_reduce_ref(want, parts, N, n, dt, (tpu_reduce_op_t)op, N);
+        memcpy(send, in[r], n * (size_t)N * es);
+        a = args_of(TPU_COLL_REDUCE_SCATTER, send, recv, n, dt);
+        a.op = (tpu_reduce_op_t)op;
+        CCHECK_OK(comm_run_mem(comm, &a, &mem));
+        CCHECK(same_bytes(recv, want, n * es));
+      }
+      /* all_gather, out of place and in place (send is this rank's part of recv) */
+      memcpy(send, in[r], n * es);
+      tpu_coll_args_t a = args_of(TPU_COLL_ALL_GATHER, send, recv, n, dt);
+      CCHECK_OK(comm_run_mem(comm, &a, &mem));
+      for (int p = 0; p < N; ++p) CCHECK(same_bytes(recv + (size_t)p * n * es, in[p], n * es));
+      memset(recv, 0, n * (size_t)N * es);
+      memcpy(recv + (size_t)r * n * es, in[r], n * es);
+      a.send = (uint64_t)(uintptr_t)(recv + (size_t)r * n * es);
+      CCHECK_OK(comm_run_mem(comm, &a, &mem));
+      for (int p = 0; p < N; ++p) CCHECK(same_bytes(recv + (size_t)p * n * es, in[p], n * es));
+      /* broadcast from the last rank, in place */
+      memcpy(recv, in[r], n * es);
+      a = args_of(TPU_COLL_BROADCAST, recv, recv, n, dt);
+      a.root = N - 1;
+      CCHECK_OK(comm_run_mem(comm, &a, &mem));
+      CCHECK(same_bytes(recv, in[N - 1], n * es));
+      for (int p = 0; p < N; ++p) free(in[p]);
+      free(want);
+      if (!shared) {
+        free(send);
+        free(recv);
+      } else { /* unmapped and mapped again: the peers see the new pages */
+        tpu_host_driver.memory_unmap(chip, (uint64_t)(uintptr_t)send, n * (size_t)N * es);
+        tpu_host_driver.memory_unmap(chip, (uint64_t)(uintptr_t)recv, n * (size_t)N * es);
+      }
+    }
+  }
+  CCHECK(comm->agreed_state == (g_direct_mixed ? 0 : 1)); /* mixed: never tried */
+  tpu_host_driver.chip_close(chip);
+}
+
+TEST(collectives_direct_path_reads_peers_in_place) {
+  setenv("TPU_DIST_DIRECT_MIN_KB", "1", 1);
+  g_direct_mixed = 0;
+  CHECK(run_ranks(2, 20000, direct_collectives) == 0);
+  CHECK(run_ranks(4, 20000, direct_collectives) == 0);
+  g_direct_mixed = 1;
+  CHECK(run_ranks(3, 20000, direct_collectives) == 0);
+  g_direct_mixed = 0;
+  unsetenv("TPU_DIST_DIRECT_MIN_KB");
 }
 
 /* ---- failures ---------------------------------------------------------------------------- */

@@ -100,6 +100,15 @@ const char* tpu_coll_name(tpu_coll_kind_t kind);
  *                  messages between two ranks arrive in order
  *   BARRIER        no data
  * Addresses are device addresses (host pointers in tpu_comm_run). */
+/* One tensor of a coalesced collective (tpu_coll_args_t.segments): `count`
+ * elements, with the addresses and part layout of the collective's send and
+ * recv buffers (ALL_GATHER: recv holds nranks * count; REDUCE_SCATTER: send
+ * holds nranks * count). */
+typedef struct tpu_coll_segment {
+  uint64_t send, recv;
+  size_t count;
+} tpu_coll_segment_t;
+
 typedef struct tpu_coll_args {
   tpu_coll_kind_t kind;
   uint64_t send, recv;
@@ -112,6 +121,12 @@ typedef struct tpu_coll_args {
   const size_t* recv_counts;
   const size_t* recv_displs;
   int64_t timeout_ms; /* <= 0: the communicator's timeout */
+  /* Coalesced (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER): nsegments > 0 tensors
+   * of one dtype run as one collective (one rendezvous, one pass over their
+   * data, as if they were concatenated); send, recv and count are then
+   * ignored. Copied at enqueue. */
+  const tpu_coll_segment_t* segments;
+  size_t nsegments;
 } tpu_coll_args_t;
 
 /* A fresh unique id (a random shared-memory name). */
@@ -122,11 +137,24 @@ tpu_status_t tpu_comm_unique_id(tpu_comm_id_t* out_id);
  * ranks. timeout_ms is also the default timeout of its collectives. */
 tpu_status_t tpu_comm_create(const tpu_comm_id_t* id, int nranks, int rank, int64_t timeout_ms,
                              tpu_comm_t** out_comm);
+/* Communicators between `nranks` chips driven by this process (rank i is
+ * out_comms[i]; the caller releases each). Collectives on them are enqueued
+ * with tpu_comm_enqueue on each chip's stream like any other, rendezvous
+ * when every chip's queue reaches them, and move data chip to chip
+ * directly: each chip's worker reads the other chips' buffers in place
+ * (all_reduce, reduce, broadcast, all_gather, gather, scatter,
+ * reduce_scatter: no staging copy; all_to_all and send/recv still go
+ * through the control block's slots). Same checks, timeouts and abort as
+ * between processes. */
+tpu_status_t tpu_comm_create_local(int nranks, int64_t timeout_ms, tpu_comm_t** out_comms);
 void tpu_comm_retain(tpu_comm_t* comm);
 void tpu_comm_release(tpu_comm_t* comm);
 int tpu_comm_rank(const tpu_comm_t* comm);
 int tpu_comm_size(const tpu_comm_t* comm);
 void tpu_comm_set_timeout(tpu_comm_t* comm, int64_t timeout_ms);
+/* How many collectives other than send/recv this rank has run (diagnostics:
+ * a coalesced group counts once). */
+uint64_t tpu_comm_sequence(tpu_comm_t* comm);
 /* Aborts the communicator on every rank: waiting and later collectives fail
  * with ABORTED and `reason`. */
 void tpu_comm_abort(tpu_comm_t* comm, const char* reason);
@@ -137,6 +165,15 @@ tpu_status_t tpu_comm_error(tpu_comm_t* comm);
  * `stream`. out_request (optional) receives a request to wait on. */
 tpu_status_t tpu_comm_enqueue(tpu_comm_t* comm, tpu_stream_t* stream,
                               const tpu_coll_args_t* args, tpu_coll_request_t** out_request);
+
+/* Asks the chip's driver to place its later device allocations where the
+ * other processes of a communicator can read them in place: large
+ * collectives on such buffers then skip the shared-memory staging (the
+ * direct path, see docs/distributed.md). tpu_comm_enqueue does it for the
+ * stream's chip; the bridge does it when a process group is created, before
+ * the program allocates its buffers. Idempotent; UNIMPLEMENTED when the
+ * driver cannot (collectives then stage as before). */
+tpu_status_t tpu_comm_share_chip_memory(tpu_chip_t* chip);
 
 /* Runs a collective at once on the calling thread, on host memory. Used by
  * the stream path, and by tests (no runtime needed). */

@@ -36,6 +36,15 @@ typedef enum tpu_hal_command_kind {
   TPU_HAL_CMD_HOST_FN,  /* call a host function */
 } tpu_hal_command_kind_t;
 
+/* What another process of this host needs to map a chip's shareable device
+ * memory (memory_export / memory_import). */
+typedef struct tpu_hal_memory_export {
+  int32_t pid;       /* the owning process */
+  int32_t handle;    /* driver-defined (host driver: a memfd in that process) */
+  uint64_t base;     /* device address of the shareable range's start */
+  uint64_t capacity; /* its size */
+} tpu_hal_memory_export_t;
+
 typedef struct tpu_hal_command {
   tpu_hal_command_kind_t kind;
   union {
@@ -59,6 +68,22 @@ typedef struct tpu_hal_driver {
   tpu_status_t (*memory_map)(tpu_hal_chip_t* chip, uint64_t bytes, uint64_t* out_addr);
   void (*memory_unmap)(tpu_hal_chip_t* chip, uint64_t addr, uint64_t bytes);
   bool (*owns_address)(const tpu_hal_chip_t* chip, uint64_t addr);
+
+  /* Sharing device memory with other processes of the host (collectives read
+   * their peers' buffers in place). Optional: NULL when the driver cannot.
+   * memory_share: from now on memory_map backs new segments with memory that
+   * other processes can map (idempotent). memory_is_shared: whether all of
+   * [addr, addr + bytes) is such memory. memory_export: describes the chip's
+   * shareable memory for another process, whose memory_import maps it
+   * (readable and writable: a collective writes its results into the
+   * peers' buffers) and returns the host address at which the exporter's `base`
+   * appears (the exporter's own process gets its own addresses back);
+   * memory_unimport undoes that. */
+  tpu_status_t (*memory_share)(tpu_hal_chip_t* chip);
+  bool (*memory_is_shared)(tpu_hal_chip_t* chip, uint64_t addr, uint64_t bytes);
+  tpu_status_t (*memory_export)(tpu_hal_chip_t* chip, tpu_hal_memory_export_t* out);
+  tpu_status_t (*memory_import)(const tpu_hal_memory_export_t* exp, const uint8_t** out_base);
+  void (*memory_unimport)(const tpu_hal_memory_export_t* exp, const uint8_t* base);
 
   tpu_status_t (*queue_create)(tpu_hal_chip_t* chip, tpu_hal_queue_t** out_queue);
   void (*queue_destroy)(tpu_hal_queue_t* queue);

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../internal.h"
 #include "comm.h"
 
 const char* tpu_coll_name(tpu_coll_kind_t kind) {
@@ -263,6 +264,8 @@ static void layout(comm_header_t* h, int nranks) {
   if (p2p > ((size_t)1 << 20)) p2p = (size_t)1 << 20;
   if (p2p < ((size_t)64 << 10)) p2p = (size_t)64 << 10;
   h->nranks = nranks;
+  const char* direct = getenv("TPU_DIST_DIRECT");
+  h->direct_min_bytes = direct && strcmp(direct, "0") == 0 ? 0 : env_kib("TPU_DIST_DIRECT_MIN_KB", (size_t)1 << 20);
   h->half_bytes = half;
   h->p2p_bytes = p2p;
   h->ctl_off = COMM_HEADER_BYTES;
@@ -406,13 +409,75 @@ tpu_status_t tpu_comm_create(const tpu_comm_id_t* id, int nranks, int rank, int6
   return TPU_OK;
 }
 
+tpu_status_t tpu_comm_create_local(int nranks, int64_t timeout_ms, tpu_comm_t** out_comms) {
+  if (nranks < 1 || nranks > TPU_COMM_MAX_RANKS)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "tpu_dist: invalid number of chips %d (1..%d)",
+                           nranks, TPU_COMM_MAX_RANKS);
+  if (timeout_ms <= 0) timeout_ms = 30 * 60 * 1000;
+  comm_header_t h;
+  memset(&h, 0, sizeof(h));
+  layout(&h, nranks);
+  h.direct_min_bytes = 1; /* every collective that has a direct form takes it */
+  /* The control block: anonymous memory (pages only where touched); the
+   * staged collectives (all_to_all, send/recv) still use its slots. */
+  void* p = mmap(NULL, h.total_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return sys_error("mmap", "(chips of this process)");
+  comm_header_t* hdr = p;
+  memcpy((uint8_t*)hdr + sizeof(hdr->magic), (uint8_t*)&h + sizeof(h.magic), sizeof(h) - sizeof(h.magic));
+  atomic_store(&hdr->magic, COMM_MAGIC);
+  char state;
+  uint64_t start = 0;
+  uint64_t pid_start = proc_stat((int)getpid(), &state, &start) == 1 ? start : 0;
+  for (int r = 0; r < nranks; ++r) {
+    tpu_comm_t* c = calloc(1, sizeof(*c));
+    if (!c) {
+      for (int q = r - 1; q >= 1; --q) tpu_comm_release(out_comms[q]);
+      if (r > 0) tpu_comm_release(out_comms[0]);
+      else munmap(p, h.total_bytes);
+      return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "communicator allocation failed");
+    }
+    atomic_init(&c->refs, 1);
+    c->rank = r;
+    c->nranks = nranks;
+    atomic_init(&c->timeout_ms, timeout_ms);
+    c->base = p;
+    c->bytes = h.total_bytes;
+    c->hdr = hdr;
+    c->ctl = (rank_ctl_t*)(c->base + hdr->ctl_off);
+    c->p2p = (p2p_ctl_t*)(c->base + hdr->p2p_ctl_off);
+    pthread_mutex_init(&c->mu, NULL);
+    c->local = true;
+    if (r > 0) {
+      c->owner = out_comms[0];
+      tpu_comm_retain(c->owner);
+    }
+    c->ctl[r].pid = (int32_t)getpid();
+    c->ctl[r].pid_start = pid_start;
+    c->ctl[r].pid_ns = pid_start ? pid_ns_inode() : 0;
+    atomic_store(&c->ctl[r].joined, 1);
+    atomic_fetch_add(&hdr->attached, 1);
+    out_comms[r] = c;
+  }
+  return TPU_OK;
+}
+
 void tpu_comm_retain(tpu_comm_t* c) { atomic_fetch_add(&c->refs, 1); }
 
 void tpu_comm_release(tpu_comm_t* c) {
   if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
-  munmap(c->base, c->bytes);
+  for (int p = 0; p < c->nranks; ++p)
+    if (c->peer_base[p]) c->driver->memory_unimport(&c->peer_mem[p], c->peer_base[p]);
+  if (c->owner) tpu_comm_release(c->owner);
+  else munmap(c->base, c->bytes);
   pthread_mutex_destroy(&c->mu);
   free(c);
+}
+
+uint64_t tpu_comm_sequence(tpu_comm_t* c) {
+  pthread_mutex_lock(&c->mu);
+  uint64_t s = c->seq;
+  pthread_mutex_unlock(&c->mu);
+  return s;
 }
 
 int tpu_comm_rank(const tpu_comm_t* c) { return c->rank; }
@@ -492,12 +557,15 @@ void tpu_coll_request_release(tpu_coll_request_t* r) {
 
 typedef struct coll_op {
   tpu_comm_t* comm;
+  tpu_chip_t* chip;
   tpu_coll_request_t* request;
   tpu_coll_args_t args;
   size_t counts[4 * TPU_COMM_MAX_RANKS]; /* send/recv counts and displs (ALL_TO_ALL) */
+  tpu_coll_segment_t* segments;          /* coalesced: a copy */
 } coll_op_t;
 
 static void coll_op_free(coll_op_t* op) {
+  free(op->segments);
   tpu_comm_release(op->comm);
   tpu_coll_request_release(op->request);
   free(op);
@@ -506,8 +574,19 @@ static void coll_op_free(coll_op_t* op) {
 /* Runs on the stream's worker when the stream reaches the collective. */
 static void coll_op_run(void* arg) {
   coll_op_t* op = arg;
-  request_complete(op->request, tpu_comm_run(op->comm, &op->args));
+  const tpu_hal_driver_t* d = tpu_hal();
+  coll_mem_t mem = {.driver = d, .chip = op->chip->hal};
+  bool direct = d->memory_export && d->memory_is_shared && d->memory_import && d->memory_unimport;
+  request_complete(op->request, comm_run_mem(op->comm, &op->args, direct ? &mem : NULL));
   coll_op_free(op);
+}
+
+tpu_status_t tpu_comm_share_chip_memory(tpu_chip_t* chip) {
+  const tpu_hal_driver_t* d = tpu_hal();
+  if (!chip || !d->memory_share)
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "tpu_dist: the %s driver cannot share device memory",
+                           d->name);
+  return d->memory_share(chip->hal);
 }
 
 tpu_status_t comm_check_args(const tpu_comm_t* c, const tpu_coll_args_t* a) {
@@ -532,6 +611,11 @@ tpu_status_t comm_check_args(const tpu_comm_t* c, const tpu_coll_args_t* a) {
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "tpu_dist %s: invalid %s rank %d (of %d)",
                            name, (a->kind == TPU_COLL_SEND || a->kind == TPU_COLL_RECV) ? "peer" : "root",
                            a->root, c->nranks);
+  if (a->nsegments && !a->segments)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "tpu_dist %s: no segments", name);
+  if (a->nsegments && a->kind != TPU_COLL_ALL_REDUCE && a->kind != TPU_COLL_ALL_GATHER &&
+      a->kind != TPU_COLL_REDUCE_SCATTER)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "tpu_dist %s: no coalesced form", name);
   if ((a->kind == TPU_COLL_SEND || a->kind == TPU_COLL_RECV) && a->root == c->rank)
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "tpu_dist %s: a rank cannot %s itself", name,
                            a->kind == TPU_COLL_SEND ? "send to" : "receive from");
@@ -559,9 +643,21 @@ tpu_status_t tpu_comm_enqueue(tpu_comm_t* c, tpu_stream_t* stream, const tpu_col
     memcpy(copy, arrays[i], sizeof(size_t) * (size_t)c->nranks);
     *fields[i] = copy;
   }
+  if (args->nsegments) {
+    op->segments = malloc(sizeof(tpu_coll_segment_t) * args->nsegments);
+    if (!op->segments) {
+      free(op);
+      tpu_coll_request_release(req);
+      return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "collective allocation failed");
+    }
+    memcpy(op->segments, args->segments, sizeof(tpu_coll_segment_t) * args->nsegments);
+    op->args.segments = op->segments;
+  }
   tpu_comm_retain(c);
   op->comm = c;
+  op->chip = tpu_stream_chip(stream);
   op->request = req;
+  tpu_status_free(tpu_comm_share_chip_memory(op->chip));
   if (out_request) {
     atomic_fetch_add(&req->refs, 1);
     *out_request = req;

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "tpu/collectives.h"
+#include "tpu/hal.h"
 
 #define COMM_MAGIC 0x7470755f64697374ull /* "tpu_dist" */
 #define COMM_HEADER_BYTES 4096
@@ -39,6 +40,7 @@ typedef struct comm_header {
   _Atomic uint64_t magic; /* stored last by rank 0, once the rest is set */
   uint64_t total_bytes, half_bytes, p2p_bytes;
   uint64_t ctl_off, p2p_ctl_off, slots_off, p2p_off;
+  uint64_t direct_min_bytes; /* direct path from this size on (0: never) */
   int32_t nranks;
   _Atomic uint32_t attached; /* futex word: ranks that joined */
   _Atomic uint32_t waiters;  /* ranks sleeping on a futex: posters wake only then */
@@ -53,6 +55,11 @@ typedef struct coll_info {
   uint64_t seq;
   int32_t kind, dtype, op, root;
   uint64_t count;
+  /* Direct path: whether this rank's buffers lie in device memory its peers
+   * can map, that memory, and the buffers' device addresses. */
+  int32_t direct;
+  tpu_hal_memory_export_t mem;
+  uint64_t send, recv;
 } coll_info_t;
 
 typedef struct rank_ctl {
@@ -85,7 +92,19 @@ struct tpu_comm {
   uint32_t round;   /* my last posted round */
   uint64_t seq;     /* round-based collectives run so far */
   uint32_t p2p_sent[TPU_COMM_MAX_RANKS], p2p_recvd[TPU_COMM_MAX_RANKS];
+  /* Direct path: the peers' device memory as mapped here (imported through
+   * `driver`), and the set of memories every rank agreed it could map. */
+  const tpu_hal_driver_t* driver;
+  tpu_hal_memory_export_t peer_mem[TPU_COMM_MAX_RANKS];
+  const uint8_t* peer_base[TPU_COMM_MAX_RANKS];
+  tpu_hal_memory_export_t agreed[TPU_COMM_MAX_RANKS];
+  int agreed_state; /* 0: none yet, 1: all ranks mapped `agreed`, -1: some could not */
   pthread_mutex_t mu; /* one collective at a time */
+  /* tpu_comm_create_local: every rank is a chip of this process, so peers'
+   * device addresses are readable as they are; ranks other than 0 hold a
+   * reference to rank 0's communicator, which owns the control block. */
+  bool local;
+  tpu_comm_t* owner;
 };
 
 static inline uint8_t* comm_slot(const tpu_comm_t* c, int rank, uint32_t round) {
@@ -100,16 +119,33 @@ static inline p2p_ctl_t* comm_p2p_ctl(const tpu_comm_t* c, int src, int dst) {
   return &c->p2p[(size_t)src * (size_t)c->nranks + (size_t)dst];
 }
 
+/* The device memory a rank's buffers live in (the stream path): lets the
+ * direct path ask the driver whether they can be read in place by peers. */
+typedef struct coll_mem {
+  const tpu_hal_driver_t* driver;
+  tpu_hal_chip_t* chip;
+} coll_mem_t;
+
 /* One running collective. */
 typedef struct coll_exec {
   tpu_comm_t* comm;
   const tpu_coll_args_t* args;
+  const coll_mem_t* mem; /* NULL: host memory, staged */
+  const tpu_coll_segment_t* segs; /* the tensors (one: send, recv, count) */
+  size_t nsegs;
+  bool checked;          /* the first barrier's mismatch check ran */
+  bool try_direct;       /* large enough for the direct path (same on every rank) */
+  int direct;            /* this rank's buffers can be read in place by peers */
+  tpu_hal_memory_export_t direct_mem; /* where they live */
+  uint64_t peer_send[TPU_COMM_MAX_RANKS], peer_recv[TPU_COMM_MAX_RANKS]; /* every rank's buffers */
   uint64_t seq;
   int64_t timeout_ms;
   int64_t deadline_ns;
 } coll_exec_t;
 
 int64_t comm_now_ns(void);
+/* Runs a collective whose buffers lie in `mem` (NULL: plain host memory). */
+tpu_status_t comm_run_mem(tpu_comm_t* comm, const tpu_coll_args_t* args, const coll_mem_t* mem);
 /* Checks a collective's arguments against the communicator (no waiting). */
 tpu_status_t comm_check_args(const tpu_comm_t* c, const tpu_coll_args_t* a);
 

@@ -4,11 +4,19 @@
  *  - Chips: each reserves its own address range of `capacity` bytes (virtual
  *    memory, backed on first touch); device memory is carved from that range
  *    in segments, and returned pages are given back to the OS on unmap.
+ *    Once sharing is enabled (memory_share, asked for by the collectives), new
+ *    segments are mapped MAP_SHARED from one memfd per chip (sized to the
+ *    capacity, sparse, at the segment's offset in the range) so processes of
+ *    a communicator can map each other's device memory
+ *    (memory_import opens the memfd through /proc/PID/fd); unmapping such a
+ *    segment punches its pages out of the memfd and puts a private mapping
+ *    back. Shared segments are not inherited by fork (MADV_DONTFORK).
  *  - Queues: one worker thread per queue runs commands in order; kernels
  *    split work over the shared compute pool (kernel.h).
  *  - Events: sequence counters with a timestamp of the last completion.
  * An error in a command is recorded on its queue (first one wins, named after
  * the op) and returned by the next queue_wait_idle, which clears it. */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -16,6 +24,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../fusion/fusion.h"
 #include "../kernel.h"
@@ -37,6 +46,8 @@ struct tpu_hal_chip {
   pthread_mutex_t mu;
   range_t* free_ranges; /* sorted by start, coalesced */
   int free_count, free_capacity;
+  int share_fd;          /* memfd of shareable segments, -1 until memory_share */
+  uint8_t* shared_units; /* per SEGMENT_ALIGN unit of the range: 1 when mapped from share_fd */
 };
 
 static int host_chip_count(void) {
@@ -61,6 +72,7 @@ static tpu_status_t host_chip_open(int index, uint64_t capacity, tpu_hal_chip_t*
   }
   uint64_t base = ((uint64_t)(uintptr_t)p + SEGMENT_ALIGN - 1) / SEGMENT_ALIGN * SEGMENT_ALIGN;
   c->index = index;
+  c->share_fd = -1;
   c->base = base;
   c->capacity = capacity;
   pthread_mutex_init(&c->mu, NULL);
@@ -82,8 +94,114 @@ static void host_chip_close(tpu_hal_chip_t* c) {
   /* The mapping is process-lifetime: chips close at exit, when queued work
    * of other threads may still be unwinding. Only bookkeeping is freed. */
   free(c->free_ranges);
+  free(c->shared_units);
+  if (c->share_fd >= 0) close(c->share_fd);
   pthread_mutex_destroy(&c->mu);
   free(c);
+}
+
+/* Maps [addr, addr + bytes) from the chip's memfd when sharing is on (on
+ * failure the segment stays private: it is just not shareable). */
+static void map_shared(tpu_hal_chip_t* c, uint64_t addr, uint64_t bytes) {
+  if (c->share_fd < 0) return;
+  void* p = mmap((void*)(uintptr_t)addr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                 c->share_fd, (off_t)(addr - c->base));
+  if (p == MAP_FAILED) { /* a failed MAP_FIXED may have dropped the old mapping: restore it */
+    mmap((void*)(uintptr_t)addr, bytes, PROT_READ | PROT_WRITE,
+         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    return;
+  }
+  madvise(p, bytes, MADV_DONTFORK);
+  pthread_mutex_lock(&c->mu);
+  memset(c->shared_units + (addr - c->base) / SEGMENT_ALIGN, 1, bytes / SEGMENT_ALIGN);
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* Gives the pages of [addr, addr + bytes) back: shared units are punched out
+ * of the memfd and replaced by a private mapping, private ones dropped. */
+static void release_pages(tpu_hal_chip_t* c, uint64_t addr, uint64_t bytes) {
+  uint64_t end = addr + bytes;
+  while (addr < end) {
+    pthread_mutex_lock(&c->mu);
+    bool shared = c->shared_units && c->shared_units[(addr - c->base) / SEGMENT_ALIGN];
+    uint64_t run = addr;
+    while (run < end && (c->shared_units && c->shared_units[(run - c->base) / SEGMENT_ALIGN]) == shared)
+      run += SEGMENT_ALIGN;
+    if (shared) memset(c->shared_units + (addr - c->base) / SEGMENT_ALIGN, 0, (run - addr) / SEGMENT_ALIGN);
+    pthread_mutex_unlock(&c->mu);
+    if (shared) {
+      fallocate(c->share_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(addr - c->base),
+                (off_t)(run - addr));
+      mmap((void*)(uintptr_t)addr, run - addr, PROT_READ | PROT_WRITE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    } else {
+      madvise((void*)(uintptr_t)addr, run - addr, MADV_DONTNEED);
+    }
+    addr = run;
+  }
+}
+
+static tpu_status_t host_memory_share(tpu_hal_chip_t* c) {
+  pthread_mutex_lock(&c->mu);
+  tpu_status_t s = TPU_OK;
+  if (c->share_fd < 0) {
+    uint8_t* units = calloc(c->capacity / SEGMENT_ALIGN, 1);
+    int fd = units ? memfd_create("tpu_chip", MFD_CLOEXEC) : -1;
+    if (fd < 0 || ftruncate(fd, (off_t)c->capacity) != 0) {
+      s = tpu_status_make(TPU_CODE_UNAVAILABLE, "chip %d: cannot make shareable device memory", c->index);
+      if (fd >= 0) close(fd);
+      free(units);
+    } else {
+      c->shared_units = units;
+      c->share_fd = fd;
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  return s;
+}
+
+static bool host_memory_is_shared(tpu_hal_chip_t* c, uint64_t addr, uint64_t bytes) {
+  if (bytes == 0) return true;
+  if (addr < c->base || addr + bytes > c->base + c->capacity || addr + bytes < addr) return false;
+  pthread_mutex_lock(&c->mu);
+  bool ok = c->shared_units != NULL;
+  for (uint64_t u = (addr - c->base) / SEGMENT_ALIGN; ok && u <= (addr + bytes - 1 - c->base) / SEGMENT_ALIGN; ++u)
+    ok = c->shared_units[u] != 0;
+  pthread_mutex_unlock(&c->mu);
+  return ok;
+}
+
+static tpu_status_t host_memory_export(tpu_hal_chip_t* c, tpu_hal_memory_export_t* out) {
+  if (c->share_fd < 0)
+    return tpu_status_make(TPU_CODE_UNAVAILABLE, "chip %d: device memory is not shared", c->index);
+  out->pid = (int32_t)getpid();
+  out->handle = c->share_fd;
+  out->base = c->base;
+  out->capacity = c->capacity;
+  return TPU_OK;
+}
+
+static tpu_status_t host_memory_import(const tpu_hal_memory_export_t* e, const uint8_t** out_base) {
+  if (e->pid == (int32_t)getpid()) {
+    *out_base = (const uint8_t*)(uintptr_t)e->base;
+    return TPU_OK;
+  }
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)e->pid, (int)e->handle);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0)
+    return tpu_status_make(TPU_CODE_UNAVAILABLE, "cannot open process %d's device memory", (int)e->pid);
+  void* p = mmap(NULL, e->capacity, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED)
+    return tpu_status_make(TPU_CODE_UNAVAILABLE, "cannot map process %d's device memory", (int)e->pid);
+  madvise(p, e->capacity, MADV_DONTFORK);
+  *out_base = p;
+  return TPU_OK;
+}
+
+static void host_memory_unimport(const tpu_hal_memory_export_t* e, const uint8_t* base) {
+  if (e->pid != (int32_t)getpid() && base) munmap((void*)(uintptr_t)base, e->capacity);
 }
 
 static tpu_status_t host_memory_map(tpu_hal_chip_t* c, uint64_t bytes, uint64_t* out_addr) {
@@ -100,6 +218,7 @@ static tpu_status_t host_memory_map(tpu_hal_chip_t* c, uint64_t bytes, uint64_t*
       c->free_count--;
     }
     pthread_mutex_unlock(&c->mu);
+    map_shared(c, *out_addr, bytes);
     return TPU_OK;
   }
   pthread_mutex_unlock(&c->mu);
@@ -109,7 +228,7 @@ static tpu_status_t host_memory_map(tpu_hal_chip_t* c, uint64_t bytes, uint64_t*
 
 static void host_memory_unmap(tpu_hal_chip_t* c, uint64_t addr, uint64_t bytes) {
   bytes = (bytes + SEGMENT_ALIGN - 1) / SEGMENT_ALIGN * SEGMENT_ALIGN;
-  madvise((void*)(uintptr_t)addr, bytes, MADV_DONTNEED); /* give the pages back */
+  release_pages(c, addr, bytes); /* give the pages back */
   pthread_mutex_lock(&c->mu);
   int i = 0;
   while (i < c->free_count && c->free_ranges[i].start < addr) i++;
@@ -508,6 +627,11 @@ const tpu_hal_driver_t tpu_host_driver = {
     .memory_map = host_memory_map,
     .memory_unmap = host_memory_unmap,
     .owns_address = host_owns_address,
+    .memory_share = host_memory_share,
+    .memory_is_shared = host_memory_is_shared,
+    .memory_export = host_memory_export,
+    .memory_import = host_memory_import,
+    .memory_unimport = host_memory_unimport,
     .queue_create = host_queue_create,
     .queue_destroy = host_queue_destroy,
     .queue_submit = host_queue_submit,
