@@ -49,6 +49,10 @@ static const attn_case_t k_cases[] = {
     {F32, 1, 2, 1, 300, 1100, 16, 16, NO_MASK, false, 0, false, false, 0},
     {F32, 1, 2, 2, 600, 600, 32, 32, NO_MASK, true, 0, true, false, 0},
     {F64, 1, 1, 1, 260, 700, 8, 8, MASK_FULL, false, 0.2, false, false, 0},
+    /* the AVX-512 softmax step (row tails n % 16 != 0), tiled K^T with a
+     * partial last tile, grouped-query heads, strided operands */
+    {F32, 2, 4, 2, 333, 333, 64, 64, NO_MASK, true, 0, true, false, 0},
+    {F32, 1, 2, 1, 77, 269, 24, 40, MASK_FULL, false, 0.25, false, false, 0},
 };
 
 /* A [B, H, rows, cols] tensor, contiguous or stored [B, rows, H, cols]. */

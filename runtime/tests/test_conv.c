@@ -59,6 +59,16 @@ static const conv_case_t k_cases[] = {
     {2, 2, 4, 4, 4, {9, 8}, {3, 2}, 1, 2, 2, 0, false, true, F64, TT_PADDED},
     {2, 1, 3, 3, 3, {5, 7}, {2, 4}, 1, 0, 1, 0, false, false, F32, TT_CONTIG},
     {2, 2, 4, 4, 4, {6, 5}, {3, 3}, 1, 1, 2, 0, true, true, F32, TT_CONTIG},
+    /* float32 3x3 stride 1 with >= 16 channels: Winograd F(2x2, 3x3) (forward,
+     * grad_input, transposed): odd sizes, padding 0/1/2, groups, batch 1,
+     * several tile-row blocks, strided layouts */
+    {2, 1, 16, 16, 1, {7, 9}, {3, 3}, 1, 1, 1, 0, false, true, F32, TT_CONTIG},
+    {2, 2, 32, 48, 2, {10, 11}, {3, 3}, 1, 0, 1, 0, false, false, F32, TT_PADDED},
+    {2, 2, 16, 24, 1, {6, 5}, {3, 3}, 1, 2, 1, 0, false, true, F32, TT_REVERSED},
+    {2, 1, 24, 16, 1, {41, 30}, {3, 3}, 1, 1, 1, 0, false, true, F32, TT_CONTIG},
+    {2, 2, 16, 32, 1, {9, 8}, {3, 3}, 1, 1, 1, 0, true, true, F32, TT_CONTIG},
+    {2, 1, 32, 16, 1, {5, 6}, {3, 3}, 1, 0, 1, 0, true, false, F32, TT_PADDED},
+    {2, 2, 16, 16, 1, {7, 9}, {3, 3}, 1, 1, 1, 0, false, true, TPU_DTYPE_BF16, TT_CONTIG},
     /* empty batch */
     {2, 0, 3, 4, 1, {5, 5}, {3, 3}, 1, 1, 1, 0, false, true, F32, TT_CONTIG},
 };

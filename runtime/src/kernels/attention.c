@@ -26,7 +26,8 @@
  * Operands BLAS cannot read in place (other dtypes, inner stride != 1) are
  * converted once into contiguous work-type copies (linear in L or S); the
  * forward also transposes K once per head so both block GEMMs are NN (which
- * OpenBLAS runs without packing at these sizes). The float32 row max / exp
+ * OpenBLAS runs without packing at these sizes), in contiguous tiles of a
+ * key block each. The float32 row max / exp
  * loops are compiled for AVX-512 and AVX2 as well (target_clones).
  */
 #include "attention.h"
@@ -254,10 +255,11 @@ typedef struct attn_job {
   attn_args_t a;
   amat_t q, k, v, go, o;
   const tpu_view_t* out[4];
-  void* kt;             /* forward: keys transposed, [B, Hkv, D, S] work type (NN GEMMs) */
+  void* kt;             /* forward: keys transposed in tiles, [B, Hkv, S / BK, D, BK] work type */
   void* gbias;          /* backward: grad_attn_bias accumulator (work type, bias_orig's shape) */
   int64_t gb_str[4];    /* its strides over [B, H, L, S] (0 where broadcast) */
   int64_t nqb;          /* query blocks */
+  int64_t nkb;          /* forward: key blocks (tiles of kt) */
   atomic_int failed;
 } attn_job_t;
 
@@ -294,20 +296,23 @@ static void bias_row(const attn_args_t* a, int64_t b, int64_t h, int64_t i, int6
 AT_CLONES float tpu_attn_row_max_f32(const float* x, int64_t n);
 AT_CLONES double tpu_attn_row_exp_f32(float* x, float shift, int64_t n);
 
-AT_CLONES float tpu_attn_row_max_f32(const float* x, int64_t n) {
+static inline __attribute__((always_inline)) float row_max_f32_inl(const float* x, int64_t n) {
   /* maxps-shaped (vectorises); a NaN score still reaches the output through exp */
   float m[16];
   for (int j = 0; j < 16; ++j) m[j] = -INFINITY;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
     for (int j = 0; j < 16; ++j) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
-  float r = -INFINITY;
-  for (int j = 0; j < 16; ++j) r = m[j] > r ? m[j] : r;
+  /* lanes folded by halves (vector shuffles, not 16 scalar steps) */
+  for (int h = 8; h >= 1; h /= 2)
+    for (int j = 0; j < h; ++j) m[j] = m[j + h] > m[j] ? m[j + h] : m[j];
+  float r = m[0];
   for (; i < n; ++i) r = x[i] > r ? x[i] : r;
   return r;
 }
 
-AT_CLONES double tpu_attn_row_exp_f32(float* x, float shift, int64_t n) {
+static inline __attribute__((always_inline)) double row_exp_f32_inl(float* x, float shift,
+                                                                    int64_t n) {
   /* One in-place pass: exp and the sum together (16 float lanes; a row is
    * at most ATTN_ROW_MAX long). Scores here are <= shift (shift is the row
    * maximum), so the only arguments outside vm_expf's range are below
@@ -329,12 +334,154 @@ AT_CLONES double tpu_attn_row_exp_f32(float* x, float shift, int64_t n) {
     x[i] = e;
     sum += e;
   }
-  for (int j = 0; j < 16; ++j) sum += acc[j];
-  return sum;
+  for (int h = 8; h >= 1; h /= 2)
+    for (int j = 0; j < h; ++j) acc[j] += acc[j + h];
+  return sum + acc[0];
+}
+
+AT_CLONES float tpu_attn_row_max_f32(const float* x, int64_t n) { return row_max_f32_inl(x, n); }
+AT_CLONES double tpu_attn_row_exp_f32(float* x, float shift, int64_t n) {
+  return row_exp_f32_inl(x, shift, n);
+}
+
+/* The online-softmax step of a block of score rows (row r: n scores at
+ * s + r n; running maximum m[r] and sum l[r]): new maximum, exp(score -
+ * maximum) in place, the sums; corr[r] gets the factor the row's output
+ * accumulator must be scaled by (1: none). A row whose maximum is still
+ * -inf (all masked) becomes zeros. One call per block keeps the per-row
+ * work inline (the row max / exp loops above, unchanged numerics). */
+#define AT_BLOCK_BODY(T, MAXF, EXPF)                                          \
+  for (int64_t r = 0; r < rows; ++r) {                                        \
+    T* row = s + r * n;                                                       \
+    T mx = (T)MAXF(row, n);                                                   \
+    T mnew = mx > m[r] || mx != mx ? mx : m[r];                               \
+    if (mnew == -INFINITY) {                                                  \
+      memset(row, 0, (size_t)n * sizeof(T));                                  \
+      corr[r] = 1;                                                            \
+      continue;                                                               \
+    }                                                                         \
+    T c = m[r] == -INFINITY ? 0 : (T)exp((double)(m[r] - mnew));              \
+    double sum = EXPF(row, mnew, n);                                          \
+    l[r] = (T)(l[r] * c + sum);                                               \
+    m[r] = mnew;                                                              \
+    corr[r] = c;                                                              \
+  }
+AT_CLONES void tpu_attn_block_f32(float* s, int64_t rows, int64_t n, float* m, float* l,
+                                  float* corr);
+AT_CLONES void tpu_attn_block_f32(float* s, int64_t rows, int64_t n, float* m, float* l,
+                                  float* corr) {
+  AT_BLOCK_BODY(float, row_max_f32_inl, row_exp_f32_inl)
+}
+
+/* The same step written for AVX-512 with FMA (chosen at run time when the
+ * CPU has it): exp as above (x = n ln2 + r, the degree-6 polynomial) but
+ * with fused multiply-adds and 2^n by vscalefps, which also flushes what
+ * underflows; arguments below VM_EXP_LO still give 0 and NaN stays NaN. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define AT_AVX512 __attribute__((target("avx512f,fma")))
+AT_AVX512 static inline __m512 at_exp512(__m512 x) {
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  const __m512 z = _mm512_mul_ps(r, r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(p, z, r), _mm512_set1_ps(1.0f));
+  /* lanes at or above VM_EXP_LO, or NaN, keep their value; the rest 0 */
+  __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(VM_EXP_LO), _CMP_NLT_UQ);
+  return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
+}
+
+/* x[i] = exp(x[i] - shift) for i < n, returning the sum. */
+AT_AVX512 static double at_row_exp512(float* row, float shift, int64_t n) {
+  const int64_t nv = n / 16;
+  const __mmask16 tail = (__mmask16)((1u << (n % 16)) - 1);
+  const __m512 sh = _mm512_set1_ps(shift);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  int64_t v = 0;
+  for (; v + 2 <= nv; v += 2) { /* two independent chains */
+    __m512 e0 = at_exp512(_mm512_sub_ps(_mm512_loadu_ps(row + 16 * v), sh));
+    __m512 e1 = at_exp512(_mm512_sub_ps(_mm512_loadu_ps(row + 16 * v + 16), sh));
+    _mm512_storeu_ps(row + 16 * v, e0);
+    _mm512_storeu_ps(row + 16 * v + 16, e1);
+    acc0 = _mm512_add_ps(acc0, e0);
+    acc1 = _mm512_add_ps(acc1, e1);
+  }
+  for (; v < nv; ++v) {
+    __m512 e0 = at_exp512(_mm512_sub_ps(_mm512_loadu_ps(row + 16 * v), sh));
+    _mm512_storeu_ps(row + 16 * v, e0);
+    acc0 = _mm512_add_ps(acc0, e0);
+  }
+  if (tail) {
+    __m512 e0 = at_exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, row + 16 * nv), sh));
+    e0 = _mm512_maskz_mov_ps(tail, e0);
+    _mm512_mask_storeu_ps(row + 16 * nv, tail, e0);
+    acc0 = _mm512_add_ps(acc0, e0);
+  }
+  return (double)_mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+AT_AVX512 static void attn_block_f32_avx512(float* s, int64_t rows, int64_t n, float* m,
+                                             float* l, float* corr) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  const int64_t nv = n / 16;
+  const __mmask16 tail = (__mmask16)((1u << (n % 16)) - 1);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = s + r * n;
+    __m512 mv = ninf; /* max(x, m) keeps m for NaN x, as the scalar loop */
+    for (int64_t v = 0; v < nv; ++v) mv = _mm512_max_ps(_mm512_loadu_ps(row + 16 * v), mv);
+    if (tail) mv = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, tail, row + 16 * nv), mv);
+    float mx = _mm512_reduce_max_ps(mv);
+    float mnew = mx > m[r] || mx != mx ? mx : m[r];
+    if (mnew == -INFINITY) {
+      memset(row, 0, (size_t)n * sizeof(float));
+      corr[r] = 1;
+      continue;
+    }
+    float c = m[r] == -INFINITY ? 0 : (float)exp((double)(m[r] - mnew));
+    double sum = at_row_exp512(row, mnew, n);
+    l[r] = (float)(l[r] * c + sum);
+    m[r] = mnew;
+    corr[r] = c;
+  }
+}
+#endif
+
+static bool have_avx512(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static atomic_int avx512 = -1;
+  int v = atomic_load(&avx512);
+  if (v < 0) {
+    v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") ? 1 : 0;
+    atomic_store(&avx512, v);
+  }
+  return v != 0;
+#else
+  return false;
+#endif
+}
+
+static void attn_block_f32(float* s, int64_t rows, int64_t n, float* m, float* l, float* corr) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (have_avx512()) {
+    attn_block_f32_avx512(s, rows, n, m, l, corr);
+    return;
+  }
+#endif
+  tpu_attn_block_f32(s, rows, n, m, l, corr);
 }
 
 static inline float at_max_F32(const float* x, int64_t n) { return tpu_attn_row_max_f32(x, n); }
 static inline double at_exps_F32(float* x, float shift, int64_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (have_avx512()) return at_row_exp512(x, shift, n);
+#endif
   return tpu_attn_row_exp_f32(x, shift, n);
 }
 static inline double at_max_F64(const double* x, int64_t n) {
@@ -346,6 +493,14 @@ static inline double at_exps_F64(double* x, double shift, int64_t n) {
   double s = 0.0;
   for (int64_t i = 0; i < n; ++i) s += x[i] = exp(x[i] - shift);
   return s;
+}
+static inline void at_block_F32(float* s, int64_t rows, int64_t n, float* m, float* l,
+                                float* corr) {
+  attn_block_f32(s, rows, n, m, l, corr);
+}
+static inline void at_block_F64(double* s, int64_t rows, int64_t n, double* m, double* l,
+                                double* corr) {
+  AT_BLOCK_BODY(double, at_max_F64, at_exps_F64)
 }
 
 /* A logsumexp view ([B,H,L] or [B,L]) as [B,H,L]. */
@@ -403,18 +558,33 @@ static tpu_status_t attn_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   bool ok = amat_init(&j->q, &a->q, a->work) && amat_init(&j->k, &a->k, a->work) &&
             amat_init(&j->v, &a->v, a->work);
   if (ok && a->backward) ok = amat_init(&j->go, &a->go, a->work) && amat_init(&j->o, &a->o, a->work);
-  if (ok && !a->backward) { /* K^T per head, so Q K^T runs as a plain NN GEMM */
-    int64_t n = a->B * a->Hkv * a->D * a->S;
+  if (ok && !a->backward) {
+    /* K^T in tiles of ATTN_FWD_BK keys, [B, Hkv, key block, D, ATTN_FWD_BK]
+     * (the last tile's tail unused), so Q K^T runs as a plain NN GEMM on a
+     * contiguous panel: one [D, S] matrix per head would put the panel's
+     * rows S floats apart, which for power-of-two S maps them onto a few
+     * cache sets (sgemm measured at half speed for S = 2048). */
+    int64_t nkb = j->nkb = (a->S + ATTN_FWD_BK - 1) / ATTN_FWD_BK, tile = a->D * ATTN_FWD_BK;
+    int64_t n = a->B * a->Hkv * nkb * tile;
     j->kt = malloc((size_t)(n > 0 ? n : 1) * tpu_dtype_size(a->work));
     ok = j->kt != NULL;
-    if (ok) {
-      tpu_view_t kt = a->k;
-      int64_t sz = kt.sizes[2], st = kt.strides[2];
-      kt.sizes[2] = kt.sizes[3], kt.strides[2] = kt.strides[3];
-      kt.sizes[3] = sz, kt.strides[3] = st;
-      tpu_view_t dst = view_of(j->kt, a->work, 4, kt.sizes);
-      view_copy(&dst, &kt);
-    }
+    for (int64_t b = 0; ok && b < a->B; ++b)
+      for (int64_t hk = 0; hk < a->Hkv; ++hk)
+        for (int64_t kb = 0; kb < nkb; ++kb) {
+          int64_t j0 = kb * ATTN_FWD_BK, cnt = a->S - j0 < ATTN_FWD_BK ? a->S - j0 : ATTN_FWD_BK;
+          tpu_view_t src = a->k; /* keys [j0, j0 + cnt) of (b, hk), as [D, cnt] */
+          src.addr += (uint64_t)((b * src.strides[0] + hk * src.strides[1] + j0 * src.strides[2]) *
+                                 (int64_t)tpu_dtype_size(src.dtype));
+          src.ndim = 2;
+          src.sizes[0] = a->D, src.strides[0] = a->k.strides[3];
+          src.sizes[1] = cnt, src.strides[1] = a->k.strides[2];
+          int64_t sizes[2] = {a->D, ATTN_FWD_BK};
+          tpu_view_t dst = view_of((char*)j->kt + (size_t)(((b * a->Hkv + hk) * nkb + kb) * tile) *
+                                                     tpu_dtype_size(a->work),
+                                   a->work, 2, sizes);
+          dst.sizes[1] = cnt;
+          view_copy(&dst, &src);
+        }
   }
   int64_t gb_numel = a->grad_bias ? tpu_view_numel(&a->bias_orig) : 0;
   if (ok && a->grad_bias) {

@@ -20,7 +20,7 @@ static void AT_CAT(attn_fwd_chunk)(void* arg, int64_t begin, int64_t end) {
     free(sbuf), free(acc), free(brow);
     return;
   }
-  T m[ATTN_FWD_BQ], l[ATTN_FWD_BQ], lv[ATTN_FWD_BQ];
+  T m[ATTN_FWD_BQ], l[ATTN_FWD_BQ], lv[ATTN_FWD_BQ], cr[ATTN_FWD_BQ];
   const int64_t group = a->H / a->Hkv;
   const double keep = 1.0 - a->dropout;
   const T inv_keep = (T)(1.0 / keep);
@@ -35,10 +35,10 @@ static void AT_CAT(attn_fwd_chunk)(void* arg, int64_t begin, int64_t end) {
     int64_t jend = a->causal ? (a->S < i0 + rows ? a->S : i0 + rows) : a->S;
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {
       int64_t n = jend - j0 < BK ? jend - j0 : BK;
-      const T* KT = (const T*)j->kt + (b * a->Hkv + hk) * D * a->S + j0;
+      const T* KT = (const T*)j->kt + ((b * a->Hkv + hk) * j->nkb + j0 / BK) * D * BK;
       AT_CAT(gemm)(false, false, (int)rows, (int)n, (int)D, a->scale, Q, (int)j->q.sr, KT,
-                   (int)a->S, 0.0, sbuf, (int)n);
-      for (int64_t r = 0; r < rows; ++r) {
+                   (int)BK, 0.0, sbuf, (int)n);
+      for (int64_t r = 0; (a->has_bias || (a->causal && j0 + n > i0)) && r < rows; ++r) {
         T* row = sbuf + r * n;
         int64_t i = i0 + r;
         if (a->has_bias) {
@@ -47,21 +47,16 @@ static void AT_CAT(attn_fwd_chunk)(void* arg, int64_t begin, int64_t end) {
         }
         if (a->causal)
           for (int64_t c = i + 1 - j0 > 0 ? i + 1 - j0 : 0; c < n; ++c) row[c] = -INFINITY;
-        T mx = (T)AT_CAT(at_max)(row, n);
-        T mnew = mx > m[r] || mx != mx ? mx : m[r];
-        if (mnew == -INFINITY) {
-          memset(row, 0, (size_t)n * es);
-          continue;
-        }
-        T corr = m[r] == -INFINITY ? 0 : (T)exp((double)(m[r] - mnew));
-        double sum = AT_CAT(at_exps)(row, mnew, n);
-        l[r] = (T)(l[r] * corr + sum);
-        m[r] = mnew;
-        if (corr != 1) {
+      }
+      AT_CAT(at_block)(sbuf, rows, n, m, l, cr);
+      for (int64_t r = 0; r < rows; ++r) {
+        T* row = sbuf + r * n;
+        int64_t i = i0 + r;
+        if (cr[r] != 1) {
           T* ar = acc + r * Dv;
-          for (int64_t c = 0; c < Dv; ++c) ar[c] *= corr;
+          for (int64_t c = 0; c < Dv; ++c) ar[c] *= cr[r];
         }
-        if (a->dropout > 0) {
+        if (a->dropout > 0 && m[r] != -INFINITY) {
           uint32_t w[4];
           for (int64_t c = 0; c < n; ++c) {
             rng_block(a->seed, a->offset, attn_rng_index(a, b, h, i, j0 + c), w);

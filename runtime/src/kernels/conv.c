@@ -19,7 +19,9 @@
  *   CONV_W  chunks of (n, column block) items, each accumulating a private
  *           copy of dW, summed at the end.
  * A 1x1 window with stride 1 and no padding skips im2col (the image is the
- * column matrix). Depthwise problems (one image and one grid channel per
+ * column matrix). Float32 3x3 windows with stride and dilation 1 and enough
+ * channels run Winograd's F(2x2, 3x3) instead (conv_winograd.c), for CONV_Y
+ * and CONV_X alike. Depthwise problems (one image and one grid channel per
  * group) run direct loops over rows instead of GEMMs. Units are spread over
  * tpu_parallel_for; tiny problems stay on one thread.
  *
@@ -195,6 +197,7 @@ typedef struct plan {
   char *x, *y, *w;  /* X, Y, W buffers (read or written per product) */
   const char* bias; /* over Y's channels (CONV_Y) or X's (CONV_X), or NULL */
   bool pointwise;   /* 1x1 window, stride 1, no padding: im2col is the identity */
+  bool f32;         /* float32 compute type */
   tpu_dtype_t half; /* the half dtype whose CPU sums CONV_X mimics, or INVALID */
   int64_t plane;    /* depthwise plane form: scratch elements (0: row loops) */
   int64_t jb, nj;   /* column block and blocks per (n, group) */
@@ -246,6 +249,7 @@ static void init_plan(plan_t* p, const conv_geom_t* g, tpu_compute_type_t ct) {
   p->esz = (int64_t)tpu_compute_size(ct);
   p->pS = prod3(g->S), p->pG = prod3(g->G), p->pK = prod3(g->K);
   p->pointwise = is_pointwise(g);
+  p->f32 = ct == TPU_COMPUTE_F32;
   /* depthwise plane form: stride 1, at most 2-D, modest planes */
   int64_t Wp = g->S[2] + 2 * g->pad[2], Hp = g->S[1] + 2 * g->pad[1];
   if (g->K[0] == 1 && g->S[0] == 1 && g->stride[1] == 1 && g->stride[2] == 1 &&
@@ -468,8 +472,37 @@ static tpu_status_t finish(plan_t* p) {
   return TPU_OK;
 }
 
+/* Winograd F(2x2, 3x3) (conv_winograd.c) for float32 2-D 3x3 windows with
+ * stride and dilation 1, when it fits; `x_side` picks the CONV_X direction
+ * (X from Y: a correlation of Y with the flipped weight, padded by 2 - pad).
+ * Returns false (nothing done) when the problem does not qualify. */
+static bool try_winograd(plan_t* p, bool x_side, tpu_status_t* s) {
+  const conv_geom_t* g = p->g;
+  if (!p->f32 || p->half != TPU_DTYPE_INVALID || g->K[0] != 1 || g->K[1] != 3 || g->K[2] != 3 ||
+      g->S[0] != 1 || g->G[0] != 1 || g->pad[0] != 0)
+    return false;
+  for (int d = 1; d < 3; ++d)
+    if (g->stride[d] != 1 || g->dil[d] != 1) return false;
+  tpu_conv_wino_t w = {.n = g->n, .groups = g->groups, .w = (const float*)p->w,
+                       .bias = (const float*)p->bias, .flip = x_side};
+  if (x_side) {
+    w.ci = g->cy, w.co = g->cx, w.H = g->G[1], w.W = g->G[2], w.Ho = g->S[1], w.Wo = g->S[2];
+    w.pad_h = 2 - g->pad[1], w.pad_w = 2 - g->pad[2];
+    w.in = (const float*)p->y, w.out = (float*)p->x;
+  } else {
+    w.ci = g->cx, w.co = g->cy, w.H = g->S[1], w.W = g->S[2], w.Ho = g->G[1], w.Wo = g->G[2];
+    w.pad_h = g->pad[1], w.pad_w = g->pad[2];
+    w.in = (const float*)p->x, w.out = (float*)p->y;
+  }
+  if (!tpu_conv_winograd_fits(&w)) return false;
+  *s = tpu_conv_winograd(&w);
+  return true;
+}
+
 static tpu_status_t run_y(plan_t* p) {
   const conv_geom_t* g = p->g;
+  tpu_status_t ws;
+  if (try_winograd(p, false, &ws)) return ws;
   if (is_depthwise(p)) {
     tpu_parallel_for(g->n * g->groups, grain_for(p->pG * p->pK), dw_y_units, p);
     return finish(p);
@@ -482,6 +515,8 @@ static tpu_status_t run_y(plan_t* p) {
 
 static tpu_status_t run_x(plan_t* p) {
   const conv_geom_t* g = p->g;
+  tpu_status_t ws;
+  if (try_winograd(p, true, &ws)) return ws;
   if (is_depthwise(p) && p->half == TPU_DTYPE_INVALID) {
     tpu_parallel_for(g->n * g->groups, grain_for(p->pG * p->pK), dw_x_units, p);
     return finish(p);

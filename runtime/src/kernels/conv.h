@@ -64,4 +64,24 @@ tpu_status_t tpu_conv_parse(const tpu_op_def_t* def, const tpu_node_t* node, con
  * accumulating in double. */
 tpu_status_t tpu_conv_reference(const tpu_op_def_t* def, const tpu_node_t* node);
 
+/* Winograd F(2x2, 3x3) for float32 3x3 convolutions with stride 1 and
+ * dilation 1 (conv_winograd.c): per sample n and group g,
+ *   out[n, g*co + k, y, x] = bias[g*co + k] (or 0) + sum over c < ci, a, b < 3 of
+ *     in[n, g*ci + c, y - pad_h + a, x - pad_w + b] * w(g, k, c, a, b),
+ * input outside H x W reading 0; w(g, k, c, a, b) is
+ *   w[g*co + k, c, a, b]          (flip false: a convolution's weight), or
+ *   w[g*ci + c, k, 2 - a, 2 - b]  (flip true: the gradient of the input of
+ *                                  one, or a transposed convolution).
+ * All tensors contiguous. Needs Ho = H + 2 pad_h - 2 and Wo = W + 2 pad_w - 2. */
+typedef struct tpu_conv_wino {
+  int64_t n, groups, ci, co, H, W, Ho, Wo, pad_h, pad_w;
+  const float *in, *w, *bias;
+  float* out;
+  bool flip;
+} tpu_conv_wino_t;
+
+/* Whether the Winograd path takes this problem (sizes where it pays). */
+bool tpu_conv_winograd_fits(const tpu_conv_wino_t* w);
+tpu_status_t tpu_conv_winograd(const tpu_conv_wino_t* w);
+
 #endif /* TPU_KERNELS_CONV_H_ */

@@ -1,0 +1,275 @@
+/* conv_winograd.c — 3x3, stride-1, dilation-1 float32 convolutions by
+ * Winograd's F(2x2, 3x3) (the convolution family's fast path; conv.c
+ * decides when it runs, see tpu_conv_winograd_fits).
+ *
+ * out[n, g*co + k, y, x] = bias[g*co + k]
+ *     + sum_{c < ci, a, b < 3} in[n, g*ci + c, y - pad_h + a, x - pad_w + b] * w(g, k, c, a, b)
+ * (input outside [0, H) x [0, W) reads 0). The output is cut into 2x2 tiles
+ * whose 4x4 input patches d give, per tile and channel, V = Bᵀ d B; the
+ * weights give U = G g Gᵀ (once per call); for each of the 16 positions
+ * (ξ, ν) of the 4x4 transformed tile, M[ξν] = U[ξν] (co x ci) @ V[ξν]
+ * (ci x tiles) is one sgemm; the tile is then Aᵀ M A. That is 16 products
+ * of ci x co per tile instead of 36 (2.25x fewer multiplies); the input and
+ * output transforms only add and subtract, and the weight transform scales
+ * by 1/2 and 1/4 (exact in binary), so the results differ from a direct
+ * sum only by rounding.
+ *
+ * Work units are (sample, block of tile rows); a unit transforms the
+ * block's input for every channel of a group into V[16][ci][T], runs the
+ * 16 GEMMs into M[16][co][T] and transforms M into the output, so V and M
+ * (T tiles, a few hundred) stay in L2. Scratch is one allocation per pool
+ * chunk, reused across its units.
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/conv.h"
+#include "kernels/kernel_util.h"
+
+#ifdef TPU_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+#define WINO_TILES 224       /* most tiles per unit */
+#define WINO_SCRATCH (1 << 19) /* bytes of V and M per unit (they stay in L2) */
+#define WINO_MAX_TW 1024     /* widest tile row (V and M hold whole tile rows) */
+
+/* Transform loops for AVX-512 / AVX2 too (the runtime's baseline is SSE2). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    !defined(__SANITIZE_ADDRESS__)
+#define WINO_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define WINO_CLONES
+#endif
+
+static inline int64_t wmin(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t wmax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+bool tpu_conv_winograd_fits(const tpu_conv_wino_t* w) {
+#ifndef TPU_HAVE_OPENBLAS
+  (void)w;
+  return false;
+#else
+  int64_t th = (w->Ho + 1) / 2, tw = (w->Wo + 1) / 2;
+  /* small channel counts make small GEMMs (im2col's K = 9 ci does better) */
+  if (w->ci < 16 || w->co < 16 || w->Ho < 2 || w->Wo < 2 || tw > WINO_MAX_TW) return false;
+  if (w->Ho != w->H + 2 * w->pad_h - 2 || w->Wo != w->W + 2 * w->pad_w - 2) return false;
+  /* int GEMM dimensions */
+  int64_t rows = wmax(1, (WINO_TILES + tw / 2) / tw);
+  if (w->ci * w->co > (1 << 28) || rows * tw * wmax(w->ci, w->co) > (1 << 28)) return false;
+  (void)th;
+  return true;
+#endif
+}
+
+/* U[g][16][co][ci] = G g Gᵀ, g the 3x3 kernel of (group, k, c). */
+static void weight_transform(const tpu_conv_wino_t* w, float* U) {
+  for (int64_t grp = 0; grp < w->groups; ++grp)
+    for (int64_t k = 0; k < w->co; ++k)
+      for (int64_t c = 0; c < w->ci; ++c) {
+        float g[3][3];
+        for (int a = 0; a < 3; ++a)
+          for (int b = 0; b < 3; ++b)
+            g[a][b] = w->flip ? w->w[((grp * w->ci + c) * w->co + k) * 9 + (2 - a) * 3 + (2 - b)]
+                              : w->w[((grp * w->co + k) * w->ci + c) * 9 + a * 3 + b];
+        /* t = G g (4x3), G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1] */
+        float t[4][3], u[4][4];
+        for (int b = 0; b < 3; ++b) {
+          t[0][b] = g[0][b];
+          t[1][b] = 0.5f * (g[0][b] + g[1][b] + g[2][b]);
+          t[2][b] = 0.5f * (g[0][b] - g[1][b] + g[2][b]);
+          t[3][b] = g[2][b];
+        }
+        for (int a = 0; a < 4; ++a) {
+          u[a][0] = t[a][0];
+          u[a][1] = 0.5f * (t[a][0] + t[a][1] + t[a][2]);
+          u[a][2] = 0.5f * (t[a][0] - t[a][1] + t[a][2]);
+          u[a][3] = t[a][2];
+        }
+        float* dst = U + (grp * 16) * w->co * w->ci + k * w->ci + c;
+        for (int e = 0; e < 16; ++e) dst[e * w->co * w->ci] = u[e / 4][e % 4];
+      }
+}
+
+/* Loops over tiles run in whole vectors of WINO_VEC: rows of scratch are
+ * padded, and what the padding computes is never stored to the output. */
+#define WINO_VEC 16
+static inline int64_t round_vec(int64_t n) { return (n + WINO_VEC - 1) / WINO_VEC * WINO_VEC; }
+
+/* V[e][t] (e = 4 i + j, stride vs between e) for one channel and one tile
+ * row: input rows iy0 .. iy0 + 3 of plane x (H x W), tiles t < tw reading
+ * columns 2 t - pad_w .. + 3; writes t < round_vec(tw) (the tail is junk
+ * the next row or the padding of V absorbs). mr = round_vec(tw) + WINO_VEC;
+ * P: 2 mr floats, E/O: 4 mr floats each. */
+WINO_CLONES static void input_row(const float* x, int64_t H, int64_t W, int64_t iy0,
+                                  int64_t pad_w, int64_t tw, int64_t mr, float* restrict P,
+                                  float* restrict E, float* restrict O, float* restrict V,
+                                  int64_t vs) {
+  /* P[j] = column j - pad_w of a row (0 outside the image) for j < 2 mr */
+  const int64_t jlo = wmin(wmax(pad_w, 0), 2 * mr), jhi = wmax(jlo, wmin(W + pad_w, 2 * mr));
+  for (int i = 0; i < 4; ++i) {
+    float* restrict e = E + i * mr;
+    float* restrict o = O + i * mr;
+    int64_t iy = iy0 + i;
+    if (iy < 0 || iy >= H) {
+      memset(e, 0, sizeof(float) * (size_t)mr), memset(o, 0, sizeof(float) * (size_t)mr);
+      continue;
+    }
+    memset(P, 0, sizeof(float) * (size_t)jlo);
+    memcpy(P + jlo, x + iy * W + jlo - pad_w, sizeof(float) * (size_t)(jhi - jlo));
+    memset(P + jhi, 0, sizeof(float) * (size_t)(2 * mr - jhi));
+    for (int64_t t0 = 0; t0 < mr; t0 += WINO_VEC)
+      for (int k = 0; k < WINO_VEC; ++k) {
+        e[t0 + k] = P[2 * (t0 + k)];
+        o[t0 + k] = P[2 * (t0 + k) + 1];
+      }
+  }
+  /* Bᵀ over rows (Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]), in place:
+   * row 0 = d0 - d2, row 1 = d1 + d2, row 2 = d2 - d1, row 3 = d1 - d3 */
+  for (int p = 0; p < 2; ++p) {
+    float* restrict r0 = p ? O : E;
+    float* restrict r1 = r0 + mr;
+    float* restrict r2 = r0 + 2 * mr;
+    float* restrict r3 = r0 + 3 * mr;
+    for (int64_t t0 = 0; t0 < mr; t0 += WINO_VEC)
+      for (int k = 0; k < WINO_VEC; ++k) {
+        int64_t t = t0 + k;
+        float d0 = r0[t], d1 = r1[t], d2 = r2[t], d3 = r3[t];
+        r0[t] = d0 - d2, r1[t] = d1 + d2, r2[t] = d2 - d1, r3[t] = d1 - d3;
+      }
+  }
+  /* B over columns: tile t's columns are e[t], o[t], e[t+1], o[t+1] */
+  const int64_t tr = round_vec(tw);
+  for (int i = 0; i < 4; ++i) {
+    const float* restrict e = E + i * mr;
+    const float* restrict o = O + i * mr;
+    float* restrict v0 = V + (4 * i) * vs;
+    float* restrict v1 = v0 + vs;
+    float* restrict v2 = v0 + 2 * vs;
+    float* restrict v3 = v0 + 3 * vs;
+    for (int64_t t0 = 0; t0 < tr; t0 += WINO_VEC)
+      for (int k = 0; k < WINO_VEC; ++k) {
+        int64_t t = t0 + k;
+        v0[t] = e[t] - e[t + 1];
+        v1[t] = o[t] + e[t + 1];
+        v2[t] = e[t + 1] - o[t];
+        v3[t] = o[t] - o[t + 1];
+      }
+  }
+}
+
+/* One tile row of one output channel: M[e][t] (stride ms between e; t <
+ * round_vec(tw) readable) to output rows oy, oy + 1 (the second only if
+ * < Ho) of plane y (Ho x Wo), plus bias. tmp: 4 round_vec(tw) floats. */
+WINO_CLONES static void output_row(const float* restrict M, int64_t ms, int64_t tw, float bias,
+                                   float* restrict y, int64_t Ho, int64_t Wo, int64_t oy,
+                                   float* restrict tmp) {
+  const int64_t tr = round_vec(tw);
+  float* restrict y00 = tmp;
+  float* restrict y01 = tmp + tr;
+  float* restrict y10 = tmp + 2 * tr;
+  float* restrict y11 = tmp + 3 * tr;
+  for (int64_t t0 = 0; t0 < tr; t0 += WINO_VEC)
+    for (int k = 0; k < WINO_VEC; ++k) {
+      int64_t t = t0 + k;
+      /* Aᵀ = [1 1 1 0; 0 1 -1 -1] over rows, then over columns */
+      float a[4], b[4];
+      for (int j = 0; j < 4; ++j) {
+        float m0 = M[j * ms + t], m1 = M[(4 + j) * ms + t];
+        float m2 = M[(8 + j) * ms + t], m3 = M[(12 + j) * ms + t];
+        a[j] = m0 + m1 + m2;
+        b[j] = m1 - m2 - m3;
+      }
+      y00[t] = a[0] + a[1] + a[2] + bias;
+      y01[t] = a[1] - a[2] - a[3] + bias;
+      y10[t] = b[0] + b[1] + b[2] + bias;
+      y11[t] = b[1] - b[2] - b[3] + bias;
+    }
+  const int64_t full = Wo / 2;
+  float* restrict r0 = y + oy * Wo;
+  for (int64_t t = 0; t < full; ++t) r0[2 * t] = y00[t], r0[2 * t + 1] = y01[t];
+  if (Wo & 1) r0[2 * full] = y00[full];
+  if (oy + 1 < Ho) {
+    float* restrict r1 = r0 + Wo;
+    for (int64_t t = 0; t < full; ++t) r1[2 * t] = y10[t], r1[2 * t + 1] = y11[t];
+    if (Wo & 1) r1[2 * full] = y10[full];
+  }
+}
+
+typedef struct wino_job {
+  const tpu_conv_wino_t* w;
+  const float* U;
+  int64_t th, tw, rows, nblk; /* tile rows per unit, units per sample */
+  atomic_int failed;
+} wino_job_t;
+
+static void wino_units(void* arg, int64_t begin, int64_t end) {
+  wino_job_t* j = (wino_job_t*)arg;
+  const tpu_conv_wino_t* w = j->w;
+  const int64_t tw = j->tw, ci = w->ci, co = w->co;
+  const int64_t tr = round_vec(tw), mr = tr + WINO_VEC;
+  /* rows of V and M: the unit's tiles plus a vector of slack */
+  const int64_t ld = round_vec(j->rows * tw) + WINO_VEC;
+  const int64_t nv = 16 * ci * ld, nm = 16 * co * ld;
+  /* zeroed once: the padding the vector loops read is then never uninitialised */
+  float* s = (float*)calloc((size_t)(nv + nm + 2 * mr + 8 * mr + 4 * tr + 64), sizeof(float));
+  if (!s) {
+    atomic_store(&j->failed, 1);
+    return;
+  }
+  float *V = s, *M = V + nv, *P = M + nm, *E = P + 2 * mr, *O = E + 4 * mr, *tmp = O + 4 * mr;
+  const int64_t in_plane = w->H * w->W, out_plane = w->Ho * w->Wo;
+  for (int64_t u = begin; u < end; ++u) {
+    int64_t n = u / j->nblk, ty0 = (u % j->nblk) * j->rows;
+    int64_t nrows = wmin(j->rows, j->th - ty0), Tn = nrows * tw;
+    for (int64_t grp = 0; grp < w->groups; ++grp) {
+      const float* x = w->in + (n * w->groups + grp) * ci * in_plane;
+      float* y = w->out + (n * w->groups + grp) * co * out_plane;
+      for (int64_t c = 0; c < ci; ++c)
+        for (int64_t r = 0; r < nrows; ++r)
+          input_row(x + c * in_plane, w->H, w->W, 2 * (ty0 + r) - w->pad_h, w->pad_w, tw, mr, P,
+                    E, O, V + c * ld + r * tw, ci * ld);
+      const float* U = j->U + grp * 16 * co * ci;
+#ifdef TPU_HAVE_OPENBLAS
+      for (int e = 0; e < 16; ++e)
+        scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)co, (int)Tn, (int)ci,
+                          1.0f, U + e * co * ci, (int)ci, V + e * ci * ld, (int)ld, 0.0f,
+                          M + e * co * ld, (int)ld);
+#endif
+      for (int64_t k = 0; k < co; ++k) {
+        float b = w->bias ? w->bias[grp * co + k] : 0.0f;
+        for (int64_t r = 0; r < nrows; ++r)
+          output_row(M + k * ld + r * tw, co * ld, tw, b, y + k * out_plane, w->Ho, w->Wo,
+                     2 * (ty0 + r), tmp);
+      }
+    }
+  }
+  free(s);
+}
+
+tpu_status_t tpu_conv_winograd(const tpu_conv_wino_t* w) {
+  wino_job_t j;
+  memset(&j, 0, sizeof(j));
+  j.w = w;
+  j.th = (w->Ho + 1) / 2, j.tw = (w->Wo + 1) / 2;
+  if (w->n == 0) return TPU_OK;
+  float* U = (float*)malloc(sizeof(float) * (size_t)(w->groups * 16 * w->co * w->ci + 16));
+  if (!U) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "convolution scratch allocation failed");
+  weight_transform(w, U);
+  j.U = U;
+  /* tile rows per unit: about WINO_TILES tiles, fewer while there are under
+   * two units per thread */
+  int64_t threads = tpu_parallel_threads();
+  int64_t tiles = wmax(16, wmin(WINO_TILES, WINO_SCRATCH / (64 * (w->ci + w->co))));
+  j.rows = wmin(j.th, wmax(1, (tiles + j.tw / 2) / j.tw));
+  while (j.rows > 1 && w->n * ((j.th + j.rows - 1) / j.rows) < 2 * threads) j.rows = (j.rows + 1) / 2;
+  j.nblk = (j.th + j.rows - 1) / j.rows;
+  atomic_init(&j.failed, 0);
+  int64_t units = w->n * j.nblk, unit_work = 16 * j.rows * j.tw * w->ci * w->co * w->groups;
+  tpu_parallel_for(units, unit_work >= (1 << 18) ? 1 : units, wino_units, &j);
+  free(U);
+  if (atomic_load(&j.failed))
+    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "convolution scratch allocation failed");
+  return TPU_OK;
+}
