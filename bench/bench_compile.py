@@ -14,16 +14,31 @@ backend's own work, plus the first run's fusion-program compiles; Inductor's
 on-disk caches are off unless --inductor-cache, so its compiles are cold), and the
 Dynamo recompiles during the timed rounds (``torch._dynamo.utils.counters``:
 frames compiled after the warm-up).
-Writes bench/results/compile.json.
+
+--startup: cold and warm start-up of the compiled column in separate
+processes. Per workload, a child process (this script, --startup-child) runs
+the workload's first two compiled calls with an empty on-disk compile cache
+(TORCH_TPU_CACHE_DIR, a fresh directory), then another child with the cache
+the first one left. Each reports its first call (Dynamo's bytecode tracing,
+AOTAutograd or the cache load, our lowering, the first run's fusion-program
+compiles and the run itself), its second call, and Dynamo's
+compile_times() split of the first; start-up = first call minus second call.
+--startup-columns compiled,inductor adds Inductor (its own caches, in a fresh
+TORCHINDUCTOR_CACHE_DIR per workload, cold then warm) for comparison.
+Writes bench/results/compile.json (or compile_startup.json with --startup).
 Usage: python bench/bench_compile.py [--quick | --smoke] [--rounds N] [--min-time S]
        [--only 1,2,3,4] [--columns compiled,defer,strict,cpu,inductor] [--threads T]
        [--inductor-cache] [--out PATH]
+       python bench/bench_compile.py --startup [--quick | --smoke] [--only ...]
+       [--startup-columns compiled,inductor]
 """
 import argparse
 import gc
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 
 if __name__ == "__main__":
@@ -74,33 +89,8 @@ def measure(w, cols, rounds, min_time):
     return r, n, check, metrics
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="bench_defer's quick sizes, 2 rounds")
-    ap.add_argument("--smoke", action="store_true", help="tiny sizes, 1 round (tests)")
-    ap.add_argument("--rounds", type=int, default=None)
-    ap.add_argument("--min-time", type=float, default=None)
-    ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--only", default="1,2,3,4")
-    ap.add_argument("--columns", default=",".join(COLUMNS))
-    ap.add_argument("--inductor-cache", action="store_true",
-                    help="let Inductor use its on-disk caches (warm compiles)")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                  "results", "compile.json"))
-    a = ap.parse_args()
-    size = "smoke" if a.smoke else "quick" if a.quick else "default"
-    sz = dict(bd.SIZES[size])
-    rounds = a.rounds or {"smoke": 1, "quick": 2, "default": 3}[size]
-    min_time = a.min_time if a.min_time is not None else {"smoke": 0.0, "quick": 0.3, "default": 1.0}[size]
-    pool = torch_tpu._C.compute_threads()
-    torch.set_num_threads(a.threads or pool)
-    torch._dynamo.config.cache_size_limit = 64
-    if not a.inductor_cache:
-        from torch._inductor import config as inductor_config
-        inductor_config.force_disable_caches = True
-    cols = [c for c in a.columns.split(",") if c in COLUMNS]
-    assert "cpu" in cols, "the CPU eager column is the reference of the output checks"
-    only, tiny, work = set(a.only.split(",")), size == "smoke", []
+def workloads(only, size, sz):
+    only, tiny, work = set(only.split(",")), size == "smoke", []
     if "1" in only:
         work += bd.gpt2_workloads([int(b) for b in sz["gpt2_batches"].split(",")], sz["gpt2_seq"],
                                   sz["gpt2_layers"], *((64, 4, 256) if tiny else ()))
@@ -112,6 +102,144 @@ def main():
         work.append(bd.generate_workload(sz["new_tokens"], vocab=256 if tiny else 50257))
     if "4" in only:
         work += bd.chain_workloads(sz["chain_rows"], sz["chain_hidden"])
+    return work
+
+
+# ---- start-up: cold and warm caches, separate processes ---------------------------------------------
+
+
+def startup_child(a, size, sz):
+    """One process: the first and second call of one workload's compiled
+    column (or Inductor's); prints one JSON line."""
+    from torch._dynamo.utils import compilation_time_metrics, counters
+    col = a.startup_column
+    t0 = time.perf_counter()
+    w = workloads(a.only, size, sz)[a.startup_child]
+    fn = w.make(col)
+    build = time.perf_counter() - t0
+    dev = bd.device_of(col)
+    t = time.perf_counter()
+    fn()
+    bd.sync(dev)
+    first = time.perf_counter() - t
+    t = time.perf_counter()
+    fn()
+    bd.sync(dev)
+    second = time.perf_counter() - t
+    raw = {k: sum(v) for k, v in compilation_time_metrics.items()}
+    pick = {"dynamo_total_s": "_compile.compile_inner", "bytecode_tracing_s": "bytecode_tracing",
+            "backend_s": "OutputGraph.call_user_compiler", "aot_trace_s": "create_aot_dispatcher_function",
+            "build_guards_s": "build_guards"}
+    out = {"workload": w.name, "column": col, "build_s": build, "first_call_s": first,
+           "second_call_s": second, "startup_s": first - second,
+           "graphs": frames_compiled(), "aot_cache": dict(counters["aot_autograd"]),
+           "inductor_cache": {k: v for k, v in counters["inductor"].items() if "cache" in k}}
+    for k, v in pick.items():
+        out[k] = float(raw.get(v, 0.0) or 0.0)
+    backend = bd.COMPILED_COLUMNS.get(col, (None, None))[1]
+    if hasattr(backend, "stats"):
+        out["tpu_stats"] = dict(backend.stats)
+    print("@@" + json.dumps(out), flush=True)
+
+
+def startup(a, size):
+    cols = [c for c in a.startup_columns.split(",") if c in ("compiled", "inductor")]
+    sz = dict(bd.SIZES[size])
+    names = [w.name for w in workloads(a.only, size, sz)]  # builds the models once; cheap next to compiles
+    gc.collect()
+    rows, t_start = [], time.perf_counter()
+    for i, name in enumerate(names):
+        row = {"workload": name}
+        for col in cols:
+            with tempfile.TemporaryDirectory(prefix="tpu_startup_") as tmp:
+                env = dict(os.environ, TORCH_TPU_CACHE_DIR=os.path.join(tmp, "tpu"),
+                           TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"))
+                for phase in ("cold", "warm"):
+                    cmd = [sys.executable, os.path.abspath(__file__), "--startup-child", str(i),
+                           "--startup-column", col, "--only", a.only, "--inductor-cache"]
+                    if size != "default":
+                        cmd.append("--" + size)
+                    if a.threads:
+                        cmd += ["--threads", str(a.threads)]
+                    t = time.perf_counter()
+                    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+                    wall = time.perf_counter() - t
+                    if r.returncode != 0 or "@@" not in r.stdout:
+                        raise RuntimeError(f"startup child failed ({name}, {col}, {phase}):\n"
+                                           + r.stdout[-2000:] + r.stderr[-4000:])
+                    res = json.loads(r.stdout.split("@@", 1)[1])
+                    res["process_s"] = wall
+                    row[f"{col}_{phase}"] = res
+            c, w_ = row[f"{col}_cold"], row[f"{col}_warm"]
+            row[f"{col}_startup_ratio"] = c["startup_s"] / w_["startup_s"] if w_["startup_s"] > 0 else None
+            print(f"  {name} [{col}]: start-up cold {c['startup_s']:.2f} s (Dynamo tracing "
+                  f"{c['bytecode_tracing_s']:.2f}, backend {c['backend_s']:.2f}), warm {w_['startup_s']:.2f} s "
+                  f"(tracing {w_['bytecode_tracing_s']:.2f}, backend {w_['backend_s']:.2f}); "
+                  f"cold/warm {row[f'{col}_startup_ratio']:.1f}x; cache {w_['aot_cache']}", flush=True)
+        rows.append(row)
+    elapsed = time.perf_counter() - t_start
+    f1 = "{:.2f}".format
+    print("\nstart-up = first call minus second call, each in a fresh process; cold: empty on-disk "
+          "caches, warm: the caches the cold process left\n")
+    hdr = "| workload | column | start-up s cold | warm | cold/warm | Dynamo tracing s cold / warm | " \
+          "backend s cold / warm (AOTAutograd + lowering, or cache load) | graphs |"
+    print(hdr)
+    print("|---" * 8 + "|")
+    for r in rows:
+        for col in cols:
+            c, w_ = r[f"{col}_cold"], r[f"{col}_warm"]
+            print(f"| {r['workload']} | {col} | {f1(c['startup_s'])} | {f1(w_['startup_s'])} | "
+                  f"{f1(r[f'{col}_startup_ratio'] or 0)} | {f1(c['bytecode_tracing_s'])} / "
+                  f"{f1(w_['bytecode_tracing_s'])} | {f1(c['backend_s'])} / {f1(w_['backend_s'])} | "
+                  f"{c['graphs']} |")
+    summary = {f"{col}_startup_ratio": bd.geomean([r[f"{col}_startup_ratio"] for r in rows]) for col in cols}
+    print("\ngeometric means cold/warm: " + ", ".join(f"{k} {bd.cell(v, f1)}" for k, v in summary.items())
+          + f"; {elapsed:.0f} s")
+    out = a.out if a.out_given else a.out.replace("compile.json", "compile_startup.json")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump({"size": size, "columns": cols, "torch": torch.__version__, "seconds": elapsed,
+                   "rows": rows, "geomean": summary}, f, indent=1, default=str)
+    print("wrote", out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="bench_defer's quick sizes, 2 rounds")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, 1 round (tests)")
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--min-time", type=float, default=None)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--only", default="1,2,3,4")
+    ap.add_argument("--columns", default=",".join(COLUMNS))
+    ap.add_argument("--inductor-cache", action="store_true",
+                    help="let Inductor use its on-disk caches (warm compiles)")
+    ap.add_argument("--startup", action="store_true", help="cold vs warm start-up, separate processes")
+    ap.add_argument("--startup-columns", default="compiled")
+    ap.add_argument("--startup-child", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--startup-column", default="compiled", help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    a.out_given = a.out is not None
+    if a.out is None:
+        a.out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "compile.json")
+    size = "smoke" if a.smoke else "quick" if a.quick else "default"
+    sz = dict(bd.SIZES[size])
+    rounds = a.rounds or {"smoke": 1, "quick": 2, "default": 3}[size]
+    min_time = a.min_time if a.min_time is not None else {"smoke": 0.0, "quick": 0.3, "default": 1.0}[size]
+    pool = torch_tpu._C.compute_threads()
+    torch.set_num_threads(a.threads or pool)
+    torch._dynamo.config.cache_size_limit = 64
+    if not a.inductor_cache:
+        from torch._inductor import config as inductor_config
+        inductor_config.force_disable_caches = True
+    if a.startup_child is not None:
+        return startup_child(a, size, sz)
+    if a.startup:
+        return startup(a, size)
+    cols = [c for c in a.columns.split(",") if c in COLUMNS]
+    assert "cpu" in cols, "the CPU eager column is the reference of the output checks"
+    work = workloads(a.only, size, sz)
     print(f"threads: torch {torch.get_num_threads()}, tpu pool {pool}; sizes: {size}; best of >= "
           f"{rounds} alternating rounds (up to 25 until each column ran {min_time} s)", flush=True)
 

@@ -25,6 +25,19 @@ torch._dynamo.config.cache_size_limit = 64
 CompileCounter = torch._dynamo.testing.CompileCounterWithBackend
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _cache_dir(tmp_path_factory):
+    """The on-disk compile cache of this module's tests (and their children)."""
+    import os
+    old = os.environ.get("TORCH_TPU_CACHE_DIR")
+    os.environ["TORCH_TPU_CACHE_DIR"] = str(tmp_path_factory.mktemp("tpu_compile_cache"))
+    yield
+    if old is None:
+        os.environ.pop("TORCH_TPU_CACHE_DIR", None)
+    else:
+        os.environ["TORCH_TPU_CACHE_DIR"] = old
+
+
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
     torch._dynamo.reset()
@@ -475,6 +488,62 @@ def test_sdpa_dynamic_seq_and_backward():
             assert_same(d.grad, c.grad, atol=1e-4, rtol=1e-4)
     assert cnt.frame_count == 1
     _no_fallbacks()
+
+
+# ---- the on-disk cache ---------------------------------------------------------------------------
+
+_CACHED = r'''
+import json, sys
+import torch, torch.nn as nn
+import torch_tpu
+from torch._dynamo.utils import counters
+if sys.argv[1] == "version":
+    torch_tpu.__version__ += "+changed"
+torch.manual_seed(0)
+act = nn.SiLU() if sys.argv[1] == "graph" else nn.GELU()
+m = nn.Sequential(nn.Linear(16, 32), act, nn.LayerNorm(32), nn.Linear(32, 8)).to("tpu")
+backend = torch_tpu.TpuBackend(cache=sys.argv[2] == "on")
+cm = torch.compile(m, backend=backend)
+g = torch.Generator().manual_seed(1)
+x = torch.randn(6, 16, generator=g).to("tpu").requires_grad_()
+torch_tpu.set_fallback_mode("error")
+out = cm(x)
+out.pow(2).mean().backward()
+with torch.no_grad():
+    inf = cm(x * 2)
+print("@@" + json.dumps({"stats": backend.stats, "aot": dict(counters["aot_autograd"]),
+                         "out": out.tolist(), "inf": inf.tolist(), "grad": x.grad.tolist(),
+                         "wgrad": m[0].weight.grad.tolist()}))
+'''
+
+
+def test_disk_cache_second_process(tmp_path):
+    """A second process with a warm cache loads the forward, backward and
+    inference graphs instead of running AOTAutograd and the lowering, with
+    equal results; a changed graph or torch_tpu version misses; cache=False
+    neither reads nor writes it."""
+    def run(which, cache="on"):
+        r = subprocess.run([sys.executable, "-c", _CACHED, which, cache], capture_output=True,
+                           text=True, timeout=300, env=child_env(TORCH_TPU_CACHE_DIR=tmp_path))
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout.split("@@", 1)[1])
+
+    off = run("base", "off")
+    assert off["stats"]["cache_hits"] == 0 and not off["aot"].get("autograd_cache_saved")
+    assert not (tmp_path / "aotautograd").exists()
+    cold = run("base")
+    assert cold["stats"]["cache_hits"] == 0 and cold["aot"]["autograd_cache_saved"] == 2, cold
+    warm = run("base")
+    assert warm["aot"].get("autograd_cache_hit") == 2 and not warm["aot"].get("autograd_cache_miss")
+    assert warm["stats"]["cache_hits"] == 3, warm["stats"]  # forward, backward, inference
+    assert {k: warm["stats"][k] for k in ("forward", "backward", "inference")} == \
+        {"forward": 1, "backward": 1, "inference": 1}
+    for k in ("out", "inf", "grad", "wgrad"):
+        assert warm[k] == cold[k] == off[k], k
+    for which in ("graph", "version"):
+        other = run(which)
+        assert other["stats"]["cache_hits"] == 0 and other["aot"].get("autograd_cache_miss") == 2, \
+            (which, other["aot"])
 
 
 # ---- the benchmark script ------------------------------------------------------------------------
