@@ -6,12 +6,15 @@ CPU, on the workloads of bench/bench_defer.py (imported from it, with its
 sizes, its alternating best-of-N rounds and its checks of every column's first
 result against CPU eager's): GPT-2 forward, a Llama training step (AdamW),
 HF generate() with a KV cache (the compiled columns compile the model's
-forward with dynamic=True), and the elementwise chains.
+forward with dynamic=True), and the elementwise chains; plus (here) 5. HF
+generate() with a static KV cache and 6. a training step of a ~100M-parameter
+Llama-shaped model (--quick: batch 1, seq 128).
 
 Also reported per workload: cold compile time of the compiled tpu column and
 of Inductor (first call minus best call: Dynamo, AOTAutograd and the
 backend's own work, plus the first run's fusion-program compiles; Inductor's
-on-disk caches are off unless --inductor-cache, so its compiles are cold), and the
+on-disk caches are off unless --inductor-cache, and ours is an empty directory
+unless --tpu-cache, so both compile cold), and the
 Dynamo recompiles during the timed rounds (``torch._dynamo.utils.counters``:
 frames compiled after the warm-up).
 
@@ -27,8 +30,8 @@ compile_times() split of the first; start-up = first call minus second call.
 TORCHINDUCTOR_CACHE_DIR per workload, cold then warm) for comparison.
 Writes bench/results/compile.json (or compile_startup.json with --startup).
 Usage: python bench/bench_compile.py [--quick | --smoke] [--rounds N] [--min-time S]
-       [--only 1,2,3,4] [--columns compiled,defer,strict,cpu,inductor] [--threads T]
-       [--inductor-cache] [--out PATH]
+       [--only 1,2,3,4,5,6] [--columns compiled,defer,strict,cpu,inductor] [--threads T]
+       [--inductor-cache] [--tpu-cache] [--out PATH]
        python bench/bench_compile.py --startup [--quick | --smoke] [--only ...]
        [--startup-columns compiled,inductor]
 """
@@ -89,6 +92,48 @@ def measure(w, cols, rounds, min_time):
     return r, n, check, metrics
 
 
+# 6. a ~100M-parameter Llama-shaped training step (forward, backward, AdamW): 12 layers,
+# hidden 768, MLP 2048, 12 heads / 4 KV heads, vocab 16000 (100.1M parameters); (batch, seq)
+LLAMA100M_SIZES = {"default": (2, 256), "quick": (1, 128), "smoke": (2, 8)}
+
+
+def LLAMA100M_CONFIG():
+    return bd.llama_config(12, 768, 2048, 12, 4, 16000)
+
+
+def generate_static_workload(new_tokens, prompt=16, batch=1, vocab=50257, tiny=False):
+    """5. HF generate() with a static KV cache (cache_implementation="static"),
+    a Llama-shaped model (2 layers, 128 wide, 4 heads / 2 KV heads); the
+    compiled columns compile model.forward with PyTorch's default dynamic=None:
+    one graph for the prefill and one for every decode step (the cache's
+    shapes never change)."""
+    import copy
+    from transformers import LlamaForCausalLM
+    cfg = bd.llama_config(2, 32 if tiny else 128, 64 if tiny else 344, 4, 2, vocab)
+    torch.manual_seed(0)
+    base = LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, vocab, (batch, prompt), generator=torch.Generator().manual_seed(3))
+    models = {}
+
+    def make(col):
+        key = col if col in bd.COMPILED_COLUMNS else bd.device_of(col)
+        if key not in models:
+            m = base if key == "cpu" else copy.deepcopy(base).to(bd.device_of(col))
+            if key in bd.COMPILED_COLUMNS:
+                m.forward = bd.compiled(m.forward, dynamic=None, col=col)
+            models[key] = m
+        m, x = models[key], ids.to(bd.device_of(col))
+
+        def run():
+            with torch.no_grad():
+                return (m.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=new_tokens,
+                                   min_new_tokens=new_tokens, do_sample=False, pad_token_id=0,
+                                   cache_implementation="static"),)
+        return run
+    return bd.Workload(5, f"generate {new_tokens} tokens Llama 2L h{cfg.hidden_size} greedy static KV cache "
+                          f"b{batch}", "tokens/s", batch * new_tokens, make, check=(0, None))
+
+
 def workloads(only, size, sz):
     only, tiny, work = set(only.split(",")), size == "smoke", []
     if "1" in only:
@@ -102,6 +147,14 @@ def workloads(only, size, sz):
         work.append(bd.generate_workload(sz["new_tokens"], vocab=256 if tiny else 50257))
     if "4" in only:
         work += bd.chain_workloads(sz["chain_rows"], sz["chain_hidden"])
+    if "5" in only:
+        work.append(generate_static_workload(sz["new_tokens"], vocab=256 if tiny else 50257, tiny=tiny))
+    if "6" in only:
+        batch, seq = LLAMA100M_SIZES[size]
+        w = bd.llama_train_workload(batch, seq, bd.llama_config(2, 32, 64, 4, 2, 128) if tiny
+                                    else LLAMA100M_CONFIG())
+        w.num = 6
+        work.append(w)
     return work
 
 
@@ -210,10 +263,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--min-time", type=float, default=None)
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--only", default="1,2,3,4")
+    ap.add_argument("--only", default="1,2,3,4,5,6")
     ap.add_argument("--columns", default=",".join(COLUMNS))
     ap.add_argument("--inductor-cache", action="store_true",
                     help="let Inductor use its on-disk caches (warm compiles)")
+    ap.add_argument("--tpu-cache", action="store_true",
+                    help="use the on-disk compile cache in TORCH_TPU_CACHE_DIR (else an empty one)")
     ap.add_argument("--startup", action="store_true", help="cold vs warm start-up, separate processes")
     ap.add_argument("--startup-columns", default="compiled")
     ap.add_argument("--startup-child", type=int, default=None, help=argparse.SUPPRESS)
@@ -237,6 +292,8 @@ def main():
         return startup_child(a, size, sz)
     if a.startup:
         return startup(a, size)
+    if not a.tpu_cache:  # cold compiles: an empty on-disk cache of our own
+        os.environ["TORCH_TPU_CACHE_DIR"] = tempfile.mkdtemp(prefix="tpu_compile_cache_")
     cols = [c for c in a.columns.split(",") if c in COLUMNS]
     assert "cpu" in cols, "the CPU eager column is the reference of the output checks"
     work = workloads(a.only, size, sz)

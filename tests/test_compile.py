@@ -465,6 +465,31 @@ def test_model_sweep_compiled(arch):
     _no_fallbacks()
 
 
+def test_generate_static_kv_cache_compiled_forward():
+    """HF generate() with a static KV cache and model.forward compiled: the
+    greedy tokens equal CPU eager's, and the forward compiles twice (prefill
+    and decode), not once per token."""
+    pytest.importorskip("transformers")
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=256, max_position_embeddings=128)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, 256, (1, 7), generator=torch.Generator().manual_seed(1))
+    kw = dict(max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=0,
+              cache_implementation="static")
+    with torch.no_grad():
+        want = model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
+    m = model.to(TPU)
+    cnt = CompileCounter("tpu")
+    m.forward = torch.compile(m.forward, backend=cnt)
+    with torch.no_grad():
+        got = m.generate(ids.to(TPU), attention_mask=torch.ones_like(ids).to(TPU), **kw)
+    assert got.shape == (1, 19) and torch.equal(got.cpu(), want)
+    assert cnt.frame_count == 2, cnt.frame_count
+    _no_fallbacks()
+
+
 def test_sdpa_dynamic_seq_and_backward():
     """Attention traced with symbolic sequence lengths: one graph for every
     length, the runtime's attention kernel (no math fallback), gradients."""
