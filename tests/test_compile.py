@@ -571,6 +571,58 @@ def test_disk_cache_second_process(tmp_path):
             (which, other["aot"])
 
 
+_DYNAMO_CACHED = r'''
+import json, sys, warnings
+import torch, torch.nn as nn
+import torch_tpu
+from torch._dynamo.utils import counters
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.n, self.b = nn.Linear(16, 32), nn.LayerNorm(32), nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.b(self.n(torch.nn.functional.gelu(self.a(x))))
+
+
+torch.manual_seed(0)
+m = MLP().to("tpu")
+backend = torch_tpu.TpuBackend(dynamo_cache=True)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    cm = backend.compile(m)
+    x = torch.randn(6, 16, generator=torch.Generator().manual_seed(1)).to("tpu").requires_grad_()
+    torch_tpu.set_fallback_mode("error")
+    out = cm(x)
+    out.pow(2).mean().backward()
+print("@@" + json.dumps({"stats": backend.stats, "dynamo": dict(counters["dynamo_cache"]),
+                         "graphs": int(counters["stats"].get("unique_graphs", 0)),
+                         "out": out.tolist(), "grad": x.grad.tolist(),
+                         "warnings": [str(w.message) for w in caught if "torch_tpu" in str(w.message)]}))
+'''
+
+
+def test_dynamo_cache_second_process_skips_tracing(tmp_path):
+    """TpuBackend(dynamo_cache=True).compile(module): a second process loads
+    Dynamo's package (traced bytecode, guards) and our graphs: no frame is
+    traced, no graph lowered, same forward and gradients."""
+    def run():
+        r = subprocess.run([sys.executable, "-c", _DYNAMO_CACHED], capture_output=True, text=True,
+                           timeout=300, env=child_env(TORCH_TPU_CACHE_DIR=tmp_path))
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout.split("@@", 1)[1])
+
+    cold, warm = run(), run()
+    assert cold["graphs"] == 1 and cold["dynamo"].get("dynamo_cache_miss") == 1, cold
+    assert cold["stats"]["dynamo_saves"] >= 1 and not cold["warnings"], cold
+    assert warm["graphs"] == 0 and warm["dynamo"].get("dynamo_cache_hit") == 1, warm
+    assert warm["stats"]["cache_hits"] == 2 and warm["stats"]["dynamo_hits"] == 1, warm["stats"]
+    assert not warm["warnings"], warm["warnings"]
+    assert warm["out"] == cold["out"] and warm["grad"] == cold["grad"]
+
+
 # ---- the benchmark script ------------------------------------------------------------------------
 
 

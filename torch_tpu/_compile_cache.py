@@ -152,3 +152,99 @@ def serializable(kind, backend):
         backend._record(kind, out.lowered, cached=False, gm=gm)
         return out
     return SerializableAOTDispatchCompiler(TpuOutputCode, compile_graph)
+
+
+# ---- Dynamo's precompile: the traced bytecode and guards too (opt-in) ----------------------------
+
+
+def dynamo_cache_dir() -> str:
+    """Dynamo packages, per cache_tag() (the packages hold our graphs)."""
+    tag = hashlib.sha256(cache_tag().encode()).hexdigest()[:16]
+    return os.path.join(cache_dir(), "dynamo", tag)
+
+
+def _install_dynamo_dir() -> None:
+    from torch._dynamo import package
+    cls = type(package.DynamoCache)
+    if getattr(cls.path_prefix, "_torch_tpu", False):
+        return
+    orig = cls.path_prefix
+
+    def path_prefix(self):
+        d = getattr(_local, "dynamo_dir", None)
+        return d if d else orig(self)
+
+    path_prefix._torch_tpu = True
+    cls.path_prefix = path_prefix
+
+
+@contextlib.contextmanager
+def precompile_scope(backend):
+    """Dynamo's caching precompile on (a process-wide Dynamo switch: on only
+    while a model compiled by TpuBackend.compile(..., dynamo cache) is being
+    wrapped or called), its packages in dynamo_cache_dir(), and our graph
+    cache on. Dynamo logs a warning per guard it drops for precompile: quiet."""
+    import logging
+    _install_dynamo_dir()
+    prev = getattr(_local, "dynamo_dir", None)
+    _local.dynamo_dir = dynamo_cache_dir()
+    guards_log = logging.getLogger("torch._dynamo.guards")
+    level = guards_log.level
+    guards_log.setLevel(logging.ERROR)
+    try:
+        with torch._dynamo.config.patch(caching_precompile=True), enabled(backend):
+            yield
+    finally:
+        guards_log.setLevel(level)
+        _local.dynamo_dir = prev
+
+
+def _graphs_compiled() -> int:
+    from torch._dynamo.utils import counters
+    return int(counters["stats"].get("unique_graphs", 0))
+
+
+def _save(backend) -> None:
+    from torch._dynamo.precompile_context import PrecompileContext
+    try:
+        with precompile_scope(backend):
+            PrecompileContext.save_to_dynamo_cache()
+        backend.stats["dynamo_saves"] = backend.stats.get("dynamo_saves", 0) + 1
+    except Exception as e:  # noqa: BLE001  (the cache is an optimisation)
+        import warnings
+        warnings.warn(f"torch_tpu: saving the Dynamo package failed: {e!r}")
+
+
+def scoped(fn, backend):
+    """fn (a compiled function or an OptimizedModule's forward) called with
+    precompile on; the package is saved after a call that compiled a graph."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        before = _graphs_compiled()
+        with precompile_scope(backend):
+            out = fn(*args, **kwargs)
+        if _graphs_compiled() != before:
+            _save(backend)
+        return out
+    return call
+
+
+def compile_with_dynamo_cache(backend, model, kwargs):
+    """torch.compile(model, backend=backend, **kwargs) with Dynamo's package
+    loaded from / saved to disk. A package that fails to load (guards that do
+    not deserialise) is ignored: the model compiles as without it."""
+    import warnings
+    from torch._dynamo.utils import counters
+    try:
+        with precompile_scope(backend):
+            out = torch.compile(model, backend=backend, **kwargs)
+    except Exception as e:  # noqa: BLE001
+        warnings.warn(f"torch_tpu: the Dynamo package of {getattr(model, '__qualname__', type(model))} "
+                      f"did not load ({e!r}); compiling without it")
+        counters["dynamo_cache"]["torch_tpu_load_failed"] += 1
+        return torch.compile(model, backend=backend, **kwargs)
+    backend.stats["dynamo_hits"] = int(counters["dynamo_cache"].get("dynamo_cache_hit", 0))
+    if isinstance(out, torch.nn.Module):
+        out.forward = scoped(out.forward, backend)
+        return out
+    return scoped(out, backend)

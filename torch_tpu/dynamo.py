@@ -204,23 +204,33 @@ class TpuBackend:
       another process compiling the same graph for the same input metadata
       skips AOTAutograd and the lowering. None: on unless
       ``TORCH_TPU_COMPILE_CACHE=0``. Not with a custom ``decompositions``
-      table (it is not part of the key).
+      table (it is not part of the key);
+    - ``dynamo_cache``: with :meth:`compile` only, also keep Dynamo's traced
+      bytecode and guards on disk (PyTorch's caching precompile), so another
+      process skips Dynamo's tracing too. Works for plain modules and
+      functions; where Dynamo cannot serialise or reload a frame's guards
+      (e.g. transformers' decorated forwards) the model compiles as without it.
 
     ``torch.compile(m, backend=TpuBackend(debug=True))`` or
     ``TpuBackend(dynamic=True).compile(m)``. ``stats`` counts graphs lowered
     by kind (whether compiled or loaded from the cache), the graphs loaded from
     the cache (``cache_hits``) and calls."""
 
-    def __init__(self, debug: bool = False, dynamic=None, decompositions=None, cache=None):
+    def __init__(self, debug: bool = False, dynamic=None, decompositions=None, cache=None,
+                 dynamo_cache: bool = False):
         self.debug, self.dynamic = bool(debug), dynamic
         self._decomps = decompositions
-        self.cache = cache
+        self.cache, self.dynamo_cache = cache, bool(dynamo_cache)
         self.stats = {"forward": 0, "backward": 0, "inference": 0, "cache_hits": 0, "calls": 0}
         self.graphs = []  # (kind, node count, non-native ops) per lowered graph
 
     def compile(self, model, **kwargs):
-        """torch.compile(model, backend=self, dynamic=self.dynamic, **kwargs)."""
+        """torch.compile(model, backend=self, dynamic=self.dynamic, **kwargs)
+        (with ``dynamo_cache``: Dynamo's package loaded from and saved to disk)."""
         kwargs.setdefault("dynamic", self.dynamic)
+        if self.dynamo_cache and self.cache_enabled():
+            from torch_tpu import _compile_cache as cc
+            return cc.compile_with_dynamo_cache(self, model, kwargs)
         return torch.compile(model, backend=self, **kwargs)
 
     def cache_enabled(self) -> bool:
