@@ -11,6 +11,11 @@ requires_grad), the same torch version and configs and the same torch_tpu
 partitioning and our lowering: it unpickles the graphs and AOTAutograd's
 runtime wrappers. Dynamo's bytecode tracing still runs (it produces the key).
 
+Opt-in (``TpuBackend(dynamo_cache=True).compile(model)``): Dynamo's caching
+precompile stores the traced bytecode and guards too (packages under
+``$TORCH_TPU_CACHE_DIR/dynamo/<tag>``), so another process skips Dynamo's
+tracing as well, where Dynamo can serialise the frame's guards.
+
 Entries live under ``$TORCH_TPU_CACHE_DIR/aotautograd`` (default
 ``~/.cache/torch_tpu``), apart from Inductor's cache: the directory is
 switched only while this backend compiles. Imported on first compile only
