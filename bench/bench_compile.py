@@ -256,9 +256,10 @@ def startup(a, size):
             c, w_ = row[f"{col}_cold"], row[f"{col}_warm"]
             row[f"{col}_startup_ratio"] = c["startup_s"] / w_["startup_s"] if w_["startup_s"] > 0 else None
             print(f"  {name} [{col}]: start-up cold {c['startup_s']:.2f} s (Dynamo tracing "
-                  f"{c['bytecode_tracing_s']:.2f}, backend {c['backend_s']:.2f}), warm {w_['startup_s']:.2f} s "
-                  f"(tracing {w_['bytecode_tracing_s']:.2f}, backend {w_['backend_s']:.2f}); "
-                  f"cold/warm {row[f'{col}_startup_ratio']:.1f}x; cache {w_['aot_cache']}", flush=True)
+                  f"{c['bytecode_tracing_s']:.2f}, backend {c['backend_s']:.2f}), "
+                  f"warm {w_['startup_s']:.2f} s (tracing {w_['bytecode_tracing_s']:.2f}, "
+                  f"backend {w_['backend_s']:.2f}); cold/warm {row[f'{col}_startup_ratio'] or 0:.1f}x; "
+                  f"cache {w_['aot_cache']}", flush=True)
         rows.append(row)
     elapsed = time.perf_counter() - t_start
     f1 = "{:.2f}".format
