@@ -25,6 +25,19 @@ torch._dynamo.config.cache_size_limit = 64
 CompileCounter = torch._dynamo.testing.CompileCounterWithBackend
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _cache_dir(tmp_path_factory):
+    """The on-disk compile cache of this module's tests (and their children)."""
+    import os
+    old = os.environ.get("TORCH_TPU_CACHE_DIR")
+    os.environ["TORCH_TPU_CACHE_DIR"] = str(tmp_path_factory.mktemp("tpu_compile_cache"))
+    yield
+    if old is None:
+        os.environ.pop("TORCH_TPU_CACHE_DIR", None)
+    else:
+        os.environ["TORCH_TPU_CACHE_DIR"] = old
+
+
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
     torch._dynamo.reset()
@@ -452,6 +465,31 @@ def test_model_sweep_compiled(arch):
     _no_fallbacks()
 
 
+def test_generate_static_kv_cache_compiled_forward():
+    """HF generate() with a static KV cache and model.forward compiled: the
+    greedy tokens equal CPU eager's, and the forward compiles twice (prefill
+    and decode), not once per token."""
+    pytest.importorskip("transformers")
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=256, max_position_embeddings=128)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, 256, (1, 7), generator=torch.Generator().manual_seed(1))
+    kw = dict(max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=0,
+              cache_implementation="static")
+    with torch.no_grad():
+        want = model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
+    m = model.to(TPU)
+    cnt = CompileCounter("tpu")
+    m.forward = torch.compile(m.forward, backend=cnt)
+    with torch.no_grad():
+        got = m.generate(ids.to(TPU), attention_mask=torch.ones_like(ids).to(TPU), **kw)
+    assert got.shape == (1, 19) and torch.equal(got.cpu(), want)
+    assert cnt.frame_count == 2, cnt.frame_count
+    _no_fallbacks()
+
+
 def test_sdpa_dynamic_seq_and_backward():
     """Attention traced with symbolic sequence lengths: one graph for every
     length, the runtime's attention kernel (no math fallback), gradients."""
@@ -475,6 +513,114 @@ def test_sdpa_dynamic_seq_and_backward():
             assert_same(d.grad, c.grad, atol=1e-4, rtol=1e-4)
     assert cnt.frame_count == 1
     _no_fallbacks()
+
+
+# ---- the on-disk cache ---------------------------------------------------------------------------
+
+_CACHED = r'''
+import json, sys
+import torch, torch.nn as nn
+import torch_tpu
+from torch._dynamo.utils import counters
+if sys.argv[1] == "version":
+    torch_tpu.__version__ += "+changed"
+torch.manual_seed(0)
+act = nn.SiLU() if sys.argv[1] == "graph" else nn.GELU()
+m = nn.Sequential(nn.Linear(16, 32), act, nn.LayerNorm(32), nn.Linear(32, 8)).to("tpu")
+backend = torch_tpu.TpuBackend(cache=sys.argv[2] == "on")
+cm = torch.compile(m, backend=backend)
+g = torch.Generator().manual_seed(1)
+x = torch.randn(6, 16, generator=g).to("tpu").requires_grad_()
+torch_tpu.set_fallback_mode("error")
+out = cm(x)
+out.pow(2).mean().backward()
+with torch.no_grad():
+    inf = cm(x * 2)
+print("@@" + json.dumps({"stats": backend.stats, "aot": dict(counters["aot_autograd"]),
+                         "out": out.tolist(), "inf": inf.tolist(), "grad": x.grad.tolist(),
+                         "wgrad": m[0].weight.grad.tolist()}))
+'''
+
+
+def test_disk_cache_second_process(tmp_path):
+    """A second process with a warm cache loads the forward, backward and
+    inference graphs instead of running AOTAutograd and the lowering, with
+    equal results; a changed graph or torch_tpu version misses; cache=False
+    neither reads nor writes it."""
+    def run(which, cache="on"):
+        r = subprocess.run([sys.executable, "-c", _CACHED, which, cache], capture_output=True,
+                           text=True, timeout=300, env=child_env(TORCH_TPU_CACHE_DIR=tmp_path))
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout.split("@@", 1)[1])
+
+    off = run("base", "off")
+    assert off["stats"]["cache_hits"] == 0 and not off["aot"].get("autograd_cache_saved")
+    assert not (tmp_path / "aotautograd").exists()
+    cold = run("base")
+    assert cold["stats"]["cache_hits"] == 0 and cold["aot"]["autograd_cache_saved"] == 2, cold
+    warm = run("base")
+    assert warm["aot"].get("autograd_cache_hit") == 2 and not warm["aot"].get("autograd_cache_miss")
+    assert warm["stats"]["cache_hits"] == 3, warm["stats"]  # forward, backward, inference
+    assert {k: warm["stats"][k] for k in ("forward", "backward", "inference")} == \
+        {"forward": 1, "backward": 1, "inference": 1}
+    for k in ("out", "inf", "grad", "wgrad"):
+        assert warm[k] == cold[k] == off[k], k
+    for which in ("graph", "version"):
+        other = run(which)
+        assert other["stats"]["cache_hits"] == 0 and other["aot"].get("autograd_cache_miss") == 2, \
+            (which, other["aot"])
+
+
+_DYNAMO_CACHED = r'''
+import json, sys, warnings
+import torch, torch.nn as nn
+import torch_tpu
+from torch._dynamo.utils import counters
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.n, self.b = nn.Linear(16, 32), nn.LayerNorm(32), nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.b(self.n(torch.nn.functional.gelu(self.a(x))))
+
+
+torch.manual_seed(0)
+m = MLP().to("tpu")
+backend = torch_tpu.TpuBackend(dynamo_cache=True)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    cm = backend.compile(m)
+    x = torch.randn(6, 16, generator=torch.Generator().manual_seed(1)).to("tpu").requires_grad_()
+    torch_tpu.set_fallback_mode("error")
+    out = cm(x)
+    out.pow(2).mean().backward()
+print("@@" + json.dumps({"stats": backend.stats, "dynamo": dict(counters["dynamo_cache"]),
+                         "graphs": int(counters["stats"].get("unique_graphs", 0)),
+                         "out": out.tolist(), "grad": x.grad.tolist(),
+                         "warnings": [str(w.message) for w in caught if "torch_tpu" in str(w.message)]}))
+'''
+
+
+def test_dynamo_cache_second_process_skips_tracing(tmp_path):
+    """TpuBackend(dynamo_cache=True).compile(module): a second process loads
+    Dynamo's package (traced bytecode, guards) and our graphs: no frame is
+    traced, no graph lowered, same forward and gradients."""
+    def run():
+        r = subprocess.run([sys.executable, "-c", _DYNAMO_CACHED], capture_output=True, text=True,
+                           timeout=300, env=child_env(TORCH_TPU_CACHE_DIR=tmp_path))
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout.split("@@", 1)[1])
+
+    cold, warm = run(), run()
+    assert cold["graphs"] == 1 and cold["dynamo"].get("dynamo_cache_miss") == 1, cold
+    assert cold["stats"]["dynamo_saves"] >= 1 and not cold["warnings"], cold
+    assert warm["graphs"] == 0 and warm["dynamo"].get("dynamo_cache_hit") == 1, warm
+    assert warm["stats"]["cache_hits"] == 2 and warm["stats"]["dynamo_hits"] == 1, warm["stats"]
+    assert not warm["warnings"], warm["warnings"]
+    assert warm["out"] == cold["out"] and warm["grad"] == cold["grad"]
 
 
 # ---- the benchmark script ------------------------------------------------------------------------

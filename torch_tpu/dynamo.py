@@ -21,9 +21,11 @@ tpu inputs and no backend named (Inductor, the default), the graph is handed
 to this backend: Inductor's own ``tpu`` code generator is Pallas (JAX) for
 Google TPUs, which cannot drive this runtime. See docs/compile.md.
 """
+import collections.abc
 import functools
 import importlib.abc
 import importlib.util
+import os
 import sys
 import threading
 import warnings
@@ -57,6 +59,27 @@ def _decompositions() -> dict:
     native = _native_names()
     return {op: fn for op, fn in core_aten_decompositions().items()
             if _op_name(op) not in native}
+
+
+class _LazyDecompositions(collections.abc.Mapping):
+    """The decomposition table, built on first use: building it costs
+    ~0.5 s per process, and a graph loaded from the on-disk cache never
+    reads it."""
+
+    def _table(self):
+        return _decompositions()
+
+    def __getitem__(self, op):
+        return self._table()[op]
+
+    def __iter__(self):
+        return iter(self._table())
+
+    def __len__(self):
+        return len(self._table())
+
+    def __contains__(self, op):
+        return op in self._table()
 
 
 def decompositions() -> dict:
@@ -127,11 +150,12 @@ class _Lowered:
     under DEFER_AND_FUSE and flushes them as one program when the graph ends
     (unless the caller is itself deferring: then the ops join its graph)."""
 
-    def __init__(self, gm, kind, backend):
+    def __init__(self, gm, kind, backend, rewrite=True):
         # in the instance's __dict__: Dynamo's disable() wrapper of the
         # backward copies it (functools.wraps), so both are called boxed
         self._boxed_call = True
-        _views_to_reshapes(gm)
+        if rewrite:
+            _views_to_reshapes(gm)
         self.gm, self.kind, self.backend = gm, kind, backend
         self.forward = gm.forward  # the generated straight-line code (no module hooks)
         self.nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
@@ -174,42 +198,79 @@ class TpuBackend:
       no native kernel that will take the CPU fallback) and its code;
     - ``dynamic``: what :meth:`compile` passes to ``torch.compile`` (None:
       PyTorch's default, static first then automatically dynamic);
-    - ``decompositions``: a table replacing :func:`decompositions`.
+    - ``decompositions``: a table replacing :func:`decompositions`;
+    - ``cache``: keep lowered graphs on disk (PyTorch's AOTAutograd cache,
+      under ``$TORCH_TPU_CACHE_DIR``, default ``~/.cache/torch_tpu``) so that
+      another process compiling the same graph for the same input metadata
+      skips AOTAutograd and the lowering. None: on unless
+      ``TORCH_TPU_COMPILE_CACHE=0``. Not with a custom ``decompositions``
+      table (it is not part of the key);
+    - ``dynamo_cache``: with :meth:`compile` only, also keep Dynamo's traced
+      bytecode and guards on disk (PyTorch's caching precompile), so another
+      process skips Dynamo's tracing too. Works for plain modules and
+      functions; where Dynamo cannot serialise or reload a frame's guards
+      (e.g. transformers' decorated forwards) the model compiles as without it.
 
     ``torch.compile(m, backend=TpuBackend(debug=True))`` or
     ``TpuBackend(dynamic=True).compile(m)``. ``stats`` counts graphs lowered
-    by kind and calls."""
+    by kind (whether compiled or loaded from the cache), the graphs loaded from
+    the cache (``cache_hits``) and calls."""
 
-    def __init__(self, debug: bool = False, dynamic=None, decompositions=None):
+    def __init__(self, debug: bool = False, dynamic=None, decompositions=None, cache=None,
+                 dynamo_cache: bool = False):
         self.debug, self.dynamic = bool(debug), dynamic
         self._decomps = decompositions
-        self.stats = {"forward": 0, "backward": 0, "inference": 0, "calls": 0}
+        self.cache, self.dynamo_cache = cache, bool(dynamo_cache)
+        self.stats = {"forward": 0, "backward": 0, "inference": 0, "cache_hits": 0, "calls": 0}
         self.graphs = []  # (kind, node count, non-native ops) per lowered graph
 
     def compile(self, model, **kwargs):
-        """torch.compile(model, backend=self, dynamic=self.dynamic, **kwargs)."""
+        """torch.compile(model, backend=self, dynamic=self.dynamic, **kwargs)
+        (with ``dynamo_cache``: Dynamo's package loaded from and saved to disk)."""
         kwargs.setdefault("dynamic", self.dynamic)
+        if self.dynamo_cache and self.cache_enabled():
+            from torch_tpu import _compile_cache as cc
+            return cc.compile_with_dynamo_cache(self, model, kwargs)
         return torch.compile(model, backend=self, **kwargs)
+
+    def cache_enabled(self) -> bool:
+        if self._decomps is not None:
+            return False
+        if self.cache is not None:
+            return bool(self.cache)
+        return os.environ.get("TORCH_TPU_COMPILE_CACHE", "1") != "0"
+
+    def _record(self, kind, lowered, cached, gm=None):
+        self.stats[kind] += 1
+        self.stats["cache_hits"] += bool(cached)
+        self.graphs.append((kind, lowered.nodes, tuple(lowered.non_native)))
+        if self.debug:
+            print(f"[torch_tpu.compile] {kind} graph{' (from the cache)' if cached else ''}: "
+                  f"{lowered.nodes} ATen ops; without a tpu kernel (CPU fallback): "
+                  f"{', '.join(lowered.non_native) or 'none'}", file=sys.stderr)
+            print(lowered.gm.code, file=sys.stderr)
 
     def _lower(self, kind):
         def compiler(gm, example_inputs):
             lowered = _Lowered(gm, kind, self)
-            self.stats[kind] += 1
-            self.graphs.append((kind, lowered.nodes, tuple(lowered.non_native)))
-            if self.debug:
-                print(f"[torch_tpu.compile] {kind} graph: {lowered.nodes} ATen ops; without a "
-                      f"tpu kernel (CPU fallback): {', '.join(lowered.non_native) or 'none'}",
-                      file=sys.stderr)
-                print(gm.code, file=sys.stderr)
+            self._record(kind, lowered, cached=False)
             return lowered
         return compiler
 
     def __call__(self, gm, example_inputs):
         from torch._dynamo.backends.common import aot_autograd
-        decomps = self._decomps if self._decomps is not None else _decompositions()
-        return aot_autograd(fw_compiler=self._lower("forward"), bw_compiler=self._lower("backward"),
-                            inference_compiler=self._lower("inference"), decompositions=decomps,
-                            keep_inference_input_mutations=True)(gm, example_inputs)
+        if not self.cache_enabled():
+            decomps = self._decomps if self._decomps is not None else _decompositions()
+            return aot_autograd(fw_compiler=self._lower("forward"), bw_compiler=self._lower("backward"),
+                                inference_compiler=self._lower("inference"), decompositions=decomps,
+                                keep_inference_input_mutations=True)(gm, example_inputs)
+        from torch_tpu import _compile_cache as cc
+        with cc.enabled(self):
+            return aot_autograd(fw_compiler=cc.serializable("forward", self),
+                                bw_compiler=cc.serializable("backward", self),
+                                inference_compiler=cc.serializable("inference", self),
+                                decompositions=_LazyDecompositions(),
+                                keep_inference_input_mutations=True)(gm, example_inputs)
 
 
 _default = TpuBackend()

@@ -1,0 +1,255 @@
+"""On-disk cache of compiled graphs for ``torch.compile(backend="tpu")``.
+
+PyTorch's own AOTAutograd cache (``AOTAutogradCache``, bundled entries) does
+the work: our forward/backward/inference compilers are
+``SerializableAOTDispatchCompiler``s returning :class:`TpuOutputCode`, an
+``OutputCode`` that pickles the lowered ATen graph (a ``GraphModule``, after
+our rewrites). A second process compiling the same Dynamo graph with the same
+input metadata (shapes or the symbolic shapes' guards, dtypes, strides,
+requires_grad), the same torch version and configs and the same torch_tpu
+(:func:`cache_tag`) finds the entry and skips AOTAutograd's tracing,
+partitioning and our lowering: it unpickles the graphs and AOTAutograd's
+runtime wrappers. Dynamo's bytecode tracing still runs (it produces the key).
+
+Opt-in (``TpuBackend(dynamo_cache=True).compile(model)``): Dynamo's caching
+precompile stores the traced bytecode and guards too (packages under
+``$TORCH_TPU_CACHE_DIR/dynamo/<tag>``), so another process skips Dynamo's
+tracing as well, where Dynamo can serialise the frame's guards.
+
+Entries live under ``$TORCH_TPU_CACHE_DIR/aotautograd`` (default
+``~/.cache/torch_tpu``), apart from Inductor's cache: the directory is
+switched only while this backend compiles. Imported on first compile only
+(``torch._inductor`` is heavy).
+"""
+import contextlib
+import functools
+import hashlib
+import os
+import sys
+import threading
+
+import torch
+from torch._functorch._aot_autograd import autograd_cache
+from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
+from torch._inductor.output_code import OutputCode
+
+FORMAT = 1  # bump when TpuOutputCode's pickled form changes
+
+_local = threading.local()
+
+
+def cache_dir() -> str:
+    """$TORCH_TPU_CACHE_DIR, default ~/.cache/torch_tpu."""
+    d = os.environ.get("TORCH_TPU_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "torch_tpu")
+    return os.path.abspath(d)
+
+
+@functools.lru_cache(maxsize=1)
+def _source_hash() -> str:
+    h = hashlib.sha256()
+    for mod in ("dynamo.py", "_compile_cache.py"):
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), mod), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:16]
+
+
+def cache_tag() -> str:
+    """What besides PyTorch's own key (graph, input metadata, torch version and
+    configs) a cached entry depends on: torch_tpu's version, the set of ops the
+    runtime runs natively (it decides the decompositions) and the lowering's
+    source. Read on every compile (a test changes the version)."""
+    import torch_tpu
+    ops = hashlib.sha256("\n".join(sorted(torch_tpu.native_ops())).encode()).hexdigest()[:16]
+    return f"torch_tpu-{torch_tpu.__version__}-f{FORMAT}-ops{ops}-src{_source_hash()}"
+
+
+_orig_tmp_dir = autograd_cache.AOTAutogradCache._get_tmp_dir.__func__
+
+
+def _tmp_dir(cls):
+    d = getattr(_local, "dir", None)
+    return os.path.join(d, "aotautograd") if d else _orig_tmp_dir(cls)
+
+
+autograd_cache.AOTAutogradCache._get_tmp_dir = classmethod(_tmp_dir)
+
+_orig_hash_details = autograd_cache.AOTAutogradCacheDetails._init_fx_graph_hash_details
+
+
+def _hash_details(self, gm, example_inputs, fx_config):
+    """The key's Inductor part (FxGraphHashDetails: Inductor's configs, the
+    hash of torch's sources, registering every Inductor code generator to hash
+    custom ones: seconds per process) replaced, for this backend, by what a
+    tpu graph depends on besides the graph, its inputs and AOTAutograd's
+    configs (the rest of AOTAutogradCacheDetails): torch's version, Python's,
+    and cache_tag()."""
+    if getattr(_local, "dir", None) is None:
+        return _orig_hash_details(self, gm, example_inputs, fx_config)
+    self.gm = gm
+    self.example_inputs = list(example_inputs)
+    self.cache_key_tag = cache_tag()
+    self.versions = (torch.__version__, sys.version, torch.version.git_version)
+
+
+autograd_cache.AOTAutogradCacheDetails._init_fx_graph_hash_details = _hash_details
+
+
+@contextlib.contextmanager
+def enabled(backend):
+    """While `backend` compiles: AOTAutograd's cache on, bundled, in our
+    directory, keyed with cache_tag(); backward graphs compiled at once (so the
+    entry is complete and written while the directory is ours)."""
+    prev = getattr(_local, "dir", None), getattr(_local, "backend", None)
+    _local.dir, _local.backend = cache_dir(), backend
+    try:
+        with torch._functorch.config.patch(bundled_autograd_cache=True, enable_autograd_cache=True,
+                                           force_non_lazy_backward_lowering=True), \
+                torch.compiler.config.patch(force_disable_caches=False), \
+                torch._inductor.config.patch(fx_graph_cache=True):
+            yield
+    finally:
+        _local.dir, _local.backend = prev
+
+
+def current_backend():
+    return getattr(_local, "backend", None)
+
+
+class TpuOutputCode(OutputCode):
+    """One lowered ATen graph (forward, backward or inference) as AOTAutograd's
+    cache stores it: the GraphModule is pickled (its generated code and
+    attributes); the runtime callable (_Lowered) is rebuilt on load."""
+
+    def __init__(self, gm, kind, backend):
+        from torch_tpu.dynamo import _Lowered
+        self._boxed_call = True
+        self.kind = kind
+        self.lowered = _Lowered(gm, kind, backend)  # rewrites gm (views -> reshapes)
+        self.gm = gm
+
+    def __call__(self, inputs):
+        return self.lowered(inputs)
+
+    def __getstate__(self):
+        d = dict(self.__dict__)
+        d["lowered"] = None
+        return d
+
+    def prepare_for_serialization(self) -> None:
+        self.lowered = None
+
+    def post_compile(self, example_inputs, constants, graph_kwargs) -> None:
+        if self.lowered is None:  # loaded from the cache
+            from torch_tpu.dynamo import _Lowered, _default
+            backend = current_backend() or _default
+            self.lowered = _Lowered(self.gm, self.kind, backend, rewrite=False)
+            backend._record(self.kind, self.lowered, cached=True)
+
+    def set_triton_bundle(self, triton_bundle) -> None:
+        pass
+
+
+def serializable(kind, backend):
+    """A fw/bw/inference compiler AOTAutograd may cache."""
+    def compile_graph(gm, example_inputs):
+        out = TpuOutputCode(gm, kind, backend)
+        backend._record(kind, out.lowered, cached=False, gm=gm)
+        return out
+    return SerializableAOTDispatchCompiler(TpuOutputCode, compile_graph)
+
+
+# ---- Dynamo's precompile: the traced bytecode and guards too (opt-in) ----------------------------
+
+
+def dynamo_cache_dir() -> str:
+    """Dynamo packages, per cache_tag() (the packages hold our graphs)."""
+    tag = hashlib.sha256(cache_tag().encode()).hexdigest()[:16]
+    return os.path.join(cache_dir(), "dynamo", tag)
+
+
+def _install_dynamo_dir() -> None:
+    from torch._dynamo import package
+    cls = type(package.DynamoCache)
+    if getattr(cls.path_prefix, "_torch_tpu", False):
+        return
+    orig = cls.path_prefix
+
+    def path_prefix(self):
+        d = getattr(_local, "dynamo_dir", None)
+        return d if d else orig(self)
+
+    path_prefix._torch_tpu = True
+    cls.path_prefix = path_prefix
+
+
+@contextlib.contextmanager
+def precompile_scope(backend):
+    """Dynamo's caching precompile on (a process-wide Dynamo switch: on only
+    while a model compiled by TpuBackend.compile(..., dynamo cache) is being
+    wrapped or called), its packages in dynamo_cache_dir(), and our graph
+    cache on. Dynamo logs a warning per guard it drops for precompile: quiet."""
+    import logging
+    _install_dynamo_dir()
+    prev = getattr(_local, "dynamo_dir", None)
+    _local.dynamo_dir = dynamo_cache_dir()
+    guards_log = logging.getLogger("torch._dynamo.guards")
+    level = guards_log.level
+    guards_log.setLevel(logging.ERROR)
+    try:
+        with torch._dynamo.config.patch(caching_precompile=True), enabled(backend):
+            yield
+    finally:
+        guards_log.setLevel(level)
+        _local.dynamo_dir = prev
+
+
+def _graphs_compiled() -> int:
+    from torch._dynamo.utils import counters
+    return int(counters["stats"].get("unique_graphs", 0))
+
+
+def _save(backend) -> None:
+    from torch._dynamo.precompile_context import PrecompileContext
+    try:
+        with precompile_scope(backend):
+            PrecompileContext.save_to_dynamo_cache()
+        backend.stats["dynamo_saves"] = backend.stats.get("dynamo_saves", 0) + 1
+    except Exception as e:  # noqa: BLE001  (the cache is an optimisation)
+        import warnings
+        warnings.warn(f"torch_tpu: saving the Dynamo package failed: {e!r}")
+
+
+def scoped(fn, backend):
+    """fn (a compiled function or an OptimizedModule's forward) called with
+    precompile on; the package is saved after a call that compiled a graph."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        before = _graphs_compiled()
+        with precompile_scope(backend):
+            out = fn(*args, **kwargs)
+        if _graphs_compiled() != before:
+            _save(backend)
+        return out
+    return call
+
+
+def compile_with_dynamo_cache(backend, model, kwargs):
+    """torch.compile(model, backend=backend, **kwargs) with Dynamo's package
+    loaded from / saved to disk. A package that fails to load (guards that do
+    not deserialise) is ignored: the model compiles as without it."""
+    import warnings
+    from torch._dynamo.utils import counters
+    try:
+        with precompile_scope(backend):
+            out = torch.compile(model, backend=backend, **kwargs)
+    except Exception as e:  # noqa: BLE001
+        warnings.warn(f"torch_tpu: the Dynamo package of {getattr(model, '__qualname__', type(model))} "
+                      f"did not load ({e!r}); compiling without it")
+        counters["dynamo_cache"]["torch_tpu_load_failed"] += 1
+        return torch.compile(model, backend=backend, **kwargs)
+    backend.stats["dynamo_hits"] = int(counters["dynamo_cache"].get("dynamo_cache_hit", 0))
+    if isinstance(out, torch.nn.Module):
+        out.forward = scoped(out.forward, backend)
+        return out
+    return scoped(out, backend)
