@@ -26,6 +26,15 @@ static tpu_view_t fview(uint64_t addr, int32_t ndim, const int64_t* sizes) {
   return v;
 }
 
+/* A device block holding n floats copied from `host` (queued on st). */
+static tpu_block_t* upload(tpu_stream_t* st, const float* host, int64_t n) {
+  tpu_block_t* blk = NULL;
+  CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &blk));
+  CHECK_OK(tpu_stream_copy(st, TPU_COPY_H2D, tpu_block_addr(blk), (uint64_t)(uintptr_t)host,
+                           (size_t)n * 4));
+  return blk;
+}
+
 /* Submits out = op(a, b) (b may be a scalar when b_view is NULL). */
 static void binary(tpu_stream_t* st, const char* op, const tpu_view_t* a, const tpu_view_t* b_view,
                    double b_scalar, const tpu_view_t* out) {
@@ -59,12 +68,8 @@ static float* chain(tpu_stream_t* st, int64_t rows, int64_t cols, const float* h
                     const float* hb) {
   int64_t n = rows * cols, sz[2] = {rows, cols};
   tpu_block_t *x, *b, *t1, *t2, *t3, *y;
-  CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &x));
-  CHECK_OK(tpu_block_alloc(st, (size_t)cols * 4, &b));
-  CHECK_OK(tpu_stream_copy(st, TPU_COPY_H2D, tpu_block_addr(x), (uint64_t)(uintptr_t)hx,
-                           (size_t)n * 4));
-  CHECK_OK(tpu_stream_copy(st, TPU_COPY_H2D, tpu_block_addr(b), (uint64_t)(uintptr_t)hb,
-                           (size_t)cols * 4));
+  x = upload(st, hx, n);
+  b = upload(st, hb, cols);
   tpu_view_t vx = fview(tpu_block_addr(x), 2, sz), vb = fview(tpu_block_addr(b), 1, &cols);
   CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &t1));
   tpu_view_t v1 = fview(tpu_block_addr(t1), 2, sz);
@@ -286,12 +291,8 @@ static float* row_chain(tpu_stream_t* st, int64_t rows, int64_t cols, const floa
                         const float* hb) {
   int64_t n = rows * cols, sz[2] = {rows, cols}, sz1[2] = {rows, 1};
   tpu_block_t *x, *b, *h, *m, *c, *s, *y;
-  CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &x));
-  CHECK_OK(tpu_block_alloc(st, (size_t)cols * 4, &b));
-  CHECK_OK(tpu_stream_copy(st, TPU_COPY_H2D, tpu_block_addr(x), (uint64_t)(uintptr_t)hx,
-                           (size_t)n * 4));
-  CHECK_OK(tpu_stream_copy(st, TPU_COPY_H2D, tpu_block_addr(b), (uint64_t)(uintptr_t)hb,
-                           (size_t)cols * 4));
+  x = upload(st, hx, n);
+  b = upload(st, hb, cols);
   tpu_view_t vx = fview(tpu_block_addr(x), 2, sz), vb = fview(tpu_block_addr(b), 1, &cols);
   CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &h));
   tpu_view_t vh = fview(tpu_block_addr(h), 2, sz);
@@ -411,9 +412,7 @@ static float* foreach_chain(tpu_stream_t* st, int64_t rows, int64_t cols, const 
   CHECK(rows <= MAXK && cols > 7 * rows);
   for (int64_t i = 0; i < rows; ++i) {
     len[i] = cols - 7 * i;
-    CHECK_OK(tpu_block_alloc(st, (size_t)len[i] * 4, &x[i]));
-    CHECK_OK(tpu_stream_copy(st, TPU_COPY_H2D, tpu_block_addr(x[i]),
-                             (uint64_t)(uintptr_t)(hx + i * cols), (size_t)len[i] * 4));
+    x[i] = upload(st, hx + i * cols, len[i]);
     vx[i] = fview(tpu_block_addr(x[i]), 1, &len[i]);
   }
   for (int64_t i = 0; i < rows; ++i) {
