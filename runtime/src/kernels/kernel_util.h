@@ -43,6 +43,14 @@ static inline tpu_status_t ku_unimplemented(tpu_status_t s) {
   return u;
 }
 
+/* Whether s is TPU_OK; a failure is freed (for callers that only need to
+ * know, such as the fusion `rows` functions). */
+static inline bool ku_ok(tpu_status_t s) {
+  if (s == TPU_OK) return true;
+  tpu_status_free(s);
+  return false;
+}
+
 /* PyTorch's maybe_wrap_dim: [-ndim, ndim) with a 0-dim tensor taking -1 and 0. */
 static inline tpu_status_t ku_wrap_dim(int64_t dim, int32_t ndim, int32_t* out) {
   int32_t n = ndim > 0 ? ndim : 1;

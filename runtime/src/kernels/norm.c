@@ -141,11 +141,7 @@ static tpu_status_t norm_check(const tpu_op_def_t* def, const tpu_node_t* node) 
 static int32_t norm_rows(const tpu_op_def_t* def, const tpu_node_t* node, uint32_t* out_mask) {
   norm_args_t a;
   *out_mask = 1u;
-  tpu_status_t s = tpu_norm_parse(def, node, &a);
-  if (s != TPU_OK) {
-    tpu_status_free(s);
-    return 0;
-  }
+  if (!ku_ok(tpu_norm_parse(def, node, &a))) return 0;
   return a.impl->backward ? 0 : a.axis;
 }
 

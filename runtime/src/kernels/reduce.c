@@ -231,11 +231,7 @@ static tpu_status_t reduce_check(const tpu_op_def_t* def, const tpu_node_t* node
 static int32_t reduce_rows(const tpu_op_def_t* def, const tpu_node_t* node, uint32_t* out_mask) {
   reduce_args_t a;
   *out_mask = 1u;
-  tpu_status_t s = tpu_reduce_parse(def, node, &a);
-  if (s != TPU_OK) {
-    tpu_status_free(s);
-    return 0;
-  }
+  if (!ku_ok(tpu_reduce_parse(def, node, &a))) return 0;
   int32_t k = 0;
   while (k < a.in->ndim && !a.reduced[k]) k++;
   return k < a.in->ndim ? k : 0;

@@ -99,11 +99,7 @@ static tpu_status_t softmax_check(const tpu_op_def_t* def, const tpu_node_t* nod
 static int32_t softmax_rows(const tpu_op_def_t* def, const tpu_node_t* node, uint32_t* out_mask) {
   softmax_args_t a;
   *out_mask = 3u;
-  tpu_status_t s = tpu_softmax_parse(def, node, &a);
-  if (s != TPU_OK) {
-    tpu_status_free(s);
-    return 0;
-  }
+  if (!ku_ok(tpu_softmax_parse(def, node, &a))) return 0;
   return a.dim;
 }
 
