@@ -215,10 +215,38 @@ static void forward_rows(void* arg, int64_t begin, int64_t end) {
   }
 }
 
-/* The float32 fast path of forward_rows: the statistics in double straight
- * from the row (two passes, vectorised), the normalisation in float. Built
- * for AVX-512 and AVX2 as well (VM_SIMD_CLONES): the same arithmetic in the
- * same order (no contraction in ISO C), on wider vectors. */
+/* The sum of x[0..n) (squares: of (x - shift)^2) in F32_LANES float lanes, each
+ * lane holding n / F32_LANES terms, the lanes and the tail added in double: the
+ * loops vectorise to full-width registers without reassociation, and float
+ * lanes keep the error far below the tolerance PyTorch CPU's own float32
+ * moments have. Inlined into forward_rows_f32's target clones. */
+enum { F32_LANES = 32 };
+static inline double lane_sum_f32(const float* x, int64_t n, float shift, bool squares) {
+  float acc[F32_LANES] = {0};
+  int64_t i = 0;
+  if (squares)
+    for (; i + F32_LANES <= n; i += F32_LANES)
+      for (int j = 0; j < F32_LANES; ++j) {
+        float d = x[i + j] - shift;
+        acc[j] += d * d;
+      }
+  else
+    for (; i + F32_LANES <= n; i += F32_LANES)
+      for (int j = 0; j < F32_LANES; ++j) acc[j] += x[i + j];
+  double s = 0.0;
+  for (int j = 0; j < F32_LANES; ++j) s += acc[j];
+  for (; i < n; ++i) {
+    double d = (double)x[i] - (squares ? shift : 0.0f);
+    s += squares ? d * d : d;
+  }
+  return s;
+}
+
+/* The float32 fast path of forward_rows: the statistics straight from the
+ * row (two passes of lane_sum_f32: the mean, then the squared deviations from
+ * it), the normalisation in float. Built for AVX-512 and AVX2 as well
+ * (VM_SIMD_CLONES): the same arithmetic in the same order (no contraction in
+ * ISO C), on wider vectors. */
 VM_SIMD_CLONES static void forward_rows_f32(void* arg, int64_t begin, int64_t end) {
   const plan_t* p = (const plan_t*)arg;
   const norm_args_t* a = p->a;
@@ -228,23 +256,8 @@ VM_SIMD_CLONES static void forward_rows_f32(void* arg, int64_t begin, int64_t en
     const float* x = (const float*)view_at(a->x, offs[V_X]);
     float* y = (float*)view_at(p->out[0], offs[V_OUT]);
     double mean = 0.0;
-    if (!a->impl->rms) {
-      double acc[4] = {0, 0, 0, 0};
-      int64_t i = 0;
-      for (; i + 4 <= n; i += 4)
-        for (int j = 0; j < 4; ++j) acc[j] += (double)x[i + j];
-      for (; i < n; ++i) acc[0] += (double)x[i];
-      mean = ((acc[0] + acc[1]) + (acc[2] + acc[3])) / (double)n;
-    }
-    double acc[4] = {0, 0, 0, 0};
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4)
-      for (int j = 0; j < 4; ++j) {
-        double d = (double)x[i + j] - mean;
-        acc[j] += d * d;
-      }
-    for (; i < n; ++i) acc[0] += ((double)x[i] - mean) * ((double)x[i] - mean);
-    double rstd = 1.0 / sqrt(((acc[0] + acc[1]) + (acc[2] + acc[3])) / (double)n + a->eps);
+    if (!a->impl->rms) mean = lane_sum_f32(x, n, 0.0f, false) / (double)n;
+    double rstd = 1.0 / sqrt(lane_sum_f32(x, n, (float)mean, true) / (double)n + a->eps);
     const float fm = (float)mean, fr = (float)rstd;
     const float *w = p->wf, *b = p->bf;
     if (w && b)
