@@ -255,19 +255,13 @@ static inline float vm_lgammaf(float x) {
   return (z - 0.5f) * vm_logf(z) - z + 0.918938533f + series - vm_logf(p);
 }
 
-/* erf(x) for every float (NaN gives NaN), branch-free: for |x| < 0.5 the
- * odd Taylor series to x^13 (truncation below 5e-10), else Abramowitz and
- * Stegun 7.1.26, 1 - t (a1 + t (a2 + ... a5 t)) e^(-x^2) with
- * t = 1 / (1 + 0.3275911 |x|), absolute error below 1.5e-7 (so relative
- * below 3e-7 there, erf(0.5) = 0.52); |x| > 4 gives +-1, which erf(4) rounds
- * to in float. For GELU, where 1 + erf(x) carries the result, that is a
- * few 1e-7 of the result's magnitude. */
-static inline float vm_erff(float x) {
+/* erf(x) to an absolute error below 1.5e-7, for every float (NaN gives NaN),
+ * branch-free: Abramowitz and Stegun 7.1.26, 1 - t (a1 + t (a2 + ... a5 t))
+ * e^(-x^2) with t = 1 / (1 + 0.3275911 |x|); |x| > 4 gives +-1, which erf(4)
+ * rounds to in float. Not relatively accurate near 0 (vm_erff is); enough
+ * where 1 + erf(x) carries the result, as in GELU: a few 1e-7 of it. */
+static inline float vm_erff_abs(float x) {
   float a = fabsf(x);
-  float z = x * x;
-  float taylor = ((((((1.0f / 9360.0f) * z - 1.0f / 1320.0f) * z + 1.0f / 216.0f) * z -
-                    1.0f / 42.0f) * z + 0.1f) * z - 1.0f / 3.0f) * z + 1.0f;
-  taylor *= 1.12837916709551257390f * x; /* 2 / sqrt(pi) */
   float ac = a < 4.0f ? a : 4.0f;
   float t = 1.0f / (1.0f + 0.3275911f * ac);
   float poly = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t +
@@ -275,7 +269,18 @@ static inline float vm_erff(float x) {
   float tail = 1.0f - poly * vm_expf(-ac * ac);
   tail = a > 4.0f ? 1.0f : tail;
   tail = copysignf(tail, x);
-  return a < 0.5f ? taylor : (a == a ? tail : x);
+  return a == a ? tail : x;
+}
+
+/* erf(x) for every float, relatively accurate: for |x| < 0.5 the odd Taylor
+ * series to x^13 (truncation below 5e-10), else vm_erff_abs (relative error
+ * below 3e-7 there, erf(0.5) = 0.52). */
+static inline float vm_erff(float x) {
+  float z = x * x;
+  float taylor = ((((((1.0f / 9360.0f) * z - 1.0f / 1320.0f) * z + 1.0f / 216.0f) * z -
+                    1.0f / 42.0f) * z + 0.1f) * z - 1.0f / 3.0f) * z + 1.0f;
+  taylor *= 1.12837916709551257390f * x; /* 2 / sqrt(pi) */
+  return fabsf(x) < 0.5f ? taylor : vm_erff_abs(x);
 }
 
 /* erfinv(x) for |x| < 1 with (1 - x)(1 + x) normal (vm_erfinv_ok): M. Giles,
