@@ -13,6 +13,12 @@
 #include "kernels/elementwise_tile.h"
 #include "kernels/vmath.h"
 
+/* The hot arithmetic (what fused programs run on cache-resident tiles, the
+ * optimizers' update ops): float32 also built for AVX-512 and AVX2 (the
+ * default SSE2 build is 4 lanes wide). */
+#define EW_FLOATS_SIMD(M, name, BODY) \
+  VM_SIMD_CLONES M(name, F32, float, float, BODY) M(name, F64, double, double, BODY)
+
 /* ---- unary ------------------------------------------------------------------- */
 
 /* float32 exp, sigmoid and silu use the SIMD exp of vmath.h (<= 1 ulp, like
@@ -69,9 +75,9 @@ EW_U(ew_log, F64, double, double, r = log(x))
 EW_FLOATS(EW_U, ew_log2, r = log2(x))
 EW_FLOATS(EW_U, ew_log10, r = log10(x))
 EW_FLOATS(EW_U, ew_log1p, r = log1p(x))
-EW_FLOATS(EW_U, ew_sqrt, r = sqrt(x))
-EW_FLOATS(EW_U, ew_rsqrt, r = C(1) / sqrt(x))
-EW_FLOATS(EW_U, ew_reciprocal, r = C(1) / x)
+EW_FLOATS_SIMD(EW_U, ew_sqrt, r = sqrt(x))
+EW_FLOATS_SIMD(EW_U, ew_rsqrt, r = C(1) / sqrt(x))
+EW_FLOATS_SIMD(EW_U, ew_reciprocal, r = C(1) / x)
 EW_FLOATS(EW_U, ew_sin, r = sin(x))
 EW_FLOATS(EW_U, ew_cos, r = cos(x))
 EW_FLOATS(EW_U, ew_tan, r = tan(x))
@@ -108,7 +114,7 @@ EW_U(ew_gelu, F64, double, double,
                  : x * 0.5 * (1.0 + erf(x * EW_SQRT1_2)))
 EW_FLOATS(EW_U, ew_leaky_relu, r = x > C(0) ? x : x * s0)
 EW_FLOATS(EW_U, ew_elu, r = x <= C(0) ? expm1(x * s2) * (s0 * s1) : x * s1)
-EW_FLOATS(EW_U, ew_neg, r = -x)
+EW_FLOATS_SIMD(EW_U, ew_neg, r = -x)
 EW_INTS(EW_U, ew_neg, r = ew_wneg(x))
 EW_FLOATS(EW_U, ew_abs, r = fabs(x))
 EW_INTS(EW_U, ew_abs, r = x < 0 ? ew_wneg(x) : x)
@@ -124,7 +130,8 @@ EW_FLOATS(EW_U, ew_round,
                              : nearbyint(x))
 EW_FLOATS(EW_U, ew_trunc, r = trunc(x))
 EW_INTS(EW_U, ew_ident, r = x) /* floor, ceil, round, trunc of integers */
-EW_NUMS(EW_U, ew_relu, r = x < C(0) ? C(0) : x)
+EW_INTS(EW_U, ew_relu, r = x < C(0) ? C(0) : x)
+EW_FLOATS_SIMD(EW_U, ew_relu, r = x < C(0) ? C(0) : x)
 EW_NUMS(EW_U, ew_hardtanh, r = EW_MIN(EW_MAX(x, s0), s1))
 EW_NUMS(EW_U, ew_threshold, r = x <= s0 ? s1 : x)
 EW_PREDS(EW_U, ew_logical_not, r = x == C(0))
@@ -133,10 +140,6 @@ EW_BOOLS(EW_U, ew_bitwise_not, r = (uint8_t)!x)
 
 /* ---- binary ------------------------------------------------------------------ */
 
-/* The arithmetic a fused program runs on cache-resident tiles: float32 also
- * built for AVX-512 and AVX2 (the default SSE2 build is 4 lanes wide). */
-#define EW_FLOATS_SIMD(M, name, BODY) \
-  VM_SIMD_CLONES M(name, F32, float, float, BODY) M(name, F64, double, double, BODY)
 
 EW_FLOATS_SIMD(EW_B, ew_add, r = x + s0 * y)
 EW_INTS(EW_B, ew_add, r = ew_wadd(x, ew_wmul(s0, y)))
@@ -172,8 +175,12 @@ EW_BOOLS(EW_B, ew_bitwise_xor, r = x ^ y)
 /* Backward ops: x is grad_output, y the forward input or output. */
 EW_FLOATS_SIMD(EW_B, ew_sigmoid_backward, r = x * (C(1) - y) * y)
 EW_FLOATS_SIMD(EW_B, ew_tanh_backward, r = x * (C(1) - y * y))
-EW_FLOATS(EW_B, ew_silu_backward, const ew_t sg = C(1) / (C(1) + exp(-y));
-          r = x * sg * (C(1) + y * (C(1) - sg)))
+/* float32: vm_expf saturates to 0 / inf outside its range, which gives the
+ * limits sg = 1 / sg = 0 exactly; NaN stays NaN. */
+VM_SIMD_CLONES EW_B(ew_silu_backward, F32, float, float, const float sg = 1.0f / (1.0f + vm_expf(-y));
+                    r = x * sg * (1.0f + y * (1.0f - sg)))
+EW_B(ew_silu_backward, F64, double, double, const double sg = 1.0 / (1.0 + exp(-y));
+     r = x * sg * (1.0 + y * (1.0 - sg)))
 EW_NUMS(EW_B, ew_threshold_backward, r = y <= s0 ? C(0) : x)
 EW_FLOATS(EW_B, ew_hardtanh_backward, r = (y <= s0 || y >= s1) ? C(0) : x)
 EW_FLOATS(EW_B, ew_leaky_relu_backward, r = y > C(0) ? x : x * s0)
@@ -204,11 +211,11 @@ EW_B(ew_gelu_backward, F64, double, double, EW_GELU_GRAD(double, tanh, erf, exp)
 
 /* ---- ternary ----------------------------------------------------------------- */
 
-EW_FLOATS(EW_T, ew_lerp,
+EW_FLOATS_SIMD(EW_T, ew_lerp,
           r = fabs(z) < C(0.5) ? x + z * (y - x) : y - (y - x) * (C(1) - z))
-EW_FLOATS(EW_T, ew_addcmul, r = x + s0 * y * z)
+EW_FLOATS_SIMD(EW_T, ew_addcmul, r = x + s0 * y * z)
 EW_INTS(EW_T, ew_addcmul, r = ew_wadd(x, ew_wmul(ew_wmul(s0, y), z)))
-EW_FLOATS(EW_T, ew_addcdiv, r = x + s0 * y / z)
+EW_FLOATS_SIMD(EW_T, ew_addcdiv, r = x + s0 * y / z)
 
 /* ---- ops with modes, masks or checks ------------------------------------------ */
 
@@ -318,10 +325,11 @@ EW_INT_DIVISION(ew_remainder, ew_imod(a[i], b[i]))
 EW_INT_DIVISION(ew_fmod, ew_irem(a[i], b[i]))
 
 /* pow: p->mode picks PyTorch's special cases of a Python-number exponent. */
-enum { POW_ANY = 0, POW_SQUARE, POW_CUBE, POW_SQRT, POW_RSQRT, POW_RECIP, POW_RECIP_SQUARE };
+enum { POW_ANY = 0, POW_SQUARE, POW_CUBE, POW_SQRT, POW_RSQRT, POW_RECIP, POW_RECIP_SQUARE, POW_ONE,
+       POW_ZERO };
 /* One loop per special case, so each vectorises. */
 #define EW_POW_FLOAT(CT, T)                                                            \
-  static int ew_pow_##CT(void* out, const void* const* in, int64_t n,                  \
+  VM_SIMD_CLONES static int ew_pow_##CT(void* out, const void* const* in, int64_t n,                  \
                          const tpu_ew_params_t* p) {                                   \
     const T* a = (const T*)in[0];                                                      \
     const T* b = (const T*)in[1];                                                      \
@@ -335,6 +343,8 @@ enum { POW_ANY = 0, POW_SQUARE, POW_CUBE, POW_SQRT, POW_RSQRT, POW_RECIP, POW_RE
       case POW_RECIP_SQUARE:                                                           \
         for (int64_t i = 0; i < n; ++i) o[i] = (T)1 / (a[i] * a[i]);                   \
         break;                                                                         \
+      case POW_ONE: memmove(o, a, (size_t)n * sizeof(T)); break;                       \
+      case POW_ZERO: for (int64_t i = 0; i < n; ++i) o[i] = (T)1; break;               \
       default: for (int64_t i = 0; i < n; ++i) o[i] = pow(a[i], b[i]); break;           \
     }                                                                                  \
     return 0;                                                                          \
@@ -394,6 +404,8 @@ static tpu_status_t prep_pow(const tpu_node_t* node, tpu_dtype_t common, tpu_ew_
             : v == -0.5 ? POW_RSQRT
             : v == -1.0 ? POW_RECIP
             : v == -2.0 ? POW_RECIP_SQUARE
+            : v == 1.0  ? POW_ONE  /* pow_backward of x^2 asks for x^1 */
+            : v == 0.0  ? POW_ZERO /* 1 for every x, NaN included, as pow gives */
                         : POW_ANY;
   return TPU_OK;
 }
