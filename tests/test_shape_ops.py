@@ -1,4 +1,4 @@
-"""arange, linspace, flip, roll, triu, tril: native on tpu, equal to CPU."""
+"""arange, linspace, flip, roll, triu, tril, unfold_backward: native on tpu, equal to CPU."""
 import pytest
 import torch
 
@@ -34,3 +34,21 @@ def test_triu_in_place_on_a_view():
     t[1:5, 1:5].triu_(1)
     base[1:5, 1:5].triu_(1)
     torch.testing.assert_close(t.cpu(), base, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("shape,dim,size,step", [((10,), 0, 3, 1), ((4, 11), 1, 2, 4),
+                                                 ((6, 5, 3), 0, 4, 2), ((2, 7, 9), -1, 9, 1)])
+def test_unfold_backward_native_and_equal(shape, dim, size, step, dtype):
+    """Tensor.unfold's gradient (overlapping windows, gaps, a leftover tail)
+    runs natively and equals CPU autograd's."""
+    x = torch.randn(shape).to(dtype)
+    xt = x.to("tpu").requires_grad_()
+    x.requires_grad_()
+    g = torch.randn(x.unfold(dim, size, step).shape).to(dtype)
+    torch_tpu.reset_counts()
+    (xt.unfold(dim, size, step) * g.to("tpu")).sum().backward()
+    assert torch_tpu.fallback_counts() == {}, torch_tpu.fallback_counts()
+    (x.unfold(dim, size, step) * g).sum().backward()
+    tol = 1e-2 if dtype in (torch.bfloat16, torch.float16) else 1e-6
+    torch.testing.assert_close(xt.grad.cpu(), x.grad, rtol=tol, atol=tol)

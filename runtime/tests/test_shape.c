@@ -355,3 +355,58 @@ TEST(shape_logspace_tri_indices_table) {
   CHECK(tt_get(&a.view, 0) == 3 && tt_get(&a.view, 127) == 3);
   tt_free(&a);
 }
+
+/* unfold_backward against the scatter-add reference: overlapping windows
+ * (step < size), gaps (step > size), a leftover tail, size 0 and 1, every
+ * dim position, over dtypes (bool is UNIMPLEMENTED) and grad/out layouts. */
+TEST(shape_unfold_backward_table) {
+  static const struct {
+    int32_t nd;
+    int64_t sizes[3];
+    int64_t dim, size, step;
+  } cases[] = {
+      {1, {10}, 0, 3, 1}, {1, {10}, 0, 3, 2},  {1, {11}, 0, 2, 4},  {2, {3, 9}, 1, 4, 3},
+      {2, {9, 3}, 0, 4, 3}, {3, {2, 7, 3}, 1, 7, 1}, {3, {2, 7, 3}, -1, 1, 1}, {2, {5, 6}, 1, 0, 2},
+      {3, {3, 2, 8}, 2, 5, 2},
+  };
+  static const tt_layout_t layouts[] = {TT_CONTIG, TT_TRANSPOSED, TT_PADDED, TT_GAPS};
+  const tpu_op_def_t* def = tt_def("unfold_backward");
+  if (!def) return;
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); ++c) {
+    int32_t nd = cases[c].nd, dim = (int32_t)(cases[c].dim < 0 ? cases[c].dim + nd : cases[c].dim);
+    int64_t gsizes[4];
+    for (int32_t d = 0; d < nd; ++d) gsizes[d] = cases[c].sizes[d];
+    gsizes[dim] = (cases[c].sizes[dim] - cases[c].size) / cases[c].step + 1;
+    gsizes[nd] = cases[c].size;
+    tpu_attr_t attrs[4] = {tt_ints(nd, cases[c].sizes), tt_int(cases[c].dim), tt_int(cases[c].size),
+                           tt_int(cases[c].step)};
+    for (int t = 1; t < NDT; ++t)
+      for (int gl = 0; gl < 4; ++gl)
+        for (int ol = 0; ol < 3; ++ol) {
+          tt_t grad = tt_make(k_dtypes[t], nd + 1, gsizes, layouts[gl]);
+          tt_fill(&grad.view, -50, 50, 0);
+          tpu_value_t in[1] = {tt_value(&grad.view)};
+          tpu_view_t shape = {0};
+          tpu_node_t node = tt_node(in, 1, NULL, 0, attrs, 4);
+          CHECK_OK(def->infer(def, &node, &shape));
+          char what[80];
+          snprintf(what, sizeof(what), "unfold_backward case %zu %s layouts %d/%d", c,
+                   tpu_dtype_name(k_dtypes[t]), gl, ol);
+          run_compare(what, def, in, 1, attrs, 4, &shape, layouts[ol]);
+          tt_free(&grad);
+        }
+  }
+  /* size larger than the dim, a zero step and a grad of the wrong shape fall back */
+  int64_t s1[1] = {4}, g1[2] = {2, 3};
+  tt_t grad = tt_make(TPU_DTYPE_F32, 2, g1, TT_CONTIG);
+  tt_t out = tt_make(TPU_DTYPE_F32, 1, s1, TT_CONTIG);
+  tpu_value_t in[1] = {tt_value(&grad.view)};
+  tpu_attr_t bad[3][4] = {{tt_ints(1, s1), tt_int(0), tt_int(5), tt_int(1)},
+                          {tt_ints(1, s1), tt_int(0), tt_int(3), tt_int(0)},
+                          {tt_ints(1, s1), tt_int(0), tt_int(2), tt_int(1)}};
+  for (int b = 0; b < 3; ++b) {
+    tpu_node_t node = tt_node(in, 1, &out.view, 1, bad[b], 4);
+    CHECK_CODE(def->check(def, &node), TPU_CODE_UNIMPLEMENTED);
+  }
+  tt_free(&grad), tt_free(&out);
+}

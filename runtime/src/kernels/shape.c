@@ -6,7 +6,8 @@
  *   roll     (roll, roll.out),
  *   triu/tril (functional, out= and in-place forms),
  *   eye      (eye.out, eye.m_out; the functional forms route to them),
- *   tril_indices / triu_indices (functional and out= forms).
+ *   tril_indices / triu_indices (functional and out= forms),
+ *   unfold_backward (unfold's gradient: windows summed back into the input).
  *
  * No kernel switches on dtype: values are computed in int64, float32 or
  * float64 (as PyTorch's CPU kernels compute them) into small contiguous
@@ -15,7 +16,9 @@
  * lanes, linspace's per-operation rounding in half types); flip and roll are
  * converting view copies (view_copy) of reversed or shifted sub-views (roll
  * without dims moves runs of the flattened tensor through a buffer), and
- * triu/tril copy or zero one row run per tpu_convert call.
+ * triu/tril copy or zero one row run per tpu_convert call. unfold_backward
+ * gathers: each output element sums the window elements that cover it, in
+ * window order, so it writes every element once and needs no zeroing.
  *
  * arange and linspace take their Scalars as attrs and their dtype from the
  * out tensor; their output size comes from PyTorch's meta kernels (infer is
@@ -27,6 +30,7 @@
  * against.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernel_util.h"
@@ -800,6 +804,116 @@ static tpu_status_t tri_idx_kernel(const tpu_op_def_t* def, const tpu_node_t* no
   return TPU_OK;
 }
 
+/* ---- unfold_backward --------------------------------------------------------------- */
+
+/* grad_in has input_sizes' shape with dim's extent replaced by the number of
+ * windows, plus a trailing window axis of `size`. */
+typedef struct unfold_args {
+  int32_t dim, ndim;
+  int64_t size, step, nwin;
+} unfold_args_t;
+
+static tpu_status_t parse_unfold(const tpu_op_def_t* def, const tpu_node_t* node,
+                                 unfold_args_t* u) {
+  const tpu_view_t* grad = ku_input(def, node, "grad_in");
+  const tpu_attr_t* sizes = ku_attr(def, node, "input_sizes");
+  if (!grad || !sizes || sizes->kind != TPU_ATTR_INTS || sizes->count < 1)
+    return unimpl("unfold_backward: expected grad_in and input_sizes of 1 or more dims");
+  if (grad->dtype == TPU_DTYPE_BOOL) return unimpl("unfold_backward: bool");
+  u->ndim = sizes->count;
+  TPU_RETURN_IF_ERROR(
+      ku_unimplemented(ku_wrap_dim(tpu_attr_int(ku_attr(def, node, "dim"), 0), u->ndim, &u->dim)));
+  u->size = tpu_attr_int(ku_attr(def, node, "size"), -1);
+  u->step = tpu_attr_int(ku_attr(def, node, "step"), 0);
+  int64_t len = sizes->u.ints[u->dim];
+  if (u->step < 1 || u->size < 0 || u->size > len)
+    return unimpl("unfold_backward: size or step out of range");
+  u->nwin = (len - u->size) / u->step + 1;
+  if (grad->ndim != u->ndim + 1 || grad->sizes[u->ndim] != u->size)
+    return unimpl("unfold_backward: grad_in's shape does not match");
+  for (int32_t d = 0; d < u->ndim; ++d)
+    if (grad->sizes[d] != (d == u->dim ? u->nwin : sizes->u.ints[d]))
+      return unimpl("unfold_backward: grad_in's shape does not match");
+  return TPU_OK;
+}
+
+static tpu_status_t unfold_infer(const tpu_op_def_t* def, const tpu_node_t* node,
+                                 tpu_view_t* out_views) {
+  unfold_args_t u;
+  TPU_RETURN_IF_ERROR(parse_unfold(def, node, &u));
+  const tpu_view_t* grad = ku_input(def, node, "grad_in");
+  const tpu_attr_t* sizes = ku_attr(def, node, "input_sizes");
+  out_views[0] = *grad;
+  out_views[0].addr = 0;
+  out_views[0].ndim = u.ndim;
+  for (int32_t d = 0; d < u.ndim; ++d) out_views[0].sizes[d] = sizes->u.ints[d];
+  tpu_view_set_contiguous(&out_views[0]);
+  return TPU_OK;
+}
+
+static tpu_status_t unfold_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  unfold_args_t u;
+  tpu_view_t want;
+  TPU_RETURN_IF_ERROR(ku_unimplemented(unfold_infer(def, node, &want)));
+  const tpu_view_t *out = out_view(node), *grad = ku_input(def, node, "grad_in");
+  if (!out || out->dtype != grad->dtype || !views_same_shape(out, &want))
+    return unimpl("unfold_backward: output shape or dtype");
+  if (views_overlap(out, grad)) return unimpl("unfold_backward: output overlaps grad_in");
+  return ku_unimplemented(parse_unfold(def, node, &u));
+}
+
+typedef struct unfold_job {
+  const unfold_args_t* u;
+  const tpu_view_t *grad, *out;
+  bool ints;
+} unfold_job_t;
+
+/* Output elements [begin, end) in logical order: each sums grad_in over the
+ * windows w with w * step <= p < w * step + size (p its index along dim). */
+static void unfold_chunk(void* arg, int64_t begin, int64_t end) {
+  const unfold_job_t* j = (const unfold_job_t*)arg;
+  const unfold_args_t* u = j->u;
+  const tpu_view_t *out = j->out, *g = j->grad;
+  int64_t idx[TPU_MAX_DIMS];
+  for (int64_t k = begin; k < end; ++k) {
+    int64_t rest = k, goff = 0, ooff = 0;
+    for (int32_t d = u->ndim - 1; d >= 0; --d) {
+      idx[d] = rest % out->sizes[d];
+      rest /= out->sizes[d];
+      ooff += idx[d] * out->strides[d];
+      if (d != u->dim) goff += idx[d] * g->strides[d];
+    }
+    int64_t p = idx[u->dim];
+    int64_t w_lo = p < u->size ? 0 : (p - u->size) / u->step + 1;
+    int64_t w_hi = p / u->step < u->nwin - 1 ? p / u->step : u->nwin - 1;
+    double sf = 0.0;
+    uint64_t si = 0;
+    for (int64_t w = w_lo; w <= w_hi; ++w) {
+      int64_t o = goff + w * g->strides[u->dim] + (p - w * u->step) * g->strides[u->ndim];
+      if (j->ints)
+        si += (uint64_t)view_get_i64(g, o);
+      else
+        sf += view_get_f64(g, o);
+    }
+    if (j->ints)
+      view_set_i64(out, ooff, (int64_t)si);
+    else
+      view_set_f64(out, ooff, sf);
+  }
+}
+
+static tpu_status_t unfold_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                  tpu_exec_ctx_t* ctx) {
+  (void)ctx;
+  unfold_args_t u;
+  TPU_RETURN_IF_ERROR(ku_unimplemented(unfold_check(def, node)));
+  TPU_RETURN_IF_ERROR(parse_unfold(def, node, &u));
+  unfold_job_t j = {&u, ku_input(def, node, "grad_in"), out_view(node),
+                    !tpu_dtype_is_floating(out_view(node)->dtype)};
+  tpu_parallel_for(tpu_view_numel(j.out), WALK_GRAIN / 8, unfold_chunk, &j);
+  return TPU_OK;
+}
+
 /* ---- the reference: one element at a time ------------------------------------ */
 
 static void ref_copy(const tpu_view_t* out, int64_t oo, const tpu_view_t* self, int64_t so) {
@@ -870,6 +984,30 @@ tpu_status_t tpu_shape_reference(const tpu_op_def_t* def, const tpu_node_t* node
       }
     return k == t.size ? TPU_OK : unimpl("tri_indices: size mismatch");
   }
+  if (strcmp(def->name, "unfold_backward") == 0) {
+    unfold_args_t u;
+    TPU_RETURN_IF_ERROR(parse_unfold(def, node, &u));
+    const tpu_view_t* g = ku_input(def, node, "grad_in");
+    double* acc = (double*)calloc((size_t)(n > 0 ? n : 1), sizeof(double)); /* row-major sums */
+    if (!acc) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "unfold_backward reference");
+    for (int64_t k = 0; k < tpu_view_numel(g); ++k) { /* scatter-add every grad element */
+      ref_index(g, k, sidx);
+      int64_t flat = 0;
+      for (int32_t d = 0; d < u.ndim; ++d)
+        flat = flat * out->sizes[d] + (d == u.dim ? sidx[d] * u.step + sidx[u.ndim] : sidx[d]);
+      acc[flat] += tpu_dtype_is_floating(out->dtype) ? view_get_f64(g, ref_offset(g, sidx))
+                                                     : (double)view_get_i64(g, ref_offset(g, sidx));
+    }
+    for (int64_t k = 0; k < n; ++k) {
+      ref_index(out, k, idx);
+      if (tpu_dtype_is_floating(out->dtype))
+        view_set_f64(out, ref_offset(out, idx), acc[k]);
+      else
+        view_set_i64(out, ref_offset(out, idx), (int64_t)acc[k]);
+    }
+    free(acc);
+    return TPU_OK;
+  }
   const tpu_view_t* self = ku_input(def, node, "self");
   if (!self) return unimpl("expected self");
   if (strcmp(def->name, "flip") == 0) {
@@ -934,6 +1072,8 @@ static const tpu_op_def_t g_rows[] = {
      tri_idx_kernel, tri_idx_infer, tri_idx_check, NULL},
     {"triu_indices", "", "row,col,offset,dtype", "out", "triu_indices triu_indices.out",
      tri_idx_kernel, tri_idx_infer, tri_idx_check, NULL},
+    {"unfold_backward", "grad_in", "input_sizes,dim,size,step", "out",
+     "unfold_backward unfold_backward.out", unfold_kernel, unfold_infer, unfold_check, NULL},
 };
 
 const tpu_op_family_t tpu_family_shape = {"shape", g_rows,
