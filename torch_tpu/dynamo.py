@@ -207,9 +207,11 @@ class TpuBackend:
       table (it is not part of the key);
     - ``dynamo_cache``: with :meth:`compile` only, also keep Dynamo's traced
       bytecode and guards on disk (PyTorch's caching precompile), so another
-      process skips Dynamo's tracing too. Works for plain modules and
-      functions; where Dynamo cannot serialise or reload a frame's guards
-      (e.g. transformers' decorated forwards) the model compiles as without it.
+      process skips Dynamo's tracing too (plain modules and functions, and
+      transformers models: four gaps of PyTorch's precompile for decorated
+      forwards are filled, see torch_tpu/_compile_cache.py); where Dynamo
+      still cannot serialise or reload a frame's guards the model compiles as
+      without it, with a warning.
 
     ``torch.compile(m, backend=TpuBackend(debug=True))`` or
     ``TpuBackend(dynamic=True).compile(m)``. ``stats`` counts graphs lowered
