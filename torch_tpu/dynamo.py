@@ -160,6 +160,30 @@ class _Lowered:
         self.forward = gm.forward  # the generated straight-line code (no module hooks)
         self.nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
         self.non_native = _non_native_ops(gm)
+        self._init_mode()
+
+    @classmethod
+    def from_code(cls, forward, kind, backend, nodes, non_native, gm_getter):
+        """A graph loaded from the on-disk cache as its generated code (its
+        GraphModule, for debug output only, is loaded by gm_getter on use)."""
+        self = cls.__new__(cls)
+        self._boxed_call = True
+        self._gm_getter, self.kind, self.backend = gm_getter, kind, backend
+        self.forward, self.nodes, self.non_native = forward, nodes, list(non_native)
+        self._init_mode()
+        return self
+
+    @property
+    def gm(self):
+        if "_gm" not in self.__dict__:
+            self._gm = self._gm_getter()
+        return self._gm
+
+    @gm.setter
+    def gm(self, value):
+        self._gm = value
+
+    def _init_mode(self):
         from torch_tpu._internal import execution_mode
         global _DEFER
         _DEFER = execution_mode.EagerMode.DEFER_AND_FUSE
