@@ -158,9 +158,14 @@ class _PickledGraph:
 
 def _forward_from_code(code):
     src, glob, attrs = code
+    from torch_tpu.dynamo import flat_forward
     g = {k: (importlib.import_module(v) if how == "module" else v) for k, (how, v) in glob.items()}
+    owner = types.SimpleNamespace(**attrs)
+    fast = flat_forward(src, g, owner)
+    if fast is not None:
+        return fast
     exec(compile(src, "<torch_tpu lowered graph>", "exec"), g)  # noqa: S102  (our own pickled graph)
-    return functools.partial(g["forward"], types.SimpleNamespace(**attrs))
+    return functools.partial(g["forward"], owner)
 
 
 class TpuOutputCode(OutputCode):
