@@ -623,6 +623,74 @@ def test_dynamo_cache_second_process_skips_tracing(tmp_path):
     assert warm["out"] == cold["out"] and warm["grad"] == cold["grad"]
 
 
+_DYNAMO_CACHED_LLAMA = r"""
+import json, sys, warnings
+import torch
+import torch_tpu
+from torch._dynamo.utils import counters
+from transformers import LlamaConfig, LlamaForCausalLM
+
+torch.manual_seed(0)
+m = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                 num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, max_position_embeddings=64)).to("tpu")
+backend = torch_tpu.TpuBackend(dynamo_cache=True)
+
+
+def step(cm, seq):
+    ids = torch.randint(0, 64, (2, seq), generator=torch.Generator().manual_seed(seq)).to("tpu")
+    m.zero_grad()
+    out = cm(input_ids=ids, labels=ids)
+    out.loss.backward()
+    return [out.loss.item(), m.get_input_embeddings().weight.grad.tolist()]
+
+
+res = {}
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    cm = backend.compile(m)
+    torch_tpu.set_fallback_mode("error")
+    res["first"] = step(cm, 16)
+    res["graphs_first"] = int(counters["stats"].get("unique_graphs", 0))
+    if sys.argv[1] == "warm":  # another length: a guard fails, a recompile, right results
+        res["other"] = step(cm, 12)
+        res["graphs_other"] = int(counters["stats"].get("unique_graphs", 0)) - res["graphs_first"]
+        res["eager_other"] = step(m, 12)
+res["dynamo"] = dict(counters["dynamo_cache"])
+res["stats"] = backend.stats
+res["warnings"] = [str(w.message) for w in caught if "torch_tpu" in str(w.message)]
+print("@@" + json.dumps(res))
+"""
+
+
+def test_dynamo_cache_transformers_llama_second_process(tmp_path):
+    """The Dynamo package of a transformers model (its decorated forward:
+    guards on the decorator's closure, code run in the decorator's module,
+    a ModelOutput rebuilt through `collections`) saves and reloads: a second
+    process runs a tiny Llama's training step with no Dynamo tracing and
+    equal loss and gradients; another length there fails a guard and
+    recompiles with eager's results."""
+    pytest.importorskip("transformers")
+
+    def run(which):
+        r = subprocess.run([sys.executable, "-c", _DYNAMO_CACHED_LLAMA, which], capture_output=True,
+                           text=True, timeout=300, env=child_env(TORCH_TPU_CACHE_DIR=tmp_path))
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "Error while creating guard" not in r.stderr, r.stderr[-3000:]
+        return json.loads(r.stdout.split("@@", 1)[1])
+
+    cold, warm = run("cold"), run("warm")
+    assert cold["graphs_first"] == 1 and cold["dynamo"].get("dynamo_cache_miss") == 1, cold["dynamo"]
+    assert cold["stats"]["dynamo_saves"] >= 1 and not cold["warnings"], cold["warnings"]
+    assert not warm["warnings"], warm["warnings"]
+    assert warm["dynamo"].get("dynamo_cache_hit") == 1, warm["dynamo"]
+    assert warm["graphs_first"] == 0 and warm["stats"]["cache_hits"] == 2, warm["stats"]
+    assert warm["first"] == cold["first"]
+    assert warm["graphs_other"] == 1
+    assert_same(torch.tensor(warm["other"][1]), torch.tensor(warm["eager_other"][1]), atol=1e-5, rtol=1e-4)
+    assert abs(warm["other"][0] - warm["eager_other"][0]) < 1e-5
+
+
 # ---- the benchmark script ------------------------------------------------------------------------
 
 
