@@ -273,3 +273,161 @@ tpu_status_t tpu_conv_winograd(const tpu_conv_wino_t* w) {
     return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "convolution scratch allocation failed");
   return TPU_OK;
 }
+
+/* ---- the weight gradient ------------------------------------------------------------ */
+
+/* Tiles per unit of the weight gradient: its GEMMs sum over tiles (K), so
+ * longer blocks make fewer, larger products; V and dM of a unit stay in L2. */
+#define WINO_DW_TILES 448
+#define WINO_DW_SCRATCH (1 << 20)
+
+/* dM[e][t] = (A dY Aᵀ)[e] (e = 4 i + j, stride ms between e) for one output
+ * channel and one tile row: rows oy, oy + 1 (the second 0 at Ho) of plane
+ * dy (Ho x Wo), tile t reading columns 2 t, 2 t + 1 (0 at Wo); writes t <
+ * round_vec(tw), tiles past tw as 0. Y: 4 round_vec(tw) floats. */
+WINO_CLONES static void grad_row(const float* restrict dy, int64_t Ho, int64_t Wo, int64_t oy,
+                                 int64_t tw, float* restrict Y, float* restrict M, int64_t ms) {
+  const int64_t tr = round_vec(tw), full = Wo / 2;
+  for (int r = 0; r < 2; ++r) {
+    float* restrict ye = Y + 2 * r * tr;
+    float* restrict yo = ye + tr;
+    int64_t t = 0;
+    if (oy + r < Ho) {
+      const float* restrict src = dy + (oy + r) * Wo;
+      for (; t < full; ++t) ye[t] = src[2 * t], yo[t] = src[2 * t + 1];
+      if (Wo & 1) ye[t] = src[2 * t], yo[t] = 0.0f, ++t;
+    }
+    for (; t < tr; ++t) ye[t] = yo[t] = 0.0f;
+  }
+  const float* restrict y0e = Y;
+  const float* restrict y0o = Y + tr;
+  const float* restrict y1e = Y + 2 * tr;
+  const float* restrict y1o = Y + 3 * tr;
+  /* A = [1 0; 1 1; 1 -1; 0 -1]: rows i of A dY are dY0, dY0 + dY1,
+   * dY0 - dY1, -dY1; columns j of (A dY) Aᵀ likewise from its two columns */
+  for (int64_t t0 = 0; t0 < tr; t0 += WINO_VEC) {
+    /* one vector of tiles into a local block, then 16 vector stores (the
+     * stores' rows at stride ms could overlap for all the compiler knows) */
+    float blk[16][WINO_VEC];
+    for (int k = 0; k < WINO_VEC; ++k) {
+      int64_t t = t0 + k;
+      float a0 = y0e[t], b0 = y0o[t], a1 = y1e[t], b1 = y1o[t];
+      float re[4] = {a0, a0 + a1, a0 - a1, -a1};
+      float ro[4] = {b0, b0 + b1, b0 - b1, -b1};
+      for (int i = 0; i < 4; ++i) {
+        blk[4 * i][k] = re[i];
+        blk[4 * i + 1][k] = re[i] + ro[i];
+        blk[4 * i + 2][k] = re[i] - ro[i];
+        blk[4 * i + 3][k] = -ro[i];
+      }
+    }
+    for (int e = 0; e < 16; ++e) memcpy(M + e * ms + t0, blk[e], sizeof(blk[e]));
+  }
+}
+
+typedef struct wino_dw_job {
+  const tpu_conv_wino_t* w;
+  int64_t th, tw, rows, nblk, units, chunks;
+  float* part; /* per chunk: dU[group][16][co][ci] */
+  atomic_int failed;
+} wino_dw_job_t;
+
+/* Each chunk sums dU over its units (n, block of tile rows) into its own part. */
+static void wino_dw_chunks(void* arg, int64_t begin, int64_t end) {
+  wino_dw_job_t* j = (wino_dw_job_t*)arg;
+  const tpu_conv_wino_t* w = j->w;
+  const int64_t tw = j->tw, ci = w->ci, co = w->co;
+  const int64_t tr = round_vec(tw), mr = tr + WINO_VEC;
+  const int64_t ld = round_vec(j->rows * tw) + WINO_VEC;
+  const int64_t nv = 16 * ci * ld, nm = 16 * co * ld, usize = w->groups * 16 * co * ci;
+  float* s = (float*)calloc((size_t)(nv + nm + 2 * mr + 8 * mr + 4 * tr + 64), sizeof(float));
+  if (!s) {
+    atomic_store(&j->failed, 1);
+    return;
+  }
+  float *V = s, *M = V + nv, *P = M + nm, *E = P + 2 * mr, *O = E + 4 * mr, *Y = O + 4 * mr;
+  const int64_t in_plane = w->H * w->W, out_plane = w->Ho * w->Wo;
+  for (int64_t ch = begin; ch < end; ++ch) {
+    float* dU = j->part + ch * usize;
+    memset(dU, 0, sizeof(float) * (size_t)usize);
+    int64_t u0 = ch * j->units / j->chunks, u1 = (ch + 1) * j->units / j->chunks;
+    for (int64_t u = u0; u < u1; ++u) {
+      int64_t n = u / j->nblk, ty0 = (u % j->nblk) * j->rows;
+      int64_t nrows = wmin(j->rows, j->th - ty0), Tn = nrows * tw;
+      for (int64_t grp = 0; grp < w->groups; ++grp) {
+        const float* x = w->in + (n * w->groups + grp) * ci * in_plane;
+        const float* dy = w->gout + (n * w->groups + grp) * co * out_plane;
+        for (int64_t c = 0; c < ci; ++c)
+          for (int64_t r = 0; r < nrows; ++r)
+            input_row(x + c * in_plane, w->H, w->W, 2 * (ty0 + r) - w->pad_h, w->pad_w, tw, mr,
+                      P, E, O, V + c * ld + r * tw, ci * ld);
+        for (int64_t k = 0; k < co; ++k)
+          for (int64_t r = 0; r < nrows; ++r)
+            grad_row(dy + k * out_plane, w->Ho, w->Wo, 2 * (ty0 + r), tw, Y, M + k * ld + r * tw,
+                     co * ld);
+#ifdef TPU_HAVE_OPENBLAS
+        float* dUg = dU + grp * 16 * co * ci;
+        for (int e = 0; e < 16; ++e)
+          scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)co, (int)ci, (int)Tn,
+                            1.0f, M + e * co * ld, (int)ld, V + e * ci * ld, (int)ld, 1.0f,
+                            dUg + e * co * ci, (int)ci);
+#endif
+      }
+    }
+  }
+  free(s);
+}
+
+tpu_status_t tpu_conv_winograd_dw(const tpu_conv_wino_t* w) {
+  const int64_t ci = w->ci, co = w->co, usize = w->groups * 16 * co * ci;
+  if (w->n == 0) {
+    memset(w->out, 0, sizeof(float) * (size_t)(w->groups * co * ci * 9));
+    return TPU_OK;
+  }
+  wino_dw_job_t j;
+  memset(&j, 0, sizeof(j));
+  j.w = w;
+  j.th = (w->Ho + 1) / 2, j.tw = (w->Wo + 1) / 2;
+  int64_t threads = tpu_parallel_threads();
+  int64_t tiles = wmax(16, wmin(WINO_DW_TILES, WINO_DW_SCRATCH / (64 * (ci + co))));
+  j.rows = wmin(j.th, wmax(1, (tiles + j.tw / 2) / j.tw));
+  while (j.rows > 1 && w->n * ((j.th + j.rows - 1) / j.rows) < 2 * threads) j.rows = (j.rows + 1) / 2;
+  j.nblk = (j.th + j.rows - 1) / j.rows;
+  j.units = w->n * j.nblk;
+  int64_t work = 16 * w->n * j.th * j.tw * ci * co * w->groups;
+  j.chunks = wmax(1, wmin(wmin(threads, j.units), work / (1 << 20)));
+  atomic_init(&j.failed, 0);
+  j.part = (float*)malloc(sizeof(float) * (size_t)(j.chunks * usize + 16));
+  if (!j.part) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "convolution scratch allocation failed");
+  tpu_parallel_for(j.chunks, 1, wino_dw_chunks, &j);
+  if (atomic_load(&j.failed)) {
+    free(j.part);
+    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "convolution scratch allocation failed");
+  }
+  /* dw = Gᵀ dU G, dU summed over the chunks (in double) */
+  for (int64_t grp = 0; grp < w->groups; ++grp)
+    for (int64_t k = 0; k < co; ++k)
+      for (int64_t c = 0; c < ci; ++c) {
+        double u[4][4], t[4][3];
+        for (int e = 0; e < 16; ++e) {
+          double sum = 0.0;
+          for (int64_t ch = 0; ch < j.chunks; ++ch)
+            sum += j.part[ch * usize + ((grp * 16 + e) * co + k) * ci + c];
+          u[e / 4][e % 4] = sum;
+        }
+        /* G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]: t = dU G, then Gᵀ t */
+        for (int i = 0; i < 4; ++i) {
+          t[i][0] = u[i][0] + 0.5 * (u[i][1] + u[i][2]);
+          t[i][1] = 0.5 * (u[i][1] - u[i][2]);
+          t[i][2] = 0.5 * (u[i][1] + u[i][2]) + u[i][3];
+        }
+        float* dst = w->out + ((grp * co + k) * ci + c) * 9;
+        for (int b = 0; b < 3; ++b) {
+          dst[b] = (float)(t[0][b] + 0.5 * (t[1][b] + t[2][b]));
+          dst[3 + b] = (float)(0.5 * (t[1][b] - t[2][b]));
+          dst[6 + b] = (float)(0.5 * (t[1][b] + t[2][b]) + t[3][b]);
+        }
+      }
+  free(j.part);
+  return TPU_OK;
+}
