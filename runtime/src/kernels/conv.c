@@ -20,8 +20,8 @@
  *           copy of dW, summed at the end.
  * A 1x1 window with stride 1 and no padding skips im2col (the image is the
  * column matrix). Float32 3x3 windows with stride and dilation 1 and enough
- * channels run Winograd's F(2x2, 3x3) instead (conv_winograd.c), for CONV_Y
- * and CONV_X alike. Depthwise problems (one image and one grid channel per
+ * channels run Winograd's F(2x2, 3x3) instead (conv_winograd.c), for CONV_Y,
+ * CONV_X and CONV_W alike. Depthwise problems (one image and one grid channel per
  * group) run direct loops over rows instead of GEMMs. Units are spread over
  * tpu_parallel_for; tiny problems stay on one thread.
  *

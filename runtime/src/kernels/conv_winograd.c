@@ -19,6 +19,13 @@
  * 16 GEMMs into M[16][co][T] and transforms M into the output, so V and M
  * (T tiles, a few hundred) stay in L2. Scratch is one allocation per pool
  * chunk, reused across its units.
+ *
+ * The weight gradient (tpu_conv_winograd_dw) runs the same input transform
+ * and transforms each 2x2 tile of the output's gradient into dM = A dY Aᵀ
+ * (4x4); per position e, dU[e] (co x ci) += dM[e] (co x T) @ V[e]ᵀ (T x ci)
+ * over the unit's tiles, in a private dU per pool chunk; the chunks' sums
+ * are added in double and dw = Gᵀ dU G. Per tile 16 products of ci x co
+ * instead of im2col's 36.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -280,6 +287,7 @@ tpu_status_t tpu_conv_winograd(const tpu_conv_wino_t* w) {
  * longer blocks make fewer, larger products; V and dM of a unit stay in L2. */
 #define WINO_DW_TILES 448
 #define WINO_DW_SCRATCH (1 << 20)
+#define WINO_DW_MIN_TILES 64
 
 /* dM[e][t] = (A dY Aᵀ)[e] (e = 4 i + j, stride ms between e) for one output
  * channel and one tile row: rows oy, oy + 1 (the second 0 at Ho) of plane
@@ -327,7 +335,7 @@ WINO_CLONES static void grad_row(const float* restrict dy, int64_t Ho, int64_t W
 
 typedef struct wino_dw_job {
   const tpu_conv_wino_t* w;
-  int64_t th, tw, rows, nblk, units, chunks;
+  int64_t th, tw, rows, units, chunks; /* rows: tile rows per unit, over the batch */
   float* part; /* per chunk: dU[group][16][co][ci] */
   atomic_int failed;
 } wino_dw_job_t;
@@ -349,33 +357,75 @@ static void wino_dw_chunks(void* arg, int64_t begin, int64_t end) {
   const int64_t in_plane = w->H * w->W, out_plane = w->Ho * w->Wo;
   for (int64_t ch = begin; ch < end; ++ch) {
     float* dU = j->part + ch * usize;
-    memset(dU, 0, sizeof(float) * (size_t)usize);
     int64_t u0 = ch * j->units / j->chunks, u1 = (ch + 1) * j->units / j->chunks;
     for (int64_t u = u0; u < u1; ++u) {
-      int64_t n = u / j->nblk, ty0 = (u % j->nblk) * j->rows;
-      int64_t nrows = wmin(j->rows, j->th - ty0), Tn = nrows * tw;
+      /* the unit's tile rows, numbered over the batch (a unit may span samples) */
+      int64_t gr0 = u * j->rows, nrows = wmin(j->rows, w->n * j->th - gr0), Tn = nrows * tw;
       for (int64_t grp = 0; grp < w->groups; ++grp) {
-        const float* x = w->in + (n * w->groups + grp) * ci * in_plane;
-        const float* dy = w->gout + (n * w->groups + grp) * co * out_plane;
-        for (int64_t c = 0; c < ci; ++c)
-          for (int64_t r = 0; r < nrows; ++r)
-            input_row(x + c * in_plane, w->H, w->W, 2 * (ty0 + r) - w->pad_h, w->pad_w, tw, mr,
-                      P, E, O, V + c * ld + r * tw, ci * ld);
-        for (int64_t k = 0; k < co; ++k)
-          for (int64_t r = 0; r < nrows; ++r)
-            grad_row(dy + k * out_plane, w->Ho, w->Wo, 2 * (ty0 + r), tw, Y, M + k * ld + r * tw,
-                     co * ld);
+        for (int64_t r = 0; r < nrows; ++r) {
+          int64_t n = (gr0 + r) / j->th, ty = (gr0 + r) % j->th;
+          const float* x = w->in + (n * w->groups + grp) * ci * in_plane;
+          const float* dy = w->gout + (n * w->groups + grp) * co * out_plane;
+          for (int64_t c = 0; c < ci; ++c)
+            input_row(x + c * in_plane, w->H, w->W, 2 * ty - w->pad_h, w->pad_w, tw, mr, P, E, O,
+                      V + c * ld + r * tw, ci * ld);
+          for (int64_t k = 0; k < co; ++k)
+            grad_row(dy + k * out_plane, w->Ho, w->Wo, 2 * ty, tw, Y, M + k * ld + r * tw, co * ld);
+        }
 #ifdef TPU_HAVE_OPENBLAS
         float* dUg = dU + grp * 16 * co * ci;
         for (int e = 0; e < 16; ++e)
           scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)co, (int)ci, (int)Tn,
-                            1.0f, M + e * co * ld, (int)ld, V + e * ci * ld, (int)ld, 1.0f,
-                            dUg + e * co * ci, (int)ci);
+                            1.0f, M + e * co * ld, (int)ld, V + e * ci * ld, (int)ld,
+                            u == u0 ? 0.0f : 1.0f, dUg + e * co * ci, (int)ci);
 #endif
       }
     }
   }
   free(s);
+}
+
+/* dw = Gᵀ dU G for output channels (group, k) in [begin, end): dU summed
+ * over the chunks, vectors over c. */
+WINO_CLONES static void wino_dw_finish(void* arg, int64_t begin, int64_t end) {
+  wino_dw_job_t* j = (wino_dw_job_t*)arg;
+  const tpu_conv_wino_t* w = j->w;
+  const int64_t ci = w->ci, co = w->co, usize = w->groups * 16 * co * ci;
+  float* u = (float*)malloc(sizeof(float) * (size_t)(16 * ci));
+  if (!u) {
+    atomic_store(&j->failed, 1);
+    return;
+  }
+  for (int64_t gk = begin; gk < end; ++gk) {
+    int64_t grp = gk / co, k = gk % co;
+    for (int e = 0; e < 16; ++e) {
+      float* restrict ue = u + e * ci;
+      const float* src = j->part + ((grp * 16 + e) * co + k) * ci;
+      memcpy(ue, src, sizeof(float) * (size_t)ci);
+      for (int64_t ch = 1; ch < j->chunks; ++ch) {
+        const float* restrict sc = src + ch * usize;
+        for (int64_t c = 0; c < ci; ++c) ue[c] += sc[c];
+      }
+    }
+    float* restrict dst = w->out + (grp * co + k) * ci * 9;
+    /* G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]: t = dU G, then Gᵀ t */
+    for (int64_t c = 0; c < ci; ++c) {
+      float t[4][3];
+      for (int i = 0; i < 4; ++i) {
+        float u0 = u[(4 * i) * ci + c], u1 = u[(4 * i + 1) * ci + c];
+        float u2 = u[(4 * i + 2) * ci + c], u3 = u[(4 * i + 3) * ci + c];
+        t[i][0] = u0 + 0.5f * (u1 + u2);
+        t[i][1] = 0.5f * (u1 - u2);
+        t[i][2] = 0.5f * (u1 + u2) + u3;
+      }
+      for (int b = 0; b < 3; ++b) {
+        dst[c * 9 + b] = t[0][b] + 0.5f * (t[1][b] + t[2][b]);
+        dst[c * 9 + 3 + b] = 0.5f * (t[1][b] - t[2][b]);
+        dst[c * 9 + 6 + b] = 0.5f * (t[1][b] + t[2][b]) + t[3][b];
+      }
+    }
+  }
+  free(u);
 }
 
 tpu_status_t tpu_conv_winograd_dw(const tpu_conv_wino_t* w) {
@@ -389,11 +439,13 @@ tpu_status_t tpu_conv_winograd_dw(const tpu_conv_wino_t* w) {
   j.w = w;
   j.th = (w->Ho + 1) / 2, j.tw = (w->Wo + 1) / 2;
   int64_t threads = tpu_parallel_threads();
-  int64_t tiles = wmax(16, wmin(WINO_DW_TILES, WINO_DW_SCRATCH / (64 * (ci + co))));
-  j.rows = wmin(j.th, wmax(1, (tiles + j.tw / 2) / j.tw));
-  while (j.rows > 1 && w->n * ((j.th + j.rows - 1) / j.rows) < 2 * threads) j.rows = (j.rows + 1) / 2;
-  j.nblk = (j.th + j.rows - 1) / j.rows;
-  j.units = w->n * j.nblk;
+  int64_t tiles = wmax(WINO_DW_MIN_TILES, wmin(WINO_DW_TILES, WINO_DW_SCRATCH / (64 * (ci + co))));
+  int64_t all_rows = w->n * j.th;
+  j.rows = wmin(all_rows, wmax(1, (tiles + j.tw / 2) / j.tw));
+  while (j.rows > 1 && (all_rows + j.rows - 1) / j.rows < 2 * threads &&
+         (j.rows + 1) / 2 * j.tw >= WINO_DW_MIN_TILES)
+    j.rows = (j.rows + 1) / 2;
+  j.units = (all_rows + j.rows - 1) / j.rows;
   int64_t work = 16 * w->n * j.th * j.tw * ci * co * w->groups;
   j.chunks = wmax(1, wmin(wmin(threads, j.units), work / (1 << 20)));
   atomic_init(&j.failed, 0);
@@ -404,30 +456,9 @@ tpu_status_t tpu_conv_winograd_dw(const tpu_conv_wino_t* w) {
     free(j.part);
     return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "convolution scratch allocation failed");
   }
-  /* dw = Gᵀ dU G, dU summed over the chunks (in double) */
-  for (int64_t grp = 0; grp < w->groups; ++grp)
-    for (int64_t k = 0; k < co; ++k)
-      for (int64_t c = 0; c < ci; ++c) {
-        double u[4][4], t[4][3];
-        for (int e = 0; e < 16; ++e) {
-          double sum = 0.0;
-          for (int64_t ch = 0; ch < j.chunks; ++ch)
-            sum += j.part[ch * usize + ((grp * 16 + e) * co + k) * ci + c];
-          u[e / 4][e % 4] = sum;
-        }
-        /* G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]: t = dU G, then Gᵀ t */
-        for (int i = 0; i < 4; ++i) {
-          t[i][0] = u[i][0] + 0.5 * (u[i][1] + u[i][2]);
-          t[i][1] = 0.5 * (u[i][1] - u[i][2]);
-          t[i][2] = 0.5 * (u[i][1] + u[i][2]) + u[i][3];
-        }
-        float* dst = w->out + ((grp * co + k) * ci + c) * 9;
-        for (int b = 0; b < 3; ++b) {
-          dst[b] = (float)(t[0][b] + 0.5 * (t[1][b] + t[2][b]));
-          dst[3 + b] = (float)(0.5 * (t[1][b] - t[2][b]));
-          dst[6 + b] = (float)(0.5 * (t[1][b] + t[2][b]) + t[3][b]);
-        }
-      }
+  tpu_parallel_for(w->groups * co, wmax(1, 4096 / ci), wino_dw_finish, &j);
   free(j.part);
+  if (atomic_load(&j.failed))
+    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "convolution scratch allocation failed");
   return TPU_OK;
 }
