@@ -27,6 +27,7 @@
  * are added in double and dw = Gᵀ dU G. Per tile 16 products of ci x co
  * instead of im2col's 36.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,39 @@
 #endif
 
 static inline int64_t wmin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Scratch of the calling pool thread, kept between calls (grown on demand,
+ * zeroed when allocated, freed when the thread exits): the vector loops'
+ * padding then holds finite leftovers, never uninitialised memory. */
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+typedef struct scratch {
+  float* p;
+  int64_t cap;
+} scratch_t;
+static void scratch_free(void* v) {
+  scratch_t* s = (scratch_t*)v;
+  free(s->p);
+  free(s);
+}
+static void scratch_init(void) { (void)pthread_key_create(&g_scratch_key, scratch_free); }
+static float* thread_scratch(int64_t n) {
+  pthread_once(&g_scratch_once, scratch_init);
+  scratch_t* s = (scratch_t*)pthread_getspecific(g_scratch_key);
+  if (!s) {
+    s = (scratch_t*)calloc(1, sizeof(*s));
+    if (!s || pthread_setspecific(g_scratch_key, s) != 0) {
+      free(s);
+      return NULL;
+    }
+  }
+  if (s->cap < n) {
+    free(s->p);
+    s->p = (float*)calloc((size_t)n, sizeof(float));
+    s->cap = s->p ? n : 0;
+  }
+  return s->p;
+}
 static inline int64_t wmax(int64_t a, int64_t b) { return a > b ? a : b; }
 
 bool tpu_conv_winograd_fits(const tpu_conv_wino_t* w) {
@@ -70,10 +104,19 @@ bool tpu_conv_winograd_fits(const tpu_conv_wino_t* w) {
 #endif
 }
 
-/* U[g][16][co][ci] = G g Gᵀ, g the 3x3 kernel of (group, k, c). */
-static void weight_transform(const tpu_conv_wino_t* w, float* U) {
-  for (int64_t grp = 0; grp < w->groups; ++grp)
-    for (int64_t k = 0; k < w->co; ++k)
+typedef struct wt_job {
+  const tpu_conv_wino_t* w;
+  float* U;
+} wt_job_t;
+
+/* U[g][16][co][ci] = G g Gᵀ, g the 3x3 kernel of (group, k, c), for output
+ * channels (group, k) in [begin, end). */
+static void weight_transform(void* arg, int64_t begin, int64_t end) {
+  const tpu_conv_wino_t* w = ((wt_job_t*)arg)->w;
+  float* U = ((wt_job_t*)arg)->U;
+  for (int64_t gk = begin; gk < end; ++gk) {
+    int64_t grp = gk / w->co, k = gk % w->co;
+    {
       for (int64_t c = 0; c < w->ci; ++c) {
         float g[3][3];
         for (int a = 0; a < 3; ++a)
@@ -97,6 +140,8 @@ static void weight_transform(const tpu_conv_wino_t* w, float* U) {
         float* dst = U + (grp * 16) * w->co * w->ci + k * w->ci + c;
         for (int e = 0; e < 16; ++e) dst[e * w->co * w->ci] = u[e / 4][e % 4];
       }
+    }
+  }
 }
 
 /* Loops over tiles run in whole vectors of WINO_VEC: rows of scratch are
@@ -220,7 +265,7 @@ static void wino_units(void* arg, int64_t begin, int64_t end) {
   const int64_t ld = round_vec(j->rows * tw) + WINO_VEC;
   const int64_t nv = 16 * ci * ld, nm = 16 * co * ld;
   /* zeroed once: the padding the vector loops read is then never uninitialised */
-  float* s = (float*)calloc((size_t)(nv + nm + 2 * mr + 8 * mr + 4 * tr + 64), sizeof(float));
+  float* s = thread_scratch(nv + nm + 2 * mr + 8 * mr + 4 * tr + 64);
   if (!s) {
     atomic_store(&j->failed, 1);
     return;
@@ -252,7 +297,6 @@ static void wino_units(void* arg, int64_t begin, int64_t end) {
       }
     }
   }
-  free(s);
 }
 
 tpu_status_t tpu_conv_winograd(const tpu_conv_wino_t* w) {
@@ -263,7 +307,8 @@ tpu_status_t tpu_conv_winograd(const tpu_conv_wino_t* w) {
   if (w->n == 0) return TPU_OK;
   float* U = (float*)malloc(sizeof(float) * (size_t)(w->groups * 16 * w->co * w->ci + 16));
   if (!U) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "convolution scratch allocation failed");
-  weight_transform(w, U);
+  wt_job_t wt = {w, U};
+  tpu_parallel_for(w->groups * w->co, wmax(1, 2048 / w->ci), weight_transform, &wt);
   j.U = U;
   /* tile rows per unit: about WINO_TILES tiles, fewer while there are under
    * two units per thread */
@@ -348,7 +393,7 @@ static void wino_dw_chunks(void* arg, int64_t begin, int64_t end) {
   const int64_t tr = round_vec(tw), mr = tr + WINO_VEC;
   const int64_t ld = round_vec(j->rows * tw) + WINO_VEC;
   const int64_t nv = 16 * ci * ld, nm = 16 * co * ld, usize = w->groups * 16 * co * ci;
-  float* s = (float*)calloc((size_t)(nv + nm + 2 * mr + 8 * mr + 4 * tr + 64), sizeof(float));
+  float* s = thread_scratch(nv + nm + 2 * mr + 8 * mr + 4 * tr + 64);
   if (!s) {
     atomic_store(&j->failed, 1);
     return;
@@ -382,7 +427,6 @@ static void wino_dw_chunks(void* arg, int64_t begin, int64_t end) {
       }
     }
   }
-  free(s);
 }
 
 /* dw = Gᵀ dU G for output channels (group, k) in [begin, end): dU summed
