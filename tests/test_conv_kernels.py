@@ -70,6 +70,9 @@ CASES = {
                                            dict(padding=2), torch.channels_last),
     "conv_transpose2d_winograd": (F.conv_transpose2d, (2, 16, 7, 9), (16, 24, 3, 3), True,
                                   dict(padding=1), None),
+    # enough tiles for the weight gradient's Winograd sums to split over threads
+    "conv2d_winograd_wide": (F.conv2d, (4, 64, 28, 30), (48, 64, 3, 3), True, dict(padding=1),
+                             None),
     "conv2d_1x1": (F.conv2d, (2, 16, 6, 7), (8, 16, 1, 1), True, {}, None),
     "conv2d_same": (F.conv2d, (1, 3, 8, 8), (4, 3, 4, 3), True, dict(padding="same"), None),
     "conv2d_batchless": (F.conv2d, (3, 7, 7), (2, 3, 3, 3), True, dict(stride=2), None),

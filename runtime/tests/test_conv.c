@@ -69,6 +69,10 @@ static const conv_case_t k_cases[] = {
     {2, 2, 16, 32, 1, {9, 8}, {3, 3}, 1, 1, 1, 0, true, true, F32, TT_CONTIG},
     {2, 1, 32, 16, 1, {5, 6}, {3, 3}, 1, 0, 1, 0, true, false, F32, TT_PADDED},
     {2, 2, 16, 16, 1, {7, 9}, {3, 3}, 1, 1, 1, 0, false, true, TPU_DTYPE_BF16, TT_CONTIG},
+    /* the weight gradient's Winograd units spanning samples, several units
+     * per pool chunk, chunks summed (and with groups) */
+    {2, 4, 32, 32, 1, {24, 24}, {3, 3}, 1, 1, 1, 0, false, true, F32, TT_CONTIG},
+    {2, 3, 32, 32, 2, {18, 17}, {3, 3}, 1, 1, 1, 0, false, false, F32, TT_PADDED},
     /* empty batch */
     {2, 0, 3, 4, 1, {5, 5}, {3, 3}, 1, 1, 1, 0, false, true, F32, TT_CONTIG},
 };

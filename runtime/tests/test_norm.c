@@ -43,6 +43,14 @@ static const norm_case_t k_cases[] = {
     {F32, 2, {0, 8}, 1, TT_CONTIG, true, true, ALL3, false, 1e-5},
     {F32, 1, {9}, 1, TT_CONTIG, true, true, ALL3, false, 0.5},
     {F64, 4, {2, 3, 4, 5}, 3, TT_BROADCAST, true, true, ALL3, false, 1e-5},
+    /* float32 contiguous rows: the float backward path (blocks with column
+     * sums, grad_input alone, column sums alone; row tails past the lanes) */
+    {F32, 2, {600, 333}, 1, TT_CONTIG, true, true, ALL3, false, 1e-5},
+    {F32, 2, {300, 257}, 1, TT_CONTIG, false, false, ALL3, true, 1e-5},
+    {F32, 3, {20, 10, 301}, 1, TT_CONTIG, true, false, {true, false, false}, false, 1e-5},
+    {F32, 2, {512, 96}, 1, TT_CONTIG, false, true, {true, false, false}, true, 1e-5},
+    {F32, 2, {256, 300}, 1, TT_CONTIG, true, true, {false, true, true}, false, 1e-5},
+    {F32, 3, {64, 4, 40}, 2, TT_CONTIG, true, true, ALL3, false, 1e-5},
 };
 
 /* Allocates outputs for `shapes` (contiguous or with gaps) into t/v. */

@@ -20,8 +20,8 @@
  *           copy of dW, summed at the end.
  * A 1x1 window with stride 1 and no padding skips im2col (the image is the
  * column matrix). Float32 3x3 windows with stride and dilation 1 and enough
- * channels run Winograd's F(2x2, 3x3) instead (conv_winograd.c), for CONV_Y
- * and CONV_X alike. Depthwise problems (one image and one grid channel per
+ * channels run Winograd's F(2x2, 3x3) instead (conv_winograd.c), for CONV_Y,
+ * CONV_X and CONV_W alike. Depthwise problems (one image and one grid channel per
  * group) run direct loops over rows instead of GEMMs. Units are spread over
  * tpu_parallel_for; tiny problems stay on one thread.
  *
@@ -473,10 +473,12 @@ static tpu_status_t finish(plan_t* p) {
 }
 
 /* Winograd F(2x2, 3x3) (conv_winograd.c) for float32 2-D 3x3 windows with
- * stride and dilation 1, when it fits; `x_side` picks the CONV_X direction
- * (X from Y: a correlation of Y with the flipped weight, padded by 2 - pad).
- * Returns false (nothing done) when the problem does not qualify. */
-static bool try_winograd(plan_t* p, bool x_side, tpu_status_t* s) {
+ * stride and dilation 1, when it fits, in direction `dir`: CONV_Y (Y from
+ * X), CONV_X (X from Y: a correlation of Y with the flipped weight, padded by
+ * 2 - pad) or CONV_W (dW from X and Y). Returns false (nothing done) when the
+ * problem does not qualify. */
+enum { WINO_Y, WINO_X, WINO_W };
+static bool try_winograd(plan_t* p, int dir, tpu_status_t* s) {
   const conv_geom_t* g = p->g;
   if (!p->f32 || p->half != TPU_DTYPE_INVALID || g->K[0] != 1 || g->K[1] != 3 || g->K[2] != 3 ||
       g->S[0] != 1 || g->G[0] != 1 || g->pad[0] != 0)
@@ -484,8 +486,8 @@ static bool try_winograd(plan_t* p, bool x_side, tpu_status_t* s) {
   for (int d = 1; d < 3; ++d)
     if (g->stride[d] != 1 || g->dil[d] != 1) return false;
   tpu_conv_wino_t w = {.n = g->n, .groups = g->groups, .w = (const float*)p->w,
-                       .bias = (const float*)p->bias, .flip = x_side};
-  if (x_side) {
+                       .bias = (const float*)p->bias, .flip = dir == WINO_X};
+  if (dir == WINO_X) {
     w.ci = g->cy, w.co = g->cx, w.H = g->G[1], w.W = g->G[2], w.Ho = g->S[1], w.Wo = g->S[2];
     w.pad_h = 2 - g->pad[1], w.pad_w = 2 - g->pad[2];
     w.in = (const float*)p->y, w.out = (float*)p->x;
@@ -494,15 +496,16 @@ static bool try_winograd(plan_t* p, bool x_side, tpu_status_t* s) {
     w.pad_h = g->pad[1], w.pad_w = g->pad[2];
     w.in = (const float*)p->x, w.out = (float*)p->y;
   }
+  if (dir == WINO_W) w.w = NULL, w.bias = NULL, w.gout = (const float*)p->y, w.out = (float*)p->w;
   if (!tpu_conv_winograd_fits(&w)) return false;
-  *s = tpu_conv_winograd(&w);
+  *s = dir == WINO_W ? tpu_conv_winograd_dw(&w) : tpu_conv_winograd(&w);
   return true;
 }
 
 static tpu_status_t run_y(plan_t* p) {
   const conv_geom_t* g = p->g;
   tpu_status_t ws;
-  if (try_winograd(p, false, &ws)) return ws;
+  if (try_winograd(p, WINO_Y, &ws)) return ws;
   if (is_depthwise(p)) {
     tpu_parallel_for(g->n * g->groups, grain_for(p->pG * p->pK), dw_y_units, p);
     return finish(p);
@@ -516,7 +519,7 @@ static tpu_status_t run_y(plan_t* p) {
 static tpu_status_t run_x(plan_t* p) {
   const conv_geom_t* g = p->g;
   tpu_status_t ws;
-  if (try_winograd(p, true, &ws)) return ws;
+  if (try_winograd(p, WINO_X, &ws)) return ws;
   if (is_depthwise(p) && p->half == TPU_DTYPE_INVALID) {
     tpu_parallel_for(g->n * g->groups, grain_for(p->pG * p->pK), dw_x_units, p);
     return finish(p);
@@ -533,6 +536,8 @@ static tpu_status_t run_x(plan_t* p) {
 static tpu_status_t run_w(plan_t* p) {
   const conv_geom_t* g = p->g;
   int64_t wsize = g->groups * g->cy * g->cx * p->pK;
+  tpu_status_t ws;
+  if (try_winograd(p, WINO_W, &ws)) return ws;
   if (is_depthwise(p)) {
     tpu_parallel_for(g->groups, grain_for(g->n * p->pG * p->pK), dw_w_units, p);
     return finish(p);

@@ -78,10 +78,18 @@ typedef struct tpu_conv_wino {
   const float *in, *w, *bias;
   float* out;
   bool flip;
+  const float* gout; /* tpu_conv_winograd_dw: the gradient of out (Ho x Wo planes) */
 } tpu_conv_wino_t;
 
 /* Whether the Winograd path takes this problem (sizes where it pays). */
 bool tpu_conv_winograd_fits(const tpu_conv_wino_t* w);
 tpu_status_t tpu_conv_winograd(const tpu_conv_wino_t* w);
+/* The weight gradient of the same convolution (flip false): writes
+ *   dw[g*co + k, c, a, b] = sum over n, y < Ho, x < Wo of
+ *     gout[n, g*co + k, y, x] * in[n, g*ci + c, y - pad_h + a, x - pad_w + b]
+ * into `out` (w, bias and flip unused), from 16 GEMMs per block of tiles in
+ * the Winograd domain (dU = sum over tiles of (A dY Aᵀ) (Bᵀ d B)ᵀ, then
+ * dw = Gᵀ dU G). Same conditions as tpu_conv_winograd_fits. */
+tpu_status_t tpu_conv_winograd_dw(const tpu_conv_wino_t* w);
 
 #endif /* TPU_KERNELS_CONV_H_ */

@@ -19,7 +19,15 @@
  * 16 GEMMs into M[16][co][T] and transforms M into the output, so V and M
  * (T tiles, a few hundred) stay in L2. Scratch is one allocation per pool
  * chunk, reused across its units.
+ *
+ * The weight gradient (tpu_conv_winograd_dw) runs the same input transform
+ * and transforms each 2x2 tile of the output's gradient into dM = A dY Aᵀ
+ * (4x4); per position e, dU[e] (co x ci) += dM[e] (co x T) @ V[e]ᵀ (T x ci)
+ * over the unit's tiles, in a private dU per pool chunk; the chunks' sums
+ * are added in double and dw = Gᵀ dU G. Per tile 16 products of ci x co
+ * instead of im2col's 36.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +52,39 @@
 #endif
 
 static inline int64_t wmin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Scratch of the calling pool thread, kept between calls (grown on demand,
+ * zeroed when allocated, freed when the thread exits): the vector loops'
+ * padding then holds finite leftovers, never uninitialised memory. */
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+typedef struct scratch {
+  float* p;
+  int64_t cap;
+} scratch_t;
+static void scratch_free(void* v) {
+  scratch_t* s = (scratch_t*)v;
+  free(s->p);
+  free(s);
+}
+static void scratch_init(void) { (void)pthread_key_create(&g_scratch_key, scratch_free); }
+static float* thread_scratch(int64_t n) {
+  pthread_once(&g_scratch_once, scratch_init);
+  scratch_t* s = (scratch_t*)pthread_getspecific(g_scratch_key);
+  if (!s) {
+    s = (scratch_t*)calloc(1, sizeof(*s));
+    if (!s || pthread_setspecific(g_scratch_key, s) != 0) {
+      free(s);
+      return NULL;
+    }
+  }
+  if (s->cap < n) {
+    free(s->p);
+    s->p = (float*)calloc((size_t)n, sizeof(float));
+    s->cap = s->p ? n : 0;
+  }
+  return s->p;
+}
 static inline int64_t wmax(int64_t a, int64_t b) { return a > b ? a : b; }
 
 bool tpu_conv_winograd_fits(const tpu_conv_wino_t* w) {
@@ -63,10 +104,19 @@ bool tpu_conv_winograd_fits(const tpu_conv_wino_t* w) {
 #endif
 }
 
-/* U[g][16][co][ci] = G g Gᵀ, g the 3x3 kernel of (group, k, c). */
-static void weight_transform(const tpu_conv_wino_t* w, float* U) {
-  for (int64_t grp = 0; grp < w->groups; ++grp)
-    for (int64_t k = 0; k < w->co; ++k)
+typedef struct wt_job {
+  const tpu_conv_wino_t* w;
+  float* U;
+} wt_job_t;
+
+/* U[g][16][co][ci] = G g Gᵀ, g the 3x3 kernel of (group, k, c), for output
+ * channels (group, k) in [begin, end). */
+static void weight_transform(void* arg, int64_t begin, int64_t end) {
+  const tpu_conv_wino_t* w = ((wt_job_t*)arg)->w;
+  float* U = ((wt_job_t*)arg)->U;
+  for (int64_t gk = begin; gk < end; ++gk) {
+    int64_t grp = gk / w->co, k = gk % w->co;
+    {
       for (int64_t c = 0; c < w->ci; ++c) {
         float g[3][3];
         for (int a = 0; a < 3; ++a)
@@ -90,6 +140,8 @@ static void weight_transform(const tpu_conv_wino_t* w, float* U) {
         float* dst = U + (grp * 16) * w->co * w->ci + k * w->ci + c;
         for (int e = 0; e < 16; ++e) dst[e * w->co * w->ci] = u[e / 4][e % 4];
       }
+    }
+  }
 }
 
 /* Loops over tiles run in whole vectors of WINO_VEC: rows of scratch are
@@ -213,7 +265,7 @@ static void wino_units(void* arg, int64_t begin, int64_t end) {
   const int64_t ld = round_vec(j->rows * tw) + WINO_VEC;
   const int64_t nv = 16 * ci * ld, nm = 16 * co * ld;
   /* zeroed once: the padding the vector loops read is then never uninitialised */
-  float* s = (float*)calloc((size_t)(nv + nm + 2 * mr + 8 * mr + 4 * tr + 64), sizeof(float));
+  float* s = thread_scratch(nv + nm + 2 * mr + 8 * mr + 4 * tr + 64);
   if (!s) {
     atomic_store(&j->failed, 1);
     return;
@@ -245,7 +297,6 @@ static void wino_units(void* arg, int64_t begin, int64_t end) {
       }
     }
   }
-  free(s);
 }
 
 tpu_status_t tpu_conv_winograd(const tpu_conv_wino_t* w) {
@@ -256,7 +307,8 @@ tpu_status_t tpu_conv_winograd(const tpu_conv_wino_t* w) {
   if (w->n == 0) return TPU_OK;
   float* U = (float*)malloc(sizeof(float) * (size_t)(w->groups * 16 * w->co * w->ci + 16));
   if (!U) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "convolution scratch allocation failed");
-  weight_transform(w, U);
+  wt_job_t wt = {w, U};
+  tpu_parallel_for(w->groups * w->co, wmax(1, 2048 / w->ci), weight_transform, &wt);
   j.U = U;
   /* tile rows per unit: about WINO_TILES tiles, fewer while there are under
    * two units per thread */
@@ -269,6 +321,187 @@ tpu_status_t tpu_conv_winograd(const tpu_conv_wino_t* w) {
   int64_t units = w->n * j.nblk, unit_work = 16 * j.rows * j.tw * w->ci * w->co * w->groups;
   tpu_parallel_for(units, unit_work >= (1 << 18) ? 1 : units, wino_units, &j);
   free(U);
+  if (atomic_load(&j.failed))
+    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "convolution scratch allocation failed");
+  return TPU_OK;
+}
+
+/* ---- the weight gradient ------------------------------------------------------------ */
+
+/* Tiles per unit of the weight gradient: its GEMMs sum over tiles (K), so
+ * longer blocks make fewer, larger products; V and dM of a unit stay in L2. */
+#define WINO_DW_TILES 448
+#define WINO_DW_SCRATCH (1 << 20)
+#define WINO_DW_MIN_TILES 64
+
+/* dM[e][t] = (A dY Aᵀ)[e] (e = 4 i + j, stride ms between e) for one output
+ * channel and one tile row: rows oy, oy + 1 (the second 0 at Ho) of plane
+ * dy (Ho x Wo), tile t reading columns 2 t, 2 t + 1 (0 at Wo); writes t <
+ * round_vec(tw), tiles past tw as 0. Y: 4 round_vec(tw) floats. */
+WINO_CLONES static void grad_row(const float* restrict dy, int64_t Ho, int64_t Wo, int64_t oy,
+                                 int64_t tw, float* restrict Y, float* restrict M, int64_t ms) {
+  const int64_t tr = round_vec(tw), full = Wo / 2;
+  for (int r = 0; r < 2; ++r) {
+    float* restrict ye = Y + 2 * r * tr;
+    float* restrict yo = ye + tr;
+    int64_t t = 0;
+    if (oy + r < Ho) {
+      const float* restrict src = dy + (oy + r) * Wo;
+      for (; t < full; ++t) ye[t] = src[2 * t], yo[t] = src[2 * t + 1];
+      if (Wo & 1) ye[t] = src[2 * t], yo[t] = 0.0f, ++t;
+    }
+    for (; t < tr; ++t) ye[t] = yo[t] = 0.0f;
+  }
+  const float* restrict y0e = Y;
+  const float* restrict y0o = Y + tr;
+  const float* restrict y1e = Y + 2 * tr;
+  const float* restrict y1o = Y + 3 * tr;
+  /* A = [1 0; 1 1; 1 -1; 0 -1]: rows i of A dY are dY0, dY0 + dY1,
+   * dY0 - dY1, -dY1; columns j of (A dY) Aᵀ likewise from its two columns */
+  for (int64_t t0 = 0; t0 < tr; t0 += WINO_VEC) {
+    /* one vector of tiles into a local block, then 16 vector stores (the
+     * stores' rows at stride ms could overlap for all the compiler knows) */
+    float blk[16][WINO_VEC];
+    for (int k = 0; k < WINO_VEC; ++k) {
+      int64_t t = t0 + k;
+      float a0 = y0e[t], b0 = y0o[t], a1 = y1e[t], b1 = y1o[t];
+      float re[4] = {a0, a0 + a1, a0 - a1, -a1};
+      float ro[4] = {b0, b0 + b1, b0 - b1, -b1};
+      for (int i = 0; i < 4; ++i) {
+        blk[4 * i][k] = re[i];
+        blk[4 * i + 1][k] = re[i] + ro[i];
+        blk[4 * i + 2][k] = re[i] - ro[i];
+        blk[4 * i + 3][k] = -ro[i];
+      }
+    }
+    for (int e = 0; e < 16; ++e) memcpy(M + e * ms + t0, blk[e], sizeof(blk[e]));
+  }
+}
+
+typedef struct wino_dw_job {
+  const tpu_conv_wino_t* w;
+  int64_t th, tw, rows, units, chunks; /* rows: tile rows per unit, over the batch */
+  float* part; /* per chunk: dU[group][16][co][ci] */
+  atomic_int failed;
+} wino_dw_job_t;
+
+/* Each chunk sums dU over its units (n, block of tile rows) into its own part. */
+static void wino_dw_chunks(void* arg, int64_t begin, int64_t end) {
+  wino_dw_job_t* j = (wino_dw_job_t*)arg;
+  const tpu_conv_wino_t* w = j->w;
+  const int64_t tw = j->tw, ci = w->ci, co = w->co;
+  const int64_t tr = round_vec(tw), mr = tr + WINO_VEC;
+  const int64_t ld = round_vec(j->rows * tw) + WINO_VEC;
+  const int64_t nv = 16 * ci * ld, nm = 16 * co * ld, usize = w->groups * 16 * co * ci;
+  float* s = thread_scratch(nv + nm + 2 * mr + 8 * mr + 4 * tr + 64);
+  if (!s) {
+    atomic_store(&j->failed, 1);
+    return;
+  }
+  float *V = s, *M = V + nv, *P = M + nm, *E = P + 2 * mr, *O = E + 4 * mr, *Y = O + 4 * mr;
+  const int64_t in_plane = w->H * w->W, out_plane = w->Ho * w->Wo;
+  for (int64_t ch = begin; ch < end; ++ch) {
+    float* dU = j->part + ch * usize;
+    int64_t u0 = ch * j->units / j->chunks, u1 = (ch + 1) * j->units / j->chunks;
+    for (int64_t u = u0; u < u1; ++u) {
+      /* the unit's tile rows, numbered over the batch (a unit may span samples) */
+      int64_t gr0 = u * j->rows, nrows = wmin(j->rows, w->n * j->th - gr0), Tn = nrows * tw;
+      for (int64_t grp = 0; grp < w->groups; ++grp) {
+        for (int64_t r = 0; r < nrows; ++r) {
+          int64_t n = (gr0 + r) / j->th, ty = (gr0 + r) % j->th;
+          const float* x = w->in + (n * w->groups + grp) * ci * in_plane;
+          const float* dy = w->gout + (n * w->groups + grp) * co * out_plane;
+          for (int64_t c = 0; c < ci; ++c)
+            input_row(x + c * in_plane, w->H, w->W, 2 * ty - w->pad_h, w->pad_w, tw, mr, P, E, O,
+                      V + c * ld + r * tw, ci * ld);
+          for (int64_t k = 0; k < co; ++k)
+            grad_row(dy + k * out_plane, w->Ho, w->Wo, 2 * ty, tw, Y, M + k * ld + r * tw, co * ld);
+        }
+#ifdef TPU_HAVE_OPENBLAS
+        float* dUg = dU + grp * 16 * co * ci;
+        for (int e = 0; e < 16; ++e)
+          scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)co, (int)ci, (int)Tn,
+                            1.0f, M + e * co * ld, (int)ld, V + e * ci * ld, (int)ld,
+                            u == u0 ? 0.0f : 1.0f, dUg + e * co * ci, (int)ci);
+#endif
+      }
+    }
+  }
+}
+
+/* dw = Gᵀ dU G for output channels (group, k) in [begin, end): dU summed
+ * over the chunks, vectors over c. */
+WINO_CLONES static void wino_dw_finish(void* arg, int64_t begin, int64_t end) {
+  wino_dw_job_t* j = (wino_dw_job_t*)arg;
+  const tpu_conv_wino_t* w = j->w;
+  const int64_t ci = w->ci, co = w->co, usize = w->groups * 16 * co * ci;
+  float* u = (float*)malloc(sizeof(float) * (size_t)(16 * ci));
+  if (!u) {
+    atomic_store(&j->failed, 1);
+    return;
+  }
+  for (int64_t gk = begin; gk < end; ++gk) {
+    int64_t grp = gk / co, k = gk % co;
+    for (int e = 0; e < 16; ++e) {
+      float* restrict ue = u + e * ci;
+      const float* src = j->part + ((grp * 16 + e) * co + k) * ci;
+      memcpy(ue, src, sizeof(float) * (size_t)ci);
+      for (int64_t ch = 1; ch < j->chunks; ++ch) {
+        const float* restrict sc = src + ch * usize;
+        for (int64_t c = 0; c < ci; ++c) ue[c] += sc[c];
+      }
+    }
+    float* restrict dst = w->out + (grp * co + k) * ci * 9;
+    /* G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]: t = dU G, then Gᵀ t */
+    for (int64_t c = 0; c < ci; ++c) {
+      float t[4][3];
+      for (int i = 0; i < 4; ++i) {
+        float u0 = u[(4 * i) * ci + c], u1 = u[(4 * i + 1) * ci + c];
+        float u2 = u[(4 * i + 2) * ci + c], u3 = u[(4 * i + 3) * ci + c];
+        t[i][0] = u0 + 0.5f * (u1 + u2);
+        t[i][1] = 0.5f * (u1 - u2);
+        t[i][2] = 0.5f * (u1 + u2) + u3;
+      }
+      for (int b = 0; b < 3; ++b) {
+        dst[c * 9 + b] = t[0][b] + 0.5f * (t[1][b] + t[2][b]);
+        dst[c * 9 + 3 + b] = 0.5f * (t[1][b] - t[2][b]);
+        dst[c * 9 + 6 + b] = 0.5f * (t[1][b] + t[2][b]) + t[3][b];
+      }
+    }
+  }
+  free(u);
+}
+
+tpu_status_t tpu_conv_winograd_dw(const tpu_conv_wino_t* w) {
+  const int64_t ci = w->ci, co = w->co, usize = w->groups * 16 * co * ci;
+  if (w->n == 0) {
+    memset(w->out, 0, sizeof(float) * (size_t)(w->groups * co * ci * 9));
+    return TPU_OK;
+  }
+  wino_dw_job_t j;
+  memset(&j, 0, sizeof(j));
+  j.w = w;
+  j.th = (w->Ho + 1) / 2, j.tw = (w->Wo + 1) / 2;
+  int64_t threads = tpu_parallel_threads();
+  int64_t tiles = wmax(WINO_DW_MIN_TILES, wmin(WINO_DW_TILES, WINO_DW_SCRATCH / (64 * (ci + co))));
+  int64_t all_rows = w->n * j.th;
+  j.rows = wmin(all_rows, wmax(1, (tiles + j.tw / 2) / j.tw));
+  while (j.rows > 1 && (all_rows + j.rows - 1) / j.rows < 2 * threads &&
+         (j.rows + 1) / 2 * j.tw >= WINO_DW_MIN_TILES)
+    j.rows = (j.rows + 1) / 2;
+  j.units = (all_rows + j.rows - 1) / j.rows;
+  int64_t work = 16 * w->n * j.th * j.tw * ci * co * w->groups;
+  j.chunks = wmax(1, wmin(wmin(threads, j.units), work / (1 << 20)));
+  atomic_init(&j.failed, 0);
+  j.part = (float*)malloc(sizeof(float) * (size_t)(j.chunks * usize + 16));
+  if (!j.part) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "convolution scratch allocation failed");
+  tpu_parallel_for(j.chunks, 1, wino_dw_chunks, &j);
+  if (atomic_load(&j.failed)) {
+    free(j.part);
+    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "convolution scratch allocation failed");
+  }
+  tpu_parallel_for(w->groups * co, wmax(1, 4096 / ci), wino_dw_finish, &j);
+  free(j.part);
   if (atomic_load(&j.failed))
     return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "convolution scratch allocation failed");
   return TPU_OK;

@@ -166,6 +166,7 @@ typedef struct plan {
    * float32 contiguous weight and bias (each may be NULL). */
   bool f32;
   const float *wf, *bf;
+  float* partf;         /* backward_blocks_f32: partial column sums (or NULL) */
 } plan_t;
 
 /* Gathers n elements of row r's block `d` of view v, starting at k. */
@@ -368,6 +369,101 @@ static void backward_blocks(void* arg, int64_t begin, int64_t end) {
   }
 }
 
+/* One row of backward_blocks_f32: grad_input (gi, unless NULL) and the
+ * column sums (dw, db, unless NULL); restrict pointers so the loops
+ * vectorise (inlined into the clones). */
+static inline void bwd_row_f32(const float* restrict x, const float* restrict g,
+                               const float* restrict w, float* restrict gi, float* restrict dw,
+                               float* restrict db, int64_t n, float fm, float fr, float fsg,
+                               float fsgx) {
+  if (gi && w && dw)
+    for (int64_t k = 0; k < n; ++k) {
+      float xhat = (x[k] - fm) * fr;
+      dw[k] += g[k] * xhat;
+      db[k] += g[k];
+      gi[k] = fr * (g[k] * w[k] - fsg - xhat * fsgx);
+    }
+  else if (gi && w)
+    for (int64_t k = 0; k < n; ++k) gi[k] = fr * (g[k] * w[k] - fsg - (x[k] - fm) * fr * fsgx);
+  else if (gi && dw)
+    for (int64_t k = 0; k < n; ++k) {
+      float xhat = (x[k] - fm) * fr;
+      dw[k] += g[k] * xhat;
+      db[k] += g[k];
+      gi[k] = fr * (g[k] - fsg - xhat * fsgx);
+    }
+  else if (gi)
+    for (int64_t k = 0; k < n; ++k) gi[k] = fr * (g[k] - fsg - (x[k] - fm) * fr * fsgx);
+  else
+    for (int64_t k = 0; k < n; ++k) {
+      dw[k] += g[k] * ((x[k] - fm) * fr);
+      db[k] += g[k];
+    }
+}
+
+/* The float32 fast path of backward_blocks (p->partf: float partial column
+ * sums per block, or NULL when only grad_input is asked): x, grad_out and
+ * grad_input rows contiguous float32, weight contiguous float32 (p->wf) or
+ * absent. Per row, sum(gw) and sum(gw * (x - mean)) in BWD_LANES float
+ * lanes added in double; grad_input and the column sums in float (PyTorch
+ * CPU's float32 backward also sums in float). Built for AVX-512 and AVX2 as
+ * well (VM_SIMD_CLONES). */
+enum { BWD_LANES = 32 };
+VM_SIMD_CLONES static void backward_blocks_f32(void* arg, int64_t begin, int64_t end) {
+  const plan_t* p = (const plan_t*)arg;
+  const norm_args_t* a = p->a;
+  const float* w = p->wf;
+  int64_t offs[NUM_V], n = a->n;
+  for (int64_t blk = begin; blk < end; ++blk) {
+    float* dw = p->partf ? p->partf + blk * 2 * n : NULL;
+    float* db = dw ? dw + n : NULL;
+    int64_t r1 = (blk + 1) * p->block < a->m ? (blk + 1) * p->block : a->m;
+    for (int64_t r = blk * p->block; r < r1; ++r) {
+      walk_offsets(&p->rows, p->rows.ndim, r, offs);
+      const float* x = (const float*)view_at(a->x, offs[V_X]);
+      const float* g = (const float*)view_at(a->g, offs[V_G]);
+      const float fm = (float)p->mean[r], fr = (float)p->rstd[r];
+      if (a->mask[0]) {
+        float* gi = (float*)view_at(p->out[0], offs[V_OUT]);
+        float s1[BWD_LANES] = {0}, s2[BWD_LANES] = {0};
+        double sg = 0.0, sgx = 0.0;
+        int64_t i = 0;
+        if (w)
+          for (; i + BWD_LANES <= n; i += BWD_LANES)
+            for (int l = 0; l < BWD_LANES; ++l) {
+              float gw = g[i + l] * w[i + l];
+              s1[l] += gw;
+              s2[l] += gw * (x[i + l] - fm);
+            }
+        else
+          for (; i + BWD_LANES <= n; i += BWD_LANES)
+            for (int l = 0; l < BWD_LANES; ++l) {
+              s1[l] += g[i + l];
+              s2[l] += g[i + l] * (x[i + l] - fm);
+            }
+        for (; i < n; ++i) {
+          float gw = w ? g[i] * w[i] : g[i];
+          sg += gw;
+          sgx += (double)gw * (double)(x[i] - fm);
+        }
+        for (int l = 0; l < BWD_LANES; ++l) sg += s1[l], sgx += s2[l];
+        const float fsg = a->impl->rms ? 0.0f : (float)(sg / (double)n);
+        const float fsgx = (float)(sgx * p->rstd[r] / (double)n);
+        bwd_row_f32(x, g, w, gi, dw, db, n, fm, fr, fsg, fsgx);
+      } else if (dw) {
+        bwd_row_f32(x, g, NULL, NULL, dw, db, n, fm, fr, 0.0f, 0.0f);
+      }
+    }
+  }
+}
+
+/* Whether backward can take backward_blocks_f32 (see there). */
+static bool f32_backward(const plan_t* p) {
+  const norm_args_t* a = p->a;
+  return f32_rows(a->x, a->axis) && f32_rows(a->g, a->axis) &&
+         (!a->mask[0] || f32_rows(p->out[0], a->axis)) && (!a->w || f32_rows(a->w, 0));
+}
+
 /* grad_weight / grad_bias for column blocks [begin, end) (of COLS columns). */
 static void grad_param_cols(void* arg, int64_t begin, int64_t end) {
   const plan_t* p = (const plan_t*)arg;
@@ -425,6 +521,42 @@ static tpu_status_t gather_stats(plan_t* p) {
   return TPU_OK;
 }
 
+/* Backward by backward_blocks_f32: with the column sums, blocks of rows
+ * (4 per thread) with their float partial sums, added up in double
+ * afterwards; grad_input alone, blocks of `grain` rows. */
+static tpu_status_t backward_f32(plan_t* p, bool params, int threads, int64_t grain) {
+  const norm_args_t* a = p->a;
+  p->wf = a->w ? (const float*)tpu_view_ptr(a->w) : NULL;
+  if (!params) {
+    p->block = grain;
+    p->nblocks = (a->m + grain - 1) / grain;
+    tpu_parallel_for(p->nblocks, 1, backward_blocks_f32, p);
+    return TPU_OK;
+  }
+  p->nblocks = 4 * threads < a->m ? 4 * threads : a->m;
+  p->block = (a->m + p->nblocks - 1) / p->nblocks;
+  p->nblocks = (a->m + p->block - 1) / p->block;
+  p->partf = (float*)calloc((size_t)(p->nblocks * 2 * a->n), sizeof(float));
+  double* sum = (double*)calloc((size_t)(2 * a->n), sizeof(double));
+  tpu_status_t s = TPU_OK;
+  if (!p->partf || !sum) {
+    s = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "no host memory for layer_norm");
+  } else {
+    tpu_parallel_for(p->nblocks, 1, backward_blocks_f32, p);
+    for (int64_t b = 0; b < p->nblocks; ++b)
+      for (int64_t i = 0; i < 2 * a->n; ++i) sum[i] += p->partf[b * 2 * a->n + i];
+    if (a->mask[1])
+      walk_scatter(tpu_view_ptr(p->out[1]), p->out[1]->dtype, &p->wd, 0, sum, TPU_DTYPE_F64, a->n);
+    if (a->mask[2])
+      walk_scatter(tpu_view_ptr(p->out[2]), p->out[2]->dtype, &p->bd, 0, sum + a->n, TPU_DTYPE_F64,
+                   a->n);
+  }
+  free(p->partf);
+  free(sum);
+  p->partf = NULL;
+  return s;
+}
+
 static tpu_status_t norm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                 tpu_exec_ctx_t* ctx) {
   norm_args_t a;
@@ -478,7 +610,10 @@ static tpu_status_t norm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   /* Enough rows: one pass over blocks of rows with partial column sums;
    * else grad_input by rows and the column sums by column blocks. */
   int threads = tpu_parallel_threads();
-  if (s == TPU_OK && params && a.m >= 2 * threads && a.m * a.n >= 65536) {
+  bool by_blocks = params && a.m >= 2 * threads && a.m * a.n >= 65536;
+  if (s == TPU_OK && backward && (by_blocks || (!params && a.mask[0])) && f32_backward(&p)) {
+    s = backward_f32(&p, params, threads, grain);
+  } else if (s == TPU_OK && by_blocks) {
     p.nblocks = 4 * threads < a.m ? 4 * threads : a.m;
     p.block = (a.m + p.nblocks - 1) / p.nblocks;
     p.nblocks = (a.m + p.block - 1) / p.block;
