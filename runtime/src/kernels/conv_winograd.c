@@ -249,6 +249,28 @@ WINO_CLONES static void output_row(const float* restrict M, int64_t ms, int64_t 
   }
 }
 
+/* One unit's scratch (the calling thread's, zeroed once: the padding the
+ * vector loops read is never uninitialised): V (16 x ci rows) and M (16 x co
+ * rows) of ld floats, ld covering `rows` tile rows of tw tiles plus a vector
+ * of slack; the input-row buffers P (2 mr), E and O (4 mr each) and T
+ * (4 round_vec(tw): output_row's tmp, or grad_row's rows). NULL when out of
+ * memory. */
+typedef struct wino_scratch {
+  float *V, *M, *P, *E, *O, *T;
+  int64_t mr, ld;
+} wino_scratch_t;
+
+static bool wino_scratch(const tpu_conv_wino_t* w, int64_t tw, int64_t rows, wino_scratch_t* out) {
+  const int64_t tr = round_vec(tw), mr = tr + WINO_VEC, ld = round_vec(rows * tw) + WINO_VEC;
+  const int64_t nv = 16 * w->ci * ld, nm = 16 * w->co * ld;
+  float* s = thread_scratch(nv + nm + 2 * mr + 8 * mr + 4 * tr + 64);
+  if (!s) return false;
+  out->V = s, out->M = s + nv, out->P = out->M + nm, out->E = out->P + 2 * mr;
+  out->O = out->E + 4 * mr, out->T = out->O + 4 * mr;
+  out->mr = mr, out->ld = ld;
+  return true;
+}
+
 typedef struct wino_job {
   const tpu_conv_wino_t* w;
   const float* U;
@@ -260,17 +282,13 @@ static void wino_units(void* arg, int64_t begin, int64_t end) {
   wino_job_t* j = (wino_job_t*)arg;
   const tpu_conv_wino_t* w = j->w;
   const int64_t tw = j->tw, ci = w->ci, co = w->co;
-  const int64_t tr = round_vec(tw), mr = tr + WINO_VEC;
-  /* rows of V and M: the unit's tiles plus a vector of slack */
-  const int64_t ld = round_vec(j->rows * tw) + WINO_VEC;
-  const int64_t nv = 16 * ci * ld, nm = 16 * co * ld;
-  /* zeroed once: the padding the vector loops read is then never uninitialised */
-  float* s = thread_scratch(nv + nm + 2 * mr + 8 * mr + 4 * tr + 64);
-  if (!s) {
+  wino_scratch_t sc;
+  if (!wino_scratch(w, tw, j->rows, &sc)) {
     atomic_store(&j->failed, 1);
     return;
   }
-  float *V = s, *M = V + nv, *P = M + nm, *E = P + 2 * mr, *O = E + 4 * mr, *tmp = O + 4 * mr;
+  float *V = sc.V, *M = sc.M, *P = sc.P, *E = sc.E, *O = sc.O, *tmp = sc.T;
+  const int64_t mr = sc.mr, ld = sc.ld;
   const int64_t in_plane = w->H * w->W, out_plane = w->Ho * w->Wo;
   for (int64_t u = begin; u < end; ++u) {
     int64_t n = u / j->nblk, ty0 = (u % j->nblk) * j->rows;
@@ -389,16 +407,14 @@ typedef struct wino_dw_job {
 static void wino_dw_chunks(void* arg, int64_t begin, int64_t end) {
   wino_dw_job_t* j = (wino_dw_job_t*)arg;
   const tpu_conv_wino_t* w = j->w;
-  const int64_t tw = j->tw, ci = w->ci, co = w->co;
-  const int64_t tr = round_vec(tw), mr = tr + WINO_VEC;
-  const int64_t ld = round_vec(j->rows * tw) + WINO_VEC;
-  const int64_t nv = 16 * ci * ld, nm = 16 * co * ld, usize = w->groups * 16 * co * ci;
-  float* s = thread_scratch(nv + nm + 2 * mr + 8 * mr + 4 * tr + 64);
-  if (!s) {
+  const int64_t tw = j->tw, ci = w->ci, co = w->co, usize = w->groups * 16 * co * ci;
+  wino_scratch_t sc;
+  if (!wino_scratch(w, tw, j->rows, &sc)) {
     atomic_store(&j->failed, 1);
     return;
   }
-  float *V = s, *M = V + nv, *P = M + nm, *E = P + 2 * mr, *O = E + 4 * mr, *Y = O + 4 * mr;
+  float *V = sc.V, *M = sc.M, *P = sc.P, *E = sc.E, *O = sc.O, *Y = sc.T;
+  const int64_t mr = sc.mr, ld = sc.ld;
   const int64_t in_plane = w->H * w->W, out_plane = w->Ho * w->Wo;
   for (int64_t ch = begin; ch < end; ++ch) {
     float* dU = j->part + ch * usize;
