@@ -132,11 +132,8 @@ tpu_status_t tpu_defer_record(tpu_stream_t* stream, tpu_graph_t* graph) {
   pthread_mutex_lock(&pd->mu);
   tpu_status_t s = TPU_OK;
   int32_t n = tpu_graph_node_count(graph);
-  /* Cut before a heavy node: the nodes recorded so far start running. */
-  if (pd->graph && n > 0 && pipeline() &&
-      (tpu_op_def(tpu_graph_node(graph, 0)->op)->flags & TPU_OP_HEAVY))
-    s = flush_locked(stream, TPU_FLUSH_PIPELINE, NULL);
-  if (s == TPU_OK && !pd->graph) s = tpu_graph_create(&pd->graph);
+  bool heavy = n > 0 && (tpu_op_def(tpu_graph_node(graph, n - 1)->op)->flags & TPU_OP_HEAVY);
+  if (!pd->graph) s = tpu_graph_create(&pd->graph);
   for (int32_t i = 0; i < n && s == TPU_OK; ++i) {
     const tpu_node_t* node = tpu_graph_node(graph, i);
     s = tpu_graph_add_node(pd->graph, node->op, node->inputs, node->num_inputs, node->outputs,
@@ -147,7 +144,10 @@ tpu_status_t tpu_defer_record(tpu_stream_t* stream, tpu_graph_t* graph) {
     pthread_mutex_lock(&g_stats.mu);
     g_stats.m.nodes_recorded += n;
     pthread_mutex_unlock(&g_stats.mu);
-    if (tpu_graph_node_count(pd->graph) >= max_nodes())
+    /* Cut after a heavy node: it starts running, with what was recorded
+     * before it, while the program records on. */
+    if (heavy && pipeline()) s = flush_locked(stream, TPU_FLUSH_PIPELINE, NULL);
+    else if (tpu_graph_node_count(pd->graph) >= max_nodes())
       s = flush_locked(stream, TPU_FLUSH_SIZE_LIMIT, NULL);
   }
   pthread_mutex_unlock(&pd->mu);

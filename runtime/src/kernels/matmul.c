@@ -14,9 +14,11 @@
  * (which may be any strided view).
  *
  * Threading: OpenBLAS is set to one thread and the compute pool runs units
- * (whole matrices of a batch, or row blocks of C when the batch is smaller
- * than twice the thread count), so GEMMs share the pool's thread budget with
- * every other kernel and tiny problems stay on one thread. bool is not
+ * (whole matrices of a batch, or blocks of C's rows, and then of its columns,
+ * when the batch is smaller than twice the thread count: a decode step's one
+ * row times the vocabulary projection splits by columns), so GEMMs share the
+ * pool's thread budget with every other kernel and tiny problems stay on one
+ * thread. bool is not
  * supported (as in PyTorch's CPU kernels): the check falls back.
  */
 #include "matmul.h"
@@ -36,6 +38,7 @@
  * block of a large matrix gets. */
 #define MM_SMALL_WORK (1 << 18)
 #define MM_BLOCK_WORK (1 << 16)
+#define MM_MIN_COLS 64 /* the narrowest column block */
 
 /* ---- shapes ----------------------------------------------------------------- */
 
@@ -257,23 +260,28 @@ static void igemm(const igemm_job_t* j) {
 
 /* ---- plan and execution ------------------------------------------------------ */
 
-/* A node runs as units: row blocks of one batch's C, spread over the pool. */
+/* A node runs as units: blocks of one batch's C (row blocks, each split
+ * into column blocks), spread over the pool. */
 typedef struct mm_plan {
   mm_problem_t p;
   tpu_dtype_t work;     /* what the GEMM reads and writes: F32, F64 or I64 */
   gemm_fn gemm;         /* NULL: the integer loop */
   bool c_direct;        /* BLAS may write `out` in place (dtype, no overlap) */
   bool bias_is_c;       /* in-place form: the bias already sits in C */
-  int64_t rows, blocks; /* rows of C per unit, units per batch */
+  int64_t rows, blocks; /* rows of C per unit, row blocks per batch */
+  int64_t cols, cblocks; /* columns of C per unit, column blocks per row block */
   atomic_int failed;    /* a unit's scratch allocation failed */
 } mm_plan_t;
 
-/* Rows [i0, i0 + m) of batch `bi` of a 3-D operand, as a 2-D view. */
-static tpu_view_t block2d(const tpu_view_t* v, int64_t bi, int64_t i0, int64_t m) {
+/* Rows [i0, i0 + m) and columns [j0, j0 + n) of batch `bi` of a 3-D
+ * operand, as a 2-D view. */
+static tpu_view_t block2d(const tpu_view_t* v, int64_t bi, int64_t i0, int64_t m, int64_t j0,
+                          int64_t n) {
   tpu_view_t r = *v;
-  r.addr = (uint64_t)(uintptr_t)view_at(v, bi * v->strides[0] + i0 * v->strides[1]);
+  r.addr = (uint64_t)(uintptr_t)view_at(
+      v, bi * v->strides[0] + i0 * v->strides[1] + j0 * v->strides[2]);
   r.ndim = 2;
-  r.sizes[0] = m, r.sizes[1] = v->sizes[2];
+  r.sizes[0] = m, r.sizes[1] = n;
   r.strides[0] = v->strides[1], r.strides[1] = v->strides[2];
   return r;
 }
@@ -316,39 +324,41 @@ static const void* factor(const mm_plan_t* pl, const tpu_view_t* v, mm_buf_t* bu
 /* Computes unit `u`; false when scratch could not be allocated. */
 static bool run_unit(const mm_plan_t* pl, int64_t u, mm_buf_t bufs[3]) {
   const mm_problem_t* p = &pl->p;
-  int64_t bi = u / pl->blocks, i0 = (u % pl->blocks) * pl->rows;
+  int64_t per_batch = pl->blocks * pl->cblocks, bi = u / per_batch;
+  int64_t i0 = (u % per_batch) / pl->cblocks * pl->rows, j0 = u % pl->cblocks * pl->cols;
   int64_t m = p->m - i0 < pl->rows ? p->m - i0 : pl->rows;
-  if (m <= 0) return true;
+  int64_t n = p->n - j0 < pl->cols ? p->n - j0 : pl->cols;
+  if (m <= 0 || n <= 0) return true;
   bool ta, tb, tc = false;
   int lda, ldb;
   int64_t ldc = 1;
-  tpu_view_t av = block2d(&p->a, bi, i0, m), bv = block2d(&p->b, bi, 0, p->k);
-  tpu_view_t out = block2d(&p->c, bi, i0, m), c = out;
+  tpu_view_t av = block2d(&p->a, bi, i0, m, 0, p->k), bv = block2d(&p->b, bi, 0, p->k, j0, n);
+  tpu_view_t out = block2d(&p->c, bi, i0, m, j0, n), c = out;
   const void* a = factor(pl, &av, &bufs[0], &ta, &lda);
   const void* b = factor(pl, &bv, &bufs[1], &tb, &ldb);
   if (!a || !b) return false;
-  bool direct = pl->c_direct && blas_layout(m, p->n, out.strides[0], out.strides[1], &tc, &ldc);
+  bool direct = pl->c_direct && blas_layout(m, n, out.strides[0], out.strides[1], &tc, &ldc);
   if (!direct) {
-    void* cp = buf_get(&bufs[2], m * p->n, pl->work);
+    void* cp = buf_get(&bufs[2], m * n, pl->work);
     if (!cp) return false;
     c = view_of(cp, pl->work, 2, out.sizes);
-    ldc = p->n > 1 ? p->n : 1;
+    ldc = n > 1 ? n : 1;
     tc = false;
   }
   if (p->has_bias && !(direct && pl->bias_is_c)) {
-    tpu_view_t bias = block2d(&p->bias, bi, i0, m);
+    tpu_view_t bias = block2d(&p->bias, bi, i0, m, j0, n);
     view_copy(&c, &bias);
   }
   if (pl->gemm) {
     double beta = p->has_bias ? p->beta : 0.0;
     if (tc) /* C column-major: C^T = B^T A^T */
-      pl->gemm(!tb, !ta, (int)p->n, (int)m, (int)p->k, p->alpha, b, ldb, a, lda, beta,
+      pl->gemm(!tb, !ta, (int)n, (int)m, (int)p->k, p->alpha, b, ldb, a, lda, beta,
                tpu_view_ptr(&c), (int)ldc);
     else
-      pl->gemm(ta, tb, (int)m, (int)p->n, (int)p->k, p->alpha, a, lda, b, ldb, beta,
+      pl->gemm(ta, tb, (int)m, (int)n, (int)p->k, p->alpha, a, lda, b, ldb, beta,
                tpu_view_ptr(&c), (int)ldc);
   } else {
-    igemm_job_t j = {m, p->n, p->k, a, b, tpu_view_ptr(&c), p->ialpha, p->has_bias ? p->ibeta : 0};
+    igemm_job_t j = {m, n, p->k, a, b, tpu_view_ptr(&c), p->ialpha, p->has_bias ? p->ibeta : 0};
     igemm(&j);
   }
   if (!direct) view_copy(&out, &c);
@@ -371,16 +381,24 @@ static bool fits_blas(const mm_problem_t* p) {
 }
 
 /* Splits the batch into units: whole matrices when there are enough, else
- * row blocks (at least MM_BLOCK_WORK multiply-adds each) for 2 per thread. */
+ * row blocks and then column blocks (at least MM_BLOCK_WORK multiply-adds
+ * and MM_MIN_COLS columns each) for 2 per thread. */
 static void partition(mm_plan_t* pl) {
   const mm_problem_t* p = &pl->p;
-  int64_t threads = tpu_parallel_threads(), work = p->m * p->n * (p->k > 0 ? p->k : 1);
-  int64_t blocks = p->batch < 2 * threads ? (2 * threads + p->batch - 1) / p->batch : 1;
+  int64_t want = 2 * tpu_parallel_threads(), work = p->m * p->n * (p->k > 0 ? p->k : 1);
+  int64_t blocks = p->batch < want ? (want + p->batch - 1) / p->batch : 1;
   if (blocks > work / MM_BLOCK_WORK) blocks = work / MM_BLOCK_WORK;
   if (blocks > p->m) blocks = p->m;
   if (blocks < 1) blocks = 1;
   pl->rows = (p->m + blocks - 1) / blocks;
   pl->blocks = (p->m + pl->rows - 1) / pl->rows;
+  int64_t units = p->batch * pl->blocks;
+  int64_t cblocks = units < want ? (want + units - 1) / units : 1;
+  if (cblocks > work / MM_BLOCK_WORK / pl->blocks) cblocks = work / MM_BLOCK_WORK / pl->blocks;
+  if (cblocks > p->n / MM_MIN_COLS) cblocks = p->n / MM_MIN_COLS;
+  if (cblocks < 1) cblocks = 1;
+  pl->cols = (p->n + cblocks - 1) / cblocks;
+  pl->cblocks = (p->n + pl->cols - 1) / pl->cols;
 }
 
 static tpu_status_t matmul_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
@@ -409,8 +427,9 @@ static tpu_status_t matmul_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
   pl.bias_is_c = p->has_bias && views_same(&p->bias, &p->c);
   atomic_init(&pl.failed, 0);
   partition(&pl);
-  int64_t unit_work = pl.rows * p->n * (p->k > 0 ? p->k : 1);
-  tpu_parallel_for(p->batch * pl.blocks, unit_work >= MM_SMALL_WORK ? 1 : MM_SMALL_WORK / unit_work,
+  int64_t unit_work = pl.rows * pl.cols * (p->k > 0 ? p->k : 1);
+  tpu_parallel_for(p->batch * pl.blocks * pl.cblocks,
+                   unit_work >= MM_SMALL_WORK ? 1 : MM_SMALL_WORK / unit_work,
                    run_units, &pl);
   if (atomic_load(&pl.failed))
     return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matmul scratch allocation failed");
