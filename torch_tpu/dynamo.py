@@ -9,7 +9,8 @@ decompositions minus every op the runtime runs natively, so ``gelu``,
 Each ATen graph is lowered into the runtime's graph IR by running it under
 DEFER_AND_FUSE on the calling thread: every ATen call becomes one node of the
 stream's pending graph (the same nodes strict eager submits one at a time),
-and the whole graph is flushed once at its end into the fusion compiler, whose
+and the whole graph is flushed at its end (and after each GEMM, convolution
+or attention, which then start running) into the fusion compiler, whose
 programs are cached by structure (never by sizes), so one compiled graph
 serves every size of a dynamic dimension without a recompile. There is one
 graph IR and one fusion compiler for DEFER_AND_FUSE and compiled mode.

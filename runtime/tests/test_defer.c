@@ -123,28 +123,35 @@ static void strict_then_deferred(program_fn program, int64_t rows, int64_t cols,
   tpu_defer_set_thread(-1);
 }
 
+/* Shapes of the chain: several tiles with a ragged last one; rows longer
+ * than a block of the direct path (exec.c), with a ragged last block; rows
+ * too short for it (the node-by-node path); one long row split into tiles. */
+static const int64_t k_chain_shapes[][2] = {{67, 301}, {5, 1300}, {3000, 7}, {1, 70001}};
+
 TEST(defer_fused_chain_matches_strict_and_elides) {
-  enum { ROWS = 67, COLS = 301 }; /* several tiles, a ragged last one */
-  float *hx, *hb, *strict, *fused;
-  strict_then_deferred(chain, ROWS, COLS, 1, &hx, &hb, &strict, &fused);
-  for (int64_t i = 0; i < ROWS * COLS; ++i) {
-    float want = hx[i] * 2 + hb[i % COLS];
-    want = (want < 0 ? 0 : want) - hx[i];
-    CHECK_NEAR(strict[i], want, 1e-6);
-    CHECK(fused[i] == strict[i]);
+  for (size_t c = 0; c < sizeof(k_chain_shapes) / sizeof(k_chain_shapes[0]); ++c) {
+    const int64_t rows = k_chain_shapes[c][0], cols = k_chain_shapes[c][1];
+    float *hx, *hb, *strict, *fused;
+    strict_then_deferred(chain, rows, cols, 1, &hx, &hb, &strict, &fused);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      float want = hx[i] * 2 + hb[i % cols];
+      want = (want < 0 ? 0 : want) - hx[i];
+      CHECK_NEAR(strict[i], want, 1e-6);
+      CHECK(fused[i] == strict[i]);
+    }
+    tpu_defer_metrics_t m;
+    tpu_defer_get_metrics(&m);
+    CHECK(m.flushes == 1);
+    CHECK(m.flushes_by_reason[TPU_FLUSH_COPY_TO_HOST] == 1);
+    CHECK(m.nodes_recorded == 4);
+    CHECK(m.fused_kernels == 1 && m.fused_nodes == 4);
+    CHECK(m.elided_buffers == 3);
+    CHECK(m.elided_bytes == 3 * rows * cols * 4);
+    free(hx);
+    free(hb);
+    free(strict);
+    free(fused);
   }
-  tpu_defer_metrics_t m;
-  tpu_defer_get_metrics(&m);
-  CHECK(m.flushes == 1);
-  CHECK(m.flushes_by_reason[TPU_FLUSH_COPY_TO_HOST] == 1);
-  CHECK(m.nodes_recorded == 4);
-  CHECK(m.fused_kernels == 1 && m.fused_nodes == 4);
-  CHECK(m.elided_buffers == 3);
-  CHECK(m.elided_bytes == 3 * ROWS * COLS * 4);
-  free(hx);
-  free(hb);
-  free(strict);
-  free(fused);
 }
 
 TEST(defer_programs_are_cached_by_structure_not_size) {

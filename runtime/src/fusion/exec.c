@@ -6,17 +6,30 @@
  * to the next, so a tile's intermediates are still in cache when the next
  * node reads them, and those held in scratch slots never reach device
  * memory. Tiles are spread over the compute pool; the kernels' own
- * parallel loops then run serially inside each tile. */
+ * parallel loops then run serially inside each tile.
+ *
+ * The direct path: a tiled group of float32 elementwise ops whose memory
+ * operands run with unit stride along the last dim calls the ops' tile
+ * functions itself, in blocks of DIRECT_BLOCK elements along each tile row,
+ * its intermediates in block-sized slots. Every value then stays in L1, and
+ * the loads and stores of memory operands interleave with the arithmetic,
+ * so the hardware streams memory while the group computes (run node by
+ * node over a whole tile, a memory-bound node and a compute-bound one take
+ * turns). The node-by-node path stays for every other group, and for
+ * groups whose plans fail (it reports their errors). */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fusion/analysis.h"
+#include "kernels/elementwise.h"
 #include "tpu/ops.h"
 
 #define TILE_ELEMENTS 8192
 #define MAX_NODE_INPUTS 16
 #define MAX_NODE_OUTPUTS 4
+#define DIRECT_BLOCK 512
+#define DIRECT_MIN_ROW 64 /* shorter tile rows take the node-by-node path */
 
 typedef struct tiling {
   int32_t ndim;
@@ -126,6 +139,27 @@ static void scratch_like(const tpu_view_t* shape, void* base, tpu_view_t* out) {
   tpu_view_set_contiguous(out);
 }
 
+/* A node of a group on the direct path: its tile function and parameters,
+ * and per input the float32 value of a number (scalar_slot >= 0). */
+typedef struct direct_node {
+  tpu_ew_tile_fn fn;
+  tpu_ew_params_t params;
+  int32_t scalar_slot[TPU_EW_MAX_INPUTS];
+  float scalar[TPU_EW_MAX_INPUTS];
+} direct_node_t;
+
+/* The direct path: on unless TORCH_TPU_FUSION_DIRECT=0 (for comparisons). */
+static bool direct_enabled(void) {
+  static atomic_int on = -1;
+  int v = atomic_load(&on);
+  if (v < 0) {
+    const char* env = getenv("TORCH_TPU_FUSION_DIRECT");
+    v = !(env && strcmp(env, "0") == 0);
+    atomic_store(&on, v);
+  }
+  return v == 1;
+}
+
 typedef struct tiled_run {
   const tpu_program_t* program;
   const tpu_program_group_t* group;
@@ -134,6 +168,9 @@ typedef struct tiled_run {
   tiling_t tiling;
   int64_t slot_bytes; /* per scratch slot */
   uint32_t row_inputs[TPU_FUSION_MAX_GROUP]; /* row groups: per node, its `rows` mask */
+  bool direct;                                /* the direct path (see the top) */
+  int32_t scalars;                            /* number slots of the direct path */
+  direct_node_t dn[TPU_FUSION_MAX_GROUP];
   _Atomic(tpu_status_t) error;
 } tiled_run_t;
 
@@ -205,11 +242,138 @@ static tpu_status_t run_tile(tiled_run_t* r, const tile_t* tile, uint8_t* scratc
   return TPU_OK;
 }
 
+/* ---- the direct path ------------------------------------------------------------ */
+
+/* Whether a memory operand is read (or written) in place by the direct
+ * path: float32, unit stride along the tiling's last dim, which it spans. */
+static bool direct_view(const tiling_t* t, const tpu_view_t* v) {
+  return v->dtype == TPU_DTYPE_F32 && v->ndim >= 1 && v->ndim <= t->ndim &&
+         v->sizes[v->ndim - 1] == t->sizes[t->ndim - 1] && v->strides[v->ndim - 1] == 1;
+}
+
+/* Decides whether the group takes the direct path, filling r->dn. */
+static bool direct_plan(tiled_run_t* r) {
+  const tpu_program_t* p = r->program;
+  const tiling_t* t = &r->tiling;
+  if (t->ndim < 1 || t->sizes[t->ndim - 1] < DIRECT_MIN_ROW) return false;
+  r->scalars = 0;
+  for (int32_t i = r->group->first; i < r->group->first + r->group->count; ++i) {
+    const tpu_node_t* node = tpu_graph_node(r->graph, i);
+    const tpu_op_def_t* def = tpu_op_def(node->op);
+    if (def->kernel != tpu_ew_kernel || node->num_outputs != 1 ||
+        node->num_inputs > TPU_EW_MAX_INPUTS)
+      return false;
+    tpu_ew_plan_t plan;
+    tpu_status_t s = tpu_ew_plan(def, node, &plan);
+    if (s != TPU_OK) {
+      tpu_status_free(s);
+      return false;
+    }
+    if (plan.ct != TPU_COMPUTE_F32 || plan.common != TPU_DTYPE_F32 ||
+        plan.result != TPU_DTYPE_F32 || plan.impl->bool_in ||
+        (plan.impl->flags & TPU_EW_VALUE_0DIM) || !plan.fn)
+      return false;
+    if (p->out_slot[p->out_base[i]] < 0 && !direct_view(t, &node->outputs[0])) return false;
+    direct_node_t* d = &r->dn[i - r->group->first];
+    d->fn = plan.fn;
+    d->params = plan.params;
+    for (int32_t k = 0; k < TPU_EW_MAX_INPUTS; ++k) d->scalar_slot[k] = -1;
+    for (int32_t k = 0; k < node->num_inputs; ++k) {
+      const tpu_value_t* v = &node->inputs[k];
+      if (v->kind == TPU_VALUE_SCALAR) {
+        uint64_t storage = 0;
+        tpu_view_t one;
+        tpu_value_to_view(v, TPU_DTYPE_F32, &storage, &one);
+        memcpy(&d->scalar[k], tpu_view_ptr(&one), sizeof(float));
+        d->scalar_slot[k] = r->scalars++;
+      } else if (v->kind == TPU_VALUE_VIEW) {
+        if (p->in_slot[p->in_base[i] + k] < 0 && !direct_view(t, &v->u.view)) return false;
+        /* Partial overlap with the output is an error the kernel reports. */
+        if (tpu_views_may_overlap(&v->u.view, &node->outputs[0]) &&
+            !tpu_fusion_same_view(&v->u.view, &node->outputs[0]))
+          return false;
+      } else if (v->kind != TPU_VALUE_NONE) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+/* Runs one tile on the direct path. `slots` holds the group's scratch slots
+ * and then its number slots, DIRECT_BLOCK floats each. */
+static tpu_status_t run_tile_direct(tiled_run_t* r, const tile_t* tile, float* slots) {
+  const tpu_program_t* p = r->program;
+  const tiling_t* t = &r->tiling;
+  const int32_t first = r->group->first, count = r->group->count, last = t->ndim - 1;
+  float* numbers = slots + (size_t)r->group->slots * DIRECT_BLOCK;
+  /* Each memory operand's tile view; rows are every index of its leading
+   * dims within the tile. */
+  tpu_view_t in_v[TPU_FUSION_MAX_GROUP][TPU_EW_MAX_INPUTS], out_v[TPU_FUSION_MAX_GROUP];
+  for (int32_t i = first; i < first + count; ++i) {
+    const tpu_node_t* node = tpu_graph_node(r->graph, i);
+    slice_view(t, tile, &node->outputs[0], &out_v[i - first]);
+    for (int32_t k = 0; k < node->num_inputs; ++k)
+      if (node->inputs[k].kind == TPU_VALUE_VIEW)
+        slice_view(t, tile, &node->inputs[k].u.view, &in_v[i - first][k]);
+  }
+  const tpu_view_t* shape = &out_v[0];
+  int64_t rows = 1, cols = shape->sizes[last];
+  for (int32_t d = 0; d < last; ++d) rows *= shape->sizes[d];
+  int64_t idx[TPU_MAX_DIMS] = {0};
+  for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t c0 = 0; c0 < cols; c0 += DIRECT_BLOCK) {
+      int64_t n = cols - c0 < DIRECT_BLOCK ? cols - c0 : DIRECT_BLOCK;
+      for (int32_t i = first; i < first + count; ++i) {
+        const tpu_node_t* node = tpu_graph_node(r->graph, i);
+        const direct_node_t* d = &r->dn[i - first];
+        const void* in[TPU_EW_MAX_INPUTS] = {0};
+        for (int32_t k = 0; k < node->num_inputs; ++k) {
+          int32_t s = p->in_slot[p->in_base[i] + k];
+          if (d->scalar_slot[k] >= 0) {
+            in[k] = numbers + (size_t)d->scalar_slot[k] * DIRECT_BLOCK;
+          } else if (node->inputs[k].kind != TPU_VALUE_VIEW) {
+            in[k] = NULL;
+          } else if (s >= 0) {
+            in[k] = slots + (size_t)s * DIRECT_BLOCK;
+          } else {
+            const tpu_view_t* v = &in_v[i - first][k];
+            int64_t off = c0;
+            for (int32_t dd = 0; dd < last; ++dd) off += idx[dd] * v->strides[dd];
+            in[k] = (const float*)tpu_view_ptr(v) + off;
+          }
+        }
+        int32_t s = p->out_slot[p->out_base[i]];
+        float* out;
+        if (s >= 0) {
+          out = slots + (size_t)s * DIRECT_BLOCK;
+        } else {
+          const tpu_view_t* v = &out_v[i - first];
+          int64_t off = c0;
+          for (int32_t dd = 0; dd < last; ++dd) off += idx[dd] * v->strides[dd];
+          out = (float*)tpu_view_ptr(v) + off;
+        }
+        if (d->fn(out, in, n, &d->params))
+          return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: ZeroDivisionError",
+                                 tpu_op_def(node->op)->name);
+      }
+    }
+    for (int32_t dd = last - 1; dd >= 0; --dd) { /* the next row of the tile */
+      if (++idx[dd] < shape->sizes[dd]) break;
+      idx[dd] = 0;
+    }
+  }
+  return TPU_OK;
+}
+
 static void run_tiles(void* arg, int64_t begin, int64_t end) {
   tiled_run_t* r = arg;
   uint8_t* scratch = NULL;
-  if (r->group->slots) {
-    scratch = malloc((size_t)r->group->slots * (size_t)r->slot_bytes);
+  size_t bytes = r->direct
+                     ? (size_t)(r->group->slots + r->scalars) * DIRECT_BLOCK * sizeof(float)
+                     : (size_t)r->group->slots * (size_t)r->slot_bytes;
+  if (bytes) {
+    scratch = malloc(bytes);
     if (!scratch) {
       tpu_status_t none = TPU_OK;
       tpu_status_t s = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fusion scratch allocation failed");
@@ -217,10 +381,19 @@ static void run_tiles(void* arg, int64_t begin, int64_t end) {
       return;
     }
   }
+  if (r->direct) { /* the number slots, filled once */
+    float* numbers = (float*)scratch + (size_t)r->group->slots * DIRECT_BLOCK;
+    for (int32_t i = 0; i < r->group->count; ++i)
+      for (int32_t k = 0; k < TPU_EW_MAX_INPUTS; ++k)
+        if (r->dn[i].scalar_slot[k] >= 0)
+          for (int32_t e = 0; e < DIRECT_BLOCK; ++e)
+            numbers[(size_t)r->dn[i].scalar_slot[k] * DIRECT_BLOCK + e] = r->dn[i].scalar[k];
+  }
   for (int64_t i = begin; i < end && atomic_load(&r->error) == TPU_OK; ++i) {
     tile_t tile;
     tile_at(&r->tiling, i, &tile);
-    tpu_status_t s = run_tile(r, &tile, scratch);
+    tpu_status_t s = r->direct ? run_tile_direct(r, &tile, (float*)scratch)
+                               : run_tile(r, &tile, scratch);
     if (s != TPU_OK) {
       tpu_status_t none = TPU_OK;
       if (!atomic_compare_exchange_strong(&r->error, &none, s)) tpu_status_free(s);
@@ -277,6 +450,7 @@ tpu_status_t tpu_program_run(const tpu_program_t* p, const tpu_graph_t* graph,
     } else {
       tiling_init(lead->outputs[0].sizes, lead->outputs[0].ndim, 1, &r.tiling);
       r.slot_bytes = TILE_ELEMENTS * 8;
+      r.direct = direct_enabled() && direct_plan(&r);
     }
     tpu_parallel_for(r.tiling.tiles, 1, run_tiles, &r);
     tpu_status_t s = atomic_load(&r.error);

@@ -463,6 +463,7 @@ static bool ew_direct(const ew_exec_t* e, const ew_operand_t* o, int32_t k, cons
 }
 
 #define EW_SLOT_BYTES (TPU_EW_TILE * 8)
+#define EW_ROW_TILE (TPU_EW_TILE / 4)
 
 /* Input k of a tile as an array of its compute type. */
 static const void* ew_input(const ew_exec_t* e, int32_t k, const ew_tile_t* tile,
@@ -587,7 +588,11 @@ static tpu_status_t ew_run(const tpu_view_t* const* views, int32_t nops, tpu_ew_
   atomic_init(&e.error, 0);
   e.inner = e.L.sizes[e.L.ndim - 1];
   e.rows = e.L.numel / e.inner;
-  if (e.inner >= TPU_EW_TILE) {
+  /* Rows of at least EW_ROW_TILE elements are tiles of their own (split
+   * when longer than a tile): an operand contiguous along rows but not
+   * across them (a broadcast bias, a strided slice) is then read in place
+   * instead of gathered into scratch row by row. */
+  if (e.inner >= EW_ROW_TILE) {
     e.per_row = (e.inner + TPU_EW_TILE - 1) / TPU_EW_TILE;
     e.rows_per_tile = 1;
     e.ntiles = e.rows * e.per_row;
