@@ -469,3 +469,12 @@ TEST(defer_schedule_fuses_foreach_chains_and_keeps_conflicts) {
   free(strict);
   free(fused);
 }
+
+/* Inputs written in place ('!' in the row) are known to the fusion passes:
+ * such a node is never fused or moved, and its writes order the schedule. */
+TEST(defer_mutated_inputs_are_known) {
+  CHECK(tpu_op_mutated_inputs(tpu_op_lookup("batch_norm_legit")) == (1u << 3 | 1u << 4));
+  CHECK(tpu_op_mutated_inputs(tpu_op_lookup("rrelu_with_noise")) == 1u << 1);
+  CHECK(tpu_op_mutated_inputs(tpu_op_lookup("add")) == 0);
+  CHECK(tpu_op_mutated_inputs(-1) == 0);
+}

@@ -110,6 +110,8 @@ tpu_op_id_t tpu_op_lookup(const char* name);     /* -1 when unknown */
 /* Counts of the op's attrs and outputs (its specs, counted once). */
 int32_t tpu_op_num_attrs(tpu_op_id_t id);
 int32_t tpu_op_num_outputs(tpu_op_id_t id);
+/* Bit k set when the op's input k is written in place (marked '!'). */
+uint32_t tpu_op_mutated_inputs(tpu_op_id_t id);
 const char* tpu_op_family_of(tpu_op_id_t id);
 /* INVALID_ARGUMENT when the node's op is TPU_OP_OUT_NO_OVERLAP and one of its
  * outputs shares memory with an input (tpu_op_check runs it too; the bridge

@@ -65,6 +65,7 @@ static void key_put(tpu_fusion_analysis_t* a, int32_t value) {
 static bool tileable(const tpu_node_t* node) {
   const tpu_op_def_t* def = tpu_op_def(node->op);
   if (!(def->flags & TPU_OP_POINTWISE) || node->num_outputs != 1) return false;
+  if (tpu_op_mutated_inputs(node->op)) return false; /* writes an input: runs alone */
   const tpu_view_t* out = &node->outputs[0];
   if (tpu_view_is_absent(out) || tpu_view_numel(out) == 0 || tpu_dtype_is_complex(out->dtype))
     return false;
@@ -118,6 +119,7 @@ static int32_t row_op_k(const tpu_node_t* node, uint32_t* out_mask) {
   const tpu_op_def_t* def = tpu_op_def(node->op);
   *out_mask = 0;
   if (!def->rows || node->num_inputs > 16 || node->num_outputs > 4) return 0;
+  if (tpu_op_mutated_inputs(node->op)) return 0; /* writes an input: runs alone */
   int32_t k = def->rows(def, node, out_mask);
   if (k < 1 || k >= TPU_MAX_DIMS) return 0;
   const tpu_view_t* rows = NULL;

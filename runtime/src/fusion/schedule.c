@@ -83,6 +83,7 @@ static bool conflict(const sched_t* s, int32_t a, int32_t b) {
  * the producer's shape. */
 static bool movable(const tpu_node_t* node, const tpu_view_t* produced) {
   if (!(tpu_op_def(node->op)->flags & TPU_OP_POINTWISE) || node->num_outputs != 1) return false;
+  if (tpu_op_mutated_inputs(node->op)) return false;
   const tpu_view_t* out = &node->outputs[0];
   if (out->ndim != produced->ndim) return false;
   for (int32_t d = 0; d < out->ndim; ++d)
@@ -148,10 +149,17 @@ static tpu_status_t build_access(sched_t* s, int32_t n) {
     const tpu_node_t* node = tpu_graph_node(s->graph, i);
     s->base[i] = at;
     s->acc[i] = (access_t){0, 0, {UINT64_MAX, 0}};
+    /* Inputs written in place ('!') are writes, listed after the reads. */
+    uint32_t mutated = tpu_op_mutated_inputs(node->op);
     for (int32_t j = 0; j < node->num_inputs; ++j)
-      if (node->inputs[j].kind == TPU_VALUE_VIEW) {
+      if (node->inputs[j].kind == TPU_VALUE_VIEW && !(j < 32 && (mutated >> j & 1u))) {
         s->ext[at++] = extent_of(&node->inputs[j].u.view);
         s->acc[i].reads++;
+      }
+    for (int32_t j = 0; j < node->num_inputs && j < 32; ++j)
+      if (node->inputs[j].kind == TPU_VALUE_VIEW && (mutated >> j & 1u)) {
+        s->ext[at++] = extent_of(&node->inputs[j].u.view);
+        s->acc[i].writes++;
       }
     for (int32_t o = 0; o < node->num_outputs; ++o)
       if (!tpu_view_is_absent(&node->outputs[o])) {

@@ -64,6 +64,7 @@ enum { NUM_FAMILIES = sizeof(g_families) / sizeof(g_families[0]) };
 static const tpu_op_def_t** g_ops;
 static const char** g_op_family;
 static int32_t* g_op_counts; /* attrs, outputs per op */
+static uint32_t* g_op_mutated; /* per op: bit k when input k is written in place ('!') */
 static int32_t g_op_count = -1;
 
 static void build_table(void) {
@@ -72,10 +73,12 @@ static void build_table(void) {
   const tpu_op_def_t** ops = malloc(sizeof(*ops) * (size_t)(total ? total : 1));
   const char** fam = malloc(sizeof(*fam) * (size_t)(total ? total : 1));
   int32_t* counts = malloc(sizeof(*counts) * 2 * (size_t)(total ? total : 1));
-  if (!ops || !fam || !counts) {
+  uint32_t* mutated = calloc((size_t)(total ? total : 1), sizeof(*mutated));
+  if (!ops || !fam || !counts || !mutated) {
     free(ops);
     free(fam);
     free(counts);
+    free(mutated);
     g_op_count = 0;
     return;
   }
@@ -85,11 +88,17 @@ static void build_table(void) {
       ops[k] = &g_families[f]->ops[i];
       counts[2 * k] = tpu_spec_count(ops[k]->attrs);
       counts[2 * k + 1] = tpu_spec_count(ops[k]->outputs);
+      int32_t input = 0;
+      for (const char* p = ops[k]->inputs; p && *p; ++p) {
+        if (*p == '!' && (p[1] == ',' || p[1] == '\0') && input < 32) mutated[k] |= 1u << input;
+        if (*p == ',') input++;
+      }
       fam[k++] = g_families[f]->name;
     }
   g_ops = ops;
   g_op_family = fam;
   g_op_counts = counts;
+  g_op_mutated = mutated;
   g_op_count = total;
 }
 
@@ -118,6 +127,11 @@ const char* tpu_op_family_of(tpu_op_id_t id) {
 int32_t tpu_op_num_attrs(tpu_op_id_t id) {
   ensure_table();
   return (id >= 0 && id < g_op_count) ? g_op_counts[2 * id] : 0;
+}
+
+uint32_t tpu_op_mutated_inputs(tpu_op_id_t id) {
+  ensure_table();
+  return (id >= 0 && id < g_op_count) ? g_op_mutated[id] : 0;
 }
 
 int32_t tpu_op_num_outputs(tpu_op_id_t id) {
