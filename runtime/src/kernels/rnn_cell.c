@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "kernels/rnn_cell.h"
+#include "kernels/vmath.h"
 
 #define RC_CHUNK 128
 #define RC_GRAIN 16384 /* elements per task at least */
@@ -214,9 +215,7 @@ typedef struct rc_plan {
   const tpu_view_t* out[RC_MAX_OUT]; /* NULL: absent */
 } rc_plan_t;
 
-#define RC_KERNELS(T, SFX, CT, EXP, TANH)                                                     \
-  static inline T sig_##SFX(T x) { return (T)1 / ((T)1 + EXP(-x)); }                         \
-                                                                                              \
+#define RC_KERNELS(T, SFX, CT, SIG, TANH, ATTR)                                               \
   /* The biases' slices (zeros without bias). */                                              \
   static void bias_##SFX(const rc_args_t* a, int64_t g, int64_t j0, int64_t n, T* b1,         \
                          T* b2) {                                                             \
@@ -228,7 +227,7 @@ typedef struct rc_plan {
     }                                                                                         \
   }                                                                                           \
                                                                                               \
-  static void lstm_fwd_##SFX(void* arg, int64_t r0, int64_t r1) {                             \
+  ATTR static void lstm_fwd_##SFX(void* arg, int64_t r0, int64_t r1) {                             \
     const rc_plan_t* p = (const rc_plan_t*)arg;                                               \
     const rc_args_t* a = p->a;                                                                \
     const int64_t H = a->hidden;                                                              \
@@ -244,10 +243,10 @@ typedef struct rc_plan {
         }                                                                                     \
         load(c, CT, a->prev, r, j0, n);                                                       \
         for (int64_t k = 0; k < n; ++k) {                                                     \
-          T i = sig_##SFX(x[0][k] + h[0][k] + b1[0][k] + b2[0][k]);                           \
-          T f = sig_##SFX(x[1][k] + h[1][k] + b1[1][k] + b2[1][k]);                           \
+          T i = SIG(x[0][k] + h[0][k] + b1[0][k] + b2[0][k]);                           \
+          T f = SIG(x[1][k] + h[1][k] + b1[1][k] + b2[1][k]);                           \
           T gg = TANH(x[2][k] + h[2][k] + b1[2][k] + b2[2][k]);                               \
-          T o = sig_##SFX(x[3][k] + h[3][k] + b1[3][k] + b2[3][k]);                           \
+          T o = SIG(x[3][k] + h[3][k] + b1[3][k] + b2[3][k]);                           \
           cy[k] = f * c[k] + i * gg;                                                          \
           hy[k] = o * TANH(cy[k]);                                                            \
           x[0][k] = i, x[1][k] = f, x[2][k] = gg, x[3][k] = o;                                \
@@ -259,7 +258,7 @@ typedef struct rc_plan {
     }                                                                                         \
   }                                                                                           \
                                                                                               \
-  static void lstm_bwd_##SFX(void* arg, int64_t r0, int64_t r1) {                             \
+  ATTR static void lstm_bwd_##SFX(void* arg, int64_t r0, int64_t r1) {                             \
     const rc_plan_t* p = (const rc_plan_t*)arg;                                               \
     const rc_args_t* a = p->a;                                                                \
     const int64_t H = a->hidden;                                                              \
@@ -291,7 +290,7 @@ typedef struct rc_plan {
       }                                                                                       \
   }                                                                                           \
                                                                                               \
-  static void gru_fwd_##SFX(void* arg, int64_t r0, int64_t r1) {                              \
+  ATTR static void gru_fwd_##SFX(void* arg, int64_t r0, int64_t r1) {                              \
     const rc_plan_t* p = (const rc_plan_t*)arg;                                               \
     const rc_args_t* a = p->a;                                                                \
     const int64_t H = a->hidden;                                                              \
@@ -307,8 +306,8 @@ typedef struct rc_plan {
         }                                                                                     \
         load(hx, CT, a->prev, r, j0, n);                                                      \
         for (int64_t k = 0; k < n; ++k) {                                                     \
-          T rg = sig_##SFX(x[0][k] + h[0][k] + b1[0][k] + b2[0][k]);                          \
-          T zg = sig_##SFX(x[1][k] + h[1][k] + b1[1][k] + b2[1][k]);                          \
+          T rg = SIG(x[0][k] + h[0][k] + b1[0][k] + b2[0][k]);                          \
+          T zg = SIG(x[1][k] + h[1][k] + b1[1][k] + b2[1][k]);                          \
           hn[k] = h[2][k] + b2[2][k];                                                         \
           T ng = TANH(x[2][k] + b1[2][k] + rg * hn[k]);                                       \
           hy[k] = ng + zg * (hx[k] - ng);                                                     \
@@ -322,7 +321,7 @@ typedef struct rc_plan {
     }                                                                                         \
   }                                                                                           \
                                                                                               \
-  static void gru_bwd_##SFX(void* arg, int64_t r0, int64_t r1) {                              \
+  ATTR static void gru_bwd_##SFX(void* arg, int64_t r0, int64_t r1) {                              \
     const rc_plan_t* p = (const rc_plan_t*)arg;                                               \
     const rc_args_t* a = p->a;                                                                \
     const int64_t H = a->hidden;                                                              \
@@ -350,8 +349,19 @@ typedef struct rc_plan {
       }                                                                                       \
   }
 
-RC_KERNELS(float, f32, TPU_DTYPE_F32, expf, tanhf)
-RC_KERNELS(double, f64, TPU_DTYPE_F64, exp, tanh)
+/* float32: vmath.h's branch-free exp and tanh (the loops vectorise); the
+ * sigmoid's exponent is clamped to +-88 (NaN passes), where 1/(1+e) is
+ * already 0 or 1 in float. float64: libm. */
+static inline float sig_f32(float x) {
+  float a = -x;
+  a = a > 88.0f ? 88.0f : a;
+  a = a < -88.0f ? -88.0f : a;
+  return 1.0f / (1.0f + vm_expf(a));
+}
+static inline double sig_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+RC_KERNELS(float, f32, TPU_DTYPE_F32, sig_f32, vm_tanhf, VM_SIMD_CLONES)
+RC_KERNELS(double, f64, TPU_DTYPE_F64, sig_f64, tanh, )
 
 typedef void (*rc_rows_fn)(void* arg, int64_t r0, int64_t r1);
 
