@@ -1,7 +1,8 @@
 """Recurrent layers: tpu vs PyTorch CPU side by side, in one run.
 
 nn.LSTM and nn.GRU (float32), forward and forward+backward (gradients of the
-input and every parameter). On tpu each time step is two GEMMs and the fused
+input and every parameter), and one cell step alone (the fused op on tpu, the
+pointwise ops of a step on the CPU). On tpu each time step is two GEMMs and the fused
 cell (_thnn_fused_lstm_cell / _thnn_fused_gru_cell, the rnn_cell family); the
 CPU runs its own LSTM/GRU kernels (oneDNN where PyTorch uses it). Alternating
 rounds (both sides see the same machine load), best round each; both sides use
@@ -25,6 +26,10 @@ SHAPES = {
     "LSTM 128 bi b32 s32": ("LSTM", 128, 128, 1, True, 32, 32),
     "GRU 256 x2 b16 s64": ("GRU", 256, 256, 2, False, 16, 64),
 }
+# The cell alone: tpu's fused op vs the pointwise ops PyTorch CPU runs for one
+# LSTM/GRU step (gates summed, chunked, activated, combined).
+CELLS = {"LSTM cell b64 h1024": ("LSTM", 64, 1024), "GRU cell b64 h1024": ("GRU", 64, 1024)}
+QUICK_CELLS = {"LSTM cell b8 h128": ("LSTM", 8, 128), "GRU cell b8 h128": ("GRU", 8, 128)}
 QUICK = {"LSTM 64 b8 s16": ("LSTM", 64, 64, 1, False, 8, 16),
          "GRU 64 b8 s16": ("GRU", 64, 64, 1, False, 8, 16)}
 
@@ -51,8 +56,35 @@ def make(shape, device, backward):
     return run
 
 
-def measure(shape, backward, rounds, iters, clock):
-    fns = {d: make(shape, d, backward) for d in ("tpu", "cpu")}
+def make_cell(shape, device, backward):
+    kind, b, h = shape
+    g = 4 if kind == "LSTM" else 3
+    gen = torch.Generator().manual_seed(0)
+    ig, hg = torch.randn(b, g * h, generator=gen), torch.randn(b, g * h, generator=gen)
+    prev = torch.randn(b, h, generator=gen)
+    bi, bh = torch.randn(g * h, generator=gen), torch.randn(g * h, generator=gen)
+    ig, hg, prev, bi, bh = (t.to(device) for t in (ig, hg, prev, bi, bh))
+    if device == "tpu":
+        op = torch.ops.aten._thnn_fused_lstm_cell if kind == "LSTM" else torch.ops.aten._thnn_fused_gru_cell
+        return lambda: op(ig, hg, prev, bi, bh)
+    if kind == "LSTM":
+        def cpu_lstm():
+            i, f, c, o = (ig + hg + bi + bh).chunk(4, 1)
+            cy = f.sigmoid() * prev + i.sigmoid() * c.tanh()
+            return o.sigmoid() * cy.tanh(), cy
+        return cpu_lstm
+
+    def cpu_gru():
+        xr, xz, xn = (ig + bi).chunk(3, 1)
+        hr, hz, hn = (hg + bh).chunk(3, 1)
+        r, z = (xr + hr).sigmoid(), (xz + hz).sigmoid()
+        n = (xn + r * hn).tanh()
+        return n + z * (prev - n)
+    return cpu_gru
+
+
+def measure(shape, backward, rounds, iters, clock, maker=make):
+    fns = {d: maker(shape, d, backward) for d in ("tpu", "cpu")}
     for d, fn in fns.items():  # warm up
         fn()
         sync(d)
@@ -96,6 +128,12 @@ def main():
                   f"{ratio:8.2f}")
             rows.append({"shape": name, "mode": mode, "tpu_ms": best["tpu"] * 1e3,
                          "cpu_ms": best["cpu"] * 1e3, "speedup": ratio})
+    for name, shape in (QUICK_CELLS if args.quick else CELLS).items():
+        best = measure(shape, False, args.rounds, 20 * args.iters, clock, make_cell)
+        ratio = best["cpu"] / best["tpu"]
+        print(f"{name:24s} {'fwd':8s} {best['tpu'] * 1e3:9.3f} {best['cpu'] * 1e3:9.3f} {ratio:8.2f}")
+        rows.append({"shape": name, "mode": "fwd", "tpu_ms": best["tpu"] * 1e3,
+                     "cpu_ms": best["cpu"] * 1e3, "speedup": ratio})
     os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
     path = os.path.join(os.path.dirname(__file__), "results", "rnn.json")
     with open(path, "w") as f:

@@ -282,3 +282,24 @@ def test_lstm_double_backward():
     g0.sum().backward()
     torch.testing.assert_close(g.detach().cpu(), g0.detach())
     torch.testing.assert_close(xt.grad.cpu(), x.grad)
+
+
+def test_fused_cells_out_variants():
+    torch.manual_seed(2)
+    B, H = 3, 5
+    ig, hg = torch.randn(B, 4 * H, device="tpu"), torch.randn(B, 4 * H, device="tpu")
+    cx = torch.randn(B, H, device="tpu")
+    want = aten._thnn_fused_lstm_cell(ig, hg, cx)
+    outs = (torch.empty(H, B, device="tpu").t(), torch.empty(B, H, device="tpu"),
+            torch.empty(B, 4 * H, device="tpu"))
+    with no_fallback():
+        aten._thnn_fused_lstm_cell.out(ig, hg, cx, out0=outs[0], out1=outs[1], out2=outs[2])
+    for a, b in zip(outs, want):
+        assert torch.equal(a.cpu(), b.cpu())
+    gig, ghg = ig[:, :3 * H], hg[:, :3 * H]
+    want = aten._thnn_fused_gru_cell(gig, ghg, cx)
+    outs = (torch.empty(B, H, device="tpu"), torch.empty(B, 5 * H, device="tpu"))
+    with no_fallback():
+        aten._thnn_fused_gru_cell.out(gig, ghg, cx, out0=outs[0], out1=outs[1])
+    for a, b in zip(outs, want):
+        assert torch.equal(a.cpu(), b.cpu())
