@@ -265,20 +265,23 @@ def test_nn_cells(dtype, bias):
     _module_check(torch.nn.LSTMCell(11, 17, bias=bias), x, dtype=dtype)  # zero state
 
 
-def test_lstm_double_backward():
+@pytest.mark.parametrize("kind", ["LSTMCell", "GRUCell"])
+def test_cell_double_backward(kind):
     # create_graph: autograd differentiates through the cell with ordinary ops
-    # (_thnn_differentiable_lstm_cell_backward), so second derivatives match too.
+    # (_thnn_differentiable_{lstm,gru}_cell_backward), so second derivatives match too.
     torch.manual_seed(0)
-    cell = torch.nn.LSTMCell(3, 4).double()
+    cell = getattr(torch.nn, kind)(3, 4).double()
     x = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
     tcell = copy.deepcopy(cell).to("tpu")
     xt = x.detach().to("tpu").requires_grad_()
+
+    def loss(out):
+        h, c = out if isinstance(out, tuple) else (out, out)
+        return (h * h).sum() + c.sum()
     with no_fallback():
-        h, c = tcell(xt)
-        (g,) = torch.autograd.grad((h * h).sum() + c.sum(), xt, create_graph=True)
+        (g,) = torch.autograd.grad(loss(tcell(xt)), xt, create_graph=True)
         g.sum().backward()
-    h0, c0 = cell(x)
-    (g0,) = torch.autograd.grad((h0 * h0).sum() + c0.sum(), x, create_graph=True)
+    (g0,) = torch.autograd.grad(loss(cell(x)), x, create_graph=True)
     g0.sum().backward()
     torch.testing.assert_close(g.detach().cpu(), g0.detach())
     torch.testing.assert_close(xt.grad.cpu(), x.grad)
