@@ -73,6 +73,18 @@ static const conv_case_t k_cases[] = {
      * per pool chunk, chunks summed (and with groups) */
     {2, 4, 32, 32, 1, {24, 24}, {3, 3}, 1, 1, 1, 0, false, true, F32, TT_CONTIG},
     {2, 3, 32, 32, 2, {18, 17}, {3, 3}, 1, 1, 1, 0, false, false, F32, TT_PADDED},
+    /* float32 1x1 stride 1, no padding: the AVX-512 micro-kernel (conv_pointwise.c)
+     * where the CPU has it: output channels not a multiple of its 8-row tile,
+     * positions not a multiple of its 48-column panel (masked tails of 1, 2
+     * and 3 vectors), several panels (prefetch), groups, 1-D/3-D, half types */
+    {2, 2, 12, 18, 2, {7, 9}, {1, 1}, 1, 0, 1, 0, false, true, F32, TT_CONTIG},
+    {2, 3, 64, 64, 1, {14, 14}, {1, 1}, 1, 0, 1, 0, false, true, F32, TT_CONTIG},
+    {2, 1, 1, 1, 1, {3, 3}, {1, 1}, 1, 0, 1, 0, false, true, F32, TT_CONTIG},
+    {1, 2, 5, 17, 1, {50}, {1}, 1, 0, 1, 0, false, false, F32, TT_PADDED},
+    {1, 1, 7, 3, 1, {33}, {1}, 1, 0, 1, 0, false, true, F32, TT_CONTIG},
+    {3, 2, 6, 10, 1, {3, 4, 5}, {1, 1, 1}, 1, 0, 1, 0, false, true, F32, TT_REVERSED},
+    {2, 2, 16, 9, 1, {6, 8}, {1, 1}, 1, 0, 1, 0, false, true, TPU_DTYPE_F16, TT_CONTIG},
+    {2, 1, 40, 24, 1, {30, 31}, {1, 1}, 1, 0, 1, 0, false, false, TPU_DTYPE_BF16, TT_CONTIG},
     /* empty batch */
     {2, 0, 3, 4, 1, {5, 5}, {3, 3}, 1, 1, 1, 0, false, true, F32, TT_CONTIG},
 };

@@ -197,6 +197,7 @@ typedef struct plan {
   char *x, *y, *w;  /* X, Y, W buffers (read or written per product) */
   const char* bias; /* over Y's channels (CONV_Y) or X's (CONV_X), or NULL */
   bool pointwise;   /* 1x1 window, stride 1, no padding: im2col is the identity */
+  float* wt;        /* CONV_Y pointwise float32: Wᵀ per group for tpu_conv_pw_f32, or NULL */
   bool f32;         /* float32 compute type */
   tpu_dtype_t half; /* the half dtype whose CPU sums CONV_X mimics, or INVALID */
   int64_t plane;    /* depthwise plane form: scratch elements (0: row loops) */
@@ -285,6 +286,11 @@ static void conv_y_units(void* arg, int64_t begin, int64_t end) {
     const char* bias = p->bias ? p->bias + grp * g->cy * p->esz : NULL;
     if (k == 0 || g->cy == 0) {
       p->ops->fill(yc, g->cy, jn, p->pG, bias);
+      continue;
+    }
+    if (p->wt) {
+      tpu_conv_pw_f32(p->wt + grp * g->cy * k, (const float*)x_at(p, n, grp) + j0, p->pS,
+                      (float*)yc, p->pG, g->cy, k, jn, (const float*)bias);
       continue;
     }
     const char* b = x_at(p, n, grp) + j0 * p->esz;
@@ -511,8 +517,21 @@ static tpu_status_t run_y(plan_t* p) {
     return finish(p);
   }
   set_blocks(p, CONV_Y_COLS);
+  if (p->pointwise && p->f32 && g->cx > 0 && g->cy > 0 && tpu_conv_pw_f32_available()) {
+    /* the 1x1 micro-kernel (conv_pointwise.c) broadcasts from Wᵀ: pack it once */
+    int64_t per = g->cy * g->cx;
+    p->wt = (float*)malloc((size_t)(g->groups * per) * sizeof(float) + 64);
+    if (!p->wt) TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "convolution scratch allocation failed");
+    const float* w = (const float*)p->w;
+    for (int64_t grp = 0; grp < g->groups; ++grp)
+      for (int64_t co = 0; co < g->cy; ++co)
+        for (int64_t c = 0; c < g->cx; ++c)
+          p->wt[grp * per + c * g->cy + co] = w[grp * per + co * g->cx + c];
+  }
   int64_t units = g->n * g->groups * p->nj;
   tpu_parallel_for(units, grain_for(g->cy * p->jb * g->cx * p->pK), conv_y_units, p);
+  free(p->wt);
+  p->wt = NULL;
   return finish(p);
 }
 

@@ -92,4 +92,12 @@ tpu_status_t tpu_conv_winograd(const tpu_conv_wino_t* w);
  * dw = Gᵀ dU G). Same conditions as tpu_conv_winograd_fits. */
 tpu_status_t tpu_conv_winograd_dw(const tpu_conv_wino_t* w);
 
+/* The float32 1x1 forward micro-kernel (conv_pointwise.c): Y[co, j] = sum_c
+ * Wt[c, co] X[c, j] (+ bias[co]) for co < cy, c < k, j < n; X and Y rows at
+ * leading dims ldx and ldy, Wt packed [k][cy]. Only where available() says
+ * the CPU runs it (AVX-512F). */
+bool tpu_conv_pw_f32_available(void);
+void tpu_conv_pw_f32(const float* wt, const float* x, int64_t ldx, float* y, int64_t ldy,
+                     int64_t cy, int64_t k, int64_t n, const float* bias);
+
 #endif /* TPU_KERNELS_CONV_H_ */

@@ -47,6 +47,7 @@
   X(linalg_decomp)      \
   X(linalg_matfn)       \
   X(fft)                \
+  X(rnn_cell)           \
   /* one line per family, each ending in a backslash */
 
 #define TPU_X_(f) extern const tpu_op_family_t tpu_family_##f;
