@@ -6,7 +6,6 @@ with and without biases, on strided operands; (b) the modules' forward and backw
 match CPU autograd with zero fallbacks (fallbacks raise)."""
 import contextlib
 import copy
-import os
 
 import pytest
 import torch
@@ -266,18 +265,7 @@ def test_nn_cells(dtype, bias):
     _module_check(torch.nn.LSTMCell(11, 17, bias=bias), x, dtype=dtype)  # zero state
 
 
-# Under TORCH_TPU_DEFER_AND_FUSE=1 the GRU cell's second derivative comes out wrong in
-# its update-gate block; with TORCH_TPU_DEFER_SCHEDULE=0 (the fusion compiler's node
-# reordering off) it is right, as it is eagerly: a reordering in fusion/schedule.c,
-# reported to the lead (first derivatives, forward and backward, are right in both modes).
-GRU_DEFER_XFAIL = pytest.mark.xfail(
-    os.environ.get("TORCH_TPU_DEFER_AND_FUSE", "0") not in ("", "0")
-    and os.environ.get("TORCH_TPU_DEFER_SCHEDULE", "1") != "0",
-    reason="fusion phase 0 (schedule.c) reorders the GRU double-backward graph wrongly",
-    strict=False)
-
-
-@pytest.mark.parametrize("kind", ["LSTMCell", pytest.param("GRUCell", marks=GRU_DEFER_XFAIL)])
+@pytest.mark.parametrize("kind", ["LSTMCell", "GRUCell"])
 def test_cell_double_backward(kind):
     # create_graph: autograd differentiates through the cell with ordinary ops
     # (_thnn_differentiable_{lstm,gru}_cell_backward), so second derivatives match too.

@@ -478,3 +478,54 @@ TEST(defer_mutated_inputs_are_known) {
   CHECK(tpu_op_mutated_inputs(tpu_op_lookup("add")) == 0);
   CHECK(tpu_op_mutated_inputs(-1) == 0);
 }
+
+/* The schedule never moves a node above the free of memory it touches. Here
+ * o = x * 2 (16 floats), p = x + 1, s = o[8:16] + 1, o is freed, and
+ * k = p * 3 is allocated where o began: k may not move up to p (nothing
+ * between them touches k's bytes), else o's free record would end k's
+ * lifetime and k would never be written. Returns k then s on the host. */
+static float* tenant_after_free(tpu_stream_t* st, int64_t rows, int64_t cols, const float* hx,
+                                const float* hb) {
+  (void)rows, (void)cols, (void)hb;
+  int64_t n16 = 16, n8 = 8;
+  tpu_block_t *x = upload(st, hx, 16), *o, *p, *sb, *k;
+  tpu_view_t vx = fview(tpu_block_addr(x), 1, &n16), vx8 = fview(tpu_block_addr(x), 1, &n8);
+  CHECK_OK(tpu_block_alloc(st, 16 * 4, &o));
+  tpu_view_t vo = fview(tpu_block_addr(o), 1, &n16);
+  binary(st, "mul", &vx, NULL, 2.0, &vo);
+  CHECK_OK(tpu_block_alloc(st, 8 * 4, &p));
+  tpu_view_t vp = fview(tpu_block_addr(p), 1, &n8);
+  binary(st, "add", &vx8, NULL, 1.0, &vp);
+  CHECK_OK(tpu_block_alloc(st, 8 * 4, &sb));
+  tpu_view_t vs = fview(tpu_block_addr(sb), 1, &n8), vo_hi = fview(tpu_block_addr(o) + 32, 1, &n8);
+  binary(st, "add", &vo_hi, NULL, 1.0, &vs);
+  uint64_t o_addr = tpu_block_addr(o);
+  tpu_block_free(o);
+  CHECK_OK(tpu_block_alloc(st, 8 * 4, &k));
+  CHECK(tpu_block_addr(k) == o_addr); /* the case under test: k is o's new tenant */
+  tpu_view_t vk = fview(tpu_block_addr(k), 1, &n8);
+  binary(st, "mul", &vp, NULL, 3.0, &vk);
+  tpu_block_free(p);
+  float* out = calloc(16, 4);
+  CHECK_OK(tpu_stream_copy(st, TPU_COPY_D2H, (uint64_t)(uintptr_t)out, tpu_block_addr(k), 32));
+  CHECK_OK(tpu_stream_copy(st, TPU_COPY_D2H, (uint64_t)(uintptr_t)(out + 8), tpu_block_addr(sb), 32));
+  CHECK_OK(tpu_stream_synchronize(st));
+  tpu_block_free(x);
+  tpu_block_free(sb);
+  tpu_block_free(k);
+  return out;
+}
+
+TEST(defer_schedule_keeps_a_new_tenant_after_the_free) {
+  float *hx, *hb, *strict, *fused;
+  strict_then_deferred(tenant_after_free, 1, 16, 3, &hx, &hb, &strict, &fused);
+  for (int e = 0; e < 8; ++e) {
+    CHECK(strict[e] == (hx[e] + 1.0f) * 3.0f);
+    CHECK(strict[8 + e] == hx[8 + e] * 2.0f + 1.0f);
+  }
+  for (int e = 0; e < 16; ++e) CHECK(fused[e] == strict[e]);
+  free(hx);
+  free(hb);
+  free(strict);
+  free(fused);
+}

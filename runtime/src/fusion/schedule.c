@@ -62,6 +62,8 @@ typedef struct sched {
   extent_t* ext;
   int32_t* reader; /* per node: the first later node reading its first output, or -1 */
   int64_t budget;  /* conflict checks left */
+  const tpu_free_record_t* frees; /* the graph's frees, in recorded order */
+  int32_t free_count;
 } sched_t;
 
 /* Whether nodes a and b must keep their relative order: one writes memory
@@ -76,6 +78,24 @@ static bool conflict(const sched_t* s, int32_t a, int32_t b) {
       bool a_writes = x >= s->acc[a].reads, b_writes = y >= s->acc[b].reads;
       if ((a_writes || b_writes) && meet(ea[x], eb[y])) return true;
     }
+  return false;
+}
+
+/* Whether node k touches a range freed after node `after` and before k was
+ * recorded: k's buffer may then be a new tenant of that memory, and moving
+ * k above the free would give the free record (and the analysis, which
+ * reads value lifetimes from the records) the wrong tenant. */
+static bool crosses_free(sched_t* s, int32_t after, int32_t k) {
+  const extent_t* e = s->ext + s->base[k];
+  int32_t count = s->acc[k].reads + s->acc[k].writes;
+  for (int32_t f = 0; f < s->free_count; ++f) {
+    const tpu_free_record_t* r = &s->frees[f];
+    if (r->point <= after || r->point > k) continue;
+    if (--s->budget < 0) return true;
+    extent_t range = {r->lo, r->hi};
+    for (int32_t x = 0; x < count; ++x)
+      if (meet(e[x], range)) return true;
+  }
   return false;
 }
 
@@ -189,7 +209,7 @@ static void order_nodes(sched_t* s, int32_t n, bool* placed, int32_t* order) {
       const tpu_node_t* prod = tpu_graph_node(s->graph, cur);
       if (!movable(tpu_graph_node(s->graph, k), &prod->outputs[0])) break;
       /* Every node before k not placed yet would now run after it. */
-      bool ok = true;
+      bool ok = !crosses_free(s, cur, k);
       for (int32_t i = j + 1; i < k && ok; ++i)
         if (!placed[i] && (--s->budget < 0 || conflict(s, i, k))) ok = false;
       if (!ok) break;
@@ -222,7 +242,7 @@ tpu_status_t tpu_fusion_schedule(const tpu_graph_t* graph, tpu_free_record_t* fr
   *out_graph = NULL;
   int32_t n = tpu_graph_node_count(graph);
   if (n < 3) return TPU_OK;
-  sched_t s = {graph, NULL, NULL, NULL, NULL, (int64_t)SCHEDULE_BUDGET * n};
+  sched_t s = {graph, NULL, NULL, NULL, NULL, (int64_t)SCHEDULE_BUDGET * n, frees, free_count};
   bool* placed = calloc((size_t)n, sizeof(bool));
   int32_t* order = malloc(sizeof(int32_t) * (size_t)n);
   int32_t* pos = malloc(sizeof(int32_t) * (size_t)n);
