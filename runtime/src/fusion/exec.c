@@ -139,13 +139,18 @@ static void scratch_like(const tpu_view_t* shape, void* base, tpu_view_t* out) {
   tpu_view_set_contiguous(out);
 }
 
-/* A node of a group on the direct path: its tile function and parameters,
- * and per input the float32 value of a number (scalar_slot >= 0). */
+/* A node of a group on the direct path, everything its blocks need (the
+ * block loop reads no graph or program data): its tile function and
+ * parameters, and per input where a block's array comes from. */
+enum { DIRECT_ABSENT = 0, DIRECT_MEMORY, DIRECT_SLOT, DIRECT_NUMBER };
 typedef struct direct_node {
   tpu_ew_tile_fn fn;
   tpu_ew_params_t params;
-  int32_t scalar_slot[TPU_EW_MAX_INPUTS];
-  float scalar[TPU_EW_MAX_INPUTS];
+  int32_t nin;
+  int32_t out_slot;                    /* scratch slot of the output, or -1 */
+  int32_t src[TPU_EW_MAX_INPUTS];      /* DIRECT_* */
+  int32_t slot[TPU_EW_MAX_INPUTS];     /* DIRECT_SLOT: scratch slot; DIRECT_NUMBER: number slot */
+  float scalar[TPU_EW_MAX_INPUTS];     /* DIRECT_NUMBER: the value */
 } direct_node_t;
 
 /* The direct path: on unless TORCH_TPU_FUSION_DIRECT=0 (for comparisons). */
@@ -277,17 +282,22 @@ static bool direct_plan(tiled_run_t* r) {
     direct_node_t* d = &r->dn[i - r->group->first];
     d->fn = plan.fn;
     d->params = plan.params;
-    for (int32_t k = 0; k < TPU_EW_MAX_INPUTS; ++k) d->scalar_slot[k] = -1;
+    d->nin = node->num_inputs;
+    d->out_slot = p->out_slot[p->out_base[i]];
     for (int32_t k = 0; k < node->num_inputs; ++k) {
       const tpu_value_t* v = &node->inputs[k];
+      d->src[k] = DIRECT_ABSENT;
       if (v->kind == TPU_VALUE_SCALAR) {
         uint64_t storage = 0;
         tpu_view_t one;
         tpu_value_to_view(v, TPU_DTYPE_F32, &storage, &one);
         memcpy(&d->scalar[k], tpu_view_ptr(&one), sizeof(float));
-        d->scalar_slot[k] = r->scalars++;
+        d->src[k] = DIRECT_NUMBER;
+        d->slot[k] = r->scalars++;
       } else if (v->kind == TPU_VALUE_VIEW) {
-        if (p->in_slot[p->in_base[i] + k] < 0 && !direct_view(t, &v->u.view)) return false;
+        d->slot[k] = p->in_slot[p->in_base[i] + k];
+        d->src[k] = d->slot[k] >= 0 ? DIRECT_SLOT : DIRECT_MEMORY;
+        if (d->slot[k] < 0 && !direct_view(t, &v->u.view)) return false;
         /* Partial overlap with the output is an error the kernel reports. */
         if (tpu_views_may_overlap(&v->u.view, &node->outputs[0]) &&
             !tpu_fusion_same_view(&v->u.view, &node->outputs[0]))
@@ -303,63 +313,66 @@ static bool direct_plan(tiled_run_t* r) {
 /* Runs one tile on the direct path. `slots` holds the group's scratch slots
  * and then its number slots, DIRECT_BLOCK floats each. */
 static tpu_status_t run_tile_direct(tiled_run_t* r, const tile_t* tile, float* slots) {
-  const tpu_program_t* p = r->program;
   const tiling_t* t = &r->tiling;
   const int32_t first = r->group->first, count = r->group->count, last = t->ndim - 1;
   float* numbers = slots + (size_t)r->group->slots * DIRECT_BLOCK;
-  /* Each memory operand's tile view; rows are every index of its leading
-   * dims within the tile. */
-  tpu_view_t in_v[TPU_FUSION_MAX_GROUP][TPU_EW_MAX_INPUTS], out_v[TPU_FUSION_MAX_GROUP];
-  for (int32_t i = first; i < first + count; ++i) {
-    const tpu_node_t* node = tpu_graph_node(r->graph, i);
-    slice_view(t, tile, &node->outputs[0], &out_v[i - first]);
-    for (int32_t k = 0; k < node->num_inputs; ++k)
-      if (node->inputs[k].kind == TPU_VALUE_VIEW)
-        slice_view(t, tile, &node->inputs[k].u.view, &in_v[i - first][k]);
+  /* Per node, the tile's part of each memory operand: its first element and
+   * its strides over the tile's leading dims (the last dim has stride 1). */
+  typedef struct {
+    char* base;
+    int64_t strides[TPU_MAX_DIMS];
+  } operand_t;
+  operand_t in_m[TPU_FUSION_MAX_GROUP][TPU_EW_MAX_INPUTS], out_m[TPU_FUSION_MAX_GROUP];
+  int64_t sizes[TPU_MAX_DIMS];
+  for (int32_t i = 0; i < count; ++i) {
+    const tpu_node_t* node = tpu_graph_node(r->graph, first + i);
+    const direct_node_t* d = &r->dn[i];
+    tpu_view_t v;
+    slice_view(t, tile, &node->outputs[0], &v);
+    if (i == 0) memcpy(sizes, v.sizes, sizeof(int64_t) * (size_t)t->ndim);
+    out_m[i].base = tpu_view_ptr(&v);
+    memcpy(out_m[i].strides, v.strides, sizeof(int64_t) * (size_t)t->ndim);
+    for (int32_t k = 0; k < d->nin; ++k)
+      if (d->src[k] == DIRECT_MEMORY) {
+        slice_view(t, tile, &node->inputs[k].u.view, &v);
+        in_m[i][k].base = tpu_view_ptr(&v);
+        memcpy(in_m[i][k].strides, v.strides, sizeof(int64_t) * (size_t)t->ndim);
+      }
   }
-  const tpu_view_t* shape = &out_v[0];
-  int64_t rows = 1, cols = shape->sizes[last];
-  for (int32_t d = 0; d < last; ++d) rows *= shape->sizes[d];
+  int64_t rows = 1, cols = sizes[last];
+  for (int32_t d = 0; d < last; ++d) rows *= sizes[d];
   int64_t idx[TPU_MAX_DIMS] = {0};
   for (int64_t row = 0; row < rows; ++row) {
     for (int64_t c0 = 0; c0 < cols; c0 += DIRECT_BLOCK) {
       int64_t n = cols - c0 < DIRECT_BLOCK ? cols - c0 : DIRECT_BLOCK;
-      for (int32_t i = first; i < first + count; ++i) {
-        const tpu_node_t* node = tpu_graph_node(r->graph, i);
-        const direct_node_t* d = &r->dn[i - first];
+      for (int32_t i = 0; i < count; ++i) {
+        const direct_node_t* d = &r->dn[i];
         const void* in[TPU_EW_MAX_INPUTS] = {0};
-        for (int32_t k = 0; k < node->num_inputs; ++k) {
-          int32_t s = p->in_slot[p->in_base[i] + k];
-          if (d->scalar_slot[k] >= 0) {
-            in[k] = numbers + (size_t)d->scalar_slot[k] * DIRECT_BLOCK;
-          } else if (node->inputs[k].kind != TPU_VALUE_VIEW) {
-            in[k] = NULL;
-          } else if (s >= 0) {
-            in[k] = slots + (size_t)s * DIRECT_BLOCK;
-          } else {
-            const tpu_view_t* v = &in_v[i - first][k];
+        for (int32_t k = 0; k < d->nin; ++k) {
+          if (d->src[k] == DIRECT_SLOT || d->src[k] == DIRECT_NUMBER) {
+            float* base = d->src[k] == DIRECT_SLOT ? slots : numbers;
+            in[k] = base + (size_t)d->slot[k] * DIRECT_BLOCK;
+          } else if (d->src[k] == DIRECT_MEMORY) {
             int64_t off = c0;
-            for (int32_t dd = 0; dd < last; ++dd) off += idx[dd] * v->strides[dd];
-            in[k] = (const float*)tpu_view_ptr(v) + off;
+            for (int32_t dd = 0; dd < last; ++dd) off += idx[dd] * in_m[i][k].strides[dd];
+            in[k] = (const float*)in_m[i][k].base + off;
           }
         }
-        int32_t s = p->out_slot[p->out_base[i]];
         float* out;
-        if (s >= 0) {
-          out = slots + (size_t)s * DIRECT_BLOCK;
+        if (d->out_slot >= 0) {
+          out = slots + (size_t)d->out_slot * DIRECT_BLOCK;
         } else {
-          const tpu_view_t* v = &out_v[i - first];
           int64_t off = c0;
-          for (int32_t dd = 0; dd < last; ++dd) off += idx[dd] * v->strides[dd];
-          out = (float*)tpu_view_ptr(v) + off;
+          for (int32_t dd = 0; dd < last; ++dd) off += idx[dd] * out_m[i].strides[dd];
+          out = (float*)out_m[i].base + off;
         }
         if (d->fn(out, in, n, &d->params))
           return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: ZeroDivisionError",
-                                 tpu_op_def(node->op)->name);
+                                 tpu_op_def(tpu_graph_node(r->graph, first + i)->op)->name);
       }
     }
     for (int32_t dd = last - 1; dd >= 0; --dd) { /* the next row of the tile */
-      if (++idx[dd] < shape->sizes[dd]) break;
+      if (++idx[dd] < sizes[dd]) break;
       idx[dd] = 0;
     }
   }
@@ -384,10 +397,10 @@ static void run_tiles(void* arg, int64_t begin, int64_t end) {
   if (r->direct) { /* the number slots, filled once */
     float* numbers = (float*)scratch + (size_t)r->group->slots * DIRECT_BLOCK;
     for (int32_t i = 0; i < r->group->count; ++i)
-      for (int32_t k = 0; k < TPU_EW_MAX_INPUTS; ++k)
-        if (r->dn[i].scalar_slot[k] >= 0)
+      for (int32_t k = 0; k < r->dn[i].nin; ++k)
+        if (r->dn[i].src[k] == DIRECT_NUMBER)
           for (int32_t e = 0; e < DIRECT_BLOCK; ++e)
-            numbers[(size_t)r->dn[i].scalar_slot[k] * DIRECT_BLOCK + e] = r->dn[i].scalar[k];
+            numbers[(size_t)r->dn[i].slot[k] * DIRECT_BLOCK + e] = r->dn[i].scalar[k];
   }
   for (int64_t i = begin; i < end && atomic_load(&r->error) == TPU_OK; ++i) {
     tile_t tile;
