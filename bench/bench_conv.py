@@ -67,9 +67,9 @@ def forward_backward(args):
     return run
 
 
-def measure(shape, mode, rounds, iters, clock=time.perf_counter):
-    fns = {d: (forward if mode == "fwd" else forward_backward)(make(shape, d))
-           for d in ("tpu", "cpu")}
+def best_times(fns, rounds, iters, clock=time.perf_counter):
+    """{device: fn} -> {device: best seconds per call}: one warm-up call each,
+    then `rounds` alternating rounds of `iters` calls (synchronised)."""
     for d, fn in fns.items():  # warm up
         fn()
         sync(d)
@@ -82,6 +82,13 @@ def measure(shape, mode, rounds, iters, clock=time.perf_counter):
             sync(d)
             t = (clock() - t0) / iters
             best[d] = min(best.get(d, t), t)
+    return best
+
+
+def measure(shape, mode, rounds, iters, clock=time.perf_counter):
+    fns = {d: (forward if mode == "fwd" else forward_backward)(make(shape, d))
+           for d in ("tpu", "cpu")}
+    best = best_times(fns, rounds, iters, clock)
     mult = 1 if mode == "fwd" else 3  # backward: grad input + grad weight
     gf = {d: mult * flops(shape) / t / 1e9 for d, t in best.items()}
     return best, gf

@@ -14,11 +14,15 @@ Usage: TORCH_TPU_NUM_THREADS=T python bench/bench_rnn.py [--quick] [--rounds N] 
 import argparse
 import json
 import os
+import sys
 import time
 
 import torch
 
 import torch_tpu  # noqa: F401
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_conv import best_times  # noqa: E402  (alternating best-of rounds)
 
 # name: (module, input size, hidden, layers, bidirectional, batch, seq)
 SHAPES = {
@@ -32,11 +36,6 @@ CELLS = {"LSTM cell b64 h1024": ("LSTM", 64, 1024), "GRU cell b64 h1024": ("GRU"
 QUICK_CELLS = {"LSTM cell b8 h128": ("LSTM", 8, 128), "GRU cell b8 h128": ("GRU", 8, 128)}
 QUICK = {"LSTM 64 b8 s16": ("LSTM", 64, 64, 1, False, 8, 16),
          "GRU 64 b8 s16": ("GRU", 64, 64, 1, False, 8, 16)}
-
-
-def sync(device):
-    if device == "tpu":
-        torch.tpu.synchronize()
 
 
 def make(shape, device, backward):
@@ -84,20 +83,8 @@ def make_cell(shape, device, backward):
 
 
 def measure(shape, backward, rounds, iters, clock, maker=make):
-    fns = {d: maker(shape, d, backward) for d in ("tpu", "cpu")}
-    for d, fn in fns.items():  # warm up
-        fn()
-        sync(d)
-    best = {}
-    for _ in range(rounds):
-        for d, fn in fns.items():
-            t0 = clock()
-            for _ in range(iters):
-                fn()
-            sync(d)
-            t = (clock() - t0) / iters
-            best[d] = min(best.get(d, t), t)
-    return best
+    return best_times({d: maker(shape, d, backward) for d in ("tpu", "cpu")}, rounds, iters,
+                      clock)
 
 
 def main():
