@@ -136,11 +136,12 @@ def test_decompositions_keep_native_ops_whole():
 
 def test_lowering_is_one_deferred_graph(strict_global):
     """An ATen graph runs as one pending graph, flushed at its end and after
-    its GEMM (the pipeline cut), its elementwise nodes fused."""
+    its GEMM (the pipeline cut: the GEMM touches 3 x 512 x 512 elements, over
+    the cut's threshold), its elementwise nodes fused."""
     def f(x, w, b):
         return F.gelu(x @ w + b) * 0.5 + x
 
-    args = [torch.randn(8, 32), torch.randn(32, 32), torch.randn(32)]
+    args = [torch.randn(512, 512), torch.randn(512, 512), torch.randn(512)]
     cnt = CompileCounter("tpu")
     cf = torch.compile(f, backend=cnt, fullgraph=True)
     dev = [a.to(TPU) for a in args]
@@ -156,7 +157,7 @@ def test_lowering_is_one_deferred_graph(strict_global):
     assert m["flushes_by_reason"]["mode_switch"] == 1, m
     assert m["cache_hits"] == 2 and m["programs_compiled"] == 0, m
     assert m["fused_kernels"] >= 1 and m["elided_buffers"] >= 1, m
-    assert_same(out, f(*args), atol=1e-5, rtol=1e-5)
+    assert_same(out, f(*args), atol=1e-4, rtol=1e-4)
     _no_fallbacks()
 
 

@@ -55,10 +55,28 @@ def _rmsnorm_silu_gate(x, g, up, weight):
     return F.silu(h * g) * up
 
 
+def _fused_rmsnorm_silu(x, g, weight):
+    return F.rms_norm(x, weight.shape, weight, eps=1e-6) * F.silu(g)
+
+
+def _layernorm_stats(x, r, weight, bias):  # mean and rstd written to memory
+    out, mean, rstd = torch.ops.aten.native_layer_norm(x * r, weight.shape, weight, bias, 1e-5)
+    return torch.cat([out.flatten(), mean.flatten(), rstd.flatten()])
+
+
+def _rmsnorm_stats(x, weight):
+    out, rstd = torch.ops.aten._fused_rms_norm(x - 1.5, weight.shape, weight, None)
+    return torch.cat([out.flatten(), rstd.flatten()])
+
+
 @pytest.mark.parametrize("fn,shapes", [
     (_gelu_chain, [(4, 33, 64), (64, 64), (64,)]),
     (_residual_layernorm, [(3, 17, 96), (3, 17, 96), (96,), (96,)]),
+    (_residual_layernorm, [(70, 1000), (1, 1000), (1000,), (1000,)]),  # broadcast rows
     (_rmsnorm_silu_gate, [(2, 65, 128), (2, 65, 128), (2, 65, 128), (128,)]),
+    (_fused_rmsnorm_silu, [(2, 33, 640), (2, 33, 640), (640,)]),
+    (_layernorm_stats, [(5, 7, 200), (5, 7, 200), (200,), (200,)]),
+    (_rmsnorm_stats, [(9, 300), (300,)]),
 ])
 def test_chains_match_strict_and_fuse(fn, shapes):
     args = [make(s, seed=i) for i, s in enumerate(shapes)]
@@ -209,6 +227,29 @@ def test_size_limit_cuts_long_graphs():
             assert x.cpu()[0].item() == 20
     finally:
         torch_tpu.set_defer_max_nodes(1024)
+
+
+def test_pipeline_cut_follows_heavy_work_not_each_heavy_op():
+    """A GEMM cuts the graph (reason "pipeline") once the GEMMs since the last
+    cut touched 256Ki elements: ten small ones (3 x 64 x 64 elements each)
+    do not, then one large one (3 x 512 x 512) does, right after it."""
+    small = [torch.randn(64, 64, device=TPU) / 8 for _ in range(2)]
+    big = [torch.randn(512, 512, device=TPU) for _ in range(2)]
+    with torch_tpu.set_eager_mode(DEFER):
+        h = small[0]
+        for _ in range(10):
+            h = (h @ small[1]).tanh()
+        assert _reasons()["pipeline"] == 0
+        out = big[0] @ big[1]
+        assert _reasons()["pipeline"] == 1
+        h = h @ small[1]
+        assert _reasons()["pipeline"] == 1
+        got_h, got = h.cpu(), out.cpu()
+    want_h = small[0].cpu()
+    for _ in range(10):
+        want_h = (want_h @ small[1].cpu()).tanh()
+    assert_same(got_h, want_h @ small[1].cpu(), atol=1e-4, rtol=1e-3)
+    assert_same(got, big[0].cpu() @ big[1].cpu(), atol=1e-3, rtol=1e-4)
 
 
 def test_leaving_the_mode_flushes():

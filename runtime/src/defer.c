@@ -67,7 +67,7 @@ static bool env_on(const char* name, atomic_int* cached) {
   return v == 1;
 }
 
-/* Pipeline cuts before heavy nodes: on unless TORCH_TPU_DEFER_PIPELINE=0. */
+/* Pipeline cuts after heavy nodes: on unless TORCH_TPU_DEFER_PIPELINE=0. */
 static bool pipeline(void) {
   static atomic_int on = -1;
   return env_on("TORCH_TPU_DEFER_PIPELINE", &on);
@@ -124,6 +124,20 @@ int32_t tpu_defer_get_cuts(tpu_defer_cut_t* out, int32_t capacity) {
 
 /* ---- recording ------------------------------------------------------------------- */
 
+/* How much memory heavy nodes touch before a pipeline cut follows one:
+ * 256 Ki elements (1 MiB of float32), some tens of microseconds of device
+ * work, against a flush's few microseconds of host and queue time. */
+#define PIPELINE_MIN_ELEMENTS (INT64_C(1) << 18)
+
+/* The elements a node reads and writes (its views' sizes). */
+static int64_t node_elements(const tpu_node_t* node) {
+  int64_t total = 0;
+  for (int32_t o = 0; o < node->num_outputs; ++o) total += tpu_view_numel(&node->outputs[o]);
+  for (int32_t k = 0; k < node->num_inputs; ++k)
+    if (node->inputs[k].kind == TPU_VALUE_VIEW) total += tpu_view_numel(&node->inputs[k].u.view);
+  return total;
+}
+
 static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason,
                                  const char* detail);
 
@@ -132,7 +146,8 @@ tpu_status_t tpu_defer_record(tpu_stream_t* stream, tpu_graph_t* graph) {
   pthread_mutex_lock(&pd->mu);
   tpu_status_t s = TPU_OK;
   int32_t n = tpu_graph_node_count(graph);
-  bool heavy = n > 0 && (tpu_op_def(tpu_graph_node(graph, n - 1)->op)->flags & TPU_OP_HEAVY);
+  const tpu_node_t* last = n > 0 ? tpu_graph_node(graph, n - 1) : NULL;
+  bool heavy = last && (tpu_op_def(last->op)->flags & TPU_OP_HEAVY);
   if (!pd->graph) s = tpu_graph_create(&pd->graph);
   for (int32_t i = 0; i < n && s == TPU_OK; ++i) {
     const tpu_node_t* node = tpu_graph_node(graph, i);
@@ -145,8 +160,14 @@ tpu_status_t tpu_defer_record(tpu_stream_t* stream, tpu_graph_t* graph) {
     g_stats.m.nodes_recorded += n;
     pthread_mutex_unlock(&g_stats.mu);
     /* Cut after a heavy node: it starts running, with what was recorded
-     * before it, while the program records on. */
-    if (heavy && pipeline()) s = flush_locked(stream, TPU_FLUSH_PIPELINE, NULL);
+     * before it, while the program records on; but only once the heavy
+     * nodes since the last cut touched PIPELINE_MIN_ELEMENTS (a function of
+     * the shapes, so every rank still cuts alike): a decode step's small
+     * GEMMs would cost a flush each (schedule, key, submit) for a few
+     * microseconds of device work. */
+    if (heavy) pd->heavy_elements += node_elements(last);
+    if (heavy && pipeline() && pd->heavy_elements >= PIPELINE_MIN_ELEMENTS)
+      s = flush_locked(stream, TPU_FLUSH_PIPELINE, NULL);
     else if (tpu_graph_node_count(pd->graph) >= max_nodes())
       s = flush_locked(stream, TPU_FLUSH_SIZE_LIMIT, NULL);
   }
@@ -249,6 +270,7 @@ static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason
   tpu_graph_t* graph = pd->graph;
   if (!graph) return TPU_OK; /* provisional blocks wait for the next graph */
   pd->graph = NULL;
+  pd->heavy_elements = 0;
   int32_t free_count = pd->free_count;
   pd->free_count = 0;
 

@@ -19,6 +19,7 @@ typedef struct tpu_pending {
   struct tpu_free_record* frees; /* buffers freed while recording */
   int32_t free_count, free_capacity;
   _Atomic int provisional; /* live provisional blocks of the stream (allocator) */
+  int64_t heavy_elements;  /* elements heavy nodes touched since the last cut */
 } tpu_pending_t;
 
 struct tpu_stream {

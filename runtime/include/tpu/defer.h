@@ -54,7 +54,7 @@ extern "C" {
   X(HOST_FN, "host_fn")         /* a host function (collectives, ...) */  \
   X(STRICT_SUBMIT, "strict_submit") /* a strict-mode op on the stream */  \
   X(SIZE_LIMIT, "size_limit")   /* the pending graph reached its limit */ \
-  X(PIPELINE, "pipeline")       /* after a heavy node (TPU_OP_HEAVY) */   \
+  X(PIPELINE, "pipeline")       /* after heavy nodes (TPU_OP_HEAVY) */   \
   X(MODE_SWITCH, "mode_switch") /* the thread left deferred mode */
 
 typedef enum tpu_flush_reason {

@@ -15,14 +15,18 @@
  * the loads and stores of memory operands interleave with the arithmetic,
  * so the hardware streams memory while the group computes (run node by
  * node over a whole tile, a memory-bound node and a compute-bound one take
- * turns). The node-by-node path stays for every other group, and for
- * groups whose plans fail (it reports their errors). */
+ * turns). A row-tiled group of such ops and float32 layer/rms norms over
+ * the last dim runs the same way row by row (rows_plan): each node over the
+ * whole row, the norms through their family's row function, intermediates
+ * in row-sized slots. The node-by-node path stays for every other group,
+ * and for groups whose plans fail (it reports their errors). */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fusion/analysis.h"
 #include "kernels/elementwise.h"
+#include "kernels/norm.h"
 #include "tpu/ops.h"
 
 #define TILE_ELEMENTS 8192
@@ -30,6 +34,8 @@
 #define MAX_NODE_OUTPUTS 4
 #define DIRECT_BLOCK 512
 #define DIRECT_MIN_ROW 64 /* shorter tile rows take the node-by-node path */
+#define ROWS_DIRECT_MAX 16384 /* longer rows take the node-by-node path */
+#define SCRATCH_ALIGN 64
 
 typedef struct tiling {
   int32_t ndim;
@@ -165,6 +171,29 @@ static bool direct_enabled(void) {
   return v == 1;
 }
 
+/* The row-by-row direct path of a row group: per node, where each operand
+ * of a row lives (a memory operand: its first row's address and its byte
+ * strides over the row dims, 0 where broadcast). */
+typedef struct row_operand {
+  char* base;
+  int64_t strides[TPU_MAX_DIMS];
+} row_operand_t;
+
+typedef struct rows_node {
+  bool norm;               /* a norm through its row function, else elementwise */
+  tpu_norm_row_t nr;
+  direct_node_t d;         /* sources of the inputs (a norm: input 0 only), output slot */
+  row_operand_t in[TPU_EW_MAX_INPUTS], out;
+  row_operand_t stat[2];   /* a norm's mean and rstd in memory (base NULL: not written) */
+} rows_node_t;
+
+typedef struct rows_plan {
+  int32_t ndim;            /* row dims */
+  int64_t sizes[TPU_MAX_DIMS];
+  int64_t n;               /* elements per row */
+  rows_node_t nodes[TPU_FUSION_MAX_GROUP];
+} rows_plan_t;
+
 typedef struct tiled_run {
   const tpu_program_t* program;
   const tpu_program_group_t* group;
@@ -174,6 +203,7 @@ typedef struct tiled_run {
   int64_t slot_bytes; /* per scratch slot */
   uint32_t row_inputs[TPU_FUSION_MAX_GROUP]; /* row groups: per node, its `rows` mask */
   bool direct;                                /* the direct path (see the top) */
+  rows_plan_t* rows;                          /* a row group's direct path, or NULL */
   int32_t scalars;                            /* number slots of the direct path */
   direct_node_t dn[TPU_FUSION_MAX_GROUP];
   _Atomic(tpu_status_t) error;
@@ -250,63 +280,73 @@ static tpu_status_t run_tile(tiled_run_t* r, const tile_t* tile, uint8_t* scratc
 /* ---- the direct path ------------------------------------------------------------ */
 
 /* Whether a memory operand is read (or written) in place by the direct
- * path: float32, unit stride along the tiling's last dim, which it spans. */
-static bool direct_view(const tiling_t* t, const tpu_view_t* v) {
-  return v->dtype == TPU_DTYPE_F32 && v->ndim >= 1 && v->ndim <= t->ndim &&
-         v->sizes[v->ndim - 1] == t->sizes[t->ndim - 1] && v->strides[v->ndim - 1] == 1;
+ * path: float32, at most `ndim` dims, unit stride along the last, whose
+ * `n` elements it spans. */
+static bool direct_view(int32_t ndim, int64_t n, const tpu_view_t* v) {
+  return v->dtype == TPU_DTYPE_F32 && v->ndim >= 1 && v->ndim <= ndim &&
+         v->sizes[v->ndim - 1] == n && v->strides[v->ndim - 1] == 1;
 }
 
-/* Decides whether the group takes the direct path, filling r->dn. */
+/* Fills d for node i (of any op) if the direct path can run it: a float32
+ * elementwise op with one output, its memory operands (direct_view over
+ * `ndim` dims and rows of `n`) read and written in place. Number inputs take
+ * the number slots from *scalars on. */
+static bool direct_node(const tpu_program_t* p, const tpu_graph_t* graph, int32_t i, int32_t ndim,
+                        int64_t n, int32_t* scalars, direct_node_t* d) {
+  const tpu_node_t* node = tpu_graph_node(graph, i);
+  const tpu_op_def_t* def = tpu_op_def(node->op);
+  if (def->kernel != tpu_ew_kernel || node->num_outputs != 1 ||
+      node->num_inputs > TPU_EW_MAX_INPUTS)
+    return false;
+  tpu_ew_plan_t plan;
+  tpu_status_t s = tpu_ew_plan(def, node, &plan);
+  if (s != TPU_OK) {
+    tpu_status_free(s);
+    return false;
+  }
+  if (plan.ct != TPU_COMPUTE_F32 || plan.common != TPU_DTYPE_F32 ||
+      plan.result != TPU_DTYPE_F32 || plan.impl->bool_in ||
+      (plan.impl->flags & TPU_EW_VALUE_0DIM) || !plan.fn)
+    return false;
+  if (p->out_slot[p->out_base[i]] < 0 && !direct_view(ndim, n, &node->outputs[0])) return false;
+  d->fn = plan.fn;
+  d->params = plan.params;
+  d->nin = node->num_inputs;
+  d->out_slot = p->out_slot[p->out_base[i]];
+  for (int32_t k = 0; k < node->num_inputs; ++k) {
+    const tpu_value_t* v = &node->inputs[k];
+    d->src[k] = DIRECT_ABSENT;
+    if (v->kind == TPU_VALUE_SCALAR) {
+      uint64_t storage = 0;
+      tpu_view_t one;
+      tpu_value_to_view(v, TPU_DTYPE_F32, &storage, &one);
+      memcpy(&d->scalar[k], tpu_view_ptr(&one), sizeof(float));
+      d->src[k] = DIRECT_NUMBER;
+      d->slot[k] = (*scalars)++;
+    } else if (v->kind == TPU_VALUE_VIEW) {
+      d->slot[k] = p->in_slot[p->in_base[i] + k];
+      d->src[k] = d->slot[k] >= 0 ? DIRECT_SLOT : DIRECT_MEMORY;
+      if (d->slot[k] < 0 && !direct_view(ndim, n, &v->u.view)) return false;
+      /* Partial overlap with the output is an error the kernel reports. */
+      if (tpu_views_may_overlap(&v->u.view, &node->outputs[0]) &&
+          !tpu_fusion_same_view(&v->u.view, &node->outputs[0]))
+        return false;
+    } else if (v->kind != TPU_VALUE_NONE) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Decides whether a tiled group takes the direct path, filling r->dn. */
 static bool direct_plan(tiled_run_t* r) {
-  const tpu_program_t* p = r->program;
   const tiling_t* t = &r->tiling;
   if (t->ndim < 1 || t->sizes[t->ndim - 1] < DIRECT_MIN_ROW) return false;
   r->scalars = 0;
-  for (int32_t i = r->group->first; i < r->group->first + r->group->count; ++i) {
-    const tpu_node_t* node = tpu_graph_node(r->graph, i);
-    const tpu_op_def_t* def = tpu_op_def(node->op);
-    if (def->kernel != tpu_ew_kernel || node->num_outputs != 1 ||
-        node->num_inputs > TPU_EW_MAX_INPUTS)
+  for (int32_t i = r->group->first; i < r->group->first + r->group->count; ++i)
+    if (!direct_node(r->program, r->graph, i, t->ndim, t->sizes[t->ndim - 1], &r->scalars,
+                     &r->dn[i - r->group->first]))
       return false;
-    tpu_ew_plan_t plan;
-    tpu_status_t s = tpu_ew_plan(def, node, &plan);
-    if (s != TPU_OK) {
-      tpu_status_free(s);
-      return false;
-    }
-    if (plan.ct != TPU_COMPUTE_F32 || plan.common != TPU_DTYPE_F32 ||
-        plan.result != TPU_DTYPE_F32 || plan.impl->bool_in ||
-        (plan.impl->flags & TPU_EW_VALUE_0DIM) || !plan.fn)
-      return false;
-    if (p->out_slot[p->out_base[i]] < 0 && !direct_view(t, &node->outputs[0])) return false;
-    direct_node_t* d = &r->dn[i - r->group->first];
-    d->fn = plan.fn;
-    d->params = plan.params;
-    d->nin = node->num_inputs;
-    d->out_slot = p->out_slot[p->out_base[i]];
-    for (int32_t k = 0; k < node->num_inputs; ++k) {
-      const tpu_value_t* v = &node->inputs[k];
-      d->src[k] = DIRECT_ABSENT;
-      if (v->kind == TPU_VALUE_SCALAR) {
-        uint64_t storage = 0;
-        tpu_view_t one;
-        tpu_value_to_view(v, TPU_DTYPE_F32, &storage, &one);
-        memcpy(&d->scalar[k], tpu_view_ptr(&one), sizeof(float));
-        d->src[k] = DIRECT_NUMBER;
-        d->slot[k] = r->scalars++;
-      } else if (v->kind == TPU_VALUE_VIEW) {
-        d->slot[k] = p->in_slot[p->in_base[i] + k];
-        d->src[k] = d->slot[k] >= 0 ? DIRECT_SLOT : DIRECT_MEMORY;
-        if (d->slot[k] < 0 && !direct_view(t, &v->u.view)) return false;
-        /* Partial overlap with the output is an error the kernel reports. */
-        if (tpu_views_may_overlap(&v->u.view, &node->outputs[0]) &&
-            !tpu_fusion_same_view(&v->u.view, &node->outputs[0]))
-          return false;
-      } else if (v->kind != TPU_VALUE_NONE) {
-        return false;
-      }
-    }
-  }
   return true;
 }
 
@@ -379,6 +419,217 @@ static tpu_status_t run_tile_direct(tiled_run_t* r, const tile_t* tile, float* s
   return TPU_OK;
 }
 
+/* ---- the direct path of row groups --------------------------------------------- */
+
+static void set_error(tiled_run_t* r, tpu_status_t s) {
+  tpu_status_t none = TPU_OK;
+  if (!atomic_compare_exchange_strong(&r->error, &none, s)) tpu_status_free(s);
+}
+
+/* Where v's rows start and how they step over the group's row dims (v
+ * right-aligned to the group's shape; missing and size-1 dims broadcast). */
+static void row_operand_init(const rows_plan_t* rp, const tpu_view_t* v, row_operand_t* out) {
+  int32_t shift = rp->ndim + 1 - v->ndim;
+  int64_t es = (int64_t)tpu_dtype_size(v->dtype);
+  out->base = tpu_view_ptr(v);
+  for (int32_t d = 0; d < rp->ndim; ++d) {
+    int32_t j = d - shift;
+    out->strides[d] = (j < 0 || v->sizes[j] == 1) ? 0 : v->strides[j] * es;
+  }
+}
+
+static inline char* row_at(const row_operand_t* o, const int64_t* idx, int32_t ndim) {
+  char* at = o->base;
+  for (int32_t d = 0; d < ndim; ++d) at += idx[d] * o->strides[d];
+  return at;
+}
+
+/* Whether a node of the group other than `self` writes memory v may share. */
+static bool written_in_group(const tiled_run_t* r, int32_t self, const tpu_view_t* v) {
+  for (int32_t j = r->group->first; j < r->group->first + r->group->count; ++j) {
+    const tpu_node_t* node = tpu_graph_node(r->graph, j);
+    for (int32_t o = 0; j != self && o < node->num_outputs; ++o)
+      if (tpu_views_may_overlap(&node->outputs[o], v)) return true;
+  }
+  return false;
+}
+
+/* Whether a node of the group after `self` reads memory v may share. */
+static bool read_later(const tiled_run_t* r, int32_t self, const tpu_view_t* v) {
+  for (int32_t j = self + 1; j < r->group->first + r->group->count; ++j) {
+    const tpu_node_t* node = tpu_graph_node(r->graph, j);
+    for (int32_t k = 0; k < node->num_inputs; ++k)
+      if (node->inputs[k].kind == TPU_VALUE_VIEW && tpu_views_may_overlap(&node->inputs[k].u.view, v))
+        return true;
+  }
+  return false;
+}
+
+/* Whether a node of the group after `self` reads v (an output of self's
+ * kept in scratch slot `slot`) from that slot. (Its memory may have been
+ * handed to a later tensor already: addresses do not tell.) */
+static bool slot_read_later(const tiled_run_t* r, int32_t self, int32_t slot, const tpu_view_t* v) {
+  const tpu_program_t* p = r->program;
+  for (int32_t j = self + 1; j < r->group->first + r->group->count; ++j) {
+    const tpu_node_t* node = tpu_graph_node(r->graph, j);
+    for (int32_t k = 0; k < node->num_inputs; ++k)
+      if (node->inputs[k].kind == TPU_VALUE_VIEW && p->in_slot[p->in_base[j] + k] == slot &&
+          tpu_fusion_same_view(&node->inputs[k].u.view, v))
+        return true;
+  }
+  return false;
+}
+
+/* Plans norm node i of a row group (tpu_norm_row_plan matched it). */
+static bool rows_norm(tiled_run_t* r, rows_plan_t* rp, int32_t i, rows_node_t* rn) {
+  const tpu_program_t* p = r->program;
+  const tpu_node_t* node = tpu_graph_node(r->graph, i);
+  const tpu_view_t* y = &node->outputs[0];
+  int32_t ndim = rp->ndim + 1;
+  if (rn->nr.n != rp->n || node->num_inputs < 1 || node->inputs[0].kind != TPU_VALUE_VIEW)
+    return false;
+  const tpu_view_t* x = &node->inputs[0].u.view;
+  rn->norm = true;
+  rn->d.nin = 1;
+  rn->d.slot[0] = p->in_slot[p->in_base[i]];
+  rn->d.src[0] = rn->d.slot[0] >= 0 ? DIRECT_SLOT : DIRECT_MEMORY;
+  if (rn->d.src[0] == DIRECT_MEMORY) {
+    if (!direct_view(ndim, rp->n, x)) return false;
+    row_operand_init(rp, x, &rn->in[0]);
+  }
+  /* Weight and bias: read whole by every row, so nothing in the group writes them. */
+  for (int32_t k = 1; k < node->num_inputs; ++k)
+    if (node->inputs[k].kind == TPU_VALUE_VIEW &&
+        (p->in_slot[p->in_base[i] + k] >= 0 || written_in_group(r, -1, &node->inputs[k].u.view)))
+      return false;
+  rn->d.out_slot = p->out_slot[p->out_base[i]];
+  if (rn->d.out_slot < 0) {
+    if (!direct_view(ndim, rp->n, y)) return false;
+    if (rn->d.src[0] == DIRECT_MEMORY && tpu_views_may_overlap(x, y) && !tpu_fusion_same_view(x, y))
+      return false;
+    row_operand_init(rp, y, &rn->out);
+  }
+  /* Mean (layer_norm) and rstd: written where they live in memory; never
+   * read inside the group (the row function keeps them in registers). */
+  for (int32_t o = 1; o < node->num_outputs; ++o) {
+    const tpu_view_t* st = &node->outputs[o];
+    if (tpu_view_is_absent(st)) continue;
+    int32_t slot = p->out_slot[p->out_base[i] + o];
+    if (slot >= 0) { /* dead: not written, unless a later node reads it from its slot */
+      if (slot_read_later(r, i, slot, st)) return false;
+      continue;
+    }
+    if (read_later(r, i, st)) return false;
+    if (st->dtype != TPU_DTYPE_F32 || st->ndim != ndim || st->sizes[ndim - 1] != 1) return false;
+    for (int32_t d = 0; d < rp->ndim; ++d)
+      if (st->sizes[d] != rp->sizes[d]) return false;
+    row_operand_init(rp, st, &rn->stat[rn->nr.rms || o == 2 ? 1 : 0]);
+  }
+  return true;
+}
+
+/* Decides whether a row group takes the direct path, filling *rp: rows of
+ * its last dim only, every node a float32 norm (tpu_norm_row_plan) or a
+ * direct elementwise op whose output has the group's shape. */
+static bool rows_plan(tiled_run_t* r, rows_plan_t* rp) {
+  const tpu_program_group_t* g = r->group;
+  const tpu_view_t* lead = &tpu_graph_node(r->graph, g->first)->outputs[0];
+  if (lead->ndim != g->rows + 1) return false;
+  rp->ndim = g->rows;
+  memcpy(rp->sizes, lead->sizes, sizeof(int64_t) * (size_t)lead->ndim);
+  rp->n = lead->sizes[lead->ndim - 1];
+  if (rp->n < DIRECT_MIN_ROW || rp->n > ROWS_DIRECT_MAX) return false;
+  r->scalars = 0;
+  for (int32_t i = g->first; i < g->first + g->count; ++i) {
+    const tpu_node_t* node = tpu_graph_node(r->graph, i);
+    rows_node_t* rn = &rp->nodes[i - g->first];
+    memset(rn, 0, sizeof(*rn));
+    const tpu_view_t* out = &node->outputs[0];
+    if (out->ndim != lead->ndim ||
+        memcmp(out->sizes, lead->sizes, sizeof(int64_t) * (size_t)lead->ndim) != 0)
+      return false;
+    if (tpu_norm_row_plan(tpu_op_def(node->op), node, &rn->nr)) {
+      if (!rows_norm(r, rp, i, rn)) return false;
+      continue;
+    }
+    if (!direct_node(r->program, r->graph, i, lead->ndim, rp->n, &r->scalars, &rn->d))
+      return false;
+    for (int32_t k = 0; k < rn->d.nin; ++k)
+      if (rn->d.src[k] == DIRECT_MEMORY) row_operand_init(rp, &node->inputs[k].u.view, &rn->in[k]);
+    if (rn->d.out_slot < 0) row_operand_init(rp, out, &rn->out);
+  }
+  return true;
+}
+
+/* Rows [begin, end) of a row group on the direct path: per row, each node
+ * over the whole row; row-sized scratch slots, then DIRECT_BLOCK-sized
+ * number slots. */
+static void run_rows_direct(void* arg, int64_t begin, int64_t end) {
+  tiled_run_t* r = arg;
+  const rows_plan_t* rp = r->rows;
+  const int64_t n = rp->n;
+  const int32_t count = r->group->count;
+  size_t slot_floats = (size_t)r->group->slots * (size_t)n;
+  size_t bytes = (slot_floats + (size_t)r->scalars * DIRECT_BLOCK) * sizeof(float);
+  float* scratch = NULL;
+  if (bytes) {
+    scratch = aligned_alloc(SCRATCH_ALIGN, (bytes + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN);
+    if (!scratch) {
+      set_error(r, tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fusion scratch allocation failed"));
+      return;
+    }
+  }
+  float* numbers = scratch + slot_floats;
+  for (int32_t i = 0; i < count; ++i)
+    for (int32_t k = 0; k < rp->nodes[i].d.nin; ++k)
+      if (rp->nodes[i].d.src[k] == DIRECT_NUMBER)
+        for (int32_t e = 0; e < DIRECT_BLOCK; ++e)
+          numbers[(size_t)rp->nodes[i].d.slot[k] * DIRECT_BLOCK + e] = rp->nodes[i].d.scalar[k];
+  int64_t idx[TPU_MAX_DIMS] = {0};
+  for (int64_t rest = begin, d = rp->ndim - 1; d >= 0; --d) {
+    idx[d] = rest % rp->sizes[d];
+    rest /= rp->sizes[d];
+  }
+  for (int64_t row = begin; row < end; ++row) {
+    for (int32_t i = 0; i < count; ++i) {
+      const rows_node_t* rn = &rp->nodes[i];
+      const direct_node_t* d = &rn->d;
+      float* out = d->out_slot >= 0 ? scratch + (size_t)d->out_slot * (size_t)n
+                                    : (float*)row_at(&rn->out, idx, rp->ndim);
+      const float* in[TPU_EW_MAX_INPUTS] = {0};
+      for (int32_t k = 0; k < d->nin; ++k) {
+        if (d->src[k] == DIRECT_SLOT) in[k] = scratch + (size_t)d->slot[k] * (size_t)n;
+        else if (d->src[k] == DIRECT_NUMBER) in[k] = numbers + (size_t)d->slot[k] * DIRECT_BLOCK;
+        else if (d->src[k] == DIRECT_MEMORY) in[k] = (const float*)row_at(&rn->in[k], idx, rp->ndim);
+      }
+      if (rn->norm) {
+        double mean, rstd;
+        tpu_norm_row_f32(&rn->nr, in[0], out, &mean, &rstd);
+        if (rn->stat[0].base) *(float*)row_at(&rn->stat[0], idx, rp->ndim) = (float)mean;
+        if (rn->stat[1].base) *(float*)row_at(&rn->stat[1], idx, rp->ndim) = (float)rstd;
+        continue;
+      }
+      for (int64_t c0 = 0; c0 < n; c0 += DIRECT_BLOCK) {
+        int64_t len = n - c0 < DIRECT_BLOCK ? n - c0 : DIRECT_BLOCK;
+        const void* block[TPU_EW_MAX_INPUTS];
+        for (int32_t k = 0; k < d->nin; ++k)
+          block[k] = !in[k] || d->src[k] == DIRECT_NUMBER ? (const void*)in[k] : in[k] + c0;
+        if (d->fn(out + c0, block, len, &d->params)) {
+          set_error(r, tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: ZeroDivisionError",
+                                       tpu_op_def(tpu_graph_node(r->graph, r->group->first + i)->op)->name));
+          free(scratch);
+          return;
+        }
+      }
+    }
+    for (int32_t d = rp->ndim - 1; d >= 0; --d) { /* the next row */
+      if (++idx[d] < rp->sizes[d]) break;
+      idx[d] = 0;
+    }
+  }
+  free(scratch);
+}
+
 static void run_tiles(void* arg, int64_t begin, int64_t end) {
   tiled_run_t* r = arg;
   uint8_t* scratch = NULL;
@@ -388,9 +639,7 @@ static void run_tiles(void* arg, int64_t begin, int64_t end) {
   if (bytes) {
     scratch = malloc(bytes);
     if (!scratch) {
-      tpu_status_t none = TPU_OK;
-      tpu_status_t s = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fusion scratch allocation failed");
-      if (!atomic_compare_exchange_strong(&r->error, &none, s)) tpu_status_free(s);
+      set_error(r, tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fusion scratch allocation failed"));
       return;
     }
   }
@@ -408,8 +657,7 @@ static void run_tiles(void* arg, int64_t begin, int64_t end) {
     tpu_status_t s = r->direct ? run_tile_direct(r, &tile, (float*)scratch)
                                : run_tile(r, &tile, scratch);
     if (s != TPU_OK) {
-      tpu_status_t none = TPU_OK;
-      if (!atomic_compare_exchange_strong(&r->error, &none, s)) tpu_status_free(s);
+      set_error(r, s);
       break;
     }
   }
@@ -454,6 +702,22 @@ tpu_status_t tpu_program_run(const tpu_program_t* p, const tpu_graph_t* graph,
         uint32_t* mask = &r.row_inputs[i - grp->first];
         *mask = 0;
         if (!(def->flags & TPU_OP_POINTWISE)) def->rows(def, node, mask);
+      }
+      if (direct_enabled() && nrows > 0) {
+        rows_plan_t* rp = malloc(sizeof(*rp));
+        if (!rp) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fusion: no memory for a row plan");
+        bool ran = rows_plan(&r, rp);
+        if (ran) {
+          r.rows = rp;
+          tpu_parallel_for(nrows, TILE_ELEMENTS / rp->n > 0 ? TILE_ELEMENTS / rp->n : 1,
+                           run_rows_direct, &r);
+        }
+        free(rp);
+        if (ran) {
+          tpu_status_t s = atomic_load(&r.error);
+          if (s != TPU_OK) return s;
+          continue;
+        }
       }
       tiling_init(lead->outputs[0].sizes, grp->rows, widest, &r.tiling);
       int64_t rows_per_tile = r.tiling.split < 0 ? nrows : r.tiling.chunk;

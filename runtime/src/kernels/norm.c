@@ -248,11 +248,32 @@ static inline double lane_sum_f32(const float* x, int64_t n, float shift, bool s
   return s;
 }
 
-/* The float32 fast path of forward_rows: the statistics straight from the
- * row (two passes of lane_sum_f32: the mean, then the squared deviations from
- * it), the normalisation in float. Built for AVX-512 and AVX2 as well
- * (VM_SIMD_CLONES): the same arithmetic in the same order (no contraction in
- * ISO C), on wider vectors. */
+/* One float32 row: the statistics straight from the row (two passes of
+ * lane_sum_f32: the mean, then the squared deviations from it), the
+ * normalisation in float. Shared by forward_rows_f32 and the fusion
+ * interpreter's row function (tpu_norm_row_f32), so a fused layer norm gives
+ * the bits strict eager gives. */
+static inline void norm_row_f32(bool rms, int64_t n, double eps, const float* w, const float* b,
+                                const float* x, float* y, double* out_mean, double* out_rstd) {
+  double mean = 0.0;
+  if (!rms) mean = lane_sum_f32(x, n, 0.0f, false) / (double)n;
+  double rstd = 1.0 / sqrt(lane_sum_f32(x, n, (float)mean, true) / (double)n + eps);
+  const float fm = (float)mean, fr = (float)rstd;
+  if (w && b)
+    for (int64_t k = 0; k < n; ++k) y[k] = (x[k] - fm) * fr * w[k] + b[k];
+  else if (w)
+    for (int64_t k = 0; k < n; ++k) y[k] = (x[k] - fm) * fr * w[k];
+  else if (b)
+    for (int64_t k = 0; k < n; ++k) y[k] = (x[k] - fm) * fr + b[k];
+  else
+    for (int64_t k = 0; k < n; ++k) y[k] = (x[k] - fm) * fr;
+  *out_mean = mean;
+  *out_rstd = rstd;
+}
+
+/* The float32 fast path of forward_rows, built for AVX-512 and AVX2 as well
+ * (VM_SIMD_CLONES): the same arithmetic in the same order, on wider
+ * vectors. */
 VM_SIMD_CLONES static void forward_rows_f32(void* arg, int64_t begin, int64_t end) {
   const plan_t* p = (const plan_t*)arg;
   const norm_args_t* a = p->a;
@@ -261,19 +282,8 @@ VM_SIMD_CLONES static void forward_rows_f32(void* arg, int64_t begin, int64_t en
     walk_offsets(&p->rows, p->rows.ndim, r, offs);
     const float* x = (const float*)view_at(a->x, offs[V_X]);
     float* y = (float*)view_at(p->out[0], offs[V_OUT]);
-    double mean = 0.0;
-    if (!a->impl->rms) mean = lane_sum_f32(x, n, 0.0f, false) / (double)n;
-    double rstd = 1.0 / sqrt(lane_sum_f32(x, n, (float)mean, true) / (double)n + a->eps);
-    const float fm = (float)mean, fr = (float)rstd;
-    const float *w = p->wf, *b = p->bf;
-    if (w && b)
-      for (int64_t k = 0; k < n; ++k) y[k] = (x[k] - fm) * fr * w[k] + b[k];
-    else if (w)
-      for (int64_t k = 0; k < n; ++k) y[k] = (x[k] - fm) * fr * w[k];
-    else if (b)
-      for (int64_t k = 0; k < n; ++k) y[k] = (x[k] - fm) * fr + b[k];
-    else
-      for (int64_t k = 0; k < n; ++k) y[k] = (x[k] - fm) * fr;
+    double mean, rstd;
+    norm_row_f32(a->impl->rms, n, a->eps, p->wf, p->bf, x, y, &mean, &rstd);
     if (p->out[1]) view_set_f64(p->out[1], offs[V_MEAN], mean);
     view_set_f64(p->out[2], offs[V_RSTD], rstd);
   }
@@ -288,6 +298,33 @@ static bool f32_rows(const tpu_view_t* v, int32_t axis) {
     stride *= v->sizes[d];
   }
   return true;
+}
+
+static tpu_status_t norm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                tpu_exec_ctx_t* ctx);
+
+bool tpu_norm_row_plan(const tpu_op_def_t* def, const tpu_node_t* node, tpu_norm_row_t* out) {
+  norm_args_t a;
+  if (def->kernel != norm_kernel) return false;
+  tpu_status_t s = tpu_norm_parse(def, node, &a);
+  if (s != TPU_OK) {
+    tpu_status_free(s);
+    return false;
+  }
+  if (a.impl->backward || a.x->dtype != TPU_DTYPE_F32 || a.axis != a.x->ndim - 1 ||
+      !f32_rows(a.x, a.axis) || (a.w && !f32_rows(a.w, 0)) || (a.b && !f32_rows(a.b, 0)))
+    return false;
+  *out = (tpu_norm_row_t){.rms = a.impl->rms,
+                          .n = a.n,
+                          .eps = a.eps,
+                          .w = a.w ? (const float*)tpu_view_ptr(a.w) : NULL,
+                          .b = a.b ? (const float*)tpu_view_ptr(a.b) : NULL};
+  return true;
+}
+
+VM_SIMD_CLONES void tpu_norm_row_f32(const tpu_norm_row_t* p, const float* x, float* y,
+                                     double* out_mean, double* out_rstd) {
+  norm_row_f32(p->rms, p->n, p->eps, p->w, p->b, x, y, out_mean, out_rstd);
 }
 
 static void grad_input_rows(void* arg, int64_t begin, int64_t end) {

@@ -56,6 +56,26 @@ static inline int norm_slot(const norm_impl_t* impl, int i) {
  * empty rows) gives UNIMPLEMENTED. */
 tpu_status_t tpu_norm_parse(const tpu_op_def_t* def, const tpu_node_t* node, norm_args_t* args);
 
+/* A float32 forward node over rows of its last dim, reduced to what one
+ * row needs (the fusion interpreter's row function). Borrows the weight and
+ * bias memory of the node it was planned from. */
+typedef struct tpu_norm_row {
+  bool rms;
+  int64_t n;          /* elements per row */
+  double eps;
+  const float *w, *b; /* or NULL */
+} tpu_norm_row_t;
+
+/* Whether `node` (of any op) is a layer_norm / rms_norm forward that the row
+ * function runs: float32, normalised over its last dim, input rows, weight
+ * and bias contiguous; fills *out if so. */
+bool tpu_norm_row_plan(const tpu_op_def_t* def, const tpu_node_t* node, tpu_norm_row_t* out);
+
+/* y[0..n) = the normalised row x[0..n) (y may be x), with its mean (0 for
+ * rms) and rstd: the arithmetic of the family's own float32 kernel. */
+void tpu_norm_row_f32(const tpu_norm_row_t* p, const float* x, float* y, double* out_mean,
+                      double* out_rstd);
+
 /* The reference kernel: plain loops per row in logical order, in double. */
 tpu_status_t tpu_norm_reference(const tpu_op_def_t* def, const tpu_node_t* node,
                                 tpu_exec_ctx_t* ctx);
