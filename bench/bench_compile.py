@@ -52,6 +52,9 @@ if __name__ == "__main__":
     for _i, _a in enumerate(sys.argv):  # the tpu pool is sized when the runtime starts
         if _a == "--threads" and _i + 1 < len(sys.argv):
             os.environ["TORCH_TPU_NUM_THREADS"] = sys.argv[_i + 1]
+    # PyTorch CPU's OpenMP threads otherwise keep spinning after each CPU
+    # round, into the tpu round that follows (libgomp reads this at start-up)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 

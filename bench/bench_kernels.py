@@ -55,6 +55,9 @@ if __name__ == "__main__":
     _t = _pre_parse_threads(sys.argv[1:])
     if _t:
         os.environ["TORCH_TPU_NUM_THREADS"] = _t
+    # PyTorch CPU's OpenMP threads otherwise keep spinning after each CPU
+    # round, into the tpu round that follows (libgomp reads this at start-up)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
