@@ -154,6 +154,97 @@ TEST(defer_fused_chain_matches_strict_and_elides) {
   }
 }
 
+/* h = x + b; (y, mean, rstd) = layer_norm(h, weight b, bias b) (rms: (y,
+ * rstd) = rms_norm(h, weight b)); out = y * 2. h and y are freed before
+ * the flush, mean and rstd stay live. Returns out then the statistics
+ * (mean, rstd; rms: rstd) on the host. A row group on the fusion
+ * interpreter's row-by-row direct path. */
+static bool g_rms;
+static float* norm_rows(tpu_stream_t* st, int64_t rows, int64_t cols, const float* hx,
+                        const float* hb) {
+  int64_t n = rows * cols, sz[2] = {rows, cols}, ssz[2] = {rows, 1};
+  int32_t nstat = g_rms ? 1 : 2;
+  tpu_block_t *x = upload(st, hx, n), *b = upload(st, hb, cols), *h, *y, *out, *stat[2];
+  tpu_view_t vx = fview(tpu_block_addr(x), 2, sz), vb = fview(tpu_block_addr(b), 1, &cols);
+  CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &h));
+  tpu_view_t vh = fview(tpu_block_addr(h), 2, sz);
+  binary(st, "add", &vx, &vb, 0, &vh);
+  CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &y));
+  tpu_view_t outs[3] = {fview(tpu_block_addr(y), 2, sz)};
+  for (int32_t k = 0; k < nstat; ++k) {
+    CHECK_OK(tpu_block_alloc(st, (size_t)rows * 4, &stat[k]));
+    outs[1 + k] = fview(tpu_block_addr(stat[k]), 2, ssz);
+  }
+  tpu_value_t in[3] = {{.kind = TPU_VALUE_VIEW, .u.view = vh},
+                       {.kind = TPU_VALUE_VIEW, .u.view = vb},
+                       {.kind = TPU_VALUE_VIEW, .u.view = vb}};
+  tpu_attr_t attrs[TPU_MAX_ATTRS] = {{.kind = TPU_ATTR_INTS, .count = 1, .u.ints = {cols}},
+                                     {.kind = TPU_ATTR_FLOAT, .u.f = 1e-5}};
+  tpu_op_id_t id = tpu_op_lookup(g_rms ? "rms_norm" : "layer_norm");
+  tpu_graph_t* g = NULL;
+  CHECK_OK(tpu_graph_create(&g));
+  CHECK_OK(tpu_graph_add_node(g, id, in, g_rms ? 2 : 3, outs, 1 + nstat, attrs,
+                              tpu_op_num_attrs(id)));
+  CHECK_OK(tpu_stream_submit(st, g));
+  tpu_block_free(h);
+  CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &out));
+  tpu_view_t vo = fview(tpu_block_addr(out), 2, sz);
+  binary(st, "mul", &outs[0], NULL, 2.0, &vo);
+  tpu_block_free(y);
+  float* host = calloc((size_t)(n + nstat * rows), 4);
+  CHECK_OK(tpu_stream_copy(st, TPU_COPY_D2H, (uint64_t)(uintptr_t)host, tpu_block_addr(out),
+                           (size_t)n * 4));
+  for (int32_t k = 0; k < nstat; ++k)
+    CHECK_OK(tpu_stream_copy(st, TPU_COPY_D2H, (uint64_t)(uintptr_t)(host + n + k * rows),
+                             tpu_block_addr(stat[k]), (size_t)rows * 4));
+  CHECK_OK(tpu_stream_synchronize(st));
+  tpu_block_free(x);
+  tpu_block_free(b);
+  tpu_block_free(out);
+  for (int32_t k = 0; k < nstat; ++k) tpu_block_free(stat[k]);
+  return host;
+}
+
+/* Rows of 64 (the shortest the row path takes), of more than one 512-wide
+ * elementwise block with a ragged last one, and one long row. */
+static const int64_t k_norm_shapes[][2] = {{33, 64}, {7, 1300}, {1, 9000}};
+
+TEST(defer_fused_norm_rows_match_strict) {
+  for (int rms = 0; rms < 2; ++rms)
+    for (size_t c = 0; c < sizeof(k_norm_shapes) / sizeof(k_norm_shapes[0]); ++c) {
+      const int64_t rows = k_norm_shapes[c][0], cols = k_norm_shapes[c][1];
+      g_rms = rms != 0;
+      float *hx, *hb, *strict, *fused;
+      strict_then_deferred(norm_rows, rows, cols, 2, &hx, &hb, &strict, &fused);
+      for (int64_t r = 0; r < rows; ++r) { /* the reference, in double */
+        double mean = 0, var = 0;
+        for (int64_t k = 0; k < cols; ++k) mean += (double)hx[r * cols + k] + hb[k];
+        mean = rms ? 0 : mean / (double)cols;
+        for (int64_t k = 0; k < cols; ++k) {
+          double d = (double)hx[r * cols + k] + hb[k] - mean;
+          var += d * d;
+        }
+        double rstd = 1 / sqrt(var / (double)cols + 1e-5);
+        for (int64_t k = 0; k < cols; ++k) {
+          double yv = ((double)hx[r * cols + k] + hb[k] - mean) * rstd * hb[k] + (rms ? 0 : hb[k]);
+          CHECK_NEAR(strict[r * cols + k], 2 * yv, 1e-4);
+        }
+        CHECK_NEAR(strict[rows * cols + r], rms ? rstd : mean, 1e-4 * (rms ? rstd : 1));
+        if (!rms) CHECK_NEAR(strict[rows * cols + rows + r], rstd, 1e-4 * rstd);
+      }
+      int64_t total = rows * cols + (rms ? 1 : 2) * rows;
+      for (int64_t i = 0; i < total; ++i) CHECK(fused[i] == strict[i]);
+      tpu_defer_metrics_t m;
+      tpu_defer_get_metrics(&m);
+      CHECK(m.fused_kernels == 1 && m.fused_nodes == 3);
+      CHECK(m.elided_buffers == 2);
+      free(hx);
+      free(hb);
+      free(strict);
+      free(fused);
+    }
+}
+
 TEST(defer_programs_are_cached_by_structure_not_size) {
   tpu_stream_t* st = stream0();
   tpu_defer_reset_metrics();
