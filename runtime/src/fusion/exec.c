@@ -579,7 +579,7 @@ static void run_rows_direct(void* arg, int64_t begin, int64_t end) {
       return;
     }
   }
-  float* numbers = scratch + slot_floats;
+  float* numbers = scratch ? scratch + slot_floats : NULL; /* no slots, no numbers: none */
   for (int32_t i = 0; i < count; ++i)
     for (int32_t k = 0; k < rp->nodes[i].d.nin; ++k)
       if (rp->nodes[i].d.src[k] == DIRECT_NUMBER)
