@@ -381,23 +381,35 @@ static bool fits_blas(const mm_problem_t* p) {
 }
 
 /* Splits the batch into units: whole matrices when there are enough, else
- * row blocks and then column blocks (at least MM_BLOCK_WORK multiply-adds
- * and MM_MIN_COLS columns each) for 2 per thread. */
+ * each matrix into a grid of row blocks by column blocks (at least
+ * MM_BLOCK_WORK multiply-adds and MM_MIN_COLS columns each), 2 per thread.
+ * Each unit's GEMM packs its whole slice of A and of B, so of the grids with
+ * enough units the one that packs least is taken: R row blocks by C column
+ * blocks pack R copies of B and C copies of A, R * n + C * m rows of k. A
+ * linear layer over few tokens (m small, n large) splits by columns; each
+ * unit then packs only its share of the weight. */
 static void partition(mm_plan_t* pl) {
   const mm_problem_t* p = &pl->p;
   int64_t want = 2 * tpu_parallel_threads(), work = p->m * p->n * (p->k > 0 ? p->k : 1);
-  int64_t blocks = p->batch < want ? (want + p->batch - 1) / p->batch : 1;
-  if (blocks > work / MM_BLOCK_WORK) blocks = work / MM_BLOCK_WORK;
-  if (blocks > p->m) blocks = p->m;
-  if (blocks < 1) blocks = 1;
-  pl->rows = (p->m + blocks - 1) / blocks;
+  int64_t units = p->batch < want ? (want + p->batch - 1) / p->batch : 1;
+  int64_t max_units = work / MM_BLOCK_WORK > 1 ? work / MM_BLOCK_WORK : 1;
+  int64_t max_r = p->m, max_c = p->n / MM_MIN_COLS > 1 ? p->n / MM_MIN_COLS : 1;
+  if (units > max_units) units = max_units;
+  int64_t best_r = 1, best_c = 1, best_cost = -1;
+  for (int64_t r = 1; r <= units && r <= max_r; ++r) {
+    int64_t c = (units + r - 1) / r;
+    if (c > max_c) continue;
+    int64_t cost = r * p->n + c * p->m;
+    if (best_cost < 0 || cost < best_cost) best_r = r, best_c = c, best_cost = cost;
+  }
+  if (best_cost < 0) /* too few columns for the units: row blocks only */
+    best_r = units < max_r ? units : max_r, best_c = 1;
+  pl->rows = (p->m + best_r - 1) / best_r;
   pl->blocks = (p->m + pl->rows - 1) / pl->rows;
-  int64_t units = p->batch * pl->blocks;
-  int64_t cblocks = units < want ? (want + units - 1) / units : 1;
-  if (cblocks > work / MM_BLOCK_WORK / pl->blocks) cblocks = work / MM_BLOCK_WORK / pl->blocks;
-  if (cblocks > p->n / MM_MIN_COLS) cblocks = p->n / MM_MIN_COLS;
-  if (cblocks < 1) cblocks = 1;
-  pl->cols = (p->n + cblocks - 1) / cblocks;
+  /* column blocks of whole 64-byte lines of C (float32) where they can be */
+  int64_t cols = (p->n + best_c - 1) / best_c;
+  if (best_c > 1) cols = (cols + 15) / 16 * 16;
+  pl->cols = cols < p->n ? cols : p->n;
   pl->cblocks = (p->n + pl->cols - 1) / pl->cols;
 }
 
