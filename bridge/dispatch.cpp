@@ -503,8 +503,104 @@ Outcome run_native(Binding* b, Call& call, const at::Tensor* const* given, at::T
   return Outcome::Done;
 }
 
+// A TPU_OP_FOREACH row (the fused optimizers): the schema's tensor lists are
+// parallel, and node e takes element e of each (an empty list: an absent
+// input), the other arguments alike. All elements run natively or the whole
+// call goes to the CPU; the nodes are submitted in list order.
+void foreach_call(Binding* b, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = b->args.size();
+  c10::ArrayRef<c10::IValue> args(stack->data() + stack->size() - n, n);
+  Call proto;
+  size_t len = 0;
+  bool native = b->num_outputs == 0 && b->num_returns == 0;
+  for (size_t i = 0; i < n && native; ++i) {
+    const c10::IValue& iv = args[i];
+    if (iv.isTensor()) note_device(proto, iv.toTensor());
+    if (b->args[i].role != Role::InputList) continue;
+    if (!iv.isTensorList()) {
+      native = false;
+      break;
+    }
+    c10::List<at::Tensor> list = iv.toTensorList();
+    if (list.size() && len && list.size() != len) native = false;  // CPU raises the error
+    if (list.size()) len = list.size();
+    for (const at::Tensor& t : list) {
+      note_device(proto, t);
+      native = native && t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+    }
+  }
+  if (!native || len == 0 || proto.device < 0) {
+    run_fallback(op, stack);
+    return;
+  }
+  std::vector<Call> calls(len);
+  for (size_t e = 0; e < len && native; ++e) {
+    Call& call = calls[e];
+    call.device = proto.device;
+    std::memset(call.attrs, 0, sizeof(tpu_attr_t) * b->num_attrs);
+    for (size_t i = 0; i < n && native; ++i) {
+      const ArgRole& r = b->args[i];
+      const c10::IValue& iv = args[i];
+      switch (r.role) {
+        case Role::InputList: {
+          c10::List<at::Tensor> list = iv.toTensorList();
+          native = add_tensor_input(call, list.size() ? list.get(e) : at::Tensor());
+          break;
+        }
+        case Role::Input:
+          native = iv.isTensor() ? add_tensor_input(call, iv.toTensor())
+                   : iv.isNone() ? add_tensor_input(call, at::Tensor())
+                                 : add_scalar_input(call, iv);
+          break;
+        case Role::Attr:
+          native = to_attr(iv, r.is_dtype, &call.attrs[r.index]);
+          break;
+        case Role::Ignore:
+          native = is_default(op.schema().arguments()[i], iv);
+          break;
+        default:
+          native = false;
+      }
+    }
+    if (!native) break;
+    tpu_node_t node{};
+    node.op = b->op;
+    node.num_inputs = call.num_inputs;
+    node.num_attrs = b->num_attrs;
+    node.inputs = call.inputs;
+    std::memcpy(node.attrs, call.attrs, sizeof(tpu_attr_t) * b->num_attrs);
+    tpu_status_t s = tpu_op_check(&node);
+    if (tpu_status_code(s) == TPU_CODE_UNIMPLEMENTED) {
+      tpu_status_free(s);
+      native = false;
+    } else {
+      check(s);
+    }
+  }
+  if (!native) {
+    run_fallback(op, stack);
+    return;
+  }
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, proto.device));
+  for (Call& call : calls) {
+    tpu_node_t node{};
+    node.op = b->op;
+    node.num_inputs = call.num_inputs;
+    node.num_attrs = b->num_attrs;
+    node.inputs = call.inputs;
+    std::memcpy(node.attrs, call.attrs, sizeof(tpu_attr_t) * b->num_attrs);
+    submit_node(proto.device, node);
+  }
+  b->calls.fetch_add(1, std::memory_order_relaxed);
+  torch::jit::drop(*stack, n);
+}
+
 // The general path: any schema, arguments as IValues on the stack.
 void boxed_call(Binding* b, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (b->def->flags & TPU_OP_FOREACH) {
+    foreach_call(b, op, stack);
+    return;
+  }
   const size_t n = b->args.size();
   // The call's arguments, borrowed from the stack (popped only on success).
   c10::ArrayRef<c10::IValue> args(stack->data() + stack->size() - n, n);
@@ -799,8 +895,12 @@ std::string bind_one(const std::string& aten, tpu_op_id_t id, Binding& b) {
     // A mutated input: the row marks it '!' ("running_mean!"); the kernel
     // writes it in place (batch norm's running statistics, rrelu's noise).
     // It binds as an input, whether or not the schema marks it written.
-    if (in_idx >= 0 && in_spec.find("," + an + "!,") != std::string::npos) {
-      if (arg.kwarg_only() || arg.type()->kind() == c10::TypeKind::ListType)
+    // A foreach row's lists may be mutated too ("exp_avgs*!"): each node
+    // then writes one element of each.
+    const bool foreach = def->flags & TPU_OP_FOREACH;
+    if (in_idx >= 0 && (in_spec.find("," + an + "!,") != std::string::npos ||
+                        (foreach && in_spec.find("," + an + "*!,") != std::string::npos))) {
+      if (arg.kwarg_only() || (arg.type()->kind() == c10::TypeKind::ListType && !foreach))
         return aten + ": argument '" + an + "' cannot be a mutated input";
       r.mutated = true;
       b.mutates_input = true;

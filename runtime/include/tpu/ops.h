@@ -7,7 +7,8 @@
  *               by name against an ATen schema's arguments ("self,other");
  *               a trailing '*' marks a tensor-list operand ("tensors*"),
  *               a trailing '!' an operand the kernel writes in place (a
- *               mutated input such as batch norm's "running_mean!"),
+ *               mutated input such as batch norm's "running_mean!"; a
+ *               TPU_OP_FOREACH row's lists may be both: "exp_avgs*!"),
  *   - attrs:    comma-separated names of its non-tensor arguments ("alpha"),
  *               stored in node->attrs in this order,
  *   - outputs:  names of the ATen out= arguments it writes ("out" or
@@ -95,6 +96,12 @@ struct tpu_op_def {
  * "pipeline"), so what was recorded runs while the program records on:
  * the cut depends on the op sequence alone, and loses no fusion. */
 #define TPU_OP_HEAVY 32u
+
+/* Foreach: the row's tensor-list inputs ("params*!") are parallel lists, as
+ * in PyTorch's fused optimizers. The bridge makes one node per list index,
+ * each list giving that index's element (an empty list: an absent input),
+ * so a node has one input per spec entry and '!' marks what it writes. */
+#define TPU_OP_FOREACH 64u
 
 /* A kernel family's rows. */
 typedef struct tpu_op_family {

@@ -48,6 +48,7 @@
   X(linalg_matfn)       \
   X(fft)                \
   X(rnn_cell)           \
+  X(optim)              \
   /* one line per family, each ending in a backslash */
 
 #define TPU_X_(f) extern const tpu_op_family_t tpu_family_##f;
@@ -164,7 +165,8 @@ int32_t tpu_spec_index(const char* spec, const char* name) {
   while (*p) {
     const char* end = strchr(p, ',');
     size_t n = end ? (size_t)(end - p) : strlen(p);
-    size_t m = (n && (p[n - 1] == '*' || p[n - 1] == '!')) ? n - 1 : n;
+    size_t m = n;
+    while (m && (p[m - 1] == '*' || p[m - 1] == '!')) m--; /* "exp_avgs*!" is exp_avgs */
     if (m == len && strncmp(p, name, len) == 0) return index;
     if (!end) break;
     p = end + 1;
