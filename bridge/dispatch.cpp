@@ -533,42 +533,52 @@ void foreach_call(Binding* b, const c10::OperatorHandle& op, torch::jit::Stack* 
     run_fallback(op, stack);
     return;
   }
-  std::vector<Call> calls(len);
-  for (size_t e = 0; e < len && native; ++e) {
-    Call& call = calls[e];
+  // Node e of the call, built into `call` (false: not native). Built twice,
+  // to check every element and then to submit: a Call is large, and a
+  // model's parameter list long.
+  Call call;
+  tpu_node_t node{};
+  auto build = [&](size_t e) {
+    call.num_inputs = 0;  // add_tensor_input clears each value it adds
     call.device = proto.device;
     std::memset(call.attrs, 0, sizeof(tpu_attr_t) * b->num_attrs);
-    for (size_t i = 0; i < n && native; ++i) {
+    for (size_t i = 0; i < n; ++i) {
       const ArgRole& r = b->args[i];
       const c10::IValue& iv = args[i];
+      bool ok = false;
       switch (r.role) {
         case Role::InputList: {
           c10::List<at::Tensor> list = iv.toTensorList();
-          native = add_tensor_input(call, list.size() ? list.get(e) : at::Tensor());
+          ok = add_tensor_input(call, list.size() ? list.get(e) : at::Tensor());
           break;
         }
         case Role::Input:
-          native = iv.isTensor() ? add_tensor_input(call, iv.toTensor())
-                   : iv.isNone() ? add_tensor_input(call, at::Tensor())
-                                 : add_scalar_input(call, iv);
+          ok = iv.isTensor() ? add_tensor_input(call, iv.toTensor())
+               : iv.isNone() ? add_tensor_input(call, at::Tensor())
+                             : add_scalar_input(call, iv);
           break;
         case Role::Attr:
-          native = to_attr(iv, r.is_dtype, &call.attrs[r.index]);
+          ok = to_attr(iv, r.is_dtype, &call.attrs[r.index]);
           break;
         case Role::Ignore:
-          native = is_default(op.schema().arguments()[i], iv);
+          ok = is_default(op.schema().arguments()[i], iv);
           break;
         default:
-          native = false;
+          break;
       }
+      if (!ok) return false;
     }
-    if (!native) break;
-    tpu_node_t node{};
+    node = tpu_node_t{};
     node.op = b->op;
     node.num_inputs = call.num_inputs;
     node.num_attrs = b->num_attrs;
     node.inputs = call.inputs;
     std::memcpy(node.attrs, call.attrs, sizeof(tpu_attr_t) * b->num_attrs);
+    return true;
+  };
+  for (size_t e = 0; e < len && native; ++e) {
+    native = build(e);
+    if (!native) break;
     tpu_status_t s = tpu_op_check(&node);
     if (tpu_status_code(s) == TPU_CODE_UNIMPLEMENTED) {
       tpu_status_free(s);
@@ -582,13 +592,8 @@ void foreach_call(Binding* b, const c10::OperatorHandle& op, torch::jit::Stack* 
     return;
   }
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, proto.device));
-  for (Call& call : calls) {
-    tpu_node_t node{};
-    node.op = b->op;
-    node.num_inputs = call.num_inputs;
-    node.num_attrs = b->num_attrs;
-    node.inputs = call.inputs;
-    std::memcpy(node.attrs, call.attrs, sizeof(tpu_attr_t) * b->num_attrs);
+  for (size_t e = 0; e < len; ++e) {
+    TORCH_INTERNAL_ASSERT(build(e));
     submit_node(proto.device, node);
   }
   b->calls.fetch_add(1, std::memory_order_relaxed);
