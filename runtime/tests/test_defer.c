@@ -561,6 +561,71 @@ TEST(defer_schedule_fuses_foreach_chains_and_keeps_conflicts) {
   free(fused);
 }
 
+/* A foreach step whose heads come first over the whole list, as an
+ * optimizer's decay and moment updates do, and whose per-tensor consumer
+ * comes last:
+ *     x_i *= 0.5 (every i);   m_i *= 0.9 (every i);   y_i = x_i + m_i (every i)
+ * with x_i row i of hx and m_i row i of hx reversed, lengths cols - 7 i.
+ * Returns the y_i, row i holding y_i. */
+static float* foreach_heads(tpu_stream_t* st, int64_t rows, int64_t cols, const float* hx,
+                            const float* hb) {
+  (void)hb;
+  enum { MAXK = 8 };
+  tpu_block_t *x[MAXK], *m[MAXK], *y[MAXK];
+  tpu_view_t vx[MAXK], vm[MAXK], vy[MAXK];
+  int64_t len[MAXK];
+  CHECK(rows <= MAXK && cols > 7 * rows);
+  float* rev = malloc((size_t)(rows * cols) * 4);
+  for (int64_t e = 0; e < rows * cols; ++e) rev[e] = hx[rows * cols - 1 - e];
+  for (int64_t i = 0; i < rows; ++i) {
+    len[i] = cols - 7 * i;
+    x[i] = upload(st, hx + i * cols, len[i]);
+    m[i] = upload(st, rev + i * cols, len[i]);
+    vx[i] = fview(tpu_block_addr(x[i]), 1, &len[i]);
+    vm[i] = fview(tpu_block_addr(m[i]), 1, &len[i]);
+  }
+  for (int64_t i = 0; i < rows; ++i) binary(st, "mul", &vx[i], NULL, 0.5, &vx[i]);
+  for (int64_t i = 0; i < rows; ++i) binary(st, "mul", &vm[i], NULL, 0.9, &vm[i]);
+  for (int64_t i = 0; i < rows; ++i) {
+    CHECK_OK(tpu_block_alloc(st, (size_t)len[i] * 4, &y[i]));
+    vy[i] = fview(tpu_block_addr(y[i]), 1, &len[i]);
+    binary(st, "add", &vx[i], &vm[i], 0, &vy[i]);
+  }
+  float* out = calloc((size_t)(rows * cols), 4);
+  for (int64_t i = 0; i < rows; ++i)
+    CHECK_OK(tpu_stream_copy(st, TPU_COPY_D2H, (uint64_t)(uintptr_t)(out + i * cols), vy[i].addr,
+                             (size_t)len[i] * 4));
+  CHECK_OK(tpu_stream_synchronize(st));
+  for (int64_t i = 0; i < rows; ++i) {
+    tpu_block_free(x[i]);
+    tpu_block_free(m[i]);
+    tpu_block_free(y[i]);
+  }
+  free(rev);
+  return out;
+}
+
+/* The heads sink to their tensor's consumer (schedule.c, sink_nodes): one
+ * fused kernel of three nodes per tensor, results equal to strict's. */
+TEST(defer_schedule_sinks_foreach_heads_into_their_chain) {
+  enum { K = 4, COLS = 300 };
+  float *hx, *hb, *strict, *fused;
+  strict_then_deferred(foreach_heads, K, COLS, 9, &hx, &hb, &strict, &fused);
+  for (int64_t i = 0; i < K; ++i)
+    for (int64_t e = 0; e < COLS - 7 * i; ++e) {
+      float want = hx[i * COLS + e] * 0.5f + hx[K * COLS - 1 - (i * COLS + e)] * 0.9f;
+      CHECK(strict[i * COLS + e] == want);
+      CHECK(fused[i * COLS + e] == strict[i * COLS + e]);
+    }
+  tpu_defer_metrics_t m;
+  tpu_defer_get_metrics(&m);
+  CHECK(m.fused_kernels == K && m.fused_nodes == 3 * K);
+  free(hx);
+  free(hb);
+  free(strict);
+  free(fused);
+}
+
 /* Inputs written in place ('!' in the row) are known to the fusion passes:
  * such a node is never fused or moved, and its writes order the schedule. */
 TEST(defer_mutated_inputs_are_known) {

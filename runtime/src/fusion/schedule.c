@@ -21,6 +21,7 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "fusion/analysis.h"
 #include "tpu/ops.h"
@@ -220,6 +221,60 @@ static void order_nodes(sched_t* s, int32_t n, bool* placed, int32_t* order) {
   }
 }
 
+/* Whether node x touches a range freed after it was recorded and no later
+ * than after recorded node `last`: sinking x below such a free would read
+ * or write memory the free handed to a new tenant. */
+static bool frees_below(sched_t* s, int32_t x, int32_t last) {
+  const extent_t* e = s->ext + s->base[x];
+  int32_t count = s->acc[x].reads + s->acc[x].writes;
+  for (int32_t f = 0; f < s->free_count; ++f) {
+    const tpu_free_record_t* r = &s->frees[f];
+    if (r->point <= x || r->point > last + 1) continue;
+    if (--s->budget < 0) return true;
+    extent_t range = {r->lo, r->hi};
+    for (int32_t k = 0; k < count; ++k)
+      if (meet(e[k], range)) return true;
+  }
+  return false;
+}
+
+/* Whether `node` reads the identical view `v`. */
+static bool reads_view(const tpu_node_t* node, const tpu_view_t* v) {
+  for (int32_t j = 0; j < node->num_inputs; ++j)
+    if (node->inputs[j].kind == TPU_VALUE_VIEW && tpu_fusion_same_view(&node->inputs[j].u.view, v))
+      return true;
+  return false;
+}
+
+/* The other direction, after order_nodes: a pointwise node sinks to just
+ * before the first node that must stay after it, when that node is a
+ * pointwise consumer of its output of the same shape. Walked last to first,
+ * so the heads of a foreach step (each op over every parameter, a consumer
+ * chain per parameter at the end) join their parameter's chain:
+ *     mul_(p0) mul_(p1) lerp_(m0) lerp_(m1) [... addcdiv_(p0, m0, t0)] [...]
+ * becomes [... lerp_(m0) mul_(p0) addcdiv_(p0, m0, t0)] [... p1 ...], one
+ * group and one pass over each parameter's state. */
+static void sink_nodes(sched_t* s, int32_t n, int32_t* order) {
+  for (int32_t p = n - 2; p >= 0; --p) {
+    int32_t x = order[p];
+    const tpu_node_t* node = tpu_graph_node(s->graph, x);
+    if (!movable(node, &node->outputs[0])) continue;
+    int32_t q = p + 1, last = -1;
+    for (; q < n && q - p <= SCHEDULE_WINDOW; ++q) {
+      if (--s->budget < 0) return;
+      if (conflict(s, x, order[q])) break;
+      if (order[q] > last) last = order[q];
+    }
+    if (q == p + 1 || q >= n || q - p > SCHEDULE_WINDOW) continue;
+    const tpu_node_t* consumer = tpu_graph_node(s->graph, order[q]);
+    if (!movable(consumer, &node->outputs[0]) || !reads_view(consumer, &node->outputs[0]) ||
+        frees_below(s, x, last))
+      continue;
+    memmove(&order[p], &order[p + 1], sizeof(int32_t) * (size_t)(q - 1 - p));
+    order[q - 1] = x;
+  }
+}
+
 /* A free record said: freed after the first `point` recorded nodes. In the
  * new order it follows every node recorded before it that touches its range
  * (later tenants of the range conflict with those, so they stay after). */
@@ -253,6 +308,7 @@ tpu_status_t tpu_fusion_schedule(const tpu_graph_t* graph, tpu_free_record_t* fr
   bool moved = false;
   if (st == TPU_OK) {
     order_nodes(&s, n, placed, order);
+    sink_nodes(&s, n, order);
     for (int32_t i = 0; i < n; ++i) {
       pos[order[i]] = i;
       moved |= order[i] != i;
