@@ -82,16 +82,18 @@ static bool conflict(const sched_t* s, int32_t a, int32_t b) {
   return false;
 }
 
-/* Whether node k touches a range freed after node `after` and before k was
- * recorded: k's buffer may then be a new tenant of that memory, and moving
- * k above the free would give the free record (and the analysis, which
- * reads value lifetimes from the records) the wrong tenant. */
-static bool crosses_free(sched_t* s, int32_t after, int32_t k) {
+/* Whether node k touches a range whose free point lies in (lo, hi] (freed
+ * after the first `point` recorded nodes). Moving k across such a free
+ * would give the free record (and the analysis, which reads value
+ * lifetimes from the records) the wrong tenant: pulled up above it, k's
+ * buffer may be a new tenant of that memory; sunk below it, k would touch
+ * memory the free handed on. */
+static bool touches_freed(sched_t* s, int32_t k, int32_t lo, int32_t hi) {
   const extent_t* e = s->ext + s->base[k];
   int32_t count = s->acc[k].reads + s->acc[k].writes;
   for (int32_t f = 0; f < s->free_count; ++f) {
     const tpu_free_record_t* r = &s->frees[f];
-    if (r->point <= after || r->point > k) continue;
+    if (r->point <= lo || r->point > hi) continue;
     if (--s->budget < 0) return true;
     extent_t range = {r->lo, r->hi};
     for (int32_t x = 0; x < count; ++x)
@@ -210,7 +212,7 @@ static void order_nodes(sched_t* s, int32_t n, bool* placed, int32_t* order) {
       const tpu_node_t* prod = tpu_graph_node(s->graph, cur);
       if (!movable(tpu_graph_node(s->graph, k), &prod->outputs[0])) break;
       /* Every node before k not placed yet would now run after it. */
-      bool ok = !crosses_free(s, cur, k);
+      bool ok = !touches_freed(s, k, cur, k);
       for (int32_t i = j + 1; i < k && ok; ++i)
         if (!placed[i] && (--s->budget < 0 || conflict(s, i, k))) ok = false;
       if (!ok) break;
@@ -219,23 +221,6 @@ static void order_nodes(sched_t* s, int32_t n, bool* placed, int32_t* order) {
       cur = k;
     }
   }
-}
-
-/* Whether node x touches a range freed after it was recorded and no later
- * than after recorded node `last`: sinking x below such a free would read
- * or write memory the free handed to a new tenant. */
-static bool frees_below(sched_t* s, int32_t x, int32_t last) {
-  const extent_t* e = s->ext + s->base[x];
-  int32_t count = s->acc[x].reads + s->acc[x].writes;
-  for (int32_t f = 0; f < s->free_count; ++f) {
-    const tpu_free_record_t* r = &s->frees[f];
-    if (r->point <= x || r->point > last + 1) continue;
-    if (--s->budget < 0) return true;
-    extent_t range = {r->lo, r->hi};
-    for (int32_t k = 0; k < count; ++k)
-      if (meet(e[k], range)) return true;
-  }
-  return false;
 }
 
 /* Whether `node` reads the identical view `v`. */
@@ -268,7 +253,7 @@ static void sink_nodes(sched_t* s, int32_t n, int32_t* order) {
     if (q == p + 1 || q >= n || q - p > SCHEDULE_WINDOW) continue;
     const tpu_node_t* consumer = tpu_graph_node(s->graph, order[q]);
     if (!movable(consumer, &node->outputs[0]) || !reads_view(consumer, &node->outputs[0]) ||
-        frees_below(s, x, last))
+        touches_freed(s, x, x, last + 1))
       continue;
     memmove(&order[p], &order[p + 1], sizeof(int32_t) * (size_t)(q - 1 - p));
     order[q - 1] = x;
