@@ -6,6 +6,7 @@ Tests that need a differently configured runtime (several chips, a small
 memory capacity, environment switches) run a child Python process with
 :func:`run_python` / :func:`run_checks`.
 """
+import contextlib
 import json
 import os
 import subprocess
@@ -194,6 +195,21 @@ def assert_same(actual, expected, atol=None, rtol=None, exact=False, check_dtype
 
 def sync():
     torch.tpu.synchronize()
+
+
+@contextlib.contextmanager
+def no_fallback():
+    """Fallbacks raise inside; on leaving, synchronises and asserts that none
+    was counted."""
+    torch_tpu.reset_counts()
+    prev = torch_tpu._C.fallback_mode()
+    torch_tpu.set_fallback_mode("error")
+    try:
+        yield
+        torch.tpu.synchronize()
+    finally:
+        torch_tpu.set_fallback_mode(prev)
+    assert torch_tpu.fallback_counts() == {}
 
 
 def raised_type(fn):

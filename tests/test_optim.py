@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import torch_tpu
+from conftest import no_fallback
 
 FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 TOL = {torch.float64: 1e-10, torch.float32: 2e-6, torch.bfloat16: 2e-2, torch.float16: 2e-3}
@@ -21,20 +22,6 @@ CONFIGS = {
     "tensor_lr": {"lr": "tensor"},
 }
 MODES = {"strict": torch_tpu.EagerMode.DEFER_NEVER, "defer": torch_tpu.EagerMode.DEFER_AND_FUSE}
-
-
-@contextlib.contextmanager
-def no_fallback():
-    """Fallbacks raise inside; asserts none was counted and the op ran natively."""
-    torch_tpu.reset_counts()
-    prev = torch_tpu._C.fallback_mode()
-    torch_tpu.set_fallback_mode("error")
-    try:
-        yield
-        torch.tpu.synchronize()
-    finally:
-        torch_tpu.set_fallback_mode(prev)
-    assert torch_tpu.fallback_counts() == {}
 
 
 def _close(got, want, dtype):

@@ -4,7 +4,6 @@ the CPU fallback cannot run them). No OpInfo entry covers them: (a) the four ops
 match their formulas (evaluated on the CPU in float64) for every floating dtype,
 with and without biases, on strided operands; (b) the modules' forward and backward
 match CPU autograd with zero fallbacks (fallbacks raise)."""
-import contextlib
 import copy
 
 import pytest
@@ -12,24 +11,11 @@ import torch
 import torch.utils._pytree as pytree
 
 import torch_tpu
+from conftest import no_fallback
 
 FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}
 aten = torch.ops.aten
-
-
-@contextlib.contextmanager
-def no_fallback():
-    """Fallbacks raise inside; asserts none was counted."""
-    torch_tpu.reset_counts()
-    prev = torch_tpu._C.fallback_mode()
-    torch_tpu.set_fallback_mode("error")
-    try:
-        yield
-        torch.tpu.synchronize()
-    finally:
-        torch_tpu.set_fallback_mode(prev)
-    assert torch_tpu.fallback_counts() == {}
 
 
 def _close(got, want, dtype):
