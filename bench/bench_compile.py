@@ -34,7 +34,7 @@ guards cached too) and inductor (its own caches, in a fresh
 TORCHINDUCTOR_CACHE_DIR per workload, cold then warm) for comparison.
 Writes bench/results/compile.json (or compile_startup.json with --startup).
 Usage: python bench/bench_compile.py [--quick | --smoke] [--rounds N] [--min-time S]
-       [--only 1,2,3,4,5,6] [--columns compiled,defer,strict,cpu,inductor] [--threads T]
+       [--only 1,2,3,4,5,6] [--columns compiled,defer,strict,cpu,inductor[,compiled_op]] [--threads T]
        [--inductor-cache] [--tpu-cache] [--out PATH]
        python bench/bench_compile.py --startup [--quick | --smoke] [--only ...]
        [--startup-columns compiled,inductor]
@@ -68,7 +68,11 @@ bd.COMPILED_COLUMNS["compiled"] = ("tpu", "tpu")
 # --startup only: the compiled column with Dynamo's package cached too
 # (TpuBackend(dynamo_cache=True).compile(...))
 bd.COMPILED_COLUMNS["compiled_dynamo"] = ("tpu", torch_tpu.TpuBackend(dynamo_cache=True))
+# --columns ...,compiled_op: the compiled column with replay off (every call
+# runs the graph's code op by op through the dispatcher), for the A/B of replay
+bd.COMPILED_COLUMNS["compiled_op"] = ("tpu", torch_tpu.TpuBackend(replay=False))
 COLUMNS = ("compiled", "defer", "strict", "cpu", "inductor")
+EXTRA_COLUMNS = ("compiled_op",)
 WRAP_S = [0.0]  # seconds spent in torch.compile(...) itself (wrapping; loads Dynamo's package)
 _bd_compiled = bd.compiled
 
@@ -85,7 +89,7 @@ def _compiled(module, dynamic=False, col="inductor"):
 
 
 bd.compiled = _compiled
-TITLES = {"compiled": "compiled tpu", **bd.TITLES}
+TITLES = {"compiled": "compiled tpu", "compiled_op": "compiled tpu, replay off", **bd.TITLES}
 
 
 def frames_compiled():
@@ -328,7 +332,8 @@ def main():
         return startup(a, size)
     if not a.tpu_cache:  # cold compiles: an empty on-disk cache of our own
         os.environ["TORCH_TPU_CACHE_DIR"] = tempfile.mkdtemp(prefix="tpu_compile_cache_")
-    cols = [c for c in a.columns.split(",") if c in COLUMNS]
+    cols = [c for c in a.columns.split(",") if c in COLUMNS + EXTRA_COLUMNS]
+    shown = COLUMNS + tuple(c for c in EXTRA_COLUMNS if c in cols)
     assert "cpu" in cols, "the CPU eager column is the reference of the output checks"
     work = workloads(a.only, size, sz)
     print(f"threads: torch {torch.get_num_threads()}, tpu pool {pool}; sizes: {size}; best of >= "
@@ -340,10 +345,10 @@ def main():
         w.make = None
         gc.collect()
         row = {"workload_num": w.num, "workload": w.name, "unit": w.unit, "amount": w.amount,
-               "rounds": n, "columns": {c: r.get(c) for c in COLUMNS}, "check_vs_cpu": check,
+               "rounds": n, "columns": {c: r.get(c) for c in shown}, "check_vs_cpu": check,
                "defer_metrics": metrics}
         for a_, b_ in (("compiled", "inductor"), ("compiled", "defer"), ("compiled", "strict"),
-                       ("compiled", "cpu")):
+                       ("compiled", "cpu"), ("compiled", "compiled_op")):
             row[f"{a_}_over_{b_}"] = bd.ratio(row, a_, b_)
         ci, cc = r.get("inductor"), r.get("compiled")
         row["compile_s_over_inductor"] = (cc["compile_s"] / ci["compile_s"]
@@ -353,24 +358,24 @@ def main():
               + f" {w.unit}; best of {n}" + "".join(f"; {c} vs cpu: {'ok' if v['allclose'] else 'MISMATCH'}"
                                                    for c, v in check.items()), flush=True)
     keys = ("compiled_over_inductor", "compiled_over_defer", "compiled_over_strict", "compiled_over_cpu",
-            "compile_s_over_inductor")
+            "compile_s_over_inductor") + (("compiled_over_compiled_op",) if "compiled_op" in cols else ())
     summary = {k: bd.geomean([r[k] for r in rows]) for k in keys}
     elapsed = time.perf_counter() - t0
 
     two = "{:.2f}".format
     print("\nthroughput (higher is better); compile s = first call minus best call; "
           "graphs = Dynamo graphs compiled on the first call / during the timed rounds\n")
-    print("| # | workload | unit | " + " | ".join(TITLES[c] for c in COLUMNS) +
+    print("| # | workload | unit | " + " | ".join(TITLES[c] for c in shown) +
           " | compiled/Inductor | compiled/DEFER | compile s tpu | compile s Inductor | "
           "graphs tpu (first/timed) | graphs Inductor (first/timed) |")
-    print("|---" * 14 + "|")
+    print("|---" * (9 + len(shown)) + "|")
     for r in rows:
         c = r["columns"]
 
         def g(col):
             return f"{c[col]['graphs_first_call']}/{c[col]['recompiles_timed']}" if c.get(col) else "n/a"
         print(f"| {r['workload_num']} | {r['workload']} | {r['unit']} | "
-              + " | ".join(bd.cell(c[k] and c[k]["throughput"]) for k in COLUMNS)
+              + " | ".join(bd.cell(c[k] and c[k]["throughput"]) for k in shown)
               + f" | {bd.cell(r['compiled_over_inductor'], two)} | {bd.cell(r['compiled_over_defer'], two)}"
               + f" | {bd.cell(c['compiled'] and c['compiled']['compile_s'], '{:.1f}'.format)}"
               + f" | {bd.cell(c['inductor'] and c['inductor']['compile_s'], '{:.1f}'.format)}"
@@ -383,7 +388,7 @@ def main():
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump({"size": size, "sizes": sz, "min_rounds": rounds, "min_time_s": min_time,
-                   "columns": list(COLUMNS), "columns_run": cols, "torch": torch.__version__,
+                   "columns": list(shown), "columns_run": cols, "torch": torch.__version__,
                    "inductor_cache": a.inductor_cache,
                    "threads": {"torch_cpu": torch.get_num_threads(), "tpu_pool": pool},
                    "seconds": elapsed, "rows": rows, "geomean": summary}, f, indent=1, default=str)

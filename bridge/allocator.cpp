@@ -142,6 +142,16 @@ HostAllocator g_host_allocator;
 
 c10::Allocator* device_allocator() { return &g_device_allocator; }
 
+c10::DataPtr block_data_ptr(tpu_block_t* block, c10::DeviceIndex device) {
+  void* addr = reinterpret_cast<void*>((uintptr_t)tpu_block_addr(block));
+  return {addr, block, &free_block, c10::Device(c10::DeviceType::PrivateUse1, device)};
+}
+
+const tpu_block_t* data_ptr_block(const c10::DataPtr& ptr) {
+  return ptr.get_deleter() == &free_block ? static_cast<const tpu_block_t*>(ptr.get_context())
+                                          : nullptr;
+}
+
 void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
   size_t old = storage.nbytes();
   c10::DataPtr fresh = g_device_allocator.allocate(nbytes);

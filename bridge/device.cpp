@@ -223,8 +223,15 @@ const at::Generator& default_generator(c10::DeviceIndex device) {
   return gens[device];
 }
 
+namespace {
+std::atomic<uint64_t> g_rng_draws{0};
+}  // namespace
+
+uint64_t rng_draws() { return g_rng_draws.load(std::memory_order_relaxed); }
+
 void reserve_philox(const std::optional<at::Generator>& gen, c10::DeviceIndex device,
                     uint64_t count, uint64_t* out_seed, uint64_t* out_offset) {
+  g_rng_draws.fetch_add(1, std::memory_order_relaxed);
   at::Generator g = (gen.has_value() && gen->defined()) ? *gen : default_generator(device);
   TORCH_CHECK(g.device().type() == c10::DeviceType::PrivateUse1,
               "Expected a 'tpu' device type for generator but found '", g.device().type(), "'");

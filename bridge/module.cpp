@@ -13,6 +13,7 @@ using namespace torch_tpu;
 
 namespace torch_tpu {
 void init_distributed(py::module& m);  // distributed.cpp
+void init_replay(py::module& m);       // replay.cpp
 }
 
 PYBIND11_MODULE(_C, m) {
@@ -83,6 +84,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_fallback_mode", [](const std::string& mode) { set_fallback_mode(mode); });
   m.def("fallback_mode", [] { return fallback_mode(); });
   init_distributed(m);
+  init_replay(m);
   m.def("runtime_ops", [] {
     std::vector<std::pair<std::string, std::string>> out;
     for (tpu_op_id_t i = 0; i < tpu_op_count(); ++i)

@@ -46,12 +46,19 @@ void maybe_block(tpu_stream_t* stream);
 
 // Device allocator (c10::DeviceAllocator) of the tpu device.
 c10::Allocator* device_allocator();
+// A DataPtr owning `block` (freed with it), as the device allocator makes.
+c10::DataPtr block_data_ptr(tpu_block_t* block, c10::DeviceIndex device);
+// The runtime block a DataPtr of the device allocator owns, or nullptr.
+const tpu_block_t* data_ptr_block(const c10::DataPtr& ptr);
 
 // Philox generator state: reserves `count` counters of the device's (or the
 // given) generator, returning its seed and the first counter.
 void reserve_philox(const std::optional<at::Generator>& gen, c10::DeviceIndex device,
                     uint64_t count, uint64_t* out_seed, uint64_t* out_offset);
 const at::Generator& default_generator(c10::DeviceIndex device);
+// How many times any tpu generator handed out counters (a capture that drew
+// random numbers cannot be replayed: it would repeat them).
+uint64_t rng_draws();
 
 // Grows a storage to at least `nbytes`, preserving its contents.
 void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);

@@ -226,6 +226,7 @@ class _Lowered:
         global _DEFER
         _DEFER = execution_mode.EagerMode.DEFER_AND_FUSE
         self._mode = execution_mode
+        self._replay = execution_mode._C.Replay() if self.backend.replay_enabled() else None
 
     def __call__(self, *args):
         # AOTAutograd calls it boxed: one list, ours to clear, so inputs die
@@ -238,7 +239,7 @@ class _Lowered:
         self.backend.stats["calls"] += 1
         em = self._mode
         if em.get_eager_mode() is _DEFER:  # the caller defers: the ops join its graph
-            return self.forward(*args)
+            return self._run(args)
         # set_eager_mode(DEFER_AND_FUSE) inlined (this is every call's overhead)
         stack = getattr(em._local, "stack", None)
         if stack is None:
@@ -246,11 +247,34 @@ class _Lowered:
         stack.append(_DEFER)
         em._apply_thread(_DEFER)
         try:
-            return self.forward(*args)
+            return self._run(args)
         finally:
             stack.pop()
             em._apply_thread(stack[-1] if stack else None)
             em._C.flush("mode_switch")
+
+    def _run(self, args):
+        """The graph's results: replayed from a capture of an earlier call
+        with inputs laid out alike, else computed by the graph's code (and
+        captured, while captures of this graph keep succeeding)."""
+        replay = self._replay
+        if replay is None:
+            return self.forward(*args)
+        out = replay.run(args)
+        if out is not None:
+            self.backend.stats["replays"] += 1
+            return out
+        if not replay.begin(args):
+            return self.forward(*args)
+        try:
+            out = self.forward(*args)
+        except BaseException:
+            replay.abort()
+            raise
+        why = replay.end(out)
+        if why is not None and self.backend.debug:
+            print(f"[torch_tpu.compile] {self.kind} graph not replayable: {why}", file=sys.stderr)
+        return out
 
 
 class TpuBackend:
@@ -273,19 +297,28 @@ class TpuBackend:
       transformers models: four gaps of PyTorch's precompile for decorated
       forwards are filled, see torch_tpu/_compile_cache.py); where Dynamo
       still cannot serialise or reload a frame's guards the model compiles as
-      without it, with a warning.
+      without it, with a warning;
+    - ``replay``: after a graph's first call for a layout of its inputs,
+      later calls with inputs laid out alike replay the runtime work that call
+      recorded (its nodes, relocated to the new inputs, and its allocations)
+      instead of running the graph's code op by op through the dispatcher
+      (``torch_tpu/_C`` ``Replay``, runtime/include/tpu/capture.h). A graph
+      that draws random numbers, reads values on the host, takes a CPU
+      fallback or whose inputs are not tpu tensors keeps running op by op.
+      None: on unless ``TORCH_TPU_COMPILE_REPLAY=0``.
 
     ``torch.compile(m, backend=TpuBackend(debug=True))`` or
     ``TpuBackend(dynamic=True).compile(m)``. ``stats`` counts graphs lowered
     by kind (whether compiled or loaded from the cache), the graphs loaded from
-    the cache (``cache_hits``) and calls."""
+    the cache (``cache_hits``), calls, and the calls replayed (``replays``)."""
 
     def __init__(self, debug: bool = False, dynamic=None, decompositions=None, cache=None,
-                 dynamo_cache: bool = False):
+                 dynamo_cache: bool = False, replay=None):
         self.debug, self.dynamic = bool(debug), dynamic
         self._decomps = decompositions
-        self.cache, self.dynamo_cache = cache, bool(dynamo_cache)
-        self.stats = {"forward": 0, "backward": 0, "inference": 0, "cache_hits": 0, "calls": 0}
+        self.cache, self.dynamo_cache, self.replay = cache, bool(dynamo_cache), replay
+        self.stats = {"forward": 0, "backward": 0, "inference": 0, "cache_hits": 0, "calls": 0,
+                      "replays": 0}
         self.graphs = []  # (kind, node count, non-native ops) per lowered graph
 
     def compile(self, model, **kwargs):
@@ -296,6 +329,11 @@ class TpuBackend:
             from torch_tpu import _compile_cache as cc
             return cc.compile_with_dynamo_cache(self, model, kwargs)
         return torch.compile(model, backend=self, **kwargs)
+
+    def replay_enabled(self) -> bool:
+        if self.replay is not None:
+            return bool(self.replay)
+        return os.environ.get("TORCH_TPU_COMPILE_REPLAY", "1") != "0"
 
     def cache_enabled(self) -> bool:
         if self._decomps is not None:

@@ -293,6 +293,8 @@ void tpu_block_free(tpu_block_t* b) {
     if (other_uses & (1u << s))
       tpu_status_free(tpu_stream_flush(&a->chip->streams[s], TPU_FLUSH_EVENT, NULL));
   pthread_mutex_lock(&a->chip->streams[b->stream].pending.mu); /* released by note_free */
+  if (atomic_load(&a->chip->streams[b->stream].pending.capturing))
+    tpu_capture_note_free_locked(&a->chip->streams[b->stream], b);
   pthread_mutex_lock(&a->mu);
   b->allocated = false;
   bool provisional = b->provisional;
@@ -473,6 +475,7 @@ tpu_status_t tpu_block_alloc(tpu_stream_t* stream, size_t bytes, tpu_block_t** o
     count_block(a, b, +1);
   }
   pthread_mutex_unlock(&a->mu);
+  if (atomic_load(&stream->pending.capturing)) tpu_capture_note_alloc(stream, b, bytes);
   *out_block = b;
   return TPU_OK;
 }

@@ -149,6 +149,7 @@ tpu_status_t tpu_defer_record(tpu_stream_t* stream, tpu_graph_t* graph) {
   const tpu_node_t* last = n > 0 ? tpu_graph_node(graph, n - 1) : NULL;
   bool heavy = last && (tpu_op_def(last->op)->flags & TPU_OP_HEAVY);
   if (!pd->graph) s = tpu_graph_create(&pd->graph);
+  if (s == TPU_OK && atomic_load(&pd->capturing)) tpu_capture_note_record_locked(stream, graph);
   for (int32_t i = 0; i < n && s == TPU_OK; ++i) {
     const tpu_node_t* node = tpu_graph_node(graph, i);
     s = tpu_graph_add_node(pd->graph, node->op, node->inputs, node->num_inputs, node->outputs,
@@ -264,10 +265,18 @@ done:
   return peak;
 }
 
+static _Thread_local bool t_in_flush;
+
+bool tpu_defer_in_flush(void) { return t_in_flush; }
+
 static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason,
                                  const char* detail) {
   tpu_pending_t* pd = &stream->pending;
   tpu_graph_t* graph = pd->graph;
+  /* A capture replays the cuts the node sequence makes, not the others. */
+  if (graph && atomic_load(&pd->capturing) && reason != TPU_FLUSH_PIPELINE &&
+      reason != TPU_FLUSH_SIZE_LIMIT)
+    tpu_capture_poison(stream, "a flush other than the pipeline and size-limit cuts");
   if (!graph) return TPU_OK; /* provisional blocks wait for the next graph */
   pd->graph = NULL;
   pd->heavy_elements = 0;
@@ -334,7 +343,10 @@ static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason
   tpu_hal_command_t cmd = {.kind = TPU_HAL_CMD_EXEC};
   cmd.u.exec.graph = graph;
   cmd.u.exec.program = program;
-  return tpu_stream_enqueue(stream, &cmd);
+  t_in_flush = true;
+  s = tpu_stream_enqueue(stream, &cmd);
+  t_in_flush = false;
+  return s;
 }
 
 tpu_status_t tpu_stream_flush(tpu_stream_t* stream, tpu_flush_reason_t reason,

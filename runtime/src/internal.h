@@ -20,6 +20,9 @@ typedef struct tpu_pending {
   int32_t free_count, free_capacity;
   _Atomic int provisional; /* live provisional blocks of the stream (allocator) */
   int64_t heavy_elements;  /* elements heavy nodes touched since the last cut */
+  struct tpu_capture* capture; /* the region being captured (capture.c), or NULL */
+  _Atomic int capturing;       /* capture != NULL, read without the lock */
+  _Atomic(const char*) capture_poison; /* why the capture cannot replay, or NULL */
 } tpu_pending_t;
 
 struct tpu_stream {
@@ -71,5 +74,21 @@ bool tpu_defer_pending(tpu_stream_t* stream);
  * `provisional` when its bytes were never counted. */
 void tpu_defer_note_free_locked(tpu_stream_t* stream, uint64_t addr, uint64_t size,
                                 bool provisional);
+
+/* Whether this thread is queueing a flushed program (defer.c): the one
+ * command a capture allows. */
+bool tpu_defer_in_flush(void);
+
+/* capture.c: what a capturing stream is told (each a no-op when the stream
+ * does not capture). */
+/* Something the replay could not reproduce happened on the stream; lock-free
+ * (`reason` static). */
+void tpu_capture_poison(tpu_stream_t* stream, const char* reason);
+/* A block was allocated on the stream (takes pending.mu). */
+void tpu_capture_note_alloc(tpu_stream_t* stream, const tpu_block_t* block, uint64_t bytes);
+/* A block is being freed; the caller holds stream->pending.mu. */
+void tpu_capture_note_free_locked(tpu_stream_t* stream, const tpu_block_t* block);
+/* A graph is being recorded; the caller holds stream->pending.mu. */
+void tpu_capture_note_record_locked(tpu_stream_t* stream, const tpu_graph_t* graph);
 
 #endif /* TPU_INTERNAL_H_ */

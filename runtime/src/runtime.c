@@ -155,6 +155,8 @@ tpu_status_t tpu_stream_queue(tpu_stream_t* stream, tpu_hal_queue_t** out_queue)
 /* Queues a command; in launch-blocking mode waits for it and returns its
  * error at once. */
 tpu_status_t tpu_stream_enqueue(tpu_stream_t* stream, tpu_hal_command_t* cmd) {
+  if (atomic_load(&stream->pending.capturing) && !tpu_defer_in_flush())
+    tpu_capture_poison(stream, "a command queued outside the deferred graph (copy, event, strict op)");
   tpu_hal_queue_t* q;
   tpu_status_t s = tpu_stream_queue(stream, &q);
   if (s != TPU_OK) {
