@@ -201,3 +201,18 @@ def test_replay_off():
         for _ in range(3):
             cm(torch.randn(5, 16, device=TPU))
     assert be.stats["replays"] == 0 and be.stats["calls"] == 3, be.stats
+
+
+def test_bench_call_overhead_smoke():
+    """The per-call benchmark runs and its three columns agree with eager."""
+    import subprocess
+    import sys
+    from conftest import child_env
+    out = subprocess.run([sys.executable, "bench/bench_call_overhead.py", "--rounds", "1", "--calls", "2"],
+                         capture_output=True, text=True, env=child_env(), timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| eager") or
+            line.startswith("| compiled")]
+    assert len(rows) == 3 and all("| True |" in r for r in rows), out.stdout
+    # replay on: every call but the first (3 warm-up, 2 timed, 1 checked)
+    assert rows[2].rstrip(" |").endswith("| 5") and rows[1].rstrip(" |").endswith("| 0"), rows
