@@ -491,8 +491,9 @@ Outcome run_native(Binding* b, Call& call, const at::Tensor* const* given, at::T
   if (b->seed_attr >= 0) {
     const at::Tensor& out0 = given[0] ? *given[0] : fresh[0];
     uint64_t seed = 0, offset = 0;
-    reserve_philox(gen, call.device, (uint64_t)std::max<int64_t>(1, out0.numel()), &seed,
-                   &offset);
+    uint64_t count = (uint64_t)std::max<int64_t>(1, out0.numel());
+    reserve_philox(gen, call.device, count, &seed, &offset);
+    note_random_node(call.device, gen, count, b->seed_attr, b->offset_attr);
     node.attrs[b->seed_attr].kind = TPU_ATTR_INT;
     node.attrs[b->seed_attr].u.i = (int64_t)seed;
     node.attrs[b->offset_attr].kind = TPU_ATTR_INT;

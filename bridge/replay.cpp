@@ -4,7 +4,8 @@
 // The first call for a layout of the inputs runs the graph's code as usual
 // while the runtime captures what it records; the capture is kept when
 // nothing happened that a replay cannot reproduce (the runtime checks
-// flushes, queued commands and operands; here: random numbers drawn, inputs
+// flushes, queued commands and operands; here: random numbers drawn other
+// than by the recorded nodes (theirs get fresh counters on replay), inputs
 // that are not tpu tensors or that share storage, results that are not
 // tensors of the region's own memory or views of inputs, results requiring
 // grad). Later calls with inputs laid out alike (dtype, sizes, strides,
@@ -34,6 +35,16 @@ namespace {
 constexpr size_t kMaxTemplates = 4;
 // A graph whose captures failed this often is not captured again.
 constexpr int kMaxFailures = 2;
+
+// Random numbers drawn by a captured call's nodes, in order: the generator and
+// how many Philox counters each took (a replay reserves as many again).
+struct Draws {
+  std::vector<at::Generator> gens;
+  std::vector<uint64_t> counts;
+};
+
+// The draws of the call this thread is capturing, or nullptr.
+thread_local Draws* t_draws = nullptr;
 
 struct Inputs {
   std::vector<at::Tensor> tensors;
@@ -91,6 +102,7 @@ struct OutSpec {
 
 struct Template {
   std::vector<int64_t> key;
+  Draws draws;
   tpu_capture_t* capture = nullptr;
   std::vector<OutSpec> outs;
   bool as_list = false;
@@ -121,7 +133,12 @@ class Replay {
     tpu_stream_t* stream = current_runtime_stream(in.device);
     int32_t nlive = tpu_capture_live_count(tp->capture);
     std::vector<tpu_block_t*> live((size_t)nlive + 1, nullptr);
-    check(tpu_capture_replay(tp->capture, stream, in.addr.data(), live.data()));
+    size_t ndraws = tp->draws.counts.size();
+    std::vector<uint64_t> seed(ndraws + 1), offset(ndraws + 1);
+    for (size_t k = 0; k < ndraws; ++k)  // the counters op-by-op calls would take, in order
+      reserve_philox(tp->draws.gens[k], in.device, tp->draws.counts[k], &seed[k], &offset[k]);
+    check(tpu_capture_replay(tp->capture, stream, in.addr.data(), seed.data(), offset.data(),
+                             live.data()));
     std::vector<c10::Storage> storages;
     storages.reserve((size_t)nlive);
     for (int32_t i = 0; i < nlive; ++i)
@@ -179,6 +196,8 @@ class Replay {
     }
     rng0_ = rng_draws();
     pending_ = std::move(in);
+    draws_ = Draws();
+    t_draws = &draws_;
     return true;
   }
 
@@ -187,13 +206,17 @@ class Replay {
   py::object end(const py::object& results) {
     if (!pending_) return py::str("not capturing");
     std::unique_ptr<Inputs> in = std::move(pending_);
+    t_draws = nullptr;
     tpu_capture_t* cap = nullptr;
     const char* why = nullptr;
     check(tpu_capture_end(stream_, &cap, &why));
     auto tp = std::make_unique<Template>();
     tp->capture = cap;
+    tp->draws = std::move(draws_);
     std::string reason = why ? why : "";
-    if (cap && rng_draws() != rng0_) reason = "it draws random numbers";
+    if (cap && (rng_draws() - rng0_ != tp->draws.counts.size() ||
+                (size_t)tpu_capture_random_count(cap) != tp->draws.counts.size()))
+      reason = "it draws random numbers outside the nodes it records";
     if (cap && reason.empty()) reason = describe(results, *in, tp.get());
     if (!reason.empty()) {
       fail(reason);
@@ -209,6 +232,7 @@ class Replay {
   void abort() {
     if (!pending_) return;
     pending_.reset();
+    t_draws = nullptr;
     tpu_capture_t* cap = nullptr;
     const char* why = nullptr;
     tpu_status_t s = tpu_capture_end(stream_, &cap, &why);
@@ -304,6 +328,7 @@ class Replay {
 
   std::vector<std::unique_ptr<Template>> templates_;
   std::unique_ptr<Inputs> pending_;
+  Draws draws_;
   tpu_stream_t* stream_ = nullptr;
   uint64_t rng0_ = 0;
   int failures_ = 0;
@@ -312,6 +337,14 @@ class Replay {
 };
 
 }  // namespace
+
+void note_random_node(c10::DeviceIndex device, const std::optional<at::Generator>& gen,
+                      uint64_t count, int seed_attr, int offset_attr) {
+  if (!t_draws) return;
+  t_draws->gens.push_back((gen.has_value() && gen->defined()) ? *gen : default_generator(device));
+  t_draws->counts.push_back(count);
+  check(tpu_capture_mark_random(current_runtime_stream(device), seed_attr, offset_attr));
+}
 
 void init_replay(py::module& m) {
   py::class_<Replay>(m, "Replay",

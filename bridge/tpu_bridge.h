@@ -56,9 +56,15 @@ const tpu_block_t* data_ptr_block(const c10::DataPtr& ptr);
 void reserve_philox(const std::optional<at::Generator>& gen, c10::DeviceIndex device,
                     uint64_t count, uint64_t* out_seed, uint64_t* out_offset);
 const at::Generator& default_generator(c10::DeviceIndex device);
-// How many times any tpu generator handed out counters (a capture that drew
-// random numbers cannot be replayed: it would repeat them).
+// How many times any tpu generator handed out counters (a capture checks
+// that each draw belongs to a node it recorded).
 uint64_t rng_draws();
+// After reserve_philox for a node about to be submitted on the device's
+// current stream, whose attrs seed_attr / offset_attr hold the counters:
+// tells a capture of the calling thread (replay.cpp), which then gives the
+// node fresh counters on each replay.
+void note_random_node(c10::DeviceIndex device, const std::optional<at::Generator>& gen,
+                      uint64_t count, int seed_attr, int offset_attr);
 
 // Grows a storage to at least `nbytes`, preserving its contents.
 void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);

@@ -146,22 +146,48 @@ def test_layouts_get_their_own_capture():
     assert be.stats["replays"] == 4, be.stats
 
 
-def test_random_graphs_are_not_replayed():
-    """Dropout draws new numbers each call: a replay would repeat them."""
+def test_random_graphs_replay_with_fresh_counters():
+    """Dropout draws new numbers each call: a replay takes fresh Philox
+    counters in the order op-by-op calls take them, so the same seed gives
+    eager's numbers call after call."""
     def f(x):
-        return F.dropout(x, 0.5, training=True) + 1
+        return F.dropout(x, 0.5, training=True) + torch.rand_like(x)
 
     be = TpuBackend(replay=True)
     cf = torch.compile(f, backend=be)
     x = torch.randn(64, 33, device=TPU)
     torch.manual_seed(7)
-    eager = [f(x).cpu() for _ in range(3)]
+    eager = [f(x).cpu() for _ in range(4)]
     torch.manual_seed(7)
-    compiled = [cf(x).cpu() for _ in range(3)]
+    compiled = [cf(x).cpu() for _ in range(4)]
     for e, c in zip(eager, compiled):
         assert torch.equal(e, c)
-    assert not torch.equal(compiled[1], compiled[2])
-    assert be.stats["replays"] == 0, be.stats
+    assert not torch.equal(compiled[2], compiled[3])
+    assert be.stats["replays"] == 3, be.stats
+
+
+def test_training_with_dropout_replays_and_matches_eager():
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(16, 32), nn.Dropout(0.3), nn.GELU(), nn.Linear(32, 8)).to(TPU)
+
+    m_eager, m = make(), make()
+    be = TpuBackend(replay=True)
+    cm = torch.compile(m, backend=be)
+    g = torch.Generator().manual_seed(2)
+    for step in range(4):
+        x = torch.randn(8, 16, generator=g).to(TPU)
+        losses = []
+        for model in (cm, m_eager):
+            torch.manual_seed(100 + step)
+            loss = model(x).square().mean()
+            loss.backward()
+            losses.append(loss.item())
+        assert losses[0] == losses[1], step
+        for p, pe in zip(m.parameters(), m_eager.parameters()):
+            assert torch.equal(p.grad.cpu(), pe.grad.cpu())
+            p.grad = pe.grad = None
+    assert be.stats["replays"] == 6, be.stats  # 3 forward + 3 backward
 
 
 def test_host_reads_and_cpu_inputs_are_not_replayed():

@@ -21,6 +21,7 @@ typedef struct {
   int32_t block;       /* EV_ALLOC, EV_FREE */
   tpu_graph_t* graph;  /* EV_NODES: addresses hold offsets */
   int32_t* spaces;     /* EV_NODES: one per view operand, in node order */
+  int32_t seed_attr, offset_attr; /* EV_NODES: the last node's Philox attrs, or -1 */
 } event_t;
 
 typedef struct {
@@ -41,6 +42,8 @@ struct tpu_capture {
   event_t* events;
   int32_t event_count, event_capacity;
   int32_t nodes;
+  int32_t random;                 /* EV_NODES events that draw random numbers */
+  int32_t next_seed, next_offset; /* tpu_capture_mark_random for the next record, or -1 */
   const char* failed; /* first reason the region cannot be replayed */
 };
 
@@ -88,6 +91,7 @@ tpu_status_t tpu_capture_begin(tpu_stream_t* stream, const uint64_t* input_addr,
     return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "capture: no host memory");
   }
   c->num_inputs = num_inputs > 0 ? num_inputs : 0;
+  c->next_seed = c->next_offset = -1;
   for (int32_t i = 0; i < c->num_inputs; ++i) {
     c->input_addr[i] = input_addr[i];
     c->input_bytes[i] = input_bytes[i];
@@ -231,10 +235,13 @@ static int32_t view_operands(const tpu_graph_t* g) {
   return n;
 }
 
-/* Copies `graph`'s nodes with their operands encoded (relocate == NULL), or
- * with encoded operands moved to the bases of `base` (replay). */
-static tpu_status_t copy_nodes(const tpu_capture_t* c, const tpu_graph_t* graph,
-                               int32_t* spaces, const uint64_t* base, tpu_graph_t** out) {
+/* Copies `graph`'s nodes with their operands encoded (base == NULL), or
+ * with encoded operands moved to the bases of `base` and, for an event that
+ * draws random numbers, its last node's Philox attrs set to `counters`
+ * (seed, offset) (replay). */
+static tpu_status_t copy_graph(const tpu_capture_t* c, const tpu_graph_t* graph,
+                               int32_t* spaces, const uint64_t* base, const event_t* e,
+                               const int64_t* counters, tpu_graph_t** out) {
   tpu_graph_t* g = NULL;
   TPU_RETURN_IF_ERROR(tpu_graph_create(&g));
   tpu_status_t s = TPU_OK;
@@ -260,9 +267,15 @@ static tpu_status_t copy_nodes(const tpu_capture_t* c, const tpu_graph_t* graph,
       }
       at++;
     }
+    tpu_attr_t attrs[TPU_MAX_ATTRS];
+    memcpy(attrs, node->attrs, sizeof(attrs));
+    if (e && e->seed_attr >= 0 && i == tpu_graph_node_count(graph) - 1) {
+      attrs[e->seed_attr] = (tpu_attr_t){.kind = TPU_ATTR_INT, .u.i = counters[0]};
+      attrs[e->offset_attr] = (tpu_attr_t){.kind = TPU_ATTR_INT, .u.i = counters[1]};
+    }
     if (s == TPU_OK)
-      s = tpu_graph_add_node(g, node->op, in, node->num_inputs, outs, node->num_outputs,
-                             node->attrs, node->num_attrs);
+      s = tpu_graph_add_node(g, node->op, in, node->num_inputs, outs, node->num_outputs, attrs,
+                             node->num_attrs);
   }
   if (s != TPU_OK) {
     tpu_graph_release(g);
@@ -270,6 +283,11 @@ static tpu_status_t copy_nodes(const tpu_capture_t* c, const tpu_graph_t* graph,
   }
   *out = g;
   return TPU_OK;
+}
+
+static tpu_status_t copy_nodes(const tpu_capture_t* c, const event_t* e, const uint64_t* base,
+                               const int64_t* counters, tpu_graph_t** out) {
+  return copy_graph(c, e->graph, e->spaces, base, e, counters, out);
 }
 
 void tpu_capture_note_record_locked(tpu_stream_t* stream, const tpu_graph_t* graph) {
@@ -282,7 +300,7 @@ void tpu_capture_note_record_locked(tpu_stream_t* stream, const tpu_graph_t* gra
     fail(c, "no host memory to capture a node");
     return;
   }
-  tpu_status_t s = copy_nodes(c, graph, spaces, NULL, &e->graph);
+  tpu_status_t s = copy_graph(c, graph, spaces, NULL, NULL, NULL, &e->graph);
   if (s != TPU_OK) {
     bool outside = tpu_status_code(s) == TPU_CODE_UNIMPLEMENTED;
     tpu_status_free(s);
@@ -294,7 +312,28 @@ void tpu_capture_note_record_locked(tpu_stream_t* stream, const tpu_graph_t* gra
   }
   e->kind = EV_NODES;
   e->spaces = spaces;
+  e->seed_attr = c->next_seed;
+  e->offset_attr = c->next_offset;
+  c->random += c->next_seed >= 0;
+  c->next_seed = c->next_offset = -1;
   c->nodes += tpu_graph_node_count(graph);
+}
+
+tpu_status_t tpu_capture_mark_random(tpu_stream_t* stream, int32_t seed_attr,
+                                     int32_t offset_attr) {
+  if (seed_attr < 0 || seed_attr >= TPU_MAX_ATTRS || offset_attr < 0 ||
+      offset_attr >= TPU_MAX_ATTRS)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "capture: attribute index out of range");
+  tpu_pending_t* pd = &stream->pending;
+  if (!atomic_load(&pd->capturing)) return TPU_OK;
+  pthread_mutex_lock(&pd->mu);
+  tpu_capture_t* c = pd->capture;
+  if (c) {
+    c->next_seed = seed_attr;
+    c->next_offset = offset_attr;
+  }
+  pthread_mutex_unlock(&pd->mu);
+  return TPU_OK;
 }
 
 /* ---- queries and replay --------------------------------------------------------------- */
@@ -327,9 +366,12 @@ int32_t tpu_capture_live_index(const tpu_capture_t* c, const tpu_block_t* block)
 }
 
 int32_t tpu_capture_node_count(const tpu_capture_t* c) { return c->nodes; }
+int32_t tpu_capture_random_count(const tpu_capture_t* c) { return c->random; }
 
 tpu_status_t tpu_capture_replay(const tpu_capture_t* c, tpu_stream_t* stream,
-                                const uint64_t* input_addr, tpu_block_t** out_live) {
+                                const uint64_t* input_addr, const uint64_t* seed,
+                                const uint64_t* offset, tpu_block_t** out_live) {
+  int32_t draw = 0;
   int32_t spaces = c->num_inputs + c->block_count;
   tpu_block_t** blocks = calloc((size_t)(c->block_count + 1), sizeof(*blocks));
   uint64_t* base = malloc(sizeof(uint64_t) * (size_t)(spaces + 1));
@@ -346,7 +388,12 @@ tpu_status_t tpu_capture_replay(const tpu_capture_t* c, tpu_stream_t* stream,
       blocks[e->block] = NULL;
     } else {
       tpu_graph_t* g = NULL;
-      s = copy_nodes(c, e->graph, e->spaces, base, &g);
+      int64_t counters[2] = {0, 0};
+      if (e->seed_attr >= 0) {
+        counters[0] = (int64_t)seed[draw];
+        counters[1] = (int64_t)offset[draw++];
+      }
+      s = copy_nodes(c, e, base, counters, &g);
       if (s == TPU_OK) s = tpu_defer_record(stream, g);
     }
   }

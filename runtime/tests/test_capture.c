@@ -117,7 +117,7 @@ TEST(capture_replay_computes_on_new_inputs_with_the_cached_program) {
   tpu_defer_metrics_t m0, m1;
   tpu_defer_get_metrics(&m0);
   tpu_block_t* out = NULL;
-  CHECK_OK(tpu_capture_replay(cap, st, addr2, &out));
+  CHECK_OK(tpu_capture_replay(cap, st, addr2, NULL, NULL, &out));
   CHECK_OK(tpu_stream_flush(st, TPU_FLUSH_EXPLICIT, NULL));
   tpu_defer_get_metrics(&m1);
   tpu_defer_set_thread(-1);
@@ -183,4 +183,50 @@ TEST(capture_refuses_host_reads_strict_ops_and_outside_operands) {
   tpu_status_free(s);
   tpu_block_free(x);
   tpu_block_free(other);
+}
+
+/* A node that draws random numbers gets the counters the replay is given:
+ * the captured counters give the captured values, others give others. */
+TEST(capture_replay_gives_random_nodes_fresh_counters) {
+  tpu_stream_t* st = stream0();
+  enum { N = 1000 };
+  float hx[N], first[N], again[N], other[N];
+  fill(hx, N, 5);
+  tpu_block_t* x = upload(st, hx, N);
+  uint64_t addr = tpu_block_addr(x), bytes = N * 4;
+  tpu_defer_set_thread(1);
+  CHECK_OK(tpu_capture_begin(st, &addr, &bytes, 1));
+  tpu_block_t* y = NULL;
+  CHECK_OK(tpu_block_alloc(st, N * 4, &y));
+  tpu_view_t vx = fview(addr, N), vy = fview(tpu_block_addr(y), N);
+  tpu_value_t in[1] = {{.kind = TPU_VALUE_VIEW, .u.view = vx}};
+  tpu_attr_t attrs[4] = {{.kind = TPU_ATTR_FLOAT, .u.f = -1.0}, {.kind = TPU_ATTR_FLOAT, .u.f = 1.0},
+                         {.kind = TPU_ATTR_INT, .u.i = 7}, {.kind = TPU_ATTR_INT, .u.i = 0}};
+  CHECK_OK(tpu_capture_mark_random(st, 2, 3));
+  tpu_graph_t* g = NULL;
+  CHECK_OK(tpu_graph_create(&g));
+  CHECK_OK(tpu_graph_add_node(g, tpu_op_lookup("uniform"), in, 1, &vy, 1, attrs, 4));
+  CHECK_OK(tpu_stream_submit(st, g));
+  tpu_capture_t* cap = NULL;
+  const char* why = NULL;
+  CHECK_OK(tpu_capture_end(st, &cap, &why));
+  tpu_defer_set_thread(-1);
+  CHECK(cap != NULL && tpu_capture_random_count(cap) == 1);
+  read_back(st, y, first, N);
+  if (cap) {
+    for (int k = 0; k < 2; ++k) {
+      uint64_t seed = k ? 9 : 7, offset = 0;
+      tpu_block_t* out = NULL;
+      tpu_defer_set_thread(1);
+      CHECK_OK(tpu_capture_replay(cap, st, &addr, &seed, &offset, &out));
+      tpu_defer_set_thread(-1);
+      read_back(st, out, k ? other : again, N);
+      tpu_block_free(out);
+    }
+    CHECK(memcmp(first, again, sizeof(first)) == 0);
+    CHECK(memcmp(first, other, sizeof(first)) != 0);
+  }
+  tpu_capture_release(cap);
+  tpu_block_free(y);
+  tpu_block_free(x);
 }

@@ -15,6 +15,9 @@
  * the region produced, without the framework that produced it. The blocks
  * the region left allocated (its results) are handed to the caller.
  *
+ * Nodes that draw random numbers are marked as they are recorded
+ * (tpu_capture_mark_random); a replay gives them fresh Philox counters.
+ *
  * A region is capturable only if nothing but recording and allocation
  * happened on the stream: a flush other than the pipeline and size-limit cuts
  * (a host read, a copy, an event, a CPU fallback's flush), a strict-mode
@@ -68,12 +71,24 @@ int32_t tpu_capture_live_index(const tpu_capture_t* capture, const tpu_block_t* 
 /* Nodes the region recorded. */
 int32_t tpu_capture_node_count(const tpu_capture_t* capture);
 
+/* Random numbers: the next graph recorded on `stream` draws them, its last
+ * node holding the Philox seed and offset in attrs seed_attr and offset_attr
+ * (a no-op when the stream does not capture). A replay gives each such node
+ * fresh counters, in the order recorded. */
+tpu_status_t tpu_capture_mark_random(tpu_stream_t* stream, int32_t seed_attr,
+                                     int32_t offset_attr);
+/* How many recorded graphs draw random numbers (the counters a replay needs). */
+int32_t tpu_capture_random_count(const tpu_capture_t* capture);
+
 /* Replays the region on `stream` (in deferred mode: the nodes join the
- * stream's pending graph) with input i at input_addr[i]. out_live receives
+ * stream's pending graph) with input i at input_addr[i] and the k-th node
+ * that draws random numbers given Philox counters (seed[k], offset[k])
+ * (tpu_capture_random_count of each; NULL when none). out_live receives
  * tpu_capture_live_count blocks, the caller's to free (tpu_block_free). On
  * an error (out of memory) every block the replay allocated is freed. */
 tpu_status_t tpu_capture_replay(const tpu_capture_t* capture, tpu_stream_t* stream,
-                                const uint64_t* input_addr, tpu_block_t** out_live);
+                                const uint64_t* input_addr, const uint64_t* seed,
+                                const uint64_t* offset, tpu_block_t** out_live);
 
 #ifdef __cplusplus
 }
