@@ -302,9 +302,10 @@ class TpuBackend:
       later calls with inputs laid out alike replay the runtime work that call
       recorded (its nodes, relocated to the new inputs, and its allocations)
       instead of running the graph's code op by op through the dispatcher
-      (``torch_tpu/_C`` ``Replay``, runtime/include/tpu/capture.h). A graph
-      that draws random numbers, reads values on the host, takes a CPU
-      fallback or whose inputs are not tpu tensors keeps running op by op.
+      (``torch_tpu/_C`` ``Replay``, runtime/include/tpu/capture.h); nodes
+      that draw random numbers get fresh Philox counters on each replay. A
+      graph that reads values on the host, takes a CPU fallback, has dynamic
+      shapes or whose inputs are not tpu tensors keeps running op by op.
       None: on unless ``TORCH_TPU_COMPILE_REPLAY=0``.
 
     ``torch.compile(m, backend=TpuBackend(debug=True))`` or
