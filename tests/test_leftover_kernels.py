@@ -234,18 +234,33 @@ def test_weight_norm_module(kind, dim, dtype):
     mod = mod.to(dtype)
     x = x.to(dtype)
     mt = torch.nn.utils.weight_norm(copy.deepcopy(mod).to("tpu"), dim=dim)
+    m64 = torch.nn.utils.weight_norm(copy.deepcopy(mod).double(), dim=dim)
     mc = torch.nn.utils.weight_norm(mod, dim=dim)
     yc = mc(x)
     yc.square().sum().backward()
+    y64 = m64(x.double())
+    y64.square().sum().backward()
     torch_tpu.reset_counts()
     xt = x.to("tpu")
     yt = mt(xt)
     yt.square().sum().backward()
     assert torch_tpu.fallback_counts() == {}
-    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else {}
-    torch.testing.assert_close(yt.cpu(), yc, **tol)
-    for name in ("weight_g", "weight_v", "bias"):
-        torch.testing.assert_close(getattr(mt, name).grad.cpu(), getattr(mc, name).grad, **tol)
+    names = ("weight_g", "weight_v", "bias")
+    got = [yt.cpu()] + [getattr(mt, n).grad.cpu() for n in names]
+    want = [yc] + [getattr(mc, n).grad for n in names]
+    if dtype == torch.bfloat16:
+        # bfloat16 gradients of weight_norm cancel (v's gradient subtracts its
+        # projection on v): the CPU's rounding differs between its kernels
+        # (AVX2 and AVX-512 BF16 CPUs disagree by several ulps), so tpu must
+        # be at least as close as the CPU to the float64 computation, within
+        # bfloat16's tolerance of each tensor's magnitude
+        exact = [y64] + [getattr(m64, n).grad for n in names]
+        assert coverage.as_close_as_cpu(got, want, exact, tensor_scale=True)
+        assert not coverage.as_close_as_cpu([g * 1.1 for g in got], want, exact,
+                                            tensor_scale=True)  # the check can fail
+    else:
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
