@@ -152,6 +152,19 @@ def test_compare_catches_wrong_values_shapes_dtypes():
     assert coverage.compare(h + 0.0078125, h) is not None
 
 
+def test_half_types_differing_from_cpu_are_judged_by_float64():
+    """A bfloat16 result far from the CPU's passes when it is as close as the
+    CPU's to the float64 computation of the sample (the CPU's own bfloat16
+    rounding varies with its kernels), and fails when it is not."""
+    x = torch.linspace(-1, 1, 50).to(torch.bfloat16)
+    # on the CPU in bfloat16: 100 + t rounds t to multiples of 0.5 (the
+    # float64 run is exact); on tpu: exact
+    lossy_cpu = lambda t: t * 3 if t.device.type == "tpu" else (t + 100 - 100) * 3  # noqa: E731
+    assert coverage.check_sample(lossy_cpu, _sample(x))[0] == "pass"
+    wrong_tpu = lambda t: (t + 100 - 100) * 3 + (0.25 if t.device.type == "tpu" else 0)  # noqa: E731
+    assert coverage.check_sample(wrong_tpu, _sample(x))[0] == "fail"
+
+
 def test_check_sample_flags_wrong_results_and_fallbacks():
     x = torch.randn(4, 5)
     wrong = lambda t: t + (1 if t.device.type == "tpu" else 0)  # noqa: E731
