@@ -386,3 +386,14 @@ def _tpu_state_guard():
         torch.tpu.set_stream(torch.tpu.default_stream())
     if leftover is not None:
         pytest.fail(f"the test left an asynchronous tpu error pending: {leftover!r}")
+
+
+@pytest.fixture
+def strict_global():
+    """Strict eager globally (the suite may run under TORCH_TPU_DEFER_AND_FUSE=1,
+    where a compiled graph's ops join the caller's pending graph)."""
+    previous = torch_tpu._internal.execution_mode._global_mode
+    torch_tpu.set_global_eager_mode(torch_tpu.EagerMode.DEFER_NEVER)
+    yield
+    torch.tpu.synchronize()
+    torch_tpu.set_global_eager_mode(previous)

@@ -50,17 +50,6 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-@pytest.fixture
-def strict_global():
-    """Strict eager globally (the suite may run under TORCH_TPU_DEFER_AND_FUSE=1,
-    where a compiled graph's ops join the caller's pending graph)."""
-    previous = torch_tpu._internal.execution_mode._global_mode
-    torch_tpu.set_global_eager_mode(torch_tpu.EagerMode.DEFER_NEVER)
-    yield
-    torch.tpu.synchronize()
-    torch_tpu.set_global_eager_mode(previous)
-
-
 def _no_fallbacks():
     torch.tpu.synchronize()
     assert torch_tpu.fallback_counts() == {}, torch_tpu.fallback_counts()

@@ -32,17 +32,6 @@ def _fresh(tmp_path, monkeypatch):
     torch._dynamo.reset()
 
 
-@pytest.fixture
-def strict_global():
-    """Strict eager around the calls (under TORCH_TPU_DEFER_AND_FUSE=1 a
-    compiled graph's ops join the caller's pending graph, cut elsewhere)."""
-    previous = torch_tpu._internal.execution_mode._global_mode
-    torch_tpu.set_global_eager_mode(torch_tpu.EagerMode.DEFER_NEVER)
-    yield
-    torch.tpu.synchronize()
-    torch_tpu.set_global_eager_mode(previous)
-
-
 def _mlp():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 8))

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "tpu/runtime.h"
 #include "tpu/status.h"
 
 typedef void (*tpu_test_fn)(void);
@@ -45,5 +46,14 @@ void tpu_test_fail(const char* file, int line, const char* fmt, ...)
     if (!(fabs(a_ - b_) <= (tol) * (1.0 + fabs(b_))))                           \
       tpu_test_fail(__FILE__, __LINE__, "%s=%g vs %s=%g", #a, a_, #b, b_);      \
   } while (0)
+
+/* Stream 0 of chip 0 (borrowed), for tests that submit to the runtime. */
+static inline tpu_stream_t* test_stream0(void) {
+  tpu_chip_t* chip = NULL;
+  tpu_stream_t* stream = NULL;
+  CHECK_OK(tpu_chip_get(0, &chip));
+  CHECK_OK(tpu_stream_get(chip, 0, &stream));
+  return stream;
+}
 
 #endif /* TPU_TEST_H_ */

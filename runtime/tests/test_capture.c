@@ -12,13 +12,6 @@
 #include "tpu/ops.h"
 #include "tpu/runtime.h"
 
-static tpu_stream_t* stream0(void) {
-  tpu_chip_t* chip = NULL;
-  tpu_stream_t* s = NULL;
-  CHECK_OK(tpu_chip_get(0, &chip));
-  CHECK_OK(tpu_stream_get(chip, 0, &s));
-  return s;
-}
 
 static tpu_view_t fview(uint64_t addr, int64_t n) {
   tpu_view_t v = {.addr = addr, .dtype = TPU_DTYPE_F32, .ndim = 1, .sizes = {n}};
@@ -77,7 +70,7 @@ static void read_back(tpu_stream_t* st, tpu_block_t* blk, float* host, int64_t n
 }
 
 TEST(capture_replay_computes_on_new_inputs_with_the_cached_program) {
-  tpu_stream_t* st = stream0();
+  tpu_stream_t* st = test_stream0();
   enum { N = 5000 };
   float hx[N], hb[N], got[N];
   fill(hx, N, 1);
@@ -148,7 +141,7 @@ TEST(capture_replay_computes_on_new_inputs_with_the_cached_program) {
 
 /* Each of these regions records what a replay could not reproduce. */
 TEST(capture_refuses_host_reads_strict_ops_and_outside_operands) {
-  tpu_stream_t* st = stream0();
+  tpu_stream_t* st = test_stream0();
   enum { N = 256 };
   float hx[N], host[N];
   fill(hx, N, 3);
@@ -188,7 +181,7 @@ TEST(capture_refuses_host_reads_strict_ops_and_outside_operands) {
 /* A node that draws random numbers gets the counters the replay is given:
  * the captured counters give the captured values, others give others. */
 TEST(capture_replay_gives_random_nodes_fresh_counters) {
-  tpu_stream_t* st = stream0();
+  tpu_stream_t* st = test_stream0();
   enum { N = 1000 };
   float hx[N], first[N], again[N], other[N];
   fill(hx, N, 5);

@@ -11,13 +11,6 @@
 #include "tpu/ops.h"
 #include "tpu/runtime.h"
 
-static tpu_stream_t* stream0(void) {
-  tpu_chip_t* chip = NULL;
-  tpu_stream_t* s = NULL;
-  CHECK_OK(tpu_chip_get(0, &chip));
-  CHECK_OK(tpu_stream_get(chip, 0, &s));
-  return s;
-}
 
 static tpu_view_t fview(uint64_t addr, int32_t ndim, const int64_t* sizes) {
   tpu_view_t v = {.addr = addr, .dtype = TPU_DTYPE_F32, .ndim = ndim};
@@ -110,7 +103,7 @@ typedef float* (*program_fn)(tpu_stream_t* st, int64_t rows, int64_t cols, const
 static void strict_then_deferred(program_fn program, int64_t rows, int64_t cols, int seed,
                                  float** out_hx, float** out_hb, float** out_strict,
                                  float** out_fused) {
-  tpu_stream_t* st = stream0();
+  tpu_stream_t* st = test_stream0();
   *out_hx = malloc((size_t)(rows * cols) * 4);
   *out_hb = malloc((size_t)cols * 4);
   fill(*out_hx, rows * cols, seed);
@@ -246,7 +239,7 @@ TEST(defer_fused_norm_rows_match_strict) {
 }
 
 TEST(defer_programs_are_cached_by_structure_not_size) {
-  tpu_stream_t* st = stream0();
+  tpu_stream_t* st = test_stream0();
   tpu_defer_reset_metrics();
   tpu_defer_set_thread(1);
   for (int64_t rows = 3; rows < 40; rows += 9) {
@@ -275,7 +268,7 @@ TEST(defer_programs_are_cached_by_structure_not_size) {
 }
 
 TEST(defer_elided_intermediates_are_never_counted) {
-  tpu_stream_t* st = stream0();
+  tpu_stream_t* st = test_stream0();
   tpu_chip_t* chip = tpu_stream_chip(st);
   enum { ROWS = 256, COLS = 1024 }; /* 1 MiB per tensor: the large pool */
   float* hx = malloc(ROWS * COLS * 4);
@@ -304,7 +297,7 @@ TEST(defer_elided_intermediates_are_never_counted) {
 }
 
 TEST(defer_size_limit_and_explicit_flush) {
-  tpu_stream_t* st = stream0();
+  tpu_stream_t* st = test_stream0();
   int64_t n = 1000;
   tpu_block_t* x;
   CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &x));
@@ -334,7 +327,7 @@ TEST(defer_size_limit_and_explicit_flush) {
 TEST(defer_cuts_groups_at_conflicting_views) {
   /* x (8x8) += x^T (a transposed read of what the node writes) cannot run
    * tile by tile; the compiler must keep strict eager's result. */
-  tpu_stream_t* st = stream0();
+  tpu_stream_t* st = test_stream0();
   int64_t sz[2] = {8, 8};
   float host[64], want[64], got[64];
   for (int i = 0; i < 64; ++i) host[i] = (float)i;
@@ -454,7 +447,7 @@ TEST(defer_row_tiled_group_matches_strict) {
 TEST(defer_row_group_cut_at_transposed_read) {
   /* mean over rows of x, then a pointwise read of x's transpose: the read
    * is not by rows, so the compiler must not put it in the row group. */
-  tpu_stream_t* st = stream0();
+  tpu_stream_t* st = test_stream0();
   int64_t sz[2] = {16, 16}, sz1[2] = {16, 1};
   float host[256], got[256];
   for (int i = 0; i < 256; ++i) host[i] = (float)(i % 23) - 11.0f;
