@@ -41,6 +41,8 @@ struct tpu_capture {
   int32_t block_count, block_capacity;
   event_t* events;
   int32_t event_count, event_capacity;
+  int32_t* live;     /* after tpu_capture_end: the blocks still allocated */
+  int32_t live_count;
   int32_t nodes;
   int32_t random;                 /* EV_NODES events that draw random numbers */
   int32_t next_seed, next_offset; /* tpu_capture_mark_random for the next record, or -1 */
@@ -71,6 +73,7 @@ void tpu_capture_release(tpu_capture_t* c) {
     free(c->events[i].spaces);
   }
   free(c->events);
+  free(c->live);
   free(c->blocks);
   free(c->input_addr);
   free(c->input_bytes);
@@ -124,6 +127,10 @@ tpu_status_t tpu_capture_end(tpu_stream_t* stream, tpu_capture_t** out_capture,
   pthread_mutex_unlock(&pd->mu);
   if (!c) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "capture: the stream is not capturing");
   if (poison) fail(c, poison);
+  c->live = malloc(sizeof(int32_t) * (size_t)(c->block_count + 1));
+  if (!c->live) fail(c, "no host memory to end the capture");
+  for (int32_t k = 0; c->live && k < c->block_count; ++k)
+    if (c->blocks[k].live) c->live[c->live_count++] = k;
   if (c->failed) {
     *out_reason = c->failed;
     tpu_capture_release(c);
@@ -338,30 +345,15 @@ tpu_status_t tpu_capture_mark_random(tpu_stream_t* stream, int32_t seed_attr,
 
 /* ---- queries and replay --------------------------------------------------------------- */
 
-int32_t tpu_capture_live_count(const tpu_capture_t* c) {
-  int32_t n = 0;
-  for (int32_t k = 0; k < c->block_count; ++k) n += c->blocks[k].live;
-  return n;
-}
-
-static int32_t live_block(const tpu_capture_t* c, int32_t i) {
-  for (int32_t k = 0; k < c->block_count; ++k)
-    if (c->blocks[k].live && i-- == 0) return k;
-  return -1;
-}
+int32_t tpu_capture_live_count(const tpu_capture_t* c) { return c->live_count; }
 
 uint64_t tpu_capture_live_bytes(const tpu_capture_t* c, int32_t i) {
-  int32_t k = live_block(c, i);
-  return k < 0 ? 0 : c->blocks[k].bytes;
+  return i >= 0 && i < c->live_count ? c->blocks[c->live[i]].bytes : 0;
 }
 
 int32_t tpu_capture_live_index(const tpu_capture_t* c, const tpu_block_t* block) {
-  int32_t i = 0;
-  for (int32_t k = 0; k < c->block_count; ++k) {
-    if (!c->blocks[k].live) continue;
-    if (c->blocks[k].block == block) return i;
-    i++;
-  }
+  for (int32_t i = 0; i < c->live_count; ++i)
+    if (c->blocks[c->live[i]].block == block) return i;
   return -1;
 }
 
@@ -400,9 +392,7 @@ tpu_status_t tpu_capture_replay(const tpu_capture_t* c, tpu_stream_t* stream,
   if (s != TPU_OK) {
     for (int32_t k = 0; blocks && k < c->block_count; ++k) tpu_block_free(blocks[k]);
   } else {
-    int32_t n = 0;
-    for (int32_t k = 0; k < c->block_count; ++k)
-      if (c->blocks[k].live) out_live[n++] = blocks[k];
+    for (int32_t i = 0; i < c->live_count; ++i) out_live[i] = blocks[c->live[i]];
   }
   free(blocks);
   free(base);
