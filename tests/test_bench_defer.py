@@ -150,3 +150,17 @@ def test_defer_column_with_a_stand_in_mode(tmp_path, monkeypatch, capsys):
         # three snapshots per workload: before and after the warm-up, after the timed rounds
         assert r["defer_metrics"]["warmup"] == {"compiles": 1, "cache": {"hits": 2}, "flushes": {"sync": 0}}
     assert "| workload | defer_metrics() change" in stdout and "compiles=1, cache.hits=2" in stdout
+
+
+@pytest.mark.skipif(not HAS_DEFER, reason="no DEFER_AND_FUSE")
+def test_bench_defer_overhead_smoke():
+    """The per-op host-cost benchmark runs both programs in both modes, and
+    its own check (both modes compute the same values) holds."""
+    from conftest import child_env
+    p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_defer_overhead.py"),
+                        "--rounds", "1", "--ops", "200"],
+                       capture_output=True, text=True, env=child_env(), timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    rows = [line.split() for line in p.stdout.splitlines()]
+    assert {(r[0], r[1]) for r in rows if len(r) == 4 and r[1] in ("strict", "defer")} == {
+        (prog, mode) for prog in ("chain", "reads") for mode in ("strict", "defer")}, p.stdout

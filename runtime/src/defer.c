@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fusion/extent.h"
 #include "fusion/fusion.h"
 #include "internal.h"
 #include "tpu/defer.h"
@@ -204,25 +205,41 @@ void tpu_defer_note_free_locked(tpu_stream_t* stream, uint64_t addr, uint64_t si
 
 /* ---- flushing ------------------------------------------------------------------------- */
 
-/* The first node in [start, end) that writes [lo, hi) to memory (an output
- * whose value lives in scratch does not), or -1. */
-static int32_t first_write(const tpu_graph_t* graph, const tpu_program_t* p, uint64_t lo,
-                           uint64_t hi, int32_t start, int32_t end) {
-  for (int32_t i = start; i < end; ++i) {
-    const tpu_node_t* node = tpu_graph_node(graph, i);
-    for (int32_t o = 0; o < node->num_outputs; ++o)
-      if (p->out_slot[p->out_base[i] + o] < 0 && node->outputs[o].addr >= lo &&
-          node->outputs[o].addr < hi)
-        return i;
+/* The program's writes to memory (outputs whose value does not live in
+ * scratch), by address and then node: the first node in [start, end) that
+ * writes into a range is found among that range's writes alone. */
+typedef struct mem_write {
+  uint64_t addr;
+  int32_t node;
+} mem_write_t;
+
+static int cmp_write(const void* a, const void* b) {
+  const mem_write_t *x = a, *y = b;
+  if (x->addr != y->addr) return x->addr < y->addr ? -1 : 1;
+  return (x->node > y->node) - (x->node < y->node);
+}
+
+static int32_t first_write(const mem_write_t* w, int32_t count, uint64_t lo, uint64_t hi,
+                           int32_t start, int32_t end) {
+  int32_t a = 0, b = count;
+  while (a < b) {
+    int32_t mid = a + (b - a) / 2;
+    if (w[mid].addr >= lo) b = mid; else a = mid + 1;
   }
-  return -1;
+  int32_t first = -1;
+  for (int32_t k = a; k < count && w[k].addr < hi; ++k)
+    if (w[k].node >= start && w[k].node < end && (first < 0 || w[k].node < first))
+      first = w[k].node;
+  return first;
 }
 
 /* The most device memory the program holds, while it runs, on top of what
  * was counted before the flush: buffers counted earlier but freed before the
  * flush stay until their free point; provisional ones occupy memory from the
  * first node that writes them (never, if their value lives in scratch) to
- * their free point, or to the end when they stay alive. */
+ * their free point, or to the end when they stay alive. A free's tenant was
+ * allocated after the earlier tenants of its range were freed: the range-max
+ * tree keeps, per byte, the latest free point seen so far. */
 static int64_t peak_extra(tpu_stream_t* stream, const tpu_graph_t* graph,
                           const tpu_program_t* p, const tpu_free_record_t* frees,
                           int32_t free_count) {
@@ -231,17 +248,31 @@ static int64_t peak_extra(tpu_stream_t* stream, const tpu_graph_t* graph,
   int64_t* diff = calloc((size_t)n + 2, sizeof(int64_t));
   uint64_t* live_addr = malloc(sizeof(uint64_t) * MAX_LIVE);
   uint64_t* live_size = malloc(sizeof(uint64_t) * MAX_LIVE);
+  mem_write_t* writes = malloc(sizeof(mem_write_t) * ((size_t)p->out_base[n] + 1));
+  tpu_extent_t* ranges = malloc(sizeof(tpu_extent_t) * ((size_t)free_count + 1));
+  tpu_range_max_t freed = {0};
   int64_t peak = 0;
-  if (!diff || !live_addr || !live_size) goto done;
+  if (!diff || !live_addr || !live_size || !writes || !ranges) goto done;
+  int32_t nw = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    const tpu_node_t* node = tpu_graph_node(graph, i);
+    for (int32_t o = 0; o < node->num_outputs; ++o)
+      if (p->out_slot[p->out_base[i] + o] < 0)
+        writes[nw++] = (mem_write_t){node->outputs[o].addr, i};
+  }
+  qsort(writes, (size_t)nw, sizeof(mem_write_t), cmp_write);
+  for (int32_t f = 0; f < free_count; ++f) ranges[f] = (tpu_extent_t){frees[f].lo, frees[f].hi};
+  tpu_status_t rs = tpu_range_max_init(&freed, ranges, free_count, 0);
+  if (rs != TPU_OK) {
+    tpu_status_free(rs); /* no estimate: the flush counts nothing extra */
+    goto done;
+  }
   for (int32_t f = 0; f < free_count; ++f) {
     int32_t end = frees[f].point < n ? frees[f].point : n;
-    /* This tenant of the range was allocated after earlier tenants died. */
-    int32_t start = 0;
-    for (int32_t g = 0; g < f; ++g)
-      if (frees[g].lo < frees[f].hi && frees[f].lo < frees[g].hi && frees[g].point > start)
-        start = frees[g].point;
+    int32_t start = tpu_range_max_query(&freed, ranges[f]);
+    tpu_range_max_mark(&freed, ranges[f], frees[f].point);
     int32_t first = frees[f].provisional
-                        ? first_write(graph, p, frees[f].lo, frees[f].hi, start, end)
+                        ? first_write(writes, nw, frees[f].lo, frees[f].hi, start, end)
                         : 0;
     if (first < 0) continue;
     diff[first] += (int64_t)(frees[f].hi - frees[f].lo);
@@ -250,7 +281,7 @@ static int64_t peak_extra(tpu_stream_t* stream, const tpu_graph_t* graph,
   int32_t live = tpu_allocator_provisional(stream->chip->allocator, stream->index, live_addr,
                                            live_size, MAX_LIVE);
   for (int32_t b = 0; b < live; ++b) {
-    int32_t first = first_write(graph, p, live_addr[b], live_addr[b] + live_size[b], 0, n);
+    int32_t first = first_write(writes, nw, live_addr[b], live_addr[b] + live_size[b], 0, n);
     diff[first < 0 ? n : first] += (int64_t)live_size[b];
   }
   int64_t level = 0;
@@ -259,9 +290,12 @@ static int64_t peak_extra(tpu_stream_t* stream, const tpu_graph_t* graph,
     if (level > peak) peak = level;
   }
 done:
+  tpu_range_max_release(&freed);
   free(diff);
   free(live_addr);
   free(live_size);
+  free(writes);
+  free(ranges);
   return peak;
 }
 

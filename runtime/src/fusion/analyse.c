@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "fusion/analysis.h"
+#include "fusion/extent.h"
 #include "tpu/ops.h"
 
 /* ---- view identity ------------------------------------------------------------ */
@@ -89,12 +90,6 @@ static bool same_shape(const tpu_view_t* a, const tpu_view_t* b) {
   return true;
 }
 
-/* Two accesses conflict inside a tile loop when they overlap without being
- * the same view: element i of one is not element i of the other. */
-static bool conflicting(const tpu_view_t* a, const tpu_view_t* b) {
-  return tpu_views_may_overlap(a, b) && !tpu_fusion_same_view(a, b);
-}
-
 /* ---- row-tiled groups ------------------------------------------------------------------ */
 
 bool tpu_fusion_has_rows(const tpu_view_t* v, const tpu_view_t* rows, int32_t k) {
@@ -144,12 +139,52 @@ static int32_t row_op_k(const tpu_node_t* node, uint32_t* out_mask) {
   return k;
 }
 
+/* The byte ranges the open group's members read (ins) and write (outs),
+ * sorted by start, each with its member and operand: a node joining the
+ * group is checked against the members whose ranges meet its own, not
+ * against every member. Sized for every view of the graph up front. */
+typedef struct span {
+  uint64_t lo, hi;
+  int32_t node, slot;
+} span_t;
+
+typedef struct span_list {
+  span_t* v;
+  int32_t n;
+  uint64_t widest; /* the longest span: none starting widest below a byte reaches it */
+} span_list_t;
+
+typedef struct group_spans {
+  span_list_t ins, outs;
+} group_spans_t;
+
+static void spans_add(span_list_t* l, tpu_extent_t e, int32_t node, int32_t slot) {
+  if (e.lo >= e.hi) return; /* not a view, absent or empty: meets nothing */
+  int32_t k = l->n++;
+  for (; k > 0 && l->v[k - 1].lo > e.lo; --k) l->v[k] = l->v[k - 1];
+  l->v[k] = (span_t){e.lo, e.hi, node, slot};
+  if (e.hi - e.lo > l->widest) l->widest = e.hi - e.lo;
+}
+
+/* The first span that may meet e; the candidates run on while lo < e.hi. */
+static int32_t spans_from(const span_list_t* l, tpu_extent_t e) {
+  if (e.lo <= l->widest) return 0;
+  uint64_t below = e.lo - l->widest; /* spans starting here or lower end by e.lo */
+  int32_t lo = 0, hi = l->n;
+  while (lo < hi) {
+    int32_t mid = lo + (hi - lo) / 2;
+    if (l->v[mid].lo > below) hi = mid; else lo = mid + 1;
+  }
+  return lo;
+}
+
 /* The open group of the partition. */
 typedef struct open_group {
   int32_t first;           /* -1: none */
   int32_t kind;            /* TPU_GROUP_TILED or TPU_GROUP_ROWS */
   int32_t k;               /* ROWS: row dims */
   const tpu_view_t* shape; /* TILED: the lead's output; ROWS: the rows (leading k dims) */
+  group_spans_t* spans;    /* the members' ranges (members are [first, the node at hand)) */
 } open_group_t;
 
 /* Whether output q of node m is dead before node i is recorded and read
@@ -161,13 +196,13 @@ static bool scratch_bound(const tpu_graph_t* graph, const tpu_fusion_analysis_t*
   int32_t until = a->out_free[a->out_base[m] + q];
   if (until > i) return false;
   const tpu_view_t* v = &tpu_graph_node(graph, m)->outputs[q];
-  for (int32_t r = m + 1; r < until; ++r) {
-    const tpu_node_t* reader = tpu_graph_node(graph, r);
-    for (int32_t j = 0; j < reader->num_inputs; ++j)
-      if (reader->inputs[j].kind == TPU_VALUE_VIEW &&
-          tpu_views_may_overlap(&reader->inputs[j].u.view, v) &&
-          !tpu_fusion_same_view(&reader->inputs[j].u.view, v))
-        return false;
+  tpu_extent_t ve = a->out_ext[a->out_base[m] + q];
+  for (int32_t x = a->in_base[m + 1]; x < a->in_base[until]; ++x) {
+    if (!tpu_extents_meet(a->in_ext[x], ve)) continue; /* empty: not a view */
+    int32_t r = m + 1; /* the reader: the node whose inputs hold slot x */
+    while (a->in_base[r + 1] <= x) ++r;
+    if (!tpu_fusion_same_view(&tpu_graph_node(graph, r)->inputs[x - a->in_base[r]].u.view, v))
+      return false;
   }
   return true;
 }
@@ -203,34 +238,41 @@ static bool reads_in_step(const tpu_fusion_analysis_t* a, const open_group_t* g,
 static bool joins_cleanly(const tpu_graph_t* graph, const tpu_fusion_analysis_t* a,
                           const open_group_t* g, int32_t i) {
   const tpu_node_t* node = tpu_graph_node(graph, i);
-  for (int32_t m = g->first; m < i; ++m) {
-    const tpu_node_t* prev = tpu_graph_node(graph, m);
-    for (int32_t j = 0; j < node->num_inputs; ++j) {
-      if (node->inputs[j].kind != TPU_VALUE_VIEW) continue;
-      const tpu_view_t* in = &node->inputs[j].u.view;
-      bool in_step = reads_in_step(a, g, node, i, j);
-      for (int32_t q = 0; q < prev->num_outputs; ++q)
-        if (!tpu_view_is_absent(&prev->outputs[q]) &&
-            tpu_views_may_overlap(in, &prev->outputs[q]) &&
-            !(in_step && tpu_fusion_same_view(in, &prev->outputs[q])) &&
-            !scratch_bound(graph, a, m, q, i))
-          return false;
+  const tpu_extent_t* in_ext = a->in_ext + a->in_base[i];
+  const tpu_extent_t* out_ext = a->out_ext + a->out_base[i];
+  const span_list_t *ins = &g->spans->ins, *outs = &g->spans->outs;
+  int32_t nin = a->in_base[i + 1] - a->in_base[i], nout = a->out_base[i + 1] - a->out_base[i];
+  for (int32_t j = 0; j < nin; ++j) /* what it reads that a member wrote */
+    for (int32_t k = spans_from(outs, in_ext[j]);
+         in_ext[j].lo < in_ext[j].hi && k < outs->n && outs->v[k].lo < in_ext[j].hi; ++k) {
+      const span_t* sp = &outs->v[k];
+      if (sp->hi <= in_ext[j].lo) continue;
+      const tpu_node_t* prev = tpu_graph_node(graph, sp->node);
+      if (!(reads_in_step(a, g, node, i, j) &&
+            tpu_fusion_same_view(&node->inputs[j].u.view, &prev->outputs[sp->slot])) &&
+          !scratch_bound(graph, a, sp->node, sp->slot, i))
+        return false;
     }
-    for (int32_t o = 0; o < node->num_outputs; ++o) {
-      const tpu_view_t* out = &node->outputs[o];
-      if (tpu_view_is_absent(out)) continue;
-      for (int32_t j = 0; j < prev->num_inputs; ++j) {
-        if (prev->inputs[j].kind != TPU_VALUE_VIEW) continue;
-        const tpu_view_t* in = &prev->inputs[j].u.view;
-        if (tpu_views_may_overlap(out, in) &&
-            !(reads_in_step(a, g, prev, m, j) && tpu_fusion_same_view(out, in)) &&
-            !reads_scratch_bound(graph, a, g->first, m, in, i))
-          return false;
-      }
-      for (int32_t q = 0; q < prev->num_outputs; ++q)
-        if (!tpu_view_is_absent(&prev->outputs[q]) && conflicting(out, &prev->outputs[q]) &&
-            !scratch_bound(graph, a, m, q, i))
-          return false;
+  for (int32_t o = 0; o < nout; ++o) {
+    const tpu_view_t* out = &node->outputs[o];
+    tpu_extent_t e = out_ext[o];
+    if (e.lo >= e.hi) continue; /* absent or empty: meets nothing */
+    for (int32_t k = spans_from(ins, e); k < ins->n && ins->v[k].lo < e.hi; ++k) {
+      const span_t* sp = &ins->v[k]; /* what it writes that a member read */
+      if (sp->hi <= e.lo) continue;
+      const tpu_node_t* prev = tpu_graph_node(graph, sp->node);
+      const tpu_view_t* in = &prev->inputs[sp->slot].u.view;
+      if (!(reads_in_step(a, g, prev, sp->node, sp->slot) && tpu_fusion_same_view(out, in)) &&
+          !reads_scratch_bound(graph, a, g->first, sp->node, in, i))
+        return false;
+    }
+    for (int32_t k = spans_from(outs, e); k < outs->n && outs->v[k].lo < e.hi; ++k) {
+      const span_t* sp = &outs->v[k]; /* what it writes that a member wrote */
+      if (sp->hi <= e.lo) continue;
+      const tpu_node_t* prev = tpu_graph_node(graph, sp->node);
+      if (!tpu_fusion_same_view(out, &prev->outputs[sp->slot]) &&
+          !scratch_bound(graph, a, sp->node, sp->slot, i))
+        return false;
     }
   }
   return true;
@@ -263,7 +305,7 @@ static uint8_t partition_step(const tpu_graph_t* graph, tpu_fusion_analysis_t* a
       a->group_k[i] = (int8_t)g->k;
       return f | TPU_NODE_ROWS;
     }
-    *g = (open_group_t){i, TPU_GROUP_TILED, 0, &node->outputs[0]};
+    *g = (open_group_t){i, TPU_GROUP_TILED, 0, &node->outputs[0], g->spans};
     return f | TPU_NODE_CUT_BEFORE;
   }
   int32_t k = a->row_k[i];
@@ -282,7 +324,7 @@ static uint8_t partition_step(const tpu_graph_t* graph, tpu_fusion_analysis_t* a
   }
   if (room && g->kind == TPU_GROUP_TILED && tpu_fusion_has_rows(g->shape, rows, k)) {
     /* The pointwise run becomes row-tiled: its outputs all have g->shape. */
-    open_group_t as_rows = {g->first, TPU_GROUP_ROWS, k, rows};
+    open_group_t as_rows = {g->first, TPU_GROUP_ROWS, k, rows, g->spans};
     if (rows_join_ok(graph, a, &as_rows, i)) {
       for (int32_t j = g->first; j < i; ++j) {
         a->flags[j] |= TPU_NODE_ROWS;
@@ -293,24 +335,27 @@ static uint8_t partition_step(const tpu_graph_t* graph, tpu_fusion_analysis_t* a
       return TPU_NODE_ROWS;
     }
   }
-  *g = (open_group_t){i, TPU_GROUP_ROWS, k, rows};
+  *g = (open_group_t){i, TPU_GROUP_ROWS, k, rows, g->spans};
   a->group_k[i] = (int8_t)k;
   return TPU_NODE_ROWS | TPU_NODE_CUT_BEFORE;
 }
 
 /* ---- the phase ---------------------------------------------------------------------------- */
 
-static int32_t first_free_after(const tpu_free_record_t* frees, int32_t free_count, int32_t node,
-                                const tpu_view_t* v, int32_t n) {
+/* The first free after node `node` of a range holding all of v: the point
+ * at which the value v holds dies (n + 1: alive at the flush). */
+static int32_t first_free_after(const tpu_free_index_t* frees, int32_t node, const tpu_view_t* v,
+                                int32_t n) {
   uint64_t lo = v->addr;
   uint64_t hi = lo + 1;
   for (int32_t d = 0; d < v->ndim; ++d) hi += (uint64_t)((v->sizes[d] - 1) * v->strides[d]);
   hi = lo + (hi - lo) * tpu_dtype_size(v->dtype);
-  int32_t best = n + 1; /* alive at the flush */
-  for (int32_t f = 0; f < free_count; ++f)
-    if (frees[f].point > node && frees[f].point < best && frees[f].lo <= lo && hi <= frees[f].hi)
-      best = frees[f].point;
-  return best;
+  for (int32_t k = tpu_free_index_after(frees, node); k < frees->count; ++k) {
+    const tpu_free_record_t* f = tpu_free_index_at(frees, k);
+    if (f->point > n) break;
+    if (f->lo <= lo && hi <= f->hi) return f->point;
+  }
+  return n + 1;
 }
 
 tpu_status_t tpu_fusion_analyse(const tpu_graph_t* graph, const tpu_free_record_t* frees,
@@ -341,27 +386,47 @@ tpu_status_t tpu_fusion_analyse(const tpu_graph_t* graph, const tpu_free_record_
   a->in_vid = malloc(sizeof(int32_t) * (size_t)(nin + 1));
   a->out_vid = malloc(sizeof(int32_t) * (size_t)(nout + 1));
   a->out_free = malloc(sizeof(int32_t) * (size_t)(nout + 1));
+  a->in_ext = malloc(sizeof(tpu_extent_t) * (size_t)(nin + 1));
+  a->out_ext = malloc(sizeof(tpu_extent_t) * (size_t)(nout + 1));
+  tpu_free_index_t fix = {0};
+  tpu_status_t fs = tpu_free_index_init(&fix, frees, free_count);
   int64_t cap = 16;
   while (cap < 2 * (int64_t)(nin + nout)) cap *= 2;
   vmap_t m = {calloc((size_t)cap, sizeof(*m.keys)), malloc(sizeof(int32_t) * (size_t)cap),
               malloc(sizeof(int32_t) * (size_t)cap), cap - 1};
-  if (!a->in_base || !a->out_base || !a->flags || !a->group_k || !a->row_k || !a->row_mask ||
-      !a->in_vid || !a->out_vid || !a->out_free ||
-      !m.keys || !m.ids || !m.freed || !key_reserve(a, (int64_t)(4 * n + 4 * (nin + nout) + 8) * 4)) {
+  group_spans_t spans = {{malloc(sizeof(span_t) * (size_t)(nin + 1)), 0, 0},
+                         {malloc(sizeof(span_t) * (size_t)(nout + 1)), 0, 0}};
+  if (!spans.ins.v || !spans.outs.v || !a->in_base || !a->out_base || !a->flags || !a->group_k || !a->row_k || !a->row_mask ||
+      !a->in_vid || !a->out_vid || !a->out_free || !a->in_ext || !a->out_ext ||
+      fs != TPU_OK || !m.keys || !m.ids || !m.freed ||
+      !key_reserve(a, (int64_t)(4 * n + 4 * (nin + nout) + 8) * 4)) {
     free(m.keys);
     free(m.ids);
     free(m.freed);
+    free(spans.ins.v);
+    free(spans.outs.v);
+    tpu_free_index_release(&fix);
     tpu_fusion_analysis_free(a);
-    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fusion analysis allocation failed");
+    return fs != TPU_OK ? fs
+                        : tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fusion analysis allocation failed");
   }
 
+  for (int32_t i = 0; i < n; ++i) {
+    const tpu_node_t* node = tpu_graph_node(graph, i);
+    for (int32_t k = 0; k < node->num_inputs; ++k)
+      a->in_ext[a->in_base[i] + k] = node->inputs[k].kind == TPU_VALUE_VIEW
+                                         ? tpu_extent_of(&node->inputs[k].u.view)
+                                         : (tpu_extent_t){0, 0};
+    for (int32_t o = 0; o < node->num_outputs; ++o)
+      a->out_ext[a->out_base[i] + o] = tpu_extent_of(&node->outputs[o]);
+  }
   /* Value ids: a read takes the id of the last write of the identical view
    * while that value's buffer is alive; every write makes a fresh id. Values
    * the graph did not write (its inputs), and views that only reuse a freed
    * value's address, read as TPU_VALUE_EXTERNAL: where the allocator put
    * things is not the program's structure. */
   int32_t next_id = 0;
-  open_group_t g = {-1, TPU_GROUP_SINGLE, 0, NULL};
+  open_group_t g = {-1, TPU_GROUP_SINGLE, 0, NULL, &spans};
   for (int32_t i = 0; i < n; ++i) {
     const tpu_node_t* node = tpu_graph_node(graph, i);
     for (int32_t k = 0; k < node->num_inputs; ++k) {
@@ -376,7 +441,7 @@ tpu_status_t tpu_fusion_analyse(const tpu_graph_t* graph, const tpu_free_record_
       int64_t s = vmap_slot(&m, &node->outputs[o]);
       m.keys[s] = &node->outputs[o];
       m.ids[s] = next_id++;
-      m.freed[s] = first_free_after(frees, free_count, i, &node->outputs[o], n);
+      m.freed[s] = first_free_after(&fix, i, &node->outputs[o], n);
       a->out_vid[a->out_base[i] + o] = m.ids[s];
       a->out_free[a->out_base[i] + o] = m.freed[s];
     }
@@ -386,10 +451,23 @@ tpu_status_t tpu_fusion_analyse(const tpu_graph_t* graph, const tpu_free_record_
     a->row_k[i] = (int8_t)row_op_k(node, &mask);
     a->row_mask[i] = mask;
     a->flags[i] = partition_step(graph, a, &g, i);
+    if (a->flags[i] & TPU_NODE_CUT_BEFORE) { /* a new group, or none */
+      spans.ins = (span_list_t){spans.ins.v, 0, 0};
+      spans.outs = (span_list_t){spans.outs.v, 0, 0};
+    }
+    if (g.first >= 0) { /* a member now */
+      for (int32_t k = 0; k < node->num_inputs; ++k)
+        spans_add(&spans.ins, a->in_ext[a->in_base[i] + k], i, k);
+      for (int32_t o = 0; o < node->num_outputs; ++o)
+        spans_add(&spans.outs, a->out_ext[a->out_base[i] + o], i, o);
+    }
   }
   free(m.keys);
   free(m.ids);
   free(m.freed);
+  free(spans.ins.v);
+  free(spans.outs.v);
+  tpu_free_index_release(&fix);
 
   /* The key: everything the later phases decide on, nothing else. */
   key_put(a, n);
@@ -431,6 +509,8 @@ void tpu_fusion_analysis_free(tpu_fusion_analysis_t* a) {
   free(a->in_vid);
   free(a->out_vid);
   free(a->out_free);
+  free(a->in_ext);
+  free(a->out_ext);
   free(a->key);
   free(a);
 }

@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 
+#include "fusion/extent.h"
 #include "fusion/fusion.h"
 
 /* Longest run of nodes one tiled group holds, and its scratch slots. */
@@ -30,6 +31,7 @@ struct tpu_fusion_analysis {
   uint32_t* row_mask;          /* per row-local node: the inputs it reads by rows */
   int32_t *in_vid, *out_vid;   /* value ids of view inputs (-1: not a view), outputs */
   int32_t* out_free;           /* per output: node count when freed (n + 1: alive) */
+  tpu_extent_t *in_ext, *out_ext; /* bytes each view input (empty: not a view), output touches */
   uint8_t* key;
   int64_t key_len, key_cap;
   uint64_t hash;

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "fusion/analysis.h"
+#include "fusion/extent.h"
 #include "tpu/ops.h"
 
 /* Bounds on the phase's cost, which every flush pays (cache hits too): a
@@ -33,51 +34,33 @@
 #define SCHEDULE_WINDOW 512
 #define SCHEDULE_BUDGET 256
 
-typedef struct extent {
-  uint64_t lo, hi;
-} extent_t;
-
 /* Per node: the byte ranges it reads, then those it writes. */
 typedef struct access {
   int32_t reads, writes; /* counts; ranges at base[i] .. */
-  extent_t all;          /* the hull of every range: a quick first test */
+  tpu_extent_t all;          /* the hull of every range: a quick first test */
 } access_t;
-
-static extent_t extent_of(const tpu_view_t* v) {
-  uint64_t span = 1;
-  for (int32_t d = 0; d < v->ndim; ++d) {
-    if (v->sizes[d] == 0) return (extent_t){v->addr, v->addr};
-    span += (uint64_t)((v->sizes[d] - 1) * v->strides[d]);
-  }
-  return (extent_t){v->addr, v->addr + span * tpu_dtype_size(v->dtype)};
-}
-
-static bool meet(extent_t a, extent_t b) {
-  return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi;
-}
 
 typedef struct sched {
   const tpu_graph_t* graph;
   access_t* acc;
   int32_t* base; /* per node: first range in ext */
-  extent_t* ext;
+  tpu_extent_t* ext;
   int32_t* reader; /* per node: the first later node reading its first output, or -1 */
   int64_t budget;  /* conflict checks left */
-  const tpu_free_record_t* frees; /* the graph's frees, in recorded order */
-  int32_t free_count;
+  tpu_free_index_t frees; /* the graph's frees, by point */
 } sched_t;
 
 /* Whether nodes a and b must keep their relative order: one writes memory
  * the other reads or writes. */
 static bool conflict(const sched_t* s, int32_t a, int32_t b) {
-  if (!meet(s->acc[a].all, s->acc[b].all)) return false;
-  const extent_t* ea = s->ext + s->base[a];
-  const extent_t* eb = s->ext + s->base[b];
+  if (!tpu_extents_meet(s->acc[a].all, s->acc[b].all)) return false;
+  const tpu_extent_t* ea = s->ext + s->base[a];
+  const tpu_extent_t* eb = s->ext + s->base[b];
   int32_t na = s->acc[a].reads + s->acc[a].writes, nb = s->acc[b].reads + s->acc[b].writes;
   for (int32_t x = 0; x < na; ++x)
     for (int32_t y = 0; y < nb; ++y) {
       bool a_writes = x >= s->acc[a].reads, b_writes = y >= s->acc[b].reads;
-      if ((a_writes || b_writes) && meet(ea[x], eb[y])) return true;
+      if ((a_writes || b_writes) && tpu_extents_meet(ea[x], eb[y])) return true;
     }
   return false;
 }
@@ -89,15 +72,15 @@ static bool conflict(const sched_t* s, int32_t a, int32_t b) {
  * buffer may be a new tenant of that memory; sunk below it, k would touch
  * memory the free handed on. */
 static bool touches_freed(sched_t* s, int32_t k, int32_t lo, int32_t hi) {
-  const extent_t* e = s->ext + s->base[k];
+  const tpu_extent_t* e = s->ext + s->base[k];
   int32_t count = s->acc[k].reads + s->acc[k].writes;
-  for (int32_t f = 0; f < s->free_count; ++f) {
-    const tpu_free_record_t* r = &s->frees[f];
-    if (r->point <= lo || r->point > hi) continue;
+  int32_t end = tpu_free_index_after(&s->frees, hi);
+  for (int32_t f = tpu_free_index_after(&s->frees, lo); f < end; ++f) {
+    const tpu_free_record_t* r = tpu_free_index_at(&s->frees, f);
     if (--s->budget < 0) return true;
-    extent_t range = {r->lo, r->hi};
+    tpu_extent_t range = {r->lo, r->hi};
     for (int32_t x = 0; x < count; ++x)
-      if (meet(e[x], range)) return true;
+      if (tpu_extents_meet(e[x], range)) return true;
   }
   return false;
 }
@@ -164,7 +147,7 @@ static tpu_status_t build_access(sched_t* s, int32_t n) {
   }
   s->acc = malloc(sizeof(access_t) * (size_t)(n + 1));
   s->base = malloc(sizeof(int32_t) * (size_t)(n + 1));
-  s->ext = malloc(sizeof(extent_t) * (size_t)(total + 1));
+  s->ext = malloc(sizeof(tpu_extent_t) * (size_t)(total + 1));
   if (!s->acc || !s->base || !s->ext)
     return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fusion schedule allocation failed");
   int32_t at = 0;
@@ -176,17 +159,17 @@ static tpu_status_t build_access(sched_t* s, int32_t n) {
     uint32_t mutated = tpu_op_mutated_inputs(node->op);
     for (int32_t j = 0; j < node->num_inputs; ++j)
       if (node->inputs[j].kind == TPU_VALUE_VIEW && !(j < 32 && (mutated >> j & 1u))) {
-        s->ext[at++] = extent_of(&node->inputs[j].u.view);
+        s->ext[at++] = tpu_extent_of(&node->inputs[j].u.view);
         s->acc[i].reads++;
       }
     for (int32_t j = 0; j < node->num_inputs && j < 32; ++j)
       if (node->inputs[j].kind == TPU_VALUE_VIEW && (mutated >> j & 1u)) {
-        s->ext[at++] = extent_of(&node->inputs[j].u.view);
+        s->ext[at++] = tpu_extent_of(&node->inputs[j].u.view);
         s->acc[i].writes++;
       }
     for (int32_t o = 0; o < node->num_outputs; ++o)
       if (!tpu_view_is_absent(&node->outputs[o])) {
-        s->ext[at++] = extent_of(&node->outputs[o]);
+        s->ext[at++] = tpu_extent_of(&node->outputs[o]);
         s->acc[i].writes++;
       }
     for (int32_t x = s->base[i]; x < at; ++x) {
@@ -195,6 +178,7 @@ static tpu_status_t build_access(sched_t* s, int32_t n) {
       if (s->ext[x].hi > s->acc[i].all.hi) s->acc[i].all.hi = s->ext[x].hi;
     }
   }
+  s->base[n] = at;
   return TPU_OK;
 }
 
@@ -262,19 +246,33 @@ static void sink_nodes(sched_t* s, int32_t n, int32_t* order) {
 
 /* A free record said: freed after the first `point` recorded nodes. In the
  * new order it follows every node recorded before it that touches its range
- * (later tenants of the range conflict with those, so they stay after). */
-static void remap_frees(const sched_t* s, const int32_t* pos, int32_t n, tpu_free_record_t* frees,
+ * (later tenants of the range conflict with those, so they stay after): one
+ * sweep over the recorded nodes marks each range a node touches with the
+ * node's new position, and each free, reached in order of its point, takes
+ * the largest mark over its range. False, with nothing rewritten, when out
+ * of memory. */
+static bool remap_frees(const sched_t* s, const int32_t* pos, int32_t n, tpu_free_record_t* frees,
                         int32_t free_count) {
-  for (int32_t f = 0; f < free_count; ++f) {
-    extent_t r = {frees[f].lo, frees[f].hi};
-    int32_t end = frees[f].point < n ? frees[f].point : n, point = 0;
-    for (int32_t i = 0; i < end; ++i) {
-      const extent_t* e = s->ext + s->base[i];
-      for (int32_t x = 0; x < s->acc[i].reads + s->acc[i].writes; ++x)
-        if (meet(e[x], r) && pos[i] + 1 > point) point = pos[i] + 1;
-    }
-    frees[f].point = point;
+  int32_t total = s->base[n];
+  tpu_extent_t* ranges = malloc(sizeof(tpu_extent_t) * ((size_t)total + (size_t)free_count + 1));
+  tpu_range_max_t touched = {0};
+  if (!ranges) return false;
+  memcpy(ranges, s->ext, sizeof(tpu_extent_t) * (size_t)total);
+  for (int32_t f = 0; f < free_count; ++f) ranges[total + f] = (tpu_extent_t){frees[f].lo, frees[f].hi};
+  tpu_status_t rs = tpu_range_max_init(&touched, ranges, total + free_count, 0);
+  bool ok = rs == TPU_OK;
+  tpu_status_free(rs);
+  for (int32_t k = 0, i = 0; ok && k < free_count; ++k) {
+    int32_t f = s->frees.order ? s->frees.order[k] : k;
+    int32_t end = frees[f].point < n ? frees[f].point : n;
+    for (; i < end; ++i)
+      for (int32_t x = s->base[i]; x < s->base[i + 1]; ++x)
+        tpu_range_max_mark(&touched, s->ext[x], pos[i] + 1);
+    frees[f].point = tpu_range_max_query(&touched, ranges[total + f]);
   }
+  tpu_range_max_release(&touched);
+  free(ranges);
+  return ok;
 }
 
 tpu_status_t tpu_fusion_schedule(const tpu_graph_t* graph, tpu_free_record_t* frees,
@@ -282,7 +280,7 @@ tpu_status_t tpu_fusion_schedule(const tpu_graph_t* graph, tpu_free_record_t* fr
   *out_graph = NULL;
   int32_t n = tpu_graph_node_count(graph);
   if (n < 3) return TPU_OK;
-  sched_t s = {graph, NULL, NULL, NULL, NULL, (int64_t)SCHEDULE_BUDGET * n, frees, free_count};
+  sched_t s = {graph, NULL, NULL, NULL, NULL, (int64_t)SCHEDULE_BUDGET * n, {0}};
   bool* placed = calloc((size_t)n, sizeof(bool));
   int32_t* order = malloc(sizeof(int32_t) * (size_t)n);
   int32_t* pos = malloc(sizeof(int32_t) * (size_t)n);
@@ -290,6 +288,7 @@ tpu_status_t tpu_fusion_schedule(const tpu_graph_t* graph, tpu_free_record_t* fr
                         ? build_access(&s, n)
                         : tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fusion schedule allocation failed");
   if (st == TPU_OK) st = find_readers(&s, n);
+  if (st == TPU_OK) st = tpu_free_index_init(&s.frees, frees, free_count);
   bool moved = false;
   if (st == TPU_OK) {
     order_nodes(&s, n, placed, order);
@@ -306,11 +305,11 @@ tpu_status_t tpu_fusion_schedule(const tpu_graph_t* graph, tpu_free_record_t* fr
     st = tpu_graph_add_node(out, node->op, node->inputs, node->num_inputs, node->outputs,
                             node->num_outputs, node->attrs, node->num_attrs);
   }
-  if (st == TPU_OK && moved) {
-    remap_frees(&s, pos, n, frees, free_count);
+  if (st == TPU_OK && moved && remap_frees(&s, pos, n, frees, free_count)) {
     *out_graph = out;
     out = NULL;
   }
+  tpu_free_index_release(&s.frees);
   tpu_graph_release(out);
   free(s.acc);
   free(s.base);
