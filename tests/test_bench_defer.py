@@ -152,7 +152,6 @@ def test_defer_column_with_a_stand_in_mode(tmp_path, monkeypatch, capsys):
     assert "| workload | defer_metrics() change" in stdout and "compiles=1, cache.hits=2" in stdout
 
 
-@pytest.mark.skipif(not HAS_DEFER, reason="no DEFER_AND_FUSE")
 def test_bench_defer_overhead_smoke():
     """The per-op host-cost benchmark runs both programs in both modes, and
     its own check (both modes compute the same values) holds."""

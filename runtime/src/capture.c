@@ -206,14 +206,6 @@ static int32_t space_of(const tpu_capture_t* c, uint64_t addr, uint64_t bytes) {
   return -2;
 }
 
-/* The bytes from a view's first element to one past its last. */
-static uint64_t view_extent(const tpu_view_t* v) {
-  int64_t last = 0;
-  for (int32_t d = 0; d < v->ndim; ++d)
-    if (v->sizes[d] > 0) last += (v->sizes[d] - 1) * v->strides[d];
-  return (uint64_t)(last + 1) * tpu_dtype_size(v->dtype);
-}
-
 static uint64_t space_base(const tpu_capture_t* c, int32_t space) {
   return space < c->num_inputs ? c->input_addr[space]
                                : c->blocks[space - c->num_inputs].addr;
@@ -225,7 +217,9 @@ static bool encode(const tpu_capture_t* c, tpu_view_t* v, int32_t* out_space) {
     *out_space = SPACE_FIXED;
     return true;
   }
-  int32_t s = space_of(c, v->addr, view_extent(v));
+  uint64_t lo, hi;
+  tpu_view_bytes(v, &lo, &hi);
+  int32_t s = space_of(c, v->addr, hi - lo);
   if (s < 0) return false;
   v->addr -= space_base(c, s);
   *out_space = s;

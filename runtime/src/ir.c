@@ -37,21 +37,10 @@ int64_t tpu_view_numel(const tpu_view_t* view) {
   return n;
 }
 
-/* Bytes [lo, hi) a view can touch (strides are non-negative). */
-static void view_extent(const tpu_view_t* v, uint64_t* lo, uint64_t* hi) {
-  uint64_t span = 1;
-  *lo = *hi = v->addr;
-  for (int32_t d = 0; d < v->ndim; ++d) {
-    if (v->sizes[d] == 0) return;
-    span += (uint64_t)((v->sizes[d] - 1) * v->strides[d]);
-  }
-  *hi = v->addr + span * tpu_dtype_size(v->dtype);
-}
-
 bool tpu_views_may_overlap(const tpu_view_t* a, const tpu_view_t* b) {
   uint64_t alo, ahi, blo, bhi;
-  view_extent(a, &alo, &ahi);
-  view_extent(b, &blo, &bhi);
+  tpu_view_bytes(a, &alo, &ahi);
+  tpu_view_bytes(b, &blo, &bhi);
   return alo < ahi && blo < bhi && alo < bhi && blo < ahi;
 }
 

@@ -43,6 +43,17 @@ typedef struct tpu_view {
 } tpu_view_t;
 
 int64_t tpu_view_numel(const tpu_view_t* view);
+/* The bytes [*out_lo, *out_hi) a view can touch (strides are non-negative);
+ * an empty view touches none (*out_lo == *out_hi). */
+static inline void tpu_view_bytes(const tpu_view_t* v, uint64_t* out_lo, uint64_t* out_hi) {
+  uint64_t span = 1;
+  *out_lo = *out_hi = v->addr;
+  for (int32_t d = 0; d < v->ndim; ++d) {
+    if (v->sizes[d] == 0) return;
+    span += (uint64_t)((v->sizes[d] - 1) * v->strides[d]);
+  }
+  *out_hi = v->addr + span * tpu_dtype_size(v->dtype);
+}
 /* Whether two views can touch a common byte (their address ranges meet;
  * empty views overlap nothing). Conservative for interleaved strides. */
 bool tpu_views_may_overlap(const tpu_view_t* a, const tpu_view_t* b);

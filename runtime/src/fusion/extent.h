@@ -22,20 +22,17 @@
 #include <stdint.h>
 
 #include "fusion/fusion.h"
-#include "tpu/dtype.h"
+#include "tpu/ir.h"
 
 typedef struct tpu_extent {
   uint64_t lo, hi;
 } tpu_extent_t;
 
-/* The bytes a view can touch (strides are non-negative). */
+/* The bytes a view can touch (tpu_view_bytes). */
 static inline tpu_extent_t tpu_extent_of(const tpu_view_t* v) {
-  uint64_t span = 1;
-  for (int32_t d = 0; d < v->ndim; ++d) {
-    if (v->sizes[d] == 0) return (tpu_extent_t){v->addr, v->addr};
-    span += (uint64_t)((v->sizes[d] - 1) * v->strides[d]);
-  }
-  return (tpu_extent_t){v->addr, v->addr + span * tpu_dtype_size(v->dtype)};
+  tpu_extent_t e;
+  tpu_view_bytes(v, &e.lo, &e.hi);
+  return e;
 }
 
 /* Whether two ranges share a byte (empty ranges share none). */
