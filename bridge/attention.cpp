@@ -98,16 +98,8 @@ struct Node {
     return tpu_op_check(&node);
   }
   void submit() {
-    tpu_graph_t* g = nullptr;
-    check(tpu_graph_create(&g));
-    tpu_status_t s = tpu_graph_add_node(g, node.op, node.inputs, node.num_inputs, node.outputs,
-                                        node.num_outputs, node.attrs, node.num_attrs);
-    if (s != TPU_OK) {
-      tpu_graph_release(g);
-      check(s);
-    }
     tpu_stream_t* stream = current_runtime_stream(device);
-    check(tpu_stream_submit(stream, g));
+    check(tpu_stream_submit_node(stream, &node));
     maybe_block(stream);
   }
 };

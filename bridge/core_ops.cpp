@@ -141,15 +141,13 @@ void device_copy(const at::Tensor& dst, const at::Tensor& src) {
   TORCH_CHECK(make_view(s, &in.u.view) && make_view(dst, &out),
               "copy_: dtype ", src.scalar_type(), " -> ", dst.scalar_type(),
               " is not supported on tpu");
-  tpu_graph_t* g = nullptr;
-  check(tpu_graph_create(&g));
-  tpu_status_t st = tpu_graph_add_node(g, copy_op, &in, 1, &out, 1, nullptr, 0);
-  if (st != TPU_OK) {
-    tpu_graph_release(g);
-    check(st);
-  }
+  tpu_node_t node{};
+  node.op = copy_op;
+  node.num_inputs = node.num_outputs = 1;
+  node.inputs = &in;
+  node.outputs = &out;
   tpu_stream_t* stream = current_runtime_stream(dst.device().index());
-  check(tpu_stream_submit(stream, g));
+  check(tpu_stream_submit_node(stream, &node));
   maybe_block(stream);
   count_native("copy_");
 }

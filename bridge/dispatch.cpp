@@ -331,16 +331,8 @@ std::string shape_str(const tpu_view_t& v) {
 // ---- running a call -------------------------------------------------------------
 
 void submit_node(c10::DeviceIndex device, const tpu_node_t& node) {
-  tpu_graph_t* g = nullptr;
-  check(tpu_graph_create(&g));
-  tpu_status_t s = tpu_graph_add_node(g, node.op, node.inputs, node.num_inputs, node.outputs,
-                                      node.num_outputs, node.attrs, node.num_attrs);
-  if (s != TPU_OK) {
-    tpu_graph_release(g);
-    check(s);
-  }
   tpu_stream_t* stream = current_runtime_stream(device);
-  check(tpu_stream_submit(stream, g));
+  check(tpu_stream_submit_node(stream, &node));
   maybe_block(stream);
 }
 

@@ -269,7 +269,7 @@ static tpu_status_t copy_graph(const tpu_capture_t* c, const tpu_graph_t* graph,
       at++;
     }
     tpu_attr_t attrs[TPU_MAX_ATTRS];
-    memcpy(attrs, node->attrs, sizeof(attrs));
+    memcpy(attrs, node->attrs, sizeof(tpu_attr_t) * (size_t)node->num_attrs);
     if (e && e->seed_attr >= 0 && i == tpu_graph_node_count(graph) - 1) {
       attrs[e->seed_attr] = (tpu_attr_t){.kind = TPU_ATTR_INT, .u.i = counters[0]};
       attrs[e->offset_attr] = (tpu_attr_t){.kind = TPU_ATTR_INT, .u.i = counters[1]};

@@ -142,37 +142,65 @@ static int64_t node_elements(const tpu_node_t* node) {
 static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason,
                                  const char* detail);
 
+/* The cuts recording `n` nodes (the last one `last`, borrowed) makes; the
+ * caller holds pd->mu. */
+static tpu_status_t recorded_locked(tpu_stream_t* stream, int32_t n, const tpu_node_t* last) {
+  tpu_pending_t* pd = &stream->pending;
+  pthread_mutex_lock(&g_stats.mu);
+  g_stats.m.nodes_recorded += n;
+  pthread_mutex_unlock(&g_stats.mu);
+  /* Cut after a heavy node: it starts running, with what was recorded
+   * before it, while the program records on; but only once the heavy
+   * nodes since the last cut touched PIPELINE_MIN_ELEMENTS (a function of
+   * the shapes, so every rank still cuts alike): a decode step's small
+   * GEMMs would cost a flush each (schedule, key, submit) for a few
+   * microseconds of device work. */
+  bool heavy = last && (tpu_op_def(last->op)->flags & TPU_OP_HEAVY);
+  if (heavy) pd->heavy_elements += node_elements(last);
+  if (heavy && pipeline() && pd->heavy_elements >= PIPELINE_MIN_ELEMENTS)
+    return flush_locked(stream, TPU_FLUSH_PIPELINE, NULL);
+  if (tpu_graph_node_count(pd->graph) >= max_nodes())
+    return flush_locked(stream, TPU_FLUSH_SIZE_LIMIT, NULL);
+  return TPU_OK;
+}
+
+/* A pending graph for the stream, with the room the last one took: a
+ * program records alike flush after flush, so its nodes are appended
+ * without the arrays moving. The caller holds pd->mu. */
+static tpu_status_t open_pending_locked(tpu_pending_t* pd) {
+  if (pd->graph) return TPU_OK;
+  TPU_RETURN_IF_ERROR(tpu_graph_create(&pd->graph));
+  tpu_status_t s = tpu_graph_reserve(pd->graph, pd->last_nodes, pd->last_inputs, pd->last_outputs);
+  tpu_status_free(s); /* a hint: without the room, appending grows the graph */
+  return TPU_OK;
+}
+
 tpu_status_t tpu_defer_record(tpu_stream_t* stream, tpu_graph_t* graph) {
   tpu_pending_t* pd = &stream->pending;
   pthread_mutex_lock(&pd->mu);
   tpu_status_t s = TPU_OK;
   int32_t n = tpu_graph_node_count(graph);
-  const tpu_node_t* last = n > 0 ? tpu_graph_node(graph, n - 1) : NULL;
-  bool heavy = last && (tpu_op_def(last->op)->flags & TPU_OP_HEAVY);
-  if (!pd->graph) s = tpu_graph_create(&pd->graph);
+  s = open_pending_locked(pd);
   if (s == TPU_OK && atomic_load(&pd->capturing)) tpu_capture_note_record_locked(stream, graph);
   for (int32_t i = 0; i < n && s == TPU_OK; ++i) {
     const tpu_node_t* node = tpu_graph_node(graph, i);
     s = tpu_graph_add_node(pd->graph, node->op, node->inputs, node->num_inputs, node->outputs,
                            node->num_outputs, node->attrs, node->num_attrs);
   }
+  if (s == TPU_OK) s = recorded_locked(stream, n, n > 0 ? tpu_graph_node(graph, n - 1) : NULL);
+  pthread_mutex_unlock(&pd->mu);
   tpu_graph_release(graph);
-  if (s == TPU_OK) {
-    pthread_mutex_lock(&g_stats.mu);
-    g_stats.m.nodes_recorded += n;
-    pthread_mutex_unlock(&g_stats.mu);
-    /* Cut after a heavy node: it starts running, with what was recorded
-     * before it, while the program records on; but only once the heavy
-     * nodes since the last cut touched PIPELINE_MIN_ELEMENTS (a function of
-     * the shapes, so every rank still cuts alike): a decode step's small
-     * GEMMs would cost a flush each (schedule, key, submit) for a few
-     * microseconds of device work. */
-    if (heavy) pd->heavy_elements += node_elements(last);
-    if (heavy && pipeline() && pd->heavy_elements >= PIPELINE_MIN_ELEMENTS)
-      s = flush_locked(stream, TPU_FLUSH_PIPELINE, NULL);
-    else if (tpu_graph_node_count(pd->graph) >= max_nodes())
-      s = flush_locked(stream, TPU_FLUSH_SIZE_LIMIT, NULL);
-  }
+  return s;
+}
+
+tpu_status_t tpu_defer_record_node(tpu_stream_t* stream, const tpu_node_t* node) {
+  tpu_pending_t* pd = &stream->pending;
+  pthread_mutex_lock(&pd->mu);
+  tpu_status_t s = open_pending_locked(pd);
+  if (s == TPU_OK)
+    s = tpu_graph_add_node(pd->graph, node->op, node->inputs, node->num_inputs, node->outputs,
+                           node->num_outputs, node->attrs, node->num_attrs);
+  if (s == TPU_OK) s = recorded_locked(stream, 1, node);
   pthread_mutex_unlock(&pd->mu);
   return s;
 }
@@ -314,6 +342,8 @@ static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason
   if (!graph) return TPU_OK; /* provisional blocks wait for the next graph */
   pd->graph = NULL;
   pd->heavy_elements = 0;
+  pd->last_nodes = tpu_graph_node_count(graph);
+  tpu_graph_operand_counts(graph, &pd->last_inputs, &pd->last_outputs);
   int32_t free_count = pd->free_count;
   pd->free_count = 0;
 

@@ -20,6 +20,8 @@ typedef struct tpu_pending {
   int32_t free_count, free_capacity;
   _Atomic int provisional; /* live provisional blocks of the stream (allocator) */
   int64_t heavy_elements;  /* elements heavy nodes touched since the last cut */
+  int32_t last_nodes;      /* the last flushed graph's nodes and operands: */
+  int64_t last_inputs, last_outputs; /* the next graph's reserved room */
   struct tpu_capture* capture; /* the region being captured (capture.c), or NULL */
   _Atomic int capturing;       /* capture != NULL, read without the lock */
   _Atomic(const char*) capture_poison; /* why the capture cannot replay, or NULL */
@@ -67,6 +69,9 @@ void tpu_allocator_commit(tpu_allocator_t* allocator, int stream, int64_t extra)
 /* defer.c */
 /* Appends a verified graph to the stream's pending graph (takes ownership). */
 tpu_status_t tpu_defer_record(tpu_stream_t* stream, tpu_graph_t* graph);
+/* Appends one verified node (copied; the caller keeps it); not while the
+ * stream captures (a capture notes graphs: tpu_defer_record). */
+tpu_status_t tpu_defer_record_node(tpu_stream_t* stream, const tpu_node_t* node);
 /* Whether the stream has recorded nodes. */
 bool tpu_defer_pending(tpu_stream_t* stream);
 /* The allocator reports a freed block to its stream (recorded when the

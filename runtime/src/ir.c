@@ -9,10 +9,12 @@
 
 #include "tpu/ops.h"
 
+/* The offsets first: with the node's header they share a cache line, apart
+ * from the attrs, which most nodes leave mostly unused. */
 typedef struct node_slot {
-  tpu_node_t node;
   int64_t input_offset;
   int64_t output_offset;
+  tpu_node_t node;
 } node_slot_t;
 
 /* Room for a one-node graph inside the graph itself: strict eager submits
@@ -150,6 +152,23 @@ static int grow(void** data, const void* inline_data, int64_t count, int64_t* ca
   return 1;
 }
 
+tpu_status_t tpu_graph_reserve(tpu_graph_t* g, int32_t nodes, int64_t inputs, int64_t outputs) {
+  int64_t cap = g->node_capacity;
+  int ok = grow((void**)&g->nodes, g->inline_nodes, g->node_count, &cap, nodes,
+                sizeof(node_slot_t)) &&
+           grow((void**)&g->inputs, g->inline_inputs, g->input_count, &g->input_capacity, inputs,
+                sizeof(tpu_value_t)) &&
+           grow((void**)&g->outputs, g->inline_outputs, g->output_count, &g->output_capacity,
+                outputs, sizeof(tpu_view_t));
+  g->node_capacity = (int32_t)cap;
+  return ok ? TPU_OK : tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "graph reservation failed");
+}
+
+void tpu_graph_operand_counts(const tpu_graph_t* g, int64_t* out_inputs, int64_t* out_outputs) {
+  *out_inputs = g->input_count;
+  *out_outputs = g->output_count;
+}
+
 /* Copies the used part of a view only: the graph is written by the thread
  * that submits and read by a queue worker on another core, so every byte
  * written here crosses between caches. */
@@ -177,12 +196,15 @@ tpu_status_t tpu_graph_add_node(tpu_graph_t* g, tpu_op_id_t op, const tpu_value_
   g->node_capacity = (int32_t)cap;
   if (!ok) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "graph growth failed");
   node_slot_t* slot = &g->nodes[g->node_count++];
-  memset(slot, 0, sizeof(*slot));
   slot->node.op = op;
   slot->node.num_inputs = num_inputs;
   slot->node.num_outputs = num_outputs;
   slot->node.num_attrs = num_attrs;
+  slot->node.inputs = NULL; /* set by tpu_graph_node */
+  slot->node.outputs = NULL;
   if (num_attrs) memcpy(slot->node.attrs, attrs, sizeof(tpu_attr_t) * (size_t)num_attrs);
+  /* Attrs past num_attrs are not the node's: only their kind is set. */
+  for (int32_t k = num_attrs; k < TPU_MAX_ATTRS; ++k) slot->node.attrs[k].kind = TPU_ATTR_NONE;
   slot->input_offset = g->input_count;
   slot->output_offset = g->output_count;
   for (int32_t i = 0; i < num_inputs; ++i) {
@@ -223,25 +245,28 @@ static tpu_status_t verify_view(const tpu_view_t* v, const char* what, int32_t i
   return TPU_OK;
 }
 
-tpu_status_t tpu_graph_verify(const tpu_graph_t* graph) {
-  for (int32_t i = 0; i < graph->node_count; ++i) {
-    const tpu_node_t* n = tpu_graph_node(graph, i);
-    const tpu_op_def_t* def = tpu_op_def(n->op);
-    if (!def) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "node %d: unknown op %d", i, n->op);
-    if (n->num_attrs != tpu_op_num_attrs(n->op))
-      return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "node %d (%s): %d attrs, expected %d", i,
-                             def->name, n->num_attrs, tpu_op_num_attrs(n->op));
-    if (n->num_outputs != tpu_op_num_outputs(n->op))
-      return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "node %d (%s): %d outputs, expected %d", i,
-                             def->name, n->num_outputs, tpu_op_num_outputs(n->op));
-    for (int32_t k = 0; k < n->num_inputs; ++k)
-      if (n->inputs[k].kind == TPU_VALUE_VIEW)
-        TPU_RETURN_IF_ERROR(
-            tpu_status_annotate(verify_view(&n->inputs[k].u.view, "input", k), "%s", def->name));
-    for (int32_t k = 0; k < n->num_outputs; ++k)
-      if (!tpu_view_is_absent(&n->outputs[k]))
-        TPU_RETURN_IF_ERROR(
+tpu_status_t tpu_node_verify(const tpu_node_t* n, int32_t index) {
+  const tpu_op_def_t* def = tpu_op_def(n->op);
+  if (!def) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "node %d: unknown op %d", index, n->op);
+  if (n->num_attrs != tpu_op_num_attrs(n->op))
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "node %d (%s): %d attrs, expected %d", index,
+                           def->name, n->num_attrs, tpu_op_num_attrs(n->op));
+  if (n->num_outputs != tpu_op_num_outputs(n->op))
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "node %d (%s): %d outputs, expected %d",
+                           index, def->name, n->num_outputs, tpu_op_num_outputs(n->op));
+  for (int32_t k = 0; k < n->num_inputs; ++k)
+    if (n->inputs[k].kind == TPU_VALUE_VIEW)
+      TPU_RETURN_IF_ERROR(
+          tpu_status_annotate(verify_view(&n->inputs[k].u.view, "input", k), "%s", def->name));
+  for (int32_t k = 0; k < n->num_outputs; ++k)
+    if (!tpu_view_is_absent(&n->outputs[k]))
+      TPU_RETURN_IF_ERROR(
           tpu_status_annotate(verify_view(&n->outputs[k], "output", k), "%s", def->name));
-  }
+  return TPU_OK;
+}
+
+tpu_status_t tpu_graph_verify(const tpu_graph_t* graph) {
+  for (int32_t i = 0; i < graph->node_count; ++i)
+    TPU_RETURN_IF_ERROR(tpu_node_verify(tpu_graph_node(graph, i), i));
   return TPU_OK;
 }

@@ -197,6 +197,25 @@ tpu_status_t tpu_stream_submit(tpu_stream_t* stream, tpu_graph_t* graph) {
   return tpu_stream_enqueue(stream, &cmd);
 }
 
+tpu_status_t tpu_stream_submit_node(tpu_stream_t* stream, const tpu_node_t* node) {
+  /* Deferred, the node goes straight into the pending graph (a capture
+   * notes whole graphs, so it takes the one-node graph below). */
+  if (tpu_defer_active() && !atomic_load(&stream->pending.capturing)) {
+    TPU_RETURN_IF_ERROR(tpu_node_verify(node, 0));
+    return tpu_defer_record_node(stream, node);
+  }
+  tpu_graph_t* graph = NULL;
+  TPU_RETURN_IF_ERROR(tpu_graph_create(&graph));
+  tpu_status_t s = tpu_graph_add_node(graph, node->op, node->inputs, node->num_inputs,
+                                      node->outputs, node->num_outputs, node->attrs,
+                                      node->num_attrs);
+  if (s != TPU_OK) {
+    tpu_graph_release(graph);
+    return s;
+  }
+  return tpu_stream_submit(stream, graph);
+}
+
 tpu_status_t tpu_stream_copy(tpu_stream_t* stream, tpu_copy_kind_t kind, uint64_t dst,
                              uint64_t src, size_t bytes) {
   tpu_hal_command_t cmd = {.kind = TPU_HAL_CMD_COPY};

@@ -153,11 +153,21 @@ tpu_status_t tpu_graph_add_node(tpu_graph_t* graph, tpu_op_id_t op,
                                 const tpu_view_t* outputs, int32_t num_outputs,
                                 const tpu_attr_t* attrs, int32_t num_attrs);
 int32_t tpu_graph_node_count(const tpu_graph_t* graph);
+/* Makes room for `nodes` nodes, `inputs` input values and `outputs` output
+ * views in all, so that appending up to them does not move the arrays (a
+ * hint: appending past them grows the graph as usual). */
+tpu_status_t tpu_graph_reserve(tpu_graph_t* graph, int32_t nodes, int64_t inputs,
+                               int64_t outputs);
+/* How many input values and output views the graph's nodes hold in all. */
+void tpu_graph_operand_counts(const tpu_graph_t* graph, int64_t* out_inputs,
+                              int64_t* out_outputs);
 /* Borrowed; valid until the graph is changed or released. */
 const tpu_node_t* tpu_graph_node(const tpu_graph_t* graph, int32_t index);
 
 /* Checks every node against its op definition (arity, dtypes, ranks). */
 tpu_status_t tpu_graph_verify(const tpu_graph_t* graph);
+/* Checks one node (borrowed) likewise; `index` names it in the message. */
+tpu_status_t tpu_node_verify(const tpu_node_t* node, int32_t index);
 
 #ifdef __cplusplus
 }

@@ -71,6 +71,10 @@ tpu_chip_t* tpu_stream_chip(const tpu_stream_t* stream);
 /* Enqueues a graph; the stream takes ownership of it (also on failure).
  * The graph is verified before it is queued. */
 tpu_status_t tpu_stream_submit(tpu_stream_t* stream, tpu_graph_t* graph);
+/* Enqueues one node, as a one-node graph would be; the node and what it
+ * points to are borrowed (copied before the call returns). Deferred, it is
+ * appended to the pending graph directly. */
+tpu_status_t tpu_stream_submit_node(tpu_stream_t* stream, const tpu_node_t* node);
 
 typedef enum tpu_copy_kind {
   TPU_COPY_H2D = 0, /* src is a host pointer, dst a device address */

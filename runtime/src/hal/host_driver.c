@@ -529,19 +529,30 @@ static void host_queue_destroy(tpu_hal_queue_t* q) {
 }
 
 /* Work small enough to run on the submitting thread when the queue is idle:
- * handing it to the worker would cost more (a cross-core hand-off per op)
- * than running it. Order is kept: nothing is queued or running ahead of it,
- * and later submissions queue behind it; its error is recorded on the queue
- * like any other, for the next synchronisation. */
+ * handing it to the worker would cost more (a cross-core hand-off, and the
+ * wake-up of a sleeping worker) than running it. That is one small op in
+ * strict eager, a deferred program whose nodes together touch no more
+ * elements (a few ops flushed by a host read, which waits for them anyway),
+ * or a small copy (a scalar read by .item()). Order is kept: nothing is
+ * queued or running ahead of it, and later submissions queue behind it; its
+ * error is recorded on the queue like any other, for the next
+ * synchronisation. */
 #define INLINE_MAX_ELEMENTS 4096
+#define INLINE_MAX_COPY_BYTES 16384
 
 static bool is_small(const tpu_hal_command_t* cmd) {
-  if (cmd->kind != TPU_HAL_CMD_EXEC || tpu_graph_node_count(cmd->u.exec.graph) != 1) return false;
-  const tpu_node_t* node = tpu_graph_node(cmd->u.exec.graph, 0);
+  if (cmd->kind == TPU_HAL_CMD_COPY) return cmd->u.copy.bytes <= INLINE_MAX_COPY_BYTES;
+  if (cmd->kind != TPU_HAL_CMD_EXEC) return false;
+  const tpu_graph_t* graph = cmd->u.exec.graph;
+  int32_t n = tpu_graph_node_count(graph);
+  if (n != 1 && !cmd->u.exec.program) return false;
   int64_t total = 0;
-  for (int32_t i = 0; i < node->num_outputs; ++i) total += tpu_view_numel(&node->outputs[i]);
-  for (int32_t i = 0; i < node->num_inputs; ++i)
-    if (node->inputs[i].kind == TPU_VALUE_VIEW) total += tpu_view_numel(&node->inputs[i].u.view);
+  for (int32_t k = 0; k < n && total <= INLINE_MAX_ELEMENTS; ++k) {
+    const tpu_node_t* node = tpu_graph_node(graph, k);
+    for (int32_t i = 0; i < node->num_outputs; ++i) total += tpu_view_numel(&node->outputs[i]);
+    for (int32_t i = 0; i < node->num_inputs; ++i)
+      if (node->inputs[i].kind == TPU_VALUE_VIEW) total += tpu_view_numel(&node->inputs[i].u.view);
+  }
   return total <= INLINE_MAX_ELEMENTS;
 }
 
