@@ -1,6 +1,7 @@
 /* ir.c — graphs of nodes (see tpu/ir.h). A graph owns flat arrays of input
- * values and output views; nodes point into them by offset, so appending
- * never invalidates what a node describes. */
+ * values and output views; each node points at its slice of them (the
+ * pointers redone whenever an array moves), so appending never invalidates
+ * what a node describes. */
 #include "tpu/ir.h"
 
 #include <pthread.h>
@@ -9,8 +10,8 @@
 
 #include "tpu/ops.h"
 
-/* The offsets first: with the node's header they share a cache line, apart
- * from the attrs, which most nodes leave mostly unused. */
+/* A node and where its operands start in the graph's arrays (to redo its
+ * operand pointers when an array moves). */
 typedef struct node_slot {
   int64_t input_offset;
   int64_t output_offset;
@@ -152,7 +153,12 @@ static int grow(void** data, const void* inline_data, int64_t count, int64_t* ca
   return 1;
 }
 
-tpu_status_t tpu_graph_reserve(tpu_graph_t* g, int32_t nodes, int64_t inputs, int64_t outputs) {
+/* Room for `nodes` nodes, `inputs` values and `outputs` views in all. Each
+ * node keeps direct pointers to its operands (so that tpu_graph_node is a
+ * plain read), redone here when an operand array moves. */
+static int grow_arrays(tpu_graph_t* g, int64_t nodes, int64_t inputs, int64_t outputs) {
+  const tpu_value_t* old_inputs = g->inputs;
+  const tpu_view_t* old_outputs = g->outputs;
   int64_t cap = g->node_capacity;
   int ok = grow((void**)&g->nodes, g->inline_nodes, g->node_count, &cap, nodes,
                 sizeof(node_slot_t)) &&
@@ -161,7 +167,19 @@ tpu_status_t tpu_graph_reserve(tpu_graph_t* g, int32_t nodes, int64_t inputs, in
            grow((void**)&g->outputs, g->inline_outputs, g->output_count, &g->output_capacity,
                 outputs, sizeof(tpu_view_t));
   g->node_capacity = (int32_t)cap;
-  return ok ? TPU_OK : tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "graph reservation failed");
+  if (g->inputs != old_inputs || g->outputs != old_outputs)
+    for (int32_t i = 0; i < g->node_count; ++i) {
+      node_slot_t* slot = &g->nodes[i];
+      slot->node.inputs = g->inputs + slot->input_offset;
+      slot->node.outputs = g->outputs + slot->output_offset;
+    }
+  return ok;
+}
+
+tpu_status_t tpu_graph_reserve(tpu_graph_t* g, int32_t nodes, int64_t inputs, int64_t outputs) {
+  return grow_arrays(g, nodes, inputs, outputs)
+             ? TPU_OK
+             : tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "graph reservation failed");
 }
 
 void tpu_graph_operand_counts(const tpu_graph_t* g, int64_t* out_inputs, int64_t* out_outputs) {
@@ -186,22 +204,16 @@ tpu_status_t tpu_graph_add_node(tpu_graph_t* g, tpu_op_id_t op, const tpu_value_
                                 int32_t num_outputs, const tpu_attr_t* attrs, int32_t num_attrs) {
   if (num_inputs < 0 || num_outputs < 0 || num_attrs < 0 || num_attrs > TPU_MAX_ATTRS)
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "bad node arity");
-  int64_t cap = g->node_capacity;
-  int ok = grow((void**)&g->nodes, g->inline_nodes, g->node_count, &cap, g->node_count + 1,
-                sizeof(node_slot_t)) &&
-           grow((void**)&g->inputs, g->inline_inputs, g->input_count, &g->input_capacity,
-                g->input_count + num_inputs, sizeof(tpu_value_t)) &&
-           grow((void**)&g->outputs, g->inline_outputs, g->output_count, &g->output_capacity,
-                g->output_count + num_outputs, sizeof(tpu_view_t));
-  g->node_capacity = (int32_t)cap;
-  if (!ok) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "graph growth failed");
+  if (!grow_arrays(g, g->node_count + 1, g->input_count + num_inputs,
+                   g->output_count + num_outputs))
+    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "graph growth failed");
   node_slot_t* slot = &g->nodes[g->node_count++];
   slot->node.op = op;
   slot->node.num_inputs = num_inputs;
   slot->node.num_outputs = num_outputs;
   slot->node.num_attrs = num_attrs;
-  slot->node.inputs = NULL; /* set by tpu_graph_node */
-  slot->node.outputs = NULL;
+  slot->node.inputs = g->inputs + g->input_count;
+  slot->node.outputs = g->outputs + g->output_count;
   if (num_attrs) memcpy(slot->node.attrs, attrs, sizeof(tpu_attr_t) * (size_t)num_attrs);
   /* Attrs past num_attrs are not the node's: only their kind is set. */
   for (int32_t k = num_attrs; k < TPU_MAX_ATTRS; ++k) slot->node.attrs[k].kind = TPU_ATTR_NONE;
@@ -223,11 +235,7 @@ int32_t tpu_graph_node_count(const tpu_graph_t* graph) { return graph->node_coun
 
 const tpu_node_t* tpu_graph_node(const tpu_graph_t* graph, int32_t index) {
   if (index < 0 || index >= graph->node_count) return NULL;
-  node_slot_t* slot = &graph->nodes[index];
-  /* Refresh the borrowed pointers: the arrays may have moved since. */
-  slot->node.inputs = graph->inputs + slot->input_offset;
-  slot->node.outputs = graph->outputs + slot->output_offset;
-  return &slot->node;
+  return &graph->nodes[index].node;
 }
 
 static tpu_status_t verify_view(const tpu_view_t* v, const char* what, int32_t index) {

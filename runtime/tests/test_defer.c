@@ -47,12 +47,13 @@ static void binary(tpu_stream_t* st, const char* op, const tpu_view_t* a, const 
   CHECK_OK(tpu_stream_submit(st, g));
 }
 
+/* Submits out = op(a) as a node, not a graph (the bridge's way). */
 static void unary(tpu_stream_t* st, const char* op, const tpu_view_t* a, const tpu_view_t* out) {
   tpu_value_t in[1] = {{.kind = TPU_VALUE_VIEW, .u.view = *a}};
-  tpu_graph_t* g = NULL;
-  CHECK_OK(tpu_graph_create(&g));
-  CHECK_OK(tpu_graph_add_node(g, tpu_op_lookup(op), in, 1, out, 1, NULL, 0));
-  CHECK_OK(tpu_stream_submit(st, g));
+  tpu_node_t node = {.op = tpu_op_lookup(op), .num_inputs = 1, .num_outputs = 1};
+  node.inputs = in;
+  node.outputs = (tpu_view_t*)out;
+  CHECK_OK(tpu_stream_submit_node(st, &node));
 }
 
 /* y = relu(x * 2 + b) - x, with x [rows, cols] and b [cols] broadcast; the

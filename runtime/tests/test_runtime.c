@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "test.h"
+#include "tpu/ops.h"
 #include "tpu/runtime.h"
 
 static tpu_chip_t* chip0(void) {
@@ -215,4 +216,40 @@ TEST(launch_blocking_mode) {
   CHECK_OK(tpu_stream_host_fn(st, slow_fn, (void*)&flag));
   CHECK(flag == 1); /* returned only after it ran */
   tpu_set_launch_blocking(false);
+}
+
+/* Nodes keep their operands while the graph's arrays grow (from the inline
+ * one-node storage, then past a reservation) and after it is reserved. */
+TEST(graph_growth_keeps_every_nodes_operands) {
+  tpu_graph_t* g = NULL;
+  CHECK_OK(tpu_graph_create(&g));
+  tpu_op_id_t add = tpu_op_lookup("add");
+  int32_t nattrs = tpu_op_num_attrs(add);
+  tpu_attr_t attrs[TPU_MAX_ATTRS] = {{0}};
+  enum { N = 300 };
+  for (int32_t i = 0; i < N; ++i) {
+    if (i == 100) CHECK_OK(tpu_graph_reserve(g, 200, 600, 200));
+    tpu_value_t in[2] = {{.kind = TPU_VALUE_VIEW}, {.kind = TPU_VALUE_VIEW}};
+    tpu_view_t out = {.addr = 0x100000u + 64u * (uint64_t)i, .dtype = TPU_DTYPE_F32, .ndim = 1};
+    out.sizes[0] = i + 1;
+    tpu_view_set_contiguous(&out);
+    in[0].u.view = out;
+    in[0].u.view.addr += 1;
+    in[1].u.view = out;
+    in[1].u.view.addr += 2;
+    CHECK_OK(tpu_graph_add_node(g, add, in, 2, &out, 1, attrs, nattrs));
+  }
+  CHECK(tpu_graph_node_count(g) == N);
+  int64_t nin = 0, nout = 0;
+  tpu_graph_operand_counts(g, &nin, &nout);
+  CHECK(nin == 2 * N && nout == N);
+  for (int32_t i = 0; i < N; ++i) {
+    const tpu_node_t* node = tpu_graph_node(g, i);
+    uint64_t base = 0x100000u + 64u * (uint64_t)i;
+    CHECK(node->num_inputs == 2 && node->num_outputs == 1 && node->num_attrs == nattrs);
+    CHECK(node->outputs[0].addr == base && node->outputs[0].sizes[0] == i + 1);
+    CHECK(node->inputs[0].u.view.addr == base + 1 && node->inputs[1].u.view.addr == base + 2);
+  }
+  CHECK_OK(tpu_graph_verify(g));
+  tpu_graph_release(g);
 }
