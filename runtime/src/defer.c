@@ -197,6 +197,15 @@ tpu_status_t tpu_defer_record_node(tpu_stream_t* stream, const tpu_node_t* node)
   tpu_pending_t* pd = &stream->pending;
   pthread_mutex_lock(&pd->mu);
   tpu_status_t s = open_pending_locked(pd);
+  if (s == TPU_OK && atomic_load(&pd->capturing)) { /* a capture notes graphs: this one's */
+    tpu_graph_t* one = NULL;
+    s = tpu_graph_create(&one);
+    if (s == TPU_OK)
+      s = tpu_graph_add_node(one, node->op, node->inputs, node->num_inputs, node->outputs,
+                             node->num_outputs, node->attrs, node->num_attrs);
+    if (s == TPU_OK) tpu_capture_note_record_locked(stream, one);
+    tpu_graph_release(one);
+  }
   if (s == TPU_OK)
     s = tpu_graph_add_node(pd->graph, node->op, node->inputs, node->num_inputs, node->outputs,
                            node->num_outputs, node->attrs, node->num_attrs);

@@ -69,8 +69,7 @@ void tpu_allocator_commit(tpu_allocator_t* allocator, int stream, int64_t extra)
 /* defer.c */
 /* Appends a verified graph to the stream's pending graph (takes ownership). */
 tpu_status_t tpu_defer_record(tpu_stream_t* stream, tpu_graph_t* graph);
-/* Appends one verified node (copied; the caller keeps it); not while the
- * stream captures (a capture notes graphs: tpu_defer_record). */
+/* Appends one verified node (copied; the caller keeps it). */
 tpu_status_t tpu_defer_record_node(tpu_stream_t* stream, const tpu_node_t* node);
 /* Whether the stream has recorded nodes. */
 bool tpu_defer_pending(tpu_stream_t* stream);

@@ -198,9 +198,8 @@ tpu_status_t tpu_stream_submit(tpu_stream_t* stream, tpu_graph_t* graph) {
 }
 
 tpu_status_t tpu_stream_submit_node(tpu_stream_t* stream, const tpu_node_t* node) {
-  /* Deferred, the node goes straight into the pending graph (a capture
-   * notes whole graphs, so it takes the one-node graph below). */
-  if (tpu_defer_active() && !atomic_load(&stream->pending.capturing)) {
+  /* Deferred, the node goes straight into the pending graph. */
+  if (tpu_defer_active()) {
     TPU_RETURN_IF_ERROR(tpu_node_verify(node, 0));
     return tpu_defer_record_node(stream, node);
   }

@@ -19,12 +19,21 @@ static tpu_view_t fview(uint64_t addr, int64_t n) {
   return v;
 }
 
+/* Binary nodes go in as one-node graphs, unary ones as nodes (the bridge's
+ * way): a capture notes both. */
 static void node(tpu_stream_t* st, const char* op, const tpu_view_t* a, const tpu_view_t* b,
                  const tpu_view_t* out) {
   tpu_value_t in[2] = {{.kind = TPU_VALUE_VIEW, .u.view = *a}};
   if (b) in[1] = (tpu_value_t){.kind = TPU_VALUE_VIEW, .u.view = *b};
   tpu_attr_t attrs[TPU_MAX_ATTRS] = {{0}};
   tpu_op_id_t id = tpu_op_lookup(op);
+  if (!b) {
+    tpu_node_t n = {.op = id, .num_inputs = 1, .num_outputs = 1, .inputs = in};
+    n.outputs = (tpu_view_t*)out;
+    n.num_attrs = tpu_op_num_attrs(id);
+    CHECK_OK(tpu_stream_submit_node(st, &n));
+    return;
+  }
   tpu_graph_t* g = NULL;
   CHECK_OK(tpu_graph_create(&g));
   CHECK_OK(tpu_graph_add_node(g, id, in, b ? 2 : 1, out, 1, attrs, tpu_op_num_attrs(id)));
