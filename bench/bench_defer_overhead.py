@@ -8,7 +8,9 @@ between the modes in one process over the rounds:
   - chain:  `a = a * y + x` 2,000 times, then synchronize (graphs cut by the
             node limit, ~1,000 nodes each);
   - reads:  the same with a host read (`.item()`) every 32 ops (small graphs,
-            a flush each).
+            a flush each);
+  - item:   a host read after every step (2 ops): what a value read back
+            right after it is computed costs (per op: half a step).
 Reports, per program and mode, the best over the rounds of the calling
 thread's CPU time and of the wall time per op, and checks that both modes
 compute the same values.
@@ -52,7 +54,7 @@ def main():
     y = torch.rand(16, device="tpu") * 0.5
     steps = a.ops // 2
     print(f"{'program':8s} {'mode':7s} {'host us/op':>11s} {'wall us/op':>11s}")
-    for name, read_every in (("chain", 0), ("reads", 16)):
+    for name, read_every in (("chain", 0), ("reads", 16), ("item", 1)):
         best = {m: [float("inf"), float("inf")] for m in MODES}
         outs = {}
         for m, mode in MODES.items():  # warm-up: programs compiled, caches filled

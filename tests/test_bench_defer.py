@@ -153,7 +153,7 @@ def test_defer_column_with_a_stand_in_mode(tmp_path, monkeypatch, capsys):
 
 
 def test_bench_defer_overhead_smoke():
-    """The per-op host-cost benchmark runs both programs in both modes, and
+    """The per-op host-cost benchmark runs its three programs in both modes, and
     its own check (both modes compute the same values) holds."""
     from conftest import child_env
     p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_defer_overhead.py"),
@@ -162,4 +162,4 @@ def test_bench_defer_overhead_smoke():
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     rows = [line.split() for line in p.stdout.splitlines()]
     assert {(r[0], r[1]) for r in rows if len(r) == 4 and r[1] in ("strict", "defer")} == {
-        (prog, mode) for prog in ("chain", "reads") for mode in ("strict", "defer")}, p.stdout
+        (prog, mode) for prog in ("chain", "reads", "item") for mode in ("strict", "defer")}, p.stdout
