@@ -182,11 +182,8 @@ tpu_status_t tpu_defer_record(tpu_stream_t* stream, tpu_graph_t* graph) {
   int32_t n = tpu_graph_node_count(graph);
   s = open_pending_locked(pd);
   if (s == TPU_OK && atomic_load(&pd->capturing)) tpu_capture_note_record_locked(stream, graph);
-  for (int32_t i = 0; i < n && s == TPU_OK; ++i) {
-    const tpu_node_t* node = tpu_graph_node(graph, i);
-    s = tpu_graph_add_node(pd->graph, node->op, node->inputs, node->num_inputs, node->outputs,
-                           node->num_outputs, node->attrs, node->num_attrs);
-  }
+  for (int32_t i = 0; i < n && s == TPU_OK; ++i)
+    s = tpu_graph_append(pd->graph, tpu_graph_node(graph, i));
   if (s == TPU_OK) s = recorded_locked(stream, n, n > 0 ? tpu_graph_node(graph, n - 1) : NULL);
   pthread_mutex_unlock(&pd->mu);
   tpu_graph_release(graph);
@@ -199,16 +196,11 @@ tpu_status_t tpu_defer_record_node(tpu_stream_t* stream, const tpu_node_t* node)
   tpu_status_t s = open_pending_locked(pd);
   if (s == TPU_OK && atomic_load(&pd->capturing)) { /* a capture notes graphs: this one's */
     tpu_graph_t* one = NULL;
-    s = tpu_graph_create(&one);
-    if (s == TPU_OK)
-      s = tpu_graph_add_node(one, node->op, node->inputs, node->num_inputs, node->outputs,
-                             node->num_outputs, node->attrs, node->num_attrs);
+    s = tpu_graph_from_node(node, &one);
     if (s == TPU_OK) tpu_capture_note_record_locked(stream, one);
     tpu_graph_release(one);
   }
-  if (s == TPU_OK)
-    s = tpu_graph_add_node(pd->graph, node->op, node->inputs, node->num_inputs, node->outputs,
-                           node->num_outputs, node->attrs, node->num_attrs);
+  if (s == TPU_OK) s = tpu_graph_append(pd->graph, node);
   if (s == TPU_OK) s = recorded_locked(stream, 1, node);
   pthread_mutex_unlock(&pd->mu);
   return s;

@@ -231,6 +231,24 @@ tpu_status_t tpu_graph_add_node(tpu_graph_t* g, tpu_op_id_t op, const tpu_value_
   return TPU_OK;
 }
 
+tpu_status_t tpu_graph_append(tpu_graph_t* g, const tpu_node_t* node) {
+  return tpu_graph_add_node(g, node->op, node->inputs, node->num_inputs, node->outputs,
+                            node->num_outputs, node->attrs, node->num_attrs);
+}
+
+tpu_status_t tpu_graph_from_node(const tpu_node_t* node, tpu_graph_t** out_graph) {
+  *out_graph = NULL;
+  tpu_graph_t* g = NULL;
+  TPU_RETURN_IF_ERROR(tpu_graph_create(&g));
+  tpu_status_t s = tpu_graph_append(g, node);
+  if (s != TPU_OK) {
+    tpu_graph_release(g);
+    return s;
+  }
+  *out_graph = g;
+  return TPU_OK;
+}
+
 int32_t tpu_graph_node_count(const tpu_graph_t* graph) { return graph->node_count; }
 
 const tpu_node_t* tpu_graph_node(const tpu_graph_t* graph, int32_t index) {

@@ -204,14 +204,7 @@ tpu_status_t tpu_stream_submit_node(tpu_stream_t* stream, const tpu_node_t* node
     return tpu_defer_record_node(stream, node);
   }
   tpu_graph_t* graph = NULL;
-  TPU_RETURN_IF_ERROR(tpu_graph_create(&graph));
-  tpu_status_t s = tpu_graph_add_node(graph, node->op, node->inputs, node->num_inputs,
-                                      node->outputs, node->num_outputs, node->attrs,
-                                      node->num_attrs);
-  if (s != TPU_OK) {
-    tpu_graph_release(graph);
-    return s;
-  }
+  TPU_RETURN_IF_ERROR(tpu_graph_from_node(node, &graph));
   return tpu_stream_submit(stream, graph);
 }
 

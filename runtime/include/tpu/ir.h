@@ -152,6 +152,10 @@ tpu_status_t tpu_graph_add_node(tpu_graph_t* graph, tpu_op_id_t op,
                                 const tpu_value_t* inputs, int32_t num_inputs,
                                 const tpu_view_t* outputs, int32_t num_outputs,
                                 const tpu_attr_t* attrs, int32_t num_attrs);
+/* Appends a copy of `node` (borrowed), as tpu_graph_add_node does. */
+tpu_status_t tpu_graph_append(tpu_graph_t* graph, const tpu_node_t* node);
+/* Creates a graph holding a copy of `node` (borrowed); the caller owns it. */
+tpu_status_t tpu_graph_from_node(const tpu_node_t* node, tpu_graph_t** out_graph);
 int32_t tpu_graph_node_count(const tpu_graph_t* graph);
 /* Makes room for `nodes` nodes, `inputs` input values and `outputs` output
  * views in all, so that appending up to them does not move the arrays (a
