@@ -365,6 +365,33 @@ def test_dead_intermediates_lower_peak_memory():
     assert torch_tpu.defer_metrics()["elided_bytes"] >= 3 * 2 * 1024 * 1024
 
 
+def test_reused_range_counts_once_in_peak():
+    """A buffer written and freed inside a deferred graph, whose range a later
+    buffer of the same graph reuses and keeps past the flush: the peak counts
+    each tenant only while it holds the range (it had counted the later one
+    from the earlier one's write, above strict eager's figure)."""
+    x = torch.randn(256, 1024, device=TPU)  # 1 MiB
+
+    def prog():
+        a = x.cumsum(1)      # written, then dies
+        b = a.cumsum(1)
+        del a
+        c = b.cumsum(1)      # allocated into a's block: alive at the end
+        return b, c
+    peaks, outs = {}, {}
+    for mode in (EagerMode.DEFER_NEVER, DEFER):
+        torch.tpu.synchronize()
+        base = torch.tpu.memory_allocated()
+        torch.tpu.reset_peak_memory_stats()
+        with torch_tpu.set_eager_mode(mode):
+            outs[mode] = prog()
+        torch.tpu.synchronize()
+        peaks[mode] = torch.tpu.max_memory_allocated() - base
+        assert torch.tpu.memory_allocated() - base == 2 * 1024 * 1024
+        del outs[mode]
+    assert peaks[DEFER] == peaks[EagerMode.DEFER_NEVER] == 2 * 1024 * 1024, peaks
+
+
 @pytest.mark.parametrize("opt_cls,kwargs", [
     (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1)),
     (torch.optim.Adam, dict(lr=1e-2, amsgrad=True)),

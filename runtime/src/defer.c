@@ -266,9 +266,11 @@ static int32_t first_write(const mem_write_t* w, int32_t count, uint64_t lo, uin
  * was counted before the flush: buffers counted earlier but freed before the
  * flush stay until their free point; provisional ones occupy memory from the
  * first node that writes them (never, if their value lives in scratch) to
- * their free point, or to the end when they stay alive. A free's tenant was
- * allocated after the earlier tenants of its range were freed: the range-max
- * tree keeps, per byte, the latest free point seen so far. */
+ * their free point, or to the end when they stay alive. A tenant of a range
+ * was allocated after the earlier tenants of that range were freed, so its
+ * first write is looked for only after their free points: the range-max tree
+ * keeps, per byte, the latest free point seen so far (for a buffer still
+ * alive at the end, every free of the graph has been seen). */
 static int64_t peak_extra(tpu_stream_t* stream, const tpu_graph_t* graph,
                           const tpu_program_t* p, const tpu_free_record_t* frees,
                           int32_t free_count) {
@@ -278,10 +280,12 @@ static int64_t peak_extra(tpu_stream_t* stream, const tpu_graph_t* graph,
   uint64_t* live_addr = malloc(sizeof(uint64_t) * MAX_LIVE);
   uint64_t* live_size = malloc(sizeof(uint64_t) * MAX_LIVE);
   mem_write_t* writes = malloc(sizeof(mem_write_t) * ((size_t)p->out_base[n] + 1));
-  tpu_extent_t* ranges = malloc(sizeof(tpu_extent_t) * ((size_t)free_count + 1));
+  tpu_extent_t* ranges = malloc(sizeof(tpu_extent_t) * ((size_t)free_count + MAX_LIVE + 1));
   tpu_range_max_t freed = {0};
   int64_t peak = 0;
   if (!diff || !live_addr || !live_size || !writes || !ranges) goto done;
+  int32_t live = tpu_allocator_provisional(stream->chip->allocator, stream->index, live_addr,
+                                           live_size, MAX_LIVE);
   int32_t nw = 0;
   for (int32_t i = 0; i < n; ++i) {
     const tpu_node_t* node = tpu_graph_node(graph, i);
@@ -291,7 +295,9 @@ static int64_t peak_extra(tpu_stream_t* stream, const tpu_graph_t* graph,
   }
   qsort(writes, (size_t)nw, sizeof(mem_write_t), cmp_write);
   for (int32_t f = 0; f < free_count; ++f) ranges[f] = (tpu_extent_t){frees[f].lo, frees[f].hi};
-  tpu_status_t rs = tpu_range_max_init(&freed, ranges, free_count, 0);
+  for (int32_t b = 0; b < live; ++b)
+    ranges[free_count + b] = (tpu_extent_t){live_addr[b], live_addr[b] + live_size[b]};
+  tpu_status_t rs = tpu_range_max_init(&freed, ranges, free_count + live, 0);
   if (rs != TPU_OK) {
     tpu_status_free(rs); /* no estimate: the flush counts nothing extra */
     goto done;
@@ -307,10 +313,9 @@ static int64_t peak_extra(tpu_stream_t* stream, const tpu_graph_t* graph,
     diff[first] += (int64_t)(frees[f].hi - frees[f].lo);
     diff[end] -= (int64_t)(frees[f].hi - frees[f].lo);
   }
-  int32_t live = tpu_allocator_provisional(stream->chip->allocator, stream->index, live_addr,
-                                           live_size, MAX_LIVE);
   for (int32_t b = 0; b < live; ++b) {
-    int32_t first = first_write(writes, nw, live_addr[b], live_addr[b] + live_size[b], 0, n);
+    int32_t start = tpu_range_max_query(&freed, ranges[free_count + b]);
+    int32_t first = first_write(writes, nw, live_addr[b], live_addr[b] + live_size[b], start, n);
     diff[first < 0 ? n : first] += (int64_t)live_size[b];
   }
   int64_t level = 0;
