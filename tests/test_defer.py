@@ -392,6 +392,61 @@ def test_reused_range_counts_once_in_peak():
     assert peaks[DEFER] == peaks[EagerMode.DEFER_NEVER] == 2 * 1024 * 1024, peaks
 
 
+@pytest.mark.parametrize("shape,kwargs", [
+    ((64, 1000), dict()),
+    ((64, 1000), dict(reduction="sum", ignore_index=3)),
+    ((64, 1000), dict(reduction="none", weight=True)),
+    ((4, 10, 3, 5), dict(weight=True)),                    # nll_loss2d: classes in dim 1
+])
+def test_cross_entropy_backward_fuses_and_matches_cpu(shape, kwargs):
+    """log_softmax_backward(nll_loss_backward(...)) is one row group: the
+    one-hot gradient between them stays in scratch (never written), and the
+    gradient equals PyTorch CPU's."""
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
+    t = torch.randint(0, shape[1], (shape[0],) + shape[2:])
+    kwargs = dict(kwargs)
+    w = torch.rand(shape[1]) + 0.5 if kwargs.pop("weight", False) else None
+
+    def run(dev):
+        xd = x.to(dev, copy=True).requires_grad_()
+        loss = F.cross_entropy(xd, t.to(dev), weight=None if w is None else w.to(dev), **kwargs)
+        loss.backward(torch.ones_like(loss))
+        return loss.detach(), xd.grad
+    want = run("cpu")
+    torch_tpu.reset_defer_metrics()
+    torch_tpu.set_global_eager_mode(DEFER)  # backward runs on autograd's thread
+    try:
+        got = run(TPU)
+        torch.tpu.synchronize()
+    finally:
+        torch_tpu.set_global_eager_mode(EagerMode.DEFER_NEVER)
+    assert_same(got, want, atol=1e-5, rtol=1e-5)
+    one_hot = 4 * x.numel()  # the nll_loss_backward output: elided
+    assert torch_tpu.defer_metrics()["elided_bytes"] >= one_hot
+
+
+def test_cross_entropy_backward_lowers_peak():
+    x = torch.randn(512, 2048, device=TPU, requires_grad=True)  # 4 MiB
+    t = torch.randint(0, 2048, (512,), device=TPU)
+    peaks = {}
+    for mode in (EagerMode.DEFER_NEVER, DEFER):
+        torch_tpu.set_global_eager_mode(mode)
+        try:
+            loss = F.cross_entropy(x, t)
+            torch.tpu.synchronize()
+            torch.tpu.reset_peak_memory_stats()
+            base = torch.tpu.memory_allocated()
+            loss.backward()
+            torch.tpu.synchronize()
+        finally:
+            torch_tpu.set_global_eager_mode(EagerMode.DEFER_NEVER)
+        peaks[mode] = torch.tpu.max_memory_allocated() - base
+        x.grad = None
+    # strict: the one-hot gradient and the input gradient together; DEFER: the latter only
+    assert peaks[DEFER] + 4 * 1024 * 1024 <= peaks[EagerMode.DEFER_NEVER], peaks
+
+
 @pytest.mark.parametrize("opt_cls,kwargs", [
     (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1)),
     (torch.optim.Adam, dict(lr=1e-2, amsgrad=True)),

@@ -16,7 +16,7 @@
  *                over one iteration shape with no conflict inside the run
  *                (tiled by elements), and runs of row-local ops (an op
  *                row's `rows` function: reductions over trailing dims,
- *                softmax, layer/rms norm) with pointwise nodes over the same
+ *                softmax, layer/rms norm, nll_loss_backward) with pointwise nodes over the same
  *                leading dims, in which every value the run writes and reads
  *                is read a row at a time (tiled by rows): residual add +
  *                LayerNorm, RMSNorm's pow/mean/rsqrt/mul, softmax epilogues.

@@ -252,6 +252,19 @@ static tpu_status_t loss_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   return s;
 }
 
+/* Row-local (fusion), the backward ops: grad_input at a sample index (the
+ * dims before the class dim) depends only on the same sample of self, target
+ * and, unreduced, grad_output; weight and total_weight are read whole. So
+ * `log_softmax_backward(nll_loss_backward(...))` runs a block of rows at a
+ * time and the one-hot gradient between them stays in scratch. */
+static int32_t loss_rows(const tpu_op_def_t* def, const tpu_node_t* node, uint32_t* out_mask) {
+  loss_args_t a;
+  *out_mask = 0;
+  if (!ku_ok(tpu_loss_parse(def, node, &a)) || !a.impl->backward || a.class_dim == 0) return 0;
+  *out_mask = (1u << 1) | (1u << 2) | (a.per_sample ? 1u : 0u); /* self, target, grad_output */
+  return a.class_dim;
+}
+
 /* ---- the op table ----------------------------------------------------------------- */
 
 static const loss_impl_t k_fwd = {false, false};
@@ -264,7 +277,7 @@ static const loss_impl_t k_bwd2d = {true, true};
    loss_kernel, loss_infer, loss_check, &impl}
 #define BWD_ROW(name, aten, impl)                                                          \
   {name, "grad_output,self,target,weight,total_weight", "reduction,ignore_index",          \
-   "grad_input", aten, loss_kernel, loss_infer, loss_check, &impl}
+   "grad_input", aten, loss_kernel, loss_infer, loss_check, &impl, 0, loss_rows}
 
 static const tpu_op_def_t k_rows[] = {
     FWD_ROW("nll_loss_forward", "nll_loss_forward.default nll_loss_forward.output", k_fwd),
