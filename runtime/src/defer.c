@@ -280,12 +280,14 @@ static int64_t peak_extra(tpu_stream_t* stream, const tpu_graph_t* graph,
   uint64_t* live_addr = malloc(sizeof(uint64_t) * MAX_LIVE);
   uint64_t* live_size = malloc(sizeof(uint64_t) * MAX_LIVE);
   mem_write_t* writes = malloc(sizeof(mem_write_t) * ((size_t)p->out_base[n] + 1));
-  tpu_extent_t* ranges = malloc(sizeof(tpu_extent_t) * ((size_t)free_count + MAX_LIVE + 1));
+  tpu_extent_t* ranges = NULL; /* the frees' ranges, then the live buffers' */
   tpu_range_max_t freed = {0};
   int64_t peak = 0;
-  if (!diff || !live_addr || !live_size || !writes || !ranges) goto done;
+  if (!diff || !live_addr || !live_size || !writes) goto done;
   int32_t live = tpu_allocator_provisional(stream->chip->allocator, stream->index, live_addr,
                                            live_size, MAX_LIVE);
+  ranges = malloc(sizeof(tpu_extent_t) * ((size_t)free_count + (size_t)live + 1));
+  if (!ranges) goto done;
   int32_t nw = 0;
   for (int32_t i = 0; i < n; ++i) {
     const tpu_node_t* node = tpu_graph_node(graph, i);
