@@ -16,10 +16,12 @@
  *                over one iteration shape with no conflict inside the run
  *                (tiled by elements), and runs of row-local ops (an op
  *                row's `rows` function: reductions over trailing dims,
- *                softmax, layer/rms norm, nll_loss_backward) with pointwise nodes over the same
- *                leading dims, in which every value the run writes and reads
- *                is read a row at a time (tiled by rows): residual add +
- *                LayerNorm, RMSNorm's pow/mean/rsqrt/mul, softmax epilogues.
+ *                softmax, layer/rms norm, nll_loss_backward) with pointwise
+ *                nodes over the same leading dims, in which every value the
+ *                run writes and reads is read a row at a time (tiled by
+ *                rows): residual add + LayerNorm, RMSNorm's
+ *                pow/mean/rsqrt/mul, softmax epilogues, cross-entropy's
+ *                backward.
  *   3. scratch   a dead output of a fused group whose every reader is in
  *                the group and reads the identical view lives in a tile
  *                scratch slot: it is never written to device memory.

@@ -260,8 +260,10 @@ static tpu_status_t loss_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
 static int32_t loss_rows(const tpu_op_def_t* def, const tpu_node_t* node, uint32_t* out_mask) {
   loss_args_t a;
   *out_mask = 0;
-  if (!ku_ok(tpu_loss_parse(def, node, &a)) || !a.impl->backward || a.class_dim == 0) return 0;
-  *out_mask = (1u << 1) | (1u << 2) | (a.per_sample ? 1u : 0u); /* self, target, grad_output */
+  if (!ku_ok(tpu_loss_parse(def, node, &a)) || a.class_dim == 0) return 0;
+  *out_mask = (1u << tpu_spec_index(def->inputs, "self")) |
+              (1u << tpu_spec_index(def->inputs, "target")) |
+              (a.per_sample ? 1u << tpu_spec_index(def->inputs, "grad_output") : 0u);
   return a.class_dim;
 }
 
