@@ -194,3 +194,67 @@ def test_errors_match_cpu(make):
     with pytest.raises(Exception) as tpu:
         make("tpu")
     assert type(tpu.value) is type(cpu.value)
+
+
+# ---- half types round once ---------------------------------------------------------------
+
+_MANT = {torch.float16: (10, -24), torch.bfloat16: (7, -133)}
+
+
+def _half_ulp(r, dtype):
+    """The spacing of `dtype` at each |r| (float64 in, float64 out)."""
+    bits, tiny = _MANT[dtype]
+    _, e = torch.frexp(r.abs())
+    return torch.pow(2.0, (e - 1 - bits).clamp(min=tiny).double())
+
+
+def _run_f64(name, dtype, absolute=False):
+    """_run in float64 on the half-rounded inputs: the exact results, or with
+    ``absolute`` the same sums of |terms| (every operand made non-negative;
+    convolutions are linear in each operand)."""
+    fn, xs, ws, has_bias, kw, fmt = CASES[name]
+    g = torch.Generator().manual_seed(len(name))
+    x = torch.randn(xs, generator=g, dtype=torch.float64).to(dtype).double()
+    w = torch.randn(ws, generator=g, dtype=torch.float64).to(dtype).double()
+    out_ch = ws[0] if "transpose" not in name else ws[1] * kw.get("groups", 1)
+    b = (torch.randn(out_ch, generator=g, dtype=torch.float64).to(dtype).double()
+         if has_bias else None)
+    leaves = [(t.abs() if absolute else t).requires_grad_() for t in (x, w, b) if t is not None]
+    y = fn(leaves[0], leaves[1], leaves[2] if has_bias else None, **kw)
+    gy = torch.randn(y.shape, generator=g, dtype=torch.float64).to(dtype).double()
+    grads = torch.autograd.grad(y, leaves, gy.abs() if absolute else gy)
+    return [y.detach()] + list(grads)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_half_types_round_once_against_float64(name, dtype, no_fallback):
+    """Every half-type result and gradient is the float64 result rounded once:
+    within half a unit in the last place of the dtype, plus float32's own
+    accumulation error (2^-16 of the sum of the terms' magnitudes). A kernel
+    that rounds a column sum, a col2im partial sum or the sum before the bias
+    to the half type exceeds it (PyTorch's CPU without AVX-512 FP16 does, for
+    float16 transposed convolutions; with it, the CPU meets this bound)."""
+    got = _run(name, "tpu", dtype)
+    exact, mag = _run_f64(name, dtype), _run_f64(name, dtype, absolute=True)
+    for k, (a, r, m) in enumerate(zip(got, exact, mag)):
+        assert a.dtype == dtype
+        a = a.double()
+        err = (a - r).abs()
+        bound = 0.5 * _half_ulp(torch.maximum(a.abs(), r.abs()), dtype) + 2.0 ** -16 * m
+        worst = (err / bound).max().item() if err.numel() else 0.0
+        assert worst <= 1.0, (f"result {k}: error {err.max().item():.4g} is {worst:.2f}x the "
+                              f"one-rounding bound")
+
+
+def test_half_col2im_round_once_against_float64(no_fallback):
+    """fold (col2im) of float16 columns: each output the float64 sum of its
+    overlapping columns, rounded once."""
+    g = torch.Generator().manual_seed(3)
+    cols = torch.randn(2, 3 * 9, 64, generator=g).half()
+    kw = dict(output_size=(10, 10), kernel_size=3, padding=0, stride=1)
+    got = F.fold(cols.to("tpu"), **kw).cpu().double()
+    exact = F.fold(cols.double(), **kw)
+    mag = F.fold(cols.double().abs(), **kw)
+    bound = 0.5 * _half_ulp(torch.maximum(got.abs(), exact.abs()), torch.float16) + 2.0 ** -16 * mag
+    assert bool(((got - exact).abs() <= bound).all())

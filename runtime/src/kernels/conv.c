@@ -8,7 +8,11 @@
  * PyTorch's do): a float32/float64 tensor that already is contiguous NC...
  * is used in place, others (half types, channels_last or any strides) are
  * converted once by view_copy; an output that is not such a tensor (or
- * overlaps an input) is computed in scratch and converted into it.
+ * overlaps an input) is computed in scratch and converted into it. So a
+ * half-type result is rounded once, when it is stored: no column sum,
+ * col2im accumulation or bias add is rounded to the half type on the way
+ * (PyTorch's CPU rounds float16 column sums on machines without AVX-512
+ * FP16; tests judge such differences against float64).
  *
  * The products run as GEMMs (OpenBLAS sgemm/dgemm, single-threaded, or a
  * plain wrapping loop for integers) over blocks of grid positions (columns):
@@ -51,15 +55,15 @@
 
 #include "kernels/conv_loops.h"
 
-CONV_TYPED(float, f32, float, round_f32, )
-CONV_TYPED(double, f64, double, round_none, )
-CONV_TYPED(uint64_t, u64, uint64_t, round_none, )
+CONV_TYPED(float, f32, float, )
+CONV_TYPED(double, f64, double, )
+CONV_TYPED(uint64_t, u64, uint64_t, )
 /* The same loops built for AVX2 (the default build targets baseline x86-64),
  * chosen at run time; with floating-point contraction off (ISO C mode) they
  * compute the same values. */
 #define CONV_AVX2 __attribute__((target("avx2")))
-CONV_TYPED(float, f32_avx2, float, round_f32, CONV_AVX2)
-CONV_TYPED(double, f64_avx2, double, round_none, CONV_AVX2)
+CONV_TYPED(float, f32_avx2, float, CONV_AVX2)
+CONV_TYPED(double, f64_avx2, double, CONV_AVX2)
 
 /* ---- GEMMs ------------------------------------------------------------------------ */
 
@@ -199,7 +203,6 @@ typedef struct plan {
   bool pointwise;   /* 1x1 window, stride 1, no padding: im2col is the identity */
   float* wt;        /* CONV_Y pointwise float32: Wᵀ per group for tpu_conv_pw_f32, or NULL */
   bool f32;         /* float32 compute type */
-  tpu_dtype_t half; /* the half dtype whose CPU sums CONV_X mimics, or INVALID */
   int64_t plane;    /* depthwise plane form: scratch elements (0: row loops) */
   int64_t jb, nj;   /* column block and blocks per (n, group) */
   int64_t cb, ncb;  /* CONV_X: channel block and blocks per (n, group) */
@@ -316,7 +319,7 @@ static void conv_y_units(void* arg, int64_t begin, int64_t end) {
 /* CONV_X: X = col2im(W^T @ Y) (+ bias), units (n, group, channel block).
  * As PyTorch's CPU kernels: one GEMM into the columns of every position,
  * col2im adding rows in order, the bias last (so sums are formed in the
- * same order, and, for half types, rounded where theirs are). */
+ * same order). */
 static void conv_x_units(void* arg, int64_t begin, int64_t end) {
   plan_t* p = (plan_t*)arg;
   const conv_geom_t* g = p->g;
@@ -342,12 +345,10 @@ static void conv_x_units(void* arg, int64_t begin, int64_t end) {
         }
         p->ops->gemm(true, false, (int)(nc * p->pK), (int)p->pG, (int)g->cy,
                      wg + c0 * p->pK * p->esz, lda, yg, (int)p->pG, 0, c, (int)p->pG);
-        if (p->half != TPU_DTYPE_INVALID) round_f32((float*)c, nc * p->pK * p->pG, 1, p->half);
-        p->ops->col2im(g, xg, c0, c1, 0, p->pG, c, p->half);
+        p->ops->col2im(g, xg, c0, c1, 0, p->pG, c);
       }
     }
     if (p->bias) {
-      if (p->half != TPU_DTYPE_INVALID) round_f32((float*)img, nc * p->pS, 1, p->half);
       p->ops->add_rows(img, nc, p->pS, p->pS, p->bias + (grp * g->cx + c0) * p->esz);
     }
   }
@@ -486,7 +487,7 @@ static tpu_status_t finish(plan_t* p) {
 enum { WINO_Y, WINO_X, WINO_W };
 static bool try_winograd(plan_t* p, int dir, tpu_status_t* s) {
   const conv_geom_t* g = p->g;
-  if (!p->f32 || p->half != TPU_DTYPE_INVALID || g->K[0] != 1 || g->K[1] != 3 || g->K[2] != 3 ||
+  if (!p->f32 || g->K[0] != 1 || g->K[1] != 3 || g->K[2] != 3 ||
       g->S[0] != 1 || g->G[0] != 1 || g->pad[0] != 0)
     return false;
   for (int d = 1; d < 3; ++d)
@@ -539,7 +540,7 @@ static tpu_status_t run_x(plan_t* p) {
   const conv_geom_t* g = p->g;
   tpu_status_t ws;
   if (try_winograd(p, WINO_X, &ws)) return ws;
-  if (is_depthwise(p) && p->half == TPU_DTYPE_INVALID) {
+  if (is_depthwise(p)) {
     tpu_parallel_for(g->n * g->groups, grain_for(p->pG * p->pK), dw_x_units, p);
     return finish(p);
   }
@@ -609,8 +610,7 @@ static void col2im_units(void* arg, int64_t begin, int64_t end) {
     int64_t n = u / p->ncb, c0 = (u % p->ncb) * p->cb, c1 = min64(p->g->cx, c0 + p->cb);
     char* x = x_at(p, n, 0);
     p->ops->fill(x + c0 * p->pS * p->esz, c1 - c0, p->pS, p->pS, NULL);
-    p->ops->col2im(p->g, x, c0, c1, 0, p->pG, y_at(p, n, 0) + c0 * p->pK * p->pG * p->esz,
-                   p->half);
+    p->ops->col2im(p->g, x, c0, c1, 0, p->pG, y_at(p, n, 0) + c0 * p->pK * p->pG * p->esz);
   }
 }
 
@@ -635,12 +635,6 @@ static tpu_status_t conv_run(const conv_args_t* a, const tpu_node_t* node) {
   const conv_geom_t* g = &a->g;
   plan_t p;
   init_plan(&p, g, ct);
-  /* PyTorch's CPU kernels keep float16 column sums in float16; bfloat16
-   * goes through oneDNN (float32, one rounding, as here) except transposed
-   * convolutions with an output padding as large as the stride. */
-  bool rounds = a->dtype == TPU_DTYPE_F16 ||
-                (a->dtype == TPU_DTYPE_BF16 && a->transposed && a->big_output_padding);
-  p.half = rounds ? a->dtype : TPU_DTYPE_INVALID;
   const tpu_view_t* ins[4] = {a->input, a->weight, a->bias, a->grad_out};
   operand_t in = {0}, w = {0}, bias = {0}, go = {0}, out[3] = {{0}};
   tpu_status_t s = TPU_OK;

@@ -45,7 +45,6 @@ typedef struct conv_args {
   conv_geom_t g;
   int32_t nsp;         /* spatial dims of the caller's tensors (1..3) */
   bool transposed;
-  bool big_output_padding; /* some output_padding >= its stride */
   bool batched;        /* im2col/col2im: the input had a batch dim */
   tpu_dtype_t dtype;   /* of every tensor operand */
   /* forward: input, weight, bias (or NULL); backward: grad_output too;

@@ -1,7 +1,7 @@
 /* conv_loops.h — the convolution family's typed loops (included by conv.c
  * only): im2col/col2im over runs of grid positions, the depthwise loops
  * (row and zero-padded plane forms), bias fills and sums, written once as
- * CONV_TYPED(T, SFX, ACC, ROUND, ATTR) and instantiated per compute type
+ * CONV_TYPED(T, SFX, ACC, ATTR) and instantiated per compute type
  * (and per instruction set) in conv.c, which gathers them in conv_ops_t
  * tables indexed by compute type.
  */
@@ -30,21 +30,6 @@ static inline void valid_range(int64_t S, int64_t s, int64_t off, int64_t G, int
   *hi = max64(*lo, min64(h, G));
 }
 
-/* Rounds n float32 values (stride `step`) to the half dtype `half` and
- * back: PyTorch's CPU kernels for half types keep some intermediate sums in
- * the half type, and results that agree with theirs must round there too. */
-static inline void round_f32(float* p, int64_t n, int64_t step, tpu_dtype_t half) {
-  uint16_t tmp[256];
-  for (int64_t i = 0; i < n; i += 256) {
-    int64_t m = min64(256, n - i);
-    tpu_convert(tmp, half, 1, p + i * step, TPU_DTYPE_F32, step, m);
-    tpu_convert(p + i * step, TPU_DTYPE_F32, step, tmp, half, 1, m);
-  }
-}
-static inline void round_none(void* p, int64_t n, int64_t step, tpu_dtype_t half) {
-  (void)p, (void)n, (void)step, (void)half;
-}
-
 /* ---- typed loops ---------------------------------------------------------------- */
 
 typedef void (*gemm_fn)(bool ta, bool tb, int m, int n, int k, const void* a, int lda,
@@ -55,10 +40,9 @@ typedef struct conv_ops {
   /* rows (c - c0) * pK + k of cols (jn columns) from channels [c0, c1) of x */
   void (*im2col)(const conv_geom_t* g, const void* x, int64_t c0, int64_t c1, int64_t j0,
                  int64_t jn, void* cols);
-  /* the transpose: adds cols into channels [c0, c1) of x; with `half` a
-   * half dtype, every sum is rounded to it (float32 only, see round_f32) */
+  /* the transpose: adds cols into channels [c0, c1) of x */
   void (*col2im)(const conv_geom_t* g, void* x, int64_t c0, int64_t c1, int64_t j0, int64_t jn,
-                 const void* cols, tpu_dtype_t half);
+                 const void* cols);
   /* dst[r * ld + j] += bias[r] */
   void (*add_rows)(void* dst, int64_t rows, int64_t cols, int64_t ld, const void* bias);
   /* dst[r * ld + j] = bias ? bias[r] : 0, for r < rows, j < cols */
@@ -100,7 +84,7 @@ typedef struct conv_ops {
     }                                                                                              \
   } while (0)
 
-#define CONV_TYPED(T, SFX, ACC, ROUND, ATTR)                                                       \
+#define CONV_TYPED(T, SFX, ACC, ATTR)                                                              \
   ATTR static void im2col_##SFX(const conv_geom_t* g, const void* xv, int64_t c0, int64_t c1,      \
                            int64_t j0, int64_t jn, void* colsv) {                                  \
     const T* x = (const T*)xv;                                                                     \
@@ -135,7 +119,7 @@ typedef struct conv_ops {
           }                                                                                        \
   }                                                                                                \
   ATTR static void col2im_##SFX(const conv_geom_t* g, void* xv, int64_t c0, int64_t c1,            \
-                                int64_t j0, int64_t jn, const void* colsv, tpu_dtype_t half) {     \
+                                int64_t j0, int64_t jn, const void* colsv) {                       \
     T* x = (T*)xv;                                                                                 \
     const T* cols = (const T*)colsv;                                                               \
     const int64_t pS = prod3(g->S), s2 = g->stride[2];                                             \
@@ -159,7 +143,6 @@ typedef struct conv_ops {
                   for (int64_t t = a; t < b; ++t) xr[t + off] += s[t];                             \
                 else                                                                               \
                   for (int64_t t = a; t < b; ++t) xr[t * s2 + off] += s[t];                        \
-                if (half != TPU_DTYPE_INVALID && a < b) ROUND(xr + a * s2 + off, b - a, s2, half); \
               }                                                                                    \
             });                                                                                    \
           }                                                                                        \

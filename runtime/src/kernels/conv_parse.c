@@ -129,7 +129,6 @@ static tpu_status_t parse_conv(const tpu_op_def_t* def, const tpu_node_t* node, 
       int32_t i = d - (3 - a->nsp);
       if (opad[d] < 0 || (opad[d] >= g->stride[d] && opad[d] >= g->dil[d]))
         CONV_FAIL("output padding must be smaller than either stride or dilation");
-      a->big_output_padding = a->big_output_padding || opad[d] >= g->stride[d];
       g->G[d] = i < 0 ? 1 : x->sizes[2 + i];
       g->S[d] = (g->G[d] - 1) * g->stride[d] - 2 * g->pad[d] + g->dil[d] * (g->K[d] - 1) +
                 opad[d] + 1;
