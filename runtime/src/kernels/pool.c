@@ -11,9 +11,10 @@
  * (float32, float64, int64) is read and written in place; other dtypes
  * (half types, narrow integers) are gathered into / scattered from a
  * compute-type plane buffer with walk_gather / walk_scatter. Backward ops
- * accumulate into a zeroed compute-type plane, in output order, rounding to
- * the storage type after each addition (half types), as the CPU kernels
- * do, then scatter it into grad_input. Planes are spread over
+ * accumulate into a zeroed compute-type plane, in output order, then
+ * scatter it into grad_input: a half-type sum (forward or backward) is
+ * rounded once, when it is stored (PyTorch's CPU kernels round after each
+ * addition; tests judge such differences against float64). Planes are spread over
  * tpu_parallel_for (planes never share grad_input elements).
  *
  * Window bounds per spatial dim and output position are computed once per
@@ -216,21 +217,10 @@ typedef struct pool_job {
   walk_t sp[3];      /* spatial walks of the three views (gather/scatter) */
   bool direct[2];    /* view 0 / 1 held in the compute type: used in place (grad_input:
                         also contiguous planes) */
-  float (*rnd)(float);
-  float (*srnd)(float); /* adaptive_avg_pool3d on half types: sums in the storage type */
   atomic_int failed; /* 1: out of memory, 2: bad index */
   atomic_llong bad_index;
 } pool_job_t;
 
-static float rnd_f16(float x) { return tpu_f16_to_f32(tpu_f32_to_f16(x)); }
-static float rnd_bf16(float x) { return tpu_bf16_to_f32(tpu_f32_to_bf16(x)); }
-
-#define RND_F32(j, x) ((j)->rnd ? (j)->rnd(x) : (x))
-#define RND_F64(j, x) (x)
-#define RND_I64(j, x) (x)
-#define SRND_F32(j, x) ((j)->srnd ? (j)->srnd(x) : (x))
-#define SRND_F64(j, x) (x)
-#define SRND_I64(j, x) (x)
 
 typedef void (*pool_fwd_fn)(const pool_job_t* j, const void* in, const int64_t* xs, void* out,
                             const int64_t* os, int64_t* ind, const int64_t* is);
@@ -299,7 +289,7 @@ typedef bool (*pool_bwd_fn)(const pool_job_t* j, const void* g, const int64_t* g
                   o2 = os_[2];                                                                 \
     const win_t *W0 = j->win[0], *W1 = j->win[1], *W2 = j->win[2];                             \
     const bool avg = j->kind == POOL_AVG, has_div = j->a->has_divisor,                         \
-               incl = j->a->count_include_pad, srnd = j->srnd != NULL;                         \
+               incl = j->a->count_include_pad;                                                 \
     const int64_t divisor = j->a->divisor;                                                     \
     for (int64_t od = 0; od < O0; ++od) {                                                      \
       const win_t wd = W0[od];                                                                 \
@@ -316,11 +306,7 @@ typedef bool (*pool_bwd_fn)(const pool_job_t* j, const void* g, const int64_t* g
           for (int64_t id = wd.lo; id < wd.hi; ++id)                                           \
             for (int64_t ih = wh.lo; ih < wh.hi; ++ih) {                                       \
               const T* row = in + id * x0 + ih * x1;                                           \
-              if (srnd)                                                                        \
-                for (int64_t iw = ww.lo; iw < ww.hi; ++iw)                                     \
-                  sum = SRND_##CT(j, sum + row[iw * x2]);                                      \
-              else                                                                             \
-                for (int64_t iw = ww.lo; iw < ww.hi; ++iw) sum += row[iw * x2];                \
+              for (int64_t iw = ww.lo; iw < ww.hi; ++iw) sum += row[iw * x2];                  \
             }                                                                                  \
           if (avg) {                                                                           \
             int64_t dv = has_div ? divisor                                                     \
@@ -328,9 +314,7 @@ typedef bool (*pool_bwd_fn)(const pool_job_t* j, const void* g, const int64_t* g
                                  : (wd.hi - wd.lo) * (wh.hi - wh.lo) * (ww.hi - ww.lo);        \
             orow[ow * o2] = sum / (T)dv;                                                       \
           } else {                                                                             \
-            T q = SRND_##CT(j, sum / (T)wd.size);                                              \
-            q = SRND_##CT(j, q / (T)wh.size);                                                  \
-            orow[ow * o2] = q / (T)ww.size;                                                    \
+            orow[ow * o2] = sum / (T)wd.size / (T)wh.size / (T)ww.size;                        \
           }                                                                                    \
         }                                                                                      \
       }                                                                                        \
@@ -352,7 +336,6 @@ typedef bool (*pool_bwd_fn)(const pool_job_t* j, const void* g, const int64_t* g
     const int64_t n = j->is, O0 = j->out[0], O1 = j->out[1], O2 = j->out[2];                   \
     const int64_t g0 = gs_[0], g1 = gs_[1], g2 = gs_[2], i0 = is_[0], i1 = is_[1],             \
                   i2 = is_[2];                                                                 \
-    float (*const rnd)(float) = j->rnd;                                                        \
     for (int64_t od = 0; od < O0; ++od)                                                        \
       for (int64_t oh = 0; oh < O1; ++oh) {                                                    \
         const T* grow = g + od * g0 + oh * g1;                                                 \
@@ -364,8 +347,7 @@ typedef bool (*pool_bwd_fn)(const pool_job_t* j, const void* g, const int64_t* g
             *bad = i;                                                                          \
             return false;                                                                      \
           }                                                                                    \
-          T s = gi[i] + grow[ow * g2];                                                         \
-          gi[i] = rnd ? RND_##CT(j, s) : s;                                                    \
+          gi[i] += grow[ow * g2];                                                              \
         }                                                                                      \
       }                                                                                        \
     return true;                                                                               \
@@ -379,7 +361,7 @@ typedef bool (*pool_bwd_fn)(const pool_job_t* j, const void* g, const int64_t* g
     const int64_t g0 = gs_[0], g1 = gs_[1], g2 = gs_[2];                                       \
     const win_t *W0 = j->win[0], *W1 = j->win[1], *W2 = j->win[2];                             \
     const bool avg = j->kind == POOL_AVG, has_div = j->a->has_divisor,                         \
-               incl = j->a->count_include_pad, r = j->rnd != NULL;                             \
+               incl = j->a->count_include_pad;                                                 \
     const int64_t divisor = j->a->divisor;                                                     \
     for (int64_t od = 0; od < O0; ++od) {                                                      \
       const win_t wd = W0[od];                                                                 \
@@ -393,20 +375,15 @@ typedef bool (*pool_bwd_fn)(const pool_job_t* j, const void* g, const int64_t* g
             int64_t dv = has_div ? divisor                                                     \
                          : incl  ? wd.size * wh.size * ww.size                                 \
                                  : (wd.hi - wd.lo) * (wh.hi - wh.lo) * (ww.hi - ww.lo);        \
-            delta = RND_##CT(j, gv / RND_##CT(j, (T)dv)); /* scalar_t / int64_t */           \
+            delta = gv / (T)dv;                                                                \
           } else {                                                                             \
-            delta = RND_##CT(j, gv / RND_##CT(j, (T)wd.size));                                 \
-            delta = RND_##CT(j, delta / RND_##CT(j, (T)wh.size));                              \
-            delta = RND_##CT(j, delta / RND_##CT(j, (T)ww.size));                              \
+            delta = gv / (T)wd.size / (T)wh.size / (T)ww.size;                                 \
           }                                                                                    \
           for (int64_t id = wd.lo; id < wd.hi; ++id)                                           \
             for (int64_t ih = wh.lo; ih < wh.hi; ++ih) {                                       \
               T* row = gi + (id * I1 + ih) * I2;                                               \
-              if (r)                                                                           \
-                for (int64_t iw = ww.lo; iw < ww.hi; ++iw)                                     \
-                  row[iw] = RND_##CT(j, row[iw] + delta);                                      \
-              else /* short runs: a plain loop (no vector prologue) */                         \
-                for (T *p = row + ww.lo, *e = row + ww.hi; p < e; ++p) *p = *p + delta;        \
+              /* short runs: a plain loop (no vector prologue) */                              \
+              for (T *p = row + ww.lo, *e = row + ww.hi; p < e; ++p) *p = *p + delta;          \
             }                                                                                  \
         }                                                                                      \
       }                                                                                        \
@@ -536,8 +513,6 @@ static tpu_status_t pool_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
 
   j.cdt = tpu_compute_storage_dtype(tpu_dtype_compute(a.x->dtype));
   j.csz = tpu_dtype_size(j.cdt);
-  j.rnd = a.x->dtype == TPU_DTYPE_F16 ? rnd_f16 : a.x->dtype == TPU_DTYPE_BF16 ? rnd_bf16 : NULL;
-  if (im->kind == POOL_ADAPTIVE_AVG && im->nsp == 3) j.srnd = j.rnd;
   j.v[0] = im->backward ? a.g : a.x;
   j.v[1] = o;
   j.v[2] = im->backward ? a.idx : (nout == 2 ? &node->outputs[1] : NULL);
