@@ -22,6 +22,18 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 echo "== Python tests"
 python -m pytest -q tests "$@"
 
+# PyTorch's CPU reference computes half types differently on CPUs with
+# AVX-512 (oneDNN: float32 sums, one rounding) and without (float16 column
+# sums rounded on the way): on an AVX-512 machine the parity tests also run
+# against the AVX2 reference, where the float64 arbitration decides
+# (tools/coverage.py, as_close_as_cpu). On an AVX2 machine it is the same run.
+cap=$(python -c "import torch; print(torch.backends.cpu.get_cpu_capability())" 2>/dev/null)
+if [ "$cap" != "AVX2" ] && [ "$cap" != "DEFAULT" ]; then
+  echo "== Parity tests again against PyTorch's AVX2 CPU reference (this CPU: $cap)"
+  ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 python -m pytest -q -p no:cacheprovider \
+    tests -k "opinfo or parity or round_once" "$@"
+fi
+
 echo "== Python tests again in DEFER_AND_FUSE mode (the model sweep runs once, above)"
 TORCH_TPU_DEFER_AND_FUSE=1 python -m pytest -q -p no:cacheprovider tests \
   --deselect tests/test_model_sweep.py "$@"
