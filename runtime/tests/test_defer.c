@@ -679,3 +679,136 @@ TEST(defer_schedule_keeps_a_new_tenant_after_the_free) {
   free(strict);
   free(fused);
 }
+
+/* ---- strict eager's error contract ---------------------------------------------------- */
+
+static tpu_view_t i64_view(uint64_t addr, int64_t n) {
+  tpu_view_t v = {.addr = addr, .dtype = TPU_DTYPE_I64, .ndim = 1, .sizes = {n}};
+  tpu_view_set_contiguous(&v);
+  return v;
+}
+
+static tpu_value_t view_value(tpu_view_t v) {
+  return (tpu_value_t){.kind = TPU_VALUE_VIEW, .u.view = v};
+}
+
+static tpu_value_t int_value(int64_t i) {
+  return (tpu_value_t){.kind = TPU_VALUE_SCALAR,
+                       .u.scalar = (tpu_scalar_t){.dtype = TPU_DTYPE_I64, .v.i = i}};
+}
+
+/* Submits out = op(a, b) as a node. */
+static void node2(tpu_stream_t* st, const char* op, tpu_value_t a, tpu_value_t b,
+                  tpu_view_t out) {
+  tpu_value_t in[2] = {a, b};
+  tpu_op_id_t id = tpu_op_lookup(op);
+  tpu_node_t node = {.op = id, .num_inputs = 2, .num_outputs = 1,
+                     .num_attrs = tpu_op_num_attrs(id)}; /* attributes left at their defaults */
+  node.inputs = in;
+  node.outputs = &out;
+  CHECK_OK(tpu_stream_submit_node(st, &node));
+}
+
+enum { DIV_N = 40000, DIV_OUT = 5 }; /* several tiles of a fused group */
+
+/* Over x = 0..n-1, z = 1 (z[bad] = 0 when bad >= 0) and acc = 7:
+ *   p = x * 2; q = p // z; w = x * 3; acc += w; r = w - p
+ * one fused group (q fails on the tile holding z[bad]). Returns p, q, w,
+ * acc, r on the host and the synchronisation's status in *out_error. */
+static int64_t* division_program(tpu_stream_t* st, int64_t bad, tpu_status_t* out_error) {
+  const int64_t n = DIV_N;
+  int64_t* host = malloc(sizeof(int64_t) * (size_t)(n * DIV_OUT));
+  int64_t* hz = malloc(sizeof(int64_t) * (size_t)n);
+  for (int64_t i = 0; i < n; ++i) {
+    host[i] = i;             /* x */
+    host[n + i] = 7;         /* acc */
+    hz[i] = i == bad ? 0 : 1;
+  }
+  tpu_block_t *x, *z, *acc, *out[DIV_OUT];
+  size_t bytes = sizeof(int64_t) * (size_t)n;
+  CHECK_OK(tpu_block_alloc(st, bytes, &x));
+  CHECK_OK(tpu_block_alloc(st, bytes, &z));
+  CHECK_OK(tpu_block_alloc(st, bytes, &acc));
+  CHECK_OK(tpu_stream_copy(st, TPU_COPY_H2D, tpu_block_addr(x), (uint64_t)(uintptr_t)host, bytes));
+  CHECK_OK(tpu_stream_copy(st, TPU_COPY_H2D, tpu_block_addr(z), (uint64_t)(uintptr_t)hz, bytes));
+  CHECK_OK(tpu_stream_copy(st, TPU_COPY_H2D, tpu_block_addr(acc), (uint64_t)(uintptr_t)(host + n),
+                           bytes));
+  CHECK_OK(tpu_stream_synchronize(st));
+  tpu_view_t vx = i64_view(tpu_block_addr(x), n), vz = i64_view(tpu_block_addr(z), n);
+  tpu_view_t vacc = i64_view(tpu_block_addr(acc), n), v[DIV_OUT];
+  for (int k = 0; k < DIV_OUT; ++k) {
+    if (k == 3) {
+      v[k] = vacc;
+      continue;
+    }
+    CHECK_OK(tpu_block_alloc(st, bytes, &out[k]));
+    v[k] = i64_view(tpu_block_addr(out[k]), n);
+  }
+  node2(st, "mul", view_value(vx), int_value(2), v[0]);
+  node2(st, "floor_divide", view_value(v[0]), view_value(vz), v[1]);
+  node2(st, "mul", view_value(vx), int_value(3), v[2]);
+  node2(st, "add", view_value(vacc), view_value(v[2]), vacc);
+  node2(st, "sub", view_value(v[2]), view_value(v[0]), v[4]);
+  for (int k = 0; k < DIV_OUT; ++k)
+    CHECK_OK(tpu_stream_copy(st, TPU_COPY_D2H, (uint64_t)(uintptr_t)(host + k * n), v[k].addr,
+                             bytes));
+  *out_error = tpu_stream_synchronize(st);
+  tpu_block_free(x);
+  tpu_block_free(z);
+  tpu_block_free(acc);
+  for (int k = 0; k < DIV_OUT; ++k)
+    if (k != 3) tpu_block_free(out[k]);
+  free(hz);
+  return host;
+}
+
+/* As in strict eager, a node failing in the middle of a fused group records
+ * its error (naming the op), every other node still runs on every tile (the
+ * in-place add once), the error is returned once by the next
+ * synchronisation, and the cached program then runs good inputs exactly. */
+TEST(defer_error_in_fused_group_runs_every_other_node) {
+  tpu_stream_t* st = test_stream0();
+  const int64_t n = DIV_N, bad = DIV_N / 2 + 5;
+  int64_t* result[2];
+  for (int mode = 0; mode < 2; ++mode) {
+    tpu_defer_reset_metrics();
+    tpu_defer_set_thread(mode);
+    tpu_status_t err = TPU_OK;
+    result[mode] = division_program(st, bad, &err);
+    tpu_defer_set_thread(-1);
+    CHECK(err != TPU_OK && tpu_status_code(err) == TPU_CODE_INVALID_ARGUMENT);
+    CHECK(strstr(tpu_status_message(err), "floor_divide") != NULL);
+    CHECK(strstr(tpu_status_message(err), "ZeroDivisionError") != NULL);
+    tpu_status_free(err);
+    CHECK_OK(tpu_stream_synchronize(st)); /* reported once */
+    if (mode == 1) {
+      tpu_defer_metrics_t m;
+      tpu_defer_get_metrics(&m);
+      CHECK(m.fused_kernels == 1 && m.fused_nodes == 5);
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t* s = result[0];
+    const int64_t* d = result[1];
+    CHECK(s[i] == 2 * i && s[2 * n + i] == 3 * i && s[3 * n + i] == 7 + 3 * i &&
+          s[4 * n + i] == i);
+    for (int k = 0; k < DIV_OUT; ++k)
+      if (k != 1) CHECK(d[k * n + i] == s[k * n + i]); /* q: the failing node's */
+  }
+  free(result[0]);
+  free(result[1]);
+
+  tpu_defer_reset_metrics();
+  tpu_defer_set_thread(1);
+  tpu_status_t err = TPU_OK;
+  int64_t* good = division_program(st, -1, &err);
+  tpu_defer_set_thread(-1);
+  CHECK_OK(err);
+  tpu_defer_metrics_t m;
+  tpu_defer_get_metrics(&m);
+  CHECK(m.programs_compiled == 0 && m.cache_hits == 1);
+  for (int64_t i = 0; i < n; ++i)
+    CHECK(good[i] == 2 * i && good[n + i] == 2 * i && good[2 * n + i] == 3 * i &&
+          good[3 * n + i] == 7 + 3 * i && good[4 * n + i] == i);
+  free(good);
+}

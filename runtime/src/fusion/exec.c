@@ -19,7 +19,21 @@
  * the last dim runs the same way row by row (rows_plan): each node over the
  * whole row, the norms through their family's row function, intermediates
  * in row-sized slots. The node-by-node path stays for every other group,
- * and for groups whose plans fail (it reports their errors). */
+ * and for groups whose plans fail (it reports their errors).
+ *
+ * Errors follow strict eager's contract (a failing op's error is recorded,
+ * every later op still runs): a node that fails on a tile or a row records
+ * its error and the tile goes on with the group's next node, every tile
+ * runs, and every later group runs; tpu_program_run returns the first
+ * error. Only the failing node's outputs (and what reads them) are then
+ * unspecified, as in strict eager: every other node ran on every element
+ * exactly once, so in-place updates are applied once and values that do not
+ * depend on the failure are exact. Of a group's errors the one of its
+ * earliest node, on its earliest tile or row, is kept, so the error reported
+ * does not depend on how tiles were spread over threads. (A block of tiles
+ * whose host scratch cannot be allocated does not run: that error is
+ * reported instead.) */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,8 +220,34 @@ typedef struct tiled_run {
   rows_plan_t* rows;                          /* a row group's direct path, or NULL */
   int32_t scalars;                            /* number slots of the direct path */
   direct_node_t dn[TPU_FUSION_MAX_GROUP];
-  _Atomic(tpu_status_t) error;
+  pthread_mutex_t mu;         /* guards the three below */
+  tpu_status_t error;         /* the group's first error (see the top) */
+  int32_t error_node;         /* its node (-1: none of them) */
+  int64_t error_at;           /* its tile or row */
 } tiled_run_t;
+
+/* Keeps s as the group's error if it comes before the one kept (by node,
+ * then tile or row); node -1 is a failure outside the nodes (scratch). */
+static void set_error(tiled_run_t* r, int32_t node, int64_t at, tpu_status_t s) {
+  pthread_mutex_lock(&r->mu);
+  if (r->error == TPU_OK || node < r->error_node ||
+      (node == r->error_node && at < r->error_at)) {
+    tpu_status_free(r->error);
+    r->error = s;
+    r->error_node = node;
+    r->error_at = at;
+    s = TPU_OK;
+  }
+  pthread_mutex_unlock(&r->mu);
+  tpu_status_free(s);
+}
+
+/* A direct-path tile function's failure in node i, named as the node's
+ * kernel names it (tpu_node_execute). */
+static tpu_status_t direct_error(const tiled_run_t* r, int32_t i) {
+  return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "in op '%s' on tpu:%d: ZeroDivisionError",
+                         tpu_op_def(tpu_graph_node(r->graph, i)->op)->name, r->ctx->chip_index);
+}
 
 /* Node i's views for one tile of a row-tiled group. */
 static void rows_views(tiled_run_t* r, const tile_t* tile, uint8_t* scratch, int32_t i,
@@ -240,7 +280,9 @@ static void rows_views(tiled_run_t* r, const tile_t* tile, uint8_t* scratch, int
   }
 }
 
-static tpu_status_t run_tile(tiled_run_t* r, const tile_t* tile, uint8_t* scratch) {
+/* Runs every node of the group on tile `index`; a node that fails records
+ * its error and the next node runs (see the top). */
+static void run_tile(tiled_run_t* r, int64_t index, const tile_t* tile, uint8_t* scratch) {
   const tpu_program_t* p = r->program;
   const tiling_t* t = &r->tiling;
   tpu_value_t inputs[MAX_NODE_INPUTS];
@@ -272,9 +314,9 @@ static tpu_status_t run_tile(tiled_run_t* r, const tile_t* tile, uint8_t* scratc
     }
     tn.inputs = inputs;
     tn.outputs = outputs;
-    TPU_RETURN_IF_ERROR(tpu_node_execute(&tn, r->ctx));
+    tpu_status_t s = tpu_node_execute(&tn, r->ctx);
+    if (s != TPU_OK) set_error(r, i, index, s);
   }
-  return TPU_OK;
 }
 
 /* ---- the direct path ------------------------------------------------------------ */
@@ -350,9 +392,10 @@ static bool direct_plan(tiled_run_t* r) {
   return true;
 }
 
-/* Runs one tile on the direct path. `slots` holds the group's scratch slots
- * and then its number slots, DIRECT_BLOCK floats each. */
-static tpu_status_t run_tile_direct(tiled_run_t* r, const tile_t* tile, float* slots) {
+/* Runs tile `index` on the direct path. `slots` holds the group's scratch
+ * slots and then its number slots, DIRECT_BLOCK floats each. A node that
+ * fails on a block records its error and the next node runs. */
+static void run_tile_direct(tiled_run_t* r, int64_t index, const tile_t* tile, float* slots) {
   const tiling_t* t = &r->tiling;
   const int32_t first = r->group->first, count = r->group->count, last = t->ndim - 1;
   float* numbers = slots + (size_t)r->group->slots * DIRECT_BLOCK;
@@ -406,9 +449,8 @@ static tpu_status_t run_tile_direct(tiled_run_t* r, const tile_t* tile, float* s
           for (int32_t dd = 0; dd < last; ++dd) off += idx[dd] * out_m[i].strides[dd];
           out = (float*)out_m[i].base + off;
         }
-        if (d->fn(out, in, n, &d->params))
-          return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: ZeroDivisionError",
-                                 tpu_op_def(tpu_graph_node(r->graph, first + i)->op)->name);
+        if (d->fn(out, in, n, &d->params)) /* recorded; the tile goes on */
+          set_error(r, first + i, index, direct_error(r, first + i));
       }
     }
     for (int32_t dd = last - 1; dd >= 0; --dd) { /* the next row of the tile */
@@ -416,15 +458,9 @@ static tpu_status_t run_tile_direct(tiled_run_t* r, const tile_t* tile, float* s
       idx[dd] = 0;
     }
   }
-  return TPU_OK;
 }
 
 /* ---- the direct path of row groups --------------------------------------------- */
-
-static void set_error(tiled_run_t* r, tpu_status_t s) {
-  tpu_status_t none = TPU_OK;
-  if (!atomic_compare_exchange_strong(&r->error, &none, s)) tpu_status_free(s);
-}
 
 /* Where v's rows start and how they step over the group's row dims (v
  * right-aligned to the group's shape; missing and size-1 dims broadcast). */
@@ -575,7 +611,8 @@ static void run_rows_direct(void* arg, int64_t begin, int64_t end) {
   if (bytes) {
     scratch = aligned_alloc(SCRATCH_ALIGN, (bytes + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN);
     if (!scratch) {
-      set_error(r, tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fusion scratch allocation failed"));
+      set_error(r, -1, begin,
+                tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fusion scratch allocation failed"));
       return;
     }
   }
@@ -614,12 +651,8 @@ static void run_rows_direct(void* arg, int64_t begin, int64_t end) {
         const void* block[TPU_EW_MAX_INPUTS];
         for (int32_t k = 0; k < d->nin; ++k)
           block[k] = !in[k] || d->src[k] == DIRECT_NUMBER ? (const void*)in[k] : in[k] + c0;
-        if (d->fn(out + c0, block, len, &d->params)) {
-          set_error(r, tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: ZeroDivisionError",
-                                       tpu_op_def(tpu_graph_node(r->graph, r->group->first + i)->op)->name));
-          free(scratch);
-          return;
-        }
+        if (d->fn(out + c0, block, len, &d->params)) /* recorded; the row goes on */
+          set_error(r, r->group->first + i, row, direct_error(r, r->group->first + i));
       }
     }
     for (int32_t d = rp->ndim - 1; d >= 0; --d) { /* the next row */
@@ -639,7 +672,8 @@ static void run_tiles(void* arg, int64_t begin, int64_t end) {
   if (bytes) {
     scratch = malloc(bytes);
     if (!scratch) {
-      set_error(r, tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fusion scratch allocation failed"));
+      set_error(r, -1, begin,
+                tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fusion scratch allocation failed"));
       return;
     }
   }
@@ -651,87 +685,105 @@ static void run_tiles(void* arg, int64_t begin, int64_t end) {
           for (int32_t e = 0; e < DIRECT_BLOCK; ++e)
             numbers[(size_t)r->dn[i].slot[k] * DIRECT_BLOCK + e] = r->dn[i].scalar[k];
   }
-  for (int64_t i = begin; i < end && atomic_load(&r->error) == TPU_OK; ++i) {
+  for (int64_t i = begin; i < end; ++i) { /* every tile, failing or not */
     tile_t tile;
     tile_at(&r->tiling, i, &tile);
-    tpu_status_t s = r->direct ? run_tile_direct(r, &tile, (float*)scratch)
-                               : run_tile(r, &tile, scratch);
-    if (s != TPU_OK) {
-      set_error(r, s);
-      break;
-    }
+    if (r->direct) run_tile_direct(r, i, &tile, (float*)scratch);
+    else run_tile(r, i, &tile, scratch);
   }
   free(scratch);
 }
 
+/* Runs a tiled or row-tiled group over every tile (or row): r holds the
+ * program, the group, the graph and the context, its error fields are
+ * clear and r->mu is initialised. The group's error stays in r. */
+static void run_fused(tiled_run_t* r) {
+  const tpu_program_group_t* grp = r->group;
+  const tpu_graph_t* graph = r->graph;
+  const tpu_node_t* lead = tpu_graph_node(graph, grp->first);
+  if (grp->kind == TPU_GROUP_ROWS) {
+    /* Rows: the lead's output's leading dims; a tile holds whole rows of
+     * every view, sized by the widest. */
+    int64_t nrows = 1, widest = 1;
+    for (int32_t d = 0; d < grp->rows; ++d) nrows *= lead->outputs[0].sizes[d];
+    for (int32_t i = grp->first; i < grp->first + grp->count && nrows > 0; ++i) {
+      const tpu_node_t* node = tpu_graph_node(graph, i);
+      for (int32_t o = 0; o < node->num_outputs; ++o)
+        if (tpu_view_numel(&node->outputs[o]) / nrows > widest)
+          widest = tpu_view_numel(&node->outputs[o]) / nrows;
+      for (int32_t k = 0; k < node->num_inputs; ++k)
+        if (node->inputs[k].kind == TPU_VALUE_VIEW &&
+            tpu_view_numel(&node->inputs[k].u.view) / nrows > widest)
+          widest = tpu_view_numel(&node->inputs[k].u.view) / nrows;
+    }
+    for (int32_t i = grp->first; i < grp->first + grp->count; ++i) {
+      const tpu_node_t* node = tpu_graph_node(graph, i);
+      const tpu_op_def_t* def = tpu_op_def(node->op);
+      uint32_t* mask = &r->row_inputs[i - grp->first];
+      *mask = 0;
+      if (!(def->flags & TPU_OP_POINTWISE)) def->rows(def, node, mask);
+    }
+    /* Without memory for a row plan the group takes the node-by-node path. */
+    rows_plan_t* rp = direct_enabled() && nrows > 0 ? malloc(sizeof(*rp)) : NULL;
+    bool direct = rp && rows_plan(r, rp);
+    if (direct) {
+      r->rows = rp;
+      tpu_parallel_for(nrows, TILE_ELEMENTS / rp->n > 0 ? TILE_ELEMENTS / rp->n : 1,
+                       run_rows_direct, r);
+      r->rows = NULL;
+    }
+    free(rp);
+    if (direct) return;
+    tiling_init(lead->outputs[0].sizes, grp->rows, widest, &r->tiling);
+    int64_t rows_per_tile = r->tiling.split < 0 ? nrows : r->tiling.chunk;
+    for (int32_t d = r->tiling.split + 1; d < grp->rows && r->tiling.split >= 0; ++d)
+      rows_per_tile *= lead->outputs[0].sizes[d];
+    r->slot_bytes = rows_per_tile * widest * 8;
+  } else {
+    tiling_init(lead->outputs[0].sizes, lead->outputs[0].ndim, 1, &r->tiling);
+    r->slot_bytes = TILE_ELEMENTS * 8;
+    r->direct = direct_enabled() && direct_plan(r);
+  }
+  tpu_parallel_for(r->tiling.tiles, 1, run_tiles, r);
+}
+
+/* Keeps the first error of a run in *first and frees the later ones. */
+static void keep_first(tpu_status_t* first, tpu_status_t s) {
+  if (*first == TPU_OK) *first = s;
+  else tpu_status_free(s);
+}
+
 tpu_status_t tpu_program_run(const tpu_program_t* p, const tpu_graph_t* graph,
                              tpu_exec_ctx_t* ctx) {
+  tpu_status_t first = TPU_OK;
+  if (!p) { /* strict eager's graphs: node by node */
+    int32_t n = tpu_graph_node_count(graph);
+    for (int32_t i = 0; i < n; ++i)
+      keep_first(&first, tpu_node_execute(tpu_graph_node(graph, i), ctx));
+    return first;
+  }
   for (int32_t g = 0; g < p->group_count; ++g) {
     const tpu_program_group_t* grp = &p->groups[g];
     if (grp->kind == TPU_GROUP_SINGLE) {
       for (int32_t i = grp->first; i < grp->first + grp->count; ++i)
-        TPU_RETURN_IF_ERROR(tpu_node_execute(tpu_graph_node(graph, i), ctx));
+        keep_first(&first, tpu_node_execute(tpu_graph_node(graph, i), ctx));
       continue;
     }
-    for (int32_t i = grp->first; i < grp->first + grp->count; ++i) {
+    bool fits = true; /* the compiler never groups such nodes */
+    for (int32_t i = grp->first; i < grp->first + grp->count && fits; ++i) {
       const tpu_node_t* node = tpu_graph_node(graph, i);
-      if (node->num_inputs > MAX_NODE_INPUTS || node->num_outputs > MAX_NODE_OUTPUTS)
-        return tpu_status_make(TPU_CODE_INTERNAL, "fusion: node %d has too many operands", i);
+      if (node->num_inputs > MAX_NODE_INPUTS || node->num_outputs > MAX_NODE_OUTPUTS) {
+        keep_first(&first, tpu_status_make(TPU_CODE_INTERNAL,
+                                           "fusion: node %d has too many operands", i));
+        fits = false;
+      }
     }
-    tiled_run_t r = {.program = p, .group = grp, .graph = graph, .ctx = ctx};
-    atomic_init(&r.error, TPU_OK);
-    const tpu_node_t* lead = tpu_graph_node(graph, grp->first);
-    if (grp->kind == TPU_GROUP_ROWS) {
-      /* Rows: the lead's output's leading dims; a tile holds whole rows of
-       * every view, sized by the widest. */
-      int64_t nrows = 1, widest = 1;
-      for (int32_t d = 0; d < grp->rows; ++d) nrows *= lead->outputs[0].sizes[d];
-      for (int32_t i = grp->first; i < grp->first + grp->count && nrows > 0; ++i) {
-        const tpu_node_t* node = tpu_graph_node(graph, i);
-        for (int32_t o = 0; o < node->num_outputs; ++o)
-          if (tpu_view_numel(&node->outputs[o]) / nrows > widest)
-            widest = tpu_view_numel(&node->outputs[o]) / nrows;
-        for (int32_t k = 0; k < node->num_inputs; ++k)
-          if (node->inputs[k].kind == TPU_VALUE_VIEW &&
-              tpu_view_numel(&node->inputs[k].u.view) / nrows > widest)
-            widest = tpu_view_numel(&node->inputs[k].u.view) / nrows;
-      }
-      for (int32_t i = grp->first; i < grp->first + grp->count; ++i) {
-        const tpu_node_t* node = tpu_graph_node(graph, i);
-        const tpu_op_def_t* def = tpu_op_def(node->op);
-        uint32_t* mask = &r.row_inputs[i - grp->first];
-        *mask = 0;
-        if (!(def->flags & TPU_OP_POINTWISE)) def->rows(def, node, mask);
-      }
-      if (direct_enabled() && nrows > 0) {
-        rows_plan_t* rp = malloc(sizeof(*rp));
-        if (!rp) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fusion: no memory for a row plan");
-        bool ran = rows_plan(&r, rp);
-        if (ran) {
-          r.rows = rp;
-          tpu_parallel_for(nrows, TILE_ELEMENTS / rp->n > 0 ? TILE_ELEMENTS / rp->n : 1,
-                           run_rows_direct, &r);
-        }
-        free(rp);
-        if (ran) {
-          tpu_status_t s = atomic_load(&r.error);
-          if (s != TPU_OK) return s;
-          continue;
-        }
-      }
-      tiling_init(lead->outputs[0].sizes, grp->rows, widest, &r.tiling);
-      int64_t rows_per_tile = r.tiling.split < 0 ? nrows : r.tiling.chunk;
-      for (int32_t d = r.tiling.split + 1; d < grp->rows && r.tiling.split >= 0; ++d)
-        rows_per_tile *= lead->outputs[0].sizes[d];
-      r.slot_bytes = rows_per_tile * widest * 8;
-    } else {
-      tiling_init(lead->outputs[0].sizes, lead->outputs[0].ndim, 1, &r.tiling);
-      r.slot_bytes = TILE_ELEMENTS * 8;
-      r.direct = direct_enabled() && direct_plan(&r);
-    }
-    tpu_parallel_for(r.tiling.tiles, 1, run_tiles, &r);
-    tpu_status_t s = atomic_load(&r.error);
-    if (s != TPU_OK) return s;
+    if (!fits) continue;
+    tiled_run_t r = {.program = p, .group = grp, .graph = graph, .ctx = ctx, .error_node = -1};
+    pthread_mutex_init(&r.mu, NULL);
+    run_fused(&r);
+    pthread_mutex_destroy(&r.mu);
+    keep_first(&first, r.error);
   }
-  return TPU_OK;
+  return first;
 }

@@ -119,7 +119,11 @@ tpu_status_t tpu_program_cache_get(const tpu_graph_t* graph,
                                    const tpu_fusion_analysis_t* analysis,
                                    tpu_program_t** out_program, bool* out_hit);
 
-/* The interpreter: runs the graph as the program says (host driver). */
+/* The interpreter: runs the graph as the program says (host driver); a NULL
+ * program runs the graph node by node, as strict eager queues it. Errors
+ * follow strict eager's contract: a failing node records its error and
+ * every later node (later groups, and the rest of a fused group on every
+ * tile) still runs; the first error is returned. */
 tpu_status_t tpu_program_run(const tpu_program_t* program, const tpu_graph_t* graph,
                              tpu_exec_ctx_t* ctx);
 

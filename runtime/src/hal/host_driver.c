@@ -15,7 +15,9 @@
  *    split work over the shared compute pool (kernel.h).
  *  - Events: sequence counters with a timestamp of the last completion.
  * An error in a command is recorded on its queue (first one wins, named after
- * the op) and returned by the next queue_wait_idle, which clears it. */
+ * the op) and returned by the next queue_wait_idle, which clears it; the
+ * commands after it, and the nodes after a failing one in the same graph or
+ * program, still run (tpu_program_run). */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -375,14 +377,6 @@ static void command_dispose(tpu_hal_command_t* cmd) {
     host_event_release(cmd->u.event.event);
 }
 
-static tpu_status_t run_graph(tpu_hal_queue_t* q, tpu_graph_t* graph) {
-  tpu_exec_ctx_t ctx = {.chip_index = q->chip->index};
-  int32_t n = tpu_graph_node_count(graph);
-  for (int32_t i = 0; i < n; ++i)
-    TPU_RETURN_IF_ERROR(tpu_node_execute(tpu_graph_node(graph, i), &ctx));
-  return TPU_OK;
-}
-
 /* Keeps the first error since the last wait_idle; caller holds q->mu. */
 static void record_error(tpu_hal_queue_t* q, tpu_status_t s) {
   if (s == TPU_OK) return;
@@ -392,12 +386,12 @@ static void record_error(tpu_hal_queue_t* q, tpu_status_t s) {
 
 static tpu_status_t run_command(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
   switch (cmd->kind) {
-    case TPU_HAL_CMD_EXEC:
-      if (cmd->u.exec.program) {
-        tpu_exec_ctx_t ctx = {.chip_index = q->chip->index};
-        return tpu_program_run(cmd->u.exec.program, cmd->u.exec.graph, &ctx);
-      }
-      return run_graph(q, cmd->u.exec.graph);
+    case TPU_HAL_CMD_EXEC: {
+      /* A strict graph (no program) or a deferred program: every node runs,
+       * the first error is returned (tpu_program_run). */
+      tpu_exec_ctx_t ctx = {.chip_index = q->chip->index};
+      return tpu_program_run(cmd->u.exec.program, cmd->u.exec.graph, &ctx);
+    }
     case TPU_HAL_CMD_COPY:
       if (cmd->u.copy.bytes)
         memmove((void*)(uintptr_t)cmd->u.copy.dst, (const void*)(uintptr_t)cmd->u.copy.src,
