@@ -92,20 +92,29 @@ CASES = {
 }
 
 
-def _run(name, device, dtype):
+def _run(name, device, dtype, exact=False, absolute=False):
+    """The case's output and gradients on `device` in `dtype`; with ``exact``
+    the same in float64 on the dtype-rounded inputs (on the CPU), and with
+    ``absolute`` also every operand made non-negative (the sums of |terms|:
+    convolutions are linear in each operand)."""
     fn, xs, ws, has_bias, kw, fmt = CASES[name]
     g = torch.Generator().manual_seed(len(name))
-    x = torch.randn(xs, generator=g, dtype=torch.float64).to(dtype)
-    w = torch.randn(ws, generator=g, dtype=torch.float64).to(dtype)
+    run_dtype = torch.float64 if exact else dtype
+
+    def draw(shape):
+        t = torch.randn(shape, generator=g, dtype=torch.float64).to(dtype).to(run_dtype)
+        return t.abs() if absolute else t
+
+    x, w = draw(xs), draw(ws)
     out_ch = ws[0] if "transpose" not in name else ws[1] * kw.get("groups", 1)
-    b = torch.randn(out_ch, generator=g, dtype=torch.float64).to(dtype) if has_bias else None
+    b = draw(out_ch) if has_bias else None
     if fmt is not None:
         x = x.contiguous(memory_format=fmt)
     leaves = [t.to(device).requires_grad_() for t in (x, w, b) if t is not None]
     xd, wd = leaves[0], leaves[1]
     bd = leaves[2] if has_bias else None
     y = fn(xd, wd, bd, **kw)
-    gy = torch.randn(y.shape, generator=g, dtype=torch.float64).to(dtype).to(device)
+    gy = draw(y.shape).to(device)
     grads = torch.autograd.grad(y, leaves, gy)
     return [y.detach().cpu()] + [t.cpu() for t in grads]
 
@@ -208,24 +217,6 @@ def _half_ulp(r, dtype):
     return torch.pow(2.0, (e - 1 - bits).clamp(min=tiny).double())
 
 
-def _run_f64(name, dtype, absolute=False):
-    """_run in float64 on the half-rounded inputs: the exact results, or with
-    ``absolute`` the same sums of |terms| (every operand made non-negative;
-    convolutions are linear in each operand)."""
-    fn, xs, ws, has_bias, kw, fmt = CASES[name]
-    g = torch.Generator().manual_seed(len(name))
-    x = torch.randn(xs, generator=g, dtype=torch.float64).to(dtype).double()
-    w = torch.randn(ws, generator=g, dtype=torch.float64).to(dtype).double()
-    out_ch = ws[0] if "transpose" not in name else ws[1] * kw.get("groups", 1)
-    b = (torch.randn(out_ch, generator=g, dtype=torch.float64).to(dtype).double()
-         if has_bias else None)
-    leaves = [(t.abs() if absolute else t).requires_grad_() for t in (x, w, b) if t is not None]
-    y = fn(leaves[0], leaves[1], leaves[2] if has_bias else None, **kw)
-    gy = torch.randn(y.shape, generator=g, dtype=torch.float64).to(dtype).double()
-    grads = torch.autograd.grad(y, leaves, gy.abs() if absolute else gy)
-    return [y.detach()] + list(grads)
-
-
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_half_types_round_once_against_float64(name, dtype, no_fallback):
@@ -236,7 +227,8 @@ def test_half_types_round_once_against_float64(name, dtype, no_fallback):
     to the half type exceeds it (PyTorch's CPU without AVX-512 FP16 does, for
     float16 transposed convolutions; with it, the CPU meets this bound)."""
     got = _run(name, "tpu", dtype)
-    exact, mag = _run_f64(name, dtype), _run_f64(name, dtype, absolute=True)
+    exact = _run(name, "cpu", dtype, exact=True)
+    mag = _run(name, "cpu", dtype, exact=True, absolute=True)
     for k, (a, r, m) in enumerate(zip(got, exact, mag)):
         assert a.dtype == dtype
         a = a.double()
