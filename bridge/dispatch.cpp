@@ -348,13 +348,20 @@ bool sync_count(Binding* b, Call& call, tpu_node_t& node) {
   cnode.num_outputs = 1;
   cnode.num_attrs = tpu_op_num_attrs(b->count_op);
   cnode.outputs = &cview;
-  tpu_status_t s = tpu_op_check(&cnode);
+  tpu_view_t want{};
+  tpu_status_t s = tpu_op_infer(&cnode, &want);
+  if (tpu_status_code(s) == TPU_CODE_UNIMPLEMENTED) {
+    tpu_status_free(s);
+    return false;
+  }
+  check(s);
+  cview = want;
+  cview.addr = 1;  // placeholder until allocated below, as in run_native
+  s = tpu_op_check(&cnode);
   if (s != TPU_OK) {
     tpu_status_free(s);
     return false;
   }
-  tpu_view_t want{};
-  check(tpu_op_infer(&cnode, &want));
   at::Tensor count = alloc_output(want, call.device);
   make_view(count, &cview);
   submit_node(call.device, cnode);
@@ -883,7 +890,6 @@ std::string bind_one(const std::string& aten, tpu_op_id_t id, Binding& b) {
   int out_pos = 0;
   bool list_input = false;
   std::vector<int> inputs_seen;
-  const std::string in_spec = std::string(",") + (def->inputs ? def->inputs : "") + ",";
   for (const c10::Argument& arg : schema.arguments()) {
     ArgRole r;
     const std::string& an = arg.name();
@@ -896,8 +902,8 @@ std::string bind_one(const std::string& aten, tpu_op_id_t id, Binding& b) {
     // A foreach row's lists may be mutated too ("exp_avgs*!"): each node
     // then writes one element of each.
     const bool foreach = def->flags & TPU_OP_FOREACH;
-    if (in_idx >= 0 && (in_spec.find("," + an + "!,") != std::string::npos ||
-                        (foreach && in_spec.find("," + an + "*!,") != std::string::npos))) {
+    const uint32_t marks = tpu_spec_flags(def->inputs, in_idx);
+    if ((marks & TPU_SPEC_MUTATED) && (foreach || !(marks & TPU_SPEC_LIST))) {
       if (arg.kwarg_only() || (arg.type()->kind() == c10::TypeKind::ListType && !foreach))
         return aten + ": argument '" + an + "' cannot be a mutated input";
       r.mutated = true;
@@ -923,8 +929,7 @@ std::string bind_one(const std::string& aten, tpu_op_id_t id, Binding& b) {
                     c10::TypeKind::GeneratorType)) {
       r.role = Role::Generator;
     } else if (in_idx >= 0) {
-      std::string spec = def->inputs;
-      bool is_list = spec.find(an + "*") != std::string::npos;
+      bool is_list = marks & TPU_SPEC_LIST;
       r.role = is_list ? Role::InputList : Role::Input;
       r.index = in_idx;
       list_input = list_input || is_list;

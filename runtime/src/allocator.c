@@ -317,7 +317,11 @@ void tpu_block_free(tpu_block_t* b) {
       if (!(uses & (1u << s))) continue;
       tpu_event_t* ev = NULL;
       tpu_stream_t* st = &a->chip->streams[s];
-      if (tpu_event_create(false, &ev) != TPU_OK) continue;
+      tpu_status_t cs = tpu_event_create(false, &ev);
+      if (cs != TPU_OK) {
+        tpu_status_free(cs);
+        continue;
+      }
       tpu_status_t rs = tpu_event_record_queued(ev, st);
       if (rs != TPU_OK) {
         tpu_status_free(rs);

@@ -60,7 +60,12 @@ bool tpu_view_is_contiguous(const tpu_view_t* view) {
 int64_t tpu_attr_int(const tpu_attr_t* a, int64_t dflt) {
   if (!a) return dflt;
   if (a->kind == TPU_ATTR_INT || a->kind == TPU_ATTR_BOOL) return a->u.i;
-  if (a->kind == TPU_ATTR_FLOAT) return (int64_t)a->u.f;
+  if (a->kind == TPU_ATTR_FLOAT) { /* saturated: a float outside int64 converts defined */
+    if (a->u.f != a->u.f) return 0;
+    if (a->u.f >= 9.2233720368547758e18) return INT64_MAX;
+    if (a->u.f <= -9.2233720368547758e18) return INT64_MIN;
+    return (int64_t)a->u.f;
+  }
   return dflt;
 }
 
@@ -256,39 +261,10 @@ const tpu_node_t* tpu_graph_node(const tpu_graph_t* graph, int32_t index) {
   return &graph->nodes[index].node;
 }
 
-static tpu_status_t verify_view(const tpu_view_t* v, const char* what, int32_t index) {
-  if (v->dtype < 0 || v->dtype >= TPU_DTYPE_COUNT)
-    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s %d has an invalid dtype", what, index);
-  if (v->ndim < 0 || v->ndim > TPU_MAX_DIMS)
-    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s %d has %d dims (max %d)", what, index,
-                           v->ndim, TPU_MAX_DIMS);
-  for (int32_t d = 0; d < v->ndim; ++d)
-    if (v->sizes[d] < 0 || v->strides[d] < 0)
-      return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s %d has a negative size or stride",
-                             what, index);
-  if (v->addr == 0 && tpu_view_numel(v) != 0)
-    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s %d has no device memory", what, index);
-  return TPU_OK;
-}
-
 tpu_status_t tpu_node_verify(const tpu_node_t* n, int32_t index) {
-  const tpu_op_def_t* def = tpu_op_def(n->op);
-  if (!def) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "node %d: unknown op %d", index, n->op);
-  if (n->num_attrs != tpu_op_num_attrs(n->op))
-    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "node %d (%s): %d attrs, expected %d", index,
-                           def->name, n->num_attrs, tpu_op_num_attrs(n->op));
-  if (n->num_outputs != tpu_op_num_outputs(n->op))
-    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "node %d (%s): %d outputs, expected %d",
-                           index, def->name, n->num_outputs, tpu_op_num_outputs(n->op));
-  for (int32_t k = 0; k < n->num_inputs; ++k)
-    if (n->inputs[k].kind == TPU_VALUE_VIEW)
-      TPU_RETURN_IF_ERROR(
-          tpu_status_annotate(verify_view(&n->inputs[k].u.view, "input", k), "%s", def->name));
-  for (int32_t k = 0; k < n->num_outputs; ++k)
-    if (!tpu_view_is_absent(&n->outputs[k]))
-      TPU_RETURN_IF_ERROR(
-          tpu_status_annotate(verify_view(&n->outputs[k], "output", k), "%s", def->name));
-  return TPU_OK;
+  tpu_status_t s = tpu_node_validate(n, true);
+  if (s == TPU_OK) s = tpu_op_check(n);
+  return s == TPU_OK ? TPU_OK : tpu_status_annotate(s, "node %d", index);
 }
 
 tpu_status_t tpu_graph_verify(const tpu_graph_t* graph) {

@@ -181,14 +181,10 @@ static tpu_status_t submit(tpu_stream_t* stream, tpu_hal_command_t* cmd,
   return tpu_stream_enqueue(stream, cmd);
 }
 
-tpu_status_t tpu_stream_submit(tpu_stream_t* stream, tpu_graph_t* graph) {
-  tpu_status_t s = tpu_graph_verify(graph);
-  if (s != TPU_OK) {
-    tpu_graph_release(graph);
-    return s;
-  }
+/* Queues a verified graph (or records it, deferred); takes ownership. */
+static tpu_status_t submit_verified(tpu_stream_t* stream, tpu_graph_t* graph) {
   if (tpu_defer_active()) return tpu_defer_record(stream, graph);
-  s = tpu_stream_flush(stream, TPU_FLUSH_STRICT_SUBMIT, NULL);
+  tpu_status_t s = tpu_stream_flush(stream, TPU_FLUSH_STRICT_SUBMIT, NULL);
   if (s != TPU_OK) {
     tpu_graph_release(graph);
     return s;
@@ -197,15 +193,22 @@ tpu_status_t tpu_stream_submit(tpu_stream_t* stream, tpu_graph_t* graph) {
   return tpu_stream_enqueue(stream, &cmd);
 }
 
-tpu_status_t tpu_stream_submit_node(tpu_stream_t* stream, const tpu_node_t* node) {
-  /* Deferred, the node goes straight into the pending graph. */
-  if (tpu_defer_active()) {
-    TPU_RETURN_IF_ERROR(tpu_node_verify(node, 0));
-    return tpu_defer_record_node(stream, node);
+tpu_status_t tpu_stream_submit(tpu_stream_t* stream, tpu_graph_t* graph) {
+  tpu_status_t s = tpu_graph_verify(graph);
+  if (s != TPU_OK) {
+    tpu_graph_release(graph);
+    return s;
   }
+  return submit_verified(stream, graph);
+}
+
+tpu_status_t tpu_stream_submit_node(tpu_stream_t* stream, const tpu_node_t* node) {
+  TPU_RETURN_IF_ERROR(tpu_node_verify(node, 0)); /* before anything reads it */
+  /* Deferred, the node goes straight into the pending graph. */
+  if (tpu_defer_active()) return tpu_defer_record_node(stream, node);
   tpu_graph_t* graph = NULL;
   TPU_RETURN_IF_ERROR(tpu_graph_from_node(node, &graph));
-  return tpu_stream_submit(stream, graph);
+  return submit_verified(stream, graph);
 }
 
 tpu_status_t tpu_stream_copy(tpu_stream_t* stream, tpu_copy_kind_t kind, uint64_t dst,

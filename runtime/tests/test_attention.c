@@ -189,9 +189,13 @@ static tpu_status_t check_of(tpu_dtype_t dt, int64_t H, int64_t Hkv, int64_t D, 
                        tt_value(mask ? &m.view : NULL)};
   tpu_attr_t at[6] = {tt_float(p), tt_bool(causal), tt_bool(false), tt_none(), tt_int(0),
                       tt_int(0)};
-  tpu_node_t node = tt_node(in, 4, NULL, 2, at, 6);
+  tpu_view_t outs[2] = {{0}};
+  tpu_node_t node = tt_node(in, 4, outs, 2, at, 6);
   node.op = tpu_op_lookup("sdpa_flash");
-  tpu_status_t s = tpu_op_check(&node);
+  /* The bridge's order: the outputs' metadata, then the check (before
+   * their memory is allocated). */
+  tpu_status_t s = tpu_op_infer(&node, outs);
+  if (s == TPU_OK) s = tpu_op_check(&node);
   tt_free(&q), tt_free(&k), tt_free(&m);
   return s;
 }

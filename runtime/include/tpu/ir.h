@@ -31,6 +31,10 @@ extern "C" {
 #define TPU_MAX_ATTRS 8
 #define TPU_MAX_INTS 12 /* longest int-list attribute */
 #define TPU_MAX_STR 16  /* longest string attribute, with its NUL */
+/* Most elements one view may index (broadcast views included): 2^48, more
+ * than any chip holds, and small enough that a kernel's scratch size
+ * (elements x element size x a small factor) cannot overflow. */
+#define TPU_MAX_VIEW_ELEMENTS (1LL << 48)
 
 /* A strided view of device memory. Strides are in elements and may be 0
  * (broadcast) or negative-free (PyTorch strides are never negative). */
@@ -121,7 +125,8 @@ typedef struct tpu_attr {
   } u;
 } tpu_attr_t;
 
-/* Attribute readers with defaults for NONE; they borrow. */
+/* Attribute readers with defaults for NONE; they borrow. tpu_attr_int of a
+ * FLOAT truncates, saturating at the int64 range (NaN reads 0). */
 int64_t tpu_attr_int(const tpu_attr_t* attr, int64_t dflt);
 double tpu_attr_float(const tpu_attr_t* attr, double dflt); /* INT promotes */
 bool tpu_attr_bool(const tpu_attr_t* attr, bool dflt);
@@ -168,7 +173,8 @@ void tpu_graph_operand_counts(const tpu_graph_t* graph, int64_t* out_inputs,
 /* Borrowed; valid until the graph is changed or released. */
 const tpu_node_t* tpu_graph_node(const tpu_graph_t* graph, int32_t index);
 
-/* Checks every node against its op definition (arity, dtypes, ranks). */
+/* Checks every node as tpu_op_check does (tpu/ops.h): well formed, and run
+ * natively by its op. */
 tpu_status_t tpu_graph_verify(const tpu_graph_t* graph);
 /* Checks one node (borrowed) likewise; `index` names it in the message. */
 tpu_status_t tpu_node_verify(const tpu_node_t* node, int32_t index);

@@ -9,6 +9,13 @@
  *               a trailing '!' an operand the kernel writes in place (a
  *               mutated input such as batch norm's "running_mean!"; a
  *               TPU_OP_FOREACH row's lists may be both: "exp_avgs*!"),
+ *               a trailing '?' an operand that may be absent (an optional
+ *               "weight?"), a trailing '#' one that may be a number in a
+ *               row that is not TPU_OP_POINTWISE ("value#"; pointwise rows
+ *               take numbers for every operand). tpu_op_check and
+ *               tpu_op_infer refuse a node whose required operand is absent
+ *               (INVALID_ARGUMENT) or that passes a number elsewhere
+ *               (UNIMPLEMENTED: the CPU fallback runs it),
  *   - attrs:    comma-separated names of its non-tensor arguments ("alpha"),
  *               stored in node->attrs in this order,
  *   - outputs:  names of the ATen out= arguments it writes ("out" or
@@ -126,9 +133,29 @@ const char* tpu_op_family_of(tpu_op_id_t id);
 tpu_status_t tpu_op_check_out_overlap(const tpu_node_t* node);
 
 /* Counts of names in a comma-separated spec, and the index of `name` in it
- * (-1 if absent). A trailing '*' or '!' on an entry is ignored for matching. */
+ * (-1 if absent). Trailing marks ('*', '!', '?', '#') on an entry are
+ * ignored for matching. */
 int32_t tpu_spec_count(const char* spec);
 int32_t tpu_spec_index(const char* spec, const char* name);
+/* The marks on entry `index` of an inputs spec (0 when out of range). */
+#define TPU_SPEC_LIST 1u     /* '*': a tensor list */
+#define TPU_SPEC_MUTATED 2u  /* '!': written in place */
+#define TPU_SPEC_OPTIONAL 4u /* '?': may be absent */
+#define TPU_SPEC_NUMBER 8u   /* '#': may be a number */
+uint32_t tpu_spec_flags(const char* spec, int32_t index);
+
+/* Whether a node is well formed for its op, whatever its op's own check
+ * says: a known op; counts of inputs, attrs and outputs the op takes; value
+ * and attr kinds in range; every dtype a real enum value; views of at most
+ * TPU_MAX_DIMS dims, non-negative sizes and strides whose element count and
+ * byte span fit int64 (and TPU_MAX_VIEW_ELEMENTS); with `addresses`, backed
+ * by memory unless empty; scalars of a real dtype; strings NUL-terminated;
+ * required operands present (marks above). Outputs are checked when
+ * `node->outputs` is set. INVALID_ARGUMENT (or UNIMPLEMENTED, for what the
+ * CPU fallback can run) naming the operand. tpu_op_infer and tpu_op_check
+ * run it on metadata (addresses may still be unset), submission with
+ * addresses. */
+tpu_status_t tpu_node_validate(const tpu_node_t* node, bool addresses);
 
 /* For a TPU_OP_COMPLEX_AS_REAL row: `*out` becomes `node` with complex views
  * as real ones (inputs and outputs stored in the caller's arrays of
@@ -137,8 +164,10 @@ int32_t tpu_spec_index(const char* spec, const char* name);
 bool tpu_node_complex_as_real(const tpu_node_t* node, tpu_node_t* out, tpu_value_t* inputs,
                               tpu_view_t* outputs);
 
-/* Runs the op's check (if any) and infer for a node whose outputs are not
- * set yet. */
+/* tpu_op_infer fills out_views (tpu_op_num_outputs entries) with the
+ * metadata of a node's outputs; node->outputs is not read. tpu_op_check says
+ * whether the node, its outputs set (INVALID_ARGUMENT when they are not),
+ * runs natively: tpu_node_validate, then the op's own check (if any). */
 tpu_status_t tpu_op_check(const tpu_node_t* node);
 tpu_status_t tpu_op_infer(const tpu_node_t* node, tpu_view_t* out_views);
 

@@ -438,7 +438,12 @@ static void direct_prepare(coll_exec_t* x) {
   extents(a, c->nranks, c->rank, &sb, &rb);
   if (!c->local) { /* between processes: the buffers must lie in memory the peers can map */
     const coll_mem_t* m = x->mem;
-    if (!m || m->driver->memory_export(m->chip, &x->direct_mem) != TPU_OK) return;
+    if (!m) return;
+    tpu_status_t es = m->driver->memory_export(m->chip, &x->direct_mem);
+    if (es != TPU_OK) { /* not shareable: the staged path */
+      tpu_status_free(es);
+      return;
+    }
     if (!m->driver->memory_is_shared(m->chip, a->send, sb) || !m->driver->memory_is_shared(m->chip, a->recv, rb))
       return;
   }

@@ -634,10 +634,10 @@ static tpu_status_t attn_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
 static const int k_backward_flag = 1;
 
 static const tpu_op_def_t k_ops[] = {
-    {"sdpa_flash", "query,key,value,attn_bias",
+    {"sdpa_flash", "query,key,value,attn_bias?",
      "dropout_p,is_causal,return_debug_mask,scale,seed,offset", "output,logsumexp", NULL,
      attn_kernel, attn_infer, attn_check, NULL, TPU_OP_HEAVY},
-    {"sdpa_flash_backward", "grad_out,query,key,value,attn_bias,out,logsumexp",
+    {"sdpa_flash_backward", "grad_out,query,key,value,attn_bias?,out,logsumexp",
      "grad_input_mask,dropout_p,is_causal,scale,seed,offset",
      "grad_query,grad_key,grad_value,grad_attn_bias", NULL, attn_kernel, attn_infer, attn_check,
      &k_backward_flag, TPU_OP_HEAVY},

@@ -750,7 +750,7 @@ static const conv_impl_t k_forward = {CONV_FORWARD}, k_backward = {CONV_BACKWARD
                          k_im2col = {CONV_IM2COL}, k_col2im = {CONV_COL2IM};
 
 static const tpu_op_def_t k_rows[] = {
-    {"convolution", "input,weight,bias",
+    {"convolution", "input,weight,bias?",
      "stride,padding,dilation,transposed,output_padding,groups", "out",
      "convolution.default convolution.out", conv_kernel, conv_infer, conv_check, &k_forward,
      TPU_OP_HEAVY},

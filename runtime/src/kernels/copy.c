@@ -106,7 +106,7 @@ static const tpu_op_def_t g_rows[] = {
     {"zero", "self", "", "out", "zero_ zero zero.out", zero_kernel, like_input0_infer, NULL, NULL,
      TPU_OP_COMPLEX_AS_REAL},
     {"copy", "src", "", "out", "", copy_kernel, like_input0_infer, NULL, NULL},
-    {"fill", "self,value", "", "out",
+    {"fill", "self,value#", "", "out",
      "fill.Scalar fill.Tensor fill.Scalar_out fill.Tensor_out fill_.Scalar fill_.Tensor",
      fill_kernel, fill_infer, fill_check, NULL},
 };

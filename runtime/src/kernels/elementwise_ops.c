@@ -381,7 +381,7 @@ static tpu_status_t prep_round(const tpu_node_t* node, tpu_dtype_t common, tpu_e
   if (!tpu_dtype_is_floating(common))
     return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "round: decimals on an integer tensor");
   p->mode = d > 0 ? 1 : 2;
-  p->f[0] = pow(10.0, (double)(d > 0 ? d : -d));
+  p->f[0] = pow(10.0, fabs((double)d)); /* d may be INT64_MIN */
   return TPU_OK;
 }
 
@@ -575,7 +575,7 @@ static const tpu_op_def_t g_rows[] = {
            k_pow),
     EW_ROW("maximum", "self,other", "", "out", "maximum maximum.out", k_maximum),
     EW_ROW("minimum", "self,other", "", "out", "minimum minimum.out", k_minimum),
-    EW_ROW("clamp", "self,min,max", "", "out",
+    EW_ROW("clamp", "self,min?,max?", "", "out",
            "clamp clamp.Tensor clamp.out clamp.Tensor_out clamp_ clamp_.Tensor", k_clamp),
     EW_ROW("clamp_min", "self,min", "", "out",
            "clamp_min clamp_min.Tensor clamp_min.out clamp_min.Tensor_out clamp_min_ "

@@ -623,17 +623,17 @@ static const eb_spec_t k_fwd_spec = {EB_FORWARD}, k_bwd_spec = {EB_BACKWARD},
                        k_dense_spec = {EB_DENSE_BACKWARD}, k_psw_spec = {EB_PSW_BACKWARD};
 
 static const tpu_op_def_t k_ops[] = {
-    {"embedding_bag", "weight,indices,offsets,per_sample_weights",
+    {"embedding_bag", "weight,indices,offsets,per_sample_weights?",
      "scale_grad_by_freq,mode,sparse,include_last_offset,padding_idx", "out0,out1,out2,out3",
      "_embedding_bag _embedding_bag_forward_only _embedding_bag.out "
      "_embedding_bag_forward_only.out",
      eb_kernel, eb_infer, eb_check, &k_fwd_spec},
     {"embedding_bag_backward",
-     "grad,indices,offsets,offset2bag,bag_size,maximum_indices,per_sample_weights",
+     "grad,indices,offsets,offset2bag,bag_size,maximum_indices,per_sample_weights?",
      "num_weights,scale_grad_by_freq,mode,sparse,padding_idx", "out", "_embedding_bag_backward",
      eb_kernel, eb_infer, eb_check, &k_bwd_spec},
     {"embedding_bag_dense_backward",
-     "grad,indices,offset2bag,bag_size,maximum_indices,per_sample_weights",
+     "grad,indices,offset2bag,bag_size,maximum_indices,per_sample_weights?",
      "num_weights,scale_grad_by_freq,mode,padding_idx", "out",
      "_embedding_bag_dense_backward _embedding_bag_dense_backward.out", eb_kernel, eb_infer,
      eb_check, &k_dense_spec},

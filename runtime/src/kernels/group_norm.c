@@ -292,9 +292,9 @@ static const bn_impl_t k_fwd = {false, 1, true};
 static const bn_impl_t k_bwd = {true, 1, true};
 
 static const tpu_op_def_t k_rows[] = {
-    {"group_norm", "input,weight,bias", "N,C,HxW,group,eps", "out0,out1,out2",
+    {"group_norm", "input,weight?,bias?", "N,C,HxW,group,eps", "out0,out1,out2",
      "native_group_norm.default native_group_norm.out", gn_kernel, gn_infer, gn_check, &k_fwd},
-    {"group_norm_backward", "grad_out,input,mean,rstd,weight", "N,C,HxW,group,output_mask",
+    {"group_norm_backward", "grad_out,input,mean,rstd,weight?", "N,C,HxW,group,output_mask",
      "out0,out1,out2", "native_group_norm_backward.default native_group_norm_backward.out",
      gn_kernel, gn_infer, gn_check, &k_bwd},
 };

@@ -614,7 +614,7 @@ static const tpu_op_def_t k_ops[] = {
     IX_ROW_F("gather", "self,index", "dim", "gather gather.out", k_gather, TPU_OP_OUT_NO_OVERLAP),
     IX_ROW("scatter", "self,index,src", "dim", "scatter.src scatter_.src scatter.src_out",
            k_scatter),
-    IX_ROW("scatter_value", "self,index,value", "dim",
+    IX_ROW("scatter_value", "self,index,value#", "dim",
            "scatter.value scatter_.value scatter.value_out", k_scatter_value),
     IX_ROW("scatter_add", "self,index,src", "dim", "scatter_add scatter_add_ scatter_add.out",
            k_scatter_add),

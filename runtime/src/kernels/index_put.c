@@ -710,7 +710,10 @@ static tpu_status_t load_repeats(const tpu_view_t* r, int64_t** out, int64_t* to
       free(buf);
       return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "repeats can not be negative");
     }
-    *total += buf[i];
+    if (__builtin_add_overflow(*total, buf[i], total)) {
+      free(buf);
+      return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "repeat_interleave: repeats sum past int64");
+    }
   }
   *out = buf;
   return TPU_OK;
@@ -857,7 +860,7 @@ static const tpu_op_def_t k_ops[] = {
            "_index_put_impl_ index_put index_put_ index_put.out _index_put_impl.out", k_index_put),
     AX_ROW_F("take", "self,index", "", "take take.out", k_take, TPU_OP_OUT_NO_OVERLAP),
     AX_ROW("put", "self,index,source", "accumulate", "put_ put put.out", k_put),
-    AX_ROW("index_fill", "self,index,value", "dim",
+    AX_ROW("index_fill", "self,index,value#", "dim",
            "index_fill.int_Scalar index_fill_.int_Scalar index_fill.int_Tensor "
            "index_fill_.int_Tensor index_fill.int_Scalar_out index_fill.int_Tensor_out",
            k_index_fill),

@@ -92,6 +92,7 @@ static tpu_status_t parse_terms(const tpu_node_t* node, int32_t first, int32_t n
                   : tpu_ax_bcast(&a->bnd, a->bsizes, t->idx->ndim, t->idx->sizes)))
       return unimpl("index shapes do not broadcast");
   }
+  if (a->nO + a->bnd + a->nI > TPU_MAX_DIMS) return unimpl("result of more than 12 dims");
   return TPU_OK;
 }
 

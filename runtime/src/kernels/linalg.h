@@ -92,6 +92,10 @@ typedef struct la_mat {
 } la_mat_t;
 
 static inline la_mat_t la_mat(const tpu_view_t* v) {
+  if (v->ndim < 2) { /* checks refuse these; read as a column, never out of bounds */
+    la_mat_t c = {v, 0, v->ndim ? v->sizes[0] : 1, 1, v->ndim ? v->strides[0] : 1, 1};
+    return c;
+  }
   la_mat_t m = {v, v->ndim - 2, v->sizes[v->ndim - 2], v->sizes[v->ndim - 1],
                 v->strides[v->ndim - 2], v->strides[v->ndim - 1]};
   return m;

@@ -263,6 +263,9 @@ static int lu_batch(const la_job_t* j, int64_t b, char* ws) {
 }
 
 static tpu_status_t lu_setup(la_job_t* j, const tpu_node_t* node) {
+  if (node->num_inputs < 1 || node->inputs[0].kind != TPU_VALUE_VIEW ||
+      node->inputs[0].u.view.ndim < 2)
+    BAD("linalg.lu: A must have at least 2 dimensions");
   j->m[0] = la_mat(&node->inputs[0].u.view);
   const la_mat_t* ms[1] = {&j->m[0]};
   la_bat_of(&j->bt, ms, 1);

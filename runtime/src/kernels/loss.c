@@ -275,10 +275,10 @@ static const loss_impl_t k_fwd2d = {false, true};
 static const loss_impl_t k_bwd2d = {true, true};
 
 #define FWD_ROW(name, aten, impl)                                                          \
-  {name, "self,target,weight", "reduction,ignore_index", "output,total_weight", aten,      \
+  {name, "self,target,weight?", "reduction,ignore_index", "output,total_weight", aten,      \
    loss_kernel, loss_infer, loss_check, &impl}
 #define BWD_ROW(name, aten, impl)                                                          \
-  {name, "grad_output,self,target,weight,total_weight", "reduction,ignore_index",          \
+  {name, "grad_output,self,target,weight?,total_weight", "reduction,ignore_index",          \
    "grad_input", aten, loss_kernel, loss_infer, loss_check, &impl, 0, loss_rows}
 
 static const tpu_op_def_t k_rows[] = {

@@ -688,16 +688,16 @@ static const norm_impl_t k_rms_forward = {false, true};
 static const norm_impl_t k_rms_backward = {true, true};
 
 static const tpu_op_def_t k_rows[] = {
-    {"layer_norm", "input,weight,bias", "normalized_shape,eps", "out0,out1,out2",
+    {"layer_norm", "input,weight?,bias?", "normalized_shape,eps", "out0,out1,out2",
      "native_layer_norm.default native_layer_norm.out", norm_kernel, norm_infer, norm_check,
      &k_forward, 0, norm_rows},
-    {"layer_norm_backward", "grad_out,input,mean,rstd,weight,bias",
+    {"layer_norm_backward", "grad_out,input,mean,rstd,weight?,bias?",
      "normalized_shape,output_mask", "out0,out1,out2",
      "native_layer_norm_backward.default native_layer_norm_backward.out", norm_kernel,
      norm_infer, norm_check, &k_backward},
-    {"rms_norm", "input,weight", "normalized_shape,eps", "out0,out1", "_fused_rms_norm.default",
+    {"rms_norm", "input,weight?", "normalized_shape,eps", "out0,out1", "_fused_rms_norm.default",
      norm_kernel, norm_infer, norm_check, &k_rms_forward, 0, norm_rows},
-    {"rms_norm_backward", "grad_out,input,rstd,weight", "normalized_shape,output_mask",
+    {"rms_norm_backward", "grad_out,input,rstd,weight?", "normalized_shape,output_mask",
      "out0,out1", "_fused_rms_norm_backward.default", norm_kernel, norm_infer, norm_check,
      &k_rms_backward},
 };

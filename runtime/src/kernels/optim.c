@@ -220,7 +220,7 @@ static tpu_status_t adam_check(const tpu_op_def_t* def, const tpu_node_t* node) 
 /* ---- the op table ------------------------------------------------------------------- */
 
 #define OPT_INPUTS \
-  "self*!,grads*!,exp_avgs*!,exp_avg_sqs*!,max_exp_avg_sqs*!,state_steps*,lr,grad_scale,found_inf"
+  "self*!,grads*!,exp_avgs*!,exp_avg_sqs*!,max_exp_avg_sqs*!,state_steps*,lr#,grad_scale?,found_inf?"
 #define OPT_ATTRS "beta1,beta2,weight_decay,eps,amsgrad,maximize"
 
 static const int k_adamw = 1; /* impl: non-NULL for the AdamW row */

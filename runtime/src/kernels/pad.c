@@ -83,7 +83,9 @@ static tpu_status_t pad_parse(const tpu_op_def_t* def, const tpu_node_t* node, p
     int32_t p = 2 * (x->ndim - 1 - d);
     a->lo[d] = pd->u.ints[p];
     a->hi[d] = pd->u.ints[p + 1];
-    a->out[d] = x->sizes[d] + a->lo[d] + a->hi[d];
+    if (__builtin_add_overflow(x->sizes[d], a->lo[d], &a->out[d]) ||
+        __builtin_add_overflow(a->out[d], a->hi[d], &a->out[d]))
+      return unimpl("pad: output size overflows");
     if (a->out[d] < 0) return unimpl("pad: negative output size");
     if (im->mode == PAD_CONSTANT) continue;
     if (x->sizes[d] <= 0 || a->out[d] <= 0) return unimpl("pad: empty input or output");

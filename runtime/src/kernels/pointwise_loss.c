@@ -54,8 +54,11 @@ tpu_status_t tpu_pl_parse(const tpu_op_def_t* def, const tpu_node_t* node, pl_ar
   if (!im->backward && im->kind != PL_BCE) {
     const tpu_value_t vals[2] = {node->inputs[tpu_spec_index(def->inputs, "self")],
                                  node->inputs[tpu_spec_index(def->inputs, "target")]};
-    if (tpu_broadcast_shapes(vals, 2, f->sizes, &f->ndim) != TPU_OK)
+    tpu_status_t s = tpu_broadcast_shapes(vals, 2, f->sizes, &f->ndim);
+    if (s != TPU_OK) {
+      tpu_status_free(s);
       return unimpl("self and target do not broadcast");
+    }
   }
   if (im->kind == PL_BCE && !views_same_shape(x, t)) return unimpl("target shape differs");
   tpu_view_set_contiguous(f);
@@ -221,9 +224,9 @@ static const tpu_op_def_t k_rows[] = {
            k_hub),
     PL_ROW("huber_loss_backward", "grad_output,self,target", "reduction,delta", "grad_input",
            "huber_loss_backward huber_loss_backward.out", k_hub_b),
-    PL_ROW("binary_cross_entropy", "self,target,weight", "reduction", "out",
+    PL_ROW("binary_cross_entropy", "self,target,weight?", "reduction", "out",
            "binary_cross_entropy binary_cross_entropy.out", k_bce),
-    PL_ROW("binary_cross_entropy_backward", "grad_output,self,target,weight", "reduction",
+    PL_ROW("binary_cross_entropy_backward", "grad_output,self,target,weight?", "reduction",
            "grad_input", "binary_cross_entropy_backward binary_cross_entropy_backward.grad_input",
            k_bce_b),
 };

@@ -614,7 +614,7 @@ static const tpu_op_def_t k_ops[] = {
             k_cauchy),
     RNG_ROW("log_normal", "self", "mean,std,seed,offset", "out",
             "log_normal_ log_normal log_normal.out", k_log_normal),
-    RNG_ROW("normal_tensor", "mean,std", "seed,offset", "out",
+    RNG_ROW("normal_tensor", "mean#,std#", "seed,offset", "out",
             "normal.Tensor_float normal.Tensor_float_out normal.float_Tensor "
             "normal.float_Tensor_out normal.Tensor_Tensor normal.Tensor_Tensor_out",
             k_normal_t),

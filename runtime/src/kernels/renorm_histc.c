@@ -175,8 +175,10 @@ int64_t tpu_histc_bin(const histc_args_t* a, double x, double lo, double hi) {
   if (!(x >= lo && x <= hi)) return -1;
   tpu_dtype_t dt = a->in->dtype;
   double pos = rnd(rnd(rnd(x - lo, dt) * (double)a->bins, dt) / rnd(hi - lo, dt), dt);
-  int64_t b = (int64_t)pos;
-  return b >= a->bins ? a->bins - 1 : b < 0 ? 0 : b;
+  /* An edge range that rounds to zero makes pos inf or NaN: the last bin,
+   * or the first, rather than an undefined conversion. */
+  if (!(pos < (double)a->bins)) return pos != pos ? 0 : a->bins - 1;
+  return pos < 0 ? 0 : (int64_t)pos;
 }
 
 /* The edges histc uses: [min, max], or the data's extrema, as stored. */

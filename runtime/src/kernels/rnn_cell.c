@@ -441,14 +441,14 @@ static const rc_impl_t k_lstm = {RC_LSTM, false}, k_lstm_b = {RC_LSTM, true};
 static const rc_impl_t k_gru = {RC_GRU, false}, k_gru_b = {RC_GRU, true};
 
 static const tpu_op_def_t k_rows[] = {
-    {"_thnn_fused_lstm_cell", "input_gates,hidden_gates,cx,input_bias,hidden_bias", "",
+    {"_thnn_fused_lstm_cell", "input_gates,hidden_gates,cx,input_bias?,hidden_bias?", "",
      "out0,out1,out2", "_thnn_fused_lstm_cell _thnn_fused_lstm_cell.out", rc_kernel, rc_infer,
      rc_check, &k_lstm, 0, NULL},
-    {"_thnn_fused_lstm_cell_backward_impl", "grad_hy,grad_cy,cx,cy,workspace", "has_bias",
+    {"_thnn_fused_lstm_cell_backward_impl", "grad_hy?,grad_cy?,cx,cy,workspace", "has_bias",
      "out0,out1,out2",
      "_thnn_fused_lstm_cell_backward_impl _thnn_fused_lstm_cell_backward_impl.out", rc_kernel,
      rc_infer, rc_check, &k_lstm_b, 0, NULL},
-    {"_thnn_fused_gru_cell", "input_gates,hidden_gates,hx,input_bias,hidden_bias", "",
+    {"_thnn_fused_gru_cell", "input_gates,hidden_gates,hx,input_bias?,hidden_bias?", "",
      "out0,out1", "_thnn_fused_gru_cell _thnn_fused_gru_cell.out", rc_kernel, rc_infer, rc_check,
      &k_gru, 0, NULL},
     {"_thnn_fused_gru_cell_backward", "grad_hy,workspace", "has_bias",

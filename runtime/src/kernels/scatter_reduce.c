@@ -706,13 +706,13 @@ static const tpu_op_def_t k_ops[] = {
            "scatter_reduce.two scatter_reduce_.two scatter_reduce.two_out", k_two),
     SR_ROW("scatter_reduce_legacy", "self,index,src", "dim,reduce",
            "scatter.reduce scatter_.reduce scatter.reduce_out", k_legacy),
-    SR_ROW("scatter_value_reduce", "self,index,value", "dim,reduce",
+    SR_ROW("scatter_value_reduce", "self,index,value#", "dim,reduce",
            "scatter.value_reduce scatter_.value_reduce scatter.value_reduce_out", k_value),
     SR_ROW("index_reduce", "self,index,source", "dim,reduce,include_self",
            "index_reduce index_reduce_ index_reduce.out", k_index_reduce),
-    {"segment_reduce", "data,lengths,offsets", "reduce,axis,unsafe,initial", "out",
+    {"segment_reduce", "data,lengths?,offsets?", "reduce,axis,unsafe,initial", "out",
      "segment_reduce segment_reduce.out", sg_kernel, sg_infer, sg_check, NULL},
-    {"segment_reduce_backward", "grad,output,data,lengths,offsets", "reduce,axis,initial", "out",
+    {"segment_reduce_backward", "grad,output,data,lengths?,offsets?", "reduce,axis,initial", "out",
      "_segment_reduce_backward _segment_reduce_backward.out", sg_kernel, sg_infer, sg_check, NULL},
 };
 

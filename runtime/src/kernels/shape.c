@@ -646,6 +646,10 @@ static tpu_status_t tri_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   int32_t nd = j.out->ndim;
   j.rows = j.out->sizes[nd - 2];
   j.cols = j.out->sizes[nd - 1];
+  /* Past either corner every diagonal keeps all or nothing: clamped, so
+   * i + diag cannot overflow. */
+  int64_t reach = j.rows + j.cols;
+  j.diag = j.diag > reach ? reach : j.diag < -reach ? -reach : j.diag;
   const int64_t* strides[2] = {j.out->strides, j.self->strides};
   walk_init(&j.batch, nd - 2, j.out->sizes, 2, strides);
   int64_t total = j.batch.numel * j.rows;

@@ -897,14 +897,14 @@ static const tpu_op_def_t k_rows[] = {
            "output,inverse,counts", "unique_dim", k_dim),
     UQ_ROW("unique_dim_count", "self", "dim,sorted,return_inverse,return_counts,sync_size",
            "count", "", k_dim_count),
-    UQ_ROW("bincount", "self,weights", "minlength,sync_size", "out", "bincount", k_bincount),
-    UQ_ROW("bincount_count", "self,weights", "minlength,sync_size", "count", "",
+    UQ_ROW("bincount", "self,weights?", "minlength,sync_size", "out", "bincount", k_bincount),
+    UQ_ROW("bincount_count", "self,weights?", "minlength,sync_size", "count", "",
            k_bincount_count),
     {"isin", "elements,test_elements", "assume_unique,invert", "out",
      "isin.Tensor_Tensor isin.Tensor_Tensor_out", isin_kernel, isin_infer, isin_check, NULL},
-    {"isin_tensor_scalar", "elements,test_element", "assume_unique,invert", "out",
+    {"isin_tensor_scalar", "elements,test_element#", "assume_unique,invert", "out",
      "isin.Tensor_Scalar isin.Tensor_Scalar_out", isin_kernel, isin_infer, isin_check, NULL},
-    {"isin_scalar_tensor", "element,test_elements", "assume_unique,invert", "out",
+    {"isin_scalar_tensor", "element#,test_elements", "assume_unique,invert", "out",
      "isin.Scalar_Tensor isin.Scalar_Tensor_out", isin_kernel, isin_infer, isin_check, NULL},
 };
 

@@ -90,11 +90,9 @@ static void build_table(void) {
       ops[k] = &g_families[f]->ops[i];
       counts[2 * k] = tpu_spec_count(ops[k]->attrs);
       counts[2 * k + 1] = tpu_spec_count(ops[k]->outputs);
-      int32_t input = 0;
-      for (const char* p = ops[k]->inputs; p && *p; ++p) {
-        if (*p == '!' && (p[1] == ',' || p[1] == '\0') && input < 32) mutated[k] |= 1u << input;
-        if (*p == ',') input++;
-      }
+      int32_t num_inputs = tpu_spec_count(ops[k]->inputs);
+      for (int32_t input = 0; input < num_inputs && input < 32; ++input)
+        if (tpu_spec_flags(ops[k]->inputs, input) & TPU_SPEC_MUTATED) mutated[k] |= 1u << input;
       fam[k++] = g_families[f]->name;
     }
   g_ops = ops;
@@ -166,13 +164,31 @@ int32_t tpu_spec_index(const char* spec, const char* name) {
     const char* end = strchr(p, ',');
     size_t n = end ? (size_t)(end - p) : strlen(p);
     size_t m = n;
-    while (m && (p[m - 1] == '*' || p[m - 1] == '!')) m--; /* "exp_avgs*!" is exp_avgs */
+    while (m && strchr("*!?#", p[m - 1])) m--; /* "exp_avgs*!" is exp_avgs */
     if (m == len && strncmp(p, name, len) == 0) return index;
     if (!end) break;
     p = end + 1;
     index++;
   }
   return -1;
+}
+
+uint32_t tpu_spec_flags(const char* spec, int32_t index) {
+  if (!spec || index < 0) return 0;
+  const char* p = spec;
+  for (int32_t i = 0; i < index; ++i) {
+    p = strchr(p, ',');
+    if (!p) return 0;
+    p++;
+  }
+  size_t n = strcspn(p, ",");
+  uint32_t flags = 0;
+  while (n && strchr("*!?#", p[n - 1])) {
+    char c = p[--n];
+    flags |= c == '*' ? TPU_SPEC_LIST : c == '!' ? TPU_SPEC_MUTATED
+             : c == '?' ? TPU_SPEC_OPTIONAL : TPU_SPEC_NUMBER;
+  }
+  return flags;
 }
 
 /* ---- checks and inference -------------------------------------------------- */
@@ -260,8 +276,11 @@ tpu_status_t tpu_node_execute(const tpu_node_t* node, tpu_exec_ctx_t* ctx) {
 }
 
 tpu_status_t tpu_op_check(const tpu_node_t* node) {
+  TPU_RETURN_IF_ERROR(tpu_node_validate(node, false));
   const tpu_op_def_t* def = tpu_op_def(node->op);
-  if (!def) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "unknown op id %d", node->op);
+  if (!node->outputs && node->num_outputs > 0)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                           "%s: outputs not set (tpu_op_infer gives their metadata)", def->name);
   if (as_real_row(def, node) && has_complex(node, true)) {
     tpu_node_t r;
     tpu_value_t in[AS_REAL_MAX];
@@ -271,10 +290,6 @@ tpu_status_t tpu_op_check(const tpu_node_t* node) {
     return tpu_op_check(&r);
   }
   TPU_RETURN_IF_ERROR(check_complex(def, node, true));
-  for (int32_t i = 0; i < node->num_inputs; ++i)
-    if (node->inputs[i].kind == TPU_VALUE_VIEW && node->inputs[i].u.view.ndim > TPU_MAX_DIMS)
-      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: more than %d dims", def->name,
-                             TPU_MAX_DIMS);
   TPU_RETURN_IF_ERROR(tpu_op_check_out_overlap(node));
   return def->check ? def->check(def, node) : TPU_OK;
 }
@@ -294,8 +309,11 @@ tpu_status_t tpu_op_check_out_overlap(const tpu_node_t* node) {
 }
 
 tpu_status_t tpu_op_infer(const tpu_node_t* node, tpu_view_t* out_views) {
+  if (!node) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "no node");
+  tpu_node_t unset_outputs = *node; /* not read: not validated */
+  unset_outputs.outputs = NULL;
+  TPU_RETURN_IF_ERROR(tpu_node_validate(&unset_outputs, false));
   const tpu_op_def_t* def = tpu_op_def(node->op);
-  if (!def) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "unknown op id %d", node->op);
   if (!def->infer)
     return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s has no shape function", def->name);
   if (as_real_row(def, node) && has_complex(node, false)) {
@@ -326,7 +344,10 @@ void tpu_view_set_contiguous(tpu_view_t* view) {
   int64_t stride = 1;
   for (int32_t i = view->ndim - 1; i >= 0; --i) {
     view->strides[i] = stride;
-    stride *= view->sizes[i] > 1 ? view->sizes[i] : 1;
+    /* Only an empty view's strides can overflow (a non-empty one's are at
+     * most its element count): they saturate, and address nothing. */
+    if (view->sizes[i] > 1 && __builtin_mul_overflow(stride, view->sizes[i], &stride))
+      stride = INT64_MAX;
   }
 }
 
