@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test: the runtime's C tests (plain, then under AddressSanitizer +
-# UndefinedBehaviorSanitizer), then the Python test suite.
+# UndefinedBehaviorSanitizer), a bounded libFuzzer run on the public C API,
+# then the Python test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -18,6 +19,20 @@ cmake -S . -B build/asan -DTPU_BUILD_BRIDGE=OFF -DTPU_SANITIZE=ON \
 cmake --build build/asan -j "$JOBS"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
   build/asan/tpu_runtime_tests
+
+echo "== Fuzzing the public C API (libFuzzer, 60 s, from the saved corpus)"
+CC=clang-14 CXX=clang++-14 cmake -S . -B build/fuzz -DTPU_BUILD_BRIDGE=OFF -DTPU_BUILD_TESTS=OFF \
+  -DTPU_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug -DPython3_EXECUTABLE="$(which python)" >/dev/null
+cmake --build build/fuzz -j "$JOBS"
+fuzz_dir=$(mktemp -d)
+cp runtime/fuzz/corpus/* "$fuzz_dir"/
+build/fuzz/tpu_fuzz_node -max_total_time="${TPU_FUZZ_SECONDS:-60}" -timeout=20 -rss_limit_mb=4096 \
+  -artifact_prefix="$fuzz_dir/" -print_final_stats=1 "$fuzz_dir" 2>&1 | grep -v "^#\|NEW_FUNC" || true
+if ls "$fuzz_dir"/crash-* "$fuzz_dir"/leak-* "$fuzz_dir"/timeout-* "$fuzz_dir"/oom-* >/dev/null 2>&1; then
+  echo "fuzzing found a failing input (kept in $fuzz_dir; add it to runtime/fuzz/corpus once fixed)"
+  exit 1
+fi
+rm -rf "$fuzz_dir"
 
 echo "== Python tests"
 python -m pytest -q tests "$@"

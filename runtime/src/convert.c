@@ -245,6 +245,7 @@ static void raw_copy(void* dst, int64_t ds, const void* src, int64_t ss, int64_t
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
+#include <cpuid.h>
 #define CVT_X86 1
 
 #define AVX __attribute__((target("avx")))
@@ -341,7 +342,11 @@ static int cpu_features(void) {
   static atomic_int features = -1;
   int f = atomic_load_explicit(&features, memory_order_relaxed);
   if (f < 0) {
-    f = (__builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c") ? NEED_F16C : 0) |
+    /* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports
+     * does not know "f16c". */
+    unsigned eax, ebx, ecx = 0, edx;
+    bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
+    f = (__builtin_cpu_supports("avx") && f16c ? NEED_F16C : 0) |
         (__builtin_cpu_supports("avx2") ? NEED_AVX2 : 0);
     atomic_store_explicit(&features, f, memory_order_relaxed);
   }
