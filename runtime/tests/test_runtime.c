@@ -127,18 +127,21 @@ TEST(stream_copies_are_ordered) {
   free(back);
 }
 
+/* Sets the atomic_int at arg after a while. Tests read it while a stream's
+ * worker may still be running this, hence the atomic. */
 static void slow_fn(void* arg) {
-  volatile int* flag = arg;
+  atomic_int* flag = arg;
   for (volatile int i = 0; i < 2000000; ++i) {
   }
-  *flag = 1;
+  atomic_store_explicit(flag, 1, memory_order_release);
 }
 
 TEST(events_order_streams) {
   tpu_chip_t* chip = chip0();
   tpu_stream_t* s1 = stream_of(chip, 1);
   tpu_stream_t* s2 = stream_of(chip, 2);
-  volatile int flag = 0;
+  atomic_int flag;
+  atomic_init(&flag, 0);
   int seen = -1;
   tpu_event_t *ev = NULL, *t0 = NULL, *t1 = NULL;
   CHECK_OK(tpu_event_create(false, &ev));
@@ -175,14 +178,15 @@ TEST(cross_stream_free_waits_for_use) {
   tpu_block_t* a = NULL;
   CHECK_OK(tpu_block_alloc(s0, 4096, &a));
   tpu_block_record_stream(a, s3);
-  volatile int flag = 0;
+  atomic_int flag;
+  atomic_init(&flag, 0);
   CHECK_OK(tpu_stream_host_fn(s3, slow_fn, (void*)&flag));
   uint64_t addr = tpu_block_addr(a);
   tpu_block_free(a);
   tpu_block_t* b = NULL;
   CHECK_OK(tpu_block_alloc(s0, 4096, &b));
   /* Either s3 already finished, or the block was not handed out again. */
-  CHECK(flag == 1 || tpu_block_addr(b) != addr);
+  CHECK(atomic_load_explicit(&flag, memory_order_acquire) == 1 || tpu_block_addr(b) != addr);
   CHECK_OK(tpu_stream_synchronize(s3));
   tpu_block_free(b);
 }
@@ -214,9 +218,10 @@ TEST(launch_blocking_mode) {
   tpu_chip_t* chip = chip0();
   tpu_stream_t* st = stream_of(chip, 4);
   tpu_set_launch_blocking(true);
-  volatile int flag = 0;
+  atomic_int flag;
+  atomic_init(&flag, 0);
   CHECK_OK(tpu_stream_host_fn(st, slow_fn, (void*)&flag));
-  CHECK(flag == 1); /* returned only after it ran */
+  CHECK(atomic_load(&flag) == 1); /* returned only after it ran */
   tpu_set_launch_blocking(false);
 }
 
