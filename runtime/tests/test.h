@@ -2,8 +2,9 @@
  *
  * TEST(name) { ... } registers a test; CHECK(cond) / CHECK_OK(status) /
  * CHECK_NEAR(a, b, tol) record a failure (with file:line) and go on. The
- * runner (test_main.c) runs every test, or those whose name contains argv[1],
- * and ends with the line "N passed, N failed".
+ * runner (test_main.c) runs every test, or those whose name contains any of
+ * its arguments (less those containing an argument given as -SUBSTRING), and
+ * ends with the line "N passed, N failed".
  */
 #ifndef TPU_TEST_H_
 #define TPU_TEST_H_

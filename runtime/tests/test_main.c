@@ -38,13 +38,27 @@ static int compare_names(const void* a, const void* b) {
   return strcmp(x, y);
 }
 
+/* The arguments are filters: a test runs when its name contains one of the
+ * plain ones (or there are none) and none of those given as -SUBSTRING. */
+static int selected(const char* name, int nfilters, char* const* filters) {
+  int includes = 0, included = 0;
+  for (int k = 0; k < nfilters; ++k) {
+    if (filters[k][0] == '-') {
+      if (strstr(name, filters[k] + 1)) return 0;
+    } else {
+      includes++;
+      if (strstr(name, filters[k])) included = 1;
+    }
+  }
+  return included || includes == 0;
+}
+
 int main(int argc, char** argv) {
-  const char* filter = argc > 1 ? argv[1] : NULL;
   int passed = 0, failed = 0;
   /* Run in name order so output is stable whatever the link order. */
   qsort(g_tests, (size_t)g_count, sizeof(g_tests[0]), compare_names);
   for (int i = 0; i < g_count; ++i) {
-    if (filter && !strstr(g_tests[i].name, filter)) continue;
+    if (!selected(g_tests[i].name, argc - 1, argv + 1)) continue;
     g_failures_in_test = 0;
     g_tests[i].fn();
     if (g_failures_in_test) {

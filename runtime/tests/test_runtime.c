@@ -1,5 +1,7 @@
 /* test_runtime.c — chips, streams, events, the caching allocator and pinned
  * memory of the host driver. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,18 +127,21 @@ TEST(stream_copies_are_ordered) {
   free(back);
 }
 
+/* Sets the atomic_int at arg after a while. Tests read it while a stream's
+ * worker may still be running this, hence the atomic. */
 static void slow_fn(void* arg) {
-  volatile int* flag = arg;
+  atomic_int* flag = arg;
   for (volatile int i = 0; i < 2000000; ++i) {
   }
-  *flag = 1;
+  atomic_store_explicit(flag, 1, memory_order_release);
 }
 
 TEST(events_order_streams) {
   tpu_chip_t* chip = chip0();
   tpu_stream_t* s1 = stream_of(chip, 1);
   tpu_stream_t* s2 = stream_of(chip, 2);
-  volatile int flag = 0;
+  atomic_int flag;
+  atomic_init(&flag, 0);
   int seen = -1;
   tpu_event_t *ev = NULL, *t0 = NULL, *t1 = NULL;
   CHECK_OK(tpu_event_create(false, &ev));
@@ -173,14 +178,15 @@ TEST(cross_stream_free_waits_for_use) {
   tpu_block_t* a = NULL;
   CHECK_OK(tpu_block_alloc(s0, 4096, &a));
   tpu_block_record_stream(a, s3);
-  volatile int flag = 0;
+  atomic_int flag;
+  atomic_init(&flag, 0);
   CHECK_OK(tpu_stream_host_fn(s3, slow_fn, (void*)&flag));
   uint64_t addr = tpu_block_addr(a);
   tpu_block_free(a);
   tpu_block_t* b = NULL;
   CHECK_OK(tpu_block_alloc(s0, 4096, &b));
   /* Either s3 already finished, or the block was not handed out again. */
-  CHECK(flag == 1 || tpu_block_addr(b) != addr);
+  CHECK(atomic_load_explicit(&flag, memory_order_acquire) == 1 || tpu_block_addr(b) != addr);
   CHECK_OK(tpu_stream_synchronize(s3));
   tpu_block_free(b);
 }
@@ -212,10 +218,81 @@ TEST(launch_blocking_mode) {
   tpu_chip_t* chip = chip0();
   tpu_stream_t* st = stream_of(chip, 4);
   tpu_set_launch_blocking(true);
-  volatile int flag = 0;
+  atomic_int flag;
+  atomic_init(&flag, 0);
   CHECK_OK(tpu_stream_host_fn(st, slow_fn, (void*)&flag));
-  CHECK(flag == 1); /* returned only after it ran */
+  CHECK(atomic_load(&flag) == 1); /* returned only after it ran */
   tpu_set_launch_blocking(false);
+}
+
+/* Threads that each make their first submissions to a stream of their own at
+ * once: their queues' workers start together, and the allocator, events and
+ * queues are used concurrently (a ThreadSanitizer build checks the ordering;
+ * run alone, it also covers the workers' first read of their settings). */
+#define THREADED_STREAMS 4
+#define THREADED_INTS 4096
+
+typedef struct {
+  int stream_index;
+  atomic_int* host_fns_run;
+  bool ok;
+} threaded_use_t;
+
+static void count_host_fn(void* arg) { atomic_fetch_add((atomic_int*)arg, 1); }
+
+/* CHECK is for the test's own thread: the others report through this. */
+static bool succeeded(tpu_status_t s) {
+  bool ok = s == TPU_OK;
+  tpu_status_free(s);
+  return ok;
+}
+
+static bool copy_round_trip(tpu_stream_t* st, int seed, atomic_int* host_fns_run) {
+  int* host = malloc(THREADED_INTS * sizeof(int));
+  int* back = calloc(THREADED_INTS, sizeof(int));
+  tpu_block_t* b = NULL;
+  tpu_event_t* ev = NULL;
+  bool ok = host && back && succeeded(tpu_block_alloc(st, THREADED_INTS * sizeof(int), &b)) &&
+            succeeded(tpu_event_create(false, &ev));
+  for (int i = 0; ok && i < THREADED_INTS; ++i) host[i] = seed * THREADED_INTS + i;
+  ok = ok &&
+       succeeded(tpu_stream_copy(st, TPU_COPY_H2D, tpu_block_addr(b), (uint64_t)(uintptr_t)host,
+                                 THREADED_INTS * sizeof(int))) &&
+       succeeded(tpu_stream_host_fn(st, count_host_fn, host_fns_run)) &&
+       succeeded(tpu_stream_copy(st, TPU_COPY_D2H, (uint64_t)(uintptr_t)back, tpu_block_addr(b),
+                                 THREADED_INTS * sizeof(int))) &&
+       succeeded(tpu_event_record(ev, st)) && succeeded(tpu_event_synchronize(ev)) &&
+       memcmp(host, back, THREADED_INTS * sizeof(int)) == 0;
+  if (ev) tpu_event_release(ev);
+  if (b) tpu_block_free(b);
+  free(host);
+  free(back);
+  return ok;
+}
+
+static void* threaded_use_main(void* arg) {
+  threaded_use_t* t = arg;
+  tpu_chip_t* chip = NULL;
+  tpu_stream_t* st = NULL;
+  t->ok = succeeded(tpu_chip_get(0, &chip)) && succeeded(tpu_stream_get(chip, t->stream_index, &st)) &&
+          copy_round_trip(st, t->stream_index, t->host_fns_run);
+  return NULL;
+}
+
+TEST(streams_used_from_several_threads_at_once) {
+  atomic_int host_fns_run;
+  atomic_init(&host_fns_run, 0);
+  threaded_use_t uses[THREADED_STREAMS];
+  pthread_t threads[THREADED_STREAMS];
+  for (int i = 0; i < THREADED_STREAMS; ++i) {
+    uses[i] = (threaded_use_t){.stream_index = 8 + i, .host_fns_run = &host_fns_run};
+    CHECK(pthread_create(&threads[i], NULL, threaded_use_main, &uses[i]) == 0);
+  }
+  for (int i = 0; i < THREADED_STREAMS; ++i) {
+    pthread_join(threads[i], NULL);
+    CHECK(uses[i].ok);
+  }
+  CHECK(atomic_load(&host_fns_run) == THREADED_STREAMS);
 }
 
 /* Nodes keep their operands while the graph's arrays grow (from the inline

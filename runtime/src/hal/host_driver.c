@@ -416,14 +416,23 @@ static tpu_status_t run_command(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
  * worker also takes cycles from the thread that submits. */
 #define DEFAULT_SPIN_US 20
 
+static int64_t spin_ns_from_env(void) {
+  const char* env = getenv("TORCH_TPU_QUEUE_SPIN_US");
+  int64_t ns = (env ? atoll(env) : DEFAULT_SPIN_US) * 1000;
+  return ns < 0 ? 0 : ns;
+}
+
+/* Read once, lazily, by every queue's worker: workers that ask at the same
+ * time each compute the same value and store it, so relaxed atomics are
+ * enough (the value is all that is shared). */
 static int64_t spin_ns(void) {
-  static int64_t value = -1;
-  if (value < 0) {
-    const char* env = getenv("TORCH_TPU_QUEUE_SPIN_US");
-    value = (env ? atoll(env) : DEFAULT_SPIN_US) * 1000;
-    if (value < 0) value = 0;
+  static _Atomic int64_t cached = -1;
+  int64_t ns = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (ns < 0) {
+    ns = spin_ns_from_env();
+    atomic_store_explicit(&cached, ns, memory_order_relaxed);
   }
-  return value;
+  return ns;
 }
 
 static inline void cpu_relax(void) {

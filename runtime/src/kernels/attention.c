@@ -287,11 +287,7 @@ static void bias_row(const attn_args_t* a, int64_t b, int64_t h, int64_t i, int6
  * multiply-adds per head dim: built for AVX-512 and AVX2 too (GCC's
  * target_clones picks one at load time), since the runtime's baseline is
  * SSE2. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
-#define AT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define AT_CLONES
-#endif
+#define AT_CLONES TPU_TARGET_CLONES("avx512f", "avx2", "default") /* vmath.h */
 
 AT_CLONES float tpu_attn_row_max_f32(const float* x, int64_t n);
 AT_CLONES double tpu_attn_row_exp_f32(float* x, float shift, int64_t n);

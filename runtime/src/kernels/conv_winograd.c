@@ -34,6 +34,7 @@
 
 #include "kernels/conv.h"
 #include "kernels/kernel_util.h"
+#include "kernels/vmath.h" /* TPU_TARGET_CLONES */
 
 #ifdef TPU_HAVE_OPENBLAS
 #include <cblas.h>
@@ -44,12 +45,7 @@
 #define WINO_MAX_TW 1024     /* widest tile row (V and M hold whole tile rows) */
 
 /* Transform loops for AVX-512 / AVX2 too (the runtime's baseline is SSE2). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
-    !defined(__SANITIZE_ADDRESS__)
-#define WINO_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define WINO_CLONES
-#endif
+#define WINO_CLONES TPU_TARGET_CLONES("avx512f", "avx2", "default") /* vmath.h */
 
 static inline int64_t wmin(int64_t a, int64_t b) { return a < b ? a : b; }
 

@@ -17,15 +17,23 @@
 #include <stdint.h>
 #include <string.h>
 
-/* VM_SIMD_CLONES before a function built from these: GCC compiles it for
- * AVX-512, AVX2 and the baseline and picks one at load (ifunc). Not under
- * sanitizers (their runtime starts after ifunc resolvers run). */
+/* TPU_TARGET_CLONES(targets...) before a function: GCC compiles it for each
+ * target and picks one at load time (an ifunc resolver). Empty off GCC on
+ * x86-64 and under TPU_NO_CLONES, which the sanitizer builds define: the
+ * resolvers are instrumented and run during relocation, before the
+ * sanitizer's runtime has started (a TSan build crashes before main). The
+ * kernels with clones (vmath users, attention.c, conv_winograd.c) all use
+ * this one condition. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_UNDEFINED__)
-#define VM_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+    !defined(TPU_NO_CLONES) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define TPU_TARGET_CLONES(...) __attribute__((target_clones(__VA_ARGS__)))
 #else
-#define VM_SIMD_CLONES
+#define TPU_TARGET_CLONES(...)
 #endif
+
+/* VM_SIMD_CLONES before a function built from these: AVX-512, AVX2 and the
+ * baseline. */
+#define VM_SIMD_CLONES TPU_TARGET_CLONES("arch=x86-64-v4", "avx2", "default")
 
 #define VM_EXP_HI 88.0f
 #define VM_EXP_LO -87.0f
