@@ -162,10 +162,12 @@ bool traced(const at::Tensor& t) {
 
 // A size as the check sees it while tracing: a symbolic one (never 0 or 1:
 // Dynamo specializes those) stands in as a large value, equal for equal
-// expressions, so shape equalities hold without adding a guard.
+// expressions, so shape equalities hold without adding a guard. Below 2^15,
+// so that a 4-d view's element count fits the runtime's checked int64
+// arithmetic (tpu_node_validate).
 int64_t traced_size(const c10::SymInt& s) {
   if (auto v = s.maybe_as_int()) return *v;
-  return 1024 + (int64_t)(std::hash<std::string>{}(s.toSymNodeImplUnowned()->str()) % (1 << 20));
+  return 1024 + (int64_t)(std::hash<std::string>{}(s.toSymNodeImplUnowned()->str()) % (1 << 14));
 }
 
 // A head dim (the last one): the kernel takes 1..256, so a symbolic one adds

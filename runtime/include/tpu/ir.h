@@ -31,9 +31,10 @@ extern "C" {
 #define TPU_MAX_ATTRS 8
 #define TPU_MAX_INTS 12 /* longest int-list attribute */
 #define TPU_MAX_STR 16  /* longest string attribute, with its NUL */
-/* Most elements one view may index (broadcast views included): 2^48, more
- * than any chip holds, and small enough that a kernel's scratch size
- * (elements x element size x a small factor) cannot overflow. */
+/* Most elements a view of a submitted node may index (broadcast views
+ * included; tpu_node_validate): 2^48, more than any chip holds, and small
+ * enough that a kernel's scratch size (elements x element size x a small
+ * factor) cannot overflow. */
 #define TPU_MAX_VIEW_ELEMENTS (1LL << 48)
 
 /* A strided view of device memory. Strides are in elements and may be 0

@@ -148,13 +148,15 @@ uint32_t tpu_spec_flags(const char* spec, int32_t index);
  * says: a known op; counts of inputs, attrs and outputs the op takes; value
  * and attr kinds in range; every dtype a real enum value; views of at most
  * TPU_MAX_DIMS dims, non-negative sizes and strides whose element count and
- * byte span fit int64 (and TPU_MAX_VIEW_ELEMENTS); with `addresses`, backed
- * by memory unless empty; scalars of a real dtype; strings NUL-terminated;
- * required operands present (marks above). Outputs are checked when
- * `node->outputs` is set. INVALID_ARGUMENT (or UNIMPLEMENTED, for what the
- * CPU fallback can run) naming the operand. tpu_op_infer and tpu_op_check
- * run it on metadata (addresses may still be unset), submission with
- * addresses. */
+ * byte span fit int64 (empty views too); with `addresses` (a node about to
+ * run), at most TPU_MAX_VIEW_ELEMENTS elements and backed by memory unless
+ * empty; scalars of a real dtype; int-list entries within +-2^40; strings
+ * NUL-terminated; required operands present (marks above). Outputs are
+ * checked when `node->outputs` is set. INVALID_ARGUMENT, or UNIMPLEMENTED
+ * for what the CPU fallback can run (a number where the row takes tensors,
+ * a huge int-list entry, more than TPU_MAX_DIMS dims), naming the operand.
+ * tpu_op_infer and tpu_op_check run it on metadata (addresses may still be
+ * unset), submission with addresses. */
 tpu_status_t tpu_node_validate(const tpu_node_t* node, bool addresses);
 
 /* For a TPU_OP_COMPLEX_AS_REAL row: `*out` becomes `node` with complex views

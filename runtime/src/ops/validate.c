@@ -25,21 +25,25 @@ static tpu_status_t invalid(const tpu_op_def_t* def, const char* fmt, const char
  * offset arithmetic in int64 whether or not a view is empty, so the product
  * of its non-zero sizes and the sum of size x stride over its dims must fit
  * int64 too. */
-static bool view_extent(const tpu_view_t* v, uint64_t* out_bytes) {
+static bool view_extent(const tpu_view_t* v, bool addresses, uint64_t* out_bytes) {
+  /* Metadata alone (a shape check while tracing) may describe more than a
+   * chip holds; what runs may not. */
+  const uint64_t max_numel = addresses ? (uint64_t)TPU_MAX_VIEW_ELEMENTS : (uint64_t)INT64_MAX;
   uint64_t numel = 1, reach = 0, span = 1;
   bool empty = false;
   for (int32_t d = 0; d < v->ndim; ++d) {
     uint64_t size = (uint64_t)v->sizes[d], stride = (uint64_t)v->strides[d], step;
     empty |= size == 0;
     if (size == 0) size = 1;
-    if (__builtin_mul_overflow(numel, size, &numel) || numel > (uint64_t)TPU_MAX_VIEW_ELEMENTS ||
+    if (__builtin_mul_overflow(numel, size, &numel) || numel > max_numel ||
         __builtin_mul_overflow(size, stride, &step) || __builtin_add_overflow(reach, step, &reach) ||
         reach > (uint64_t)INT64_MAX)
       return false;
     span += (size - 1) * stride; /* at most reach */
   }
   *out_bytes = empty ? 0 : span * (uint64_t)tpu_dtype_size(v->dtype);
-  return (empty || span <= (uint64_t)INT64_MAX / 16) && v->addr + *out_bytes >= v->addr;
+  return (empty || span <= (uint64_t)INT64_MAX / 16) &&
+         (!addresses || v->addr + *out_bytes >= v->addr);
 }
 
 static tpu_status_t validate_view(const tpu_op_def_t* def, const tpu_view_t* v, const char* what,
@@ -54,8 +58,8 @@ static tpu_status_t validate_view(const tpu_op_def_t* def, const tpu_view_t* v, 
     if (v->sizes[d] < 0 || v->strides[d] < 0)
       return invalid(def, "%s %d has a negative size or stride", what, index);
   uint64_t bytes;
-  if (!view_extent(v, &bytes))
-    return invalid(def, "%s %d: its sizes overflow (more than 2^48 elements)", what, index);
+  if (!view_extent(v, addresses, &bytes))
+    return invalid(def, "%s %d: its sizes overflow (int64, or 2^48 elements to run)", what, index);
   if (addresses && v->addr == 0 && bytes != 0)
     return invalid(def, "%s %d has no device memory", what, index);
   return TPU_OK;
@@ -139,6 +143,12 @@ static tpu_status_t validate_attr(const tpu_op_def_t* def, const tpu_attr_t* a, 
     case TPU_ATTR_INTS:
       if (a->count < 0 || a->count > TPU_MAX_INTS)
         return invalid(def, "%s %d: int list length out of range", "attr", k);
+      /* Int lists are shapes, dims, windows and paddings, which kernels
+       * multiply and add: entries past 2^40 go to the CPU fallback. */
+      for (int32_t i = 0; i < a->count; ++i)
+        if (a->u.ints[i] > (1LL << 40) || a->u.ints[i] < -(1LL << 40))
+          return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: attr %d holds %lld", def->name, k,
+                                 (long long)a->u.ints[i]);
       return TPU_OK;
     case TPU_ATTR_DTYPE:
       if (a->u.dtype < 0 || a->u.dtype >= TPU_DTYPE_COUNT)
