@@ -261,12 +261,6 @@ const tpu_node_t* tpu_graph_node(const tpu_graph_t* graph, int32_t index) {
   return &graph->nodes[index].node;
 }
 
-tpu_status_t tpu_node_verify(const tpu_node_t* n, int32_t index) {
-  tpu_status_t s = tpu_node_validate(n, true);
-  if (s == TPU_OK) s = tpu_op_check(n);
-  return s == TPU_OK ? TPU_OK : tpu_status_annotate(s, "node %d", index);
-}
-
 tpu_status_t tpu_graph_verify(const tpu_graph_t* graph) {
   for (int32_t i = 0; i < graph->node_count; ++i)
     TPU_RETURN_IF_ERROR(tpu_node_verify(tpu_graph_node(graph, i), i));

@@ -275,8 +275,8 @@ tpu_status_t tpu_node_execute(const tpu_node_t* node, tpu_exec_ctx_t* ctx) {
   return TPU_OK;
 }
 
-tpu_status_t tpu_op_check(const tpu_node_t* node) {
-  TPU_RETURN_IF_ERROR(tpu_node_validate(node, false));
+/* tpu_op_check of a node tpu_node_validate has accepted. */
+static tpu_status_t check_validated(const tpu_node_t* node) {
   const tpu_op_def_t* def = tpu_op_def(node->op);
   if (!node->outputs && node->num_outputs > 0)
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
@@ -292,6 +292,18 @@ tpu_status_t tpu_op_check(const tpu_node_t* node) {
   TPU_RETURN_IF_ERROR(check_complex(def, node, true));
   TPU_RETURN_IF_ERROR(tpu_op_check_out_overlap(node));
   return def->check ? def->check(def, node) : TPU_OK;
+}
+
+tpu_status_t tpu_op_check(const tpu_node_t* node) {
+  TPU_RETURN_IF_ERROR(tpu_node_validate(node, false));
+  return check_validated(node);
+}
+
+/* Submission's check (tpu/ir.h): validated once, with addresses. */
+tpu_status_t tpu_node_verify(const tpu_node_t* node, int32_t index) {
+  tpu_status_t s = tpu_node_validate(node, true);
+  if (s == TPU_OK) s = check_validated(node);
+  return s == TPU_OK ? TPU_OK : tpu_status_annotate(s, "node %d", index);
 }
 
 tpu_status_t tpu_op_check_out_overlap(const tpu_node_t* node) {
