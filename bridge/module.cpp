@@ -31,6 +31,17 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("driver_name", [] { return std::string(tpu_driver_name()); });
   m.def("compute_threads", [] { return tpu_compute_threads(); });
+  m.def("matrix_unit", [] {
+    tpu_mxu_info_t info;
+    tpu_mxu_get_info(&info);
+    py::dict d;
+    d["library"] = std::string(info.library);
+    d["isa"] = std::string(info.isa);
+    d["bfloat16"] = info.bfloat16;
+    d["gemms"] = info.gemms;
+    d["declined"] = info.declined;
+    return d;
+  });
   m.def("memory_capacity", [](int index) { return tpu_chip_capacity(chip((c10::DeviceIndex)index)); });
   m.def("set_launch_blocking", [](bool on) { tpu_set_launch_blocking(on); });
   m.def("set_thread_launch_blocking", [](int mode) { set_thread_launch_blocking(mode); });

@@ -84,6 +84,13 @@ def native_ops() -> list:
     return sorted(_C.native_op_names())
 
 
+def matrix_unit() -> dict:
+    """The host driver's matrix unit: the library and instruction set its
+    bfloat16 GEMMs run on ('amx_bf16', 'avx512_bf16', or 'off (why)'), and
+    how many GEMMs it ran or declined (those ran on the float32 path)."""
+    return dict(_C.matrix_unit())
+
+
 def set_fallback_mode(mode: str) -> None:
     """'warn' (default: warn once per op), 'silent', or 'error' (raise
     NotImplementedError instead of falling back). Also TORCH_TPU_FALLBACK."""
@@ -98,6 +105,7 @@ __all__ = [
     "eager_mode",
     "fallback_counts",
     "flush",
+    "matrix_unit",
     "get_eager_mode",
     "native_counts",
     "native_ops",

@@ -19,6 +19,9 @@ def main() -> None:
         print(f"  tpu:{i}: {torch.tpu.get_device_name(i)}, memory {total / gib:.1f} GiB, "
               f"free {free / gib:.2f} GiB, allocated "
               f"{torch.tpu.memory_allocated(i) / 2**20:.1f} MiB")
+    mxu = torch_tpu.matrix_unit()
+    print(f"matrix unit: {mxu['isa']} ({mxu['library']}); bfloat16 GEMMs "
+          f"{'on the unit' if mxu['bfloat16'] else 'widened to float32 (OpenBLAS sgemm)'}")
     print(f"eager mode: {torch_tpu.get_eager_mode().name}")
     print(f"fallback mode: {_C.fallback_mode()}")
     ops = _C.runtime_ops()

@@ -27,6 +27,12 @@ void tpu_parallel_for(int64_t n, int64_t grain, void (*fn)(void* arg, int64_t be
                       void* arg);
 int tpu_parallel_threads(void);
 
+/* Calls fn(arg, threads) on the calling thread with the pool's cores claimed
+ * for a library that brings its own threads (the matrix unit's OpenMP team):
+ * threads is the pool's size, or 1 when the pool is busy (another stream's
+ * kernel, or a nested call). */
+void tpu_parallel_exclusive(void (*fn)(void* arg, int threads), void* arg);
+
 /* Reads an input value as a view: a scalar becomes a 0-dim view of
  * `*storage` (8 bytes, converted to `dtype` when dtype != INVALID, else kept
  * in the scalar's own dtype). */

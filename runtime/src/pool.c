@@ -108,3 +108,13 @@ void tpu_parallel_for(int64_t n, int64_t grain, void (*fn)(void* arg, int64_t be
   pthread_mutex_unlock(&g_pool.mu);
   pthread_mutex_unlock(&g_pool.busy);
 }
+
+void tpu_parallel_exclusive(void (*fn)(void* arg, int threads), void* arg) {
+  int threads = tpu_parallel_threads();
+  if (threads <= 1 || pthread_mutex_trylock(&g_pool.busy) != 0) {
+    fn(arg, 1);
+    return;
+  }
+  fn(arg, threads);
+  pthread_mutex_unlock(&g_pool.busy);
+}

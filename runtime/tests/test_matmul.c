@@ -4,6 +4,7 @@
  * errors, checks and shape inference. */
 #include "kernels/matmul.h"
 #include "kernel_test_util.h"
+#include "tpu/runtime.h"
 
 enum { BIAS_FULL = 0, BIAS_ROW, BIAS_SCALAR, BIAS_INPLACE };
 
@@ -91,6 +92,39 @@ static const mm_case_t k_cases[] = {
     {"dot", TPU_DTYPE_F32, 1, 1, 1, 0, TT_CONTIG, TT_CONTIG, TT_CONTIG, 0, 0, 1},
     {"vdot", TPU_DTYPE_F64, 1, 1, 1, 13, TT_PADDED, TT_CONTIG, TT_CONTIG, 0, 0, 1},
     {"vdot", TPU_DTYPE_I64, 1, 1, 1, 9, TT_CONTIG, TT_PADDED, TT_CONTIG, 0, 0, 1},
+    /* bfloat16 on the matrix unit (where the CPU has one): linear layers,
+     * attention-shaped batches, biases of every kind, transposed outputs */
+    {"mm", TPU_DTYPE_BF16, 1, 64, 96, 128, TT_CONTIG, TT_TRANSPOSED, TT_CONTIG, 0, 0, 1},
+    {"mm", TPU_DTYPE_BF16, 1, 1, 300, 64, TT_CONTIG, TT_TRANSPOSED, TT_CONTIG, 0, 0, 1},
+    {"addmm", TPU_DTYPE_BF16, 1, 33, 70, 48, TT_CONTIG, TT_TRANSPOSED, TT_CONTIG, BIAS_ROW, 1, 1},
+    {"addmm", TPU_DTYPE_BF16, 1, 40, 50, 64, TT_TRANSPOSED, TT_CONTIG, TT_CONTIG, BIAS_FULL,
+     0.5, 2},
+    {"addmm", TPU_DTYPE_BF16, 1, 40, 50, 64, TT_CONTIG, TT_CONTIG, TT_PADDED, BIAS_SCALAR, -1, 1},
+    {"baddbmm", TPU_DTYPE_BF16, 4, 16, 24, 40, TT_CONTIG, TT_TRANSPOSED, TT_CONTIG, BIAS_INPLACE,
+     1, 0.125},
+    {"bmm", TPU_DTYPE_BF16, 3, 20, 30, 40, TT_TRANSPOSED, TT_CONTIG, TT_TRANSPOSED, 0, 0, 1},
+    {"bmm", TPU_DTYPE_BF16, 6, 17, 9, 33, TT_PADDED, TT_TRANSPOSED, TT_CONTIG, 0, 0, 1},
+    {"mv", TPU_DTYPE_BF16, 1, 70, 1, 40, TT_CONTIG, TT_CONTIG, TT_CONTIG, 0, 0, 1},
+    {"dot", TPU_DTYPE_BF16, 1, 1, 1, 100, TT_CONTIG, TT_CONTIG, TT_CONTIG, 0, 0, 1},
+    /* half-type gemv (one row or column of C): both forms of the matrix,
+     * tails of every length, broadcast and batched vectors */
+    {"mm", TPU_DTYPE_F16, 1, 1, 1037, 301, TT_CONTIG, TT_CONTIG, TT_CONTIG, 0, 0, 1},
+    {"mm", TPU_DTYPE_BF16, 1, 1, 1037, 37, TT_PADDED, TT_TRANSPOSED, TT_PADDED, 0, 0, 1},
+    {"mm", TPU_DTYPE_BF16, 1, 1, 600, 1, TT_CONTIG, TT_TRANSPOSED, TT_CONTIG, 0, 0, 1},
+    {"mm", TPU_DTYPE_F16, 1, 1, 600, 1, TT_CONTIG, TT_CONTIG, TT_CONTIG, 0, 0, 1},
+    {"mm", TPU_DTYPE_BF16, 1, 530, 1, 45, TT_TRANSPOSED, TT_CONTIG, TT_TRANSPOSED, 0, 0, 1},
+    {"mv", TPU_DTYPE_F16, 1, 600, 1, 45, TT_CONTIG, TT_CONTIG, TT_CONTIG, 0, 0, 1},
+    {"mv", TPU_DTYPE_BF16, 1, 530, 1, 20, TT_TRANSPOSED, TT_PADDED, TT_CONTIG, 0, 0, 1},
+    {"addmv", TPU_DTYPE_BF16, 1, 513, 1, 70, TT_CONTIG, TT_CONTIG, TT_PADDED, BIAS_FULL, 0.5,
+     2},
+    {"addmm", TPU_DTYPE_F16, 1, 1, 700, 33, TT_CONTIG, TT_CONTIG, TT_CONTIG, BIAS_ROW, 1, -1},
+    {"addmm", TPU_DTYPE_F16, 1, 1, 700, 64, TT_CONTIG, TT_TRANSPOSED, TT_CONTIG, BIAS_INPLACE,
+     -1, 0.5},
+    {"bmm", TPU_DTYPE_BF16, 6, 1, 700, 64, TT_CONTIG, TT_TRANSPOSED, TT_CONTIG, 0, 0, 1},
+    {"bmm", TPU_DTYPE_F16, 3, 1, 64, 530, TT_PADDED, TT_CONTIG, TT_CONTIG, 0, 0, 1},
+    {"baddbmm", TPU_DTYPE_BF16, 2, 1, 90, 17, TT_CONTIG, TT_CONTIG, TT_CONTIG, BIAS_SCALAR, 2,
+     1},
+    {"bmm", TPU_DTYPE_F16, 4, 70, 1, 9, TT_TRANSPOSED, TT_PADDED, TT_TRANSPOSED, 0, 0, 1},
 };
 
 /* Operand shapes of a case: A, B and the result. */
@@ -175,7 +209,7 @@ static double run_case(const mm_case_t* c) {
   return worst;
 }
 
-TEST(matmul_matches_reference) {
+static void check_cases(int gemv_level) {
   for (size_t i = 0; i < sizeof(k_cases) / sizeof(k_cases[0]); ++i) {
     const mm_case_t* c = &k_cases[i];
     /* Inputs are small integers: sums are exact in float32; a half result
@@ -183,9 +217,39 @@ TEST(matmul_matches_reference) {
     double tol = c->dtype == TPU_DTYPE_BF16 ? 1e-2 : c->dtype == TPU_DTYPE_F16 ? 1e-3 : 1e-6;
     double worst = run_case(c);
     if (!(worst <= tol))
-      tpu_test_fail(__FILE__, __LINE__, "case %zu (%s %s %lldx%lldx%lldx%lld): diff %g", i,
-                    c->op, tpu_dtype_name(c->dtype), (long long)c->batch, (long long)c->m,
-                    (long long)c->n, (long long)c->k, worst);
+      tpu_test_fail(__FILE__, __LINE__,
+                    "case %zu (%s %s %lldx%lldx%lldx%lld, gemv level %d): diff %g", i, c->op,
+                    tpu_dtype_name(c->dtype), (long long)c->batch, (long long)c->m,
+                    (long long)c->n, (long long)c->k, gemv_level, worst);
+  }
+}
+
+/* Every case, with the half-type gemv's kernels at each level this CPU has
+ * (AVX-512, AVX2, portable). */
+TEST(matmul_matches_reference) {
+  int best = tpu_mm_gemv_set_level(-1);
+  for (int level = best; level >= 0; --level) check_cases(tpu_mm_gemv_set_level(level));
+  tpu_mm_gemv_set_level(-1);
+}
+
+/* Where the CPU has AVX512-BF16 or AMX, bfloat16 GEMMs run on the matrix
+ * unit (and none is declined for a plain layout); elsewhere (or with
+ * TORCH_TPU_MXU=0) none is offered to it and the float32 path gives the same
+ * results. */
+TEST(matmul_bfloat16_runs_on_the_matrix_unit) {
+  tpu_mxu_info_t before, after;
+  tpu_mxu_get_info(&before);
+  const mm_case_t c = {"addmm", TPU_DTYPE_BF16, 1, 48, 64, 96, TT_CONTIG, TT_TRANSPOSED,
+                       TT_CONTIG, BIAS_ROW, 1, 1};
+  double worst = run_case(&c);
+  tpu_mxu_get_info(&after);
+  CHECK(worst <= 1e-2);
+  CHECK(strlen(after.isa) > 0 && strlen(after.library) > 0);
+  if (after.bfloat16) {
+    CHECK(after.gemms == before.gemms + 1);
+    CHECK(after.declined == before.declined);
+  } else {
+    CHECK(after.gemms == before.gemms && after.declined == before.declined);
   }
 }
 

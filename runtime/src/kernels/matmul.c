@@ -2,9 +2,13 @@
  *
  * Each node becomes one batched problem C[b] = beta*bias[b] + alpha*A[b]@B[b]
  * (matmul.h) run as GEMMs:
+ *   float16 / bfloat16 one row or column of C: a gemv that streams the
+ *                      matrix once (matmul_gemv.c),
+ *   bfloat16           the matrix unit (mxu.h: oneDNN on AMX or AVX512-BF16,
+ *                      float32 accumulation), where the CPU has one,
  *   float32 / float64  OpenBLAS sgemm / dgemm,
- *   float16 / bfloat16 converted to f32, sgemm (f32 accumulation), rounded back
- *                      (the scipy-openblas32 build has no sbgemm/shgemm),
+ *   float16 / bfloat16 otherwise converted to f32, sgemm (f32 accumulation),
+ *                      rounded back (scipy-openblas32 has no sbgemm/shgemm),
  *   integers           a blocked loop in wrapping int64 arithmetic.
  * An operand that is a row- or column-major matrix (any leading dimension)
  * is passed to BLAS in place with the matching transposition flag; others
@@ -28,6 +32,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "mxu.h"
 #include "view_walk.h"
 
 #ifdef TPU_HAVE_OPENBLAS
@@ -413,6 +418,21 @@ static void partition(mm_plan_t* pl) {
   pl->cblocks = (p->n + pl->cols - 1) / pl->cols;
 }
 
+/* The problem on the matrix unit (bfloat16), when it takes it: C must not
+ * overlap a factor, and the bias is copied into C (unless it is C) for the
+ * engine's sum. *out_done false: the float32 path runs. */
+static tpu_status_t run_on_mxu(const mm_problem_t* p, bool* out_done) {
+  *out_done = false;
+  if (!tpu_mxu_supports(p->dtype) || p->k == 0 || views_overlap(&p->c, &p->a) ||
+      views_overlap(&p->c, &p->b))
+    return TPU_OK;
+  bool bias_is_c = p->has_bias && views_same(&p->bias, &p->c);
+  if (p->has_bias && !bias_is_c && views_overlap(&p->bias, &p->c)) return TPU_OK;
+  if (p->has_bias && !bias_is_c) view_copy(&p->c, &p->bias);
+  mxu_gemm_t g = {p->a, p->b, p->c, (float)p->alpha, p->has_bias ? (float)p->beta : 0.0f};
+  return tpu_mxu_gemm(&g, out_done);
+}
+
 static tpu_status_t matmul_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                   tpu_exec_ctx_t* ctx) {
   (void)ctx;
@@ -422,6 +442,11 @@ static tpu_status_t matmul_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
   mm_problem_t* p = &pl.p;
   TPU_RETURN_IF_ERROR(tpu_mm_problem(def, node, &node->outputs[0], p));
   if (p->batch * p->m * p->n == 0) return TPU_OK;
+  bool done;
+  TPU_RETURN_IF_ERROR(tpu_mm_half_gemv(p, &done));
+  if (done) return TPU_OK;
+  TPU_RETURN_IF_ERROR(run_on_mxu(p, &done));
+  if (done) return TPU_OK;
   tpu_compute_type_t ct = tpu_dtype_compute(p->dtype);
   pl.gemm = k_blas[ct];
   if (ct == TPU_COMPUTE_B8 || (pl.gemm == NULL && ct != TPU_COMPUTE_I64) ||

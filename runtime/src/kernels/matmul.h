@@ -37,6 +37,17 @@ tpu_status_t tpu_mm_result(const tpu_op_def_t* def, const tpu_node_t* node, int3
 tpu_status_t tpu_mm_problem(const tpu_op_def_t* def, const tpu_node_t* node,
                             const tpu_view_t* out, mm_problem_t* p);
 
+/* A float16/bfloat16 problem with one row or one column of C, whose matrix
+ * has a dense dimension, as a matrix-vector product that streams the matrix
+ * once (matmul_gemv.c). *out_done false (TPU_OK): not taken, the caller runs
+ * it as a GEMM. C must be of the problem's dtype. */
+tpu_status_t tpu_mm_half_gemv(const mm_problem_t* p, bool* out_done);
+
+/* For tests: caps the gemv's kernels at `level` (2 AVX-512, 1 AVX2,
+ * 0 portable; -1 lifts the cap) and returns the level that runs, which is at
+ * most what the CPU has. Process-wide. */
+int tpu_mm_gemv_set_level(int level);
+
 /* Plain reference: triple loop, double (or wrapping int64) accumulation. */
 tpu_status_t tpu_matmul_reference(const tpu_op_def_t* def, const tpu_node_t* node);
 

@@ -1,0 +1,368 @@
+"""Matrix-unit benchmark: tpu GEMMs vs PyTorch CPU GEMMs, side by side in one run.
+
+The tpu's "matrix unit" runs bfloat16 GEMMs on the CPU's AMX / AVX512-BF16
+through oneDNN; this measures it neutrally against what PyTorch CPU does
+with the same tensors on the same machine:
+
+1. GEMMs, each in float32, bfloat16 and float16 (tpu and CPU in the same
+   dtype): 128x768 @ 768x3072, 512x768 @ 768x768, 2048^3, 1x768 @ 768x50257
+   (a decode LM head), and F.linear(x, W, b) with x [128,768], W [3072,768],
+   b [3072]. ms and GFLOP/s (2*M*N*K / s) per device.
+2. A GPT-2-shaped forward (4 layers, n_embd 768, 12 heads, vocab 50257;
+   transformers' GPT2LMHeadModel with random weights when transformers
+   imports, else the same shape in plain torch.nn), seq 128, batch 1 and 8,
+   under torch.no_grad() and torch.autocast(device_type=dev,
+   dtype=torch.bfloat16); and the same model in plain float32, which gives
+   the tpu's bf16-vs-its-own-fp32 ratio. One model (same weights) is put on
+   each device with .to(dev).
+
+Peers run as a user runs them: default PyTorch thread settings, no
+OMP_WAIT_POLICY, no thread counts set. tpu and CPU run in one process in
+alternating rounds (one warm-up call each first, as side_by_side.compare);
+each case records min and median over the rounds for both devices.
+
+Ratio convention: x = cpu_ms / tpu_ms, so x > 1 means the tpu is faster.
+The table's x columns use the min and the median times.
+
+Prints machine facts (torch version, CPU capability, CPU flags, load
+average, torch_tpu.matrix_unit()), the table, matrix_unit() again (its
+counts show which path ran), and writes bench/results/matmul.json.
+Usage: python bench/bench_matmul.py [--quick] [--rounds N] [--model auto|transformers|nn]
+  --quick: 5 rounds, skips the 2048^3 GEMM and batch 8 (about 1-2 minutes).
+"""
+import argparse
+import copy
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torch_tpu
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from side_by_side import sync  # noqa: E402
+
+DEVICES = ("tpu", "cpu")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2")
+
+
+# ---------------------------------------------------------------- timing
+
+def compare_spread(calls, rounds):
+    """side_by_side.compare, keeping every round: one warm-up call each, then
+    `rounds` alternating rounds (tpu then cpu), the device synchronised inside
+    the timed region. Returns {dev: [seconds, ...]}."""
+    for d in DEVICES:
+        calls[d]()
+        sync(d)
+    times = {d: [] for d in DEVICES}
+    for _ in range(rounds):
+        for d in DEVICES:
+            sync(d)
+            t0 = time.perf_counter()
+            calls[d]()
+            sync(d)
+            times[d].append(time.perf_counter() - t0)
+    return times
+
+
+def row_from(case, dtype, times, flops):
+    r = {"case": case, "dtype": dtype, "flops": flops}
+    for d in DEVICES:
+        r[f"{d}_min_ms"] = min(times[d]) * 1e3
+        r[f"{d}_median_ms"] = statistics.median(times[d]) * 1e3
+        r[f"{d}_all_ms"] = [t * 1e3 for t in times[d]]
+        r[f"{d}_gflops"] = flops / min(times[d]) / 1e9 if flops else None
+    r["x_min"] = r["cpu_min_ms"] / r["tpu_min_ms"]
+    r["x_median"] = r["cpu_median_ms"] / r["tpu_median_ms"]
+    return r
+
+
+# ---------------------------------------------------------------- facts
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return {fl: fl in have for fl in FLAGS}
+    except OSError:
+        pass
+    return {fl: None for fl in FLAGS}
+
+
+def matrix_unit_info():
+    info = getattr(torch_tpu, "matrix_unit", None)
+    if not callable(info):
+        return None
+    try:
+        return info()
+    except Exception as e:  # report, do not hide
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def show_matrix_unit(label, mu):
+    if mu is None:
+        print(f"{label}: not available in this build")
+    else:
+        print(f"{label}: {json.dumps(mu, default=str)}")
+
+
+# ---------------------------------------------------------------- GEMMs
+
+def gemm_cases(quick):
+    """(name, make(device, dtype) -> args, fn(*args), flops)."""
+    def mm(m, k, n):
+        def make(dev, dt):
+            g = torch.Generator().manual_seed(m * 7 + k * 3 + n)
+            return (torch.randn(m, k, generator=g).to(dt).to(dev),
+                    torch.randn(k, n, generator=g).to(dt).to(dev))
+        return (f"{m}x{k} @ {k}x{n}", make, torch.matmul, 2 * m * n * k)
+
+    def linear(m, k, n):
+        def make(dev, dt):
+            g = torch.Generator().manual_seed(m + k + n)
+            return (torch.randn(m, k, generator=g).to(dt).to(dev),
+                    (torch.randn(n, k, generator=g) / k ** 0.5).to(dt).to(dev),
+                    torch.randn(n, generator=g).to(dt).to(dev))
+        return (f"linear x[{m},{k}] W[{n},{k}] b", make, F.linear, 2 * m * n * k)
+
+    cases = [mm(128, 768, 3072), mm(512, 768, 768)]
+    if not quick:
+        cases.append(mm(2048, 2048, 2048))
+    cases += [mm(1, 768, 50257), linear(128, 768, 3072)]
+    return cases
+
+
+def run_gemms(quick, rounds):
+    rows = []
+    for name, make, fn, flops in gemm_cases(quick):
+        for dname, dt in DTYPES.items():
+            try:
+                args = {d: make(d, dt) for d in DEVICES}
+                times = compare_spread({d: (lambda d=d: fn(*args[d])) for d in DEVICES}, rounds)
+                r = row_from(name, dname, times, flops)
+            except Exception as e:
+                r = {"case": name, "dtype": dname, "error": f"{type(e).__name__}: {e}"}
+            rows.append(r)
+            print_row(r)
+            args = None
+    return rows
+
+
+# ---------------------------------------------------------------- model
+
+N_LAYER, N_EMBD, N_HEAD, VOCAB, N_POS, SEQ = 4, 768, 12, 50257, 256, 128
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(N_EMBD), nn.LayerNorm(N_EMBD)
+        self.c_attn, self.c_proj = nn.Linear(N_EMBD, 3 * N_EMBD), nn.Linear(N_EMBD, N_EMBD)
+        self.c_fc, self.mlp_proj = nn.Linear(N_EMBD, 4 * N_EMBD), nn.Linear(4 * N_EMBD, N_EMBD)
+
+    def forward(self, x):
+        B, S, E = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(E, dim=-1)
+        q, k, v = (t.view(B, S, N_HEAD, E // N_HEAD).transpose(1, 2) for t in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.c_proj(a.transpose(1, 2).reshape(B, S, E))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class NNGPT2(nn.Module):
+    """GPT-2 shape in plain torch.nn (tied LM head), for when transformers is absent."""
+
+    def __init__(self):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(VOCAB, N_EMBD), nn.Embedding(N_POS, N_EMBD)
+        self.h = nn.ModuleList(Block() for _ in range(N_LAYER))
+        self.ln_f = nn.LayerNorm(N_EMBD)
+
+    def forward(self, ids):
+        x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device))
+        for b in self.h:
+            x = b(x)
+        return F.linear(self.ln_f(x), self.wte.weight)
+
+
+def build_model(kind):
+    torch.manual_seed(0)
+    if kind in ("auto", "transformers"):
+        try:
+            from transformers import GPT2Config, GPT2LMHeadModel
+            cfg = GPT2Config(n_layer=N_LAYER, n_embd=N_EMBD, n_head=N_HEAD, n_positions=N_POS,
+                             vocab_size=VOCAB)
+            m = GPT2LMHeadModel(cfg).eval()
+            return m, "transformers GPT2LMHeadModel", lambda m, ids: m(input_ids=ids,
+                                                                       use_cache=False).logits
+        except ImportError:
+            if kind == "transformers":
+                raise
+    return NNGPT2().eval(), "plain torch.nn GPT-2", lambda m, ids: m(ids)
+
+
+def model_flops(batch):
+    """Matmul FLOPs of one forward: the linear layers, the LM head and the
+    attention products QK^T and AV (counted full, not causal-halved)."""
+    tok = batch * SEQ
+    return (2 * tok * (N_LAYER * 12 * N_EMBD ** 2 + VOCAB * N_EMBD)
+            + 4 * batch * N_LAYER * SEQ * SEQ * N_EMBD)
+
+
+def run_models(kind, batches, rounds):
+    base, label, fwd = build_model(kind)
+    print(f"model: {label}, {N_LAYER} layers, n_embd {N_EMBD}, {N_HEAD} heads, seq {SEQ}")
+    models = {d: copy.deepcopy(base).to(d) for d in DEVICES}
+    rows = []
+    for b in batches:
+        g = torch.Generator().manual_seed(b)
+        ids_cpu = torch.randint(0, VOCAB, (b, SEQ), generator=g)
+        ids = {d: ids_cpu.to(d) for d in DEVICES}
+        for mode in ("autocast-bf16", "float32"):
+            def call(d, mode=mode):
+                with torch.no_grad():
+                    if mode == "autocast-bf16":
+                        with torch.autocast(device_type=d, dtype=torch.bfloat16):
+                            return fwd(models[d], ids[d])
+                    return fwd(models[d], ids[d])
+            name = f"gpt2 fwd b{b} s{SEQ}"
+            try:
+                times = compare_spread({d: (lambda d=d: call(d)) for d in DEVICES}, rounds)
+                r = row_from(name, mode, times, model_flops(b))
+                r["tokens"] = b * SEQ
+            except Exception as e:
+                r = {"case": name, "dtype": mode, "error": f"{type(e).__name__}: {e}"}
+            rows.append(r)
+            print_row(r)
+        bf, fp = rows[-2], rows[-1]
+        if "error" not in bf and "error" not in fp:
+            for d in DEVICES:
+                bf[f"{d}_bf16_vs_own_fp32_min"] = fp[f"{d}_min_ms"] / bf[f"{d}_min_ms"]
+                bf[f"{d}_bf16_vs_own_fp32_median"] = fp[f"{d}_median_ms"] / bf[f"{d}_median_ms"]
+            print(f"  b{b}: autocast-bf16 vs own float32 (fp32_ms/bf16_ms, min/median): "
+                  f"tpu {bf['tpu_bf16_vs_own_fp32_min']:.2f}/{bf['tpu_bf16_vs_own_fp32_median']:.2f}"
+                  f"  cpu {bf['cpu_bf16_vs_own_fp32_min']:.2f}/{bf['cpu_bf16_vs_own_fp32_median']:.2f}",
+                  flush=True)
+    if hasattr(base, "generate"):
+        rows.append(run_generate(base, rounds))
+    return rows, label
+
+
+GEN_PROMPT, GEN_NEW = 16, 32
+
+
+def run_generate(base, rounds):
+    """Greedy `generate()` of GEN_NEW tokens (KV cache on) after a
+    GEN_PROMPT-token prompt, batch 1, with the model's weights in bfloat16
+    (model.to(torch.bfloat16)): the decode loop is one-row GEMMs that stream
+    each weight once per token. Reported as tokens/s per device in the row's
+    `*_tokens_per_s`; x is cpu_ms / tpu_ms as everywhere."""
+    models = {d: copy.deepcopy(base).to(torch.bfloat16).to(d) for d in DEVICES}
+    ids_cpu = torch.randint(0, VOCAB, (1, GEN_PROMPT), generator=torch.Generator().manual_seed(7))
+    ids = {d: ids_cpu.to(d) for d in DEVICES}
+
+    def call(d):
+        with torch.no_grad():
+            return models[d].generate(ids[d], max_new_tokens=GEN_NEW, min_new_tokens=GEN_NEW,
+                                      do_sample=False, pad_token_id=0)
+    name = f"generate b1 {GEN_PROMPT}+{GEN_NEW} tok"
+    try:
+        same = torch.equal(call("tpu").cpu(), call("cpu"))
+        times = compare_spread({d: (lambda d=d: call(d)) for d in DEVICES}, rounds)
+        r = row_from(name, "bfloat16", times, None)
+        for d in DEVICES:
+            r[f"{d}_tokens_per_s"] = GEN_NEW / min(times[d])
+        r["same_tokens"] = same
+    except Exception as e:  # noqa: BLE001 - the row reports it
+        r = {"case": name, "dtype": "bfloat16", "error": f"{type(e).__name__}: {e}"}
+    print_row(r)
+    if "error" not in r:
+        print(f"  generate: tokens/s tpu {r['tpu_tokens_per_s']:.1f}, cpu {r['cpu_tokens_per_s']:.1f}; "
+              f"same greedy tokens as cpu: {r['same_tokens']}", flush=True)
+    return r
+
+
+# ---------------------------------------------------------------- output
+
+W = 30
+HEADER = (f"{'case':{W}} {'dtype':>13} {'tpu min':>9} {'tpu med':>9} {'cpu min':>9} "
+          f"{'cpu med':>9} {'tpu GF/s':>9} {'cpu GF/s':>9} {'x min':>6} {'x med':>6}")
+
+
+def print_row(r):
+    if "error" in r:
+        print(f"{r['case']:{W}} {r['dtype']:>13}  ERROR {r['error'][:120]}", flush=True)
+        return
+    print(f"{r['case']:{W}} {r['dtype']:>13} {r['tpu_min_ms']:9.3f} {r['tpu_median_ms']:9.3f} "
+          f"{r['cpu_min_ms']:9.3f} {r['cpu_median_ms']:9.3f} {gf(r['tpu_gflops'])} "
+          f"{gf(r['cpu_gflops'])} {r['x_min']:6.2f} {r['x_median']:6.2f}", flush=True)
+
+
+def gf(v):
+    return f"{v:9.1f}" if v is not None else f"{'-':>9}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true",
+                    help="5 rounds, skip the 2048^3 GEMM and batch 8")
+    ap.add_argument("--rounds", type=int, default=None, help="rounds per case (default 7; quick 5)")
+    ap.add_argument("--model", choices=("auto", "transformers", "nn"), default="auto")
+    ap.add_argument("--no-model", action="store_true", help="GEMMs only")
+    a = ap.parse_args()
+    rounds = a.rounds or (5 if a.quick else 7)
+    batches = [1] if a.quick else [1, 8]
+
+    load_start = os.getloadavg()
+    flags = cpu_flags()
+    mu_before = matrix_unit_info()
+    print(f"torch {torch.__version__}, torch_tpu at {os.path.dirname(torch_tpu.__file__)}")
+    print(f"cpu capability: {torch.backends.cpu.get_cpu_capability()}; "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
+          f"torch threads {torch.get_num_threads()} (defaults, none set here)")
+    print("cpu flags: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in flags.items()))
+    print(f"loadavg at start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}")
+    show_matrix_unit("matrix_unit", mu_before)
+    print(f"rounds {rounds} (alternating tpu, cpu; min and median); times in ms; "
+          f"GF/s from min; x = cpu_ms / tpu_ms (>1: tpu faster)")
+    print(HEADER)
+    t0 = time.perf_counter()
+    rows = run_gemms(a.quick, rounds)
+    model_label = None
+    if not a.no_model:
+        mrows, model_label = run_models(a.model, batches, rounds)
+        rows += mrows
+    load_end = os.getloadavg()
+    mu_after = matrix_unit_info()
+    print(f"loadavg at end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}; "
+          f"wall {time.perf_counter() - t0:.1f} s")
+    show_matrix_unit("matrix_unit after", mu_after)
+
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "matmul.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump({"convention": "x = cpu_ms / tpu_ms, >1 means tpu faster",
+                   "machine": {"torch": torch.__version__,
+                               "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                               "cpu_flags": flags, "cpu_count": os.cpu_count(),
+                               "torch_threads": torch.get_num_threads(),
+                               "processor": platform.processor() or platform.machine()},
+                   "loadavg_start": load_start, "loadavg_end": load_end,
+                   "matrix_unit_before": mu_before, "matrix_unit_after": mu_after,
+                   "rounds": rounds, "quick": a.quick, "model": model_label, "rows": rows},
+                  f, indent=1, default=str)
+    print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+/* mxu.h — the host driver's matrix unit (internal; mxu.c).
+ *
+ * A TPU's MXU multiplies bfloat16 matrices with float32 accumulation. The
+ * host driver's counterpart is the CPU's own matrix engine: AMX tiles where
+ * the CPU has them (brgemm kernels on avx512_core_amx), else AVX512-BF16 dot
+ * products (avx512_core_bf16), reached through oneDNN's matmul primitive
+ * (oneDNN's C API; Debian's libdnnl 2.6). Without either instruction set the
+ * unit is absent and callers keep their own path (bfloat16 widened to
+ * float32 for sgemm), which `tpu_mxu_info` reports.
+ *
+ * A GEMM here is batched and strided:
+ *     C[b] = alpha * A[b] @ B[b] + beta * C[b]
+ * with A [batch,m,k], B [batch,k,n], C [batch,m,n] as 3-D views (a batch
+ * stride of 0 broadcasts a factor). A and B are bfloat16; C is bfloat16 or
+ * float32. With beta != 0, C holds the addend on entry (an addmm's bias
+ * already copied in) and is read before it is written.
+ *
+ * Threads: a GEMM claims the compute pool's cores (tpu_parallel_exclusive)
+ * and runs on an OpenMP team of that many threads (the OpenMP runtime is the
+ * process's one libgomp, which PyTorch's CPU kernels use too); when the pool
+ * is busy (another stream's kernel) it runs on one thread.
+ */
+#ifndef TPU_KERNELS_MXU_H_
+#define TPU_KERNELS_MXU_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tpu/ir.h"
+#include "tpu/status.h"
+
+typedef struct mxu_gemm {
+  tpu_view_t a, b, c; /* 3-D views, borrowed; see above */
+  float alpha, beta;
+} mxu_gemm_t;
+
+/* True when the unit computes GEMMs of `dtype` operands on this CPU. */
+bool tpu_mxu_supports(tpu_dtype_t dtype);
+
+/* Runs one GEMM; *out_done says whether it ran. A GEMM the unit does not
+ * take (dtype, a layout the engine has no kernel for, the CPU) leaves
+ * *out_done false with TPU_OK: the caller runs its own path, and the refusal
+ * is counted (tpu_mxu_info_t's `declined`). OUT_OF_MEMORY or INTERNAL when
+ * the engine fails. */
+tpu_status_t tpu_mxu_gemm(const mxu_gemm_t* g, bool* out_done);
+
+#endif /* TPU_KERNELS_MXU_H_ */
