@@ -24,10 +24,15 @@ each case records min and median over the rounds for both devices.
 Ratio convention: x = cpu_ms / tpu_ms, so x > 1 means the tpu is faster.
 The table's x columns use the min and the median times.
 
+3. `generate()` with bfloat16 weights (batch 1, greedy, KV cache), a
+   Llama-shaped training step under bf16 autocast with AdamW, and the
+   convolutions of ResNet-50's bottleneck blocks in bfloat16 and float32.
+
 Prints machine facts (torch version, CPU capability, CPU flags, load
 average, torch_tpu.matrix_unit()), the table, matrix_unit() again (its
 counts show which path ran), and writes bench/results/matmul.json.
 Usage: python bench/bench_matmul.py [--quick] [--rounds N] [--model auto|transformers|nn]
+                                    [--no-model] [--no-conv]
   --quick: 5 rounds, skips the 2048^3 GEMM and batch 8 (about 1-2 minutes).
 """
 import argparse
@@ -292,6 +297,77 @@ def run_generate(base, rounds):
     return r
 
 
+# ResNet-50's bottleneck convolutions (C_in, C_out, kernel, H=W), one of
+# each stage's three, forward at batch 4 with padding k // 2.
+RESNET_CONVS = [(256, 64, 1, 56), (64, 64, 3, 56), (64, 256, 1, 56), (512, 128, 1, 28),
+                (128, 128, 3, 28), (1024, 256, 1, 14), (256, 256, 3, 14), (2048, 512, 1, 7),
+                (512, 512, 3, 7)]
+CONV_BATCH = 4
+
+
+def run_convs(rounds):
+    rows = []
+    for dt_name in ("bfloat16", "float32"):
+        dt = DTYPES[dt_name]
+        total = {d: 0.0 for d in DEVICES}
+        for ci, co, k, hw in RESNET_CONVS:
+            g = torch.Generator().manual_seed(ci + co + k)
+            x = torch.randn(CONV_BATCH, ci, hw, hw, generator=g).to(dt)
+            w = (torch.randn(co, ci, k, k, generator=g) * 0.05).to(dt)
+            xs = {d: x.to(d) for d in DEVICES}
+            ws = {d: w.to(d) for d in DEVICES}
+            times = compare_spread({d: (lambda d=d: F.conv2d(xs[d], ws[d], padding=k // 2))
+                                    for d in DEVICES}, rounds)
+            r = row_from(f"conv {ci}->{co} {k}x{k} {hw}x{hw} N{CONV_BATCH}", dt_name, times,
+                         2 * CONV_BATCH * co * ci * k * k * hw * hw)
+            for d in DEVICES:
+                total[d] += r[f"{d}_min_ms"]
+            rows.append(r)
+            print_row(r)
+        print(f"  resnet-50 bottleneck convs, {dt_name}, sum of mins: tpu {total['tpu']:.1f} ms, "
+              f"cpu {total['cpu']:.1f} ms, x {total['cpu'] / total['tpu']:.2f}", flush=True)
+        rows.append({"case": "resnet-50 bottleneck convs (sum of mins)", "dtype": dt_name,
+                     "tpu_ms": total["tpu"], "cpu_ms": total["cpu"],
+                     "x": total["cpu"] / total["tpu"]})
+    return rows
+
+
+def run_train(rounds):
+    """A Llama-shaped training step (transformers LlamaForCausalLM: hidden
+    512, 4 layers, 8 heads / 4 KV heads, MLP 1376, vocab 8000; batch 4 x
+    seq 128) under bf16 autocast with AdamW: forward, backward, step."""
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError as e:
+        print(f"llama train step: skipped ({e})")
+        return []
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=4,
+                      num_attention_heads=8, num_key_value_heads=4, vocab_size=8000,
+                      max_position_embeddings=256)
+    base = LlamaForCausalLM(cfg)
+    ids_cpu = torch.randint(0, cfg.vocab_size, (4, 128), generator=torch.Generator().manual_seed(5))
+    models = {d: copy.deepcopy(base).to(d) for d in DEVICES}
+    opts = {d: torch.optim.AdamW(models[d].parameters(), lr=1e-4) for d in DEVICES}
+    ids = {d: ids_cpu.to(d) for d in DEVICES}
+
+    def step(d):
+        with torch.autocast(device_type=d, dtype=torch.bfloat16):
+            loss = models[d](input_ids=ids[d], labels=ids[d]).loss
+        loss.backward()
+        opts[d].step()
+        opts[d].zero_grad(set_to_none=True)
+        return loss.item()
+    name = "llama train step b4 s128"
+    try:
+        times = compare_spread({d: (lambda d=d: step(d)) for d in DEVICES}, rounds)
+        r = row_from(name, "autocast-bf16", times, None)
+    except Exception as e:  # noqa: BLE001 - the row reports it
+        r = {"case": name, "dtype": "autocast-bf16", "error": f"{type(e).__name__}: {e}"}
+    print_row(r)
+    return [r]
+
+
 # ---------------------------------------------------------------- output
 
 W = 30
@@ -318,7 +394,9 @@ def main():
                     help="5 rounds, skip the 2048^3 GEMM and batch 8")
     ap.add_argument("--rounds", type=int, default=None, help="rounds per case (default 7; quick 5)")
     ap.add_argument("--model", choices=("auto", "transformers", "nn"), default="auto")
-    ap.add_argument("--no-model", action="store_true", help="GEMMs only")
+    ap.add_argument("--no-model", action="store_true",
+                    help="no GPT-2 forward, generate() or Llama training step")
+    ap.add_argument("--no-conv", action="store_true", help="no ResNet-50 convolutions")
     a = ap.parse_args()
     rounds = a.rounds or (5 if a.quick else 7)
     batches = [1] if a.quick else [1, 8]
@@ -342,6 +420,9 @@ def main():
     if not a.no_model:
         mrows, model_label = run_models(a.model, batches, rounds)
         rows += mrows
+        rows += run_train(rounds)
+    if not a.no_conv:
+        rows += run_convs(rounds)
     load_end = os.getloadavg()
     mu_after = matrix_unit_info()
     print(f"loadavg at end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}; "

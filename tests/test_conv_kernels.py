@@ -62,13 +62,14 @@ CASES = {
                          dict(padding=1, groups=6), None),
     "conv2d_depthwise_stride": (F.conv2d, (2, 4, 10, 9), (8, 1, 3, 3), False,
                                 dict(stride=2, padding=1, groups=4), torch.channels_last),
-    # float32 3x3 stride 1 with >= 16 channels: the Winograd F(2x2, 3x3) path
-    "conv2d_winograd": (F.conv2d, (2, 32, 13, 10), (24, 32, 3, 3), True, dict(padding=1), None),
-    "conv2d_winograd_groups_pad0": (F.conv2d, (1, 32, 9, 12), (32, 16, 3, 3), False,
+    # float32 3x3 stride 1 with >= 16 channels and >= 64 2x2 tiles per sample:
+    # the Winograd F(2x2, 3x3) path
+    "conv2d_winograd": (F.conv2d, (2, 32, 17, 16), (24, 32, 3, 3), True, dict(padding=1), None),
+    "conv2d_winograd_groups_pad0": (F.conv2d, (1, 32, 18, 17), (32, 16, 3, 3), False,
                                     dict(groups=2), None),
-    "conv2d_winograd_channels_last_pad2": (F.conv2d, (2, 16, 7, 8), (16, 16, 3, 3), True,
+    "conv2d_winograd_channels_last_pad2": (F.conv2d, (2, 16, 14, 13), (16, 16, 3, 3), True,
                                            dict(padding=2), torch.channels_last),
-    "conv_transpose2d_winograd": (F.conv_transpose2d, (2, 16, 7, 9), (16, 24, 3, 3), True,
+    "conv_transpose2d_winograd": (F.conv_transpose2d, (2, 16, 17, 15), (16, 24, 3, 3), True,
                                   dict(padding=1), None),
     # enough tiles for the weight gradient's Winograd sums to split over threads
     "conv2d_winograd_wide": (F.conv2d, (4, 64, 28, 30), (48, 64, 3, 3), True, dict(padding=1),

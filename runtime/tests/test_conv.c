@@ -69,6 +69,13 @@ static const conv_case_t k_cases[] = {
     {2, 2, 16, 32, 1, {9, 8}, {3, 3}, 1, 1, 1, 0, true, true, F32, TT_CONTIG},
     {2, 1, 32, 16, 1, {5, 6}, {3, 3}, 1, 0, 1, 0, true, false, F32, TT_PADDED},
     {2, 2, 16, 16, 1, {7, 9}, {3, 3}, 1, 1, 1, 0, false, true, TPU_DTYPE_BF16, TT_CONTIG},
+    /* Winograd runs from 64 tiles per sample (WINO_MIN_TILES): the same forms
+     * at that size (the smaller ones above now take im2col) */
+    {2, 2, 32, 48, 2, {18, 19}, {3, 3}, 1, 0, 1, 0, false, false, F32, TT_PADDED},
+    {2, 2, 16, 24, 1, {14, 13}, {3, 3}, 1, 2, 1, 0, false, true, F32, TT_REVERSED},
+    {2, 2, 16, 32, 1, {17, 16}, {3, 3}, 1, 1, 1, 0, true, true, F32, TT_CONTIG},
+    {2, 1, 32, 16, 1, {13, 14}, {3, 3}, 1, 0, 1, 0, true, false, F32, TT_PADDED},
+    {2, 2, 16, 16, 1, {15, 17}, {3, 3}, 1, 1, 1, 0, false, true, TPU_DTYPE_BF16, TT_CONTIG},
     /* the weight gradient's Winograd units spanning samples, several units
      * per pool chunk, chunks summed (and with groups) */
     {2, 4, 32, 32, 1, {24, 24}, {3, 3}, 1, 1, 1, 0, false, true, F32, TT_CONTIG},
@@ -85,6 +92,15 @@ static const conv_case_t k_cases[] = {
     {3, 2, 6, 10, 1, {3, 4, 5}, {1, 1, 1}, 1, 0, 1, 0, false, true, F32, TT_REVERSED},
     {2, 2, 16, 9, 1, {6, 8}, {1, 1}, 1, 0, 1, 0, false, true, TPU_DTYPE_F16, TT_CONTIG},
     {2, 1, 40, 24, 1, {30, 31}, {1, 1}, 1, 0, 1, 0, false, false, TPU_DTYPE_BF16, TT_CONTIG},
+    /* the micro-kernel runs from 384 positions per sample (conv.c,
+     * CONV_PW_MIN_POSITIONS): the same tails there */
+    {2, 2, 12, 18, 2, {20, 21}, {1, 1}, 1, 0, 1, 0, false, true, F32, TT_CONTIG},
+    {1, 2, 5, 17, 1, {401}, {1}, 1, 0, 1, 0, false, false, F32, TT_PADDED},
+    {1, 1, 7, 3, 1, {386}, {1}, 1, 0, 1, 0, false, true, F32, TT_CONTIG},
+    {3, 2, 6, 10, 1, {6, 8, 9}, {1, 1, 1}, 1, 0, 1, 0, false, true, F32, TT_REVERSED},
+    {2, 2, 16, 9, 1, {20, 20}, {1, 1}, 1, 0, 1, 0, false, true, TPU_DTYPE_F16, TT_CONTIG},
+    /* and past its range (weight over 2^16 elements): sgemm */
+    {2, 1, 260, 270, 1, {20, 20}, {1, 1}, 1, 0, 1, 0, false, true, F32, TT_CONTIG},
     /* empty batch */
     {2, 0, 3, 4, 1, {5, 5}, {3, 3}, 1, 1, 1, 0, false, true, F32, TT_CONTIG},
 };

@@ -23,8 +23,9 @@
  *   CONV_W  chunks of (n, column block) items, each accumulating a private
  *           copy of dW, summed at the end.
  * A 1x1 window with stride 1 and no padding skips im2col (the image is the
- * column matrix). Float32 3x3 windows with stride and dilation 1 and enough
- * channels run Winograd's F(2x2, 3x3) instead (conv_winograd.c), for CONV_Y,
+ * column matrix). Float32 3x3 windows with stride and dilation 1, enough
+ * channels and at least 64 output tiles per sample run Winograd's F(2x2, 3x3)
+ * instead (conv_winograd.c), for CONV_Y,
  * CONV_X and CONV_W alike. Depthwise problems (one image and one grid channel per
  * group) run direct loops over rows instead of GEMMs. Units are spread over
  * tpu_parallel_for; tiny problems stay on one thread.
@@ -52,6 +53,10 @@
  * of float32, so the GEMM's packed B panel and the block of output stay in
  * L2 (OpenBLAS sgemm runs ~10% faster there than on 4 MiB blocks). */
 #define CONV_Y_COLS (1 << 18)
+/* The 1x1 micro-kernel's range: positions per sample (8 full panels), and
+ * weight elements (256 KiB of float32, its transpose stays in L2). */
+#define CONV_PW_MIN_POSITIONS 384
+#define CONV_PW_MAX_WEIGHT (1 << 16)
 
 #include "kernels/conv_loops.h"
 
@@ -518,16 +523,26 @@ static tpu_status_t run_y(plan_t* p) {
     return finish(p);
   }
   set_blocks(p, CONV_Y_COLS);
-  if (p->pointwise && p->f32 && g->cx > 0 && g->cy > 0 && tpu_conv_pw_f32_available()) {
+  /* The micro-kernel sweeps its weight once per 48-position panel: it wins
+   * on large images with small weights (a ResNet bottleneck's 256->64 at
+   * 56x56), and loses up to 5x to sgemm on small grids with large weights
+   * (512->2048 at 7x7: 6.5 against 1.3 ms), where panels are few and the
+   * weight does not stay in L2. */
+  if (p->pointwise && p->f32 && g->cx > 0 && g->cy > 0 && p->pG >= CONV_PW_MIN_POSITIONS &&
+      g->cx * g->cy <= CONV_PW_MAX_WEIGHT && tpu_conv_pw_f32_available()) {
     /* the 1x1 micro-kernel (conv_pointwise.c) broadcasts from Wᵀ: pack it once */
     int64_t per = g->cy * g->cx;
     p->wt = (float*)malloc((size_t)(g->groups * per) * sizeof(float) + 64);
     if (!p->wt) TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "convolution scratch allocation failed");
+    /* in 32 x 32 tiles: a row-by-row transpose of a large weight misses
+     * the cache on every store (7 ms for 2048 x 512, more than the GEMM) */
     const float* w = (const float*)p->w;
     for (int64_t grp = 0; grp < g->groups; ++grp)
-      for (int64_t co = 0; co < g->cy; ++co)
-        for (int64_t c = 0; c < g->cx; ++c)
-          p->wt[grp * per + c * g->cy + co] = w[grp * per + co * g->cx + c];
+      for (int64_t co0 = 0; co0 < g->cy; co0 += 32)
+        for (int64_t c0 = 0; c0 < g->cx; c0 += 32)
+          for (int64_t co = co0; co < min64(co0 + 32, g->cy); ++co)
+            for (int64_t c = c0; c < min64(c0 + 32, g->cx); ++c)
+              p->wt[grp * per + c * g->cy + co] = w[grp * per + co * g->cx + c];
   }
   int64_t units = g->n * g->groups * p->nj;
   tpu_parallel_for(units, grain_for(g->cy * p->jb * g->cx * p->pK), conv_y_units, p);

@@ -41,6 +41,7 @@
 #endif
 
 #define WINO_TILES 224       /* most tiles per unit */
+#define WINO_MIN_TILES 64    /* fewest tiles per sample (tpu_conv_winograd_fits) */
 #define WINO_SCRATCH (1 << 19) /* bytes of V and M per unit (they stay in L2) */
 #define WINO_MAX_TW 1024     /* widest tile row (V and M hold whole tile rows) */
 
@@ -92,10 +93,13 @@ bool tpu_conv_winograd_fits(const tpu_conv_wino_t* w) {
   /* small channel counts make small GEMMs (im2col's K = 9 ci does better) */
   if (w->ci < 16 || w->co < 16 || w->Ho < 2 || w->Wo < 2 || tw > WINO_MAX_TW) return false;
   if (w->Ho != w->H + 2 * w->pad_h - 2 || w->Wo != w->W + 2 * w->pad_w - 2) return false;
+  /* a unit holds one sample's tiles at most, and each of its 16 GEMMs packs
+   * a co x ci slice of U: with few tiles per sample the packing outweighs
+   * the products (512 channels at 7x7, 16 tiles: 16 against im2col's 3 ms) */
+  if (th * tw < WINO_MIN_TILES) return false;
   /* int GEMM dimensions */
   int64_t rows = wmax(1, (WINO_TILES + tw / 2) / tw);
   if (w->ci * w->co > (1 << 28) || rows * tw * wmax(w->ci, w->co) > (1 << 28)) return false;
-  (void)th;
   return true;
 #endif
 }
