@@ -24,7 +24,8 @@ each case records min and median over the rounds for both devices.
 Ratio convention: x = cpu_ms / tpu_ms, so x > 1 means the tpu is faster.
 The table's x columns use the min and the median times.
 
-3. `generate()` with bfloat16 weights (batch 1, greedy, KV cache), a
+3. int8: torch._int_mm and aten._weight_int8pack_mm (weight-only int8).
+4. `generate()` with bfloat16 weights (batch 1, greedy, KV cache), a
    Llama-shaped training step under bf16 autocast with AdamW, and the
    convolutions of ResNet-50's bottleneck blocks in bfloat16 and float32.
 
@@ -297,6 +298,35 @@ def run_generate(base, rounds):
     return r
 
 
+def run_int8(rounds):
+    """torch._int_mm (int8 x int8 -> int32) and aten._weight_int8pack_mm
+    (bf16 activations x int8 weight [n, k] with per-channel scales: weight-
+    only int8 quantisation's linear layer), tpu against PyTorch CPU."""
+    rows = []
+    g = torch.Generator().manual_seed(9)
+    for m, k, n in ((128, 768, 3072), (512, 768, 768)):
+        a = torch.randint(-128, 128, (m, k), generator=g, dtype=torch.int8)
+        b = torch.randint(-128, 128, (k, n), generator=g, dtype=torch.int8)
+        ad, bd = {d: a.to(d) for d in DEVICES}, {d: b.to(d) for d in DEVICES}
+        times = compare_spread({d: (lambda d=d: torch._int_mm(ad[d], bd[d])) for d in DEVICES},
+                               rounds)
+        r = row_from(f"_int_mm {m}x{k} @ {k}x{n}", "int8", times, 2 * m * k * n)
+        rows.append(r)
+        print_row(r)
+    for m, k, n in ((1, 768, 50257), (128, 768, 3072)):
+        x = torch.randn(m, k, generator=g).bfloat16()
+        w = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8)
+        sc = (torch.rand(n, generator=g) / 64).bfloat16()
+        xd, wd, sd = ({d: t.to(d) for d in DEVICES} for t in (x, w, sc))
+        op = torch.ops.aten._weight_int8pack_mm
+        times = compare_spread({d: (lambda d=d: op(xd[d], wd[d], sd[d])) for d in DEVICES},
+                               rounds)
+        r = row_from(f"w8 {m}x{k} @ int8[{n},{k}]^T", "bf16 x int8", times, 2 * m * k * n)
+        rows.append(r)
+        print_row(r)
+    return rows
+
+
 # ResNet-50's bottleneck convolutions (C_in, C_out, kernel, H=W), one of
 # each stage's three, forward at batch 4 with padding k // 2.
 RESNET_CONVS = [(256, 64, 1, 56), (64, 64, 3, 56), (64, 256, 1, 56), (512, 128, 1, 28),
@@ -416,6 +446,7 @@ def main():
     print(HEADER)
     t0 = time.perf_counter()
     rows = run_gemms(a.quick, rounds)
+    rows += run_int8(rounds)
     model_label = None
     if not a.no_model:
         mrows, model_label = run_models(a.model, batches, rounds)

@@ -38,6 +38,7 @@ PYBIND11_MODULE(_C, m) {
     d["library"] = std::string(info.library);
     d["isa"] = std::string(info.isa);
     d["bfloat16"] = info.bfloat16;
+    d["int8"] = info.int8;
     d["gemms"] = info.gemms;
     d["declined"] = info.declined;
     return d;

@@ -116,3 +116,67 @@ def test_python_m_torch_tpu_names_the_engine():
     assert r.returncode == 0, r.stderr[-2000:]
     line = [s for s in r.stdout.splitlines() if s.startswith("matrix unit:")]
     assert line and torch_tpu.matrix_unit()["isa"] in line[0], r.stdout
+
+
+# ---- int8: torch._int_mm and aten._weight_int8pack_mm -------------------------------
+
+
+@pytest.mark.parametrize("m,k,n", [(33, 64, 48), (1, 300, 70), (70, 129, 65)])
+@pytest.mark.parametrize("a_dtype", [torch.int8, torch.uint8])
+def test_int_mm_matches_cpu_exactly(m, k, n, a_dtype):
+    g = torch.Generator().manual_seed(m * k + n)
+    lo = 0 if a_dtype == torch.uint8 else -128
+    a = torch.randint(lo, lo + 256, (m, k), generator=g).to(a_dtype)
+    b = torch.randint(-128, 128, (k, n), generator=g).to(torch.int8)
+    # the exact sums (int64 matmul on the CPU): PyTorch's own CPU _int_mm
+    # saturates int16 partial sums where oneDNN runs AVX2 code
+    # (ONEDNN_MAX_CPU_ISA=AVX2), so it is no reference there
+    want = (a.long() @ b.long()).int()
+    before = torch_tpu.fallback_counts().get("aten::_int_mm", 0)
+    got = torch._int_mm(a.tpu(), b.tpu())
+    assert got.dtype == torch.int32 and got.device.type == "tpu"
+    assert torch.equal(got.cpu(), want)
+    bt = b.t().contiguous().t()  # a column-major mat2
+    assert torch.equal(torch._int_mm(a.tpu(), bt.tpu()).cpu(), want)
+    assert torch_tpu.fallback_counts().get("aten::_int_mm", 0) == before
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("m", [1, 3, 70])
+def test_weight_int8pack_mm_matches_cpu(dtype, m):
+    # weight-only int8: x [m, k] @ (w [n, k] int8)^T * scales [n]; k a
+    # multiple of 8 (PyTorch's CPU kernel crashes on some other k)
+    k, n = 64 * 3, 1037
+    g = torch.Generator().manual_seed(m)
+    x = torch.randn(m, k, generator=g).to(dtype)
+    w = torch.randint(-128, 128, (n, k), generator=g).to(torch.int8)
+    s = (torch.rand(n, generator=g) / 32).to(dtype)
+    op = torch.ops.aten._weight_int8pack_mm
+    before = torch_tpu.fallback_counts().get("aten::_weight_int8pack_mm", 0)
+    got = op(x.tpu(), w.tpu(), s.tpu())
+    assert got.dtype == dtype and got.shape == (m, n)
+    want = op(x, w, s)
+    if dtype == torch.float32:  # sums of 192 terms of about 16: summation order
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-4)
+    else:
+        _close(got, want, dtype)
+    assert torch_tpu.fallback_counts().get("aten::_weight_int8pack_mm", 0) == before
+
+
+def test_int8_products_raise_what_cpu_raises():
+    a = torch.randint(-128, 128, (4, 8), dtype=torch.int8)
+    b = torch.randint(-128, 128, (8, 4), dtype=torch.int8)
+    x, s = torch.randn(4, 8).bfloat16(), torch.rand(4).bfloat16()
+    op = torch.ops.aten._weight_int8pack_mm
+    cases = [
+        lambda d: torch._int_mm(a.float().to(d), b.to(d)),          # self not int8
+        lambda d: torch._int_mm(a.to(d), b[:5].to(d)),              # k mismatch
+        lambda d: op(x.to(d), b.t().contiguous().to(d), s.float().to(d)),  # scales' dtype
+        lambda d: op(x.to(d), b.t().contiguous().to(d), s[:3].to(d)),      # scales' size
+        lambda d: op(x.t().contiguous().t().to(d), b.t().contiguous().to(d), s.to(d)),
+    ]
+    for f in cases:
+        with pytest.raises(RuntimeError) as cpu_err:
+            f("cpu")
+        with pytest.raises(type(cpu_err.value)):
+            f("tpu")

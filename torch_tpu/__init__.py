@@ -86,8 +86,9 @@ def native_ops() -> list:
 
 def matrix_unit() -> dict:
     """The host driver's matrix unit: the library and instruction set its
-    bfloat16 GEMMs run on ('amx_bf16', 'avx512_bf16', or 'off (why)'), and
-    how many GEMMs it ran or declined (those ran on the float32 path)."""
+    bfloat16 GEMMs run on ('amx_bf16', 'avx512_bf16', or 'off (why)'), whether
+    bfloat16 and int8 GEMMs use it, and how many GEMMs it ran or declined
+    (those ran on the caller's own path)."""
     return dict(_C.matrix_unit())
 
 

@@ -48,13 +48,15 @@ int tpu_chip_count(void);
 const char* tpu_driver_name(void);
 int tpu_compute_threads(void);
 
-/* The host driver's matrix unit: bfloat16 GEMMs with float32 accumulation on
- * the CPU's matrix engine (AMX tiles, or AVX512-BF16), through oneDNN.
+/* The host driver's matrix unit: bfloat16 GEMMs with float32 accumulation
+ * (and int8 GEMMs with int32 accumulation) on the CPU's matrix engine (AMX
+ * tiles, or AVX512-BF16 and VNNI), through oneDNN.
  * TORCH_TPU_MXU=0 turns it off (read once). The strings are static. */
 typedef struct tpu_mxu_info {
   const char* library; /* "oneDNN 2.6.3" */
   const char* isa;     /* "amx_bf16", "avx512_bf16", or "off (why)" */
   bool bfloat16;       /* bfloat16 GEMMs run on the unit */
+  bool int8;           /* int8 GEMMs (torch._int_mm) run on it */
   uint64_t gemms;      /* GEMMs it ran since the process started */
   uint64_t declined;   /* GEMMs offered to it that ran on the float32 path */
 } tpu_mxu_info_t;

@@ -43,6 +43,12 @@ tpu_status_t tpu_mm_problem(const tpu_op_def_t* def, const tpu_node_t* node,
  * it as a GEMM. C must be of the problem's dtype. */
 tpu_status_t tpu_mm_half_gemv(const mm_problem_t* p, bool* out_done);
 
+/* acc[c] = sum_{i<k} x[i] * m[c * sj + i] for c < cols: dot products of a
+ * float32 vector with int8 columns (each dense), in float32, at the gemv's
+ * kernel level (matmul_gemv.c). */
+void tpu_mm_dot_i8(const float* x, int64_t k, const int8_t* m, int64_t sj, int64_t cols,
+                   float* acc);
+
 /* For tests: caps the gemv's kernels at `level` (2 AVX-512, 1 AVX2,
  * 0 portable; -1 lifts the cap) and returns the level that runs, which is at
  * most what the CPU has. Process-wide. */

@@ -23,6 +23,9 @@
  * compute pool; each output is computed by one thread in a fixed order, so
  * results do not depend on the thread count. Kernels: AVX-512 (AVX512F +
  * AVX512BW), AVX2 + F16C, and a portable loop, chosen at run time.
+ *
+ * The same dot products over an int8 matrix (tpu_mm_dot_i8) serve
+ * aten._weight_int8pack_mm (matmul_int8.c): int8 widens exactly to float32.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -46,6 +49,8 @@ typedef void (*gemv_dot_fn)(bool bf16, const float* x, int64_t k, const uint16_t
                             int64_t sj, int cols, float* acc);
 typedef void (*gemv_axpy_fn)(bool bf16, const float* x, int64_t k, const uint16_t* m,
                              int64_t si, int64_t nb, float* acc);
+
+static int gemv_level(void); /* the kernels' level, below */
 
 static float half_to_f32(bool bf16, uint16_t h) {
   return bf16 ? tpu_bf16_to_f32(h) : tpu_f16_to_f32(h);
@@ -225,7 +230,99 @@ GEMV_AVX2 static void axpy_avx2(bool bf16, const float* x, int64_t k, const uint
   }
   if (full < nb) axpy_plain(bf16, x, k, m + full, si, nb - full, acc + full);
 }
+/* ---- int8 matrices (aten._weight_int8pack_mm) --------------------------------- */
+
+GEMV_AVX512 static inline __m512 widen16_i8(__mmask16 mask, const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, p)));
+}
+
+GEMV_AVX512 static void dot_i8_avx512(const float* x, int64_t k, const int8_t* m, int64_t sj,
+                                      int cols, float* acc) {
+  int c = 0;
+  if (cols == 4) {
+    const int8_t *m0 = m, *m1 = m + sj, *m2 = m + 2 * sj, *m3 = m + 3 * sj;
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (int64_t i = 0; i < k; i += 16) {
+      __mmask16 mask = k - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - i)) - 1);
+      __m512 xv = _mm512_maskz_loadu_ps(mask, x + i);
+      s0 = _mm512_fmadd_ps(xv, widen16_i8(mask, m0 + i), s0);
+      s1 = _mm512_fmadd_ps(xv, widen16_i8(mask, m1 + i), s1);
+      s2 = _mm512_fmadd_ps(xv, widen16_i8(mask, m2 + i), s2);
+      s3 = _mm512_fmadd_ps(xv, widen16_i8(mask, m3 + i), s3);
+    }
+    acc[0] = _mm512_reduce_add_ps(s0), acc[1] = _mm512_reduce_add_ps(s1);
+    acc[2] = _mm512_reduce_add_ps(s2), acc[3] = _mm512_reduce_add_ps(s3);
+    c = 4;
+  }
+  for (; c < cols; ++c) {
+    __m512 s0 = _mm512_setzero_ps();
+    for (int64_t i = 0; i < k; i += 16) {
+      __mmask16 mask = k - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - i)) - 1);
+      s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, x + i), widen16_i8(mask, m + c * sj + i),
+                           s0);
+    }
+    acc[c] = _mm512_reduce_add_ps(s0);
+  }
+}
+
+GEMV_AVX2 static inline __m256 widen8_i8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));
+}
+
+GEMV_AVX2 static float dot1_i8_avx2(const float* x, int64_t k, const int8_t* col, __m256 s0) {
+  float t = hsum8(s0);
+  for (int64_t i = k / 8 * 8; i < k; ++i) t += x[i] * (float)col[i];
+  return t;
+}
+
+GEMV_AVX2 static void dot_i8_avx2(const float* x, int64_t k, const int8_t* m, int64_t sj,
+                                  int cols, float* acc) {
+  int64_t full = k / 8 * 8;
+  int c = 0;
+  if (cols == 4) {
+    const int8_t *m0 = m, *m1 = m + sj, *m2 = m + 2 * sj, *m3 = m + 3 * sj;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (int64_t i = 0; i < full; i += 8) {
+      __m256 xv = _mm256_loadu_ps(x + i);
+      s0 = _mm256_fmadd_ps(xv, widen8_i8(m0 + i), s0);
+      s1 = _mm256_fmadd_ps(xv, widen8_i8(m1 + i), s1);
+      s2 = _mm256_fmadd_ps(xv, widen8_i8(m2 + i), s2);
+      s3 = _mm256_fmadd_ps(xv, widen8_i8(m3 + i), s3);
+    }
+    acc[0] = dot1_i8_avx2(x, k, m0, s0), acc[1] = dot1_i8_avx2(x, k, m1, s1);
+    acc[2] = dot1_i8_avx2(x, k, m2, s2), acc[3] = dot1_i8_avx2(x, k, m3, s3);
+    c = 4;
+  }
+  for (; c < cols; ++c) {
+    const int8_t* col = m + c * sj;
+    __m256 s0 = _mm256_setzero_ps();
+    for (int64_t i = 0; i < full; i += 8)
+      s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), widen8_i8(col + i), s0);
+    acc[c] = dot1_i8_avx2(x, k, col, s0);
+  }
+}
 #endif /* GEMV_X86 */
+
+static void dot_i8_plain(const float* x, int64_t k, const int8_t* m, int64_t sj, int cols,
+                         float* acc) {
+  for (int c = 0; c < cols; ++c) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < k; ++i) s += x[i] * (float)m[c * sj + i];
+    acc[c] = s;
+  }
+}
+
+void tpu_mm_dot_i8(const float* x, int64_t k, const int8_t* m, int64_t sj, int64_t cols,
+                   float* acc) {
+  void (*fn)(const float*, int64_t, const int8_t*, int64_t, int, float*) = dot_i8_plain;
+#ifdef GEMV_X86
+  int level = gemv_level();
+  if (level == 2) fn = dot_i8_avx512;
+  if (level == 1) fn = dot_i8_avx2;
+#endif
+  for (int64_t c = 0; c < cols; c += GEMV_ROWS)
+    fn(x, k, m + c * sj, sj, cols - c < GEMV_ROWS ? (int)(cols - c) : GEMV_ROWS, acc + c);
+}
 
 /* ---- dispatch --------------------------------------------------------------------- */
 
@@ -251,13 +348,19 @@ int tpu_mm_gemv_set_level(int level) {
   return got;
 }
 
-static void gemv_pick(gemv_dot_fn* out_dot, gemv_axpy_fn* out_axpy) {
+/* The level the kernels run at: the CPU's best, or the tests' cap. */
+static int gemv_level(void) {
   static atomic_int best = -1;
   int level = atomic_load(&g_level_cap);
   if (level < 0) {
     level = atomic_load_explicit(&best, memory_order_relaxed);
     if (level < 0) atomic_store_explicit(&best, level = cpu_level(), memory_order_relaxed);
   }
+  return level;
+}
+
+static void gemv_pick(gemv_dot_fn* out_dot, gemv_axpy_fn* out_axpy) {
+  int level = gemv_level();
   *out_dot = dot_plain, *out_axpy = axpy_plain;
 #ifdef GEMV_X86
   if (level == 2) *out_dot = dot_avx512, *out_axpy = axpy_avx512;

@@ -38,6 +38,7 @@ void omp_set_num_threads(int threads);
 static struct {
   dnnl_engine_t engine;
   bool bf16;     /* bfloat16 GEMMs run on the unit */
+  bool int8;     /* int8 GEMMs do (AVX512-VNNI or AMX-INT8) */
   char isa[64];  /* the instruction set, or why the unit is off */
   char library[32];
   atomic_ullong gemms, declined;
@@ -65,6 +66,10 @@ static void mxu_init(void) {
     return;
   }
   g_mxu.bf16 = true;
+  /* Both ISAs above include AVX512-VNNI, whose int8 dot products sum in
+   * int32 exactly; oneDNN's AVX2 / plain AVX-512 int8 kernels (vpmaddubsw)
+   * saturate int16 partial sums, so the unit takes int8 only here. */
+  g_mxu.int8 = true;
 }
 
 static void mxu_once(void) {
@@ -77,6 +82,7 @@ void tpu_mxu_get_info(tpu_mxu_info_t* out_info) {
   out_info->library = g_mxu.library;
   out_info->isa = g_mxu.isa;
   out_info->bfloat16 = g_mxu.bf16;
+  out_info->int8 = g_mxu.int8;
   out_info->gemms = atomic_load(&g_mxu.gemms);
   out_info->declined = atomic_load(&g_mxu.declined);
 }
@@ -86,14 +92,30 @@ bool tpu_mxu_supports(tpu_dtype_t dtype) {
   return dtype == TPU_DTYPE_BF16 && g_mxu.bf16;
 }
 
+bool tpu_mxu_supports_int8(void) {
+  mxu_once();
+  return g_mxu.int8;
+}
+
+/* The operand dtypes the unit takes: bfloat16 x bfloat16, or int8/uint8 x
+ * int8. */
+static bool operands_supported(const mxu_gemm_t* g) {
+  if (g->a.dtype == TPU_DTYPE_BF16) return g->b.dtype == TPU_DTYPE_BF16 && tpu_mxu_supports(g->a.dtype);
+  return (g->a.dtype == TPU_DTYPE_I8 || g->a.dtype == TPU_DTYPE_U8) &&
+         g->b.dtype == TPU_DTYPE_I8 && g->c.dtype == TPU_DTYPE_I32 && tpu_mxu_supports_int8();
+}
+
 /* ---- descriptors ------------------------------------------------------------ */
 
 /* A 3-D view as oneDNN's memory descriptor. A broadcast batch (stride 0) is
  * a batch of 1, which matmul broadcasts; size-1 dims get the strides of a
  * dense layout, since only their extent matters. */
 static bool md_of(const tpu_view_t* v, dnnl_memory_desc_t* md) {
-  dnnl_data_type_t dt = v->dtype == TPU_DTYPE_BF16 ? dnnl_bf16
+  dnnl_data_type_t dt = v->dtype == TPU_DTYPE_BF16  ? dnnl_bf16
                         : v->dtype == TPU_DTYPE_F32 ? dnnl_f32
+                        : v->dtype == TPU_DTYPE_I8  ? dnnl_s8
+                        : v->dtype == TPU_DTYPE_U8  ? dnnl_u8
+                        : v->dtype == TPU_DTYPE_I32 ? dnnl_s32
                                                     : dnnl_data_type_undef;
   if (dt == dnnl_data_type_undef) return false;
   dnnl_dims_t dims, strides;
@@ -232,8 +254,7 @@ static tpu_status_t run_gemm(const mxu_gemm_t* g, bool* out_done) {
 
 tpu_status_t tpu_mxu_gemm(const mxu_gemm_t* g, bool* out_done) {
   *out_done = false;
-  if (!tpu_mxu_supports(g->a.dtype) || g->b.dtype != g->a.dtype || g->a.ndim != 3 ||
-      g->b.ndim != 3 || g->c.ndim != 3) {
+  if (!operands_supported(g) || g->a.ndim != 3 || g->b.ndim != 3 || g->c.ndim != 3) {
     atomic_fetch_add(&g_mxu.declined, 1);
     return TPU_OK;
   }

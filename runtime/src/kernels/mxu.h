@@ -11,8 +11,8 @@
  * A GEMM here is batched and strided:
  *     C[b] = alpha * A[b] @ B[b] + beta * C[b]
  * with A [batch,m,k], B [batch,k,n], C [batch,m,n] as 3-D views (a batch
- * stride of 0 broadcasts a factor). A and B are bfloat16; C is bfloat16 or
- * float32. With beta != 0, C holds the addend on entry (an addmm's bias
+ * stride of 0 broadcasts a factor). A and B are bfloat16 and C bfloat16 or
+ * float32; or A int8/uint8, B int8 and C int32. With beta != 0, C holds the addend on entry (an addmm's bias
  * already copied in) and is read before it is written.
  *
  * Threads: a GEMM claims the compute pool's cores (tpu_parallel_exclusive)
@@ -36,6 +36,10 @@ typedef struct mxu_gemm {
 
 /* True when the unit computes GEMMs of `dtype` operands on this CPU. */
 bool tpu_mxu_supports(tpu_dtype_t dtype);
+
+/* True when it computes int8 GEMMs: A int8 or uint8, B int8, C int32, exact
+ * (AMX-INT8 tiles or AVX512-VNNI). */
+bool tpu_mxu_supports_int8(void);
 
 /* Runs one GEMM; *out_done says whether it ran. A GEMM the unit does not
  * take (dtype, a layout the engine has no kernel for, the CPU) leaves

@@ -26,6 +26,7 @@
   X(sub_copy)           \
   X(margin_loss)        \
   X(matmul)             \
+  X(matmul_int8)        \
   X(index)              \
   X(index_adv)          \
   X(scatter_reduce)     \
