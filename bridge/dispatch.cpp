@@ -54,6 +54,7 @@ struct Binding {
   bool mutates_input = false;  // some input is marked '!' in the row
   int seed_attr = -1, offset_attr = -1;
   int sync_attr = -1;         // "sync_size": filled from the count row's result
+  int precision_attr = -1;    // "matmul_precision": torch's float32 matmul precision
   tpu_op_id_t count_op = -1;  // the row "<name>_count"
   size_t num_returns = 0;
   std::optional<c10::OperatorHandle> handle;
@@ -330,6 +331,18 @@ std::string shape_str(const tpu_view_t& v) {
 
 // ---- running a call -------------------------------------------------------------
 
+// Absent attrs are None. The runtime-filled "matmul_precision" takes
+// torch.get_float32_matmul_precision() now, at dispatch (0 highest, 1 high,
+// 2 medium): a deferred or captured node keeps the setting it was recorded
+// under.
+void clear_attrs(const Binding* b, Call& call) {
+  std::memset(call.attrs, 0, sizeof(tpu_attr_t) * b->num_attrs);
+  if (b->precision_attr >= 0) {
+    call.attrs[b->precision_attr].kind = TPU_ATTR_INT;
+    call.attrs[b->precision_attr].u.i = (int64_t)at::globalContext().float32MatmulPrecision();
+  }
+}
+
 void submit_node(c10::DeviceIndex device, const tpu_node_t& node) {
   tpu_stream_t* stream = current_runtime_stream(device);
   check(tpu_stream_submit_node(stream, &node));
@@ -541,7 +554,7 @@ void foreach_call(Binding* b, const c10::OperatorHandle& op, torch::jit::Stack* 
   auto build = [&](size_t e) {
     call.num_inputs = 0;  // add_tensor_input clears each value it adds
     call.device = proto.device;
-    std::memset(call.attrs, 0, sizeof(tpu_attr_t) * b->num_attrs);
+    clear_attrs(b, call);
     for (size_t i = 0; i < n; ++i) {
       const ArgRole& r = b->args[i];
       const c10::IValue& iv = args[i];
@@ -610,7 +623,7 @@ void boxed_call(Binding* b, const c10::OperatorHandle& op, torch::jit::Stack* st
   // The call's arguments, borrowed from the stack (popped only on success).
   c10::ArrayRef<c10::IValue> args(stack->data() + stack->size() - n, n);
   Call call;
-  std::memset(call.attrs, 0, sizeof(tpu_attr_t) * b->num_attrs);  // absent attrs are None
+  clear_attrs(b, call);
   std::optional<at::Generator> gen;
   const at::Tensor* given[kMaxOutputs] = {};
   at::Tensor fresh[kMaxOutputs];
@@ -773,7 +786,7 @@ bool typed_arg(Binding* b, Call& call, const at::Tensor**, size_t i, bool v) {
 template <class... Args>
 bool typed_fast(Binding* b, at::Tensor* fresh, const Args&... args) {
   Call call;
-  std::memset(call.attrs, 0, sizeof(tpu_attr_t) * b->num_attrs);
+  clear_attrs(b, call);
   const at::Tensor* given[kMaxOutputs] = {};
   size_t i = 0;
   bool ok = (typed_arg(b, call, given, i++, args) && ...);
@@ -886,6 +899,7 @@ std::string bind_one(const std::string& aten, tpu_op_id_t id, Binding& b) {
   b.seed_attr = tpu_spec_index(def->attrs, "seed");
   b.offset_attr = tpu_spec_index(def->attrs, "offset");
   b.sync_attr = tpu_spec_index(def->attrs, "sync_size");
+  b.precision_attr = tpu_spec_index(def->attrs, "matmul_precision");
   if (b.sync_attr >= 0) b.count_op = tpu_op_lookup((std::string(def->name) + "_count").c_str());
   int out_pos = 0;
   bool list_input = false;

@@ -180,3 +180,64 @@ def test_int8_products_raise_what_cpu_raises():
             f("cpu")
         with pytest.raises(type(cpu_err.value)):
             f("tpu")
+
+
+# ---- float32 matmul precision (torch.set_float32_matmul_precision / torch.tpu.precision) ----
+
+
+def _precision_error(dev_a, dev_b, ref):
+    got = (dev_a @ dev_b).cpu().double()
+    return ((got - ref).abs().max() / ref.abs().max()).item()
+
+
+def test_float32_precision_levels():
+    g = torch.Generator().manual_seed(4)
+    a = torch.randn(96, 300, generator=g)
+    b = torch.randn(300, 80, generator=g)
+    ref = a.double() @ b.double()
+    at, bt = a.tpu(), b.tpu()
+    unit = torch_tpu.matrix_unit()["bfloat16"]
+    errors, gemms = {}, {}
+    for p in (torch.tpu.Precision.HIGHEST, torch.tpu.Precision.HIGH, torch.tpu.Precision.DEFAULT):
+        before = torch_tpu.matrix_unit()["gemms"]
+        with torch.tpu.precision(p):
+            assert torch.get_float32_matmul_precision() == p.value
+            errors[p.name] = _precision_error(at, bt, ref)
+        gemms[p.name] = torch_tpu.matrix_unit()["gemms"] - before
+        assert torch.get_float32_matmul_precision() == "highest"  # restored
+    assert errors["HIGHEST"] < 1e-6 and gemms["HIGHEST"] == 0
+    if unit:
+        assert gemms == {"HIGHEST": 0, "HIGH": 3, "DEFAULT": 1}
+        assert errors["HIGH"] < 2e-5, errors          # bfloat16x3: near float32
+        assert 5e-4 < errors["DEFAULT"] < 1e-2, errors  # one bfloat16 pass
+    else:
+        assert max(errors.values()) < 1e-6 and sum(gemms.values()) == 0
+
+
+def test_precision_names_and_torch_setting_agree():
+    with torch.tpu.precision("high"):
+        assert torch.tpu.get_precision() is torch.tpu.Precision.HIGH
+    with torch.tpu.precision("DEFAULT"):
+        assert torch.get_float32_matmul_precision() == "medium"
+    torch.set_float32_matmul_precision("medium")
+    try:
+        assert torch.tpu.get_precision() is torch.tpu.Precision.DEFAULT
+    finally:
+        torch.set_float32_matmul_precision("highest")
+    with pytest.raises(ValueError):
+        torch.tpu.set_precision("fast")
+
+
+def test_a_deferred_matmul_keeps_the_precision_it_was_issued_under():
+    if not torch_tpu.matrix_unit()["bfloat16"]:
+        pytest.skip("no matrix unit on this CPU: every precision is float32")
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(64, 256, generator=g), torch.randn(256, 64, generator=g)
+    ref = a.double() @ b.double()
+    with torch_tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE):
+        with torch.tpu.precision("medium"):
+            y = a.tpu() @ b.tpu()        # recorded, not yet run
+        z = a.tpu() @ b.tpu()            # highest
+        ym, zm = y.cpu().double(), z.cpu().double()
+    assert ((ym - ref).abs().max() / ref.abs().max()).item() > 5e-4
+    assert ((zm - ref).abs().max() / ref.abs().max()).item() < 1e-6

@@ -2,6 +2,7 @@
 ``torch.cuda``. Devices, streams and events are the runtime's; memory
 statistics come from the runtime's caching allocator."""
 import contextlib
+import enum
 from typing import Any, Optional, Union
 
 import torch
@@ -252,6 +253,59 @@ def get_amp_supported_dtype() -> list:
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     return True
+
+
+class Precision(enum.Enum):
+    """float32 matmul precision, named as the published TorchTPU names it
+    (StableHLO's dot precision). It is torch.set_float32_matmul_precision's
+    setting, so either API changes both:
+
+    - ``HIGHEST`` ("highest", PyTorch's default): float32 GEMMs;
+    - ``HIGH`` ("high"): bfloat16x3 on the matrix unit, each factor split
+      into bfloat16 hi + lo parts (relative error about 1e-5);
+    - ``DEFAULT`` ("medium"): one bfloat16 pass (about 3e-3).
+
+    GEMMs of one row or column stay float32, as does everything on a CPU
+    without a matrix unit."""
+    DEFAULT = "medium"
+    HIGH = "high"
+    HIGHEST = "highest"
+
+
+def _as_precision(p) -> "Precision":
+    if isinstance(p, Precision):
+        return p
+    if isinstance(p, str):
+        key = p.lower()
+        for member in Precision:
+            if key in (member.name.lower(), member.value):
+                return member
+    raise ValueError(f"unknown precision {p!r}: expected one of {[m.name for m in Precision]} "
+                     f"or torch's 'highest', 'high', 'medium'")
+
+
+def get_precision() -> Precision:
+    """The current float32 matmul precision."""
+    return Precision(torch.get_float32_matmul_precision())
+
+
+def set_precision(p) -> None:
+    """Sets the float32 matmul precision (a Precision or its name)."""
+    torch.set_float32_matmul_precision(_as_precision(p).value)
+
+
+@contextlib.contextmanager
+def precision(p):
+    """``with torch.tpu.precision(torch.tpu.Precision.HIGH): ...``: the
+    float32 matmul precision inside the block, restored on exit. Each op
+    keeps the setting it was issued under, also when it runs later
+    (DEFER_AND_FUSE, captured graphs)."""
+    old = torch.get_float32_matmul_precision()
+    set_precision(p)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(old)
 
 
 def _is_in_bad_fork() -> bool:

@@ -2,6 +2,8 @@
  * a table of ops x dtypes x shapes x layouts (transposed and padded factors,
  * strided and column-major outputs, broadcast and in-place bias), plus shape
  * errors, checks and shape inference. */
+#include <math.h>
+
 #include "kernels/matmul.h"
 #include "kernel_test_util.h"
 #include "tpu/runtime.h"
@@ -301,5 +303,74 @@ TEST(matmul_rows_name_their_overloads) {
     const tpu_op_def_t* def = tt_def(want[i][0]);
     CHECK(def && strstr(def->aten, want[i][1]));
     CHECK(def && tpu_spec_count(def->outputs) == 1);
+  }
+}
+
+/* Worst |got - want| over max |want|, want computed in double. */
+static double precision_error(int level, bool addmm, int64_t* out_gemms) {
+  const int64_t m = 48, k = 200, n = 40;
+  int64_t as[2] = {m, k}, bs[2] = {k, n}, cs[2] = {m, n}, bias_s[1] = {n};
+  tt_t a = tt_make(TPU_DTYPE_F32, 2, as, TT_CONTIG), b = tt_make(TPU_DTYPE_F32, 2, bs, TT_TRANSPOSED);
+  tt_t c = tt_make(TPU_DTYPE_F32, 2, cs, TT_CONTIG), bias = tt_make(TPU_DTYPE_F32, 1, bias_s, TT_CONTIG);
+  uint64_t seed = 99;
+  for (int64_t i = 0; i < m * k; ++i) tt_set(&a.view, i, (double)tt_rand_int(&seed, -1000000, 1000000) / 1e6);
+  for (int64_t i = 0; i < k * n; ++i) tt_set(&b.view, i, (double)tt_rand_int(&seed, -1000000, 1000000) / 1e6);
+  for (int64_t i = 0; i < n; ++i) tt_set(&bias.view, i, (double)tt_rand_int(&seed, -1000, 1000) / 7e2);
+  const double beta = 0.5, alpha = 2.0;
+  tpu_value_t in[3];
+  int32_t ni = 0;
+  if (addmm) in[ni++] = tt_value(&bias.view);
+  in[ni++] = tt_value(&a.view);
+  in[ni++] = tt_value(&b.view);
+  tpu_attr_t attrs[3] = {tt_float(beta), tt_float(alpha), tt_int(level)};
+  tpu_node_t node = addmm ? tt_node(in, ni, &c.view, 1, attrs, 3) : tt_node(in, ni, &c.view, 1, &attrs[2], 1);
+  const char* op = addmm ? "addmm" : "mm";
+  node.op = tpu_op_lookup(op);
+  const tpu_op_def_t* def = tt_def(op);
+  tpu_mxu_info_t before, after;
+  tpu_mxu_get_info(&before);
+  CHECK_CODE(def->check(def, &node), TPU_CODE_OK);
+  CHECK_CODE(tt_run(def->kernel, def, &node), TPU_CODE_OK);
+  tpu_mxu_get_info(&after);
+  *out_gemms = (int64_t)(after.gemms - before.gemms);
+  double worst = 0, scale = 0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double want = 0;
+      for (int64_t kk = 0; kk < k; ++kk) want += tt_get(&a.view, i * k + kk) * tt_get(&b.view, kk * n + j);
+      if (addmm) want = alpha * want + beta * tt_get(&bias.view, j);
+      double d = fabs(tt_get(&c.view, i * n + j) - want);
+      worst = d > worst ? d : worst;
+      scale = fabs(want) > scale ? fabs(want) : scale;
+    }
+  tt_free(&a), tt_free(&b), tt_free(&c), tt_free(&bias);
+  return worst / scale;
+}
+
+/* torch.set_float32_matmul_precision through the node's "matmul_precision":
+ * highest stays float32 (OpenBLAS); high is bfloat16x3 on the matrix unit
+ * (three GEMMs, error near float32's), medium one bfloat16 pass (one GEMM,
+ * error near bfloat16's). Without a unit every level is float32. */
+TEST(matmul_float32_precision_levels) {
+  for (int addmm = 0; addmm < 2; ++addmm) {
+    int64_t g0, g1, g2;
+    double e0 = precision_error(MM_PRECISION_HIGHEST, addmm, &g0);
+    double e1 = precision_error(MM_PRECISION_HIGH, addmm, &g1);
+    double e2 = precision_error(MM_PRECISION_MEDIUM, addmm, &g2);
+    tpu_mxu_info_t info;
+    tpu_mxu_get_info(&info);
+    CHECK(g0 == 0 && e0 < 1e-6);
+    if (info.bfloat16) {
+      CHECK(g1 == 3 && g2 == 1);
+      CHECK(e1 < 2e-5);          /* measured about 2e-6 */
+      CHECK(e2 < 1e-2);          /* measured about 2e-3 */
+      CHECK(e2 > 20 * e1);       /* medium really is one bfloat16 pass */
+      CHECK(e1 > e0 || e1 < 1e-6);
+    } else {
+      CHECK(g1 == 0 && g2 == 0 && e1 < 1e-6 && e2 < 1e-6);
+    }
+    if (!(e1 < 2e-5 && e2 < 1e-2))
+      tpu_test_fail(__FILE__, __LINE__, "errors (addmm %d): highest %g high %g medium %g", addmm,
+                    e0, e1, e2);
   }
 }

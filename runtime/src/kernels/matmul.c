@@ -5,7 +5,9 @@
  *   float16 / bfloat16 one row or column of C: a gemv that streams the
  *                      matrix once (matmul_gemv.c),
  *   bfloat16           the matrix unit (mxu.h: oneDNN on AMX or AVX512-BF16,
- *                      float32 accumulation), where the CPU has one,
+ *                      float32 accumulation), where the CPU has one; float32
+ *                      too under torch.set_float32_matmul_precision("high":
+ *                      bfloat16x3, "medium": one bfloat16 pass),
  *   float32 / float64  OpenBLAS sgemm / dgemm,
  *   float16 / bfloat16 otherwise converted to f32, sgemm (f32 accumulation),
  *                      rounded back (scipy-openblas32 has no sbgemm/shgemm),
@@ -28,6 +30,7 @@
 #include "matmul.h"
 
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -160,6 +163,11 @@ tpu_status_t tpu_mm_problem(const tpu_op_def_t* def, const tpu_node_t* node,
   p->alpha = s->has_bias ? tpu_attr_float(alpha, 1.0) : 1.0;
   p->ibeta = s->has_bias ? tpu_attr_int(beta, 1) : 0;
   p->ialpha = s->has_bias ? tpu_attr_int(alpha, 1) : 1;
+  int32_t pi = s->has_bias ? 2 : 0; /* "matmul_precision", after beta and alpha */
+  p->precision = (int32_t)tpu_attr_int(node->num_attrs > pi ? &node->attrs[pi] : NULL,
+                                       MM_PRECISION_HIGHEST);
+  if (p->precision < MM_PRECISION_HIGHEST || p->precision > MM_PRECISION_MEDIUM)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "matmul_precision must be 0, 1 or 2");
   bool floating = tpu_dtype_is_floating(dtype);
   p->has_bias = s->has_bias && (floating ? p->beta != 0.0 : p->ibeta != 0);
   if (p->has_bias) {
@@ -433,6 +441,77 @@ static tpu_status_t run_on_mxu(const mm_problem_t* p, bool* out_done) {
   return tpu_mxu_gemm(&g, out_done);
 }
 
+/* The bfloat16 parts of a float32 operand, dense, in one buffer owned by the
+ * caller (*out_buf): hi = bf16(x) and, with `want_lo`, lo = bf16(x - hi), so
+ * that x = hi + lo to about 2^-16 |x| (lo is 0 where hi is not finite). A
+ * broadcast batch (stride 0) stays one matrix. */
+static tpu_status_t bf16_parts(const tpu_view_t* v, bool want_lo, void** out_buf,
+                               tpu_view_t* out_hi, tpu_view_t* out_lo) {
+  int64_t sizes[3] = {v->strides[0] == 0 ? 1 : v->sizes[0], v->sizes[1], v->sizes[2]};
+  int64_t n = sizes[0] * sizes[1] * sizes[2];
+  size_t bytes = (size_t)n * (sizeof(float) + (want_lo ? 2 : 1) * sizeof(uint16_t));
+  float* f = malloc(bytes ? bytes : 1);
+  *out_buf = f;
+  if (!f)
+    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matmul: no %zu bytes for bfloat16 parts",
+                           bytes);
+  tpu_view_t src = *v, dense = view_of(f, TPU_DTYPE_F32, 3, sizes);
+  src.sizes[0] = sizes[0];
+  view_copy(&dense, &src);
+  uint16_t *hi = (uint16_t*)(f + n), *lo = hi + n;
+  tpu_convert(hi, TPU_DTYPE_BF16, 1, f, TPU_DTYPE_F32, 1, n);
+  *out_hi = view_of(hi, TPU_DTYPE_BF16, 3, sizes);
+  if (want_lo) {
+    for (int64_t i = 0; i < n; ++i) {
+      float h = tpu_bf16_to_f32(hi[i]);
+      lo[i] = isfinite(h) ? tpu_f32_to_bf16(f[i] - h) : 0;
+    }
+    *out_lo = view_of(lo, TPU_DTYPE_BF16, 3, sizes);
+  }
+  if (v->strides[0] == 0) {
+    out_hi->sizes[0] = v->sizes[0], out_hi->strides[0] = 0;
+    if (want_lo) out_lo->sizes[0] = v->sizes[0], out_lo->strides[0] = 0;
+  }
+  return TPU_OK;
+}
+
+/* A float32 problem under torch.set_float32_matmul_precision("high" or
+ * "medium") on the matrix unit: bfloat16x3 (lo*hi + hi*lo + hi*hi, small
+ * terms first, each pass summed into C) or one bfloat16 pass, float32
+ * accumulation throughout. One-row and one-column products stay float32:
+ * they are bound by memory, not by the multiplier. */
+static tpu_status_t run_f32_on_mxu(const mm_problem_t* p, bool* out_done) {
+  *out_done = false;
+  if (p->dtype != TPU_DTYPE_F32 || p->precision == MM_PRECISION_HIGHEST ||
+      !tpu_mxu_supports(TPU_DTYPE_BF16) || p->k == 0 || p->m == 1 || p->n == 1 ||
+      views_overlap(&p->c, &p->a) || views_overlap(&p->c, &p->b))
+    return TPU_OK;
+  bool bias_is_c = p->has_bias && views_same(&p->bias, &p->c);
+  if (p->has_bias && !bias_is_c && views_overlap(&p->bias, &p->c)) return TPU_OK;
+  bool three = p->precision == MM_PRECISION_HIGH;
+  void *abuf = NULL, *bbuf = NULL;
+  tpu_view_t ahi, alo, bhi, blo;
+  tpu_status_t st = bf16_parts(&p->a, three, &abuf, &ahi, &alo);
+  if (st == TPU_OK) st = bf16_parts(&p->b, three, &bbuf, &bhi, &blo);
+  if (st == TPU_OK) {
+    if (p->has_bias && !bias_is_c) view_copy(&p->c, &p->bias);
+    const tpu_view_t* pass[3][2] = {{&alo, &bhi}, {&ahi, &blo}, {&ahi, &bhi}};
+    for (int i = three ? 0 : 2; i < 3 && st == TPU_OK; ++i) {
+      bool first = i == (three ? 0 : 2), done = false;
+      mxu_gemm_t g = {*pass[i][0], *pass[i][1], p->c, (float)p->alpha,
+                      first ? (p->has_bias ? (float)p->beta : 0.0f) : 1.0f};
+      st = tpu_mxu_gemm(&g, &done);
+      if (st == TPU_OK && !done && !first)
+        st = tpu_status_make(TPU_CODE_INTERNAL, "matrix unit declined a bfloat16x3 pass");
+      if (st == TPU_OK && !done) break; /* first pass declined: the float32 path */
+      *out_done = done;
+    }
+  }
+  free(abuf);
+  free(bbuf);
+  return st;
+}
+
 static tpu_status_t matmul_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                   tpu_exec_ctx_t* ctx) {
   (void)ctx;
@@ -446,6 +525,8 @@ static tpu_status_t matmul_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
   TPU_RETURN_IF_ERROR(tpu_mm_half_gemv(p, &done));
   if (done) return TPU_OK;
   TPU_RETURN_IF_ERROR(run_on_mxu(p, &done));
+  if (done) return TPU_OK;
+  TPU_RETURN_IF_ERROR(run_f32_on_mxu(p, &done));
   if (done) return TPU_OK;
   tpu_compute_type_t ct = tpu_dtype_compute(p->dtype);
   pl.gemm = k_blas[ct];
@@ -513,16 +594,18 @@ static const mm_spec_t k_mm = {false, 2, 2}, k_bmm = {false, 3, 3}, k_addmm = {t
   {name, inputs, attrs, "out", aten, matmul_kernel, matmul_infer, matmul_check, &spec, TPU_OP_HEAVY}
 
 static const tpu_op_def_t k_ops[] = {
-    MM_ROW("mm", "self,mat2", "", "mm mm.out", k_mm),
-    MM_ROW("bmm", "self,mat2", "", "bmm bmm.out", k_bmm),
-    MM_ROW("addmm", "self,mat1,mat2", "beta,alpha", "addmm addmm_ addmm.out", k_addmm),
-    MM_ROW("baddbmm", "self,batch1,batch2", "beta,alpha", "baddbmm baddbmm_ baddbmm.out",
-           k_baddbmm),
-    MM_ROW("mv", "self,vec", "", "mv mv.out", k_mv),
-    MM_ROW("addmv", "self,mat,vec", "beta,alpha", "addmv addmv_ addmv.out", k_addmv),
-    MM_ROW("dot", "self,tensor", "", "dot dot.out", k_dot),
+    MM_ROW("mm", "self,mat2", "matmul_precision", "mm mm.out", k_mm),
+    MM_ROW("bmm", "self,mat2", "matmul_precision", "bmm bmm.out", k_bmm),
+    MM_ROW("addmm", "self,mat1,mat2", "beta,alpha,matmul_precision", "addmm addmm_ addmm.out",
+           k_addmm),
+    MM_ROW("baddbmm", "self,batch1,batch2", "beta,alpha,matmul_precision",
+           "baddbmm baddbmm_ baddbmm.out", k_baddbmm),
+    MM_ROW("mv", "self,vec", "matmul_precision", "mv mv.out", k_mv),
+    MM_ROW("addmv", "self,mat,vec", "beta,alpha,matmul_precision", "addmv addmv_ addmv.out",
+           k_addmv),
+    MM_ROW("dot", "self,tensor", "matmul_precision", "dot dot.out", k_dot),
     /* vdot conjugates self: the same as dot for the (real) dtypes the runtime has. */
-    MM_ROW("vdot", "self,other", "", "vdot vdot.out", k_dot),
+    MM_ROW("vdot", "self,other", "matmul_precision", "vdot vdot.out", k_dot),
 };
 
 const tpu_op_family_t tpu_family_matmul = {"matmul", k_ops,

@@ -4,7 +4,8 @@
  * Every op of the family (mm, bmm, addmm, baddbmm, mv, addmv, dot) is one
  * batched problem  C[b] = beta * bias[b] + alpha * (A[b] @ B[b])  whose
  * operands are 3-D [batch, rows, cols] views; a row's `impl` (mm_spec_t)
- * says how its inputs map onto it.
+ * says how its inputs map onto it. Each row's last attr, "matmul_precision",
+ * is filled by the bridge (absent: highest).
  */
 #ifndef TPU_KERNELS_MATMUL_H_
 #define TPU_KERNELS_MATMUL_H_
@@ -20,12 +21,18 @@ typedef struct mm_spec {
   int32_t a_rank, b_rank; /* factor ranks: mm 2,2; bmm 3,3; mv 2,1; dot 1,1 */
 } mm_spec_t;
 
+/* torch.set_float32_matmul_precision, as the bridge records it on each node
+ * (at::Float32MatmulPrecision's order): float32 GEMMs in float32, as three
+ * bfloat16 passes (hi*hi + hi*lo + lo*hi), or as one, on the matrix unit. */
+enum { MM_PRECISION_HIGHEST = 0, MM_PRECISION_HIGH = 1, MM_PRECISION_MEDIUM = 2 };
+
 typedef struct mm_problem {
   int64_t batch, m, n, k;
   tpu_dtype_t dtype;          /* of A, B and bias */
   tpu_view_t a, b, c, bias;   /* [batch,m,k], [batch,k,n], [batch,m,n], [batch,m,n] */
   bool has_bias;              /* false also when beta == 0: self is then ignored */
   double alpha, beta;         /* floating dtypes */
+  int32_t precision;          /* float32: MM_PRECISION_* (attr "matmul_precision") */
   int64_t ialpha, ibeta;      /* integer dtypes */
 } mm_problem_t;
 
