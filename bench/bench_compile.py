@@ -7,8 +7,9 @@ sizes, its alternating best-of-N rounds and its checks of every column's first
 result against CPU eager's): GPT-2 forward, a Llama training step (AdamW),
 HF generate() with a KV cache (the compiled columns compile the model's
 forward with dynamic=True), and the elementwise chains; plus (here) 5. HF
-generate() with a static KV cache and 6. a training step of a ~100M-parameter
-Llama-shaped model (--quick: batch 1, seq 128).
+generate() with a static KV cache, 6. a training step of a ~100M-parameter
+Llama-shaped model (--quick: batch 1, seq 128) and 7. workloads 1 and 2
+under bf16 autocast.
 
 Also reported per workload: cold compile time of the compiled tpu column and
 of Inductor (first call minus best call: Dynamo, AOTAutograd and the
@@ -38,7 +39,7 @@ guards cached too) and inductor (its own caches, in a fresh
 TORCHINDUCTOR_CACHE_DIR per workload, cold then warm) for comparison.
 Writes bench/results/compile.json (or compile_startup.json with --startup).
 Usage: python bench/bench_compile.py [--quick | --smoke] [--rounds N] [--min-time S]
-       [--only 1,2,3,4,5,6] [--columns compiled,defer,strict,cpu,inductor[,compiled_op]] [--threads T]
+       [--only 1,2,3,4,5,6,7] [--columns compiled,defer,strict,cpu,inductor[,compiled_op]] [--threads T]
        [--inductor-cache] [--tpu-cache] [--out PATH]
        python bench/bench_compile.py --startup [--quick | --smoke] [--only ...]
        [--startup-columns compiled,inductor] [--startup-repeats R] [--steady-calls N]
@@ -189,6 +190,16 @@ def workloads(only, size, sz):
                                     else LLAMA100M_CONFIG())
         w.num = 6
         work.append(w)
+    if "7" in only:  # workloads 1 and 2 under bf16 autocast (bench_defer's 5)
+        for w in bd.gpt2_workloads([int(b) for b in sz["gpt2_batches"].split(",")], sz["gpt2_seq"],
+                                   sz["gpt2_layers"], *((64, 4, 256) if tiny else ()), autocast=True):
+            w.num = 7
+            work.append(w)
+        w = bd.llama_train_workload(sz["llama_batch"], sz["llama_seq"],
+                                    bd.llama_config(2, 32, 64, 4, 2, 128) if tiny else bd.llama_config(),
+                                    autocast=True)
+        w.num = 7
+        work.append(w)
     return work
 
 
@@ -319,7 +330,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--min-time", type=float, default=None)
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--only", default="1,2,3,4,5,6")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7")
     ap.add_argument("--columns", default=",".join(COLUMNS))
     ap.add_argument("--inductor-cache", action="store_true",
                     help="let Inductor use its on-disk caches (warm compiles)")

@@ -31,7 +31,9 @@ tests/test_bench_defer.py; --gpt2-batches, --gpt2-seq, ... override them):
    layers, 128 wide, 4 heads, vocab 50257; prompt 16, batch 1), new tokens/s;
    Inductor compiles the model's forward with dynamic=True;
 4. elementwise-heavy chains as small nn.Modules, forward, no_grad, Melem/s:
-   GELU(x*w+b), LayerNorm(x+r) (residual + LayerNorm), RMSNorm(x)*SiLU(gate).
+   GELU(x*w+b), LayerNorm(x+r) (residual + LayerNorm), RMSNorm(x)*SiLU(gate);
+5. workloads 1 and 2 under torch.autocast(dtype=torch.bfloat16) on each
+   column's device: the GEMMs on the matrix unit, so the rest shows.
 
 Reports throughput per column, DEFER/strict and DEFER/Inductor and their
 geometric means over workloads, peak device memory per tpu column
@@ -42,7 +44,7 @@ when ``torch_tpu.defer_metrics()`` exists, its change over the warm-up calls
 and over the timed rounds (fused-program compiles, cache hits/misses,
 flushes by reason). Prints markdown tables, writes bench/results/defer.json.
 Usage: python bench/bench_defer.py [--quick | --smoke] [--rounds N] [--min-time S]
-       [--only 1,2,3,4] [--columns strict,defer,cpu,inductor] [--threads T] [--out PATH]
+       [--only 1,2,3,4,5] [--columns strict,defer,cpu,inductor] [--threads T] [--out PATH]
 """
 import argparse
 import contextlib
@@ -185,17 +187,29 @@ def inference(get, inputs, forward):
 # ---- 1. GPT-2-small-shaped forward -------------------------------------------------
 
 
-def gpt2_workloads(batches, seq, layers=12, width=768, heads=12, vocab=50257):
+def bf16_autocast(x):
+    """torch.autocast on the device of tensor x, in bfloat16."""
+    return torch.autocast(device_type=x.device.type, dtype=torch.bfloat16)
+
+
+def gpt2_workloads(batches, seq, layers=12, width=768, heads=12, vocab=50257, autocast=False):
     from transformers import GPT2Config, GPT2LMHeadModel
     cfg = GPT2Config(n_layer=layers, n_embd=width, n_head=heads, vocab_size=vocab, n_positions=max(1024, seq),
                      bos_token_id=vocab - 1, eos_token_id=vocab - 1)
     get = per_column_models(lambda: GPT2LMHeadModel(cfg))
     out = []
+
+    def forward(m, x):
+        if not autocast:
+            return m(input_ids=x, use_cache=False).logits
+        with bf16_autocast(x):
+            return m(input_ids=x, use_cache=False).logits.float()
     for b in batches:
         ids = torch.randint(0, vocab, (b, seq), generator=torch.Generator().manual_seed(b))
-        make = inference(get, (ids,), lambda m, x: m(input_ids=x, use_cache=False).logits)
-        out.append(Workload(1, f"GPT-2 fwd {layers}L h{width} b{b} seq{seq}", "tokens/s", b * seq, make,
-                            check=(1e-3, 1e-3)))
+        make = inference(get, (ids,), forward)
+        out.append(Workload(5 if autocast else 1,
+                            f"GPT-2 fwd {layers}L h{width} b{b} seq{seq}" + (" bf16 autocast" if autocast else ""),
+                            "tokens/s", b * seq, make, check=(5e-2, 5e-2) if autocast else (1e-3, 1e-3)))
     return out
 
 
@@ -209,7 +223,7 @@ def llama_config(layers=6, hidden=384, inter=1024, heads=6, kv_heads=2, vocab=81
                        max_position_embeddings=1024, tie_word_embeddings=False)
 
 
-def llama_train_workload(batch, seq, cfg):
+def llama_train_workload(batch, seq, cfg, autocast=False):
     from transformers import LlamaForCausalLM
     torch.manual_seed(0)
     base = LlamaForCausalLM(cfg)
@@ -222,14 +236,20 @@ def llama_train_workload(batch, seq, cfg):
         f, x = (compiled(m, col=col) if col in COMPILED_COLUMNS else m), ids.to(device_of(col))
 
         def run():
-            loss = f(input_ids=x, labels=x).loss
+            if autocast:
+                with bf16_autocast(x):
+                    loss = f(input_ids=x, labels=x).loss
+            else:
+                loss = f(input_ids=x, labels=x).loss
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
             return (loss.detach(),)
         return run
-    return Workload(2, f"Llama train step (AdamW) {nparams / 1e6:.3g}M params b{batch} seq{seq}",
-                    "tokens/s", batch * seq, make, check=(1e-4, 1e-4))
+    return Workload(5 if autocast else 2,
+                    f"Llama train step (AdamW) {nparams / 1e6:.3g}M params b{batch} seq{seq}"
+                    + (" bf16 autocast" if autocast else ""),
+                    "tokens/s", batch * seq, make, check=(2e-2, 2e-2) if autocast else (1e-4, 1e-4))
 
 
 # ---- 3. HF generate() with a KV cache ----------------------------------------------
@@ -399,7 +419,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=None, help="timed rounds per column (default 3, quick 2)")
     ap.add_argument("--min-time", type=float, default=None, help="seconds per column (default 1, quick 0.3)")
     ap.add_argument("--threads", type=int, default=0, help="threads of the tpu pool and of torch")
-    ap.add_argument("--only", default="1,2,3,4", help="workload numbers")
+    ap.add_argument("--only", default="1,2,3,4,5", help="workload numbers")
     ap.add_argument("--columns", default=",".join(COLUMNS))
     for k, v in SIZES["default"].items():
         ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=None)
@@ -426,6 +446,12 @@ def main():
         work.append(generate_workload(sz["new_tokens"], vocab=256 if tiny else 50257))
     if "4" in only:
         work += chain_workloads(sz["chain_rows"], sz["chain_hidden"])
+    if "5" in only:
+        work += gpt2_workloads([int(b) for b in sz["gpt2_batches"].split(",")], sz["gpt2_seq"],
+                               sz["gpt2_layers"], *((64, 4, 256) if tiny else ()), autocast=True)
+        work.append(llama_train_workload(sz["llama_batch"], sz["llama_seq"],
+                                         llama_config(2, 32, 64, 4, 2, 128) if tiny else llama_config(),
+                                         autocast=True))
     threads = {"torch_cpu": torch.get_num_threads(), "tpu_pool": pool}
     print(f"threads: torch {threads['torch_cpu']}, tpu pool {pool}; DEFER_AND_FUSE: "
           f"{'available' if DEFER is not None else 'n/a (not in torch_tpu.EagerMode)'}; sizes: {size}; "
