@@ -21,7 +21,9 @@ def main() -> None:
               f"{torch.tpu.memory_allocated(i) / 2**20:.1f} MiB")
     mxu = torch_tpu.matrix_unit()
     print(f"matrix unit: {mxu['isa']} ({mxu['library']}); bfloat16 GEMMs "
-          f"{'on the unit' if mxu['bfloat16'] else 'widened to float32 (OpenBLAS sgemm)'}")
+          f"{'on the unit' if mxu['bfloat16'] else 'widened to float32 (OpenBLAS sgemm)'}, "
+          f"int8 GEMMs {'on the unit' if mxu['int8'] else 'in an exact int32 loop'}; "
+          f"float32 matmul precision {torch.get_float32_matmul_precision()!r}")
     print(f"eager mode: {torch_tpu.get_eager_mode().name}")
     print(f"fallback mode: {_C.fallback_mode()}")
     ops = _C.runtime_ops()
