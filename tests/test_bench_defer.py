@@ -74,13 +74,14 @@ def check_structure(d, stdout, columns_run, workloads):
 
 
 def test_smoke_all_workloads(tmp_path):
-    """All four workloads, the tpu columns and CPU eager (Inductor's compiles
+    """All five workloads, the tpu columns and CPU eager (Inductor's compiles
     take minutes on this machine: see test_smoke_inductor)."""
     cols = ("strict", "defer", "cpu")
     d, stdout = run_smoke(tmp_path, "--columns", ",".join(cols))
-    check_structure(d, stdout, [c for c in cols if c != "defer" or HAS_DEFER], [1, 2, 3, 4])
+    check_structure(d, stdout, [c for c in cols if c != "defer" or HAS_DEFER], [1, 2, 3, 4, 5])
     assert [r["workload_num"] for r in d["rows"]].count(1) == 2  # batch 1 and 2
     assert [r["workload_num"] for r in d["rows"]].count(4) == 3  # three chains
+    assert [r["workload_num"] for r in d["rows"]].count(5) == 3  # bf16: GPT-2 b1, b2, Llama
     if not HAS_DEFER:
         assert "| n/a |" in stdout
 

@@ -5,7 +5,7 @@
  *   _int_mm(self [m,k] int8|uint8, mat2 [k,n] int8) -> [m,n] int32
  *       exact sums, wrapping as int32 as PyTorch's do: on the matrix unit
  *       (oneDNN s8/u8 x s8 -> s32 on AMX-INT8 or AVX512-VNNI, mxu.h) where
- *       it takes the layout, else a blocked loop over the pool;
+ *       it takes the layout, else an exact loop, rows split over the pool;
  *   _weight_int8pack_mm(self [m,k] f32|f16|bf16, mat2 [n,k] int8,
  *                       scales [n] self's dtype) -> [m,n] self's dtype
  *       out[i,j] = (sum_k self[i,k] * mat2[j,k]) * scales[j]: float32 sums,
