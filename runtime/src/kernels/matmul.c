@@ -426,17 +426,22 @@ static void partition(mm_plan_t* pl) {
   pl->cblocks = (p->n + pl->cols - 1) / pl->cols;
 }
 
-/* The problem on the matrix unit (bfloat16), when it takes it: C must not
- * overlap a factor, and the bias is copied into C (unless it is C) for the
- * engine's sum. *out_done false: the float32 path runs. */
+bool tpu_mm_c_writable(const mm_problem_t* p) {
+  return !views_overlap(&p->c, &p->a) && !views_overlap(&p->c, &p->b) &&
+         !(p->has_bias && !views_same(&p->bias, &p->c) && views_overlap(&p->bias, &p->c));
+}
+
+/* The bias into C (unless it is C) for the matrix unit's sum post-op. */
+static void bias_into_c(const mm_problem_t* p) {
+  if (p->has_bias && !views_same(&p->bias, &p->c)) view_copy(&p->c, &p->bias);
+}
+
+/* The problem on the matrix unit (bfloat16), when it takes it: C must be
+ * writable (tpu_mm_c_writable). *out_done false: the float32 path runs. */
 static tpu_status_t run_on_mxu(const mm_problem_t* p, bool* out_done) {
   *out_done = false;
-  if (!tpu_mxu_supports(p->dtype) || p->k == 0 || views_overlap(&p->c, &p->a) ||
-      views_overlap(&p->c, &p->b))
-    return TPU_OK;
-  bool bias_is_c = p->has_bias && views_same(&p->bias, &p->c);
-  if (p->has_bias && !bias_is_c && views_overlap(&p->bias, &p->c)) return TPU_OK;
-  if (p->has_bias && !bias_is_c) view_copy(&p->c, &p->bias);
+  if (!tpu_mxu_supports(p->dtype) || p->k == 0 || !tpu_mm_c_writable(p)) return TPU_OK;
+  bias_into_c(p);
   mxu_gemm_t g = {p->a, p->b, p->c, (float)p->alpha, p->has_bias ? (float)p->beta : 0.0f};
   return tpu_mxu_gemm(&g, out_done);
 }
@@ -484,17 +489,15 @@ static tpu_status_t run_f32_on_mxu(const mm_problem_t* p, bool* out_done) {
   *out_done = false;
   if (p->dtype != TPU_DTYPE_F32 || p->precision == MM_PRECISION_HIGHEST ||
       !tpu_mxu_supports(TPU_DTYPE_BF16) || p->k == 0 || p->m == 1 || p->n == 1 ||
-      views_overlap(&p->c, &p->a) || views_overlap(&p->c, &p->b))
+      !tpu_mm_c_writable(p))
     return TPU_OK;
-  bool bias_is_c = p->has_bias && views_same(&p->bias, &p->c);
-  if (p->has_bias && !bias_is_c && views_overlap(&p->bias, &p->c)) return TPU_OK;
   bool three = p->precision == MM_PRECISION_HIGH;
   void *abuf = NULL, *bbuf = NULL;
   tpu_view_t ahi, alo, bhi, blo;
   tpu_status_t st = bf16_parts(&p->a, three, &abuf, &ahi, &alo);
   if (st == TPU_OK) st = bf16_parts(&p->b, three, &bbuf, &bhi, &blo);
   if (st == TPU_OK) {
-    if (p->has_bias && !bias_is_c) view_copy(&p->c, &p->bias);
+    bias_into_c(p);
     const tpu_view_t* pass[3][2] = {{&alo, &bhi}, {&ahi, &blo}, {&ahi, &bhi}};
     for (int i = three ? 0 : 2; i < 3 && st == TPU_OK; ++i) {
       bool first = i == (three ? 0 : 2), done = false;
@@ -539,9 +542,7 @@ static tpu_status_t matmul_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
   pthread_once(&once, blas_init);
 #endif
   pl.work = tpu_compute_storage_dtype(ct);
-  pl.c_direct = pl.gemm && p->c.dtype == pl.work && !views_overlap(&p->c, &p->a) &&
-                !views_overlap(&p->c, &p->b) &&
-                !(p->has_bias && !views_same(&p->bias, &p->c) && views_overlap(&p->bias, &p->c));
+  pl.c_direct = pl.gemm && p->c.dtype == pl.work && tpu_mm_c_writable(p);
   pl.bias_is_c = p->has_bias && views_same(&p->bias, &p->c);
   atomic_init(&pl.failed, 0);
   partition(&pl);

@@ -44,6 +44,12 @@ tpu_status_t tpu_mm_result(const tpu_op_def_t* def, const tpu_node_t* node, int3
 tpu_status_t tpu_mm_problem(const tpu_op_def_t* def, const tpu_node_t* node,
                             const tpu_view_t* out, mm_problem_t* p);
 
+/* Whether C may be written while the problem runs: it overlaps neither
+ * factor, and the bias is C itself (the in-place forms) or apart from it.
+ * The paths that write C directly (BLAS in place, the matrix unit, the
+ * gemv) take only such problems. */
+bool tpu_mm_c_writable(const mm_problem_t* p);
+
 /* A float16/bfloat16 problem with one row or one column of C, whose matrix
  * has a dense dimension, as a matrix-vector product that streams the matrix
  * once (matmul_gemv.c). *out_done false (TPU_OK): not taken, the caller runs

@@ -81,6 +81,11 @@ static void axpy_plain(bool bf16, const float* x, int64_t k, const uint16_t* m, 
 
 #define GEMV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
+/* Lanes [0, left) of 16, for the last vector of a row. */
+static inline __mmask16 tail16(int64_t left) {
+  return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+}
+
 GEMV_AVX512 static inline __m512 widen16(bool bf16, __m256i h) {
   return bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
               : _mm512_cvtph_ps(h);
@@ -94,7 +99,7 @@ GEMV_AVX512 static void dot_avx512(bool bf16, const float* x, int64_t k, const u
     const uint16_t *m0 = m, *m1 = m + sj, *m2 = m + 2 * sj, *m3 = m + 3 * sj;
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     for (int64_t i = 0; i < k; i += 16) {
-      __mmask16 mask = k - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - i)) - 1);
+      __mmask16 mask = tail16(k - i);
       __m512 xv = _mm512_maskz_loadu_ps(mask, x + i);
       _mm_prefetch((const char*)(m0 + 4 * sj + i), _MM_HINT_T0);
       _mm_prefetch((const char*)(m1 + 4 * sj + i), _MM_HINT_T0);
@@ -113,7 +118,7 @@ GEMV_AVX512 static void dot_avx512(bool bf16, const float* x, int64_t k, const u
     const uint16_t* col = m + c * sj;
     __m512 s0 = _mm512_setzero_ps();
     for (int64_t i = 0; i < k; i += 16) {
-      __mmask16 mask = k - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - i)) - 1);
+      __mmask16 mask = tail16(k - i);
       __m512 xv = _mm512_maskz_loadu_ps(mask, x + i);
       s0 = _mm512_fmadd_ps(xv, widen16(bf16, _mm256_maskz_loadu_epi16(mask, col + i)), s0);
     }
@@ -129,7 +134,7 @@ GEMV_AVX512 static void axpy_avx512(bool bf16, const float* x, int64_t k, const 
     __m512 x0 = _mm512_set1_ps(x[i]), x1 = _mm512_set1_ps(x[i + 1]);
     __m512 x2 = _mm512_set1_ps(x[i + 2]), x3 = _mm512_set1_ps(x[i + 3]);
     for (int64_t j = 0; j < nb; j += 16) {
-      __mmask16 mask = nb - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - j)) - 1);
+      __mmask16 mask = tail16(nb - j);
       __m512 a = _mm512_maskz_loadu_ps(mask, acc + j);
       _mm_prefetch((const char*)(r + 4 * si + j), _MM_HINT_T0);
       _mm_prefetch((const char*)(r + 5 * si + j), _MM_HINT_T0);
@@ -146,7 +151,7 @@ GEMV_AVX512 static void axpy_avx512(bool bf16, const float* x, int64_t k, const 
     const uint16_t* r = m + i * si;
     __m512 xv = _mm512_set1_ps(x[i]);
     for (int64_t j = 0; j < nb; j += 16) {
-      __mmask16 mask = nb - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - j)) - 1);
+      __mmask16 mask = tail16(nb - j);
       __m512 a = _mm512_maskz_loadu_ps(mask, acc + j);
       a = _mm512_fmadd_ps(xv, widen16(bf16, _mm256_maskz_loadu_epi16(mask, r + j)), a);
       _mm512_mask_storeu_ps(acc + j, mask, a);
@@ -243,7 +248,7 @@ GEMV_AVX512 static void dot_i8_avx512(const float* x, int64_t k, const int8_t* m
     const int8_t *m0 = m, *m1 = m + sj, *m2 = m + 2 * sj, *m3 = m + 3 * sj;
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     for (int64_t i = 0; i < k; i += 16) {
-      __mmask16 mask = k - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - i)) - 1);
+      __mmask16 mask = tail16(k - i);
       __m512 xv = _mm512_maskz_loadu_ps(mask, x + i);
       s0 = _mm512_fmadd_ps(xv, widen16_i8(mask, m0 + i), s0);
       s1 = _mm512_fmadd_ps(xv, widen16_i8(mask, m1 + i), s1);
@@ -257,7 +262,7 @@ GEMV_AVX512 static void dot_i8_avx512(const float* x, int64_t k, const int8_t* m
   for (; c < cols; ++c) {
     __m512 s0 = _mm512_setzero_ps();
     for (int64_t i = 0; i < k; i += 16) {
-      __mmask16 mask = k - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - i)) - 1);
+      __mmask16 mask = tail16(k - i);
       s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, x + i), widen16_i8(mask, m + c * sj + i),
                            s0);
     }
@@ -436,9 +441,7 @@ tpu_status_t tpu_mm_half_gemv(const mm_problem_t* p, bool* out_done) {
    * length-1 dimension's stride is never read */
   bool dot = p->k > 1 ? si == 1 : !(n == 1 || sj == 1);
   if (!dot && !(n == 1 || sj == 1)) return TPU_OK;
-  if (views_overlap(&p->c, &p->a) || views_overlap(&p->c, &p->b)) return TPU_OK;
-  bool bias_is_c = p->has_bias && views_same(&p->bias, &p->c);
-  if (p->has_bias && !bias_is_c && views_overlap(&p->bias, &p->c)) return TPU_OK;
+  if (!tpu_mm_c_writable(p)) return TPU_OK;
 
   int64_t batch = p->batch;
   float* x = malloc((size_t)(batch * p->k) * sizeof(float));
