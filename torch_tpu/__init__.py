@@ -21,9 +21,15 @@ from torch_tpu import _C  # noqa: E402
 
 def _apply_visible_chips() -> None:
     """TPU_VISIBLE_CHIPS=2,3: this process sees those chips as tpu:0, tpu:1
-    (set before the runtime starts)."""
+    (set before the runtime starts). Without it or TORCH_TPU_NUM_CHIPS, a
+    process started by torchrun sees one chip per local process
+    (LOCAL_WORLD_SIZE), as a CUDA process sees every local GPU, so
+    ``torch.tpu.set_device(LOCAL_RANK)`` works."""
     env = os.environ.get("TPU_VISIBLE_CHIPS")
     if not env:
+        local = os.environ.get("LOCAL_WORLD_SIZE", "")
+        if "TORCH_TPU_NUM_CHIPS" not in os.environ and local.isdigit() and int(local) > 1:
+            os.environ["TORCH_TPU_NUM_CHIPS"] = local
         return
     chips = [c.strip() for c in env.split(",") if c.strip()]
     if not chips or not all(c.isdigit() and int(c) < 8 for c in chips) or len(set(chips)) != len(chips):
@@ -62,6 +68,10 @@ from torch_tpu import dynamo as _dynamo  # noqa: E402
 from torch_tpu.dynamo import TpuBackend  # noqa: E402
 
 _dynamo.install()  # torch.compile(backend="tpu"), once torch._dynamo is imported
+
+from torch_tpu import integrations as _integrations  # noqa: E402
+
+_integrations.install()  # accelerate, safetensors: tpu support when they are imported
 
 
 def fallback_counts() -> dict:
