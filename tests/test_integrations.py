@@ -82,6 +82,31 @@ def test_integrations_can_be_turned_off():
     assert state == {} and device == "cpu"
 
 
+def test_flex_attention_device_check_patch():
+    """torch 2.14 refuses tpu in flex_attention's device check; the patch
+    admits it (tests/test_complex_ops.py checks the numbers), and with the
+    integrations off torch's own ValueError is back."""
+    code = """
+        import torch, torch_tpu, json
+        from torch.nn.attention.flex_attention import flex_attention
+        q = torch.randn(1, 2, 8, 4, device="tpu")
+        try:
+            flex_attention(q, q, q)
+            got = "ran"
+        except ValueError as exc:
+            got = str(exc)
+        print(json.dumps([torch_tpu.integrations.status().get("torch"), got]))
+    """
+    r = run_python(code)
+    assert r.returncode == 0, r.stderr[-3000:]
+    state, got = json.loads(r.stdout.splitlines()[-1])
+    assert state.startswith("applied 2.14") and got == "ran", (state, got)
+    r = run_python(code, TORCH_TPU_INTEGRATIONS="0")
+    assert r.returncode == 0, r.stderr[-3000:]
+    state, got = json.loads(r.stdout.splitlines()[-1])
+    assert state is None and "only supported on" in got, (state, got)
+
+
 def test_safetensors_loads_onto_tpu():
     results = run_checks("""
         import os, tempfile

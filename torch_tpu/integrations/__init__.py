@@ -34,6 +34,7 @@ _TARGETS = {
     "accelerate.utils.modeling": ("accelerate", "patch_modeling"),
     "safetensors": ("safetensors", "patch_package"),
     "safetensors.torch": ("safetensors", "patch_torch"),
+    "torch.nn.attention.flex_attention": ("torch_internals", "patch_flex_attention"),
 }
 
 # library -> "applied <version>" | "skipped: <why>" | "failed: <why>"

@@ -30,7 +30,9 @@ extern "C" {
 #define TPU_MAX_DIMS 12
 #define TPU_MAX_ATTRS 8
 #define TPU_MAX_INTS 12 /* longest int-list attribute */
-#define TPU_MAX_STR 16  /* longest string attribute, with its NUL */
+/* Longest string attribute, with its NUL: the int list's bytes, so the attr
+ * union does not grow (an assert message; longer strings: CPU fallback). */
+#define TPU_MAX_STR 96
 /* Most elements a view of a submitted node may index (broadcast views
  * included; tpu_node_validate): 2^48, more than any chip holds, and small
  * enough that a kernel's scratch size (elements x element size x a small

@@ -96,8 +96,16 @@ struct tpu_op_def {
  * views (tpu_node_complex_as_real): each complex view becomes its (..., 2)
  * real view, each real view of one or more dims gains a trailing dim of 1
  * (broadcast over the pair), and the row's own check, infer and kernel see
- * only real dtypes. Other complex nodes are refused. */
+ * only real dtypes. Other complex nodes are refused, unless the row is also
+ * TPU_OP_COMPLEX: then they reach its own check, infer and kernel (mul: a
+ * complex product). */
 #define TPU_OP_COMPLEX_AS_REAL 8u
+/* The op only moves elements (gather, index_select, index): a node with
+ * complex64 operands runs on them as int64 views of the same layout (8
+ * bytes each, bit for bit), so its row's check, infer and kernel see only
+ * real dtypes; int64 outputs of such a node are the complex data. A
+ * complex128 operand, or a complex dtype attr, is refused. */
+#define TPU_OP_COMPLEX_AS_BITS 128u
 /* Heavy: a GEMM, convolution or attention, which no fused group holds.
  * DEFER_AND_FUSE cuts the pending graph before such a node (flush reason
  * "pipeline"), so what was recorded runs while the program records on:

@@ -118,6 +118,13 @@ tpu_status_t tpu_ew_plan(const tpu_op_def_t* def, const tpu_node_t* node, tpu_ew
 tpu_status_t tpu_ew_kernel(const tpu_op_def_t* def, const tpu_node_t* node, tpu_exec_ctx_t* ctx);
 tpu_status_t tpu_ew_infer(const tpu_op_def_t* def, const tpu_node_t* node, tpu_view_t* out_views);
 tpu_status_t tpu_ew_check(const tpu_op_def_t* def, const tpu_node_t* node);
+/* mul's row functions (elementwise_complex.c): a complex product there, the
+ * functions above for real nodes. */
+tpu_status_t tpu_ew_mul_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                               tpu_exec_ctx_t* ctx);
+tpu_status_t tpu_ew_mul_infer(const tpu_op_def_t* def, const tpu_node_t* node,
+                              tpu_view_t* out_views);
+tpu_status_t tpu_ew_mul_check(const tpu_op_def_t* def, const tpu_node_t* node);
 
 /* dst = src converted to dst's dtype, src broadcast to dst's shape (any
  * dtype pair, any strides; a same-dtype copy moves bits unchanged). */
@@ -145,6 +152,7 @@ tpu_status_t tpu_ew_result_dtype(const tpu_ew_impl_t* impl, const char* name,
 
 extern const tpu_op_family_t tpu_family_elementwise;
 extern const tpu_op_family_t tpu_family_elementwise_special;
+extern const tpu_op_family_t tpu_family_elementwise_complex;
 extern const tpu_op_family_t tpu_family_activation;
 extern const tpu_op_family_t tpu_family_copy;
 

@@ -554,11 +554,12 @@ static const tpu_op_def_t g_rows[] = {
            "sub.Tensor sub.Scalar sub.out sub.Scalar_out sub_.Tensor sub_.Scalar", k_sub),
     EW_ROW("rsub", "self,other", "alpha", "out",
            "rsub.Tensor rsub.Scalar rsub.Tensor_out rsub.Scalar_out", k_rsub),
-    /* complex * real runs on the complex operand's real view */
+    /* complex * real runs on the complex operand's real view; other complex
+     * products in elementwise_complex.c */
     {"mul", "self,other", "", "out",
-     "mul.Tensor mul.Scalar mul.out mul.Scalar_out mul_.Tensor mul_.Scalar", tpu_ew_kernel,
-     tpu_ew_infer, tpu_ew_check, &k_mul,
-     TPU_OP_OWN_OVERLAP_CHECK | TPU_OP_POINTWISE | TPU_OP_COMPLEX_AS_REAL},
+     "mul.Tensor mul.Scalar mul.out mul.Scalar_out mul_.Tensor mul_.Scalar", tpu_ew_mul_kernel,
+     tpu_ew_mul_infer, tpu_ew_mul_check, &k_mul,
+     TPU_OP_OWN_OVERLAP_CHECK | TPU_OP_POINTWISE | TPU_OP_COMPLEX_AS_REAL | TPU_OP_COMPLEX},
     EW_ROW("div", "self,other", "rounding_mode", "out",
            "div.Tensor div.Scalar div.Tensor_mode div.Scalar_mode div.out div.out_mode "
            "div.Scalar_out div.Scalar_mode_out div_.Tensor div_.Scalar div_.Tensor_mode "

@@ -610,8 +610,9 @@ static const ix_spec_t k_select = {IX_INDEX_SELECT}, k_gather = {IX_GATHER},
 
 static const tpu_op_def_t k_ops[] = {
     IX_ROW_F("index_select", "self,index", "dim", "index_select index_select.out", k_select,
-             TPU_OP_OUT_NO_OVERLAP),
-    IX_ROW_F("gather", "self,index", "dim", "gather gather.out", k_gather, TPU_OP_OUT_NO_OVERLAP),
+             TPU_OP_OUT_NO_OVERLAP | TPU_OP_COMPLEX_AS_BITS),
+    IX_ROW_F("gather", "self,index", "dim", "gather gather.out", k_gather,
+             TPU_OP_OUT_NO_OVERLAP | TPU_OP_COMPLEX_AS_BITS),
     IX_ROW("scatter", "self,index,src", "dim", "scatter.src scatter_.src scatter.src_out",
            k_scatter),
     IX_ROW("scatter_value", "self,index,value#", "dim",

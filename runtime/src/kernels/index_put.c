@@ -854,7 +854,8 @@ static const ax_spec_t k_index = {AX_INDEX, 0}, k_index_put = {AX_INDEX_PUT, 0},
 #define AX_ROW(name, inputs, attrs, aten, spec) AX_ROW_F(name, inputs, attrs, aten, spec, 0)
 
 static const tpu_op_def_t k_ops[] = {
-    AX_ROW("index", "self,indices*", "sync_size", "index.Tensor index.Tensor_out", k_index),
+    AX_ROW_F("index", "self,indices*", "sync_size", "index.Tensor index.Tensor_out", k_index,
+             TPU_OP_COMPLEX_AS_BITS),
     AX_ROW("index_count", "self,indices*", "sync_size", "", k_index_count),
     AX_ROW("index_put", "self,indices*,values", "accumulate,unsafe",
            "_index_put_impl_ index_put index_put_ index_put.out _index_put_impl.out", k_index_put),

@@ -11,6 +11,7 @@
 #define TPU_FAMILIES(X) \
   X(elementwise)        \
   X(elementwise_special)\
+  X(elementwise_complex)\
   X(special_functions)  \
   X(activation)         \
   X(copy)               \
@@ -50,6 +51,7 @@
   X(fft)                \
   X(rnn_cell)           \
   X(optim)              \
+  X(assert_async)       \
   /* one line per family, each ending in a backslash */
 
 #define TPU_X_(f) extern const tpu_op_family_t tpu_family_##f;
@@ -263,6 +265,38 @@ static bool as_real_row(const tpu_op_def_t* def, const tpu_node_t* node) {
          node->num_outputs <= AS_REAL_MAX;
 }
 
+#define AS_BITS_MAX 16 /* operands of a TPU_OP_COMPLEX_AS_BITS node */
+
+/* A TPU_OP_COMPLEX_AS_BITS node with complex64 views as int64 ones, stored
+ * in the caller's arrays; false when it is not of that form. */
+static bool complex_as_bits(const tpu_node_t* node, tpu_node_t* out, tpu_value_t* inputs,
+                            tpu_view_t* outputs) {
+  if (node->num_inputs > AS_BITS_MAX || node->num_outputs > AS_BITS_MAX) return false;
+  for (int32_t a = 0; a < node->num_attrs && a < TPU_MAX_ATTRS; ++a)
+    if (node->attrs[a].kind == TPU_ATTR_DTYPE && tpu_dtype_is_complex(node->attrs[a].u.dtype))
+      return false;
+  *out = *node;
+  for (int32_t i = 0; i < node->num_inputs; ++i) {
+    inputs[i] = node->inputs[i];
+    if (inputs[i].kind != TPU_VALUE_VIEW || !tpu_dtype_is_complex(inputs[i].u.view.dtype)) continue;
+    if (inputs[i].u.view.dtype != TPU_DTYPE_C64) return false;
+    inputs[i].u.view.dtype = TPU_DTYPE_I64;
+  }
+  for (int32_t o = 0; node->outputs && o < node->num_outputs; ++o) {
+    outputs[o] = node->outputs[o];
+    if (!tpu_dtype_is_complex(outputs[o].dtype)) continue;
+    if (outputs[o].dtype != TPU_DTYPE_C64) return false;
+    outputs[o].dtype = TPU_DTYPE_I64;
+  }
+  out->inputs = inputs;
+  out->outputs = node->outputs ? outputs : NULL;
+  return true;
+}
+
+static bool as_bits_row(const tpu_op_def_t* def, const tpu_node_t* node, bool outputs) {
+  return (def->flags & TPU_OP_COMPLEX_AS_BITS) && has_complex(node, outputs);
+}
+
 tpu_status_t tpu_node_execute(const tpu_node_t* node, tpu_exec_ctx_t* ctx) {
   const tpu_op_def_t* def = tpu_op_def(node->op);
   tpu_node_t real_node; /* a real-linear op on complex operands: on their real views */
@@ -271,6 +305,11 @@ tpu_status_t tpu_node_execute(const tpu_node_t* node, tpu_exec_ctx_t* ctx) {
   bool as_real = (def->flags & TPU_OP_COMPLEX_AS_REAL) && node->num_inputs <= AS_REAL_MAX &&
                  node->num_outputs <= AS_REAL_MAX &&
                  tpu_node_complex_as_real(node, &real_node, real_in, real_out);
+  tpu_value_t bits_in[AS_BITS_MAX];
+  tpu_view_t bits_out[AS_BITS_MAX];
+  if (!as_real && as_bits_row(def, node, true) &&
+      complex_as_bits(node, &real_node, bits_in, bits_out))
+    as_real = true;
   tpu_status_t s = def->kernel(def, as_real ? &real_node : node, ctx);
   if (s != TPU_OK) return tpu_status_annotate(s, "in op '%s' on tpu:%d", def->name, ctx->chip_index);
   return TPU_OK;
@@ -286,7 +325,15 @@ static tpu_status_t check_validated(const tpu_node_t* node) {
     tpu_node_t r;
     tpu_value_t in[AS_REAL_MAX];
     tpu_view_t out[AS_REAL_MAX];
-    if (!tpu_node_complex_as_real(node, &r, in, out))
+    if (tpu_node_complex_as_real(node, &r, in, out)) return tpu_op_check(&r);
+    if (!(def->flags & TPU_OP_COMPLEX))
+      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: complex operands", def->name);
+  }
+  if (as_bits_row(def, node, true)) {
+    tpu_node_t r;
+    tpu_value_t in[AS_BITS_MAX];
+    tpu_view_t out[AS_BITS_MAX];
+    if (!complex_as_bits(node, &r, in, out))
       return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: complex operands", def->name);
     return tpu_op_check(&r);
   }
@@ -334,8 +381,10 @@ tpu_status_t tpu_op_infer(const tpu_node_t* node, tpu_view_t* out_views) {
     tpu_value_t in[AS_REAL_MAX];
     tpu_view_t out[AS_REAL_MAX];
     unset.outputs = NULL; /* not set yet: not read */
-    if (!tpu_node_complex_as_real(&unset, &r, in, out))
+    if (!tpu_node_complex_as_real(&unset, &r, in, out)) {
+      if (def->flags & TPU_OP_COMPLEX) return def->infer(def, node, out_views);
       return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: complex operands", def->name);
+    }
     TPU_RETURN_IF_ERROR(def->infer(def, &r, out_views));
     for (int32_t o = 0; o < tpu_op_num_outputs(node->op); ++o) { /* (..., 2) back to complex */
       tpu_view_t* v = &out_views[o];
@@ -347,6 +396,19 @@ tpu_status_t tpu_op_infer(const tpu_node_t* node, tpu_view_t* out_views) {
       v->dtype = c;
       tpu_view_set_contiguous(v);
     }
+    return TPU_OK;
+  }
+  if (as_bits_row(def, node, false)) {
+    tpu_node_t r, unset = *node;
+    tpu_value_t in[AS_BITS_MAX];
+    tpu_view_t out[AS_BITS_MAX];
+    unset.outputs = NULL; /* not set yet: not read */
+    if (!complex_as_bits(&unset, &r, in, out))
+      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: complex operands", def->name);
+    TPU_RETURN_IF_ERROR(def->infer(def, &r, out_views));
+    for (int32_t o = 0; o < tpu_op_num_outputs(node->op); ++o) /* int64 data back to complex */
+      if (!tpu_view_is_absent(&out_views[o]) && out_views[o].dtype == TPU_DTYPE_I64)
+        out_views[o].dtype = TPU_DTYPE_C64;
     return TPU_OK;
   }
   TPU_RETURN_IF_ERROR(check_complex(def, node, false));
