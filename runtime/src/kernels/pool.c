@@ -117,7 +117,10 @@ tpu_status_t tpu_pool_parse(const tpu_op_def_t* def, const tpu_node_t* node, poo
     for (int32_t i = 0; i < n; ++i) {
       if (k[i] <= 0 || s[i] <= 0 || dl[i] <= 0 || p[i] < 0)
         return unimpl("pool: kernel, stride and dilation must be positive, padding non-negative");
-      int64_t eff = im->kind == POOL_MAX ? ((k[i] - 1) * dl[i] + 1) / 2 : k[i] / 2;
+      int64_t ext = k[i], eff; /* half the kernel's extent, rounded up for max pooling */
+      if (im->kind == POOL_MAX && __builtin_mul_overflow(k[i] - 1, dl[i], &ext))
+        return unimpl("pool: kernel extent does not fit int64");
+      eff = im->kind == POOL_MAX ? ext / 2 + (ext & 1) : k[i] / 2;
       if (p[i] > eff) return unimpl("pool: pad should be at most half of the kernel size");
       a->k[off + i] = k[i], a->s[off + i] = s[i], a->p[off + i] = p[i], a->d[off + i] = dl[i];
     }

@@ -127,8 +127,10 @@ static tpu_status_t parse_arange(const tpu_op_def_t* def, const tpu_node_t* node
     } else if (!((xst > 0 && xe >= xs) || (xst < 0 && xe <= xs))) {
       return unimpl("upper bound and larger bound inconsistent with step sign");
     } else if (dt == TPU_DTYPE_I64) {
-      int64_t sgn = (xst > 0) - (xst < 0);
-      size_d = (double)((xe - xs + xst - sgn) / xst);
+      int64_t sgn = (xst > 0) - (xst < 0), span; /* xst - sgn moves toward 0: no overflow */
+      if (__builtin_sub_overflow(xe, xs, &span) || __builtin_add_overflow(span, xst - sgn, &span))
+        return unimpl("arange: range does not fit int64"); /* more elements than any tensor */
+      size_d = (double)(span / xst);
     } else {
       size_d = ceil((end - start) / step);
     }
