@@ -7,7 +7,12 @@
 // blocks until they ran and raises their status through check() (a timeout
 // becomes DistBackendError naming the collective and the missing ranks).
 // Futures are completed by one completion thread per backend, in order, so
-// their callbacks never run on a stream's worker.
+// their callbacks never run on a stream's worker. That thread never drops
+// the tensors a finished Work kept: they may hold Python objects, and a
+// thread that releases one takes the GIL inside a (noexcept) destructor,
+// where CPython, if the interpreter is finalizing, ends the thread with
+// pthread_exit: std::terminate. They go to the releaser thread (see
+// Releaser).
 //
 // Between hosts (a group whose ranks are not all on one host, as
 // torch_tpu/distributed.py detects through the store), the backend holds a
@@ -131,8 +136,11 @@ class WorkTPU : public c10d::Work {
     } else {
       future_->setError(status_exception(s));
     }
-    keep_.clear();
   }
+
+  // Called by the releaser, with the GIL: the inputs and staging buffers
+  // are no longer needed once the collectives ran.
+  void release_kept() { keep_.clear(); }
 
  private:
   std::vector<tpu_coll_request_t*> requests_;
@@ -140,6 +148,78 @@ class WorkTPU : public c10d::Work {
   std::vector<at::Tensor> keep_;  // inputs and staging buffers, until the collectives ran
   int source_rank_;
   c10::intrusive_ptr<at::ivalue::Future> future_;
+};
+
+// Drops finished Work (its kept tensors, and the completer's reference) on
+// a thread of its own that holds the GIL while it does, so no destructor
+// ever waits for the GIL. Releasing a tensor that Python saw gives the GIL
+// up and takes it back (THPVariable_dealloc); a thread that takes it while
+// the interpreter finalizes is ended there, inside a destructor. So
+// finalization must not start while a batch is released: close(), run by
+// an atexit hook (init_distributed), which Python runs before it
+// finalizes, waits for the batch in progress, and later batches are left
+// to the process exit. One per process, never destroyed, like local_state().
+class Releaser {
+ public:
+  static Releaser& get() {
+    static Releaser* r = started_ = new Releaser();
+    return *r;
+  }
+  // At exit, with the GIL held; does nothing if no Work was ever released.
+  static void close() {
+    if (Releaser* r = started_.load()) r->close_now();
+  }
+  void push(c10::intrusive_ptr<WorkTPU> work) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(work.release());
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  Releaser() { std::thread([this] { loop(); }).detach(); }
+
+  void loop() {
+    for (;;) {
+      std::vector<WorkTPU*> batch;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return !queue_.empty(); });
+        batch.swap(queue_);
+        if (closed_) continue;  // exiting: left to the process exit
+        busy_ = true;
+      }
+      release(batch);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        busy_ = false;
+      }
+      idle_.notify_all();
+    }
+  }
+
+  static void release(const std::vector<WorkTPU*>& batch) {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    for (WorkTPU* w : batch) {
+      auto work = c10::intrusive_ptr<WorkTPU>::reclaim(w);
+      work->release_kept();
+    }
+    PyGILState_Release(gil);
+  }
+
+  void close_now() {
+    py::gil_scoped_release no_gil;  // the batch in progress needs it
+    std::unique_lock<std::mutex> lock(mu_);
+    closed_ = true;
+    idle_.wait(lock, [this] { return !busy_; });
+  }
+
+  static inline std::atomic<Releaser*> started_{nullptr};
+  std::mutex mu_;
+  std::condition_variable cv_, idle_;
+  std::vector<WorkTPU*> queue_;
+  bool busy_ = false, closed_ = false;
 };
 
 // Completes futures in order, off the streams' workers.
@@ -174,6 +254,7 @@ class Completer {
         queue_.pop_front();
       }
       work->complete();
+      Releaser::get().push(std::move(work));
     }
   }
   std::mutex mu_;
@@ -1396,6 +1477,7 @@ void chips_collective(const std::string& kind_name, std::vector<int64_t> chips,
 }  // namespace
 
 void init_distributed(py::module& m) {
+  py::module_::import("atexit").attr("register")(py::cpp_function([] { Releaser::close(); }));
   m.def("_chips_collective", &chips_collective, py::arg("kind"), py::arg("chips"), py::arg("sends"),
         py::arg("recvs"), py::arg("count"), py::arg("root") = 0, py::arg("op") = 0, py::arg("timeout_s") = 0.0, py::arg("skip") = -1);
   m.def("_chips_wait", [] {
