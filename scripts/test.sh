@@ -41,7 +41,7 @@ fuzz_dir=$(mktemp -d)
 cp runtime/fuzz/corpus/* "$fuzz_dir"/
 build/fuzz/tpu_fuzz_node -max_total_time="${TPU_FUZZ_SECONDS:-60}" -timeout=20 -rss_limit_mb=4096 \
   -artifact_prefix="$fuzz_dir/" -print_final_stats=1 "$fuzz_dir" 2>&1 | grep -v "^#\|NEW_FUNC" || true
-if ls "$fuzz_dir"/crash-* "$fuzz_dir"/leak-* "$fuzz_dir"/timeout-* "$fuzz_dir"/oom-* >/dev/null 2>&1; then
+if find "$fuzz_dir" -maxdepth 1 \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | grep -q .; then
   echo "fuzzing found a failing input (kept in $fuzz_dir; add it to runtime/fuzz/corpus once fixed)"
   exit 1
 fi
