@@ -13,6 +13,7 @@ using namespace torch_tpu;
 
 namespace torch_tpu {
 void init_distributed(py::module& m);  // distributed.cpp
+void init_chip_comm(py::module& m);    // chip_comm.cpp
 void init_replay(py::module& m);       // replay.cpp
 }
 
@@ -96,6 +97,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_fallback_mode", [](const std::string& mode) { set_fallback_mode(mode); });
   m.def("fallback_mode", [] { return fallback_mode(); });
   init_distributed(m);
+  init_chip_comm(m);
   init_replay(m);
   m.def("runtime_ops", [] {
     std::vector<std::pair<std::string, std::string>> out;
