@@ -24,8 +24,6 @@ namespace py = pybind11;
 namespace torch_tpu {
 namespace {
 
-uint64_t addr(const at::Tensor& t) { return (uint64_t)(uintptr_t)t.data_ptr(); }
-
 // One communicator per set of chips (tpu_comm_create_local), made on first
 // use. A collective is one part per chip, each enqueued on that chip's
 // current stream; the parts rendezvous when every chip's queue reaches
@@ -112,8 +110,8 @@ void chips_collective(const std::string& kind_name, std::vector<int64_t> chips,
       parts->keep.push_back(x);
     }
     TORCH_CHECK(typed, "torch.tpu.comm: chip ", chips[i], " has no buffer");
-    a.send = sends[i].has_value() ? addr(*sends[i]) : 0;
-    a.recv = recvs[i].has_value() ? addr(*recvs[i]) : 0;
+    a.send = sends[i].has_value() ? device_addr(*sends[i]) : 0;
+    a.recv = recvs[i].has_value() ? device_addr(*recvs[i]) : 0;
   }
   LocalState& st = local_state();
   std::lock_guard<std::mutex> lock(st.mu);

@@ -277,8 +277,6 @@ tpu_reduce_op_t to_reduce_op(const c10d::ReduceOp& op) {
   }
 }
 
-uint64_t addr(const at::Tensor& t) { return (uint64_t)(uintptr_t)t.data_ptr(); }
-
 // ---- Between hosts: Gloo over staged host buffers ---------------------------------------------
 
 // The first failure of the Gloo path: later collectives fail at once with it
@@ -531,7 +529,7 @@ class BackendTPU : public c10d::Backend {
     auto& t = single(tensors, "broadcast");
     return run(c10d::OpType::BROADCAST, t, {t}, [&](const at::Tensor& dense, tpu_coll_args_t& a) {
       a.kind = TPU_COLL_BROADCAST;
-      a.send = a.recv = addr(dense);
+      a.send = a.recv = device_addr(dense);
       a.count = dense.numel();
       a.root = (int)opts.rootRank;
     }, opts.timeout);
@@ -543,7 +541,7 @@ class BackendTPU : public c10d::Backend {
     tpu_reduce_op_t op = to_reduce_op(opts.reduceOp);
     return run(c10d::OpType::ALLREDUCE, t, {t}, [&](const at::Tensor& dense, tpu_coll_args_t& a) {
       a.kind = TPU_COLL_ALL_REDUCE;
-      a.send = a.recv = addr(dense);
+      a.send = a.recv = device_addr(dense);
       a.count = dense.numel();
       a.op = op;
     }, opts.timeout);
@@ -583,7 +581,7 @@ class BackendTPU : public c10d::Backend {
       for (auto& t : tensors) {
         check_same(t, tensors, "allreduce_coalesced");
         dense.push_back(t.is_contiguous() ? t : t.contiguous());
-        segs.push_back({addr(dense.back()), addr(dense.back()), (size_t)t.numel()});
+        segs.push_back({device_addr(dense.back()), device_addr(dense.back()), (size_t)t.numel()});
       }
       return run_segments(c10d::OpType::ALLREDUCE_COALESCED, TPU_COLL_ALL_REDUCE, op, tensors, dense,
                           segs, {}, opts.timeout);
@@ -602,7 +600,7 @@ class BackendTPU : public c10d::Backend {
     tpu_reduce_op_t op = to_reduce_op(opts.reduceOp);
     return run(c10d::OpType::REDUCE, t, {t}, [&](const at::Tensor& dense, tpu_coll_args_t& a) {
       a.kind = TPU_COLL_REDUCE;
-      a.send = a.recv = addr(dense);
+      a.send = a.recv = device_addr(dense);
       a.count = dense.numel();
       a.op = op;
       a.root = (int)opts.rootRank;
@@ -621,8 +619,8 @@ class BackendTPU : public c10d::Backend {
     auto in = input.contiguous();
     return run(c10d::OpType::_ALLGATHER_BASE, output, {output}, [&](const at::Tensor& dense, tpu_coll_args_t& a) {
       a.kind = TPU_COLL_ALL_GATHER;
-      a.send = addr(in);
-      a.recv = addr(dense);
+      a.send = device_addr(in);
+      a.recv = device_addr(dense);
       a.count = in.numel();
     }, opts.timeout, {in});
   }
@@ -642,7 +640,7 @@ class BackendTPU : public c10d::Backend {
                     "times its input's elements");
         ins.push_back(inputs[i].contiguous());
         dense.push_back(outputs[i].is_contiguous() ? outputs[i] : outputs[i].contiguous());
-        segs.push_back({addr(ins.back()), addr(dense.back()), (size_t)ins.back().numel()});
+        segs.push_back({device_addr(ins.back()), device_addr(dense.back()), (size_t)ins.back().numel()});
       }
       return run_segments(c10d::OpType::COALESCED, TPU_COLL_ALL_GATHER, TPU_REDUCE_SUM, outputs, dense,
                           segs, ins, opts.timeout);
@@ -667,8 +665,8 @@ class BackendTPU : public c10d::Backend {
     auto src = in.contiguous();
     auto flat = at::empty({(int64_t)size_ * in.numel()}, in.options());
     tpu_coll_args_t a = args(TPU_COLL_ALL_GATHER, src, opts.timeout);
-    a.send = addr(src);
-    a.recv = addr(flat);
+    a.send = device_addr(src);
+    a.recv = device_addr(flat);
     a.count = src.numel();
     auto req = enqueue(in, a);
     for (int p = 0; p < size_; ++p)
@@ -687,8 +685,8 @@ class BackendTPU : public c10d::Backend {
     auto src = in.contiguous();
     auto flat = root ? at::empty({(int64_t)size_ * in.numel()}, in.options()) : src;
     tpu_coll_args_t a = args(TPU_COLL_GATHER, src, opts.timeout);
-    a.send = addr(src);
-    a.recv = root ? addr(flat) : 0;
+    a.send = device_addr(src);
+    a.recv = root ? device_addr(flat) : 0;
     a.count = src.numel();
     a.root = (int)opts.rootRank;
     auto req = enqueue(in, a);
@@ -716,8 +714,8 @@ class BackendTPU : public c10d::Backend {
     }
     return run(c10d::OpType::SCATTER, out, {out}, [&](const at::Tensor& dense, tpu_coll_args_t& a) {
       a.kind = TPU_COLL_SCATTER;
-      a.send = root ? addr(flat) : 0;
-      a.recv = addr(dense);
+      a.send = root ? device_addr(flat) : 0;
+      a.recv = device_addr(dense);
       a.count = dense.numel();
       a.root = (int)opts.rootRank;
     }, opts.timeout, root ? std::vector<at::Tensor>{flat} : std::vector<at::Tensor>{});
@@ -734,8 +732,8 @@ class BackendTPU : public c10d::Backend {
     auto in = input.contiguous();
     return run(c10d::OpType::_REDUCE_SCATTER_BASE, output, {output}, [&](const at::Tensor& dense, tpu_coll_args_t& a) {
       a.kind = TPU_COLL_REDUCE_SCATTER;
-      a.send = addr(in);
-      a.recv = addr(dense);
+      a.send = device_addr(in);
+      a.recv = device_addr(dense);
       a.count = dense.numel();
       a.op = op;
     }, opts.timeout, {in});
@@ -757,7 +755,7 @@ class BackendTPU : public c10d::Backend {
                     "times its output's elements");
         ins.push_back(inputs[i].contiguous());
         dense.push_back(outputs[i].is_contiguous() ? outputs[i] : outputs[i].contiguous());
-        segs.push_back({addr(ins.back()), addr(dense.back()), (size_t)dense.back().numel()});
+        segs.push_back({device_addr(ins.back()), device_addr(dense.back()), (size_t)dense.back().numel()});
       }
       return run_segments(c10d::OpType::COALESCED, TPU_COLL_REDUCE_SCATTER, op, outputs, dense, segs,
                           ins, opts.timeout);
@@ -796,8 +794,8 @@ class BackendTPU : public c10d::Backend {
     auto in = (input.is_contiguous() && !input.is_same(output)) ? input : input.clone(at::MemoryFormat::Contiguous);
     return run(c10d::OpType::ALLTOALL_BASE, output, {output}, [&](const at::Tensor& dense, tpu_coll_args_t& a) {
       a.kind = TPU_COLL_ALL_TO_ALL;
-      a.send = addr(in);
-      a.recv = addr(dense);
+      a.send = device_addr(in);
+      a.recv = device_addr(dense);
       a.send_counts = sc.data();
       a.recv_counts = rc.data();
     }, opts.timeout, {in});
@@ -822,8 +820,8 @@ class BackendTPU : public c10d::Backend {
     for (auto c : rc) total += (int64_t)c;
     auto recv = at::empty({total}, outputs[0].options());
     tpu_coll_args_t a = args(TPU_COLL_ALL_TO_ALL, send, opts.timeout);
-    a.send = addr(send);
-    a.recv = addr(recv);
+    a.send = device_addr(send);
+    a.recv = device_addr(recv);
     a.send_counts = sc.data();
     a.recv_counts = rc.data();
     auto req = enqueue(outputs[0], a);
@@ -839,7 +837,7 @@ class BackendTPU : public c10d::Backend {
     auto& t = single(tensors, "send");
     auto src = t.contiguous();
     tpu_coll_args_t a = args(TPU_COLL_SEND, src, c10d::kUnsetTimeout);
-    a.send = addr(src);
+    a.send = device_addr(src);
     a.count = src.numel();
     a.root = dst;
     auto req = enqueue(t, a);
@@ -850,7 +848,7 @@ class BackendTPU : public c10d::Backend {
     auto& t = single(tensors, "recv");
     auto work = run(c10d::OpType::RECV, t, {t}, [&](const at::Tensor& dense, tpu_coll_args_t& a) {
       a.kind = TPU_COLL_RECV;
-      a.recv = addr(dense);
+      a.recv = device_addr(dense);
       a.count = dense.numel();
       a.root = src;
     }, c10d::kUnsetTimeout, {}, src);
@@ -1226,7 +1224,7 @@ class BackendTPU : public c10d::Backend {
     tpu_status_t s = TPU_OK;
     for (auto& p : in)
       if (s == TPU_OK && p.first.numel())
-        s = tpu_stream_copy(st, TPU_COPY_D2H, addr(p.first), p.second, (size_t)p.first.numel() * p.first.element_size());
+        s = tpu_stream_copy(st, TPU_COPY_D2H, device_addr(p.first), p.second, (size_t)p.first.numel() * p.first.element_size());
     if (s == TPU_OK) {
       auto* h = new StagedRef(op);
       s = tpu_stream_host_fn(st, staged_run, h);
@@ -1234,7 +1232,7 @@ class BackendTPU : public c10d::Backend {
     }
     for (auto& p : out)
       if (s == TPU_OK && p.first.numel())
-        s = tpu_stream_copy(st, TPU_COPY_H2D, p.second, addr(p.first), (size_t)p.first.numel() * p.first.element_size());
+        s = tpu_stream_copy(st, TPU_COPY_H2D, p.second, device_addr(p.first), (size_t)p.first.numel() * p.first.element_size());
     if (s == TPU_OK) {
       auto* h = new StagedRef(op);
       s = tpu_stream_host_fn(st, staged_finish, h);

@@ -44,6 +44,9 @@ void set_thread_launch_blocking(int mode);
 // Waits for `stream` when the calling thread runs in launch-blocking mode.
 void maybe_block(tpu_stream_t* stream);
 
+// A tensor's data as a runtime device address (collectives' send/recv).
+inline uint64_t device_addr(const at::Tensor& t) { return (uint64_t)(uintptr_t)t.data_ptr(); }
+
 // Device allocator (c10::DeviceAllocator) of the tpu device.
 c10::Allocator* device_allocator();
 // A DataPtr owning `block` (freed with it), as the device allocator makes.
