@@ -208,9 +208,36 @@ def test_accelerator_trains_on_tpu_like_cpu():
             assert inner == [torch.bfloat16], inner
             _, _, cpu_losses, _ = train(cpu=True, mixed_precision="bf16")
             assert_close(losses, cpu_losses, rtol=2e-2, atol=2e-2)
+
+        @check
+        def fp16_mixed_precision_scales_on_tpu():
+            # accelerate refuses fp16 outside its device tuple and would build
+            # a CUDA GradScaler; on tpu: float16 autocast, GradScaler("tpu"),
+            # its ops native, losses those of the same loop on the CPU.
+            torch_tpu.reset_counts()
+            acc, model, losses, _ = train(cpu=False, mixed_precision="fp16")
+            assert isinstance(acc.scaler, torch.amp.GradScaler) and acc.scaler._device == "tpu"
+            assert torch_tpu.fallback_counts() == {}, torch_tpu.fallback_counts()
+            torch.manual_seed(0)
+            ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
+            opt, scaler = torch.optim.AdamW(ref.parameters(), lr=1e-2), torch.amp.GradScaler("cpu")
+            g = torch.Generator().manual_seed(1)
+            xs, ys = torch.randn(32, 8, generator=g), torch.randn(32, 1, generator=g)
+            cpu_losses = []
+            for k in range(0, 32, 8):
+                with torch.autocast("cpu", dtype=torch.float16):
+                    out = ref(xs[k:k + 8])
+                loss = torch.nn.functional.mse_loss(out.float(), ys[k:k + 8])
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+                opt.zero_grad()
+                cpu_losses.append(loss.item())
+            assert_close(losses, cpu_losses, rtol=1e-5, atol=1e-6)
     """)
     check_result(results, "chooses_tpu_and_matches_cpu")
     check_result(results, "bf16_mixed_precision_autocasts_on_tpu")
+    check_result(results, "fp16_mixed_precision_scales_on_tpu")
 
 
 def test_device_map_auto_sees_tpu_chips(tmp_path):

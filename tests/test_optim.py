@@ -4,7 +4,9 @@ parameter. Each test compares against the same optimizer on CPU (whose fused ker
 PyTorch ships), over several steps, with fallbacks set to raise: every floating
 dtype, amsgrad, maximize, weight decay, a tensor learning rate, GradScaler's
 grad_scale / found_inf, strict and DEFER_AND_FUSE modes; and the arguments that go
-to the CPU kernel (which then raises PyTorch's own errors)."""
+to the CPU kernel (which then raises PyTorch's own errors). Then GradScaler's own
+ops (_amp_foreach_non_finite_check_and_unscale_, _amp_update_scale_), directly and
+in a float16 training loop."""
 import contextlib
 
 import pytest
@@ -142,3 +144,103 @@ def test_fused_adamw_trains_a_model_like_cpu():
                 out.append(loss.item())
         losses[device] = out
     torch.testing.assert_close(losses["tpu"], losses["cpu"], atol=1e-5, rtol=1e-5)
+
+
+# ---- GradScaler: _amp_foreach_non_finite_check_and_unscale_ / _amp_update_scale_ ----
+
+@pytest.mark.parametrize("bad", [None, float("inf"), float("nan")], ids=["finite", "inf", "nan"])
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_amp_unscale_matches_cpu(dtype, bad):
+    """Every gradient is multiplied by inv_scale in place; found_inf turns 1 when
+    any of them holds an inf or nan (here the second of three), else stays 0."""
+    gen = torch.Generator().manual_seed(3)
+    grads = [torch.randn(s, generator=gen).mul(1000).to(dtype) for s in ((37, 5), (40000,), (0,))]
+    if bad is not None:
+        grads[1][12345] = bad
+    results = []
+    for device in ("cpu", "tpu"):
+        gs = [g.clone().to(device) for g in grads]
+        found = torch.zeros(1, device=device)
+        inv = torch.full((1,), 1 / 1024, device=device)
+        with no_fallback() if device == "tpu" else contextlib.nullcontext():
+            torch._amp_foreach_non_finite_check_and_unscale_(gs, found, inv)
+        results.append((gs, found))
+    (want, want_found), (got, got_found) = results
+    assert got_found.item() == want_found.item() == (0.0 if bad is None else 1.0)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.cpu(), b, atol=0, rtol=0, equal_nan=True)
+
+
+def test_amp_update_scale_matches_cpu():
+    """The scale's state machine over a run of steps: grows every growth_interval
+    clean steps, backs off and resets on an overflow, keeps a scale whose growth
+    would overflow float32."""
+    states = []
+    for device in ("cpu", "tpu"):
+        scale = torch.full((1,), 2.0 ** 127, device=device)
+        tracker = torch.zeros(1, dtype=torch.int32, device=device)
+        seen = []
+        with no_fallback() if device == "tpu" else contextlib.nullcontext():
+            for found in (0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0):
+                torch._amp_update_scale_(scale, tracker, torch.full((1,), float(found), device=device),
+                                         2.0, 0.5, 2)
+                seen.append((scale.item(), tracker.item()))
+        states.append(seen)
+    assert states[0] == states[1]
+    assert states[0][1] == (2.0 ** 127, 0)  # growth to 2**128 would overflow: kept
+
+
+def test_amp_ops_raise_like_cpu():
+    """Operands the CPU kernels refuse (a float64 found_inf, a float32 growth
+    tracker) raise the CPU's error type and message."""
+    messages = []
+    for device in ("cpu", "tpu"):
+        with pytest.raises(RuntimeError) as e1:
+            torch._amp_foreach_non_finite_check_and_unscale_(
+                [torch.ones(3, device=device)], torch.zeros(1, dtype=torch.float64, device=device),
+                torch.ones(1, device=device))
+        with pytest.raises(RuntimeError) as e2:
+            torch._amp_update_scale_(torch.ones(1, device=device), torch.zeros(1, device=device),
+                                     torch.zeros(1, device=device), 2.0, 0.5, 2)
+        messages.append((str(e1.value).splitlines()[0], str(e2.value).splitlines()[0]))
+    assert messages[0] == messages[1]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_grad_scaler_fp16_training_matches_cpu(mode):
+    """torch.amp.GradScaler("tpu") with float16 autocast over 6 steps, one of them
+    overflowing (skipped, scale backed off): losses, scales and weights equal CPU's
+    and no op falls back."""
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    x, y = torch.randn(8, 16), torch.randn(8, 4)
+    runs = {}
+    for device in ("cpu", "tpu"):
+        m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+        m.load_state_dict(base.state_dict())
+        m.to(device)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler(device, init_scale=2.0 ** 16, growth_interval=2)
+        ctx = contextlib.ExitStack()
+        if device == "tpu":
+            ctx.enter_context(no_fallback())
+            ctx.enter_context(torch_tpu.set_eager_mode(MODES[mode]))
+        out = []
+        with ctx:
+            for step in range(6):
+                opt.zero_grad()
+                with torch.autocast(device, dtype=torch.float16):
+                    loss = torch.nn.functional.mse_loss(m(x.to(device)).float(), y.to(device))
+                if step == 3:
+                    loss = loss * float("inf")
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+                out.append((loss.item(), scaler.get_scale()))
+        runs[device] = (out, [p.detach().cpu() for p in m.parameters()])
+    (cpu_out, cpu_w), (tpu_out, tpu_w) = runs["cpu"], runs["tpu"]
+    assert [s for _, s in tpu_out] == [s for _, s in cpu_out]
+    assert tpu_out[3][1] < tpu_out[2][1]  # the overflow backed the scale off
+    torch.testing.assert_close([l for l, _ in tpu_out], [l for l, _ in cpu_out], atol=1e-5, rtol=1e-5)
+    for a, b in zip(tpu_w, cpu_w):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

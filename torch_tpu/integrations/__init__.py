@@ -32,6 +32,7 @@ import warnings
 _TARGETS = {
     "accelerate.state": ("accelerate", "patch_state"),
     "accelerate.utils.modeling": ("accelerate", "patch_modeling"),
+    "accelerate.accelerator": ("accelerate", "patch_accelerator"),
     "safetensors": ("safetensors", "patch_package"),
     "safetensors.torch": ("safetensors", "patch_torch"),
     "torch.nn.attention.flex_attention": ("torch_internals", "patch_flex_attention"),

@@ -3,7 +3,7 @@
 accelerate 1.x picks its device, its distributed back-end and its memory
 budget from a fixed list of known back-ends (cuda, mps, npu, xpu, hpu, ...),
 so on tpu it trains on the CPU, silently, or crashes where transformers has
-already put the model on ``tpu:0``. Four functions are patched:
+already put the model on ``tpu:0``. Six functions are patched:
 
 * ``PartialState.default_device``: ``tpu`` when no other accelerator is.
 * ``PartialState._prepare_backend``: under torchrun (``LOCAL_RANK`` set),
@@ -16,13 +16,20 @@ already put the model on ``tpu:0``. Four functions are patched:
 * ``utils.modeling.get_max_memory``: tpu chips by index, their free memory
   from ``torch.tpu.mem_get_info``, and ``"tpu:N"``/``torch.device`` keys in a
   user's ``max_memory`` (``device_map="auto"``, ``infer_auto_device_map``).
+* ``utils.modeling.get_grad_scaler``: ``torch.amp.GradScaler("tpu")`` when
+  the state's device is tpu (it would build a CUDA scaler).
+* ``Accelerator.__init__``: float16 mixed precision refuses devices outside
+  a literal tuple (``("xpu", "cuda", ...)``); the function is rebuilt with
+  ``"tpu"`` added to that one constant and nothing else changed. The patch
+  is refused (``status()`` says so) unless exactly one such tuple is found.
 
 Retire when accelerate dispatches on ``torch.accelerator`` (the device-generic
-API of torch 2.6+) in those four places; the proposed upstream change is in
+API of torch 2.6+) in those six places; the proposed upstream change is in
 ``docs/upstream/accelerate-tpu.patch``.
 """
 import functools
 import os
+import types
 
 import torch
 
@@ -127,6 +134,44 @@ def _get_max_memory(original, convert_file_size_to_int):
     return get_max_memory
 
 
+def _on_tpu_state() -> bool:
+    from accelerate.state import AcceleratorState
+
+    device = getattr(AcceleratorState(), "device", None)
+    return device is not None and device.type == "tpu"
+
+
+def _get_grad_scaler(original):
+    @functools.wraps(original)
+    def get_grad_scaler(distributed_type=None, **kwargs):
+        if _on_tpu_state() and not torch.cuda.is_available():
+            return torch.amp.GradScaler("tpu", **kwargs)
+        return original(distributed_type, **kwargs)
+
+    return get_grad_scaler
+
+
+# The literal in Accelerator.__init__ naming the devices fp16 accepts.
+_FP16_DEVICE_MARKERS = {"cuda", "xpu", "mps"}
+
+
+def _fp16_accepts_tpu(init):
+    """``init`` rebuilt with ``"tpu"`` added to its fp16 device tuple."""
+    code = init.__code__
+    consts = list(code.co_consts)
+    found = [i for i, c in enumerate(consts)
+             if isinstance(c, tuple) and _FP16_DEVICE_MARKERS <= set(c)]
+    if len(found) != 1:
+        raise RuntimeError("Accelerator.__init__: expected one fp16 device tuple, "
+                           f"found {len(found)}")
+    if "tpu" not in consts[found[0]]:
+        consts[found[0]] = consts[found[0]] + ("tpu",)
+    rebuilt = types.FunctionType(code.replace(co_consts=tuple(consts)), init.__globals__,
+                                 init.__name__, init.__defaults__, init.__closure__)
+    rebuilt.__kwdefaults__ = init.__kwdefaults__
+    return functools.update_wrapper(rebuilt, init)
+
+
 def patch_state(state_module) -> None:
     """``accelerate.state``: the device, back-end and distributed type."""
     state = state_module.PartialState
@@ -147,3 +192,14 @@ def patch_modeling(modeling) -> None:
         patched._torch_tpu_original = original
         modeling.get_max_memory = patched
         replace_everywhere(original, patched)
+    original = modeling.get_grad_scaler
+    if getattr(original, "_torch_tpu_original", None) is None:
+        patched = _get_grad_scaler(original)
+        patched._torch_tpu_original = original
+        modeling.get_grad_scaler = patched
+        replace_everywhere(original, patched)
+
+
+def patch_accelerator(accelerator_module) -> None:
+    """``accelerate.accelerator``: float16 mixed precision (GradScaler) on tpu."""
+    _patch(accelerator_module.Accelerator, "__init__", _fp16_accepts_tpu)

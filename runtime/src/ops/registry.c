@@ -51,6 +51,7 @@
   X(fft)                \
   X(rnn_cell)           \
   X(optim)              \
+  X(amp_scale)          \
   X(assert_async)       \
   /* one line per family, each ending in a backslash */
 
