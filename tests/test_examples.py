@@ -1,0 +1,33 @@
+"""The copyable examples under examples/ run as a user runs them, and their
+own --check (the same work on the CPU, compared) passes: a Trainer fine-tune
+in float16 (GradScaler on tpu; the CPU runs float32) and bfloat16, a
+diffusers DDPM pipeline in DEFER_AND_FUSE."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(script, *args):
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "examples", script), *args],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return run.stdout
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_finetune_trainer_example_matches_cpu(precision):
+    out = _run("finetune_trainer.py", "--check", "--precision", precision, "--steps", "4")
+    assert f"trained on tpu:0 ({precision})" in out, out
+    assert "largest difference" in out, out
+
+
+def test_diffusers_pipeline_example_matches_cpu(tmp_path):
+    png = tmp_path / "images.png"
+    out = _run("diffusers_pipeline.py", "--check", "--mode", "defer", "--steps", "4",
+               "--out", str(png))
+    assert "CPU fallbacks: 0" in out and "largest pixel difference" in out, out
+    assert png.stat().st_size > 0
