@@ -264,8 +264,16 @@ class Completer {
   std::thread thread_;
 };
 
-tpu_reduce_op_t to_reduce_op(const c10d::ReduceOp& op) {
+// PREMUL_SUM (FSDP2's reductions with a gradient divide factor, as
+// TorchTitan sets it) is SUM over inputs scaled by the op's factor:
+// to_reduce_op maps it to SUM where the caller has scaled them (allow_premul)
+// with premul() below, and refuses it elsewhere.
+tpu_reduce_op_t to_reduce_op(const c10d::ReduceOp& op, bool allow_premul = false) {
   switch (op.op_) {
+    case c10d::ReduceOp::PREMUL_SUM:
+      TORCH_CHECK(allow_premul, "tpu_dist supports PREMUL_SUM in all_reduce and "
+                  "reduce_scatter only");
+      return TPU_REDUCE_SUM;
     case c10d::ReduceOp::SUM: return TPU_REDUCE_SUM;
     case c10d::ReduceOp::AVG: return TPU_REDUCE_AVG;
     case c10d::ReduceOp::PRODUCT: return TPU_REDUCE_PRODUCT;
@@ -273,8 +281,23 @@ tpu_reduce_op_t to_reduce_op(const c10d::ReduceOp& op) {
     case c10d::ReduceOp::MAX: return TPU_REDUCE_MAX;
     default:
       TORCH_CHECK(false, "tpu_dist does not support reduce op ", (int)op.op_,
-                  " (supported: SUM, AVG, PRODUCT, MIN, MAX)");
+                  " (supported: SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM)");
   }
+}
+
+// For PREMUL_SUM: `t` times the op's factor (a number, or a one-element
+// tensor), queued on the current stream ahead of the collective; in place
+// for the in-place collectives (all_reduce), else a new tensor. Any other
+// op: `t` itself.
+at::Tensor premul(const at::Tensor& t, const c10d::ReduceOp& op, bool in_place) {
+  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return t;
+  auto* factor = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+  TORCH_CHECK(factor, "tpu_dist: PREMUL_SUM without a factor");
+  if (factor->tensor_factor.defined()) {
+    at::Tensor f = factor->tensor_factor.to(t.device(), t.scalar_type());
+    return in_place ? at::Tensor(t).mul_(f) : t.mul(f);
+  }
+  return in_place ? at::Tensor(t).mul_(factor->double_factor) : t.mul(factor->double_factor);
 }
 
 // ---- Between hosts: Gloo over staged host buffers ---------------------------------------------
@@ -538,7 +561,8 @@ class BackendTPU : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
     auto& t = single(tensors, "allreduce");
-    tpu_reduce_op_t op = to_reduce_op(opts.reduceOp);
+    tpu_reduce_op_t op = to_reduce_op(opts.reduceOp, true);
+    premul(t, opts.reduceOp, true);
     return run(c10d::OpType::ALLREDUCE, t, {t}, [&](const at::Tensor& dense, tpu_coll_args_t& a) {
       a.kind = TPU_COLL_ALL_REDUCE;
       a.send = a.recv = device_addr(dense);
@@ -575,11 +599,12 @@ class BackendTPU : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
     if (!inter_) {
-      tpu_reduce_op_t op = to_reduce_op(opts.reduceOp);
+      tpu_reduce_op_t op = to_reduce_op(opts.reduceOp, true);
       std::vector<at::Tensor> dense;
       std::vector<tpu_coll_segment_t> segs;
       for (auto& t : tensors) {
         check_same(t, tensors, "allreduce_coalesced");
+        premul(t, opts.reduceOp, true);
         dense.push_back(t.is_contiguous() ? t : t.contiguous());
         segs.push_back({device_addr(dense.back()), device_addr(dense.back()), (size_t)t.numel()});
       }
@@ -728,8 +753,8 @@ class BackendTPU : public c10d::Backend {
     TORCH_CHECK(input.numel() == output.numel() * size_,
                 "tpu_dist reduce_scatter_tensor: input must have world_size times the output's "
                 "elements");
-    tpu_reduce_op_t op = to_reduce_op(opts.reduceOp);
-    auto in = input.contiguous();
+    tpu_reduce_op_t op = to_reduce_op(opts.reduceOp, true);
+    auto in = premul(input, opts.reduceOp, false).contiguous();
     return run(c10d::OpType::_REDUCE_SCATTER_BASE, output, {output}, [&](const at::Tensor& dense, tpu_coll_args_t& a) {
       a.kind = TPU_COLL_REDUCE_SCATTER;
       a.send = device_addr(in);
@@ -744,7 +769,7 @@ class BackendTPU : public c10d::Backend {
       const c10d::ReduceScatterOptions& opts) override {
     TORCH_CHECK(outputs.size() == inputs.size(), "tpu_dist: as many outputs as inputs");
     if (!inter_) {
-      tpu_reduce_op_t op = to_reduce_op(opts.reduceOp);
+      tpu_reduce_op_t op = to_reduce_op(opts.reduceOp, true);
       std::vector<at::Tensor> dense, ins;
       std::vector<tpu_coll_segment_t> segs;
       for (size_t i = 0; i < outputs.size(); ++i) {
@@ -753,7 +778,7 @@ class BackendTPU : public c10d::Backend {
         TORCH_CHECK(inputs[i].numel() == outputs[i].numel() * size_,
                     "tpu_dist reduce_scatter_tensor_coalesced: each input must have world_size "
                     "times its output's elements");
-        ins.push_back(inputs[i].contiguous());
+        ins.push_back(premul(inputs[i], opts.reduceOp, false).contiguous());
         dense.push_back(outputs[i].is_contiguous() ? outputs[i] : outputs[i].contiguous());
         segs.push_back({device_addr(ins.back()), device_addr(dense.back()), (size_t)dense.back().numel()});
       }

@@ -107,6 +107,24 @@ def scenario_collectives(rank, world):
                 ref = (ref.double() / world).to(dtype) if dtype.is_floating_point else \
                     torch.div(ref, world, rounding_mode="trunc")
                 expect(same(t, ref), f"all_reduce avg {name} n={n}")
+            if dtype.is_floating_point:
+                # PREMUL_SUM (FSDP2 with a gradient divide factor): sum of
+                # factor * x, the factor a number or a one-element tensor;
+                # reduce_scatter leaves its input as it was
+                for factor in (0.25, torch.tensor([0.5], device=tpu)):
+                    f = float(factor) if isinstance(factor, float) else 0.5
+                    op = dist._make_nccl_premul_sum(factor)
+                    t = x.to(tpu)
+                    dist.all_reduce(t, op=op)
+                    ref = reference_reduce([(v * f).to(dtype) for v in xs], "sum")
+                    expect(same(t, ref), f"all_reduce premul_sum {f} {name} n={n}")
+                    big = [inputs(r, n * world, dtype, salt=3) for r in range(world)]
+                    src = big[rank].to(tpu)
+                    out = torch.empty(n, dtype=dtype, device=tpu)
+                    dist.reduce_scatter_tensor(out, src, op=op)
+                    ref = reference_reduce([(b[rank * n:(rank + 1) * n] * f).to(dtype) for b in big], "sum")
+                    expect(same(out, ref), f"reduce_scatter premul_sum {f} {name} n={n}")
+                    expect(same(src, big[rank]), f"reduce_scatter premul_sum {name}: input kept")
             # broadcast
             t = x.to(tpu)
             dist.broadcast(t, src=world - 1)
