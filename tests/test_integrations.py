@@ -32,7 +32,8 @@ def test_integrations_apply_on_import_and_report_status():
     """)
     assert r.returncode == 0, r.stderr[-3000:]
     before, after = json.loads(r.stdout.splitlines()[-1])
-    assert before == {}
+    # torch's own part (torch.distributed.rendezvous) applies with torch_tpu
+    assert set(before) == {"torch"} and before["torch"].startswith("applied 2.14"), before
     assert after["accelerate"].startswith("applied 1.15"), after
     assert after["safetensors"].startswith("applied"), after
 
@@ -356,3 +357,28 @@ def test_visible_chips_still_restrict_under_torchrun():
         assert r.returncode == 0, r.stderr[-2000:]
         counts[name] = int(r.stdout.split()[-1])
     assert counts == {"torchrun": 4, "visible": 1, "explicit": 3, "alone": 1}, counts
+
+
+def test_torchrun_master_port_zero_fails_fast_and_rdzv_port_zero_works(tmp_path):
+    """``torchrun --master_port=0`` hands workers MASTER_PORT=0 while its store
+    listens elsewhere (pytorch/pytorch#130656; Gloo on the CPU hangs the same
+    way): instead of waiting minutes for the store, init_process_group raises a
+    ValueError naming the launch that works, ``--rdzv-backend=c10d
+    --rdzv-endpoint=HOST:0``, which then runs tpu_dist on a free port."""
+    script = tmp_path / "allreduce.py"
+    script.write_text(
+        "import torch, torch.distributed as dist, torch_tpu\n"
+        "dist.init_process_group('tpu_dist')\n"
+        "t = torch.ones(3, device='tpu') * (dist.get_rank() + 1)\n"
+        "dist.all_reduce(t)\n"
+        "print('sum', t.cpu().tolist(), flush=True)\n"
+        "dist.destroy_process_group()\n")
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+    bad = subprocess.run(launch + ["--master_addr=127.0.0.1", "--master_port=0", str(script)],
+                         env=child_env(), capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0
+    assert "MASTER_PORT=0 under torchrun" in bad.stderr + bad.stdout, bad.stderr[-2000:]
+    good = subprocess.run(launch + ["--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:0", str(script)],
+                          env=child_env(), capture_output=True, text=True, timeout=120)
+    assert good.returncode == 0, good.stderr[-2000:]
+    assert good.stdout.count("sum [3.0, 3.0, 3.0]") == 2, good.stdout

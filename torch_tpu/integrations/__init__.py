@@ -36,6 +36,7 @@ _TARGETS = {
     "safetensors": ("safetensors", "patch_package"),
     "safetensors.torch": ("safetensors", "patch_torch"),
     "torch.nn.attention.flex_attention": ("torch_internals", "patch_flex_attention"),
+    "torch.distributed.rendezvous": ("torch_internals", "patch_rendezvous"),
 }
 
 # library -> "applied <version>" | "skipped: <why>" | "failed: <why>"
