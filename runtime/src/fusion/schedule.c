@@ -17,7 +17,12 @@
  * dead at the flush, lives in tile scratch.
  *
  * The order is a function of the recorded graph alone (never of timing), so
- * identical programs are scheduled, keyed and cut identically.
+ * identical programs are scheduled, keyed and cut identically. The graph
+ * includes where each buffer lives: when the caching allocator hands a
+ * temporary memory that an earlier node of the same graph freed, the
+ * conflict test sees the overlap and keeps the order, so the same Python
+ * code can record two graphs (and compile two programs) under two
+ * allocator states. Both compute what was recorded.
  */
 #include <stdint.h>
 #include <stdlib.h>
