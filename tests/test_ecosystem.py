@@ -76,50 +76,27 @@ def test_diffusers_ddpm_pipeline_matches_cpu():
 
 
 def test_torchtitan_llama3_debug_run_trains_on_tpu(tmp_path):
-    """TorchTitan 0.3's own trainer, unmodified: ``torchrun --nproc_per_node=2
-    -m torchtitan.train --module llama3 --config llama3_debugmodel`` (5 steps,
+    """TorchTitan 0.3's own trainer, unmodified, through
+    examples/torchtitan_debug_run.py: ``torchrun --nproc_per_node=2 -m
+    torchtitan.train --module llama3 --config llama3_debugmodel`` (5 steps,
     seq 256) trains on tpu with FSDP2 over tpu_dist (its reduce-scatter uses
-    PREMUL_SUM) and fallbacks set to raise. Both ranks log the same finite
-    losses, falling at every step from about ln(vocab). The run is seeded
-    (TorchTitan's default initialisation is not) and warms up for one step, so
-    every step moves the weights: seeded runs log 8.130, 8.121, 8.091, 8.052,
-    8.021, steps 0.01-0.04 apart against run-to-run noise below 1e-4. The
-    model's parts are checked against the CPU in tests/test_complex_ops.py
-    (RoPE, flex_attention)."""
-    import math
+    PREMUL_SUM) and fallbacks set to raise. The example's --check: both ranks
+    log the same finite losses, falling at every step from about ln(vocab).
+    The run is seeded (TorchTitan's default initialisation is not) and warms
+    up for one step, so every step moves the weights: seeded runs log 8.130,
+    8.121, 8.091, 8.052, 8.021, steps 0.01-0.04 apart against run-to-run
+    noise below 1e-4. The model's parts are checked against the CPU in
+    tests/test_complex_ops.py (RoPE, flex_attention)."""
     import os
-    import re
-    import socket
     import subprocess
     import sys
 
     import torchtitan  # noqa: F401  (pinned in requirements.txt)
-    import torchtitan_assets
 
-    torchtitan_assets.make(str(tmp_path))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, TORCH_TPU_FALLBACK="error")
-    run = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-         "--master_addr=127.0.0.1", f"--master_port={port}", "-m", "torchtitan.train",
-         "--module", "llama3", "--config", "llama3_debugmodel", "--training.steps", "5",
-         "--training.seq_len", "256", "--training.local_batch_size", "2",
-         "--debug.seed", "0", "--lr-scheduler.warmup-steps", "1",
-         "--validator.no-enable", "--checkpoint.no-enable"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
-    log = run.stdout + run.stderr
-    assert run.returncode == 0, log[-4000:]
-    assert "TPU capacity: torch_tpu" in log, log[-2000:]
-    steps = re.findall(r"step:\s+(\d+)\s+\S*loss:\s+([0-9.]+)", re.sub(r"\x1b\[[0-9;]*m", "", log))
-    losses = {}
-    for step, loss in steps:
-        losses.setdefault(int(step), set()).add(float(loss))
-    assert sorted(losses) == [1, 2, 3, 4, 5], steps
-    assert all(len(v) == 1 for v in losses.values()), losses  # the ranks agree
-    curve = [losses[step].pop() for step in range(1, 6)]
-    assert all(math.isfinite(v) for v in curve), curve
-    assert abs(curve[0] - math.log(2048)) < 1.5, curve
-    assert all(b < a for a, b in zip(curve, curve[1:])), curve
-    assert curve[-1] < curve[0] - 0.05, curve
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "examples", "torchtitan_debug_run.py")
+    run = subprocess.run([sys.executable, script, "--check", "--assets", str(tmp_path)],
+                         capture_output=True, text=True, timeout=600)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-4000:]
+    assert "device: tpu; losses: " in out and "check: both ranks agree" in out, out[-2000:]

@@ -108,6 +108,40 @@ def test_flex_attention_device_check_patch():
     assert state is None and "only supported on" in got, (state, got)
 
 
+def test_ray_train_scaling_config_patch():
+    """Ray Train V2 refuses ``use_tpu=True`` with two workers unless a
+    multi-host slice (topology, accelerator_type) is named; the patch admits
+    the single-host form and keeps Ray's other checks and its slice path.
+    examples/ray_train.py (tests/test_examples.py) trains with it."""
+    code = """
+        import torch, torch_tpu, json
+        from ray.train import ScalingConfig
+        import ray.train.torch  # noqa: F401
+        def outcome(**kwargs):
+            try:
+                ScalingConfig(**kwargs)
+                return "ok"
+            except ValueError as exc:
+                return str(exc)
+        print(json.dumps([torch_tpu.integrations.status().get("ray"),
+                          outcome(num_workers=2, use_tpu=True),
+                          outcome(num_workers=2, use_tpu=True, accelerator_type="TPU-V6E"),
+                          outcome(num_workers=2, use_tpu=True, use_gpu=True),
+                          outcome(num_workers=2, use_tpu=True, resources_per_worker={"TPU": 0})]))
+    """
+    r = run_python(code)
+    assert r.returncode == 0, r.stderr[-3000:]
+    state, plain, sliced, gpu, zero = json.loads(r.stdout.splitlines()[-1])
+    assert state.startswith("applied 2.60") and plain == "ok", (state, plain)
+    assert "`topology` must be specified" in sliced, sliced
+    assert "use_gpu=True` and `use_tpu=True" in gpu, gpu
+    assert "positive number of `TPU`" in zero, zero
+    r = run_python(code, TORCH_TPU_INTEGRATIONS="0")
+    assert r.returncode == 0, r.stderr[-3000:]
+    state, plain = json.loads(r.stdout.splitlines()[-1])[:2]
+    assert state is None and "`topology` must be specified" in plain, (state, plain)
+
+
 def test_safetensors_loads_onto_tpu():
     results = run_checks("""
         import os, tempfile

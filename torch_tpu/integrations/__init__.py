@@ -37,6 +37,7 @@ _TARGETS = {
     "safetensors.torch": ("safetensors", "patch_torch"),
     "torch.nn.attention.flex_attention": ("torch_internals", "patch_flex_attention"),
     "torch.distributed.rendezvous": ("torch_internals", "patch_rendezvous"),
+    "ray.train.v2.api.config": ("ray_train", "patch_config"),
 }
 
 # library -> "applied <version>" | "skipped: <why>" | "failed: <why>"
