@@ -405,7 +405,8 @@ def test_torchrun_master_port_zero_fails_fast_and_rdzv_port_zero_works(tmp_path)
         "dist.init_process_group('tpu_dist')\n"
         "t = torch.ones(3, device='tpu') * (dist.get_rank() + 1)\n"
         "dist.all_reduce(t)\n"
-        "print('sum', t.cpu().tolist(), flush=True)\n"
+        # one write per rank: print's separate writes interleave between ranks
+        "import sys; sys.stdout.write(f'sum {t.cpu().tolist()}\\n'); sys.stdout.flush()\n"
         "dist.destroy_process_group()\n")
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
     bad = subprocess.run(launch + ["--master_addr=127.0.0.1", "--master_port=0", str(script)],
