@@ -16,7 +16,7 @@ group. What stops two workers on one host is one check:
 
 The host's chips are declared as Ray resources, since Ray detects only
 physical TPU devices (``/dev/accel*``): ``ray.init(resources={"TPU": 2})``
-or ``ray start --head --resources='{"TPU": 2}'``. See docs/ecosystem.md.
+or ``ray start --head --resources='{"TPU": 2}'``. See docs/distributed.md, "Ray Train".
 
 Retire when Ray Train accepts ``use_tpu=True`` with several workers and no
 topology (single-host placement, as ``use_gpu``); the proposed upstream
