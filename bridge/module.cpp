@@ -52,6 +52,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_thread_defer", [](int mode) { tpu_defer_set_thread(mode); });
   m.def("defer_active", [] { return tpu_defer_active(); });
   m.def("set_defer_max_nodes", [](int n) { tpu_defer_set_max_nodes(n); });
+  m.def("set_gemm_epilogues", [](bool on) { tpu_defer_set_gemm_epilogues(on); });
+  m.def("gemm_epilogues", [] { return tpu_defer_gemm_epilogues(); });
   m.def("flush", [](const std::string& reason) {
     py::gil_scoped_release no_gil;
     check(tpu_defer_flush_all(reason == "mode_switch" ? TPU_FLUSH_MODE_SWITCH : TPU_FLUSH_EXPLICIT,
@@ -73,6 +75,8 @@ PYBIND11_MODULE(_C, m) {
     d["fused_nodes"] = s.fused_nodes;
     d["elided_buffers"] = s.elided_buffers;
     d["elided_bytes"] = s.elided_bytes;
+    d["gemm_epilogues"] = s.gemm_epilogues;
+    d["epilogue_nodes"] = s.epilogue_nodes;
     return d;
   });
   m.def("reset_defer_metrics", [] { tpu_defer_reset_metrics(); });

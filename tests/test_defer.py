@@ -232,7 +232,9 @@ def test_size_limit_cuts_long_graphs():
 def test_pipeline_cut_follows_heavy_work_not_each_heavy_op():
     """A GEMM cuts the graph (reason "pipeline") once the GEMMs since the last
     cut touched 256Ki elements: ten small ones (3 x 64 x 64 elements each)
-    do not, then one large one (3 x 512 x 512) does, right after it."""
+    do not, then one large one (3 x 512 x 512) does. The cut waits for the
+    pointwise nodes after the GEMM (its epilogue: 16 at most) and comes
+    before the next other node; with epilogues off, right after the GEMM."""
     small = [torch.randn(64, 64, device=TPU) / 8 for _ in range(2)]
     big = [torch.randn(512, 512, device=TPU) for _ in range(2)]
     with torch_tpu.set_eager_mode(DEFER):
@@ -241,15 +243,44 @@ def test_pipeline_cut_follows_heavy_work_not_each_heavy_op():
             h = (h @ small[1]).tanh()
         assert _reasons()["pipeline"] == 0
         out = big[0] @ big[1]
-        assert _reasons()["pipeline"] == 1
+        out = out.relu() * 0.5
+        assert _reasons()["pipeline"] == 0
         h = h @ small[1]
         assert _reasons()["pipeline"] == 1
         got_h, got = h.cpu(), out.cpu()
+    assert torch_tpu.defer_metrics()["gemm_epilogues"] >= 1
     want_h = small[0].cpu()
     for _ in range(10):
         want_h = (want_h @ small[1].cpu()).tanh()
     assert_same(got_h, want_h @ small[1].cpu(), atol=1e-4, rtol=1e-3)
-    assert_same(got, big[0].cpu() @ big[1].cpu(), atol=1e-3, rtol=1e-4)
+    assert_same(got, (big[0].cpu() @ big[1].cpu()).relu() * 0.5, atol=1e-3, rtol=1e-4)
+
+
+def test_pipeline_cut_waits_for_at_most_16_pointwise_nodes():
+    big = [torch.randn(512, 512, device=TPU) for _ in range(2)]
+    with torch_tpu.set_eager_mode(DEFER):
+        out = big[0] @ big[1]
+        for i in range(16):
+            assert _reasons()["pipeline"] == 0, i
+            out = out * 0.5
+        assert _reasons()["pipeline"] == 1
+        got = out.cpu()
+    assert_same(got, (big[0].cpu() @ big[1].cpu()) * 0.5 ** 16, atol=1e-6, rtol=1e-4)
+
+
+def test_pipeline_cut_right_after_the_gemm_without_epilogues():
+    from torch_tpu import _C
+    big = [torch.randn(512, 512, device=TPU) for _ in range(2)]
+    _C.set_gemm_epilogues(False)
+    try:
+        with torch_tpu.set_eager_mode(DEFER):
+            out = big[0] @ big[1]
+            assert _reasons()["pipeline"] == 1
+            got = out.relu().cpu()
+    finally:
+        _C.set_gemm_epilogues(True)
+    assert torch_tpu.defer_metrics()["gemm_epilogues"] == 0
+    assert_same(got, (big[0].cpu() @ big[1].cpu()).relu(), atol=1e-3, rtol=1e-4)
 
 
 def test_leaving_the_mode_flushes():
@@ -560,3 +591,45 @@ def test_collectives_are_flush_points():
                 dist.destroy_process_group()
     """)
     check_result(results, "collective_flushes")
+
+
+# ---- GEMM epilogues --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gemm_epilogue_folds_bias_activation_and_residual(dtype):
+    """A linear layer's bias, GELU and residual add (over its 3-D view of the
+    2-D GEMM result) run inside the GEMM as its epilogue: the same values as
+    strict eager, bit for bit, and as the CPU's; defer_metrics counts it."""
+    lin = torch.nn.Linear(64, 96).to(TPU, dtype)
+    x = make((2, 33, 64), seed=1).to(TPU, dtype)
+    r = make((2, 33, 96), seed=2).to(TPU, dtype)
+
+    def f(lin, x, r):
+        return F.gelu(lin(x)) * 0.5 + r
+
+    strict = f(lin, x, r).cpu()
+    torch_tpu.reset_defer_metrics()
+    with torch_tpu.set_eager_mode(DEFER):
+        deferred = f(lin, x, r).cpu()
+    m = torch_tpu.defer_metrics()
+    assert m["gemm_epilogues"] == 1 and m["epilogue_nodes"] == 3, m
+    assert_same(deferred, strict, exact=True)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    assert_same(deferred, f(lin.cpu(), x.cpu(), r.cpu()), atol=tol, rtol=tol)
+
+
+def test_gemm_epilogue_off_gives_the_same_values():
+    from torch_tpu import _C
+    a, b, r = make((48, 40), seed=3).to(TPU), make((40, 56), seed=4).to(TPU), make((56,), seed=5).to(TPU)
+    outs = {}
+    for on in (True, False):
+        _C.set_gemm_epilogues(on)
+        try:
+            torch_tpu.reset_defer_metrics()
+            with torch_tpu.set_eager_mode(DEFER):
+                outs[on] = ((a @ b).relu() + r).cpu()
+            assert torch_tpu.defer_metrics()["gemm_epilogues"] == int(on)
+        finally:
+            _C.set_gemm_epilogues(True)
+    assert_same(outs[True], outs[False], exact=True)

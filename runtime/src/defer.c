@@ -45,6 +45,8 @@ void tpu_defer_set_thread(int mode) { t_mode = mode < 0 ? -1 : mode ? 1 : 0; }
 bool tpu_defer_active(void) { return t_mode >= 0 ? t_mode == 1 : global_mode(); }
 
 void tpu_defer_set_max_nodes(int32_t max_nodes) { atomic_store(&g_max_nodes, max_nodes); }
+void tpu_defer_set_gemm_epilogues(bool on) { tpu_fusion_set_epilogues(on); }
+bool tpu_defer_gemm_epilogues(void) { return tpu_fusion_epilogues_enabled(); }
 
 static int32_t max_nodes(void) {
   int32_t m = atomic_load(&g_max_nodes);
@@ -142,6 +144,27 @@ static int64_t node_elements(const tpu_node_t* node) {
 static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason,
                                  const char* detail);
 
+/* A pipeline cut due after a GEMM that takes an epilogue (TPU_OP_EPILOGUE)
+ * waits for up to this many pointwise nodes, so that its bias, activation
+ * or residual add are in the GEMM's graph and the fusion compiler can fold
+ * them into it; the first other node is cut before. */
+#define EPILOGUE_WINDOW 16
+
+static bool is_pointwise(const tpu_node_t* node) {
+  return (tpu_op_def(node->op)->flags & TPU_OP_POINTWISE) != 0;
+}
+
+/* Before `first` (borrowed), the first of the nodes about to be recorded: a
+ * waiting pipeline cut happens now unless it is pointwise. The caller holds
+ * pd->mu. */
+static tpu_status_t recording_locked(tpu_stream_t* stream, const tpu_node_t* first) {
+  tpu_pending_t* pd = &stream->pending;
+  if (pd->epilogue_window > 0 && first && !is_pointwise(first) && pd->graph &&
+      tpu_graph_node_count(pd->graph) > 0)
+    return flush_locked(stream, TPU_FLUSH_PIPELINE, NULL);
+  return TPU_OK;
+}
+
 /* The cuts recording `n` nodes (the last one `last`, borrowed) makes; the
  * caller holds pd->mu. */
 static tpu_status_t recorded_locked(tpu_stream_t* stream, int32_t n, const tpu_node_t* last) {
@@ -155,10 +178,18 @@ static tpu_status_t recorded_locked(tpu_stream_t* stream, int32_t n, const tpu_n
    * the shapes, so every rank still cuts alike): a decode step's small
    * GEMMs would cost a flush each (schedule, key, submit) for a few
    * microseconds of device work. */
-  bool heavy = last && (tpu_op_def(last->op)->flags & TPU_OP_HEAVY);
+  uint32_t flags = last ? tpu_op_def(last->op)->flags : 0;
+  bool heavy = (flags & TPU_OP_HEAVY) != 0;
   if (heavy) pd->heavy_elements += node_elements(last);
-  if (heavy && pipeline() && pd->heavy_elements >= PIPELINE_MIN_ELEMENTS)
+  if (pd->epilogue_window > 0 && --pd->epilogue_window == 0)
     return flush_locked(stream, TPU_FLUSH_PIPELINE, NULL);
+  if (heavy && pipeline() && pd->heavy_elements >= PIPELINE_MIN_ELEMENTS) {
+    if ((flags & TPU_OP_EPILOGUE) && tpu_fusion_epilogues_enabled()) {
+      pd->epilogue_window = EPILOGUE_WINDOW;
+      return TPU_OK;
+    }
+    return flush_locked(stream, TPU_FLUSH_PIPELINE, NULL);
+  }
   if (tpu_graph_node_count(pd->graph) >= max_nodes())
     return flush_locked(stream, TPU_FLUSH_SIZE_LIMIT, NULL);
   return TPU_OK;
@@ -180,7 +211,8 @@ tpu_status_t tpu_defer_record(tpu_stream_t* stream, tpu_graph_t* graph) {
   pthread_mutex_lock(&pd->mu);
   tpu_status_t s = TPU_OK;
   int32_t n = tpu_graph_node_count(graph);
-  s = open_pending_locked(pd);
+  s = recording_locked(stream, n > 0 ? tpu_graph_node(graph, 0) : NULL);
+  if (s == TPU_OK) s = open_pending_locked(pd);
   if (s == TPU_OK && atomic_load(&pd->capturing)) tpu_capture_note_record_locked(stream, graph);
   for (int32_t i = 0; i < n && s == TPU_OK; ++i)
     s = tpu_graph_append(pd->graph, tpu_graph_node(graph, i));
@@ -193,7 +225,8 @@ tpu_status_t tpu_defer_record(tpu_stream_t* stream, tpu_graph_t* graph) {
 tpu_status_t tpu_defer_record_node(tpu_stream_t* stream, const tpu_node_t* node) {
   tpu_pending_t* pd = &stream->pending;
   pthread_mutex_lock(&pd->mu);
-  tpu_status_t s = open_pending_locked(pd);
+  tpu_status_t s = recording_locked(stream, node);
+  if (s == TPU_OK) s = open_pending_locked(pd);
   if (s == TPU_OK && atomic_load(&pd->capturing)) { /* a capture notes graphs: this one's */
     tpu_graph_t* one = NULL;
     s = tpu_graph_from_node(node, &one);
@@ -350,6 +383,7 @@ static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason
   if (!graph) return TPU_OK; /* provisional blocks wait for the next graph */
   pd->graph = NULL;
   pd->heavy_elements = 0;
+  pd->epilogue_window = 0;
   pd->last_nodes = tpu_graph_node_count(graph);
   tpu_graph_operand_counts(graph, &pd->last_inputs, &pd->last_outputs);
   int32_t free_count = pd->free_count;
@@ -375,11 +409,15 @@ static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason
     return s;
   }
   int32_t nodes = tpu_graph_node_count(graph);
-  int64_t fused_kernels = 0, fused_nodes = 0;
+  int64_t fused_kernels = 0, fused_nodes = 0, gemm_epilogues = 0, epilogue_nodes = 0;
   for (int32_t g = 0; g < program->group_count; ++g)
     if (program->groups[g].kind != TPU_GROUP_SINGLE) {
       fused_kernels++;
       fused_nodes += program->groups[g].count;
+      if (program->groups[g].kind == TPU_GROUP_GEMM) {
+        gemm_epilogues++;
+        epilogue_nodes += program->groups[g].count - 1;
+      }
     }
   int64_t elided_bytes = 0;
   for (int32_t i = 0; i < nodes; ++i) {
@@ -397,6 +435,8 @@ static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason
   else m->programs_compiled++;
   m->fused_kernels += fused_kernels;
   m->fused_nodes += fused_nodes;
+  m->gemm_epilogues += gemm_epilogues;
+  m->epilogue_nodes += epilogue_nodes;
   m->elided_buffers += program->elided_per_run;
   m->elided_bytes += elided_bytes;
   g_stats.cuts[g_stats.cut_count++ % TPU_DEFER_CUT_LOG] =

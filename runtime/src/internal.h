@@ -20,6 +20,7 @@ typedef struct tpu_pending {
   int32_t free_count, free_capacity;
   _Atomic int provisional; /* live provisional blocks of the stream (allocator) */
   int64_t heavy_elements;  /* elements heavy nodes touched since the last cut */
+  int32_t epilogue_window; /* pointwise nodes a due pipeline cut still waits for */
   int32_t last_nodes;      /* the last flushed graph's nodes and operands: */
   int64_t last_inputs, last_outputs; /* the next graph's reserved room */
   struct tpu_capture* capture; /* the region being captured (capture.c), or NULL */

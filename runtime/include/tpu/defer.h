@@ -74,6 +74,11 @@ void tpu_defer_set_thread(int mode);
 bool tpu_defer_active(void);
 /* Node limit of a pending graph (default 1024; TORCH_TPU_DEFER_MAX_NODES). */
 void tpu_defer_set_max_nodes(int32_t max_nodes);
+/* Whether the fusion compiler folds the pointwise consumers of a GEMM into
+ * it (GEMM epilogues; default on, TORCH_TPU_GEMM_EPILOGUE=0 turns them off).
+ * Programs compiled either way are cached apart. */
+void tpu_defer_set_gemm_epilogues(bool on);
+bool tpu_defer_gemm_epilogues(void);
 
 /* ---- flushing --------------------------------------------------------------- */
 /* Compiles and queues the stream's pending graph, if any. `detail` (may be
@@ -94,6 +99,8 @@ typedef struct tpu_defer_metrics {
   int64_t fused_nodes;       /* nodes inside those groups */
   int64_t elided_buffers;    /* intermediates never written to memory */
   int64_t elided_bytes;
+  int64_t gemm_epilogues;    /* of the fused kernels: GEMMs run with an epilogue */
+  int64_t epilogue_nodes;    /* pointwise nodes run inside those GEMMs */
 } tpu_defer_metrics_t;
 
 void tpu_defer_get_metrics(tpu_defer_metrics_t* out_metrics);

@@ -111,6 +111,12 @@ struct tpu_op_def {
  * "pipeline"), so what was recorded runs while the program records on:
  * the cut depends on the op sequence alone, and loses no fusion. */
 #define TPU_OP_HEAVY 32u
+/* Takes an epilogue (with TPU_OP_HEAVY): a GEMM whose result C (2-D, or 3-D
+ * batched) the kernel computes block by block; the fusion compiler may fold
+ * the pointwise nodes that consume C into it (a GEMM group, fusion.h), and
+ * they then run on each block of C as soon as it is final, while it is
+ * still in cache, instead of as a separate pass over memory. */
+#define TPU_OP_EPILOGUE 256u
 
 /* Foreach: the row's tensor-list inputs ("params*!") are parallel lists, as
  * in PyTorch's fused optimizers. The bridge makes one node per list index,

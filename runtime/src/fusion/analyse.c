@@ -105,6 +105,93 @@ static bool same_shape(const tpu_view_t* a, const tpu_view_t* b) {
   return true;
 }
 
+/* ---- GEMM groups ----------------------------------------------------------------------- */
+
+bool tpu_fusion_gemm_form(const tpu_view_t* v, const tpu_view_t* out, const tpu_view_t* c,
+                          tpu_view_t* out_form) {
+  if (c->ndim < 2 || c->ndim > 3 || out->ndim < 1 || v->ndim > out->ndim) return false;
+  int64_t b = c->ndim == 3 ? c->sizes[0] : 1, m = c->sizes[c->ndim - 2];
+  int64_t n = c->sizes[c->ndim - 1];
+  if (out->sizes[out->ndim - 1] != n || tpu_view_numel(out) != b * m * n) return false;
+  if (c->ndim == 3 && !same_shape(out, c)) return false;
+  int64_t st[TPU_MAX_DIMS]; /* v's strides broadcast to out's shape */
+  int32_t nd = out->ndim, shift = nd - v->ndim;
+  for (int32_t d = 0; d < nd; ++d) {
+    int64_t size = d < shift ? 1 : v->sizes[d - shift];
+    if (size != 1 && size != out->sizes[d]) return false;
+    st[d] = size == 1 ? 0 : v->strides[d - shift];
+  }
+  tpu_view_t* f = out_form;
+  *f = (tpu_view_t){.addr = v->addr, .dtype = v->dtype, .ndim = 3};
+  f->sizes[0] = b, f->sizes[1] = m, f->sizes[2] = n;
+  f->strides[2] = n == 1 ? 0 : st[nd - 1];
+  if (c->ndim == 3) {
+    f->strides[0] = b == 1 ? 0 : st[0];
+    f->strides[1] = m == 1 ? 0 : st[1];
+    return true;
+  }
+  /* out's leading dims merge into C's rows: each dim of more than one
+   * element steps over the whole of the next such dim. */
+  int64_t rs = 0;
+  for (int32_t d = nd - 2, inner = -1; d >= 0; --d) {
+    if (out->sizes[d] == 1) continue;
+    if (inner < 0) rs = st[d];
+    else if (st[d] != st[inner] * out->sizes[inner]) return false;
+    inner = d;
+  }
+  f->strides[0] = 0;
+  f->strides[1] = m == 1 ? 0 : rs;
+  return true;
+}
+
+bool tpu_fusion_gemm_lead(const tpu_node_t* node) {
+  const tpu_op_def_t* def = tpu_op_def(node->op);
+  if (!(def->flags & TPU_OP_EPILOGUE) || node->num_outputs != 1) return false;
+  if (tpu_op_mutated_inputs(node->op)) return false;
+  const tpu_view_t* c = &node->outputs[0];
+  if (tpu_view_is_absent(c) || tpu_view_numel(c) == 0 || (c->ndim != 2 && c->ndim != 3) ||
+      tpu_dtype_is_complex(c->dtype))
+    return false;
+  for (int32_t k = 0; k < node->num_inputs; ++k)
+    if (node->inputs[k].kind == TPU_VALUE_VIEW && tpu_views_may_overlap(&node->inputs[k].u.view, c))
+      return false;
+  return true;
+}
+
+bool tpu_fusion_gemm_joins(const tpu_graph_t* graph, int32_t first, int32_t i) {
+  const tpu_node_t* node = tpu_graph_node(graph, i);
+  const tpu_view_t* c = &tpu_graph_node(graph, first)->outputs[0];
+  const tpu_op_def_t* def = tpu_op_def(node->op);
+  if (!(def->flags & TPU_OP_POINTWISE) || node->num_outputs != 1 || node->num_inputs > 16)
+    return false;
+  const tpu_view_t* out = &node->outputs[0];
+  tpu_view_t of, f, pf;
+  if (!tpu_fusion_gemm_form(out, out, c, &of)) return false;
+  for (int32_t j = 0; j < node->num_inputs; ++j)
+    if (node->inputs[j].kind == TPU_VALUE_VIEW &&
+        !tpu_fusion_gemm_form(&node->inputs[j].u.view, out, c, &f))
+      return false;
+  for (int32_t m = first; m < i; ++m) {
+    const tpu_node_t* prev = tpu_graph_node(graph, m);
+    const tpu_view_t* pout = &prev->outputs[0];
+    if (!tpu_fusion_gemm_form(pout, pout, c, &pf)) return false;
+    for (int32_t j = 0; j < node->num_inputs; ++j) { /* reads what prev wrote: in step */
+      const tpu_view_t* in = &node->inputs[j].u.view;
+      if (node->inputs[j].kind != TPU_VALUE_VIEW || !tpu_views_may_overlap(in, pout)) continue;
+      if (!tpu_fusion_gemm_form(in, out, c, &f) || !tpu_fusion_same_view(&f, &pf)) return false;
+    }
+    if (tpu_views_may_overlap(out, pout) && !tpu_fusion_same_view(&of, &pf)) return false;
+    /* writes what prev read: never what the GEMM reads, else in step */
+    for (int32_t j = 0; j < prev->num_inputs; ++j) {
+      const tpu_view_t* in = &prev->inputs[j].u.view;
+      if (prev->inputs[j].kind != TPU_VALUE_VIEW || !tpu_views_may_overlap(out, in)) continue;
+      if (m == first || !tpu_fusion_gemm_form(in, pout, c, &f) || !tpu_fusion_same_view(&f, &of))
+        return false;
+    }
+  }
+  return true;
+}
+
 /* ---- row-tiled groups ------------------------------------------------------------------ */
 
 bool tpu_fusion_has_rows(const tpu_view_t* v, const tpu_view_t* rows, int32_t k) {
@@ -196,9 +283,9 @@ static int32_t spans_from(const span_list_t* l, tpu_extent_t e) {
 /* The open group of the partition. */
 typedef struct open_group {
   int32_t first;           /* -1: none */
-  int32_t kind;            /* TPU_GROUP_TILED or TPU_GROUP_ROWS */
+  int32_t kind;            /* TPU_GROUP_TILED, _ROWS or _GEMM */
   int32_t k;               /* ROWS: row dims */
-  const tpu_view_t* shape; /* TILED: the lead's output; ROWS: the rows (leading k dims) */
+  const tpu_view_t* shape; /* TILED, GEMM: the lead's output; ROWS: the rows (leading k dims) */
   group_spans_t* spans;    /* the members' ranges (members are [first, the node at hand)) */
 } open_group_t;
 
@@ -313,6 +400,8 @@ static uint8_t partition_step(const tpu_graph_t* graph, tpu_fusion_analysis_t* a
   bool room = g->first >= 0 && i - g->first < TPU_FUSION_MAX_GROUP;
   if (tileable(node)) {
     uint8_t f = TPU_NODE_TILEABLE;
+    if (room && g->kind == TPU_GROUP_GEMM && tpu_fusion_gemm_joins(graph, g->first, i))
+      return f | TPU_NODE_GEMM;
     if (room && g->kind == TPU_GROUP_TILED && same_shape(&node->outputs[0], g->shape) &&
         joins_cleanly(graph, a, g, i))
       return f;
@@ -322,6 +411,10 @@ static uint8_t partition_step(const tpu_graph_t* graph, tpu_fusion_analysis_t* a
     }
     *g = (open_group_t){i, TPU_GROUP_TILED, 0, &node->outputs[0], g->spans};
     return f | TPU_NODE_CUT_BEFORE;
+  }
+  if (tpu_fusion_epilogues_enabled() && tpu_fusion_gemm_lead(node)) {
+    *g = (open_group_t){i, TPU_GROUP_GEMM, 0, &node->outputs[0], g->spans};
+    return TPU_NODE_GEMM | TPU_NODE_CUT_BEFORE;
   }
   int32_t k = a->row_k[i];
   if (k == 0) {

@@ -20,6 +20,7 @@ enum {
   TPU_NODE_TILEABLE = 1,   /* pointwise, may join a tiled group */
   TPU_NODE_CUT_BEFORE = 2, /* starts a new group */
   TPU_NODE_ROWS = 4,       /* a member of a row-tiled group */
+  TPU_NODE_GEMM = 8,       /* a GEMM group's GEMM or epilogue node */
 };
 
 struct tpu_fusion_analysis {
@@ -51,5 +52,29 @@ bool tpu_fusion_has_rows(const tpu_view_t* v, const tpu_view_t* rows, int32_t k)
  * a pointwise input of its output's rank with the group's rows. */
 bool tpu_fusion_reads_by_rows(const tpu_node_t* node, int32_t j, uint32_t row_mask,
                               const tpu_view_t* rows, int32_t k);
+
+/* A GEMM group's view of an operand: `v`, an input or the output of a
+ * pointwise node whose output is `out`, broadcast to out's shape and laid
+ * over the elements of C (the group's GEMM result, [m, n] or [b, m, n]) as
+ * the 3-D [b, m, n] view *out_form (b 1 for a 2-D C; strides of size-1 dims
+ * 0). Possible when out has C's elements in C's order: its last dim is n,
+ * its leading dims merge to m (to [b, m] for a 3-D C: then out has C's
+ * shape), and v's strides merge alike. Two operands that are the same
+ * elements of C have identical forms. False when not possible. */
+bool tpu_fusion_gemm_form(const tpu_view_t* v, const tpu_view_t* out, const tpu_view_t* c,
+                          tpu_view_t* out_form);
+
+/* Whether a node can lead a GEMM group: a TPU_OP_EPILOGUE row with one
+ * real, non-empty 2-D or 3-D output that writes none of its inputs. */
+bool tpu_fusion_gemm_lead(const tpu_node_t* node);
+
+/* Whether node i may follow nodes [first, i) in the GEMM group that node
+ * `first` leads, as an epilogue node: it is pointwise with one output, every
+ * operand has a form over C, what it reads that the group wrote it reads
+ * through the identical form (the same elements of C, in step), what it
+ * writes the GEMM does not read, and the epilogue nodes read or wrote it
+ * only in step. Running it on each block of C right after the block's
+ * earlier nodes then computes what running the nodes in order does. */
+bool tpu_fusion_gemm_joins(const tpu_graph_t* graph, int32_t first, int32_t i);
 
 #endif /* TPU_FUSION_ANALYSIS_H_ */

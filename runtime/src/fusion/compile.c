@@ -57,7 +57,8 @@ static void partition(const tpu_fusion_analysis_t* a, tpu_program_t* p) {
       tpu_program_group_t* g = &p->groups[p->group_count++];
       g->first = i;
       g->count = 0;
-      g->kind = (a->flags[i] & TPU_NODE_ROWS)       ? TPU_GROUP_ROWS
+      g->kind = (a->flags[i] & TPU_NODE_GEMM)       ? TPU_GROUP_GEMM
+                : (a->flags[i] & TPU_NODE_ROWS)     ? TPU_GROUP_ROWS
                 : (a->flags[i] & TPU_NODE_TILEABLE) ? TPU_GROUP_TILED
                                                     : TPU_GROUP_SINGLE;
       g->rows = g->kind == TPU_GROUP_ROWS ? a->group_k[i] : 0;
@@ -89,7 +90,8 @@ static bool readers_inside(const tpu_graph_t* graph, const tpu_fusion_analysis_t
 }
 
 /* Phase 3: dead outputs read only inside their group live in tile scratch;
- * in-group reads of the value they hold take the slot. */
+ * in-group reads of the value they hold take the slot. (In a GEMM group not
+ * C: the GEMM writes it to memory.) */
 static void assign_scratch(const tpu_graph_t* graph, const tpu_fusion_analysis_t* a,
                            tpu_program_t* p) {
   p->elided_per_run = 0;
@@ -108,6 +110,7 @@ static void assign_scratch(const tpu_graph_t* graph, const tpu_fusion_analysis_t
       }
       for (int32_t o = 0; o < node->num_outputs; ++o) {
         int32_t at = a->out_base[i] + o;
+        if (grp->kind == TPU_GROUP_GEMM && i == grp->first) break;
         if (a->out_free[at] <= a->n && !tpu_view_is_absent(&node->outputs[o]) &&
             grp->slots < TPU_FUSION_MAX_SLOTS && readers_inside(graph, a, i, o, end)) {
           slot_vid[grp->slots] = a->out_vid[at];
@@ -172,6 +175,24 @@ static tpu_status_t verify_rows(const tpu_graph_t* graph, const tpu_program_t* p
   return TPU_OK;
 }
 
+/* A GEMM group: its lead takes an epilogue, writes no scratch, and every
+ * later node joins it (tpu_fusion_gemm_joins). */
+static tpu_status_t verify_gemm(const tpu_graph_t* graph, const tpu_program_t* p,
+                                const tpu_program_group_t* grp, int32_t g) {
+  const tpu_node_t* lead = tpu_graph_node(graph, grp->first);
+  if (!tpu_fusion_gemm_lead(lead))
+    return tpu_status_make(TPU_CODE_INTERNAL, "fusion: group %d's lead (%s) takes no epilogue",
+                           g, tpu_op_def(lead->op)->name);
+  if (lead->num_outputs == 1 && p->out_slot[p->out_base[grp->first]] >= 0)
+    return tpu_status_make(TPU_CODE_INTERNAL, "fusion: GEMM group %d's C is in scratch", g);
+  for (int32_t i = grp->first + 1; i < grp->first + grp->count; ++i)
+    if (!tpu_fusion_gemm_joins(graph, grp->first, i))
+      return tpu_status_make(TPU_CODE_INTERNAL,
+                             "fusion: node %d (%s) is not an epilogue of group %d's GEMM", i,
+                             tpu_op_def(tpu_graph_node(graph, i)->op)->name, g);
+  return TPU_OK;
+}
+
 tpu_status_t tpu_fusion_verify(const tpu_graph_t* graph, const tpu_program_t* p,
                                const tpu_fusion_analysis_t* a) {
   int32_t next = 0;
@@ -186,6 +207,7 @@ tpu_status_t tpu_fusion_verify(const tpu_graph_t* graph, const tpu_program_t* p,
     if (grp->slots < 0 || grp->slots > TPU_FUSION_MAX_SLOTS)
       return tpu_status_make(TPU_CODE_INTERNAL, "fusion: group %d has %d slots", g, grp->slots);
     if (grp->kind == TPU_GROUP_ROWS) TPU_RETURN_IF_ERROR(verify_rows(graph, p, a, grp, g));
+    if (grp->kind == TPU_GROUP_GEMM) TPU_RETURN_IF_ERROR(verify_gemm(graph, p, grp, g));
     const tpu_node_t* lead = tpu_graph_node(graph, grp->first);
     for (int32_t i = grp->first; i < next; ++i) {
       const tpu_node_t* node = tpu_graph_node(graph, i);
@@ -260,6 +282,7 @@ void tpu_fusion_dump(const tpu_graph_t* graph, const tpu_program_t* p) {
     fprintf(stderr, "  kernel %d: %s, %d node(s), %d slot(s)\n", g,
             grp->kind == TPU_GROUP_TILED  ? "tiled"
             : grp->kind == TPU_GROUP_ROWS ? "rows"
+            : grp->kind == TPU_GROUP_GEMM ? "gemm+epilogue"
                                           : "single",
             grp->count, grp->slots);
     for (int32_t i = grp->first; i < grp->first + grp->count; ++i) {

@@ -1,6 +1,6 @@
 /* exec.c — the fusion interpreter: runs a compiled program over a graph on
  * the host driver. A single group runs its node's kernel as strict eager
- * would; a tiled group cuts its iteration shape into tiles of about
+ * would; a GEMM group runs as epilogue.c says; a tiled group cuts its iteration shape into tiles of about
  * TILE_ELEMENTS (a row-tiled group: blocks of whole rows of about as many
  * elements) and runs every node of the group on one tile before moving
  * to the next, so a tile's intermediates are still in cache when the next
@@ -767,6 +767,10 @@ tpu_status_t tpu_program_run(const tpu_program_t* p, const tpu_graph_t* graph,
     if (grp->kind == TPU_GROUP_SINGLE) {
       for (int32_t i = grp->first; i < grp->first + grp->count; ++i)
         keep_first(&first, tpu_node_execute(tpu_graph_node(graph, i), ctx));
+      continue;
+    }
+    if (grp->kind == TPU_GROUP_GEMM) {
+      keep_first(&first, tpu_fusion_run_gemm_group(p, grp, graph, ctx));
       continue;
     }
     bool fits = true; /* the compiler never groups such nodes */

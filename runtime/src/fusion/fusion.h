@@ -21,7 +21,11 @@
  *                run writes and reads is read a row at a time (tiled by
  *                rows): residual add + LayerNorm, RMSNorm's
  *                pow/mean/rsqrt/mul, softmax epilogues, cross-entropy's
- *                backward.
+ *                backward; and GEMM groups: a GEMM (a TPU_OP_EPILOGUE
+ *                row: mm, addmm, bmm, baddbmm) with the pointwise nodes
+ *                after it over its result's elements (bias, activation,
+ *                residual add, scaling), which run as its epilogue on each
+ *                block of C the GEMM finishes (epilogue.c).
  *   3. scratch   a dead output of a fused group whose every reader is in
  *                the group and reads the identical view lives in a tile
  *                scratch slot: it is never written to device memory.
@@ -53,8 +57,15 @@ typedef struct tpu_free_record {
 
 /* Group kinds: one node run as strict eager runs it; a pointwise run over
  * one shape, cut into tiles of elements; a run of row-local and pointwise
- * nodes over the same leading `rows` dims, cut into blocks of rows. */
-enum { TPU_GROUP_SINGLE = 0, TPU_GROUP_TILED = 1, TPU_GROUP_ROWS = 2 };
+ * nodes over the same leading `rows` dims, cut into blocks of rows; a GEMM
+ * and its epilogue, pointwise nodes over C's elements run on each block of
+ * C the GEMM finishes. */
+enum { TPU_GROUP_SINGLE = 0, TPU_GROUP_TILED = 1, TPU_GROUP_ROWS = 2, TPU_GROUP_GEMM = 3 };
+
+/* Whether GEMM groups are formed (tpu_defer_set_gemm_epilogues; the
+ * environment's TORCH_TPU_GEMM_EPILOGUE=0 turns them off at start). */
+bool tpu_fusion_epilogues_enabled(void);
+void tpu_fusion_set_epilogues(bool on);
 
 typedef struct tpu_program_group {
   int32_t first, count; /* nodes [first, first + count) */
@@ -110,6 +121,11 @@ tpu_status_t tpu_fusion_compile(const tpu_graph_t* graph, const tpu_fusion_analy
  * in scratch. */
 tpu_status_t tpu_fusion_verify(const tpu_graph_t* graph, const tpu_program_t* program,
                                const tpu_fusion_analysis_t* analysis);
+/* Runs a GEMM group (epilogue.c): the GEMM with its epilogue nodes on each
+ * block of C; returns the group's first error (by node, then block). */
+tpu_status_t tpu_fusion_run_gemm_group(const tpu_program_t* program,
+                                       const tpu_program_group_t* group,
+                                       const tpu_graph_t* graph, tpu_exec_ctx_t* ctx);
 /* Prints the program (TORCH_TPU_DEFER_LOG=2). */
 void tpu_fusion_dump(const tpu_graph_t* graph, const tpu_program_t* program);
 

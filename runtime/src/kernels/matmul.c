@@ -19,6 +19,10 @@
  * does not overlap A or B, else computed in scratch and converted into `out`
  * (which may be any strided view).
  *
+ * A GEMM group's epilogue (tpu_mm_run) runs on each unit's block of C right
+ * after the unit computes it, or, after the paths that compute C in one call
+ * (matrix unit, gemv), over C by blocks of rows.
+ *
  * Threading: OpenBLAS is set to one thread and the compute pool runs units
  * (whole matrices of a batch, or blocks of C's rows, and then of its columns,
  * when the batch is smaller than twice the thread count: a decode step's one
@@ -283,6 +287,7 @@ typedef struct mm_plan {
   bool bias_is_c;       /* in-place form: the bias already sits in C */
   int64_t rows, blocks; /* rows of C per unit, row blocks per batch */
   int64_t cols, cblocks; /* columns of C per unit, column blocks per row block */
+  const mm_epilogue_t* ep; /* run on each unit's block of C, or NULL */
   atomic_int failed;    /* a unit's scratch allocation failed */
 } mm_plan_t;
 
@@ -334,13 +339,23 @@ static const void* factor(const mm_plan_t* pl, const tpu_view_t* v, mm_buf_t* bu
   return p;
 }
 
+/* Unit `u`'s block of C: batch *bi, rows [*i0, *i0 + *m), columns
+ * [*j0, *j0 + *n) (m or n 0 past the edge). */
+static void unit_block(const mm_plan_t* pl, int64_t u, int64_t* bi, int64_t* i0, int64_t* m,
+                       int64_t* j0, int64_t* n) {
+  const mm_problem_t* p = &pl->p;
+  int64_t per_batch = pl->blocks * pl->cblocks;
+  *bi = u / per_batch;
+  *i0 = (u % per_batch) / pl->cblocks * pl->rows, *j0 = u % pl->cblocks * pl->cols;
+  *m = p->m - *i0 < pl->rows ? p->m - *i0 : pl->rows;
+  *n = p->n - *j0 < pl->cols ? p->n - *j0 : pl->cols;
+}
+
 /* Computes unit `u`; false when scratch could not be allocated. */
 static bool run_unit(const mm_plan_t* pl, int64_t u, mm_buf_t bufs[3]) {
   const mm_problem_t* p = &pl->p;
-  int64_t per_batch = pl->blocks * pl->cblocks, bi = u / per_batch;
-  int64_t i0 = (u % per_batch) / pl->cblocks * pl->rows, j0 = u % pl->cblocks * pl->cols;
-  int64_t m = p->m - i0 < pl->rows ? p->m - i0 : pl->rows;
-  int64_t n = p->n - j0 < pl->cols ? p->n - j0 : pl->cols;
+  int64_t bi, i0, m, j0, n;
+  unit_block(pl, u, &bi, &i0, &m, &j0, &n);
   if (m <= 0 || n <= 0) return true;
   bool ta, tb, tc = false;
   int lda, ldb;
@@ -378,15 +393,50 @@ static bool run_unit(const mm_plan_t* pl, int64_t u, mm_buf_t bufs[3]) {
   return true;
 }
 
+/* Runs units [begin, end), each followed by the epilogue on its block. After
+ * a failed unit the GEMM stops, but the epilogue still runs on every block
+ * (mm_epilogue_t: its nodes run once on every element). */
 static void run_units(void* arg, int64_t begin, int64_t end) {
   mm_plan_t* pl = (mm_plan_t*)arg;
   mm_buf_t bufs[3] = {{0}};
-  for (int64_t u = begin; u < end; ++u)
-    if (!run_unit(pl, u, bufs)) {
+  bool failed = false;
+  for (int64_t u = begin; u < end && !(failed && !pl->ep); ++u) {
+    if (!failed && !run_unit(pl, u, bufs)) {
       atomic_store(&pl->failed, 1);
-      break;
+      failed = true;
     }
+    int64_t bi, i0, m, j0, n;
+    unit_block(pl, u, &bi, &i0, &m, &j0, &n);
+    if (pl->ep && m > 0 && n > 0) pl->ep->run(pl->ep->arg, u, bi, i0, m, j0, n);
+  }
   for (int i = 0; i < 3; ++i) free(bufs[i].p);
+}
+
+/* The epilogue over a C that one call computed whole (the matrix unit, the
+ * gemv): blocks of whole rows of about MM_EPILOGUE_BLOCK elements, spread
+ * over the pool. */
+#define MM_EPILOGUE_BLOCK 16384
+
+typedef struct mm_whole_epilogue {
+  const mm_problem_t* p;
+  const mm_epilogue_t* ep;
+  int64_t rows, blocks; /* rows per block, blocks per batch */
+} mm_whole_epilogue_t;
+
+static void whole_epilogue_blocks(void* arg, int64_t begin, int64_t end) {
+  const mm_whole_epilogue_t* w = (const mm_whole_epilogue_t*)arg;
+  for (int64_t u = begin; u < end; ++u) {
+    int64_t bi = u / w->blocks, i0 = u % w->blocks * w->rows;
+    int64_t m = w->p->m - i0 < w->rows ? w->p->m - i0 : w->rows;
+    w->ep->run(w->ep->arg, u, bi, i0, m, 0, w->p->n);
+  }
+}
+
+static void run_whole_epilogue(const mm_problem_t* p, const mm_epilogue_t* ep) {
+  if (!ep) return;
+  int64_t rows = MM_EPILOGUE_BLOCK / p->n > 0 ? MM_EPILOGUE_BLOCK / p->n : 1;
+  mm_whole_epilogue_t w = {p, ep, rows, (p->m + rows - 1) / rows};
+  tpu_parallel_for(p->batch * w.blocks, 1, whole_epilogue_blocks, &w);
 }
 
 static bool fits_blas(const mm_problem_t* p) {
@@ -515,22 +565,26 @@ static tpu_status_t run_f32_on_mxu(const mm_problem_t* p, bool* out_done) {
   return st;
 }
 
-static tpu_status_t matmul_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
-                                  tpu_exec_ctx_t* ctx) {
-  (void)ctx;
+/* The node, then the epilogue `ep` (NULL: none) on C; see tpu_mm_run. */
+static tpu_status_t mm_run(const tpu_op_def_t* def, const tpu_node_t* node,
+                           const mm_epilogue_t* ep, bool* out_ran) {
+  *out_ran = false;
   if (node->num_outputs < 1)
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "missing output");
-  mm_plan_t pl = {0};
+  mm_plan_t pl = {.ep = ep};
   mm_problem_t* p = &pl.p;
   TPU_RETURN_IF_ERROR(tpu_mm_problem(def, node, &node->outputs[0], p));
-  if (p->batch * p->m * p->n == 0) return TPU_OK;
+  if (p->batch * p->m * p->n == 0) return *out_ran = true, TPU_OK;
   bool done;
-  TPU_RETURN_IF_ERROR(tpu_mm_half_gemv(p, &done));
-  if (done) return TPU_OK;
-  TPU_RETURN_IF_ERROR(run_on_mxu(p, &done));
-  if (done) return TPU_OK;
-  TPU_RETURN_IF_ERROR(run_f32_on_mxu(p, &done));
-  if (done) return TPU_OK;
+  tpu_status_t (*const whole[])(const mm_problem_t*, bool*) = {tpu_mm_half_gemv, run_on_mxu,
+                                                                run_f32_on_mxu};
+  for (size_t w = 0; w < sizeof(whole) / sizeof(whole[0]); ++w) {
+    TPU_RETURN_IF_ERROR(whole[w](p, &done));
+    if (done) {
+      run_whole_epilogue(p, ep);
+      return *out_ran = true, TPU_OK;
+    }
+  }
   tpu_compute_type_t ct = tpu_dtype_compute(p->dtype);
   pl.gemm = k_blas[ct];
   if (ct == TPU_COMPUTE_B8 || (pl.gemm == NULL && ct != TPU_COMPUTE_I64) ||
@@ -550,9 +604,26 @@ static tpu_status_t matmul_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
   tpu_parallel_for(p->batch * pl.blocks * pl.cblocks,
                    unit_work >= MM_SMALL_WORK ? 1 : MM_SMALL_WORK / unit_work,
                    run_units, &pl);
+  *out_ran = true;
   if (atomic_load(&pl.failed))
     return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matmul scratch allocation failed");
   return TPU_OK;
+}
+
+static tpu_status_t matmul_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                  tpu_exec_ctx_t* ctx) {
+  (void)ctx;
+  bool ran;
+  return mm_run(def, node, NULL, &ran);
+}
+
+tpu_status_t tpu_mm_run(const tpu_node_t* node, const mm_epilogue_t* ep, bool* out_ran) {
+  *out_ran = false;
+  const tpu_op_def_t* def = tpu_op_def(node->op);
+  if (!def || def->kernel != matmul_kernel || !(def->flags & TPU_OP_EPILOGUE))
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "op '%s' takes no epilogue",
+                           def ? def->name : "?");
+  return mm_run(def, node, ep, out_ran);
 }
 
 static tpu_status_t matmul_infer(const tpu_op_def_t* def, const tpu_node_t* node,
@@ -591,8 +662,13 @@ static const mm_spec_t k_mm = {false, 2, 2}, k_bmm = {false, 3, 3}, k_addmm = {t
                        k_baddbmm = {true, 3, 3}, k_mv = {false, 2, 1}, k_addmv = {true, 2, 1},
                        k_dot = {false, 1, 1};
 
+#define MM_ROW_FLAGS(name, inputs, attrs, aten, spec, flags) \
+  {name, inputs, attrs, "out", aten, matmul_kernel, matmul_infer, matmul_check, &spec, flags}
+/* GEMMs (a 2-D or batched 3-D C) take epilogues; mv, addmv and dot do not. */
 #define MM_ROW(name, inputs, attrs, aten, spec) \
-  {name, inputs, attrs, "out", aten, matmul_kernel, matmul_infer, matmul_check, &spec, TPU_OP_HEAVY}
+  MM_ROW_FLAGS(name, inputs, attrs, aten, spec, TPU_OP_HEAVY | TPU_OP_EPILOGUE)
+#define MV_ROW(name, inputs, attrs, aten, spec) \
+  MM_ROW_FLAGS(name, inputs, attrs, aten, spec, TPU_OP_HEAVY)
 
 static const tpu_op_def_t k_ops[] = {
     MM_ROW("mm", "self,mat2", "matmul_precision", "mm mm.out", k_mm),
@@ -601,12 +677,12 @@ static const tpu_op_def_t k_ops[] = {
            k_addmm),
     MM_ROW("baddbmm", "self,batch1,batch2", "beta,alpha,matmul_precision",
            "baddbmm baddbmm_ baddbmm.out", k_baddbmm),
-    MM_ROW("mv", "self,vec", "matmul_precision", "mv mv.out", k_mv),
-    MM_ROW("addmv", "self,mat,vec", "beta,alpha,matmul_precision", "addmv addmv_ addmv.out",
+    MV_ROW("mv", "self,vec", "matmul_precision", "mv mv.out", k_mv),
+    MV_ROW("addmv", "self,mat,vec", "beta,alpha,matmul_precision", "addmv addmv_ addmv.out",
            k_addmv),
-    MM_ROW("dot", "self,tensor", "matmul_precision", "dot dot.out", k_dot),
+    MV_ROW("dot", "self,tensor", "matmul_precision", "dot dot.out", k_dot),
     /* vdot conjugates self: the same as dot for the (real) dtypes the runtime has. */
-    MM_ROW("vdot", "self,other", "matmul_precision", "vdot vdot.out", k_dot),
+    MV_ROW("vdot", "self,other", "matmul_precision", "vdot vdot.out", k_dot),
 };
 
 const tpu_op_family_t tpu_family_matmul = {"matmul", k_ops,

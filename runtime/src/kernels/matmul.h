@@ -50,6 +50,25 @@ tpu_status_t tpu_mm_problem(const tpu_op_def_t* def, const tpu_node_t* node,
  * gemv) take only such problems. */
 bool tpu_mm_c_writable(const mm_problem_t* p);
 
+/* A GEMM group's epilogue (fusion/epilogue.c): `run` is called once for
+ * every block [i0, i0 + m) x [j0, j0 + n) of batch `bi` of C, as soon as
+ * that block is final, on the compute pool's threads, several at once and in
+ * any order; `block` numbers the blocks alike on every run of the same
+ * problem (it orders errors). Blocks cover C exactly once. */
+typedef struct mm_epilogue {
+  void (*run)(void* arg, int64_t block, int64_t bi, int64_t i0, int64_t m, int64_t j0,
+              int64_t n);
+  void* arg;
+} mm_epilogue_t;
+
+/* Runs a node of a TPU_OP_EPILOGUE row (mm, bmm, addmm, baddbmm) as its
+ * kernel does, and `ep` (borrowed; NULL: none) on every block of its result.
+ * *out_ran says whether the epilogue ran on every block: it does whenever
+ * the GEMM got as far as computing, even where a block's GEMM then failed
+ * (that block's values are unspecified, as a failed op's output is); false
+ * when the node was refused before, and the caller runs the epilogue. */
+tpu_status_t tpu_mm_run(const tpu_node_t* node, const mm_epilogue_t* ep, bool* out_ran);
+
 /* A float16/bfloat16 problem with one row or one column of C, whose matrix
  * has a dense dimension, as a matrix-vector product that streams the matrix
  * once (matmul_gemv.c). *out_done false (TPU_OK): not taken, the caller runs
