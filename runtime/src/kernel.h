@@ -9,6 +9,7 @@
 #ifndef TPU_KERNEL_H_
 #define TPU_KERNEL_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tpu/ir.h"
@@ -19,6 +20,20 @@
 struct tpu_exec_ctx {
   int chip_index;
 };
+
+/* Host scratch for a kernel's temporaries (scratch.c): as malloc/free, the
+ * pointer 64-byte aligned, but blocks of 256 KiB and more come from a
+ * bounded cache of freed ones, so large per-call temporaries are not
+ * page-faulted in again on every call. Thread-safe; the caller owns the
+ * block until tpu_scratch_free (NULL: nothing). NULL when out of memory. */
+void* tpu_scratch_alloc(size_t bytes);
+void tpu_scratch_free(void* p);
+typedef struct tpu_scratch_stats {
+  int64_t hits, misses; /* cached-size requests served from the cache, or not */
+  int64_t evictions;    /* blocks freed into a full cache, returned to the system */
+  int64_t held_bytes;   /* what the cache holds now */
+} tpu_scratch_stats_t;
+void tpu_scratch_get_stats(tpu_scratch_stats_t* out_stats);
 
 /* Calls fn(arg, begin, end) over [0, n) in chunks of at least `grain`
  * elements, on the compute pool (the calling thread takes part). Nested or

@@ -197,7 +197,7 @@ static bool amat_init(amat_t* m, const tpu_view_t* v, tpu_dtype_t work) {
     return true;
   }
   int64_t n = tpu_view_numel(v);
-  m->owned = malloc((size_t)(n > 0 ? n : 1) * tpu_dtype_size(work));
+  m->owned = tpu_scratch_alloc((size_t)(n > 0 ? n : 1) * tpu_dtype_size(work));
   if (!m->owned) return false;
   tpu_view_t dst = view_of(m->owned, work, 4, v->sizes);
   view_copy(&dst, v);
@@ -532,8 +532,31 @@ static void blas_single_thread(void) { scipy_openblas_set_num_threads(1); }
 #endif
 
 static void job_free(attn_job_t* j) {
-  free(j->q.owned), free(j->k.owned), free(j->v.owned), free(j->go.owned), free(j->o.owned);
-  free(j->gbias), free(j->kt);
+  tpu_scratch_free(j->q.owned), tpu_scratch_free(j->k.owned), tpu_scratch_free(j->v.owned);
+  tpu_scratch_free(j->go.owned), tpu_scratch_free(j->o.owned);
+  free(j->gbias), tpu_scratch_free(j->kt);
+}
+
+/* Tiles [begin, end) of the forward's K^T (attn_job_t.kt), from the keys in
+ * the work type (j->k: the input itself, or its converted copy), so the
+ * transposing copy moves work-type elements rather than converting each
+ * one through a strided loop; spread over the pool. */
+static void kt_tiles(void* arg, int64_t begin, int64_t end) {
+  attn_job_t* j = (attn_job_t*)arg;
+  const attn_args_t* a = &j->a;
+  size_t es = tpu_dtype_size(a->work);
+  for (int64_t t = begin; t < end; ++t) {
+    int64_t kb = t % j->nkb, hk = t / j->nkb % a->Hkv, b = t / j->nkb / a->Hkv;
+    int64_t j0 = kb * ATTN_FWD_BK, cnt = a->S - j0 < ATTN_FWD_BK ? a->S - j0 : ATTN_FWD_BK;
+    /* keys [j0, j0 + cnt) of (b, hk), as [D, cnt] */
+    int64_t sizes[2] = {a->D, cnt};
+    tpu_view_t src = view_of((void*)amat_row(&j->k, es, b, hk, j0), a->work, 2, sizes);
+    src.strides[0] = 1, src.strides[1] = j->k.sr; /* amat_t rows are dense */
+    tpu_view_t dst = view_of((char*)j->kt + (size_t)(t * a->D * ATTN_FWD_BK) * es, a->work, 2,
+                             (int64_t[2]){a->D, ATTN_FWD_BK});
+    dst.sizes[1] = cnt;
+    view_copy(&dst, &src);
+  }
 }
 
 static tpu_status_t attn_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
@@ -560,27 +583,11 @@ static tpu_status_t attn_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
      * contiguous panel: one [D, S] matrix per head would put the panel's
      * rows S floats apart, which for power-of-two S maps them onto a few
      * cache sets (sgemm measured at half speed for S = 2048). */
-    int64_t nkb = j->nkb = (a->S + ATTN_FWD_BK - 1) / ATTN_FWD_BK, tile = a->D * ATTN_FWD_BK;
-    int64_t n = a->B * a->Hkv * nkb * tile;
-    j->kt = malloc((size_t)(n > 0 ? n : 1) * tpu_dtype_size(a->work));
+    int64_t nkb = j->nkb = (a->S + ATTN_FWD_BK - 1) / ATTN_FWD_BK;
+    int64_t n = a->B * a->Hkv * nkb * a->D * ATTN_FWD_BK;
+    j->kt = tpu_scratch_alloc((size_t)(n > 0 ? n : 1) * tpu_dtype_size(a->work));
     ok = j->kt != NULL;
-    for (int64_t b = 0; ok && b < a->B; ++b)
-      for (int64_t hk = 0; hk < a->Hkv; ++hk)
-        for (int64_t kb = 0; kb < nkb; ++kb) {
-          int64_t j0 = kb * ATTN_FWD_BK, cnt = a->S - j0 < ATTN_FWD_BK ? a->S - j0 : ATTN_FWD_BK;
-          tpu_view_t src = a->k; /* keys [j0, j0 + cnt) of (b, hk), as [D, cnt] */
-          src.addr += (uint64_t)((b * src.strides[0] + hk * src.strides[1] + j0 * src.strides[2]) *
-                                 (int64_t)tpu_dtype_size(src.dtype));
-          src.ndim = 2;
-          src.sizes[0] = a->D, src.strides[0] = a->k.strides[3];
-          src.sizes[1] = cnt, src.strides[1] = a->k.strides[2];
-          int64_t sizes[2] = {a->D, ATTN_FWD_BK};
-          tpu_view_t dst = view_of((char*)j->kt + (size_t)(((b * a->Hkv + hk) * nkb + kb) * tile) *
-                                                     tpu_dtype_size(a->work),
-                                   a->work, 2, sizes);
-          dst.sizes[1] = cnt;
-          view_copy(&dst, &src);
-        }
+    if (ok) tpu_parallel_for(a->B * a->Hkv * nkb, 1, kt_tiles, j);
   }
   int64_t gb_numel = a->grad_bias ? tpu_view_numel(&a->bias_orig) : 0;
   if (ok && a->grad_bias) {

@@ -313,8 +313,8 @@ typedef struct mm_buf {
 static void* buf_get(mm_buf_t* b, int64_t elems, tpu_dtype_t dtype) {
   size_t bytes = (size_t)elems * tpu_dtype_size(dtype) + 64;
   if (b->cap < bytes) {
-    free(b->p);
-    b->p = malloc(bytes);
+    tpu_scratch_free(b->p);
+    b->p = tpu_scratch_alloc(bytes);
     b->cap = b->p ? bytes : 0;
   }
   return b->p;
@@ -409,7 +409,7 @@ static void run_units(void* arg, int64_t begin, int64_t end) {
     unit_block(pl, u, &bi, &i0, &m, &j0, &n);
     if (pl->ep && m > 0 && n > 0) pl->ep->run(pl->ep->arg, u, bi, i0, m, j0, n);
   }
-  for (int i = 0; i < 3; ++i) free(bufs[i].p);
+  for (int i = 0; i < 3; ++i) tpu_scratch_free(bufs[i].p);
 }
 
 /* The epilogue over a C that one call computed whole (the matrix unit, the
@@ -497,15 +497,15 @@ static tpu_status_t run_on_mxu(const mm_problem_t* p, bool* out_done) {
 }
 
 /* The bfloat16 parts of a float32 operand, dense, in one buffer owned by the
- * caller (*out_buf): hi = bf16(x) and, with `want_lo`, lo = bf16(x - hi), so
- * that x = hi + lo to about 2^-16 |x| (lo is 0 where hi is not finite). A
+ * caller (*out_buf, for tpu_scratch_free): hi = bf16(x) and, with
+ * `want_lo`, lo = bf16(x - hi), so that x = hi + lo to about 2^-16 |x| (lo is 0 where hi is not finite). A
  * broadcast batch (stride 0) stays one matrix. */
 static tpu_status_t bf16_parts(const tpu_view_t* v, bool want_lo, void** out_buf,
                                tpu_view_t* out_hi, tpu_view_t* out_lo) {
   int64_t sizes[3] = {v->strides[0] == 0 ? 1 : v->sizes[0], v->sizes[1], v->sizes[2]};
   int64_t n = sizes[0] * sizes[1] * sizes[2];
   size_t bytes = (size_t)n * (sizeof(float) + (want_lo ? 2 : 1) * sizeof(uint16_t));
-  float* f = malloc(bytes ? bytes : 1);
+  float* f = tpu_scratch_alloc(bytes ? bytes : 1);
   *out_buf = f;
   if (!f)
     return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matmul: no %zu bytes for bfloat16 parts",
@@ -560,8 +560,8 @@ static tpu_status_t run_f32_on_mxu(const mm_problem_t* p, bool* out_done) {
       *out_done = done;
     }
   }
-  free(abuf);
-  free(bbuf);
+  tpu_scratch_free(abuf);
+  tpu_scratch_free(bbuf);
   return st;
 }
 
