@@ -7,8 +7,8 @@
  * its operands is laid over C's elements (tpu_fusion_gemm_form, once per
  * run) and sliced to the block. The block is still in cache when the
  * epilogue reads it, where a separate pointwise pass would read all of C
- * back from memory. On the matrix unit, whose library computes C in one
- * call, the epilogue follows in blocks of rows over the pool.
+ * back from memory. Where one call computes C (the matrix unit's library,
+ * the gemv), the epilogue follows over C by blocks of rows on the pool.
  *
  * Intermediates that phase 3 put in scratch slots (dead, read only by later
  * epilogue nodes) live in a chunk-sized buffer and never reach memory; C
@@ -16,8 +16,8 @@
  *
  * Errors follow strict eager's contract (exec.c): a failing node records
  * its error and the rest still runs -- a GEMM that fails on a block still
- * hands the block to its epilogue, and a GEMM refused outright is followed
- * by its epilogue over all of C. Of the group's errors the one of the
+ * hands the block to its epilogue, and a GEMM refused outright is still
+ * followed by its epilogue over all of C. Of the group's errors the one of the
  * earliest node, on its earliest block, is returned.
  */
 #include <pthread.h>
@@ -56,26 +56,11 @@ typedef struct gemm_run {
    * inputs (non-views unused), then of its output, from forms[base[e]]. */
   tpu_view_t* forms;
   int32_t base[TPU_FUSION_MAX_GROUP];
-  pthread_mutex_t mu; /* guards the three below */
-  tpu_status_t error; /* the group's first error (see the top) */
-  int32_t error_node;
-  int64_t error_at; /* its block */
+  tpu_group_error_t err; /* the group's first error (see the top) */
 } gemm_run_t;
 
-/* Keeps s as the group's error if it comes before the one kept (by node,
- * then block). */
 static void note_error(gemm_run_t* r, int32_t node, int64_t at, tpu_status_t s) {
-  pthread_mutex_lock(&r->mu);
-  if (r->error == TPU_OK || node < r->error_node ||
-      (node == r->error_node && at < r->error_at)) {
-    tpu_status_free(r->error);
-    r->error = s;
-    r->error_node = node;
-    r->error_at = at;
-    s = TPU_OK;
-  }
-  pthread_mutex_unlock(&r->mu);
-  tpu_status_free(s);
+  tpu_group_error_note(&r->err, node, at, s);
 }
 
 /* Form f's part over block [i0, i0 + m) x [j0, j0 + n) of batch bi, as a
@@ -186,9 +171,9 @@ static bool forms_init(gemm_run_t* r) {
   return ok;
 }
 
-/* The epilogue over all of C by blocks of rows, for a GEMM refused before
- * it computed (tpu_mm_run's *out_ran false): its nodes still run once on
- * every element, their scratch values in scratch. */
+/* The epilogue over all of C by blocks of rows, when tpu_mm_run did not run
+ * it (*out_ran false): after a GEMM computed in one call, or refused (its
+ * nodes still run once on every element). */
 static void whole_blocks(void* arg, int64_t begin, int64_t end) {
   gemm_run_t* r = (gemm_run_t*)arg;
   const tpu_view_t* c = &tpu_graph_node(r->graph, r->group->first)->outputs[0];
@@ -210,9 +195,8 @@ static void run_whole(gemm_run_t* r) {
 tpu_status_t tpu_fusion_run_gemm_group(const tpu_program_t* program,
                                        const tpu_program_group_t* group,
                                        const tpu_graph_t* graph, tpu_exec_ctx_t* ctx) {
-  gemm_run_t r = {.program = program, .group = group, .graph = graph, .ctx = ctx,
-                  .error_node = -1};
-  pthread_mutex_init(&r.mu, NULL);
+  gemm_run_t r = {.program = program, .group = group, .graph = graph, .ctx = ctx};
+  tpu_group_error_init(&r.err);
   int32_t first = group->first;
   const tpu_node_t* lead = tpu_graph_node(graph, first);
   if (group->count > TPU_FUSION_MAX_GROUP || !forms_init(&r)) {
@@ -228,8 +212,7 @@ tpu_status_t tpu_fusion_run_gemm_group(const tpu_program_t* program,
         if (e != TPU_OK) note_error(&r, i, 0, e);
       }
     }
-    pthread_mutex_destroy(&r.mu);
-    return r.error;
+    return tpu_group_error_finish(&r.err);
   }
   bool ran = false;
   mm_epilogue_t ep = {run_block, &r};
@@ -240,6 +223,5 @@ tpu_status_t tpu_fusion_run_gemm_group(const tpu_program_t* program,
                                    ctx->chip_index));
   if (!ran) run_whole(&r);
   free(r.forms);
-  pthread_mutex_destroy(&r.mu);
-  return r.error;
+  return tpu_group_error_finish(&r.err);
 }

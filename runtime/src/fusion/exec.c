@@ -220,26 +220,36 @@ typedef struct tiled_run {
   rows_plan_t* rows;                          /* a row group's direct path, or NULL */
   int32_t scalars;                            /* number slots of the direct path */
   direct_node_t dn[TPU_FUSION_MAX_GROUP];
-  pthread_mutex_t mu;         /* guards the three below */
-  tpu_status_t error;         /* the group's first error (see the top) */
-  int32_t error_node;         /* its node (-1: none of them) */
-  int64_t error_at;           /* its tile or row */
+  tpu_group_error_t err;                      /* the group's first error (see the top) */
 } tiled_run_t;
 
-/* Keeps s as the group's error if it comes before the one kept (by node,
- * then tile or row); node -1 is a failure outside the nodes (scratch). */
-static void set_error(tiled_run_t* r, int32_t node, int64_t at, tpu_status_t s) {
-  pthread_mutex_lock(&r->mu);
-  if (r->error == TPU_OK || node < r->error_node ||
-      (node == r->error_node && at < r->error_at)) {
-    tpu_status_free(r->error);
-    r->error = s;
-    r->error_node = node;
-    r->error_at = at;
+void tpu_group_error_init(tpu_group_error_t* e) {
+  pthread_mutex_init(&e->mu, NULL);
+  e->error = TPU_OK;
+  e->node = -1;
+  e->at = 0;
+}
+
+void tpu_group_error_note(tpu_group_error_t* e, int32_t node, int64_t at, tpu_status_t s) {
+  pthread_mutex_lock(&e->mu);
+  if (e->error == TPU_OK || node < e->node || (node == e->node && at < e->at)) {
+    tpu_status_free(e->error);
+    e->error = s;
+    e->node = node;
+    e->at = at;
     s = TPU_OK;
   }
-  pthread_mutex_unlock(&r->mu);
+  pthread_mutex_unlock(&e->mu);
   tpu_status_free(s);
+}
+
+tpu_status_t tpu_group_error_finish(tpu_group_error_t* e) {
+  pthread_mutex_destroy(&e->mu);
+  return e->error;
+}
+
+static void set_error(tiled_run_t* r, int32_t node, int64_t at, tpu_status_t s) {
+  tpu_group_error_note(&r->err, node, at, s);
 }
 
 /* A direct-path tile function's failure in node i, named as the node's
@@ -696,7 +706,7 @@ static void run_tiles(void* arg, int64_t begin, int64_t end) {
 
 /* Runs a tiled or row-tiled group over every tile (or row): r holds the
  * program, the group, the graph and the context, its error fields are
- * clear and r->mu is initialised. The group's error stays in r. */
+ * and r->err is initialised. The group's error stays in r->err. */
 static void run_fused(tiled_run_t* r) {
   const tpu_program_group_t* grp = r->group;
   const tpu_graph_t* graph = r->graph;
@@ -783,11 +793,10 @@ tpu_status_t tpu_program_run(const tpu_program_t* p, const tpu_graph_t* graph,
       }
     }
     if (!fits) continue;
-    tiled_run_t r = {.program = p, .group = grp, .graph = graph, .ctx = ctx, .error_node = -1};
-    pthread_mutex_init(&r.mu, NULL);
+    tiled_run_t r = {.program = p, .group = grp, .graph = graph, .ctx = ctx};
+    tpu_group_error_init(&r.err);
     run_fused(&r);
-    pthread_mutex_destroy(&r.mu);
-    keep_first(&first, r.error);
+    keep_first(&first, tpu_group_error_finish(&r.err));
   }
   return first;
 }

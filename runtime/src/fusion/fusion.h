@@ -39,6 +39,7 @@
 #ifndef TPU_FUSION_H_
 #define TPU_FUSION_H_
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -121,6 +122,22 @@ tpu_status_t tpu_fusion_compile(const tpu_graph_t* graph, const tpu_fusion_analy
  * in scratch. */
 tpu_status_t tpu_fusion_verify(const tpu_graph_t* graph, const tpu_program_t* program,
                                const tpu_fusion_analysis_t* analysis);
+/* The first error of a fused group's run, by node, then tile, row or block,
+ * so the error reported does not depend on how the work was spread over
+ * threads (exec.c's tiled and row groups, epilogue.c's GEMM groups). */
+typedef struct tpu_group_error {
+  pthread_mutex_t mu; /* guards the rest */
+  tpu_status_t error; /* owned; TPU_OK: none yet */
+  int32_t node;       /* its node; -1 a failure outside the nodes (scratch) */
+  int64_t at;         /* its tile, row or block */
+} tpu_group_error_t;
+
+void tpu_group_error_init(tpu_group_error_t* e);
+/* Keeps s (taking it) if it comes before the error kept, else frees it. */
+void tpu_group_error_note(tpu_group_error_t* e, int32_t node, int64_t at, tpu_status_t s);
+/* Ends e; returns the error kept (the caller owns it). */
+tpu_status_t tpu_group_error_finish(tpu_group_error_t* e);
+
 /* Runs a GEMM group (epilogue.c): the GEMM with its epilogue nodes on each
  * block of C; returns the group's first error (by node, then block). */
 tpu_status_t tpu_fusion_run_gemm_group(const tpu_program_t* program,

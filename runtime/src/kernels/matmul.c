@@ -20,8 +20,8 @@
  * (which may be any strided view).
  *
  * A GEMM group's epilogue (tpu_mm_run) runs on each unit's block of C right
- * after the unit computes it, or, after the paths that compute C in one call
- * (matrix unit, gemv), over C by blocks of rows.
+ * after the unit computes it; after the paths that compute C in one call
+ * (matrix unit, gemv) its caller runs it over C.
  *
  * Threading: OpenBLAS is set to one thread and the compute pool runs units
  * (whole matrices of a batch, or blocks of C's rows, and then of its columns,
@@ -412,33 +412,6 @@ static void run_units(void* arg, int64_t begin, int64_t end) {
   for (int i = 0; i < 3; ++i) tpu_scratch_free(bufs[i].p);
 }
 
-/* The epilogue over a C that one call computed whole (the matrix unit, the
- * gemv): blocks of whole rows of about MM_EPILOGUE_BLOCK elements, spread
- * over the pool. */
-#define MM_EPILOGUE_BLOCK 16384
-
-typedef struct mm_whole_epilogue {
-  const mm_problem_t* p;
-  const mm_epilogue_t* ep;
-  int64_t rows, blocks; /* rows per block, blocks per batch */
-} mm_whole_epilogue_t;
-
-static void whole_epilogue_blocks(void* arg, int64_t begin, int64_t end) {
-  const mm_whole_epilogue_t* w = (const mm_whole_epilogue_t*)arg;
-  for (int64_t u = begin; u < end; ++u) {
-    int64_t bi = u / w->blocks, i0 = u % w->blocks * w->rows;
-    int64_t m = w->p->m - i0 < w->rows ? w->p->m - i0 : w->rows;
-    w->ep->run(w->ep->arg, u, bi, i0, m, 0, w->p->n);
-  }
-}
-
-static void run_whole_epilogue(const mm_problem_t* p, const mm_epilogue_t* ep) {
-  if (!ep) return;
-  int64_t rows = MM_EPILOGUE_BLOCK / p->n > 0 ? MM_EPILOGUE_BLOCK / p->n : 1;
-  mm_whole_epilogue_t w = {p, ep, rows, (p->m + rows - 1) / rows};
-  tpu_parallel_for(p->batch * w.blocks, 1, whole_epilogue_blocks, &w);
-}
-
 static bool fits_blas(const mm_problem_t* p) {
   return p->m <= INT_MAX && p->n <= INT_MAX && p->k <= INT_MAX;
 }
@@ -580,10 +553,7 @@ static tpu_status_t mm_run(const tpu_op_def_t* def, const tpu_node_t* node,
                                                                 run_f32_on_mxu};
   for (size_t w = 0; w < sizeof(whole) / sizeof(whole[0]); ++w) {
     TPU_RETURN_IF_ERROR(whole[w](p, &done));
-    if (done) {
-      run_whole_epilogue(p, ep);
-      return *out_ran = true, TPU_OK;
-    }
+    if (done) return TPU_OK; /* C in one call: the caller runs the epilogue */
   }
   tpu_compute_type_t ct = tpu_dtype_compute(p->dtype);
   pl.gemm = k_blas[ct];

@@ -62,11 +62,12 @@ typedef struct mm_epilogue {
 } mm_epilogue_t;
 
 /* Runs a node of a TPU_OP_EPILOGUE row (mm, bmm, addmm, baddbmm) as its
- * kernel does, and `ep` (borrowed; NULL: none) on every block of its result.
- * *out_ran says whether the epilogue ran on every block: it does whenever
- * the GEMM got as far as computing, even where a block's GEMM then failed
+ * kernel does, and `ep` (borrowed; NULL: none) on every block of its result
+ * as the BLAS path finishes it. *out_ran says whether the epilogue ran on
+ * every block: it did on the BLAS path, even where a block's GEMM failed
  * (that block's values are unspecified, as a failed op's output is); false
- * when the node was refused before, and the caller runs the epilogue. */
+ * when one call computed C (the matrix unit, the gemv) or the node was
+ * refused, and the caller then runs the epilogue over all of C. */
 tpu_status_t tpu_mm_run(const tpu_node_t* node, const mm_epilogue_t* ep, bool* out_ran);
 
 /* A float16/bfloat16 problem with one row or one column of C, whose matrix
