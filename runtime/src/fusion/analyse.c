@@ -162,7 +162,8 @@ bool tpu_fusion_gemm_joins(const tpu_graph_t* graph, int32_t first, int32_t i) {
   const tpu_node_t* node = tpu_graph_node(graph, i);
   const tpu_view_t* c = &tpu_graph_node(graph, first)->outputs[0];
   const tpu_op_def_t* def = tpu_op_def(node->op);
-  if (!(def->flags & TPU_OP_POINTWISE) || node->num_outputs != 1 || node->num_inputs > 16)
+  if (!(def->flags & TPU_OP_POINTWISE) || node->num_outputs != 1 ||
+      node->num_inputs > TPU_FUSION_EPILOGUE_MAX_INPUTS)
     return false;
   const tpu_view_t* out = &node->outputs[0];
   tpu_view_t of, f, pf;

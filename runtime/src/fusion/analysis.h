@@ -76,5 +76,7 @@ bool tpu_fusion_gemm_lead(const tpu_node_t* node);
  * only in step. Running it on each block of C right after the block's
  * earlier nodes then computes what running the nodes in order does. */
 bool tpu_fusion_gemm_joins(const tpu_graph_t* graph, int32_t first, int32_t i);
+/* The most inputs an epilogue node may have (tpu_fusion_gemm_joins). */
+#define TPU_FUSION_EPILOGUE_MAX_INPUTS 16
 
 #endif /* TPU_FUSION_ANALYSIS_H_ */

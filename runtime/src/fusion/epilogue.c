@@ -29,8 +29,6 @@
 #include "kernels/matmul.h"
 #include "tpu/ops.h"
 
-#define EPILOGUE_MAX_INPUTS 16 /* tpu_fusion_gemm_joins takes no more */
-
 static atomic_int g_epilogues = -1; /* -1: not read from the environment yet */
 
 bool tpu_fusion_epilogues_enabled(void) {
@@ -91,7 +89,7 @@ static void run_rows(gemm_run_t* r, int64_t block, int64_t bi, int64_t i0, int64
                      int64_t n, uint8_t* scratch, int64_t slot_bytes) {
   const tpu_program_t* p = r->program;
   int32_t first = r->group->first;
-  tpu_value_t inputs[EPILOGUE_MAX_INPUTS];
+  tpu_value_t inputs[TPU_FUSION_EPILOGUE_MAX_INPUTS];
   tpu_view_t output;
   for (int32_t i = first + 1; i < first + r->group->count; ++i) {
     const tpu_node_t* node = tpu_graph_node(r->graph, i);
@@ -143,13 +141,13 @@ static void run_block(void* arg, int64_t block, int64_t bi, int64_t i0, int64_t 
 }
 
 /* Every operand's form; false (nothing allocated) when one has none or
- * memory is short: the group then runs node by node. */
+ * memory is short (see tpu_fusion_run_gemm_group for what runs then). */
 static bool forms_init(gemm_run_t* r) {
   int32_t first = r->group->first, members = r->group->count - 1, total = 0;
   const tpu_view_t* c = &tpu_graph_node(r->graph, first)->outputs[0];
   for (int32_t e = 0; e < members; ++e) {
     const tpu_node_t* node = tpu_graph_node(r->graph, first + 1 + e);
-    if (node->num_inputs > EPILOGUE_MAX_INPUTS || node->num_outputs != 1) return false;
+    if (node->num_inputs > TPU_FUSION_EPILOGUE_MAX_INPUTS || node->num_outputs != 1) return false;
     r->base[e] = total;
     total += node->num_inputs + 1;
   }

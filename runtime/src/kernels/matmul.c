@@ -471,8 +471,8 @@ static tpu_status_t run_on_mxu(const mm_problem_t* p, bool* out_done) {
 
 /* The bfloat16 parts of a float32 operand, dense, in one buffer owned by the
  * caller (*out_buf, for tpu_scratch_free): hi = bf16(x) and, with
- * `want_lo`, lo = bf16(x - hi), so that x = hi + lo to about 2^-16 |x| (lo is 0 where hi is not finite). A
- * broadcast batch (stride 0) stays one matrix. */
+ * `want_lo`, lo = bf16(x - hi), so that x = hi + lo to about 2^-16 |x|
+ * (lo is 0 where hi is not finite). A broadcast batch (stride 0) stays one matrix. */
 static tpu_status_t bf16_parts(const tpu_view_t* v, bool want_lo, void** out_buf,
                                tpu_view_t* out_hi, tpu_view_t* out_lo) {
   int64_t sizes[3] = {v->strides[0] == 0 ? 1 : v->sizes[0], v->sizes[1], v->sizes[2]};
