@@ -39,11 +39,26 @@ PYBIND11_MODULE(_C, m) {
     d["library"] = std::string(info.library);
     d["isa"] = std::string(info.isa);
     d["bfloat16"] = info.bfloat16;
+    d["float32"] = info.float32;
     d["int8"] = info.int8;
     d["gemms"] = info.gemms;
     d["declined"] = info.declined;
     return d;
   });
+  m.def("weight_cache_stats", [] {
+    tpu_weight_cache_stats_t s;
+    tpu_weight_cache_get_stats(&s);
+    py::dict d;
+    d["entries"] = s.entries;
+    d["bytes"] = s.bytes;
+    d["limit_bytes"] = s.limit_bytes;
+    d["hits"] = s.hits;
+    d["packs"] = s.packs;
+    d["evictions"] = s.evictions;
+    d["drops"] = s.drops;
+    return d;
+  });
+  m.def("set_weight_cache_limit", [](int64_t bytes) { tpu_weight_cache_set_limit(bytes); });
   m.def("memory_capacity", [](int index) { return tpu_chip_capacity(chip((c10::DeviceIndex)index)); });
   m.def("set_launch_blocking", [](bool on) { tpu_set_launch_blocking(on); });
   m.def("set_thread_launch_blocking", [](int mode) { set_thread_launch_blocking(mode); });

@@ -32,8 +32,11 @@ def test_matrix_unit_reports_itself():
         assert mu["isa"] == "amx_bf16" and mu["bfloat16"]
     elif "avx512_bf16" in flags:
         assert mu["isa"] == "avx512_bf16" and mu["bfloat16"]
+    elif "avx512f" in flags:
+        assert mu["isa"].startswith("avx512_f32") and not mu["bfloat16"] and mu["float32"]
     else:
-        assert mu["isa"].startswith("off") and not mu["bfloat16"]
+        assert mu["isa"].startswith("off") and not mu["bfloat16"] and not mu["float32"]
+    assert mu["float32"] == ("avx512f" in flags)
 
 
 @pytest.mark.parametrize("shape", [(64, 96, 80), (130, 257, 33), (7, 3, 500)])
@@ -197,6 +200,7 @@ def test_float32_precision_levels():
     ref = a.double() @ b.double()
     at, bt = a.tpu(), b.tpu()
     unit = torch_tpu.matrix_unit()["bfloat16"]
+    f32 = int(torch_tpu.matrix_unit()["float32"])  # "highest": one float32 GEMM on the unit
     errors, gemms = {}, {}
     for p in (torch.tpu.Precision.HIGHEST, torch.tpu.Precision.HIGH, torch.tpu.Precision.DEFAULT):
         before = torch_tpu.matrix_unit()["gemms"]
@@ -205,13 +209,13 @@ def test_float32_precision_levels():
             errors[p.name] = _precision_error(at, bt, ref)
         gemms[p.name] = torch_tpu.matrix_unit()["gemms"] - before
         assert torch.get_float32_matmul_precision() == "highest"  # restored
-    assert errors["HIGHEST"] < 1e-6 and gemms["HIGHEST"] == 0
+    assert errors["HIGHEST"] < 1e-6 and gemms["HIGHEST"] == f32
     if unit:
-        assert gemms == {"HIGHEST": 0, "HIGH": 3, "DEFAULT": 1}
+        assert gemms == {"HIGHEST": f32, "HIGH": 3, "DEFAULT": 1}
         assert errors["HIGH"] < 2e-5, errors          # bfloat16x3: near float32
         assert 5e-4 < errors["DEFAULT"] < 1e-2, errors  # one bfloat16 pass
     else:
-        assert max(errors.values()) < 1e-6 and sum(gemms.values()) == 0
+        assert max(errors.values()) < 1e-6 and sum(gemms.values()) == 3 * f32
 
 
 def test_precision_names_and_torch_setting_agree():

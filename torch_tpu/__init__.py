@@ -96,10 +96,32 @@ def native_ops() -> list:
 
 def matrix_unit() -> dict:
     """The host driver's matrix unit: the library and instruction set its
-    bfloat16 GEMMs run on ('amx_bf16', 'avx512_bf16', or 'off (why)'), whether
-    bfloat16 and int8 GEMMs use it, and how many GEMMs it ran or declined
-    (those ran on the caller's own path)."""
-    return dict(_C.matrix_unit())
+    bfloat16 GEMMs run on ('amx_bf16', 'avx512_bf16', 'avx512_f32 (...)' or
+    'off (why)'), whether bfloat16, float32 and int8 GEMMs use it, how many
+    GEMMs it ran or declined (those ran on the caller's own path), and its
+    weight cache ('weight_cache': see weight_cache_stats)."""
+    info = dict(_C.matrix_unit())
+    info["weight_cache"] = weight_cache_stats()
+    return info
+
+
+def weight_cache_stats() -> dict:
+    """The matrix unit's weight cache: blocked copies of GEMM operands read
+    again unchanged (weights), so a decode or evaluation loop lays each out
+    once. 'entries' and 'bytes' held (host memory, not the device's),
+    'limit_bytes' (TORCH_TPU_WEIGHT_CACHE_MB, default 1024; see
+    set_weight_cache_limit), 'hits', 'packs' (copies made), 'evictions' (to
+    stay within the limit) and 'drops' (the tensor was written or freed).
+    torch.tpu.empty_cache() empties it. The counters count work that has run
+    (torch.tpu.synchronize() first to include work just issued)."""
+    return dict(_C.weight_cache_stats())
+
+
+def set_weight_cache_limit(nbytes: int) -> None:
+    """Bounds the weight cache (bytes; 0 turns it off), evicting down to it."""
+    if int(nbytes) < 0:
+        raise ValueError(f"the weight cache limit must be >= 0, got {nbytes}")
+    _C.set_weight_cache_limit(int(nbytes))
 
 
 def set_fallback_mode(mode: str) -> None:
@@ -117,6 +139,8 @@ __all__ = [
     "fallback_counts",
     "flush",
     "matrix_unit",
+    "set_weight_cache_limit",
+    "weight_cache_stats",
     "get_eager_mode",
     "native_counts",
     "native_ops",

@@ -131,7 +131,13 @@ def stream(s: Optional[torch.Stream]):
 
 
 def memory_stats(device: _DeviceLike = None) -> dict:
-    return torch.accelerator.memory_stats(_index(device))
+    """torch.accelerator.memory_stats, plus the matrix unit's weight cache
+    ("weight_cache.bytes", ".entries", ".limit_bytes", ".hits", ".packs",
+    ".evictions", ".drops"; host memory shared by every chip)."""
+    stats = torch.accelerator.memory_stats(_index(device))
+    for key, value in _C.weight_cache_stats().items():
+        stats["weight_cache." + key] = value
+    return stats
 
 
 def memory_allocated(device: _DeviceLike = None) -> int:

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "kernel.h"
 #include "tpu/defer.h"
 
 #define ROUND 512u
@@ -283,6 +284,7 @@ static void note_free(tpu_allocator_t* a, int stream, uint64_t addr, uint64_t si
 void tpu_block_free(tpu_block_t* b) {
   if (!b) return;
   tpu_allocator_t* a = b->owner;
+  tpu_weight_cache_note_write(b->addr, b->addr + b->size); /* a dead tensor's copies go */
   /* Deferred work of other streams that used the block goes to their queues
    * first (flushing takes the allocator lock, so not under it); the events
    * recorded below then follow it. */
@@ -540,6 +542,7 @@ void tpu_memory_reset_accumulated(tpu_chip_t* chip) {
 
 void tpu_memory_empty_cache(tpu_chip_t* chip) {
   tpu_allocator_t* a = chip->allocator;
+  tpu_weight_cache_clear(); /* the matrix unit's blocked weights (host memory) */
   pthread_mutex_lock(&a->mu);
   if (a->waiting_count) process_waiting(a);
   release_cached(a);

@@ -19,6 +19,9 @@
 /* Execution context handed to kernels. */
 struct tpu_exec_ctx {
   int chip_index;
+  /* The graph the node runs in (borrowed), or NULL when unknown: caches of
+   * operands (the weight cache) are used only for what it does not write. */
+  const tpu_graph_t* graph;
 };
 
 /* Host scratch for a kernel's temporaries (scratch.c): as malloc/free, the
@@ -34,6 +37,17 @@ typedef struct tpu_scratch_stats {
   int64_t held_bytes;   /* what the cache holds now */
 } tpu_scratch_stats_t;
 void tpu_scratch_get_stats(tpu_scratch_stats_t* out_stats);
+
+/* What may have written device bytes, for the matrix unit's weight cache
+ * (kernels/mxu_pack.h), which drops the copies of what was written. The
+ * host driver reports every command when it ends: [lo, hi), every output
+ * view of a graph's nodes, or anything (after a host function); the
+ * allocator reports frees. Cheap while the cache is empty. */
+void tpu_weight_cache_note_write(uint64_t lo, uint64_t hi);
+void tpu_weight_cache_note_graph(const tpu_graph_t* graph);
+void tpu_weight_cache_note_write_all(void);
+/* True when a node of `graph` writes bytes `view` covers. */
+bool tpu_weight_cache_graph_writes(const tpu_graph_t* graph, const tpu_view_t* view);
 
 /* Calls fn(arg, begin, end) over [0, n) in chunks of at least `grain`
  * elements, on the compute pool (the calling thread takes part). Nested or

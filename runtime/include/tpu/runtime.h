@@ -56,11 +56,31 @@ typedef struct tpu_mxu_info {
   const char* library; /* "oneDNN 2.6.3" */
   const char* isa;     /* "amx_bf16", "avx512_bf16", or "off (why)" */
   bool bfloat16;       /* bfloat16 GEMMs run on the unit */
+  bool float32;        /* float32 GEMMs of one B matrix do (AVX-512, "highest") */
   bool int8;           /* int8 GEMMs (torch._int_mm) run on it */
   uint64_t gemms;      /* GEMMs it ran since the process started */
   uint64_t declined;   /* GEMMs offered to it that ran on the float32 path */
 } tpu_mxu_info_t;
 void tpu_mxu_get_info(tpu_mxu_info_t* out_info);
+
+/* The matrix unit's weight cache: blocked copies of GEMM operands read
+ * again unchanged (weights), so that a loop lays each out once. Bounded by
+ * TORCH_TPU_WEIGHT_CACHE_MB (default 1024; 0 turns it off); an entry is
+ * dropped when its bytes are written or freed. Host memory, not the chip's. */
+typedef struct tpu_weight_cache_stats {
+  int64_t entries;     /* blocked copies held */
+  int64_t bytes;       /* their size */
+  int64_t limit_bytes; /* the bound */
+  int64_t hits;        /* GEMMs that used a held copy */
+  int64_t packs;       /* blocked copies made (held, or for one GEMM only) */
+  int64_t evictions;   /* entries evicted (or copies not kept) to stay within the bounds */
+  int64_t drops;       /* entries dropped because their bytes were written or freed */
+} tpu_weight_cache_stats_t;
+void tpu_weight_cache_get_stats(tpu_weight_cache_stats_t* out_stats);
+/* Sets the bound (bytes; 0 turns the cache off), evicting down to it. */
+void tpu_weight_cache_set_limit(int64_t bytes);
+/* Drops every entry (tpu_memory_empty_cache does too). */
+void tpu_weight_cache_clear(void);
 
 /* Synchronous mode: every submission waits for completion. */
 void tpu_set_launch_blocking(bool blocking);

@@ -214,7 +214,7 @@ tpu_status_t tpu_fusion_run_gemm_group(const tpu_program_t* program,
   }
   bool ran = false;
   mm_epilogue_t ep = {run_block, &r};
-  tpu_status_t s = tpu_mm_run(lead, &ep, &ran);
+  tpu_status_t s = tpu_mm_run(lead, &ep, ctx, &ran);
   if (s != TPU_OK)
     note_error(&r, first, 0,
                tpu_status_annotate(s, "in op '%s' on tpu:%d", tpu_op_def(lead->op)->name,

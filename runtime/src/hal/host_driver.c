@@ -384,18 +384,24 @@ static void record_error(tpu_hal_queue_t* q, tpu_status_t s) {
   else tpu_status_free(s);
 }
 
+/* Each command reports what it wrote when it ends, so that the kernels'
+ * weight cache drops copies of overwritten bytes (kernel.h). */
 static tpu_status_t run_command(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
   switch (cmd->kind) {
     case TPU_HAL_CMD_EXEC: {
       /* A strict graph (no program) or a deferred program: every node runs,
        * the first error is returned (tpu_program_run). */
-      tpu_exec_ctx_t ctx = {.chip_index = q->chip->index};
-      return tpu_program_run(cmd->u.exec.program, cmd->u.exec.graph, &ctx);
+      tpu_exec_ctx_t ctx = {.chip_index = q->chip->index, .graph = cmd->u.exec.graph};
+      tpu_status_t s = tpu_program_run(cmd->u.exec.program, cmd->u.exec.graph, &ctx);
+      tpu_weight_cache_note_graph(cmd->u.exec.graph);
+      return s;
     }
     case TPU_HAL_CMD_COPY:
-      if (cmd->u.copy.bytes)
+      if (cmd->u.copy.bytes) {
         memmove((void*)(uintptr_t)cmd->u.copy.dst, (const void*)(uintptr_t)cmd->u.copy.src,
                 cmd->u.copy.bytes);
+        tpu_weight_cache_note_write(cmd->u.copy.dst, cmd->u.copy.dst + cmd->u.copy.bytes);
+      }
       return TPU_OK;
     case TPU_HAL_CMD_RECORD:
       event_complete(cmd->u.event.event, cmd->u.event.seq);
@@ -403,8 +409,9 @@ static tpu_status_t run_command(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
     case TPU_HAL_CMD_WAIT:
       host_event_wait(cmd->u.event.event, cmd->u.event.seq);
       return TPU_OK;
-    case TPU_HAL_CMD_HOST_FN:
+    case TPU_HAL_CMD_HOST_FN: /* collectives: may write anything */
       cmd->u.host.fn(cmd->u.host.arg);
+      tpu_weight_cache_note_write_all();
       return TPU_OK;
   }
   return tpu_status_make(TPU_CODE_INTERNAL, "unknown command %d", (int)cmd->kind);

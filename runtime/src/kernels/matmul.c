@@ -8,7 +8,10 @@
  *                      float32 accumulation), where the CPU has one; float32
  *                      too under torch.set_float32_matmul_precision("high":
  *                      bfloat16x3, "medium": one bfloat16 pass),
- *   float32 / float64  OpenBLAS sgemm / dgemm,
+ *   float32            on AVX-512 CPUs, GEMMs of one B matrix (a weight) and
+ *                      at least MM_SMALL_WORK multiply-adds: the matrix
+ *                      unit's float32 brgemm on its blocked B (weight cache),
+ *   float32 / float64  otherwise OpenBLAS sgemm / dgemm,
  *   float16 / bfloat16 otherwise converted to f32, sgemm (f32 accumulation),
  *                      rounded back (scipy-openblas32 has no sbgemm/shgemm),
  *   integers           a blocked loop in wrapping int64 arithmetic.
@@ -459,13 +462,30 @@ static void bias_into_c(const mm_problem_t* p) {
   if (p->has_bias && !views_same(&p->bias, &p->c)) view_copy(&p->c, &p->bias);
 }
 
-/* The problem on the matrix unit (bfloat16), when it takes it: C must be
- * writable (tpu_mm_c_writable). *out_done false: the float32 path runs. */
+/* The problem on the matrix unit, when it takes it: bfloat16, or float32 at
+ * precision "highest" with one B matrix for the batch (a weight) and enough
+ * work to repay oneDNN's per-call cost (the other precisions are
+ * run_f32_on_mxu's). C must be writable (tpu_mm_c_writable). *out_done
+ * false: the BLAS path runs. */
 static tpu_status_t run_on_mxu(const mm_problem_t* p, bool* out_done) {
   *out_done = false;
   if (!tpu_mxu_supports(p->dtype) || p->k == 0 || !tpu_mm_c_writable(p)) return TPU_OK;
-  bias_into_c(p);
-  mxu_gemm_t g = {p->a, p->b, p->c, (float)p->alpha, p->has_bias ? (float)p->beta : 0.0f};
+  if (p->dtype == TPU_DTYPE_F32 &&
+      (p->precision != MM_PRECISION_HIGHEST || p->m < 2 || p->n < 2 ||
+       p->m * p->n * p->k < MM_SMALL_WORK || (p->b.sizes[0] > 1 && p->b.strides[0] != 0)))
+    return TPU_OK;
+  mxu_gemm_t g = {p->a, p->b, p->c, (float)p->alpha, p->has_bias ? (float)p->beta : 0.0f,
+                  p->graph};
+  /* A Linear's bias (a dense row vector, beta = alpha = 1, C row-major)
+   * goes into the kernel; any other addend is copied into C and summed. */
+  const tpu_view_t* bv = &p->bias;
+  if (p->has_bias && p->beta == 1.0 && p->alpha == 1.0 && !views_same(bv, &p->c) &&
+      (bv->sizes[0] == 1 || bv->strides[0] == 0) && (bv->sizes[1] == 1 || bv->strides[1] == 0) &&
+      (bv->sizes[2] == 1 || bv->strides[2] == 1) && (p->c.sizes[2] == 1 || p->c.strides[2] == 1)) {
+    g.has_bias = true, g.bias = *bv, g.beta = 0.0f;
+  } else {
+    bias_into_c(p);
+  }
   return tpu_mxu_gemm(&g, out_done);
 }
 
@@ -524,8 +544,9 @@ static tpu_status_t run_f32_on_mxu(const mm_problem_t* p, bool* out_done) {
     const tpu_view_t* pass[3][2] = {{&alo, &bhi}, {&ahi, &blo}, {&ahi, &bhi}};
     for (int i = three ? 0 : 2; i < 3 && st == TPU_OK; ++i) {
       bool first = i == (three ? 0 : 2), done = false;
+      /* graph NULL: B is this call's scratch, never cached */
       mxu_gemm_t g = {*pass[i][0], *pass[i][1], p->c, (float)p->alpha,
-                      first ? (p->has_bias ? (float)p->beta : 0.0f) : 1.0f};
+                      first ? (p->has_bias ? (float)p->beta : 0.0f) : 1.0f, NULL};
       st = tpu_mxu_gemm(&g, &done);
       if (st == TPU_OK && !done && !first)
         st = tpu_status_make(TPU_CODE_INTERNAL, "matrix unit declined a bfloat16x3 pass");
@@ -540,13 +561,14 @@ static tpu_status_t run_f32_on_mxu(const mm_problem_t* p, bool* out_done) {
 
 /* The node, then the epilogue `ep` (NULL: none) on C; see tpu_mm_run. */
 static tpu_status_t mm_run(const tpu_op_def_t* def, const tpu_node_t* node,
-                           const mm_epilogue_t* ep, bool* out_ran) {
+                           const mm_epilogue_t* ep, tpu_exec_ctx_t* ctx, bool* out_ran) {
   *out_ran = false;
   if (node->num_outputs < 1)
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "missing output");
   mm_plan_t pl = {.ep = ep};
   mm_problem_t* p = &pl.p;
   TPU_RETURN_IF_ERROR(tpu_mm_problem(def, node, &node->outputs[0], p));
+  p->graph = ctx ? ctx->graph : NULL;
   if (p->batch * p->m * p->n == 0) return *out_ran = true, TPU_OK;
   bool done;
   tpu_status_t (*const whole[])(const mm_problem_t*, bool*) = {tpu_mm_half_gemv, run_on_mxu,
@@ -582,18 +604,18 @@ static tpu_status_t mm_run(const tpu_op_def_t* def, const tpu_node_t* node,
 
 static tpu_status_t matmul_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                   tpu_exec_ctx_t* ctx) {
-  (void)ctx;
   bool ran;
-  return mm_run(def, node, NULL, &ran);
+  return mm_run(def, node, NULL, ctx, &ran);
 }
 
-tpu_status_t tpu_mm_run(const tpu_node_t* node, const mm_epilogue_t* ep, bool* out_ran) {
+tpu_status_t tpu_mm_run(const tpu_node_t* node, const mm_epilogue_t* ep, tpu_exec_ctx_t* ctx,
+                        bool* out_ran) {
   *out_ran = false;
   const tpu_op_def_t* def = tpu_op_def(node->op);
   if (!def || def->kernel != matmul_kernel || !(def->flags & TPU_OP_EPILOGUE))
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "op '%s' takes no epilogue",
                            def ? def->name : "?");
-  return mm_run(def, node, ep, out_ran);
+  return mm_run(def, node, ep, ctx, out_ran);
 }
 
 static tpu_status_t matmul_infer(const tpu_op_def_t* def, const tpu_node_t* node,

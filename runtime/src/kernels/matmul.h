@@ -34,6 +34,7 @@ typedef struct mm_problem {
   double alpha, beta;         /* floating dtypes */
   int32_t precision;          /* float32: MM_PRECISION_* (attr "matmul_precision") */
   int64_t ialpha, ibeta;      /* integer dtypes */
+  const tpu_graph_t* graph;   /* the graph the node runs in (tpu_exec_ctx_t), or NULL */
 } mm_problem_t;
 
 /* Validates the node's inputs and gives the result's shape and dtype. */
@@ -67,8 +68,10 @@ typedef struct mm_epilogue {
  * every block: it did on the BLAS path, even where a block's GEMM failed
  * (that block's values are unspecified, as a failed op's output is); false
  * when one call computed C (the matrix unit, the gemv) or the node was
- * refused, and the caller then runs the epilogue over all of C. */
-tpu_status_t tpu_mm_run(const tpu_node_t* node, const mm_epilogue_t* ep, bool* out_ran);
+ * refused, and the caller then runs the epilogue over all of C. `ctx` is
+ * the kernel's (the graph it runs in). */
+tpu_status_t tpu_mm_run(const tpu_node_t* node, const mm_epilogue_t* ep, tpu_exec_ctx_t* ctx,
+                        bool* out_ran);
 
 /* A float16/bfloat16 problem with one row or one column of C, whose matrix
  * has a dense dimension, as a matrix-vector product that streams the matrix

@@ -12,8 +12,14 @@
  *     C[b] = alpha * A[b] @ B[b] + beta * C[b]
  * with A [batch,m,k], B [batch,k,n], C [batch,m,n] as 3-D views (a batch
  * stride of 0 broadcasts a factor). A and B are bfloat16 and C bfloat16 or
- * float32; or A int8/uint8, B int8 and C int32. With beta != 0, C holds the addend on entry (an addmm's bias
- * already copied in) and is read before it is written.
+ * float32; or all three float32 (on AVX-512 CPUs, for a B whose batch is 1
+ * or broadcast); or A int8/uint8, B int8 and C int32. With beta != 0, C
+ * holds the addend on entry (an addmm's bias already copied in) and is read
+ * before it is written.
+ *
+ * A B whose batch is 1 or broadcast (a weight, typically) is multiplied in
+ * the kernel's blocked layout (bfloat16: from its second sighting on), kept
+ * by the weight cache while it is read again unchanged (mxu_pack.h).
  *
  * Threads: a GEMM claims the compute pool's cores (tpu_parallel_exclusive)
  * and runs on an OpenMP team of that many threads (the OpenMP runtime is the
@@ -32,9 +38,18 @@
 typedef struct mxu_gemm {
   tpu_view_t a, b, c; /* 3-D views, borrowed; see above */
   float alpha, beta;
+  /* The graph the GEMM runs in (tpu_exec_ctx_t's, borrowed): B's blocked
+   * form is cached only when it does not write B. NULL: never cached. */
+  const tpu_graph_t* graph;
+  /* With has_bias: a dense row vector [n] (a Linear's bias, A's dtype or
+   * C's) added to every row of alpha*A@B, in the kernel; C must then be
+   * row-major and alpha 1. */
+  bool has_bias;
+  tpu_view_t bias;
 } mxu_gemm_t;
 
-/* True when the unit computes GEMMs of `dtype` operands on this CPU. */
+/* True when the unit computes GEMMs of `dtype` operands on this CPU
+ * (bfloat16: AMX or AVX512-BF16; float32: AVX-512, 2-D B only). */
 bool tpu_mxu_supports(tpu_dtype_t dtype);
 
 /* True when it computes int8 GEMMs: A int8 or uint8, B int8, C int32, exact
