@@ -58,6 +58,17 @@ PYBIND11_MODULE(_C, m) {
     d["drops"] = s.drops;
     return d;
   });
+  m.def("queue_stats", [](int index) {
+    tpu_queue_stats_t s;
+    tpu_chip_queue_stats(chip((c10::DeviceIndex)index), &s);
+    py::dict d;
+    d["inline_commands"] = s.inline_commands;
+    d["queued_commands"] = s.queued_commands;
+    d["worker_wakeups"] = s.worker_wakeups;
+    d["syncs"] = s.syncs;
+    d["sync_sleeps"] = s.sync_sleeps;
+    return d;
+  });
   m.def("set_weight_cache_limit", [](int64_t bytes) { tpu_weight_cache_set_limit(bytes); });
   m.def("memory_capacity", [](int index) { return tpu_chip_capacity(chip((c10::DeviceIndex)index)); });
   m.def("set_launch_blocking", [](bool on) { tpu_set_launch_blocking(on); });

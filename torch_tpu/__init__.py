@@ -117,6 +117,17 @@ def weight_cache_stats() -> dict:
     return dict(_C.weight_cache_stats())
 
 
+def queue_stats(device=None) -> dict:
+    """How the chip's streams have run their commands since the process
+    started: 'inline_commands' (small work, or work the host waits for at
+    once, run by the submitting thread while the queue was idle),
+    'queued_commands' (handed to the stream's worker), 'worker_wakeups'
+    (hand-offs that had to wake a sleeping worker), 'syncs' and
+    'sync_sleeps' (waits for the queue that outlasted the poll and slept).
+    A loop's steady state shows in their rates per step (bench/bench_drift.py)."""
+    return dict(_C.queue_stats(_device_module._index(device)))
+
+
 def set_weight_cache_limit(nbytes: int) -> None:
     """Bounds the weight cache (bytes; 0 turns it off), evicting down to it."""
     if int(nbytes) < 0:
@@ -139,6 +150,7 @@ __all__ = [
     "fallback_counts",
     "flush",
     "matrix_unit",
+    "queue_stats",
     "set_weight_cache_limit",
     "weight_cache_stats",
     "get_eager_mode",

@@ -142,7 +142,7 @@ static int64_t node_elements(const tpu_node_t* node) {
 }
 
 static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason,
-                                 const char* detail);
+                                 const char* detail, bool host_waits);
 
 /* A pipeline cut due after a GEMM that takes an epilogue (TPU_OP_EPILOGUE)
  * waits for up to this many pointwise nodes, so that its bias, activation
@@ -161,7 +161,7 @@ static tpu_status_t recording_locked(tpu_stream_t* stream, const tpu_node_t* fir
   tpu_pending_t* pd = &stream->pending;
   if (pd->epilogue_window > 0 && first && !is_pointwise(first) && pd->graph &&
       tpu_graph_node_count(pd->graph) > 0)
-    return flush_locked(stream, TPU_FLUSH_PIPELINE, NULL);
+    return flush_locked(stream, TPU_FLUSH_PIPELINE, NULL, false);
   return TPU_OK;
 }
 
@@ -182,16 +182,16 @@ static tpu_status_t recorded_locked(tpu_stream_t* stream, int32_t n, const tpu_n
   bool heavy = (flags & TPU_OP_HEAVY) != 0;
   if (heavy) pd->heavy_elements += node_elements(last);
   if (pd->epilogue_window > 0 && --pd->epilogue_window == 0)
-    return flush_locked(stream, TPU_FLUSH_PIPELINE, NULL);
+    return flush_locked(stream, TPU_FLUSH_PIPELINE, NULL, false);
   if (heavy && pipeline() && pd->heavy_elements >= PIPELINE_MIN_ELEMENTS) {
     if ((flags & TPU_OP_EPILOGUE) && tpu_fusion_epilogues_enabled()) {
       pd->epilogue_window = EPILOGUE_WINDOW;
       return TPU_OK;
     }
-    return flush_locked(stream, TPU_FLUSH_PIPELINE, NULL);
+    return flush_locked(stream, TPU_FLUSH_PIPELINE, NULL, false);
   }
   if (tpu_graph_node_count(pd->graph) >= max_nodes())
-    return flush_locked(stream, TPU_FLUSH_SIZE_LIMIT, NULL);
+    return flush_locked(stream, TPU_FLUSH_SIZE_LIMIT, NULL, false);
   return TPU_OK;
 }
 
@@ -373,7 +373,7 @@ static _Thread_local bool t_in_flush;
 bool tpu_defer_in_flush(void) { return t_in_flush; }
 
 static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason,
-                                 const char* detail) {
+                                 const char* detail, bool host_waits) {
   tpu_pending_t* pd = &stream->pending;
   tpu_graph_t* graph = pd->graph;
   /* A capture replays the cuts the node sequence makes, not the others. */
@@ -452,7 +452,7 @@ static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason
             program->elided_per_run, program->hash, hit ? "(cached)" : "(compiled)");
   if (level >= 2 && !hit) tpu_fusion_dump(graph, program);
 
-  tpu_hal_command_t cmd = {.kind = TPU_HAL_CMD_EXEC};
+  tpu_hal_command_t cmd = {.kind = TPU_HAL_CMD_EXEC, .host_waits = host_waits};
   cmd.u.exec.graph = graph;
   cmd.u.exec.program = program;
   t_in_flush = true;
@@ -465,7 +465,15 @@ tpu_status_t tpu_stream_flush(tpu_stream_t* stream, tpu_flush_reason_t reason,
                               const char* detail) {
   tpu_pending_t* pd = &stream->pending;
   pthread_mutex_lock(&pd->mu);
-  tpu_status_t s = flush_locked(stream, reason, detail);
+  tpu_status_t s = flush_locked(stream, reason, detail, false);
+  pthread_mutex_unlock(&pd->mu);
+  return s;
+}
+
+tpu_status_t tpu_stream_flush_for_host(tpu_stream_t* stream, tpu_flush_reason_t reason) {
+  tpu_pending_t* pd = &stream->pending;
+  pthread_mutex_lock(&pd->mu);
+  tpu_status_t s = flush_locked(stream, reason, NULL, true);
   pthread_mutex_unlock(&pd->mu);
   return s;
 }

@@ -100,7 +100,7 @@ tpu_status_t tpu_stream_copy_pinned(tpu_stream_t* stream, tpu_copy_kind_t kind, 
   pthread_mutex_unlock(&g_pinned.mu);
   if (i < 0)
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "host pointer is not pinned memory");
-  tpu_status_t s = tpu_stream_copy(stream, kind, dst, src, bytes);
+  tpu_status_t s = tpu_stream_copy_queued(stream, kind, dst, src, bytes, false);
   if (s == TPU_OK) s = tpu_stream_host_fn(stream, release_after_copy, (void*)start);
   if (s != TPU_OK) {
     /* Not queued: wait for what is, then drop our reference. */

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "tpu/defer.h"
 #include "tpu/hal.h"
 #include "tpu/runtime.h"
 
@@ -52,6 +53,11 @@ tpu_status_t tpu_stream_queue(tpu_stream_t* stream, tpu_hal_queue_t** out_queue)
 /* Queues a command on the stream (flushes nothing; see runtime.c). */
 tpu_status_t tpu_stream_enqueue(tpu_stream_t* stream, tpu_hal_command_t* cmd);
 
+/* tpu_stream_copy, saying whether the caller waits for the copy at once
+ * (a pageable device-to-host copy does; a pinned one does not). */
+tpu_status_t tpu_stream_copy_queued(tpu_stream_t* stream, tpu_copy_kind_t kind, uint64_t dst,
+                                    uint64_t src, size_t bytes, bool host_waits);
+
 /* Records an event without flushing the stream's deferred work (the
  * allocator flushes before it takes its lock). */
 tpu_status_t tpu_event_record_queued(tpu_event_t* event, tpu_stream_t* stream);
@@ -79,6 +85,10 @@ bool tpu_defer_pending(tpu_stream_t* stream);
  * `provisional` when its bytes were never counted. */
 void tpu_defer_note_free_locked(tpu_stream_t* stream, uint64_t addr, uint64_t size,
                                 bool provisional);
+
+/* tpu_stream_flush for a caller that waits for the flushed work at once
+ * (a host read, a synchronisation): the program is queued host_waits. */
+tpu_status_t tpu_stream_flush_for_host(tpu_stream_t* stream, tpu_flush_reason_t reason);
 
 /* Whether this thread is queueing a flushed program (defer.c): the one
  * command a capture allows. */

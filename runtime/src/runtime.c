@@ -115,7 +115,7 @@ int tpu_chip_of_address(uint64_t addr) {
 tpu_status_t tpu_chip_synchronize(tpu_chip_t* chip) {
   tpu_status_t first = TPU_OK;
   for (int s = 0; s < TPU_STREAMS_PER_CHIP; ++s) {
-    first = tpu_stream_flush(&chip->streams[s], TPU_FLUSH_SYNCHRONIZE, NULL);
+    first = tpu_stream_flush_for_host(&chip->streams[s], TPU_FLUSH_SYNCHRONIZE);
     if (first != TPU_OK) return first;
   }
   for (int s = 0; s < TPU_STREAMS_PER_CHIP; ++s) {
@@ -128,6 +128,16 @@ tpu_status_t tpu_chip_synchronize(tpu_chip_t* chip) {
     else tpu_status_free(st);
   }
   return first;
+}
+
+void tpu_chip_queue_stats(tpu_chip_t* chip, tpu_queue_stats_t* out_stats) {
+  memset(out_stats, 0, sizeof(*out_stats));
+  for (int s = 0; s < TPU_STREAMS_PER_CHIP; ++s) {
+    pthread_mutex_lock(&chip->mu);
+    tpu_hal_queue_t* q = chip->streams[s].queue;
+    pthread_mutex_unlock(&chip->mu);
+    if (q) g_rt.driver->queue_add_stats(q, out_stats);
+  }
 }
 
 /* ---- streams ------------------------------------------------------------------ */
@@ -211,14 +221,24 @@ tpu_status_t tpu_stream_submit_node(tpu_stream_t* stream, const tpu_node_t* node
   return submit_verified(stream, graph);
 }
 
-tpu_status_t tpu_stream_copy(tpu_stream_t* stream, tpu_copy_kind_t kind, uint64_t dst,
-                             uint64_t src, size_t bytes) {
-  tpu_hal_command_t cmd = {.kind = TPU_HAL_CMD_COPY};
+tpu_status_t tpu_stream_copy_queued(tpu_stream_t* stream, tpu_copy_kind_t kind, uint64_t dst,
+                                    uint64_t src, size_t bytes, bool host_waits) {
+  tpu_hal_command_t cmd = {.kind = TPU_HAL_CMD_COPY, .host_waits = host_waits};
   cmd.u.copy.kind = kind;
   cmd.u.copy.dst = dst;
   cmd.u.copy.src = src;
   cmd.u.copy.bytes = bytes;
-  return submit(stream, &cmd, kind == TPU_COPY_D2H ? TPU_FLUSH_COPY_TO_HOST : TPU_FLUSH_COPY);
+  tpu_flush_reason_t reason = kind == TPU_COPY_D2H ? TPU_FLUSH_COPY_TO_HOST : TPU_FLUSH_COPY;
+  TPU_RETURN_IF_ERROR(host_waits ? tpu_stream_flush_for_host(stream, reason)
+                                 : tpu_stream_flush(stream, reason, NULL));
+  return tpu_stream_enqueue(stream, &cmd);
+}
+
+/* A pageable device-to-host copy is waited for at once (its host memory
+ * must outlive it); the work it reads is then flushed for the host too. */
+tpu_status_t tpu_stream_copy(tpu_stream_t* stream, tpu_copy_kind_t kind, uint64_t dst,
+                             uint64_t src, size_t bytes) {
+  return tpu_stream_copy_queued(stream, kind, dst, src, bytes, kind == TPU_COPY_D2H);
 }
 
 tpu_status_t tpu_stream_host_fn(tpu_stream_t* stream, void (*fn)(void* arg), void* arg) {
@@ -229,7 +249,7 @@ tpu_status_t tpu_stream_host_fn(tpu_stream_t* stream, void (*fn)(void* arg), voi
 }
 
 tpu_status_t tpu_stream_synchronize(tpu_stream_t* stream) {
-  TPU_RETURN_IF_ERROR(tpu_stream_flush(stream, TPU_FLUSH_SYNCHRONIZE, NULL));
+  TPU_RETURN_IF_ERROR(tpu_stream_flush_for_host(stream, TPU_FLUSH_SYNCHRONIZE));
   pthread_mutex_lock(&stream->chip->mu);
   tpu_hal_queue_t* q = stream->queue;
   pthread_mutex_unlock(&stream->chip->mu);

@@ -47,6 +47,10 @@ typedef struct tpu_hal_memory_export {
 
 typedef struct tpu_hal_command {
   tpu_hal_command_kind_t kind;
+  /* The submitter waits for this command as soon as it is queued (a host
+   * read): a driver may run it on the submitting thread when nothing is
+   * queued or running ahead of it, whatever its size. */
+  bool host_waits;
   union {
     /* Owned by the command. program: how to run the graph (a fusion
      * program, retained), or NULL to run its nodes one by one. */
@@ -94,6 +98,8 @@ typedef struct tpu_hal_driver {
   bool (*queue_is_idle)(tpu_hal_queue_t* queue);
   /* Returns and clears the queue's recorded error without waiting. */
   tpu_status_t (*queue_take_error)(tpu_hal_queue_t* queue);
+  /* Adds the queue's counters since it was created to *out_stats. */
+  void (*queue_add_stats)(tpu_hal_queue_t* queue, tpu_queue_stats_t* out_stats);
 
   tpu_status_t (*event_create)(bool timing, tpu_hal_event_t** out_event);
   void (*event_retain)(tpu_hal_event_t* event);

@@ -95,6 +95,19 @@ uint64_t tpu_chip_capacity(const tpu_chip_t* chip);
 /* Waits for every stream of the chip; returns (and clears) the first error. */
 tpu_status_t tpu_chip_synchronize(tpu_chip_t* chip);
 
+/* How a chip's queues have been running their commands, summed over its
+ * streams since the process started: which thread ran each command, and
+ * whether hand-offs and synchronisations had to sleep. They say which
+ * regime a loop is in (see the host driver's queue notes). */
+typedef struct tpu_queue_stats {
+  uint64_t inline_commands; /* small commands run by the submitting thread (queue idle) */
+  uint64_t queued_commands; /* commands handed to the queue's worker */
+  uint64_t worker_wakeups;  /* hand-offs that had to wake a sleeping worker */
+  uint64_t syncs;           /* waits for the queue to drain */
+  uint64_t sync_sleeps;     /* ... that slept (the work outlasted the poll) */
+} tpu_queue_stats_t;
+void tpu_chip_queue_stats(tpu_chip_t* chip, tpu_queue_stats_t* out_stats);
+
 /* ---- Streams ------------------------------------------------------------- */
 
 /* Borrowed handle to stream `index` (0 = default) of a chip. */

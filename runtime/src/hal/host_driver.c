@@ -366,6 +366,7 @@ struct tpu_hal_queue {
   bool inline_active; /* a submitter is running a small command itself */
   bool stop;
   tpu_status_t error; /* first failure since the last wait_idle */
+  tpu_queue_stats_t stats; /* under mu */
 };
 
 static void command_dispose(tpu_hal_command_t* cmd) {
@@ -538,38 +539,59 @@ static void host_queue_destroy(tpu_hal_queue_t* q) {
   free(q);
 }
 
-/* Work small enough to run on the submitting thread when the queue is idle:
- * handing it to the worker would cost more (a cross-core hand-off, and the
- * wake-up of a sleeping worker) than running it. That is one small op in
- * strict eager, a deferred program whose nodes together touch no more
- * elements (a few ops flushed by a host read, which waits for them anyway),
- * or a small copy (a scalar read by .item()). Order is kept: nothing is
- * queued or running ahead of it, and later submissions queue behind it; its
- * error is recorded on the queue like any other, for the next
- * synchronisation. */
-#define INLINE_MAX_ELEMENTS 4096
-#define INLINE_MAX_COPY_BYTES 16384
+/* Which thread runs a command. The queue's worker runs it, in order, while
+ * the submitting thread goes on (strict eager's asynchrony) — but when the
+ * queue is idle, handing a command over costs more than running it for:
+ *  - small work (SMALL_ELEMENTS elements touched, or a small copy): the
+ *    cross-core hand-off alone costs more than the work;
+ *  - work up to ASLEEP_ELEMENTS when the worker sleeps: waking it costs
+ *    tens of microseconds on a virtual machine's idle core, and the host,
+ *    having been away from the device for longer than the worker polls
+ *    (spin_ns), has nothing in flight to overlap it with;
+ *  - work the submitter waits for at once (cmd->host_waits: a host read's
+ *    program and copy), whatever its size: the submitter would only sleep
+ *    while another thread ran it.
+ * Without these the regime a loop settles in would hang on a race between
+ * the host's think time and the worker's poll, and could flip after any
+ * number of steps. Order is kept: nothing is queued or running ahead of an
+ * inline command, and later submissions queue behind it; its error is
+ * recorded on the queue like any other, for the next synchronisation. A
+ * graph of several nodes runs here only as a compiled program. */
+#define SMALL_ELEMENTS 4096
+#define ASLEEP_ELEMENTS 65536
+#define SMALL_COPY_BYTES 16384
 
-static bool is_small(const tpu_hal_command_t* cmd) {
-  if (cmd->kind == TPU_HAL_CMD_COPY) return cmd->u.copy.bytes <= INLINE_MAX_COPY_BYTES;
-  if (cmd->kind != TPU_HAL_CMD_EXEC) return false;
+/* Elements the command touches (capped past ASLEEP_ELEMENTS), or INT64_MAX
+ * when it never runs inline unless the host waits for it. */
+static int64_t inline_weight(const tpu_hal_command_t* cmd) {
+  if (cmd->kind == TPU_HAL_CMD_COPY)
+    return cmd->u.copy.bytes <= SMALL_COPY_BYTES ? 0 : INT64_MAX;
+  if (cmd->kind != TPU_HAL_CMD_EXEC) return INT64_MAX;
   const tpu_graph_t* graph = cmd->u.exec.graph;
   int32_t n = tpu_graph_node_count(graph);
-  if (n != 1 && !cmd->u.exec.program) return false;
+  if (n != 1 && !cmd->u.exec.program) return INT64_MAX;
   int64_t total = 0;
-  for (int32_t k = 0; k < n && total <= INLINE_MAX_ELEMENTS; ++k) {
+  for (int32_t k = 0; k < n && total <= ASLEEP_ELEMENTS; ++k) {
     const tpu_node_t* node = tpu_graph_node(graph, k);
     for (int32_t i = 0; i < node->num_outputs; ++i) total += tpu_view_numel(&node->outputs[i]);
     for (int32_t i = 0; i < node->num_inputs; ++i)
       if (node->inputs[i].kind == TPU_VALUE_VIEW) total += tpu_view_numel(&node->inputs[i].u.view);
   }
-  return total <= INLINE_MAX_ELEMENTS;
+  return total;
+}
+
+/* Under q->mu. */
+static bool runs_inline(const tpu_hal_queue_t* q, const tpu_hal_command_t* cmd, int64_t weight) {
+  if (q->count != 0 || q->running || q->inline_active) return false;
+  if (cmd->host_waits && (cmd->kind == TPU_HAL_CMD_EXEC || cmd->kind == TPU_HAL_CMD_COPY))
+    return true;
+  return weight <= (q->sleeping ? ASLEEP_ELEMENTS : SMALL_ELEMENTS);
 }
 
 static tpu_status_t host_queue_submit(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
-  bool small = is_small(cmd);
+  int64_t weight = inline_weight(cmd);
   pthread_mutex_lock(&q->mu);
-  if (small && q->count == 0 && !q->running && !q->inline_active) {
+  if (runs_inline(q, cmd, weight)) {
     __atomic_store_n(&q->inline_active, true, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&q->mu);
     tpu_status_t s = run_command(q, cmd);
@@ -577,7 +599,9 @@ static tpu_status_t host_queue_submit(tpu_hal_queue_t* q, tpu_hal_command_t* cmd
     pthread_mutex_lock(&q->mu);
     record_error(q, s);
     __atomic_store_n(&q->inline_active, false, __ATOMIC_RELEASE);
+    q->stats.inline_commands++;
     bool wake = q->count > 0 && q->sleeping;
+    if (wake) q->stats.worker_wakeups++;
     if (q->count == 0) pthread_cond_broadcast(&q->idle);
     pthread_mutex_unlock(&q->mu);
     if (wake) pthread_cond_signal(&q->has_work);
@@ -599,7 +623,9 @@ static tpu_status_t host_queue_submit(tpu_hal_queue_t* q, tpu_hal_command_t* cmd
   }
   q->ring[(q->head + q->count) % q->capacity] = *cmd;
   __atomic_store_n(&q->count, q->count + 1, __ATOMIC_RELEASE);
+  q->stats.queued_commands++;
   bool wake = q->sleeping;
+  if (wake) q->stats.worker_wakeups++;
   pthread_mutex_unlock(&q->mu);
   if (wake) pthread_cond_signal(&q->has_work);
   return TPU_OK;
@@ -618,6 +644,8 @@ static tpu_status_t host_queue_wait_idle(tpu_hal_queue_t* q) {
     for (int i = 0; i < 16; ++i) cpu_relax();
   }
   pthread_mutex_lock(&q->mu);
+  q->stats.syncs++;
+  if (q->count > 0 || q->running || q->inline_active) q->stats.sync_sleeps++;
   while (q->count > 0 || q->running || q->inline_active) pthread_cond_wait(&q->idle, &q->mu);
   tpu_status_t s = q->error;
   q->error = TPU_OK;
@@ -640,6 +668,16 @@ static tpu_status_t host_queue_take_error(tpu_hal_queue_t* q) {
   return s;
 }
 
+static void host_queue_add_stats(tpu_hal_queue_t* q, tpu_queue_stats_t* out_stats) {
+  pthread_mutex_lock(&q->mu);
+  out_stats->inline_commands += q->stats.inline_commands;
+  out_stats->queued_commands += q->stats.queued_commands;
+  out_stats->worker_wakeups += q->stats.worker_wakeups;
+  out_stats->syncs += q->stats.syncs;
+  out_stats->sync_sleeps += q->stats.sync_sleeps;
+  pthread_mutex_unlock(&q->mu);
+}
+
 const tpu_hal_driver_t tpu_host_driver = {
     .name = "host",
     .chip_count = host_chip_count,
@@ -659,6 +697,7 @@ const tpu_hal_driver_t tpu_host_driver = {
     .queue_wait_idle = host_queue_wait_idle,
     .queue_is_idle = host_queue_is_idle,
     .queue_take_error = host_queue_take_error,
+    .queue_add_stats = host_queue_add_stats,
     .event_create = host_event_create,
     .event_retain = host_event_retain,
     .event_release = host_event_release,

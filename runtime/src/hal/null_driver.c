@@ -36,6 +36,7 @@ static tpu_status_t null_queue_submit(tpu_hal_queue_t* queue, tpu_hal_command_t*
 static tpu_status_t null_queue_wait_idle(tpu_hal_queue_t* queue) { return TPU_OK; }
 static bool null_queue_is_idle(tpu_hal_queue_t* queue) { return true; }
 static tpu_status_t null_queue_take_error(tpu_hal_queue_t* queue) { return TPU_OK; }
+static void null_queue_add_stats(tpu_hal_queue_t* queue, tpu_queue_stats_t* out_stats) {}
 static tpu_status_t null_event_create(bool timing, tpu_hal_event_t** out_event) {
   *out_event = NULL;
   return unavailable();
@@ -61,6 +62,7 @@ const tpu_hal_driver_t tpu_null_driver = {
     .queue_wait_idle = null_queue_wait_idle,
     .queue_is_idle = null_queue_is_idle,
     .queue_take_error = null_queue_take_error,
+    .queue_add_stats = null_queue_add_stats,
     .event_create = null_event_create,
     .event_retain = null_event_retain,
     .event_release = null_event_release,
