@@ -27,13 +27,14 @@ The table's x columns use the min and the median times.
 3. int8: torch._int_mm and aten._weight_int8pack_mm (weight-only int8).
 4. `generate()` with bfloat16 weights (batch 1, greedy, KV cache), a
    Llama-shaped training step under bf16 autocast with AdamW, and the
-   convolutions of ResNet-50's bottleneck blocks in bfloat16 and float32.
+   convolutions of ResNet-50's bottleneck blocks in bfloat16 and float32
+   (forward, input gradient, weight gradient; sums per pass).
 
 Prints machine facts (torch version, CPU capability, CPU flags, load
 average, torch_tpu.matrix_unit()), the table, matrix_unit() again (its
 counts show which path ran), and writes bench/results/matmul.json.
 Usage: python bench/bench_matmul.py [--quick] [--rounds N] [--model auto|transformers|nn]
-                                    [--no-model] [--no-conv]
+                                    [--no-model] [--no-conv] [--conv-only] [--out PATH]
   --quick: 5 rounds, skips the 2048^3 GEMM and batch 8 (about 1-2 minutes).
 """
 import argparse
@@ -328,37 +329,48 @@ def run_int8(rounds):
 
 
 # ResNet-50's bottleneck convolutions (C_in, C_out, kernel, H=W), one of
-# each stage's three, forward at batch 4 with padding k // 2.
+# each stage's three, at batch 4 with padding k // 2: forward, the input
+# gradient and the weight gradient (aten.convolution_backward with one
+# output asked for, as autograd asks when only that one is needed).
 RESNET_CONVS = [(256, 64, 1, 56), (64, 64, 3, 56), (64, 256, 1, 56), (512, 128, 1, 28),
                 (128, 128, 3, 28), (1024, 256, 1, 14), (256, 256, 3, 14), (2048, 512, 1, 7),
                 (512, 512, 3, 7)]
 CONV_BATCH = 4
+CONV_PASSES = {"fwd": None, "dgrad": [True, False, False], "wgrad": [False, True, False]}
 
 
 def run_convs(rounds):
     rows = []
     for dt_name in ("bfloat16", "float32"):
         dt = DTYPES[dt_name]
-        total = {d: 0.0 for d in DEVICES}
-        for ci, co, k, hw in RESNET_CONVS:
-            g = torch.Generator().manual_seed(ci + co + k)
-            x = torch.randn(CONV_BATCH, ci, hw, hw, generator=g).to(dt)
-            w = (torch.randn(co, ci, k, k, generator=g) * 0.05).to(dt)
-            xs = {d: x.to(d) for d in DEVICES}
-            ws = {d: w.to(d) for d in DEVICES}
-            times = compare_spread({d: (lambda d=d: F.conv2d(xs[d], ws[d], padding=k // 2))
-                                    for d in DEVICES}, rounds)
-            r = row_from(f"conv {ci}->{co} {k}x{k} {hw}x{hw} N{CONV_BATCH}", dt_name, times,
-                         2 * CONV_BATCH * co * ci * k * k * hw * hw)
-            for d in DEVICES:
-                total[d] += r[f"{d}_min_ms"]
-            rows.append(r)
-            print_row(r)
-        print(f"  resnet-50 bottleneck convs, {dt_name}, sum of mins: tpu {total['tpu']:.1f} ms, "
-              f"cpu {total['cpu']:.1f} ms, x {total['cpu'] / total['tpu']:.2f}", flush=True)
-        rows.append({"case": "resnet-50 bottleneck convs (sum of mins)", "dtype": dt_name,
-                     "tpu_ms": total["tpu"], "cpu_ms": total["cpu"],
-                     "x": total["cpu"] / total["tpu"]})
+        for pass_name, mask in CONV_PASSES.items():
+            total = {d: 0.0 for d in DEVICES}
+            for ci, co, k, hw in RESNET_CONVS:
+                g = torch.Generator().manual_seed(ci + co + k)
+                x = torch.randn(CONV_BATCH, ci, hw, hw, generator=g).to(dt)
+                w = (torch.randn(co, ci, k, k, generator=g) * 0.05).to(dt)
+                go = torch.randn(CONV_BATCH, co, hw, hw, generator=g).to(dt)
+                xs, ws, gos = ({d: t.to(d) for d in DEVICES} for t in (x, w, go))
+                p = k // 2
+                if mask is None:
+                    calls = {d: (lambda d=d: F.conv2d(xs[d], ws[d], padding=p)) for d in DEVICES}
+                else:
+                    calls = {d: (lambda d=d: torch.ops.aten.convolution_backward(
+                        gos[d], xs[d], ws[d], None, [1, 1], [p, p], [1, 1], False, [0, 0], 1,
+                        mask)) for d in DEVICES}
+                times = compare_spread(calls, rounds)
+                r = row_from(f"conv {pass_name} {ci}->{co} {k}x{k} {hw}x{hw} N{CONV_BATCH}",
+                             dt_name, times, 2 * CONV_BATCH * co * ci * k * k * hw * hw)
+                for d in DEVICES:
+                    total[d] += r[f"{d}_min_ms"]
+                rows.append(r)
+                print_row(r)
+            print(f"  resnet-50 bottleneck convs {pass_name}, {dt_name}, sum of mins: "
+                  f"tpu {total['tpu']:.1f} ms, cpu {total['cpu']:.1f} ms, "
+                  f"x {total['cpu'] / total['tpu']:.2f}", flush=True)
+            rows.append({"case": f"resnet-50 bottleneck convs {pass_name} (sum of mins)",
+                         "dtype": dt_name, "tpu_ms": total["tpu"], "cpu_ms": total["cpu"],
+                         "x": total["cpu"] / total["tpu"]})
     return rows
 
 
@@ -427,6 +439,9 @@ def main():
     ap.add_argument("--no-model", action="store_true",
                     help="no GPT-2 forward, generate() or Llama training step")
     ap.add_argument("--no-conv", action="store_true", help="no ResNet-50 convolutions")
+    ap.add_argument("--conv-only", action="store_true",
+                    help="only the ResNet-50 convolutions (no GEMM, int8 or model rows)")
+    ap.add_argument("--out", default=None, help="JSON path (default bench/results/matmul.json)")
     a = ap.parse_args()
     rounds = a.rounds or (5 if a.quick else 7)
     batches = [1] if a.quick else [1, 8]
@@ -445,10 +460,11 @@ def main():
           f"GF/s from min; x = cpu_ms / tpu_ms (>1: tpu faster)")
     print(HEADER)
     t0 = time.perf_counter()
-    rows = run_gemms(a.quick, rounds)
-    rows += run_int8(rounds)
+    rows = [] if a.conv_only else run_gemms(a.quick, rounds)
+    if not a.conv_only:
+        rows += run_int8(rounds)
     model_label = None
-    if not a.no_model:
+    if not a.no_model and not a.conv_only:
         mrows, model_label = run_models(a.model, batches, rounds)
         rows += mrows
         rows += run_train(rounds)
@@ -460,7 +476,8 @@ def main():
           f"wall {time.perf_counter() - t0:.1f} s")
     show_matrix_unit("matrix_unit after", mu_after)
 
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "matmul.json")
+    out = a.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                "matmul.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump({"convention": "x = cpu_ms / tpu_ms, >1 means tpu faster",

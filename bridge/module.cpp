@@ -43,6 +43,8 @@ PYBIND11_MODULE(_C, m) {
     d["int8"] = info.int8;
     d["gemms"] = info.gemms;
     d["declined"] = info.declined;
+    d["convs"] = info.convs;
+    d["conv_declined"] = info.conv_declined;
     return d;
   });
   m.def("weight_cache_stats", [] {

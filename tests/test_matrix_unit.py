@@ -23,7 +23,8 @@ def _close(actual, expected, dtype):
 
 def test_matrix_unit_reports_itself():
     mu = torch_tpu.matrix_unit()
-    assert set(mu) >= {"library", "isa", "bfloat16", "gemms", "declined"}
+    assert set(mu) >= {"library", "isa", "bfloat16", "gemms", "declined", "convs",
+                       "conv_declined"}
     assert mu["library"].startswith("oneDNN ")
     flags = open("/proc/cpuinfo").read().split() if os.path.exists("/proc/cpuinfo") else []
     if os.environ.get("TORCH_TPU_MXU") == "0" or os.environ.get("ONEDNN_MAX_CPU_ISA"):
@@ -106,7 +107,13 @@ def test_unit_off_gives_the_same_results():
         "b = torch.randn(70, 40, generator=g).bfloat16()\n"
         "torch.testing.assert_close((a.tpu() @ b.tpu()).cpu().float(), (a @ b).float(),\n"
         "                           rtol=2e-2, atol=2e-2)\n"
-        "assert torch_tpu.matrix_unit()['gemms'] == 0\n")
+        "assert torch_tpu.matrix_unit()['gemms'] == 0\n"
+        "x = torch.randn(2, 8, 9, 9, generator=g).bfloat16()\n"
+        "w = (torch.randn(16, 8, 3, 3, generator=g) / 8).bfloat16()\n"
+        "y = torch.nn.functional.conv2d(x.tpu(), w.tpu(), stride=2, padding=1)\n"
+        "want = torch.nn.functional.conv2d(x, w, stride=2, padding=1)\n"
+        "torch.testing.assert_close(y.cpu().float(), want.float(), rtol=2e-2, atol=2e-2)\n"
+        "assert torch_tpu.matrix_unit()['convs'] == 0\n")
     env = dict(os.environ, TORCH_TPU_MXU="0")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=300)
@@ -245,3 +252,111 @@ def test_a_deferred_matmul_keeps_the_precision_it_was_issued_under():
         ym, zm = y.cpu().double(), z.cpu().double()
     assert ((ym - ref).abs().max() / ref.abs().max()).item() > 5e-4
     assert ((zm - ref).abs().max() / ref.abs().max()).item() < 1e-6
+
+
+# ---- convolutions (runtime/src/kernels/conv_mxu.c) ----------------------------------
+
+# (C_in, C_out, kernel, stride, padding, dilation, groups, H=W): ResNet-like
+# layers, small enough to be quick: a 3x3, a strided 3x3, the 1x1s of a
+# bottleneck and its strided shortcut, the 7x7 stem, a dilated and a grouped
+# 3x3, a depthwise 3x3.
+CONV_CASES = [(32, 32, 3, 1, 1, 1, 1, 14), (32, 64, 3, 2, 1, 1, 1, 15),
+              (64, 16, 1, 1, 0, 1, 1, 14), (16, 64, 1, 1, 0, 1, 1, 14),
+              (32, 64, 1, 2, 0, 1, 1, 15), (3, 16, 7, 2, 3, 1, 1, 32),
+              (16, 16, 3, 1, 2, 2, 1, 12), (32, 64, 3, 1, 1, 1, 2, 10),
+              (32, 32, 3, 1, 1, 1, 32, 12)]
+
+
+def _conv_close(actual, expected):
+    # one bfloat16 rounding each of float32 sums (the CPU's are oneDNN's too,
+    # in another order): relative to the tensor's scale
+    expected = expected.float()
+    scale = expected.abs().max().item()
+    torch.testing.assert_close(actual.cpu().float(), expected, rtol=2e-2, atol=1e-2 * scale)
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_bfloat16_conv2d_runs_on_the_unit_and_matches_cpu(case, channels_last):
+    ci, co, k, s, p, d, groups, hw = case
+    g = torch.Generator().manual_seed(ci * co + k + hw)
+    x = torch.randn(2, ci, hw, hw, generator=g).bfloat16()
+    w = (torch.randn(co, ci // groups, k, k, generator=g) / (ci // groups * k * k) ** 0.5).bfloat16()
+    b = torch.randn(co, generator=g).bfloat16()
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    results = {}
+    before = torch_tpu.matrix_unit()
+    for dev in ("tpu", "cpu"):
+        xd = x.to(dev).requires_grad_()
+        wd = w.to(dev).requires_grad_()
+        bd = b.to(dev).requires_grad_()
+        y = F.conv2d(xd, wd, bd, stride=s, padding=p, dilation=d, groups=groups)
+        gy = torch.randn(y.shape, generator=torch.Generator().manual_seed(7)).bfloat16()
+        y.backward(gy.to(dev))
+        results[dev] = [y.detach(), xd.grad, wd.grad, bd.grad]
+    torch.tpu.synchronize()  # the counters move when the queued products have run
+    after = torch_tpu.matrix_unit()
+    for got, want in zip(results["tpu"], results["cpu"]):
+        assert got.dtype == torch.bfloat16
+        _conv_close(got, want)
+    if after["bfloat16"]:
+        # forward, the input gradient, the weight gradient (with the bias's)
+        assert after["convs"] == before["convs"] + 3
+        assert after["conv_declined"] == before["conv_declined"]
+    else:
+        assert after["convs"] == before["convs"]
+
+
+def test_bfloat16_conv1d_conv3d_and_transposed_match_cpu():
+    g = torch.Generator().manual_seed(11)
+    cases = [
+        (F.conv1d, torch.randn(2, 16, 40, generator=g), torch.randn(24, 16, 5, generator=g) / 9,
+         dict(stride=2, padding=2)),
+        (F.conv3d, torch.randn(1, 8, 6, 7, 8, generator=g),
+         torch.randn(16, 8, 2, 3, 3, generator=g) / 9, dict(padding=1)),
+        (F.conv_transpose2d, torch.randn(2, 16, 7, 6, generator=g),
+         torch.randn(16, 8, 3, 3, generator=g) / 9, dict(stride=2, padding=1, output_padding=1)),
+    ]
+    before = torch_tpu.matrix_unit()
+    for fn, x, w, kw in cases:
+        x, w = x.bfloat16(), w.bfloat16()
+        ys = {}
+        for dev in ("tpu", "cpu"):
+            xd, wd = x.to(dev).requires_grad_(), w.to(dev).requires_grad_()
+            y = fn(xd, wd, **kw)
+            y.float().square().sum().backward()
+            ys[dev] = [y.detach(), xd.grad, wd.grad]
+        for got, want in zip(ys["tpu"], ys["cpu"]):
+            _conv_close(got, want)
+    torch.tpu.synchronize()  # the counters move when the queued products have run
+    after = torch_tpu.matrix_unit()
+    if after["bfloat16"]:
+        assert after["convs"] == before["convs"] + 3 * len(cases)
+        assert after["conv_declined"] == before["conv_declined"]
+
+
+def test_bfloat16_transposed_conv_with_bias_is_declined_and_counted():
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(2, 8, 5, 5, generator=g).bfloat16()
+    w = (torch.randn(8, 4, 3, 3, generator=g) / 9).bfloat16()
+    b = torch.randn(4, generator=g).bfloat16()
+    before = torch_tpu.matrix_unit()
+    got = F.conv_transpose2d(x.tpu(), w.tpu(), b.tpu(), stride=2)
+    _conv_close(got, F.conv_transpose2d(x, w, b, stride=2))
+    torch.tpu.synchronize()  # the counters move when the queued products have run
+    after = torch_tpu.matrix_unit()
+    if after["bfloat16"]:  # oneDNN's backward data, which it would run on, has no bias
+        assert after["conv_declined"] == before["conv_declined"] + 1
+        assert after["convs"] == before["convs"]
+
+
+def test_float32_convolutions_stay_off_the_unit():
+    g = torch.Generator().manual_seed(13)
+    x, w = torch.randn(2, 16, 10, 10, generator=g), torch.randn(16, 16, 3, 3, generator=g)
+    before = torch_tpu.matrix_unit()
+    torch.testing.assert_close(F.conv2d(x.tpu(), w.tpu(), padding=1).cpu(),
+                               F.conv2d(x, w, padding=1), rtol=1e-4, atol=1e-4)
+    torch.tpu.synchronize()  # the counters move when the queued products have run
+    after = torch_tpu.matrix_unit()
+    assert (after["convs"], after["conv_declined"]) == (before["convs"], before["conv_declined"])

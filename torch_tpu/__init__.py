@@ -98,8 +98,10 @@ def matrix_unit() -> dict:
     """The host driver's matrix unit: the library and instruction set its
     bfloat16 GEMMs run on ('amx_bf16', 'avx512_bf16', 'avx512_f32 (...)' or
     'off (why)'), whether bfloat16, float32 and int8 GEMMs use it, how many
-    GEMMs it ran or declined (those ran on the caller's own path), and its
-    weight cache ('weight_cache': see weight_cache_stats)."""
+    GEMMs it ran or declined (those ran on the caller's own path), how many
+    bfloat16 convolution products (forward, input or weight gradient) it ran
+    ('convs') or declined ('conv_declined'), and its weight cache
+    ('weight_cache': see weight_cache_stats)."""
     info = dict(_C.matrix_unit())
     info["weight_cache"] = weight_cache_stats()
     return info

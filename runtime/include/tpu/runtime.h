@@ -60,6 +60,8 @@ typedef struct tpu_mxu_info {
   bool int8;           /* int8 GEMMs (torch._int_mm) run on it */
   uint64_t gemms;      /* GEMMs it ran since the process started */
   uint64_t declined;   /* GEMMs offered to it that ran on the float32 path */
+  uint64_t convs;      /* convolution products (forward, input or weight gradient) it ran */
+  uint64_t conv_declined; /* bfloat16 ones offered to it that ran on the float32 path */
 } tpu_mxu_info_t;
 void tpu_mxu_get_info(tpu_mxu_info_t* out_info);
 

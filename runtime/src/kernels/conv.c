@@ -30,8 +30,12 @@
  * group) run direct loops over rows instead of GEMMs. Units are spread over
  * tpu_parallel_for; tiny problems stay on one thread.
  *
+ * bfloat16 convolutions go to the matrix unit first (conv_mxu.c); what it
+ * declines or leaves (grad_bias alone, a transposed bias gradient) runs here.
+ *
  * Files: conv_parse.c (argument checks, shapes), conv_loops.h (the typed
- * loops), conv_ref.c (the reference), this file (plans, kernels, rows).
+ * loops), conv_ref.c (the reference), conv_mxu.c (the matrix unit), this
+ * file (plans, kernels, rows).
  */
 #include <limits.h>
 #include <pthread.h>
@@ -723,7 +727,6 @@ static tpu_status_t conv_run(const conv_args_t* a, const tpu_node_t* node) {
 
 static tpu_status_t conv_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                 tpu_exec_ctx_t* ctx) {
-  (void)ctx;
   conv_args_t a;
   TPU_RETURN_IF_ERROR(tpu_conv_parse(def, node, &a));
   if (node->num_outputs < a.num_outputs)
@@ -733,6 +736,14 @@ static tpu_status_t conv_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
         (!views_same_shape(&node->outputs[i], &a.shape[i]) ||
          node->outputs[i].dtype != a.shape[i].dtype))
       TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "output %d has the wrong shape or dtype", i);
+  /* the matrix unit first (conv_mxu.c); what it did not compute, here */
+  bool done[3];
+  TPU_RETURN_IF_ERROR(tpu_conv_mxu(&a, node, ctx ? ctx->graph : NULL, done));
+  if (a.impl->kind == CONV_FORWARD && done[0]) return TPU_OK;
+  if (a.impl->kind == CONV_BACKWARD) {
+    for (int i = 0; i < 3; ++i) a.mask[i] = a.mask[i] && !done[i];
+    if (!a.mask[0] && !a.mask[1] && !a.mask[2]) return TPU_OK;
+  }
   return conv_run(&a, node);
 }
 

@@ -99,4 +99,12 @@ bool tpu_conv_pw_f32_available(void);
 void tpu_conv_pw_f32(const float* wt, const float* x, int64_t ldx, float* y, int64_t ldy,
                      int64_t cy, int64_t k, int64_t n, const float* bias);
 
+/* The matrix unit's convolutions (conv_mxu.c): runs the products of a
+ * parsed convolution / convolution_backward node that the unit takes on it,
+ * writing node->outputs; out_done[i] says which outputs it wrote (the
+ * caller computes the others). What it declines is counted there. `graph`:
+ * the node's (tpu_exec_ctx_t's), or NULL. */
+tpu_status_t tpu_conv_mxu(const conv_args_t* a, const tpu_node_t* node, const tpu_graph_t* graph,
+                          bool out_done[3]);
+
 #endif /* TPU_KERNELS_CONV_H_ */

@@ -29,6 +29,7 @@
 #ifndef TPU_KERNELS_MXU_H_
 #define TPU_KERNELS_MXU_H_
 
+#include <oneapi/dnnl/dnnl.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -62,5 +63,11 @@ bool tpu_mxu_supports_int8(void);
  * is counted (tpu_mxu_info_t's `declined`). OUT_OF_MEMORY or INTERNAL when
  * the engine fails. */
 tpu_status_t tpu_mxu_gemm(const mxu_gemm_t* g, bool* out_done);
+
+/* For the unit's other primitives (conv_mxu.c): oneDNN's CPU engine, or
+ * NULL where the unit is off; and their counters (tpu_mxu_info_t's convs,
+ * or conv_declined when `ran` is false). */
+dnnl_engine_t tpu_mxu_engine(void);
+void tpu_mxu_count_conv(bool ran);
 
 #endif /* TPU_KERNELS_MXU_H_ */

@@ -1,0 +1,495 @@
+/* conv_mxu.c — convolutions on the matrix unit (oneDNN's convolution
+ * primitives; the unit itself: mxu.h).
+ *
+ * The family's three products (conv.h) are oneDNN's three convolution
+ * primitives over the same X (image), W (weight), Y (grid) views:
+ *   CONV_Y  forward            src = X, weights = W, bias, dst = Y
+ *   CONV_X  backward data      diff_src = X, weights = W, diff_dst = Y
+ *   CONV_W  backward weights   src = X, diff_weights = W, diff_bias, diff_dst = Y
+ * so a convolution, its transposed form and both gradients of either map
+ * onto them as conv.c maps them onto its GEMMs. oneDNN's bfloat16 kernels
+ * accumulate in float32 and round once, at the store, as the float32 path
+ * does. Groups become oneDNN's grouped weights [groups, cy, cx, K...].
+ *
+ * Which problems: bfloat16 where the unit computes bfloat16
+ * (tpu_mxu_supports), depthwise included (oneDNN's jit_dw kernels beat the
+ * float32 path's direct loops there too). float32 never: on this project's
+ * AVX-512 machine (Zen 4, 2 cores) oneDNN's float32 convolutions lost to
+ * the float32 path (sgemm over im2col, Winograd, the 1x1 micro-kernel) on
+ * ResNet-50's bottleneck layers: sums of forward / input-gradient /
+ * weight-gradient times 73 / 54 / 60 ms against 61 / 40 / 45 ms; they won
+ * only the 3x3 forward on 14x14 and 7x7 grids. A problem the unit takes but
+ * oneDNN has no direct JIT kernel for (only its reference loops, or its
+ * im2col + GEMM: impl_is_jit), or whose result would overlap an operand, or a
+ * transposed convolution with a bias (backward data has no bias), is
+ * declined and counted (tpu_mxu_info_t's conv_declined); the caller runs
+ * it on the float32 path. Empty problems are not offered.
+ *
+ * Layouts: each primitive is asked for with its layouts left to oneDNN
+ * (format "any"), which on AVX512-BF16 gives the blocked (nChw16c) JIT
+ * kernels (jit_bf16, jit_bf16_1x1, jit_dw);
+ * operands in another layout (PyTorch's NCHW, channels_last, any strides)
+ * are reordered into scratch, results back out. Asking for NHWC instead
+ * gets the brgemm kernels (brgconv), slower here even without the reorders
+ * they save: ResNet-50 bottleneck forward 34-35 against 30 ms, input
+ * gradient 37 against 31 ms. A contiguous weight read by CONV_Y / CONV_X
+ * keeps its blocked copy in the unit's weight cache (mxu_pack.h), like a
+ * GEMM's B.
+ *
+ * Plans: creating a convolution's primitive descriptor runs the set-up of
+ * each candidate kernel (and a backward one needs the forward's as a hint),
+ * which oneDNN's primitive cache does not save, so the primitives (with
+ * their reorders)
+ * are kept in a small cache keyed by the problem: direction, dtype,
+ * geometry, the operands' strides, the team size. A declined problem is
+ * cached too.
+ *
+ * Threads: as a GEMM (mxu.c): the compute pool is claimed
+ * (tpu_parallel_exclusive) and the primitives run on an OpenMP team of its
+ * size (1 when the pool is busy). A plan is built for its team size, with
+ * that size set: oneDNN splits the work for the threads it sees at
+ * creation, and its gemm-based kernels refuse to run on another team.
+ */
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/conv.h"
+#include "kernels/kernel_util.h"
+#include "kernels/mxu.h"
+#include "kernels/mxu_pack.h"
+
+void omp_set_num_threads(int threads); /* libgomp's (see mxu.c) */
+
+enum { DIR_Y, DIR_X, DIR_W };
+enum { OP_X, OP_W, OP_Y, OP_B, OP_COUNT }; /* operands of a plan */
+
+#define PLAN_CACHE 128
+
+/* A problem, as the plan cache keys it (memset to 0, compared bytewise). */
+typedef struct plan_key {
+  int32_t dir, nsp;
+  int32_t threads; /* the OpenMP team it runs on: oneDNN sizes its work split
+                    * and scratch for the team at creation (its gemm-based
+                    * kernels refuse to run on another) */
+  tpu_dtype_t dtype;
+  bool bias; /* CONV_Y: a bias; CONV_W: the bias gradient too */
+  conv_geom_t g;
+  int64_t strides[OP_COUNT][5];
+} plan_key_t;
+
+typedef struct conv_plan {
+  plan_key_t key;
+  dnnl_primitive_t prim; /* NULL: declined */
+  /* per operand: the caller's layout, the primitive's, and the reorder
+   * between them (caller -> primitive for inputs, back for outputs), NULL
+   * when they are the same */
+  dnnl_memory_desc_t user[OP_COUNT], mine[OP_COUNT];
+  dnnl_primitive_t reorder[OP_COUNT];
+  char impl[64];
+  atomic_int refs;
+  uint64_t used;
+} conv_plan_t;
+
+static struct {
+  pthread_mutex_t mu;
+  conv_plan_t* plans[PLAN_CACHE];
+  int count;
+  uint64_t clock;
+} g_plans = {PTHREAD_MUTEX_INITIALIZER};
+
+static void plan_release(conv_plan_t* p) {
+  if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return;
+  if (p->prim) dnnl_primitive_destroy(p->prim);
+  for (int i = 0; i < OP_COUNT; ++i)
+    if (p->reorder[i]) dnnl_primitive_destroy(p->reorder[i]);
+  free(p);
+}
+
+/* ---- descriptors ---------------------------------------------------------------- */
+
+static dnnl_data_type_t dt_of(tpu_dtype_t d) {
+  return d == TPU_DTYPE_BF16 ? dnnl_bf16 : d == TPU_DTYPE_F32 ? dnnl_f32 : dnnl_data_type_undef;
+}
+
+/* The dims of operand `op` (X, Y: [N, C, spatial...]; W: [groups, cy, cx,
+ * K...] when grouped, else [cy, cx, K...]; B: [channels]) and the strides
+ * of the caller's view in those dims; returns the number of dims. */
+static int op_dims(const plan_key_t* k, int op, const tpu_view_t* v, dnnl_dims_t dims,
+                   dnnl_dims_t strides) {
+  const conv_geom_t* g = &k->g;
+  int nsp = k->nsp, o = 3 - nsp;
+  if (op == OP_B) {
+    dims[0] = v->sizes[0], strides[0] = v->strides[0];
+    return 1;
+  }
+  if (op == OP_W) {
+    int lead = g->groups > 1 ? 1 : 0;
+    if (lead) dims[0] = g->groups, strides[0] = g->cy * v->strides[0];
+    dims[lead] = g->cy, strides[lead] = v->strides[0];
+    dims[lead + 1] = g->cx, strides[lead + 1] = v->strides[1];
+    for (int d = 0; d < nsp; ++d) dims[lead + 2 + d] = g->K[o + d], strides[lead + 2 + d] = v->strides[2 + d];
+    return lead + 2 + nsp;
+  }
+  const int64_t* sp = op == OP_X ? g->S : g->G;
+  dims[0] = g->n, strides[0] = v->strides[0];
+  dims[1] = g->groups * (op == OP_X ? g->cx : g->cy), strides[1] = v->strides[1];
+  for (int d = 0; d < nsp; ++d) dims[2 + d] = sp[o + d], strides[2 + d] = v->strides[2 + d];
+  return 2 + nsp;
+}
+
+/* The caller's layout of operand `op` and the primitive's request ("any";
+ * the bias plain). */
+static bool op_mds(const plan_key_t* k, int op, const tpu_view_t* v, dnnl_memory_desc_t* user,
+                   dnnl_memory_desc_t* any) {
+  dnnl_dims_t dims, strides;
+  int nd = op_dims(k, op, v, dims, strides);
+  dnnl_data_type_t dt = dt_of(k->dtype);
+  for (int d = 0; d < nd; ++d)
+    if (strides[d] < 0) return false;
+  if (dnnl_memory_desc_init_by_strides(user, nd, dims, dt, strides) != dnnl_success) return false;
+  return dnnl_memory_desc_init_by_tag(any, nd, dims, dt,
+                                      op == OP_B ? dnnl_a : dnnl_format_tag_any) == dnnl_success;
+}
+
+/* oneDNN's convolution of `k`: the descriptor of direction `dir` on `md`. */
+static dnnl_status_t conv_desc(const plan_key_t* k, int dir, const dnnl_memory_desc_t* md,
+                               dnnl_convolution_desc_t* out) {
+  const conv_geom_t* g = &k->g;
+  dnnl_dims_t stride, dil, pl, pr;
+  for (int d = 0; d < k->nsp; ++d) {
+    int e = 3 - k->nsp + d;
+    int64_t ker = (g->K[e] - 1) * g->dil[e] + 1;
+    stride[d] = g->stride[e], dil[d] = g->dil[e] - 1, pl[d] = g->pad[e];
+    /* oneDNN needs G = (S + pl + pr - ker) / stride + 1 (rounded down) */
+    pr[d] = g->pad[e];
+    if ((g->S[e] + pl[d] + pr[d] - ker) / stride[d] + 1 != g->G[e])
+      pr[d] = (g->G[e] - 1) * stride[d] + ker - g->S[e] - pl[d];
+  }
+  const dnnl_memory_desc_t* b = k->bias ? &md[OP_B] : NULL;
+  if (dir == DIR_Y)
+    return dnnl_dilated_convolution_forward_desc_init(out, dnnl_forward_training,
+                                                      dnnl_convolution_direct, &md[OP_X],
+                                                      &md[OP_W], b, &md[OP_Y], stride, dil, pl, pr);
+  if (dir == DIR_X)
+    return dnnl_dilated_convolution_backward_data_desc_init(
+        out, dnnl_convolution_direct, &md[OP_X], &md[OP_W], &md[OP_Y], stride, dil, pl, pr);
+  return dnnl_dilated_convolution_backward_weights_desc_init(
+      out, dnnl_convolution_direct, &md[OP_X], &md[OP_W], b, &md[OP_Y], stride, dil, pl, pr);
+}
+
+/* oneDNN's direct JIT kernels ("jit_bf16:...", "jit_dw:...", "brgconv:...").
+ * Declined: its reference loops ("ref:...") and its im2col + GEMM ones
+ * ("x64:gemm:jit", picked for few channels per group), which in a process
+ * that has loaded PyTorch's own oneDNN and MKL fail at run time with
+ * "unimplemented" (seen on the grouped weight gradient; not in the C tests'
+ * process) and are no faster than the float32 path's im2col. */
+static bool impl_is_jit(const char* impl) {
+  return impl && (strncmp(impl, "jit", 3) == 0 || strncmp(impl, "brg", 3) == 0);
+}
+
+/* Fills p->prim (NULL when declined), its layouts and reorders; an engine
+ * failure (other than "no kernel") is returned. */
+static tpu_status_t plan_build(conv_plan_t* p, const tpu_view_t* const* views) {
+  const plan_key_t* k = &p->key;
+  dnnl_engine_t eng = tpu_mxu_engine();
+  dnnl_memory_desc_t any[OP_COUNT];
+  memset(any, 0, sizeof any);
+  int nops = k->bias ? OP_COUNT : OP_B;
+  for (int i = 0; i < nops; ++i)
+    if (!op_mds(k, i, views[i], &p->user[i], &any[i])) return TPU_OK;
+  dnnl_convolution_desc_t fwd, desc;
+  dnnl_primitive_desc_t hint = NULL, pd = NULL;
+  dnnl_status_t s = dnnl_success;
+  if (k->dir != DIR_Y) {
+    /* the forward, as the backward primitives' hint (no bias needed) */
+    plan_key_t fk = *k;
+    fk.bias = false;
+    s = conv_desc(&fk, DIR_Y, any, &fwd);
+    if (s == dnnl_success) s = dnnl_primitive_desc_create(&hint, &fwd, NULL, eng, NULL);
+  }
+  if (s == dnnl_success) s = conv_desc(k, k->dir, any, &desc);
+  if (s == dnnl_success) s = dnnl_primitive_desc_create(&pd, &desc, NULL, eng, hint);
+  const char* impl = NULL;
+  if (s == dnnl_success) dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+  snprintf(p->impl, sizeof p->impl, "%s", impl ? impl : "none");
+  tpu_status_t st = TPU_OK;
+  if (s == dnnl_success && impl_is_jit(impl)) {
+    static const int q[3][OP_COUNT] = {
+        {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md, dnnl_query_weights_md},
+        {dnnl_query_diff_src_md, dnnl_query_weights_md, dnnl_query_diff_dst_md, 0},
+        {dnnl_query_src_md, dnnl_query_diff_weights_md, dnnl_query_diff_dst_md,
+         dnnl_query_diff_weights_md}};
+    /* the bias is weights #1 */
+    for (int i = 0; i < nops; ++i)
+      p->mine[i] = *dnnl_primitive_desc_query_md(pd, (dnnl_query_t)q[k->dir][i], i == OP_B);
+    /* outputs: Y (forward), X (backward data), W and B (backward weights) */
+    for (int i = 0; i < nops && s == dnnl_success; ++i) {
+      if (dnnl_memory_desc_equal(&p->user[i], &p->mine[i])) continue;
+      bool out = (k->dir == DIR_Y && i == OP_Y) || (k->dir == DIR_X && i == OP_X) ||
+                 (k->dir == DIR_W && (i == OP_W || i == OP_B));
+      dnnl_primitive_desc_t rpd = NULL;
+      s = out ? dnnl_reorder_primitive_desc_create(&rpd, &p->mine[i], eng, &p->user[i], eng, NULL)
+              : dnnl_reorder_primitive_desc_create(&rpd, &p->user[i], eng, &p->mine[i], eng, NULL);
+      if (s == dnnl_success) s = dnnl_primitive_create(&p->reorder[i], rpd);
+      if (rpd) dnnl_primitive_desc_destroy(rpd);
+    }
+    if (s == dnnl_success) s = dnnl_primitive_create(&p->prim, pd);
+    if (s != dnnl_success) {
+      if (p->prim) dnnl_primitive_destroy(p->prim);
+      p->prim = NULL;
+      st = tpu_status_make(s == dnnl_out_of_memory ? TPU_CODE_OUT_OF_MEMORY : TPU_CODE_INTERNAL,
+                           "the matrix unit could not build a convolution (oneDNN status %d)",
+                           (int)s);
+    }
+  }
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (hint) dnnl_primitive_desc_destroy(hint);
+  return st;
+}
+
+/* The plan of `k` (a new reference), from the cache or built now. */
+static tpu_status_t plan_get(const plan_key_t* k, const tpu_view_t* const* views,
+                             conv_plan_t** out_plan) {
+  *out_plan = NULL;
+  pthread_mutex_lock(&g_plans.mu);
+  for (int i = 0; i < g_plans.count; ++i)
+    if (memcmp(&g_plans.plans[i]->key, k, sizeof *k) == 0) {
+      conv_plan_t* p = g_plans.plans[i];
+      p->used = ++g_plans.clock;
+      atomic_fetch_add(&p->refs, 1);
+      pthread_mutex_unlock(&g_plans.mu);
+      *out_plan = p;
+      return TPU_OK;
+    }
+  pthread_mutex_unlock(&g_plans.mu);
+  conv_plan_t* p = calloc(1, sizeof *p);
+  if (!p) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matrix unit: no memory for a plan");
+  p->key = *k;
+  atomic_init(&p->refs, 1);
+  tpu_status_t st = plan_build(p, views);
+  if (st != TPU_OK) {
+    plan_release(p);
+    return st;
+  }
+  pthread_mutex_lock(&g_plans.mu);
+  if (g_plans.count == PLAN_CACHE) { /* evict the least recently used */
+    int lru = 0;
+    for (int i = 1; i < g_plans.count; ++i)
+      if (g_plans.plans[i]->used < g_plans.plans[lru]->used) lru = i;
+    plan_release(g_plans.plans[lru]);
+    g_plans.plans[lru] = g_plans.plans[--g_plans.count];
+  }
+  p->used = ++g_plans.clock;
+  atomic_fetch_add(&p->refs, 1); /* the cache's */
+  g_plans.plans[g_plans.count++] = p;
+  pthread_mutex_unlock(&g_plans.mu);
+  *out_plan = p;
+  return TPU_OK;
+}
+
+/* ---- execution ------------------------------------------------------------------- */
+
+typedef struct conv_exec {
+  plan_key_t key; /* all but threads */
+  const tpu_view_t* views[OP_COUNT];
+  bool cache_w;  /* W (an input) may keep its blocked copy in the weight cache */
+  bool declined; /* oneDNN has no JIT kernel for it */
+  dnnl_status_t status;
+  tpu_status_t pack_status; /* also a failure to build the plan */
+} conv_exec_t;
+
+static bool is_output(int dir, int op) {
+  return (dir == DIR_Y && op == OP_Y) || (dir == DIR_X && op == OP_X) ||
+         (dir == DIR_W && (op == OP_W || op == OP_B));
+}
+
+/* The plan for this team (built with the team's size set), then the run. */
+static void exec_on(void* arg, int threads) {
+  conv_exec_t* e = (conv_exec_t*)arg;
+  omp_set_num_threads(threads);
+  e->key.threads = threads;
+  conv_plan_t* p = NULL;
+  e->pack_status = plan_get(&e->key, e->views, &p);
+  if (e->pack_status != TPU_OK) return;
+  if (!p->prim) {
+    e->declined = true;
+    plan_release(p);
+    return;
+  }
+  int dir = p->key.dir, nops = p->key.bias ? OP_COUNT : OP_B;
+  dnnl_engine_t eng = tpu_mxu_engine();
+  dnnl_stream_t stream = NULL;
+  dnnl_memory_t user[OP_COUNT] = {NULL}, mine[OP_COUNT] = {NULL};
+  void* scratch[OP_COUNT] = {NULL};
+  mxu_packed_t* packed = NULL;
+  dnnl_status_t s = dnnl_stream_create(&stream, eng, dnnl_stream_default_flags);
+  for (int i = 0; i < nops && s == dnnl_success; ++i) {
+    void* ptr = tpu_view_ptr(e->views[i]);
+    if (!p->reorder[i]) {
+      s = dnnl_memory_create(&mine[i], &p->mine[i], eng, ptr);
+      continue;
+    }
+    if (i == OP_W && dir != DIR_W) { /* a weight read: blocked, maybe cached */
+      /* the cache's key: the weight as one [1, rows, cols] matrix */
+      tpu_view_t key = *e->views[i];
+      int64_t rows = key.sizes[0], numel = tpu_view_numel(&key);
+      key.ndim = 3, key.sizes[0] = 1, key.sizes[1] = rows, key.sizes[2] = rows ? numel / rows : 0;
+      key.strides[0] = numel, key.strides[2] = 1, key.strides[1] = key.sizes[2];
+      e->pack_status = mxu_pack_get(&key, &p->user[i], &p->mine[i], e->cache_w, eng, stream,
+                                    &packed);
+      if (e->pack_status != TPU_OK) break;
+      s = dnnl_memory_create(&mine[i], &p->mine[i], eng, packed->data);
+      continue;
+    }
+    size_t bytes = dnnl_memory_desc_get_size(&p->mine[i]);
+    scratch[i] = tpu_scratch_alloc(bytes ? bytes : 1);
+    if (!scratch[i]) {
+      s = dnnl_out_of_memory;
+      break;
+    }
+    s = dnnl_memory_create(&user[i], &p->user[i], eng, ptr);
+    if (s == dnnl_success) s = dnnl_memory_create(&mine[i], &p->mine[i], eng, scratch[i]);
+    if (s == dnnl_success && !is_output(dir, i)) {
+      dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, user[i]}, {DNNL_ARG_TO, mine[i]}};
+      s = dnnl_primitive_execute(p->reorder[i], stream, 2, args);
+    }
+  }
+  if (s == dnnl_success && e->pack_status == TPU_OK) {
+    dnnl_exec_arg_t args[OP_COUNT];
+    int n = 0;
+    if (dir == DIR_Y) {
+      args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, mine[OP_X]};
+      args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, mine[OP_W]};
+      args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, mine[OP_Y]};
+      if (p->key.bias) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mine[OP_B]};
+    } else if (dir == DIR_X) {
+      args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, mine[OP_X]};
+      args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, mine[OP_W]};
+      args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, mine[OP_Y]};
+    } else {
+      args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, mine[OP_X]};
+      args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_WEIGHTS, mine[OP_W]};
+      args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, mine[OP_Y]};
+      if (p->key.bias) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_BIAS, mine[OP_B]};
+    }
+    s = dnnl_primitive_execute(p->prim, stream, n, args);
+    for (int i = 0; i < nops && s == dnnl_success; ++i)
+      if (p->reorder[i] && is_output(dir, i)) {
+        dnnl_exec_arg_t rargs[2] = {{DNNL_ARG_FROM, mine[i]}, {DNNL_ARG_TO, user[i]}};
+        s = dnnl_primitive_execute(p->reorder[i], stream, 2, rargs);
+      }
+    if (s == dnnl_success) s = dnnl_stream_wait(stream);
+  }
+  e->status = s;
+  for (int i = 0; i < OP_COUNT; ++i) {
+    if (user[i]) dnnl_memory_destroy(user[i]);
+    if (mine[i]) dnnl_memory_destroy(mine[i]);
+    tpu_scratch_free(scratch[i]);
+  }
+  mxu_packed_release(packed);
+  if (stream) dnnl_stream_destroy(stream);
+  plan_release(p);
+}
+
+/* ---- the problems ------------------------------------------------------------------ */
+
+/* Whether the unit is offered `dtype` at all. */
+static bool offered(tpu_dtype_t dtype) {
+  return dtype == TPU_DTYPE_BF16 && tpu_mxu_supports(TPU_DTYPE_BF16);
+}
+
+static bool nonempty(const conv_geom_t* g) {
+  if (g->n == 0 || g->cx == 0 || g->cy == 0) return false;
+  for (int d = 0; d < 3; ++d)
+    if (g->S[d] == 0 || g->G[d] == 0) return false;
+  return true;
+}
+
+/* Runs one product on the unit; *out_done says whether it ran (else it
+ * was declined and counted). `out` is the view it writes. */
+static tpu_status_t run_dir(const conv_args_t* a, int dir, const tpu_view_t* x,
+                            const tpu_view_t* w, const tpu_view_t* y, const tpu_view_t* b,
+                            const tpu_graph_t* graph, bool* out_done) {
+  *out_done = false;
+  const tpu_view_t* views[OP_COUNT] = {x, w, y, b};
+  const tpu_view_t* out = dir == DIR_Y ? y : dir == DIR_X ? x : w;
+  bool overlap = false;
+  for (int i = 0; i < OP_COUNT; ++i)
+    if (views[i] && !is_output(dir, i))
+      for (int j = 0; j < OP_COUNT; ++j)
+        if (views[j] && is_output(dir, j) && tpu_views_may_overlap(views[j], views[i]))
+          overlap = true;
+  if (overlap || out->dtype != a->dtype) {
+    tpu_mxu_count_conv(false);
+    return TPU_OK;
+  }
+  conv_exec_t e;
+  memset(&e, 0, sizeof e);
+  plan_key_t* k = &e.key;
+  k->dir = dir, k->nsp = a->nsp, k->dtype = a->dtype, k->bias = b != NULL, k->g = a->g;
+  for (int i = 0; i < OP_COUNT; ++i) {
+    e.views[i] = views[i];
+    if (views[i])
+      for (int d = 0; d < views[i]->ndim && d < 5; ++d) k->strides[i][d] = views[i]->strides[d];
+  }
+  e.cache_w = dir != DIR_W && graph && tpu_view_is_contiguous(w) &&
+              !tpu_weight_cache_graph_writes(graph, w);
+  tpu_parallel_exclusive(exec_on, &e);
+  /* "unimplemented" at run time (see impl_is_jit): declined, the caller's
+   * path writes every output */
+  if (e.declined || (e.pack_status == TPU_OK && e.status == dnnl_unimplemented)) {
+    tpu_mxu_count_conv(false);
+    return TPU_OK;
+  }
+  if (e.pack_status != TPU_OK) return e.pack_status;
+  if (e.status != dnnl_success)
+    return tpu_status_make(
+        e.status == dnnl_out_of_memory ? TPU_CODE_OUT_OF_MEMORY : TPU_CODE_INTERNAL,
+        "the matrix unit failed on a convolution (oneDNN status %d)", (int)e.status);
+  tpu_mxu_count_conv(true);
+  *out_done = true;
+  return TPU_OK;
+}
+
+tpu_status_t tpu_conv_mxu(const conv_args_t* a, const tpu_node_t* node, const tpu_graph_t* graph,
+                          bool out_done[3]) {
+  out_done[0] = out_done[1] = out_done[2] = false;
+  conv_kind_t kind = a->impl->kind;
+  if ((kind != CONV_FORWARD && kind != CONV_BACKWARD) || !offered(a->dtype) || !nonempty(&a->g))
+    return TPU_OK;
+  const tpu_view_t* outs = node->outputs;
+  if (kind == CONV_FORWARD) {
+    if (!a->transposed)
+      return run_dir(a, DIR_Y, a->input, a->weight, &outs[0], a->bias, graph, &out_done[0]);
+    if (a->bias) { /* backward data has no bias */
+      tpu_mxu_count_conv(false);
+      return TPU_OK;
+    }
+    return run_dir(a, DIR_X, &outs[0], a->weight, a->input, NULL, graph, &out_done[0]);
+  }
+  if (a->mask[0]) {
+    if (a->transposed)
+      TPU_RETURN_IF_ERROR(
+          run_dir(a, DIR_Y, a->grad_out, a->weight, &outs[0], NULL, graph, &out_done[0]));
+    else
+      TPU_RETURN_IF_ERROR(
+          run_dir(a, DIR_X, &outs[0], a->weight, a->grad_out, NULL, graph, &out_done[0]));
+  }
+  if (a->mask[1]) {
+    /* the bias gradient sums over Y's channels: with the weight's when
+     * those are the output's (not transposed) */
+    bool with_bias = a->mask[2] && !a->transposed;
+    const tpu_view_t *x = a->transposed ? a->grad_out : a->input,
+                     *y = a->transposed ? a->input : a->grad_out;
+    bool done = false;
+    TPU_RETURN_IF_ERROR(
+        run_dir(a, DIR_W, x, &outs[1], y, with_bias ? &outs[2] : NULL, graph, &done));
+    out_done[1] = done;
+    out_done[2] = done && with_bias;
+  }
+  return TPU_OK;
+}
