@@ -62,6 +62,8 @@ if [ "$cap" != "AVX2" ] && [ "$cap" != "DEFAULT" ]; then
     tests -k "opinfo or parity or round_once" "$@"
 fi
 
+# Every flush that repeats an earlier recording (the flush memo) is also
+# compiled in full and compared (TORCH_TPU_DEFER_MEMO_CHECK).
 echo "== Python tests again in DEFER_AND_FUSE mode (the model sweep runs once, above)"
-TORCH_TPU_DEFER_AND_FUSE=1 python -m pytest -q -p no:cacheprovider tests \
+TORCH_TPU_DEFER_AND_FUSE=1 TORCH_TPU_DEFER_MEMO_CHECK=1 python -m pytest -q -p no:cacheprovider tests \
   --deselect tests/test_model_sweep.py "$@"

@@ -60,15 +60,19 @@ def test_a_host_read_loop_never_wakes_the_worker(mode):
         assert d["inline_commands"] >= 9 * STEPS, d
 
 
+STRICT = torch_tpu.EagerMode.DEFER_NEVER
+
+
 def test_large_work_is_handed_to_the_worker():
     """Strict eager stays asynchronous for work worth a hand-off."""
     x = torch.randn(1 << 20, device="tpu")
     torch.tpu.synchronize()
-    before = torch_tpu.queue_stats()
-    for _ in range(4):
-        x = x * 1.0001
-    y = x.sum()
-    after = torch_tpu.queue_stats()
+    with torch_tpu.eager_mode(STRICT):
+        before = torch_tpu.queue_stats()
+        for _ in range(4):
+            x = x * 1.0001
+        y = x.sum()
+        after = torch_tpu.queue_stats()
     torch.tpu.synchronize()
     d = _delta(before, after)
     assert d["queued_commands"] >= 4, d
@@ -102,9 +106,10 @@ def test_an_inline_error_surfaces_at_the_next_synchronisation_and_names_the_op()
     table = torch.randn(10, 4, device="tpu")
     bad = torch.tensor([3, 12], device="tpu")
     torch.tpu.synchronize()
-    before = torch_tpu.queue_stats()
-    out = torch.index_select(table, 0, bad)  # small: runs inline, fails
-    assert _delta(before, torch_tpu.queue_stats())["inline_commands"] >= 1
+    with torch_tpu.eager_mode(STRICT):
+        before = torch_tpu.queue_stats()
+        out = torch.index_select(table, 0, bad)  # small: runs inline, fails
+        assert _delta(before, torch_tpu.queue_stats())["inline_commands"] >= 1
     with pytest.raises(IndexError, match="index_select"):
         torch.tpu.synchronize()
     del out

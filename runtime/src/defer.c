@@ -304,21 +304,16 @@ static int32_t first_write(const mem_write_t* w, int32_t count, uint64_t lo, uin
  * first write is looked for only after their free points: the range-max tree
  * keeps, per byte, the latest free point seen so far (for a buffer still
  * alive at the end, every free of the graph has been seen). */
-static int64_t peak_extra(tpu_stream_t* stream, const tpu_graph_t* graph,
-                          const tpu_program_t* p, const tpu_free_record_t* frees,
-                          int32_t free_count) {
-  enum { MAX_LIVE = 4096 };
+static int64_t peak_extra(const tpu_graph_t* graph, const tpu_program_t* p,
+                          const tpu_free_record_t* frees, int32_t free_count,
+                          const uint64_t* live_addr, const uint64_t* live_size, int32_t live) {
   int32_t n = tpu_graph_node_count(graph);
   int64_t* diff = calloc((size_t)n + 2, sizeof(int64_t));
-  uint64_t* live_addr = malloc(sizeof(uint64_t) * MAX_LIVE);
-  uint64_t* live_size = malloc(sizeof(uint64_t) * MAX_LIVE);
   mem_write_t* writes = malloc(sizeof(mem_write_t) * ((size_t)p->out_base[n] + 1));
   tpu_extent_t* ranges = NULL; /* the frees' ranges, then the live buffers' */
   tpu_range_max_t freed = {0};
   int64_t peak = 0;
-  if (!diff || !live_addr || !live_size || !writes) goto done;
-  int32_t live = tpu_allocator_provisional(stream->chip->allocator, stream->index, live_addr,
-                                           live_size, MAX_LIVE);
+  if (!diff || !writes) goto done;
   ranges = malloc(sizeof(tpu_extent_t) * ((size_t)free_count + (size_t)live + 1));
   if (!ranges) goto done;
   int32_t nw = 0;
@@ -361,8 +356,6 @@ static int64_t peak_extra(tpu_stream_t* stream, const tpu_graph_t* graph,
 done:
   tpu_range_max_release(&freed);
   free(diff);
-  free(live_addr);
-  free(live_size);
   free(writes);
   free(ranges);
   return peak;
@@ -371,6 +364,128 @@ done:
 static _Thread_local bool t_in_flush;
 
 bool tpu_defer_in_flush(void) { return t_in_flush; }
+
+/* Memo hits checked against the full front end: TORCH_TPU_DEFER_MEMO_CHECK=1
+ * (the test command's DEFER_AND_FUSE pass sets it). */
+static bool memo_check(void) {
+  static atomic_int on = -1;
+  int v = atomic_load(&on);
+  if (v < 0) {
+    const char* env = getenv("TORCH_TPU_DEFER_MEMO_CHECK");
+    v = env && strcmp(env, "1") == 0;
+    atomic_store(&on, v);
+  }
+  return v == 1;
+}
+
+/* Phases 0 and 1, the program cache and the memory estimate for a flushed
+ * recording (*graph; its free records are the stream's pending ones, `live`
+ * provisional blocks in the memo's arrays). Phase 0 may replace *graph by
+ * the reordered graph; then *out_moved is set and `order` (room for one
+ * entry per node, or NULL) receives the order. */
+static tpu_status_t compile_recording(tpu_stream_t* stream, tpu_graph_t** graph,
+                                      int32_t free_count, int32_t live, int32_t* order,
+                                      bool* out_moved, tpu_program_t** out_program,
+                                      bool* out_hit, int64_t* out_extra) {
+  tpu_pending_t* pd = &stream->pending;
+  tpu_graph_t* scheduled = NULL;
+  tpu_status_t s = schedule() ? tpu_fusion_schedule(*graph, pd->frees, free_count, &scheduled,
+                                                    order)
+                              : TPU_OK;
+  *out_moved = scheduled != NULL;
+  if (scheduled) {
+    tpu_graph_release(*graph);
+    *graph = scheduled;
+  }
+  tpu_fusion_analysis_t* analysis = NULL;
+  if (s == TPU_OK) s = tpu_fusion_analyse(*graph, pd->frees, free_count, &analysis);
+  if (s == TPU_OK) s = tpu_program_cache_get(*graph, analysis, out_program, out_hit);
+  tpu_fusion_analysis_free(analysis);
+  if (s == TPU_OK)
+    *out_extra = peak_extra(*graph, *out_program, pd->frees, free_count, pd->memo.live_addr,
+                            pd->memo.live_size, live);
+  return s;
+}
+
+/* A memo hit against the front end run in full on a copy of the recording
+ * (memo_check): the same order, program structure and estimate, or an
+ * INTERNAL error naming what differs. The hit is then used as without the
+ * check, so the check runs the reuse path too. */
+static tpu_status_t check_repeat(tpu_stream_t* stream, const tpu_flush_memo_entry_t* seen,
+                                 const tpu_graph_t* graph, int32_t free_count, int32_t live) {
+  int32_t n = tpu_graph_node_count(graph);
+  int32_t* order = malloc(sizeof(int32_t) * ((size_t)n + 1));
+  tpu_graph_t* copy = NULL;
+  tpu_status_t s = order ? tpu_graph_create(&copy)
+                         : tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "flush allocation failed");
+  for (int32_t i = 0; s == TPU_OK && i < n; ++i) s = tpu_graph_append(copy, tpu_graph_node(graph, i));
+  bool moved = false, hit = false;
+  int64_t extra = 0;
+  tpu_program_t* program = NULL;
+  if (s == TPU_OK)
+    s = compile_recording(stream, &copy, free_count, live, order, &moved, &program, &hit, &extra);
+  if (s == TPU_OK) {
+    const char* differs =
+        moved != (seen->order != NULL) ||
+                (moved && memcmp(order, seen->order, sizeof(int32_t) * (size_t)n) != 0)
+            ? "node order"
+        : program->hash != seen->program->hash ? "program"
+        : extra != seen->extra                 ? "memory estimate"
+                                               : NULL;
+    if (differs)
+      s = tpu_status_make(TPU_CODE_INTERNAL,
+                          "flush memo: a repeated recording (%d nodes) compiled to another %s",
+                          n, differs);
+  }
+  tpu_program_release(program);
+  tpu_graph_release(copy);
+  free(order);
+  return s;
+}
+
+/* The compiler's front end for a flushed recording: compile_recording, or,
+ * when the stream flushed the same recording before, what it gave then
+ * (*out_repeat; flush_memo.c). */
+static tpu_status_t front_end(tpu_stream_t* stream, tpu_graph_t** graph, int32_t free_count,
+                              tpu_program_t** out_program, bool* out_hit, bool* out_repeat,
+                              int64_t* out_extra) {
+  tpu_pending_t* pd = &stream->pending;
+  tpu_flush_memo_t* memo = &pd->memo;
+  int32_t n = tpu_graph_node_count(*graph);
+  if (!memo->live_addr) memo->live_addr = malloc(sizeof(uint64_t) * TPU_MEMO_MAX_LIVE);
+  if (!memo->live_size) memo->live_size = malloc(sizeof(uint64_t) * TPU_MEMO_MAX_LIVE);
+  if (!memo->live_addr || !memo->live_size)
+    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "flush allocation failed");
+  int32_t live = tpu_allocator_provisional(stream->chip->allocator, stream->index,
+                                           memo->live_addr, memo->live_size, TPU_MEMO_MAX_LIVE);
+  /* A capture notes its own graphs; a full list of live blocks may be cut. */
+  bool memo_on = !atomic_load(&pd->capturing) && live < TPU_MEMO_MAX_LIVE;
+  uint64_t settings = (uint64_t)schedule() | (uint64_t)tpu_fusion_epilogues_enabled() << 1;
+  const tpu_flush_memo_entry_t* seen =
+      memo_on && tpu_flush_memo_sign(memo, *graph, pd->frees, free_count, memo->live_addr,
+                                     memo->live_size, live, settings)
+          ? tpu_flush_memo_find(memo)
+          : NULL;
+  if (seen) {
+    *out_repeat = true;
+    if (memo_check()) TPU_RETURN_IF_ERROR(check_repeat(stream, seen, *graph, free_count, live));
+    if (seen->order) TPU_RETURN_IF_ERROR(tpu_graph_permute(*graph, seen->order));
+    tpu_program_retain(seen->program);
+    *out_program = seen->program;
+    *out_hit = true;
+    *out_extra = seen->extra;
+    return TPU_OK;
+  }
+  int32_t* order = schedule() ? malloc(sizeof(int32_t) * ((size_t)n + 1)) : NULL;
+  bool moved = false;
+  tpu_status_t s = compile_recording(stream, graph, free_count, live, order, &moved,
+                                     out_program, out_hit, out_extra);
+  /* without the order (out of memory) a repeat could not be replayed */
+  if (s == TPU_OK && memo_on && (!schedule() || order))
+    tpu_flush_memo_store(memo, moved ? order : NULL, n, *out_program, *out_extra);
+  free(order);
+  return s;
+}
 
 static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason,
                                  const char* detail, bool host_waits) {
@@ -389,20 +504,10 @@ static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason
   int32_t free_count = pd->free_count;
   pd->free_count = 0;
 
-  tpu_fusion_analysis_t* analysis = NULL;
   tpu_program_t* program = NULL;
-  bool hit = false;
-  tpu_graph_t* scheduled = NULL;
-  tpu_status_t s =
-      schedule() ? tpu_fusion_schedule(graph, pd->frees, free_count, &scheduled) : TPU_OK;
-  if (scheduled) {
-    tpu_graph_release(graph);
-    graph = scheduled;
-  }
-  if (s == TPU_OK) s = tpu_fusion_analyse(graph, pd->frees, free_count, &analysis);
-  if (s == TPU_OK) s = tpu_program_cache_get(graph, analysis, &program, &hit);
-  tpu_fusion_analysis_free(analysis);
-  int64_t extra = s == TPU_OK ? peak_extra(stream, graph, program, pd->frees, free_count) : 0;
+  bool hit = false, repeat = false;
+  int64_t extra = 0;
+  tpu_status_t s = front_end(stream, &graph, free_count, &program, &hit, &repeat, &extra);
   tpu_allocator_commit(stream->chip->allocator, stream->index, extra);
   if (s != TPU_OK) {
     tpu_graph_release(graph);
@@ -433,6 +538,7 @@ static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason
   m->flushes_by_reason[reason]++;
   if (hit) m->cache_hits++;
   else m->programs_compiled++;
+  if (repeat) m->flush_repeats++;
   m->fused_kernels += fused_kernels;
   m->fused_nodes += fused_nodes;
   m->gemm_epilogues += gemm_epilogues;

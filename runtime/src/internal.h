@@ -13,6 +13,56 @@
 
 typedef struct tpu_allocator tpu_allocator_t;
 
+struct tpu_program;
+struct tpu_free_record;
+
+/* A stream's last flushes: each recording's signature and what the fusion
+ * compiler made of it (flush_memo.c). Under the stream's pending.mu. */
+#define TPU_MEMO_ENTRIES 8
+#define TPU_MEMO_MAX_LIVE 4096
+typedef struct tpu_flush_memo_entry {
+  uint64_t* key;                 /* the recording's signature */
+  int64_t key_len, key_cap;
+  uint64_t hash;                 /* of the key */
+  int32_t* order;                /* the scheduled order, or NULL when unmoved */
+  int32_t order_len;
+  struct tpu_program* program;   /* retained, or NULL: an empty entry */
+  int64_t extra;                 /* the memory estimate (defer.c's peak_extra) */
+  uint64_t used;                 /* when last matched or stored (LRU) */
+} tpu_flush_memo_entry_t;
+
+typedef struct tpu_flush_memo {
+  tpu_flush_memo_entry_t entries[TPU_MEMO_ENTRIES];
+  uint64_t* next;                /* the signature being compared */
+  int64_t next_len, next_cap;
+  uint64_t next_hash;
+  bool next_valid;               /* built completely (no allocation failed) */
+  uint64_t clock;
+  uint64_t* spans;               /* canonical addresses (flush_memo.c): byte */
+  int32_t* span_ids;             /* ranges merged into regions, each region's */
+  int64_t span_cap;              /* id by first use (grown as needed) */
+  int32_t region_count, next_id;
+  uint64_t* live_addr;           /* the stream's live provisional blocks, */
+  uint64_t* live_size;           /* read at each flush (TPU_MEMO_MAX_LIVE) */
+} tpu_flush_memo_t;
+
+/* Builds the signature of a recording (its nodes, free records, live
+ * provisional blocks and the compiler's switches, with addresses made
+ * relative to the memory regions they fall in) into m->next; false when
+ * out of memory (then nothing matches). */
+bool tpu_flush_memo_sign(tpu_flush_memo_t* m, const tpu_graph_t* graph,
+                         const struct tpu_free_record* frees, int32_t free_count,
+                         const uint64_t* live_addr, const uint64_t* live_size, int32_t live,
+                         uint64_t settings);
+/* The entry whose signature is the one just built, or NULL. */
+const tpu_flush_memo_entry_t* tpu_flush_memo_find(tpu_flush_memo_t* m);
+/* Keeps the signature just built with what was compiled for it (the
+ * scheduled order: n entries, or NULL when unmoved; the program, retained;
+ * the estimate) in place of the least recently used entry. Without a
+ * complete signature, or out of memory, nothing is kept. */
+void tpu_flush_memo_store(tpu_flush_memo_t* m, const int32_t* order, int32_t n,
+                          struct tpu_program* program, int64_t extra);
+
 /* Deferred work of a stream (defer.c), under `mu`. */
 typedef struct tpu_pending {
   pthread_mutex_t mu;
@@ -27,6 +77,7 @@ typedef struct tpu_pending {
   struct tpu_capture* capture; /* the region being captured (capture.c), or NULL */
   _Atomic int capturing;       /* capture != NULL, read without the lock */
   _Atomic(const char*) capture_poison; /* why the capture cannot replay, or NULL */
+  tpu_flush_memo_t memo;       /* the last flush, for a loop that repeats it */
 } tpu_pending_t;
 
 struct tpu_stream {

@@ -254,6 +254,35 @@ tpu_status_t tpu_graph_from_node(const tpu_node_t* node, tpu_graph_t** out_graph
   return TPU_OK;
 }
 
+tpu_status_t tpu_graph_permute(tpu_graph_t* graph, const int32_t* order) {
+  enum { SMALL = 16 }; /* a decode step's graph: no allocation */
+  int32_t n = graph->node_count;
+  node_slot_t small_slots[SMALL];
+  bool small_seen[SMALL] = {false};
+  node_slot_t* slots = n <= SMALL ? small_slots : malloc(sizeof(node_slot_t) * (size_t)n);
+  bool* seen = n <= SMALL ? small_seen : calloc((size_t)n, sizeof(bool));
+  tpu_status_t s = slots && seen ? TPU_OK
+                                 : tpu_status_make(TPU_CODE_OUT_OF_MEMORY,
+                                                   "graph permutation allocation failed");
+  for (int32_t i = 0; s == TPU_OK && i < n; ++i) {
+    if (order[i] < 0 || order[i] >= n || seen[order[i]])
+      s = tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                          "graph permutation: entry %d (%d) is not a new node index", i,
+                          order[i]);
+    else
+      seen[order[i]] = true;
+  }
+  if (s == TPU_OK) {
+    memcpy(slots, graph->nodes, sizeof(node_slot_t) * (size_t)n);
+    for (int32_t i = 0; i < n; ++i) graph->nodes[i] = slots[order[i]];
+  }
+  if (n > SMALL) {
+    free(slots);
+    free(seen);
+  }
+  return s;
+}
+
 int32_t tpu_graph_node_count(const tpu_graph_t* graph) { return graph->node_count; }
 
 const tpu_node_t* tpu_graph_node(const tpu_graph_t* graph, int32_t index) {

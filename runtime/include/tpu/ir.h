@@ -164,6 +164,10 @@ tpu_status_t tpu_graph_add_node(tpu_graph_t* graph, tpu_op_id_t op,
 tpu_status_t tpu_graph_append(tpu_graph_t* graph, const tpu_node_t* node);
 /* Creates a graph holding a copy of `node` (borrowed); the caller owns it. */
 tpu_status_t tpu_graph_from_node(const tpu_node_t* node, tpu_graph_t** out_graph);
+/* Reorders the nodes in place: node i becomes the node that was at
+ * order[i] (a permutation of 0..n-1, else INVALID_ARGUMENT and nothing
+ * changes). The nodes keep their operands. */
+tpu_status_t tpu_graph_permute(tpu_graph_t* graph, const int32_t* order);
 int32_t tpu_graph_node_count(const tpu_graph_t* graph);
 /* Makes room for `nodes` nodes, `inputs` input values and `outputs` output
  * views in all, so that appending up to them does not move the arrays (a

@@ -94,10 +94,13 @@ void tpu_program_retain(tpu_program_t* program);
 void tpu_program_release(tpu_program_t* program);
 
 /* Phase 0. When it moves any node, *out_graph is the reordered graph (the
- * caller owns it) and the free records' points are rewritten for it in
- * place; otherwise *out_graph is NULL and nothing changes. */
+ * caller owns it), out_order (when not NULL: room for one entry per node)
+ * receives the recorded index of each node in its new place, and the free
+ * records' points are rewritten for it in place; otherwise *out_graph is
+ * NULL and nothing changes. */
 tpu_status_t tpu_fusion_schedule(const tpu_graph_t* graph, tpu_free_record_t* frees,
-                                 int32_t free_count, tpu_graph_t** out_graph);
+                                 int32_t free_count, tpu_graph_t** out_graph,
+                                 int32_t* out_order);
 
 /* Analysis of one graph: the structural key and what the passes read. */
 typedef struct tpu_fusion_analysis tpu_fusion_analysis_t;

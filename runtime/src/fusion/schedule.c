@@ -281,7 +281,8 @@ static bool remap_frees(const sched_t* s, const int32_t* pos, int32_t n, tpu_fre
 }
 
 tpu_status_t tpu_fusion_schedule(const tpu_graph_t* graph, tpu_free_record_t* frees,
-                                 int32_t free_count, tpu_graph_t** out_graph) {
+                                 int32_t free_count, tpu_graph_t** out_graph,
+                                 int32_t* out_order) {
   *out_graph = NULL;
   int32_t n = tpu_graph_node_count(graph);
   if (n < 3) return TPU_OK;
@@ -310,6 +311,7 @@ tpu_status_t tpu_fusion_schedule(const tpu_graph_t* graph, tpu_free_record_t* fr
   if (st == TPU_OK && moved && remap_frees(&s, pos, n, frees, free_count)) {
     *out_graph = out;
     out = NULL;
+    if (out_order) memcpy(out_order, order, sizeof(int32_t) * (size_t)n);
   }
   tpu_free_index_release(&s.frees);
   tpu_graph_release(out);

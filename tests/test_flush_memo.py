@@ -1,0 +1,100 @@
+"""DEFER_AND_FUSE's flush memo (runtime/src/flush_memo.c): a stream that
+flushes the same recording again (same ops, attributes, scalars, shapes and
+aliasing, wherever the allocator put the tensors) reuses the node order,
+program and memory estimate of the last time instead of running the fusion
+compiler's front end; anything else is compiled as before. Counted by
+defer_metrics()["flush_repeats"]. The test command's DEFER_AND_FUSE pass also
+checks every repeat against the full front end (TORCH_TPU_DEFER_MEMO_CHECK=1)."""
+import pytest
+import torch
+
+import torch_tpu
+
+DEFER = torch_tpu.EagerMode.DEFER_AND_FUSE
+
+
+def _metrics():
+    return torch_tpu.defer_metrics()
+
+
+def _decode_step(q, kc, vc):
+    kc2 = torch.cat([kc, q], 2)
+    vc2 = torch.cat([vc, q], 2)
+    a = torch.softmax(q @ kc2.transpose(-1, -2) / 8.0, -1) @ vc2
+    return (torch.tanh(a) * 0.9).sum()
+
+
+def test_a_repeated_step_skips_the_front_end_and_computes_the_same():
+    g = torch.Generator().manual_seed(0)
+    q, kc = torch.randn(1, 8, 1, 64, generator=g), torch.randn(1, 8, 16, 64, generator=g)
+    want = _decode_step(q, kc, kc.clone()).item()
+    args = (q.to("tpu"), kc.to("tpu"), kc.clone().to("tpu"))
+    with torch_tpu.eager_mode(DEFER):
+        before = _metrics()
+        got = [_decode_step(*args).item() for _ in range(60)]
+        after = _metrics()
+    flushes = after["flushes"] - before["flushes"]
+    repeats = after["flush_repeats"] - before["flush_repeats"]
+    # The allocator places the step's tensors in a few patterns in turn (six
+    # here); each pattern is compiled once, every later step repeats.
+    assert flushes == 60 and repeats >= 60 - 8, (flushes, repeats)
+    assert after["programs_compiled"] - before["programs_compiled"] <= 1
+    assert got == pytest.approx([want] * 60, rel=1e-5, abs=1e-5)
+
+
+def test_a_new_scalar_is_no_repeat_and_is_used():
+    x = torch.randn(256)
+    xt = x.to("tpu")
+    with torch_tpu.eager_mode(DEFER):
+        before = _metrics()
+        got = [(xt * s + 1.0).sum().item() for s in (0.5, 1.5, 2.5, 3.5)]
+        after = _metrics()
+    assert after["flush_repeats"] == before["flush_repeats"]
+    for s, g in zip((0.5, 1.5, 2.5, 3.5), got):
+        assert g == pytest.approx((x * s + 1.0).sum().item(), rel=1e-5)
+
+
+def test_an_alias_the_last_recording_lacked_is_no_repeat():
+    """The same ops writing into a separate tensor, then into their own
+    input: the second is another program (the write aliases a read), and
+    each result is strict eager's."""
+    base = torch.randn(1024)
+    a = base.to("tpu")
+    out = torch.empty(1024, device="tpu")
+    with torch_tpu.eager_mode(DEFER):
+        for _ in range(3):  # the separate-output form becomes a repeat
+            torch.mul(a, 2.0, out=out).add_(1.0)
+            out.sum().item()
+        before = _metrics()
+        torch.mul(a, 2.0, out=a).add_(1.0)  # now in place: another alias pattern
+        got = a.sum().item()
+        after = _metrics()
+    assert after["flush_repeats"] == before["flush_repeats"]
+    torch.testing.assert_close(a.cpu(), base * 2.0 + 1.0)
+    assert got == pytest.approx((base * 2.0 + 1.0).sum().item(), rel=1e-5)
+    torch.testing.assert_close(out.cpu(), base * 2.0 + 1.0)
+
+
+def test_a_repeat_keeps_the_recorded_memory_accounting():
+    """The memory estimate of a repeat is the compiled one: peaks agree with
+    a flush that ran the front end."""
+    x = torch.randn(64, 1024, device="tpu")
+    torch.tpu.synchronize()
+
+    def step():
+        y = torch.relu(x * 2.0) + 1.0
+        return (y * y).sum().item()
+
+    with torch_tpu.eager_mode(DEFER):
+        step()
+        torch.tpu.reset_peak_memory_stats()
+        first = step()
+        peak_first = torch.tpu.max_memory_allocated()
+        torch.tpu.reset_peak_memory_stats()
+        before = _metrics()
+        again = step()
+        peak_again = torch.tpu.max_memory_allocated()
+        after = _metrics()
+    assert after["flush_repeats"] - before["flush_repeats"] == 1
+    assert again == first
+    assert peak_again == peak_first
