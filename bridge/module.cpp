@@ -6,6 +6,7 @@
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "tpu/program_cache.h"
 #include "tpu_bridge.h"
 
 namespace py = pybind11;
@@ -117,6 +118,49 @@ PYBIND11_MODULE(_C, m) {
       out.emplace_back(tpu_flush_reason_name(cuts[i].reason), cuts[i].nodes, cuts[i].groups,
                        cuts[i].structure);
     return out;
+  });
+  m.def("program_cache_stats", [] {
+    tpu_program_cache_stats_t st;
+    int32_t n = 0;
+    check(tpu_program_cache_get_stats(0, &st, nullptr, &n));
+    // Entries may be added between the two calls: the second copies at most
+    // the room it was given, and reports how many it copied.
+    std::vector<tpu_program_cache_entry_t> entries((size_t)st.entries + 16);
+    check(tpu_program_cache_get_stats((int32_t)entries.size(), &st, entries.data(), &n));
+    py::dict d;
+    d["requests"] = st.requests;
+    d["hits"] = st.hits;
+    d["compiles"] = st.compiles;
+    d["uncached"] = st.uncached;
+    d["entries"] = st.entries;
+    d["host_bytes"] = st.host_bytes;
+    py::list list;
+    for (int32_t i = 0; i < n; ++i) {
+      py::dict e;
+      e["structure"] = entries[i].structure;
+      e["nodes"] = entries[i].nodes;
+      e["kernels"] = entries[i].kernels;
+      e["read_count"] = entries[i].read_count;
+      e["compile_ns"] = entries[i].compile_ns;
+      e["last_read_ns"] = entries[i].last_read_ns;
+      list.append(e);
+    }
+    d["per_entry"] = list;
+    return d;
+  });
+  m.def("clear_program_cache", [] { check(tpu_program_cache_clear()); });
+  m.def("pending_text", [](int index) {
+    char* text = nullptr;
+    check(tpu_stream_pending_text(current_runtime_stream((c10::DeviceIndex)index), &text));
+    std::string out(text ? text : "");
+    free(text);
+    return out;
+  });
+  m.def("flush_stream", [](int index, bool wait) {
+    tpu_stream_t* stream = current_runtime_stream((c10::DeviceIndex)index);
+    py::gil_scoped_release no_gil;
+    check(tpu_stream_flush(stream, TPU_FLUSH_SYNCHRONIZE, "torch_tpu._internal.sync.synchronize"));
+    if (wait) check(tpu_stream_synchronize(stream));
   });
   m.def("default_generator", [](int index) {
     return py::reinterpret_steal<py::object>(

@@ -38,6 +38,11 @@ def _apply_visible_chips() -> None:
     os.environ["TORCH_TPU_NUM_CHIPS"] = str(len(chips))
 
 
+from torch_tpu import _env  # noqa: E402
+
+_env_set = _env.apply()  # the published API's environment variables, before the runtime starts
+if "TORCH_TPU_FALLBACK" in _env_set:  # the bridge read it when it was loaded
+    _C.set_fallback_mode(_env_set["TORCH_TPU_FALLBACK"])
 _apply_visible_chips()
 _C._init()
 
@@ -47,6 +52,10 @@ torch._register_device_module("tpu", _device_module)
 torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,
                                                      for_storage=True)
 torch.set_autocast_dtype("tpu", torch.bfloat16)
+
+from torch_tpu import _backend_config  # noqa: E402
+
+_backend_config.install()  # torch.backends.tpu (allow_excess_precision)
 
 from torch_tpu._internal.execution_mode import (  # noqa: E402
     EagerMode,

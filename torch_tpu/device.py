@@ -300,18 +300,113 @@ def set_precision(p) -> None:
     torch.set_float32_matmul_precision(_as_precision(p).value)
 
 
-@contextlib.contextmanager
-def precision(p):
-    """``with torch.tpu.precision(torch.tpu.Precision.HIGH): ...``: the
-    float32 matmul precision inside the block, restored on exit. Each op
-    keeps the setting it was issued under, also when it runs later
+class precision:
+    """The float32 matmul precision, as a context manager or a setter:
+
+    - ``with torch.tpu.precision(torch.tpu.Precision.HIGH): ...`` sets it
+      for the block and restores the previous one on exit;
+    - ``torch.tpu.precision(torch.tpu.Precision.HIGH)`` alone sets it (like
+      ``torch.set_grad_enabled``), as ``set_precision`` does.
+
+    Each op keeps the setting it was issued under, also when it runs later
     (DEFER_AND_FUSE, captured graphs)."""
-    old = torch.get_float32_matmul_precision()
-    set_precision(p)
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(old)
+
+    def __init__(self, p):
+        self.prev = torch.get_float32_matmul_precision()
+        self.value = _as_precision(p)
+        set_precision(self.value)
+
+    def __enter__(self):
+        return self.value
+
+    def __exit__(self, *exc):
+        torch.set_float32_matmul_precision(self.prev)
+        return False
+
+
+# ---- program cache and memory telemetry (published private names) ----------------
+
+
+class _CacheEntryStats:
+    """One cached fused program: ``read_count`` (times served from the cache
+    after its compile), ``compilation_duration`` (microseconds the compile
+    took), ``last_read`` (``time.time()`` seconds of its last use; its
+    compile is the first), and ``structure`` (the structural hash, as in
+    ``torch_tpu.defer_cuts()``), ``nodes``, ``kernels``."""
+
+    __slots__ = ("read_count", "compilation_duration", "last_read", "structure", "nodes", "kernels")
+
+    def __init__(self, e: dict):
+        self.read_count = e["read_count"]
+        self.compilation_duration = e["compile_ns"] / 1000.0
+        self.last_read = e["last_read_ns"] / 1e9
+        self.structure = e["structure"]
+        self.nodes = e["nodes"]
+        self.kernels = e["kernels"]
+
+    def __repr__(self):
+        return (f"CacheEntryStats(read_count={self.read_count}, compilation_duration="
+                f"{self.compilation_duration:.1f}us, last_read={self.last_read:.6f}, "
+                f"structure={self.structure:016x}, nodes={self.nodes}, kernels={self.kernels})")
+
+
+class _CacheStats:
+    """The fused-program cache since the process started: ``num_cache_reqs``
+    (programs asked for: every DEFER_AND_FUSE flush, compiled graphs
+    included), ``num_cache_hits``, ``num_cache_misses`` (compiles),
+    ``num_entries`` (held now), ``host_bytes`` and ``per_entry_stats``.
+    Strict eager runs precompiled kernels and asks for no program."""
+
+    def __init__(self, d: dict):
+        self.num_cache_reqs = d["requests"]
+        self.num_cache_hits = d["hits"]
+        self.num_cache_misses = d["compiles"]
+        self.num_uncached = d["uncached"]
+        self.num_entries = d["entries"]
+        self.host_bytes = d["host_bytes"]
+        self.per_entry_stats = [_CacheEntryStats(e) for e in d["per_entry"]]
+
+    def __repr__(self):
+        return (f"CacheStats(num_cache_reqs={self.num_cache_reqs}, num_cache_hits="
+                f"{self.num_cache_hits}, num_entries={self.num_entries}, per_entry_stats="
+                f"[{len(self.per_entry_stats)} entries])")
+
+
+def _get_cache_stats() -> _CacheStats:
+    """Statistics of the runtime's fused-program cache (see _CacheStats)."""
+    return _CacheStats(_C.program_cache_stats())
+
+
+def _clear_cache() -> None:
+    """Drops every cached fused program: each structure compiles again at its
+    next flush. The request and hit totals go on counting."""
+    _C.clear_program_cache()
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.1f}{unit}" if unit != "B" else f"{n}B"
+        n /= 1024
+    return f"{n}B"
+
+
+def _hbm_usage_summary(device: _DeviceLike = None) -> str:
+    """Device memory ("HBM") of the chip, from the caching allocator's
+    statistics: in use by tensors (and peak), reserved by the allocator, free
+    and capacity; then the fused-program cache, whose programs live in host
+    memory and take no device memory (the published API reports only its
+    executables' HBM here)."""
+    idx = _index(device)
+    st = torch.accelerator.memory_stats(idx)
+    free, total = torch.accelerator.get_memory_info(idx)
+    cache = _C.program_cache_stats()
+    return (f"tpu:{idx}: {_fmt_bytes(st.get('allocated_bytes.all.current', 0))} allocated "
+            f"(peak {_fmt_bytes(st.get('allocated_bytes.all.peak', 0))}), "
+            f"{_fmt_bytes(st.get('reserved_bytes.all.current', 0))} reserved, "
+            f"{_fmt_bytes(free)} free of {_fmt_bytes(total)}; "
+            f"compilation cache: 0B of device memory for {cache['entries']} programs "
+            f"({_fmt_bytes(cache['host_bytes'])} of host memory)")
 
 
 def _is_in_bad_fork() -> bool:

@@ -10,6 +10,15 @@ them, fused, when a value is needed (``.item()``, ``.cpu()``, printing,
 synchronisation, events, a CPU fallback, a collective, the graph-size limit,
 ``torch_tpu.flush()``); also selected by ``TORCH_TPU_DEFER_AND_FUSE=1``.
 Results, in-place updates, views, autograd and RNG are those of strict eager.
+``EagerMode.INTERNAL_DEFER_ALL`` (the published mode compiled graphs run in)
+records and fuses as ``DEFER_AND_FUSE`` does, with one difference: leaving it
+(a context's exit, or switching the global mode away) does not flush; what
+it recorded stays pending and runs at the next flush point (a host read,
+synchronisation, an event, a strict-mode op on the stream, ...), so the work
+of consecutive regions joins one graph. The deprecated
+``EagerMode.DEFER_AND_FUSE_WITH_O1`` is accepted (attribute, ``EagerMode[...]``
+and ``EagerMode("defer_and_fuse_with_o1")``) with a DeprecationWarning and is
+``DEFER_AND_FUSE`` (the O1/O2 XLA optimisation levels do not exist here).
 
 The mode is global (``set_global_eager_mode`` / assigning ``eager_mode``) and
 can be overridden per thread with the ``set_eager_mode(...)`` context manager
@@ -26,15 +35,47 @@ import threading
 from torch_tpu import _C
 
 
-class EagerMode(enum.Enum):
+_DEPRECATED = {"DEFER_AND_FUSE_WITH_O1": "DEFER_AND_FUSE"}
+
+
+def _deprecated(name: str):
+    import warnings
+    target = _DEPRECATED[name]
+    warnings.warn(f"EagerMode.{name} is deprecated; it is EagerMode.{target} "
+                  "(torch_tpu has no XLA optimisation levels)", DeprecationWarning, stacklevel=3)
+    return EagerMode[target]
+
+
+class _EagerModeMeta(enum.EnumMeta):
+    def __getattr__(cls, name):
+        if name in _DEPRECATED:
+            return _deprecated(name)
+        raise AttributeError(f"type object 'EagerMode' has no attribute '{name}'")
+
+    def __getitem__(cls, name):
+        if name in _DEPRECATED:
+            return _deprecated(name)
+        return super().__getitem__(name)
+
+
+class EagerMode(enum.Enum, metaclass=_EagerModeMeta):
     DEFER_NEVER = "defer_never"
     DEFER_NEVER_AND_LAUNCH_BLOCKING = "defer_never_and_launch_blocking"
     DEFER_AND_FUSE = "defer_and_fuse"
+    INTERNAL_DEFER_ALL = "internal_defer_all"
+
+    @classmethod
+    def _missing_(cls, value):
+        if isinstance(value, str) and value.upper() in _DEPRECATED:
+            return _deprecated(value.upper())
+        return None
 
 
 def _initial_mode() -> EagerMode:
     if os.environ.get("TPU_LAUNCH_BLOCKING") == "1":
         return EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING
+    # The legacy TPU_DEFER_AND_FUSE counts when TORCH_TPU_DEFER_AND_FUSE is
+    # unset (torch_tpu._env copies it over before the runtime starts).
     if os.environ.get("TORCH_TPU_DEFER_AND_FUSE") == "1":
         return EagerMode.DEFER_AND_FUSE
     return EagerMode.DEFER_NEVER
@@ -49,6 +90,11 @@ def _blocking(mode: EagerMode) -> bool:
 
 
 def _defer(mode: EagerMode) -> bool:
+    return mode is EagerMode.DEFER_AND_FUSE or mode is EagerMode.INTERNAL_DEFER_ALL
+
+
+def _flushes_on_exit(mode: EagerMode) -> bool:
+    """Leaving this mode for a strict one flushes what it recorded."""
     return mode is EagerMode.DEFER_AND_FUSE
 
 
@@ -67,7 +113,7 @@ def set_global_eager_mode(mode: EagerMode) -> None:
     """Sets the process-wide mode (threads without a local override)."""
     global _global_mode
     _check(mode)
-    leaving_defer = _defer(_global_mode) and not _defer(mode)
+    leaving_defer = _flushes_on_exit(_global_mode) and not _defer(mode)
     _global_mode = mode
     _C.set_launch_blocking(_blocking(mode))
     _C.set_defer(_defer(mode))
@@ -98,7 +144,7 @@ def set_eager_mode(mode: EagerMode):
     finally:
         stack.pop()
         _apply_thread(stack[-1] if stack else None)
-        if _defer(mode) and not _defer(get_eager_mode()):
+        if _flushes_on_exit(mode) and not _defer(get_eager_mode()):
             _C.flush("mode_switch")
 
 

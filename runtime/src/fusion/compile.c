@@ -6,8 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fusion/analysis.h"
+#include "tpu/program_cache.h"
 #include "tpu/ops.h"
 
 void tpu_program_retain(tpu_program_t* p) {
@@ -267,19 +269,19 @@ tpu_status_t tpu_fusion_compile(const tpu_graph_t* graph, const tpu_fusion_analy
   return TPU_OK;
 }
 
-static void dump_view(const tpu_view_t* v) {
-  fprintf(stderr, "%s[", tpu_dtype_name(v->dtype));
-  for (int32_t d = 0; d < v->ndim; ++d) fprintf(stderr, d ? ",%" PRId64 : "%" PRId64, v->sizes[d]);
-  fprintf(stderr, "]");
+static void dump_view(FILE* f, const tpu_view_t* v) {
+  fprintf(f, "%s[", tpu_dtype_name(v->dtype));
+  for (int32_t d = 0; d < v->ndim; ++d) fprintf(f, d ? ",%" PRId64 : "%" PRId64, v->sizes[d]);
+  fprintf(f, "]");
 }
 
-void tpu_fusion_dump(const tpu_graph_t* graph, const tpu_program_t* p) {
-  fprintf(stderr, "[tpu defer] program %016" PRIx64 ": %d nodes, %d kernels, %" PRId64
-                  " intermediates in scratch\n",
+void tpu_fusion_format(FILE* f, const tpu_graph_t* graph, const tpu_program_t* p) {
+  fprintf(f, "[tpu defer] program %016" PRIx64 ": %d nodes, %d kernels, %" PRId64
+             " intermediates in scratch\n",
           p->hash, p->node_count, p->group_count, p->elided_per_run);
   for (int32_t g = 0; g < p->group_count; ++g) {
     const tpu_program_group_t* grp = &p->groups[g];
-    fprintf(stderr, "  kernel %d: %s, %d node(s), %d slot(s)\n", g,
+    fprintf(f, "  kernel %d: %s, %d node(s), %d slot(s)\n", g,
             grp->kind == TPU_GROUP_TILED  ? "tiled"
             : grp->kind == TPU_GROUP_ROWS ? "rows"
             : grp->kind == TPU_GROUP_GEMM ? "gemm+epilogue"
@@ -287,24 +289,28 @@ void tpu_fusion_dump(const tpu_graph_t* graph, const tpu_program_t* p) {
             grp->count, grp->slots);
     for (int32_t i = grp->first; i < grp->first + grp->count; ++i) {
       const tpu_node_t* node = tpu_graph_node(graph, i);
-      fprintf(stderr, "    %%%d = %s(", i, tpu_op_def(node->op)->name);
+      fprintf(f, "    %%%d = %s(", i, tpu_op_def(node->op)->name);
       for (int32_t k = 0; k < node->num_inputs; ++k) {
-        if (k) fprintf(stderr, ", ");
+        if (k) fprintf(f, ", ");
         int32_t s = p->in_slot[p->in_base[i] + k];
-        if (s >= 0) fprintf(stderr, "slot%d:", s);
-        if (node->inputs[k].kind == TPU_VALUE_VIEW) dump_view(&node->inputs[k].u.view);
-        else fprintf(stderr, node->inputs[k].kind == TPU_VALUE_SCALAR ? "scalar" : "None");
+        if (s >= 0) fprintf(f, "slot%d:", s);
+        if (node->inputs[k].kind == TPU_VALUE_VIEW) dump_view(f, &node->inputs[k].u.view);
+        else fprintf(f, node->inputs[k].kind == TPU_VALUE_SCALAR ? "scalar" : "None");
       }
-      fprintf(stderr, ") -> ");
+      fprintf(f, ") -> ");
       for (int32_t o = 0; o < node->num_outputs; ++o) {
         int32_t s = p->out_slot[p->out_base[i] + o];
-        if (s >= 0) fprintf(stderr, "slot%d:", s);
-        dump_view(&node->outputs[o]);
-        fprintf(stderr, " ");
+        if (s >= 0) fprintf(f, "slot%d:", s);
+        dump_view(f, &node->outputs[o]);
+        fprintf(f, " ");
       }
-      fprintf(stderr, "\n");
+      fprintf(f, "\n");
     }
   }
+}
+
+void tpu_fusion_dump(const tpu_graph_t* graph, const tpu_program_t* p) {
+  tpu_fusion_format(stderr, graph, p);
 }
 
 /* ---- program cache ---------------------------------------------------------------- */
@@ -316,13 +322,31 @@ typedef struct cache_entry {
   uint8_t* key;
   int64_t key_len;
   tpu_program_t* program;
+  int64_t reads;        /* served from the cache (hits and noted reuses) */
+  int64_t compile_ns;   /* the compile that made it */
+  int64_t last_read_ns; /* CLOCK_REALTIME of its last use (its compile counts) */
 } cache_entry_t;
 
 static struct {
   pthread_mutex_t mu;
   cache_entry_t entries[CACHE_CAPACITY];
   int32_t count;
+  int64_t requests, hits, compiles, uncached;
 } g_cache = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static int64_t clock_ns(clockid_t clock) {
+  struct timespec ts;
+  clock_gettime(clock, &ts);
+  return (int64_t)ts.tv_sec * INT64_C(1000000000) + ts.tv_nsec;
+}
+
+/* A read of entry e; the caller holds g_cache.mu. */
+static void note_read_locked(cache_entry_t* e) {
+  g_cache.requests++;
+  g_cache.hits++;
+  e->reads++;
+  e->last_read_ns = clock_ns(CLOCK_REALTIME);
+}
 
 tpu_status_t tpu_program_cache_get(const tpu_graph_t* graph, const tpu_fusion_analysis_t* a,
                                    tpu_program_t** out_program, bool* out_hit) {
@@ -336,29 +360,115 @@ tpu_status_t tpu_program_cache_get(const tpu_graph_t* graph, const tpu_fusion_an
     if (e->hash == a->hash && e->key_len == a->key_len &&
         memcmp(e->key, a->key, (size_t)a->key_len) == 0) {
       tpu_program_retain(e->program);
+      note_read_locked(e);
       *out_program = e->program;
       *out_hit = true;
       pthread_mutex_unlock(&g_cache.mu);
       return TPU_OK;
     }
   }
+  g_cache.requests++;
   pthread_mutex_unlock(&g_cache.mu);
   tpu_program_t* p = NULL;
+  int64_t t0 = clock_ns(CLOCK_MONOTONIC);
   TPU_RETURN_IF_ERROR(tpu_fusion_compile(graph, a, &p));
+  int64_t compile_ns = clock_ns(CLOCK_MONOTONIC) - t0;
   pthread_mutex_lock(&g_cache.mu);
+  g_cache.compiles++;
   /* Full (3/4 of the table): run uncached rather than evict. */
+  bool kept = false;
   if (g_cache.count < CACHE_CAPACITY / 4 * 3) {
     uint8_t* key = malloc((size_t)a->key_len);
     if (key) {
       memcpy(key, a->key, (size_t)a->key_len);
       i = (uint32_t)a->hash & (CACHE_CAPACITY - 1);
       while (g_cache.entries[i].program) i = (i + 1) & (CACHE_CAPACITY - 1);
-      g_cache.entries[i] = (cache_entry_t){a->hash, key, a->key_len, p};
+      g_cache.entries[i] = (cache_entry_t){a->hash, key,       a->key_len,
+                                           p,       0,         compile_ns,
+                                           clock_ns(CLOCK_REALTIME)};
       g_cache.count++;
       tpu_program_retain(p);
+      kept = true;
     }
   }
+  if (!kept) g_cache.uncached++;
   pthread_mutex_unlock(&g_cache.mu);
   *out_program = p;
+  return TPU_OK;
+}
+
+void tpu_program_cache_note_read(tpu_program_t* program) {
+  if (!program) return;
+  pthread_mutex_lock(&g_cache.mu);
+  uint32_t i = (uint32_t)program->hash & (CACHE_CAPACITY - 1);
+  cache_entry_t* found = NULL;
+  for (uint32_t probe = 0; probe < CACHE_CAPACITY && g_cache.entries[i].program;
+       ++probe, i = (i + 1) & (CACHE_CAPACITY - 1))
+    if (g_cache.entries[i].program == program) {
+      found = &g_cache.entries[i];
+      break;
+    }
+  if (found) {
+    note_read_locked(found);
+  } else { /* reused after tpu_program_cache_clear, or never kept: still a hit */
+    g_cache.requests++;
+    g_cache.hits++;
+  }
+  pthread_mutex_unlock(&g_cache.mu);
+}
+
+/* Host memory a program takes (its arrays). */
+static int64_t program_bytes(const tpu_program_t* p) {
+  int32_t n = p->node_count;
+  return (int64_t)sizeof(*p) + (int64_t)sizeof(*p->groups) * (n + 1) +
+         (int64_t)sizeof(int32_t) * (p->out_base[n] + 1 + p->in_base[n] + 1 + 2 * (n + 1));
+}
+
+tpu_status_t tpu_program_cache_get_stats(int32_t capacity, tpu_program_cache_stats_t* out_stats,
+                                         tpu_program_cache_entry_t* out_entries,
+                                         int32_t* out_count) {
+  if (!out_stats || !out_count || capacity < 0 || (capacity > 0 && !out_entries))
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                           "tpu_program_cache_get_stats: out_stats and out_count are required, "
+                           "and out_entries when capacity (%d) > 0",
+                           capacity);
+  pthread_mutex_lock(&g_cache.mu);
+  tpu_program_cache_stats_t st = {.requests = g_cache.requests,
+                                  .hits = g_cache.hits,
+                                  .compiles = g_cache.compiles,
+                                  .uncached = g_cache.uncached,
+                                  .entries = g_cache.count};
+  int32_t n = 0;
+  for (uint32_t i = 0; i < CACHE_CAPACITY; ++i) {
+    const cache_entry_t* e = &g_cache.entries[i];
+    if (!e->program) continue;
+    st.host_bytes += program_bytes(e->program) + e->key_len;
+    if (n < capacity)
+      out_entries[n++] = (tpu_program_cache_entry_t){
+          .structure = e->program->hash,
+          .nodes = e->program->node_count,
+          .kernels = e->program->group_count,
+          .read_count = e->reads,
+          .compile_ns = e->compile_ns,
+          .last_read_ns = e->last_read_ns,
+      };
+  }
+  pthread_mutex_unlock(&g_cache.mu);
+  *out_stats = st;
+  *out_count = n;
+  return TPU_OK;
+}
+
+tpu_status_t tpu_program_cache_clear(void) {
+  pthread_mutex_lock(&g_cache.mu);
+  for (uint32_t i = 0; i < CACHE_CAPACITY; ++i) {
+    cache_entry_t* e = &g_cache.entries[i];
+    if (!e->program) continue;
+    tpu_program_release(e->program); /* queued commands hold their own references */
+    free(e->key);
+    memset(e, 0, sizeof(*e));
+  }
+  g_cache.count = 0;
+  pthread_mutex_unlock(&g_cache.mu);
   return TPU_OK;
 }

@@ -41,6 +41,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "kernel.h"
@@ -146,14 +147,23 @@ tpu_status_t tpu_group_error_finish(tpu_group_error_t* e);
 tpu_status_t tpu_fusion_run_gemm_group(const tpu_program_t* program,
                                        const tpu_program_group_t* group,
                                        const tpu_graph_t* graph, tpu_exec_ctx_t* ctx);
-/* Prints the program (TORCH_TPU_DEFER_LOG=2). */
+/* Writes the program, its kernels and their nodes as text to f (borrowed). */
+void tpu_fusion_format(FILE* f, const tpu_graph_t* graph, const tpu_program_t* program);
+/* Prints the program to stderr (TORCH_TPU_DEFER_LOG=2). */
 void tpu_fusion_dump(const tpu_graph_t* graph, const tpu_program_t* program);
 
 /* Program cache: returns a retained program for the analysis, compiling on a
- * miss; *out_hit tells which. */
+ * miss; *out_hit tells which. Every call is a request of the cache's
+ * statistics (tpu_program_cache_get_stats), a hit a read of its entry; a
+ * miss times the compile. */
 tpu_status_t tpu_program_cache_get(const tpu_graph_t* graph,
                                    const tpu_fusion_analysis_t* analysis,
                                    tpu_program_t** out_program, bool* out_hit);
+/* Counts a reuse of `program` (borrowed; from an earlier
+ * tpu_program_cache_get) that skipped the lookup, e.g. a stream's memo of
+ * its last program: a request, a hit, and a read of its entry if the cache
+ * still holds it. */
+void tpu_program_cache_note_read(tpu_program_t* program);
 
 /* The interpreter: runs the graph as the program says (host driver); a NULL
  * program runs the graph node by node, as strict eager queues it. Errors

@@ -1,0 +1,1 @@
+"""Distributed helpers kept where the published TorchTPU API puts them."""
