@@ -471,6 +471,7 @@ static tpu_status_t front_end(tpu_stream_t* stream, tpu_graph_t** graph, int32_t
     if (memo_check()) TPU_RETURN_IF_ERROR(check_repeat(stream, seen, *graph, free_count, live));
     if (seen->order) TPU_RETURN_IF_ERROR(tpu_graph_permute(*graph, seen->order));
     tpu_program_retain(seen->program);
+    tpu_program_cache_note_read(seen->program);
     *out_program = seen->program;
     *out_hit = true;
     *out_extra = seen->extra;

@@ -28,7 +28,8 @@ static tpu_status_t format_locked(const tpu_pending_t* pd, FILE* f) {
   tpu_fusion_analysis_t* analysis = NULL;
   tpu_program_t* program = NULL;
   tpu_status_t s =
-      schedule_on() ? tpu_fusion_schedule(graph, frees, pd->free_count, &scheduled) : TPU_OK;
+      schedule_on() ? tpu_fusion_schedule(graph, frees, pd->free_count, &scheduled, NULL)
+                    : TPU_OK;
   if (scheduled) graph = scheduled;
   if (s == TPU_OK) s = tpu_fusion_analyse(graph, frees, pd->free_count, &analysis);
   if (s == TPU_OK) s = tpu_fusion_compile(graph, analysis, &program);

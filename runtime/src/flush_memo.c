@@ -24,7 +24,8 @@
  * whether it is worked out again: its hits are counted (defer metric
  * `flush_repeats`), an entry is replaced, never lost silently, and with
  * TORCH_TPU_DEFER_MEMO_CHECK=1 every hit is checked against the front end
- * run in full (defer.c).
+ * run in full (defer.c). Clearing the program cache (torch.tpu._clear_cache)
+ * retires every entry: the next flush compiles.
  *
  * Owned by the stream's pending state and used under its lock. */
 #include <stdlib.h>
@@ -222,9 +223,10 @@ bool tpu_flush_memo_sign(tpu_flush_memo_t* m, const tpu_graph_t* graph,
 
 const tpu_flush_memo_entry_t* tpu_flush_memo_find(tpu_flush_memo_t* m) {
   if (!m->next_valid) return NULL;
+  uint64_t generation = tpu_program_cache_generation();
   for (int i = 0; i < TPU_MEMO_ENTRIES; ++i) {
     tpu_flush_memo_entry_t* e = &m->entries[i];
-    if (e->program && e->hash == m->next_hash && e->key_len == m->next_len &&
+    if (e->program && e->generation == generation && e->hash == m->next_hash && e->key_len == m->next_len &&
         memcmp(e->key, m->next, sizeof(uint64_t) * (size_t)e->key_len) == 0) {
       e->used = ++m->clock;
       return e;
@@ -264,4 +266,5 @@ void tpu_flush_memo_store(tpu_flush_memo_t* m, const int32_t* order, int32_t n,
   e->program = program;
   e->extra = extra;
   e->used = ++m->clock;
+  e->generation = tpu_program_cache_generation();
 }

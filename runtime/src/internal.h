@@ -29,6 +29,7 @@ typedef struct tpu_flush_memo_entry {
   struct tpu_program* program;   /* retained, or NULL: an empty entry */
   int64_t extra;                 /* the memory estimate (defer.c's peak_extra) */
   uint64_t used;                 /* when last matched or stored (LRU) */
+  uint64_t generation;           /* the program cache's when stored: a clear drops it */
 } tpu_flush_memo_entry_t;
 
 typedef struct tpu_flush_memo {

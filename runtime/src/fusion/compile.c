@@ -459,7 +459,12 @@ tpu_status_t tpu_program_cache_get_stats(int32_t capacity, tpu_program_cache_sta
   return TPU_OK;
 }
 
+static _Atomic uint64_t g_cache_generation;
+
+uint64_t tpu_program_cache_generation(void) { return atomic_load(&g_cache_generation); }
+
 tpu_status_t tpu_program_cache_clear(void) {
+  atomic_fetch_add(&g_cache_generation, 1); /* the streams' flush memos forget too */
   pthread_mutex_lock(&g_cache.mu);
   for (uint32_t i = 0; i < CACHE_CAPACITY; ++i) {
     cache_entry_t* e = &g_cache.entries[i];

@@ -164,6 +164,9 @@ tpu_status_t tpu_program_cache_get(const tpu_graph_t* graph,
  * its last program: a request, a hit, and a read of its entry if the cache
  * still holds it. */
 void tpu_program_cache_note_read(tpu_program_t* program);
+/* Advanced by each tpu_program_cache_clear: a program reused without a
+ * lookup (a flush memo's) must come from the current generation. */
+uint64_t tpu_program_cache_generation(void);
 
 /* The interpreter: runs the graph as the program says (host driver); a NULL
  * program runs the graph node by node, as strict eager queues it. Errors
