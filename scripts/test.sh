@@ -30,7 +30,9 @@ cmake -S . -B build/tsan -DTPU_BUILD_BRIDGE=OFF -DTPU_TSAN=ON \
 cmake --build build/tsan -j "$JOBS"
 # Without address-space randomisation (setarch -R): TSan needs its fixed
 # layout, which a kernel with high vm.mmap_rnd_bits can break.
-TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+# oneDNN's accesses on its OpenMP team are suppressed (runtime/tests/tsan.supp:
+# libgomp's happens-before is invisible to TSan).
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions="$PWD/runtime/tests/tsan.supp" \
   setarch "$(uname -m)" -R build/tsan/tpu_runtime_tests -unique_table
 
 echo "== Fuzzing the public C API (libFuzzer, 60 s, from the saved corpus)"
