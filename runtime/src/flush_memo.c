@@ -82,12 +82,19 @@ static bool add_view(tpu_flush_memo_t* m, int64_t* count, const tpu_view_t* v) {
   return add_span(m, count, lo, hi);
 }
 
-/* Sorts the spans by start (insertion sort: a flush has tens of them, and
- * the recorded order is nearly sorted more often than not) and merges
- * those that meet into regions, in place; ids are given on first use. */
+static int cmp_span(const void* a, const void* b) {
+  uint64_t x = *(const uint64_t*)a, y = *(const uint64_t*)b;
+  return (x > y) - (x < y);
+}
+
+/* Sorts the spans by start (a decode step's few tens by insertion, more by
+ * qsort) and merges those that meet into regions, in place; ids are given
+ * on first use. */
 static void merge_regions(tpu_flush_memo_t* m, int64_t count) {
+  enum { INSERTION_MAX = 64 };
   uint64_t* s = m->spans;
-  for (int64_t i = 1; i < count; ++i) {
+  if (count > INSERTION_MAX) qsort(s, (size_t)count, 2 * sizeof(uint64_t), cmp_span);
+  for (int64_t i = 1; count <= INSERTION_MAX && i < count; ++i) {
     uint64_t lo = s[2 * i], hi = s[2 * i + 1];
     int64_t j = i;
     for (; j > 0 && s[2 * (j - 1)] > lo; --j) {

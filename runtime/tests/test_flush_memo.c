@@ -131,3 +131,38 @@ TEST(flush_memo_finds_and_replaces_the_least_recent) {
   tpu_program_release(p);
   tpu_graph_release(g);
 }
+
+/* x_{i+1} = x_i * 2 for 40 nodes: more spans than the insertion sort takes. */
+static tpu_graph_t* chain(const uint64_t* addr, int n) {
+  tpu_graph_t* g = NULL;
+  CHECK_OK(tpu_graph_create(&g));
+  for (int i = 0; i < n; ++i) {
+    tpu_value_t in[2] = {{.kind = TPU_VALUE_VIEW, .u.view = vec(addr[i], 64)},
+                         {.kind = TPU_VALUE_SCALAR, .u.scalar = {.dtype = TPU_DTYPE_F64, .v.f = 2}}};
+    tpu_view_t out = vec(addr[i + 1], 64);
+    CHECK_OK(tpu_graph_add_node(g, tpu_op_lookup("mul"), in, 2, &out, 1, NULL, 0));
+  }
+  return g;
+}
+
+TEST(flush_memo_signs_long_graphs_placement_free) {
+  enum { N = 40 };
+  uint64_t a[N + 1], b[N + 1];
+  for (int i = 0; i <= N; ++i) {
+    a[i] = 0x100000 + (uint64_t)i * 4096;                   /* in order */
+    b[i] = 0x900000 + (uint64_t)((i * 17) % (N + 1)) * 8192; /* scattered */
+  }
+  tpu_flush_memo_t m = {0};
+  sig_t sa = sign(&m, chain(a, N), NULL, 0);
+  sig_t sb = sign(&m, chain(b, N), NULL, 0);
+  CHECK(same(sa, sb));
+  b[N] = b[3]; /* the last output lands on an earlier value's buffer */
+  sig_t sc = sign(&m, chain(b, N), NULL, 0);
+  CHECK(!same(sa, sc));
+  free(sa.words);
+  free(sb.words);
+  free(sc.words);
+  free(m.next);
+  free(m.spans);
+  free(m.span_ids);
+}
