@@ -59,16 +59,20 @@ static int32_t max_nodes(void) {
   return m;
 }
 
-/* Whether the environment variable is not "0" (read once into *cached). */
-static bool env_on(const char* name, atomic_int* cached) {
+/* A switch from the environment (read once into *cached): `dflt` when the
+ * variable is unset, else whether it is not "0". */
+static bool env_switch(const char* name, atomic_int* cached, bool dflt) {
   int v = atomic_load(cached);
   if (v < 0) {
     const char* env = getenv(name);
-    v = !(env && strcmp(env, "0") == 0);
+    v = env ? strcmp(env, "0") != 0 : dflt;
     atomic_store(cached, v);
   }
   return v == 1;
 }
+
+/* Whether the environment variable is not "0" (on when unset). */
+static bool env_on(const char* name, atomic_int* cached) { return env_switch(name, cached, true); }
 
 /* Pipeline cuts after heavy nodes: on unless TORCH_TPU_DEFER_PIPELINE=0. */
 static bool pipeline(void) {
@@ -365,17 +369,11 @@ static _Thread_local bool t_in_flush;
 
 bool tpu_defer_in_flush(void) { return t_in_flush; }
 
-/* Memo hits checked against the full front end: TORCH_TPU_DEFER_MEMO_CHECK=1
- * (the test command's DEFER_AND_FUSE pass sets it). */
+/* Memo hits checked against the full front end: TORCH_TPU_DEFER_MEMO_CHECK set
+ * and not "0" (the test command's DEFER_AND_FUSE pass sets it to 1). */
 static bool memo_check(void) {
   static atomic_int on = -1;
-  int v = atomic_load(&on);
-  if (v < 0) {
-    const char* env = getenv("TORCH_TPU_DEFER_MEMO_CHECK");
-    v = env && strcmp(env, "1") == 0;
-    atomic_store(&on, v);
-  }
-  return v == 1;
+  return env_switch("TORCH_TPU_DEFER_MEMO_CHECK", &on, false);
 }
 
 /* Phases 0 and 1, the program cache and the memory estimate for a flushed
