@@ -30,11 +30,12 @@ void check(tpu_status_t status) {
   }
 }
 
-// One row per dtype the runtime knows, in TPU_DTYPE_LIST order.
+// One row per dtype the runtime knows, in TPU_DTYPE_ALL_LIST order.
 #define TPU_SCALAR_TYPES(X)                                                    \
   X(BOOL, Bool) X(U8, Byte) X(I8, Char) X(I16, Short) X(I32, Int) X(I64, Long) \
   X(F16, Half) X(BF16, BFloat16) X(F32, Float) X(F64, Double)                  \
-  X(C64, ComplexFloat) X(C128, ComplexDouble)
+  X(C64, ComplexFloat) X(C128, ComplexDouble)                                 \
+  X(U16, UInt16) X(U32, UInt32) X(U64, UInt64)
 
 tpu_dtype_t to_tpu_dtype(c10::ScalarType type) {
   switch (type) {

@@ -412,12 +412,90 @@ static void convert_complex(void* dst, tpu_dtype_t dst_dtype, int64_t dst_stride
   }
 }
 
+/* Wide unsigned dtypes (storage only, outside the typed tables) go through
+ * int64 in blocks: a uint16/uint32 value is exact there, a uint64 one bit for
+ * bit. Into one, the int64 conversion's low bits are kept (PyTorch's casts of
+ * in-range values; -1 becomes the largest value, as through int64 there).
+ * uint64 <-> floating converts as unsigned, which int64 cannot. */
+static int64_t load_unsigned(const void* src, tpu_dtype_t dtype, int64_t i) {
+  switch (dtype) {
+    case TPU_DTYPE_U16: return ((const uint16_t*)src)[i];
+    case TPU_DTYPE_U32: return ((const uint32_t*)src)[i];
+    default: return (int64_t)((const uint64_t*)src)[i];
+  }
+}
+
+static void store_unsigned(void* dst, tpu_dtype_t dtype, int64_t i, int64_t v) {
+  switch (dtype) {
+    case TPU_DTYPE_U16: ((uint16_t*)dst)[i] = (uint16_t)(uint64_t)v; break;
+    case TPU_DTYPE_U32: ((uint32_t*)dst)[i] = (uint32_t)(uint64_t)v; break;
+    default: ((uint64_t*)dst)[i] = (uint64_t)v; break;
+  }
+}
+
+#define UNSIGNED_BLOCK 256
+
+static void convert_unsigned(void* dst, tpu_dtype_t dst_dtype, int64_t dst_stride,
+                             const void* src, tpu_dtype_t src_dtype, int64_t src_stride,
+                             int64_t n) {
+  bool du = tpu_dtype_is_wide_unsigned(dst_dtype), su = tpu_dtype_is_wide_unsigned(src_dtype);
+  size_t dsz = tpu_dtype_size(dst_dtype), ssz = tpu_dtype_size(src_dtype);
+  if (dst_dtype == src_dtype) {
+    raw_copy(dst, dst_stride, src, src_stride, n, ssz);
+    return;
+  }
+  if (su && tpu_dtype_is_floating(dst_dtype) && src_dtype == TPU_DTYPE_U64) {
+    double d[UNSIGNED_BLOCK]; /* exact below 2^53; one rounding to float32 else */
+    float f[UNSIGNED_BLOCK];
+    for (int64_t b = 0; b < n; b += UNSIGNED_BLOCK) {
+      int64_t m = n - b < UNSIGNED_BLOCK ? n - b : UNSIGNED_BLOCK;
+      const uint64_t* s = (const uint64_t*)src;
+      char* out = (char*)dst + b * dst_stride * (int64_t)dsz;
+      if (dst_dtype == TPU_DTYPE_F64) {
+        for (int64_t i = 0; i < m; ++i) d[i] = (double)s[(b + i) * src_stride];
+        tpu_convert(out, dst_dtype, dst_stride, d, TPU_DTYPE_F64, 1, m);
+      } else {
+        for (int64_t i = 0; i < m; ++i) f[i] = (float)s[(b + i) * src_stride];
+        tpu_convert(out, dst_dtype, dst_stride, f, TPU_DTYPE_F32, 1, m);
+      }
+    }
+    return;
+  }
+  int64_t v[UNSIGNED_BLOCK];
+  double fv[UNSIGNED_BLOCK];
+  for (int64_t b = 0; b < n; b += UNSIGNED_BLOCK) {
+    int64_t m = n - b < UNSIGNED_BLOCK ? n - b : UNSIGNED_BLOCK;
+    const char* in = (const char*)src + b * src_stride * (int64_t)ssz;
+    char* out = (char*)dst + b * dst_stride * (int64_t)dsz;
+    if (su) {
+      for (int64_t i = 0; i < m; ++i) v[i] = load_unsigned(in, src_dtype, i * src_stride);
+    } else if (dst_dtype == TPU_DTYPE_U64 && tpu_dtype_is_floating(src_dtype)) {
+      tpu_convert(v, TPU_DTYPE_I64, 1, in, src_dtype, src_stride, m);
+      tpu_convert(fv, TPU_DTYPE_F64, 1, in, src_dtype, src_stride, m);
+      for (int64_t i = 0; i < m; ++i) /* [2^63, 2^64): exact, beyond int64 */
+        if (fv[i] >= 9.2233720368547758e18 && fv[i] < 1.8446744073709552e19)
+          v[i] = (int64_t)(uint64_t)fv[i];
+    } else {
+      tpu_convert(v, TPU_DTYPE_I64, 1, in, src_dtype, src_stride, m);
+    }
+    if (du) {
+      for (int64_t i = 0; i < m; ++i) store_unsigned(out, dst_dtype, i * dst_stride, v[i]);
+    } else {
+      tpu_convert(out, dst_dtype, dst_stride, v, TPU_DTYPE_I64, 1, m);
+    }
+  }
+}
+
 void tpu_convert(void* dst, tpu_dtype_t dst_dtype, int64_t dst_stride, const void* src,
                  tpu_dtype_t src_dtype, int64_t src_stride, int64_t n) {
   if ((unsigned)dst_dtype >= TPU_DTYPE_COUNT || (unsigned)src_dtype >= TPU_DTYPE_COUNT || n <= 0)
     return;
   if (tpu_dtype_is_complex(dst_dtype) || tpu_dtype_is_complex(src_dtype)) {
     convert_complex(dst, dst_dtype, dst_stride, src, src_dtype, src_stride, n);
+    return;
+  }
+  if (tpu_dtype_is_wide_unsigned(dst_dtype) || tpu_dtype_is_wide_unsigned(src_dtype)) {
+    convert_unsigned(dst, dst_dtype, dst_stride, src, src_dtype, src_stride, n);
     return;
   }
   if (dst_dtype == src_dtype) {

@@ -26,6 +26,17 @@ tpu_compute_type_t tpu_dtype_compute(tpu_dtype_t d) {
 bool tpu_dtype_is_floating(tpu_dtype_t d) { return valid(d) && g_info[d].category == 2; }
 bool tpu_dtype_is_integral(tpu_dtype_t d) { return valid(d) && g_info[d].category == 1; }
 bool tpu_dtype_is_complex(tpu_dtype_t d) { return valid(d) && g_info[d].category == 3; }
+bool tpu_dtype_is_wide_unsigned(tpu_dtype_t d) { return valid(d) && g_info[d].category == 4; }
+bool tpu_dtype_is_storage_only(tpu_dtype_t d) { return valid(d) && g_info[d].category >= 3; }
+
+tpu_dtype_t tpu_dtype_signed_twin(tpu_dtype_t d) {
+  switch (d) {
+    case TPU_DTYPE_U16: return TPU_DTYPE_I16;
+    case TPU_DTYPE_U32: return TPU_DTYPE_I32;
+    case TPU_DTYPE_U64: return TPU_DTYPE_I64;
+    default: return TPU_DTYPE_INVALID;
+  }
+}
 
 tpu_dtype_t tpu_dtype_part(tpu_dtype_t d) {
   return tpu_dtype_is_complex(d) ? tpu_compute_storage_dtype(g_info[d].compute) : d;
@@ -55,7 +66,8 @@ tpu_dtype_t tpu_dtype_promote(tpu_dtype_t a, tpu_dtype_t b) {
   enum { b1 = TPU_DTYPE_BOOL, u1 = TPU_DTYPE_U8, i1 = TPU_DTYPE_I8, i2 = TPU_DTYPE_I16,
          i4 = TPU_DTYPE_I32, i8 = TPU_DTYPE_I64, f2 = TPU_DTYPE_F16, bf = TPU_DTYPE_BF16,
          f4 = TPU_DTYPE_F32, f8 = TPU_DTYPE_F64, c4 = TPU_DTYPE_C64, c8 = TPU_DTYPE_C128 };
-  static const signed char table[TPU_DTYPE_COUNT][TPU_DTYPE_COUNT] = {
+  enum { lattice = TPU_DTYPE_C128 + 1 }; /* the real and complex dtypes */
+  static const signed char table[lattice][lattice] = {
       /*        b1  u1  i1  i2  i4  i8  f2  bf  f4  f8  c4  c8 */
       /* b1 */ {b1, u1, i1, i2, i4, i8, f2, bf, f4, f8, c4, c8},
       /* u1 */ {u1, u1, i2, i2, i4, i8, f2, bf, f4, f8, c4, c8},
@@ -71,5 +83,10 @@ tpu_dtype_t tpu_dtype_promote(tpu_dtype_t a, tpu_dtype_t b) {
       /* c8 */ {c8, c8, c8, c8, c8, c8, c8, c8, c8, c8, c8, c8},
   };
   if (!valid(a) || !valid(b)) return TPU_DTYPE_INVALID;
+  if (tpu_dtype_is_wide_unsigned(a) || tpu_dtype_is_wide_unsigned(b)) {
+    if (a == b) return a;
+    tpu_dtype_t other = tpu_dtype_is_wide_unsigned(a) ? b : a;
+    return g_info[other].category == 2 || g_info[other].category == 3 ? other : TPU_DTYPE_INVALID;
+  }
   return (tpu_dtype_t)table[a][b];
 }

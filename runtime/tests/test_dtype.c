@@ -73,6 +73,18 @@ static int64_t ref_f2i(double f) {
   return (int64_t)f;
 }
 
+/* A NaN made quiet, payload kept, as tpu_convert reads a half type's NaNs
+ * (written out: a compiler may fold a float -> double -> float round trip
+ * that would quiet it in hardware). */
+static float quiet(float f) {
+  if (f == f) return f;
+  uint32_t b;
+  memcpy(&b, &f, 4);
+  b |= 0x00400000u;
+  memcpy(&f, &b, 4);
+  return f;
+}
+
 /* The reference: one element at a time, PyTorch's cast rules written out. */
 static void ref_convert(void* dst, tpu_dtype_t dt, const void* src, tpu_dtype_t st) {
   if (dt == st) { /* a same-dtype conversion copies bits */
@@ -88,18 +100,33 @@ static void ref_convert(void* dst, tpu_dtype_t dt, const void* src, tpu_dtype_t 
   else if (st == TPU_DTYPE_I16) i = *(const int16_t*)src;
   else if (st == TPU_DTYPE_I32) i = *(const int32_t*)src;
   else if (st == TPU_DTYPE_I64) i = *(const int64_t*)src;
-  else if (st == TPU_DTYPE_F16) f = tpu_f16_to_f32(*(const uint16_t*)src);
-  else if (st == TPU_DTYPE_BF16) f = tpu_bf16_to_f32(*(const uint16_t*)src);
+  else if (st == TPU_DTYPE_U16) i = *(const uint16_t*)src;
+  else if (st == TPU_DTYPE_U32) i = *(const uint32_t*)src;
+  else if (st == TPU_DTYPE_U64) i = (int64_t) * (const uint64_t*)src; /* bits */
+  else if (st == TPU_DTYPE_F16) f = quiet(tpu_f16_to_f32(*(const uint16_t*)src));
+  else if (st == TPU_DTYPE_BF16) f = quiet(tpu_bf16_to_f32(*(const uint16_t*)src));
   else if (st == TPU_DTYPE_F32) f = *(const float*)src;
   else f = *(const double*)src;
   uint64_t as_int = (uint64_t)(fl ? ref_f2i(f) : i); /* narrower integers wrap */
   float as_f32 = fl ? (float)f : (float)i;            /* one rounding from int64 */
+  if (st == TPU_DTYPE_U64) { /* unsigned, beyond int64 */
+    as_f32 = (float)*(const uint64_t*)src;
+    if (dt == TPU_DTYPE_F64) {
+      *(double*)dst = (double)*(const uint64_t*)src;
+      return;
+    }
+  }
+  if (dt == TPU_DTYPE_U64 && fl && f >= 9223372036854775808.0 && f < 18446744073709551616.0)
+    as_int = (uint64_t)f; /* exact in [2^63, 2^64) */
   if (dt == TPU_DTYPE_BOOL) *(uint8_t*)dst = fl ? f != 0 : i != 0;
   else if (dt == TPU_DTYPE_U8) *(uint8_t*)dst = (uint8_t)as_int;
   else if (dt == TPU_DTYPE_I8) *(int8_t*)dst = (int8_t)as_int;
   else if (dt == TPU_DTYPE_I16) *(int16_t*)dst = (int16_t)as_int;
   else if (dt == TPU_DTYPE_I32) *(int32_t*)dst = (int32_t)as_int;
   else if (dt == TPU_DTYPE_I64) *(int64_t*)dst = (int64_t)as_int;
+  else if (dt == TPU_DTYPE_U16) *(uint16_t*)dst = (uint16_t)as_int;
+  else if (dt == TPU_DTYPE_U32) *(uint32_t*)dst = (uint32_t)as_int;
+  else if (dt == TPU_DTYPE_U64) *(uint64_t*)dst = as_int;
   else if (dt == TPU_DTYPE_F16) *(uint16_t*)dst = tpu_f32_to_f16(as_f32);
   else if (dt == TPU_DTYPE_BF16) *(uint16_t*)dst = tpu_f32_to_bf16(as_f32);
   else if (dt == TPU_DTYPE_F32) *(float*)dst = as_f32;

@@ -15,6 +15,15 @@
  * only: the op registry refuses complex views and dtype attrs for every row
  * that does not declare TPU_OP_COMPLEX (tpu/ops.h), so no generic kernel
  * sees one.
+ *
+ * The wide unsigned dtypes (TPU_DTYPE_UNSIGNED_LIST: uint16, uint32, uint64)
+ * are a storage category too, as PyTorch keeps them ("barebones": copies,
+ * casts, bit operations, equality, indexing; no arithmetic on CPU either).
+ * tpu_convert moves them; rows that only move elements or whose result bits
+ * do not depend on signedness run them as the signed integer of the same
+ * width (TPU_OP_COMPLEX_AS_BITS, TPU_OP_UNSIGNED_AS_SIGNED in tpu/ops.h);
+ * rows declaring TPU_OP_UNSIGNED take them as they are (copy, fill); every
+ * other row refuses them, and the CPU fallback runs the op as PyTorch does.
  */
 #ifndef TPU_DTYPE_H_
 #define TPU_DTYPE_H_
@@ -53,8 +62,17 @@ typedef struct tpu_complex128 {
   X(C64, "complex64", tpu_complex64_t, F32, 3)     \
   X(C128, "complex128", tpu_complex128_t, F64, 3)
 
-/* Every dtype: the real ones, then the complex ones. */
-#define TPU_DTYPE_ALL_LIST(X) TPU_DTYPE_LIST(X) TPU_DTYPE_COMPLEX_LIST(X)
+/* The wide unsigned dtypes, after the complex ones: X(ENUM, name, storage C
+ * type, compute class, 4). Their compute class is int64's, which holds
+ * uint16 and uint32 exactly and uint64 bit for bit. */
+#define TPU_DTYPE_UNSIGNED_LIST(X)   \
+  X(U16, "uint16", uint16_t, I64, 4) \
+  X(U32, "uint32", uint32_t, I64, 4) \
+  X(U64, "uint64", uint64_t, I64, 4)
+
+/* Every dtype: the real ones, the complex ones, the wide unsigned ones. */
+#define TPU_DTYPE_ALL_LIST(X) \
+  TPU_DTYPE_LIST(X) TPU_DTYPE_COMPLEX_LIST(X) TPU_DTYPE_UNSIGNED_LIST(X)
 
 typedef enum tpu_dtype {
 #define TPU_X_(E, n, T, C, K) TPU_DTYPE_##E,
@@ -77,8 +95,15 @@ size_t tpu_dtype_size(tpu_dtype_t dtype);
 const char* tpu_dtype_name(tpu_dtype_t dtype);
 tpu_compute_type_t tpu_dtype_compute(tpu_dtype_t dtype);
 bool tpu_dtype_is_floating(tpu_dtype_t dtype);
-bool tpu_dtype_is_integral(tpu_dtype_t dtype); /* excludes bool */
+bool tpu_dtype_is_integral(tpu_dtype_t dtype); /* the real integers: excludes bool and uint16/32/64 */
 bool tpu_dtype_is_complex(tpu_dtype_t dtype);
+/* uint16, uint32, uint64 (not uint8, which is a real dtype). */
+bool tpu_dtype_is_wide_unsigned(tpu_dtype_t dtype);
+/* Complex or wide unsigned: a dtype the generic kernels never see. */
+bool tpu_dtype_is_storage_only(tpu_dtype_t dtype);
+/* The signed integer dtype of the same width as a wide unsigned dtype
+ * (uint16 -> int16, uint32 -> int32, uint64 -> int64); INVALID otherwise. */
+tpu_dtype_t tpu_dtype_signed_twin(tpu_dtype_t dtype);
 /* complex64 -> float32, complex128 -> float64; a real dtype is its own part. */
 tpu_dtype_t tpu_dtype_part(tpu_dtype_t dtype);
 /* The complex dtype with parts of `dtype` (float32 -> complex64, float64 ->
@@ -88,7 +113,9 @@ tpu_dtype_t tpu_dtype_to_complex(tpu_dtype_t dtype);
 tpu_dtype_t tpu_compute_storage_dtype(tpu_compute_type_t ct);
 size_t tpu_compute_size(tpu_compute_type_t ct);
 
-/* PyTorch's promoteTypes lattice for the dtypes above (complex included). */
+/* PyTorch's promoteTypes lattice for the dtypes above (complex included). A
+ * wide unsigned dtype promotes with itself, and to the floating or complex
+ * dtype it meets; with any other dtype PyTorch refuses: INVALID. */
 tpu_dtype_t tpu_dtype_promote(tpu_dtype_t a, tpu_dtype_t b);
 
 /* Converts n elements between any two dtypes, with source and destination
@@ -96,7 +123,9 @@ tpu_dtype_t tpu_dtype_promote(tpu_dtype_t a, tpu_dtype_t b);
  * conversion copies bits. Values follow PyTorch's casts: floating -> integer
  * truncates (NaN -> 0, beyond int64 saturates, narrower integers wrap),
  * nonzero (NaN too) -> true, integer -> floating rounds once to nearest
- * even, half types round to nearest even through float32. Implemented in
+ * even, half types round to nearest even through float32; a wide unsigned
+ * destination takes the int64 conversion's low bits (uint64 also takes a
+ * floating value in [2^63, 2^64) exactly). Implemented in
  * convert.c, the runtime's only conversion code; fast for any strides, and
  * for short calls. */
 void tpu_convert(void* dst, tpu_dtype_t dst_dtype, int64_t dst_stride,

@@ -104,8 +104,20 @@ struct tpu_op_def {
  * complex64 operands runs on them as int64 views of the same layout (8
  * bytes each, bit for bit), so its row's check, infer and kernel see only
  * real dtypes; int64 outputs of such a node are the complex data. A
- * complex128 operand, or a complex dtype attr, is refused. */
+ * complex128 operand, or a complex dtype attr, is refused. Wide unsigned
+ * operands run as their signed twins the same way (see below). */
 #define TPU_OP_COMPLEX_AS_BITS 128u
+/* The row takes the wide unsigned dtypes (uint16/32/64, tpu/dtype.h) as they
+ * are: its kernel moves them with tpu_convert (copy, fill). */
+#define TPU_OP_UNSIGNED 512u
+/* The result's bits do not depend on signedness (bitwise and/or/xor/not,
+ * eq, ne): a node whose integer operands all have one wide unsigned dtype
+ * runs on views of its signed twin (uint32 -> int32), integer scalars
+ * wrapped to the twin's range; floating scalars and mixed dtypes are
+ * refused. Rows with TPU_OP_COMPLEX_AS_BITS take the wide unsigned dtypes
+ * the same way, mixed with other dtypes too (the element moves only). Any
+ * other row refuses them (UNIMPLEMENTED: the CPU fallback runs them). */
+#define TPU_OP_UNSIGNED_AS_SIGNED 1024u
 /* Heavy: a GEMM, convolution or attention, which no fused group holds.
  * DEFER_AND_FUSE cuts the pending graph before such a node (flush reason
  * "pipeline"), so what was recorded runs while the program records on:

@@ -83,13 +83,13 @@ static bool tileable(const tpu_node_t* node) {
   if (!(def->flags & TPU_OP_POINTWISE) || node->num_outputs != 1) return false;
   if (tpu_op_mutated_inputs(node->op)) return false; /* writes an input: runs alone */
   const tpu_view_t* out = &node->outputs[0];
-  if (tpu_view_is_absent(out) || tpu_view_numel(out) == 0 || tpu_dtype_is_complex(out->dtype))
+  if (tpu_view_is_absent(out) || tpu_view_numel(out) == 0 || tpu_dtype_is_storage_only(out->dtype))
     return false;
   for (int32_t k = 0; k < node->num_inputs; ++k) {
     const tpu_value_t* v = &node->inputs[k];
     if (v->kind != TPU_VALUE_VIEW) continue;
     const tpu_view_t* in = &v->u.view;
-    if (in->ndim > out->ndim || tpu_dtype_is_complex(in->dtype)) return false;
+    if (in->ndim > out->ndim || tpu_dtype_is_storage_only(in->dtype)) return false;
     int32_t shift = out->ndim - in->ndim;
     for (int32_t d = 0; d < in->ndim; ++d)
       if (in->sizes[d] != 1 && in->sizes[d] != out->sizes[d + shift]) return false;
@@ -150,7 +150,7 @@ bool tpu_fusion_gemm_lead(const tpu_node_t* node) {
   if (tpu_op_mutated_inputs(node->op)) return false;
   const tpu_view_t* c = &node->outputs[0];
   if (tpu_view_is_absent(c) || tpu_view_numel(c) == 0 || (c->ndim != 2 && c->ndim != 3) ||
-      tpu_dtype_is_complex(c->dtype))
+      tpu_dtype_is_storage_only(c->dtype))
     return false;
   for (int32_t k = 0; k < node->num_inputs; ++k)
     if (node->inputs[k].kind == TPU_VALUE_VIEW && tpu_views_may_overlap(&node->inputs[k].u.view, c))
@@ -228,7 +228,7 @@ static int32_t row_op_k(const tpu_node_t* node, uint32_t* out_mask) {
   for (int32_t j = 0; j < node->num_inputs; ++j) {
     if (node->inputs[j].kind != TPU_VALUE_VIEW) continue;
     const tpu_view_t* in = &node->inputs[j].u.view;
-    if (tpu_dtype_is_complex(in->dtype)) return 0;
+    if (tpu_dtype_is_storage_only(in->dtype)) return 0;
     if (((*out_mask >> j) & 1u) && !tpu_fusion_has_rows(in, rows, k)) return 0;
     for (int32_t o = 0; o < node->num_outputs; ++o)
       if (!tpu_view_is_absent(&node->outputs[o]) && tpu_views_may_overlap(in, &node->outputs[o]))
@@ -237,7 +237,7 @@ static int32_t row_op_k(const tpu_node_t* node, uint32_t* out_mask) {
   for (int32_t o = 0; o < node->num_outputs; ++o) {
     const tpu_view_t* out = &node->outputs[o];
     if (tpu_view_is_absent(out)) continue;
-    if (tpu_dtype_is_complex(out->dtype) || !tpu_fusion_has_rows(out, rows, k)) return 0;
+    if (tpu_dtype_is_storage_only(out->dtype) || !tpu_fusion_has_rows(out, rows, k)) return 0;
   }
   return k;
 }

@@ -6,6 +6,8 @@
  * source is broadcast to the destination's shape, dims are collapsed and
  * ordered by the destination's strides, and each run is converted with
  * generated per-dtype loops (same-dtype runs are copied bit for bit).
+ * All three take the wide unsigned dtypes (TPU_OP_UNSIGNED): tpu_convert
+ * moves them.
  */
 #include <string.h>
 
@@ -104,11 +106,11 @@ static tpu_status_t zero_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
 
 static const tpu_op_def_t g_rows[] = {
     {"zero", "self", "", "out", "zero_ zero zero.out", zero_kernel, like_input0_infer, NULL, NULL,
-     TPU_OP_COMPLEX_AS_REAL},
-    {"copy", "src", "", "out", "", copy_kernel, like_input0_infer, NULL, NULL},
+     TPU_OP_COMPLEX_AS_REAL | TPU_OP_UNSIGNED},
+    {"copy", "src", "", "out", "", copy_kernel, like_input0_infer, NULL, NULL, TPU_OP_UNSIGNED},
     {"fill", "self,value#", "", "out",
      "fill.Scalar fill.Tensor fill.Scalar_out fill.Tensor_out fill_.Scalar fill_.Tensor",
-     fill_kernel, fill_infer, fill_check, NULL},
+     fill_kernel, fill_infer, fill_check, NULL, TPU_OP_UNSIGNED},
 };
 
 const tpu_op_family_t tpu_family_copy = {"copy", g_rows,

@@ -48,7 +48,10 @@ typedef struct ew_dtype_info {
 
 #define EW_X_(E, n, T, C, K) \
   [TPU_DTYPE_##E] = {(int8_t)(8 * sizeof(T)), (T)-1 < (T)0, EW_FMAX_##E},
-static const ew_dtype_info_t g_info[TPU_DTYPE_COUNT] = {TPU_DTYPE_LIST(EW_X_)};
+#define EW_U_(E, n, T, C, K) [TPU_DTYPE_##E] = {(int8_t)(8 * sizeof(T)), false, 0.0},
+static const ew_dtype_info_t g_info[TPU_DTYPE_COUNT] = {TPU_DTYPE_LIST(EW_X_)
+                                                             TPU_DTYPE_UNSIGNED_LIST(EW_U_)};
+#undef EW_U_
 #undef EW_X_
 
 double tpu_ew_dtype_max(tpu_dtype_t dtype) {

@@ -555,11 +555,13 @@ static const tpu_op_def_t g_rows[] = {
     EW_ROW("rsub", "self,other", "alpha", "out",
            "rsub.Tensor rsub.Scalar rsub.Tensor_out rsub.Scalar_out", k_rsub),
     /* complex * real runs on the complex operand's real view; other complex
-     * products in elementwise_complex.c */
+     * products in elementwise_complex.c; uint16/32/64 products wrap as their
+     * signed twins' do, bit for bit */
     {"mul", "self,other", "", "out",
      "mul.Tensor mul.Scalar mul.out mul.Scalar_out mul_.Tensor mul_.Scalar", tpu_ew_mul_kernel,
      tpu_ew_mul_infer, tpu_ew_mul_check, &k_mul,
-     TPU_OP_OWN_OVERLAP_CHECK | TPU_OP_POINTWISE | TPU_OP_COMPLEX_AS_REAL | TPU_OP_COMPLEX},
+     TPU_OP_OWN_OVERLAP_CHECK | TPU_OP_POINTWISE | TPU_OP_COMPLEX_AS_REAL | TPU_OP_COMPLEX |
+         TPU_OP_UNSIGNED_AS_SIGNED},
     EW_ROW("div", "self,other", "rounding_mode", "out",
            "div.Tensor div.Scalar div.Tensor_mode div.Scalar_mode div.out div.out_mode "
            "div.Scalar_out div.Scalar_mode_out div_.Tensor div_.Scalar div_.Tensor_mode "
@@ -620,8 +622,8 @@ static const tpu_op_def_t g_rows[] = {
     EW_ROW("elu", "self", "alpha,scale,input_scale", "out", "elu elu.out elu_", k_elu),
     EW_ROW("threshold", "self", "threshold,value", "out", "threshold threshold.out threshold_",
            k_threshold),
-    EW_ROW("eq", "self,other", "", "out", EW_TS_ATEN(eq), k_eq),
-    EW_ROW("ne", "self,other", "", "out", EW_TS_ATEN(ne), k_ne),
+    EW_ROW_BITS("eq", "self,other", "", "out", EW_TS_ATEN(eq), k_eq),
+    EW_ROW_BITS("ne", "self,other", "", "out", EW_TS_ATEN(ne), k_ne),
     EW_ROW("lt", "self,other", "", "out", EW_TS_ATEN(lt), k_lt),
     EW_ROW("le", "self,other", "", "out", EW_TS_ATEN(le), k_le),
     EW_ROW("gt", "self,other", "", "out", EW_TS_ATEN(gt), k_gt),
@@ -633,16 +635,17 @@ static const tpu_op_def_t g_rows[] = {
            k_logical_or),
     EW_ROW("logical_xor", "self,other", "", "out",
            "logical_xor logical_xor.out logical_xor_", k_logical_xor),
-    EW_ROW("bitwise_and", "self,other", "", "out",
-           EW_TS_ATEN(bitwise_and) " bitwise_and.Scalar_Tensor bitwise_and.Scalar_Tensor_out",
+    EW_ROW_BITS("bitwise_and", "self,other", "", "out",
+                EW_TS_ATEN(bitwise_and) " bitwise_and.Scalar_Tensor bitwise_and.Scalar_Tensor_out",
            k_bitwise_and),
-    EW_ROW("bitwise_or", "self,other", "", "out",
-           EW_TS_ATEN(bitwise_or) " bitwise_or.Scalar_Tensor bitwise_or.Scalar_Tensor_out",
+    EW_ROW_BITS("bitwise_or", "self,other", "", "out",
+                EW_TS_ATEN(bitwise_or) " bitwise_or.Scalar_Tensor bitwise_or.Scalar_Tensor_out",
            k_bitwise_or),
-    EW_ROW("bitwise_xor", "self,other", "", "out",
-           EW_TS_ATEN(bitwise_xor) " bitwise_xor.Scalar_Tensor bitwise_xor.Scalar_Tensor_out",
+    EW_ROW_BITS("bitwise_xor", "self,other", "", "out",
+                EW_TS_ATEN(bitwise_xor) " bitwise_xor.Scalar_Tensor bitwise_xor.Scalar_Tensor_out",
            k_bitwise_xor),
-    EW_UNARY_ROW(bitwise_not),
+    EW_ROW_BITS("bitwise_not", "self", "", "out", "bitwise_not bitwise_not.out bitwise_not_",
+                k_bitwise_not),
     EW_ROW("where", "condition,self,other", "", "out",
            "where.self where.self_out", k_where),
     EW_ROW("masked_fill", "self,mask,value", "", "out",

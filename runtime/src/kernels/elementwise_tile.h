@@ -160,6 +160,11 @@ EW_FLOAT_HELPERS(double, d)
 #define EW_ROW(name, inputs, attrs, outputs, aten, impl) \
   {name, inputs, attrs, outputs, aten, tpu_ew_kernel, tpu_ew_infer, tpu_ew_check, &impl, \
    TPU_OP_OWN_OVERLAP_CHECK | TPU_OP_POINTWISE}
+/* A row whose result bits do not depend on signedness: it takes uint16/32/64
+ * as their signed twins (TPU_OP_UNSIGNED_AS_SIGNED, tpu/ops.h). */
+#define EW_ROW_BITS(name, inputs, attrs, outputs, aten, impl)                             \
+  {name, inputs, attrs, outputs, aten, tpu_ew_kernel, tpu_ew_infer, tpu_ew_check, &impl, \
+   TPU_OP_OWN_OVERLAP_CHECK | TPU_OP_POINTWISE | TPU_OP_UNSIGNED_AS_SIGNED}
 /* name(self): functional, out= and in-place forms. */
 #define EW_UNARY_ROW(op) EW_ROW(#op, "self", "", "out", #op " " #op ".out " #op "_", k_##op)
 /* name.Tensor / name.Scalar (other a Python number), with out= and in-place. */

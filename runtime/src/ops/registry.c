@@ -210,6 +210,96 @@ static bool has_complex(const tpu_node_t* node, bool outputs) {
   return false;
 }
 
+/* The node's wide unsigned dtype: INVALID when it has none, COUNT when it
+ * has two different ones (views, outputs, scalars or dtype attrs). */
+static tpu_dtype_t unsigned_dtype(const tpu_node_t* node, bool outputs) {
+  tpu_dtype_t found = TPU_DTYPE_INVALID;
+#define NOTE_(d)                                                          \
+  do {                                                                    \
+    tpu_dtype_t d_ = (d);                                                 \
+    if (tpu_dtype_is_wide_unsigned(d_))                                   \
+      found = found == TPU_DTYPE_INVALID || found == d_ ? d_ : TPU_DTYPE_COUNT; \
+  } while (0)
+  for (int32_t i = 0; i < node->num_inputs; ++i) {
+    const tpu_value_t* v = &node->inputs[i];
+    if (v->kind == TPU_VALUE_VIEW) NOTE_(v->u.view.dtype);
+    if (v->kind == TPU_VALUE_SCALAR) NOTE_(v->u.scalar.dtype);
+  }
+  for (int32_t o = 0; outputs && node->outputs && o < node->num_outputs; ++o)
+    NOTE_(node->outputs[o].dtype);
+  for (int32_t a = 0; a < node->num_attrs && a < TPU_MAX_ATTRS; ++a)
+    if (node->attrs[a].kind == TPU_ATTR_DTYPE) NOTE_(node->attrs[a].u.dtype);
+#undef NOTE_
+  return found;
+}
+
+static bool has_unsigned(const tpu_node_t* node, bool outputs) {
+  return unsigned_dtype(node, outputs) != TPU_DTYPE_INVALID;
+}
+
+/* An integer value wrapped to the range of the signed dtype `twin`. */
+static int64_t wrap_to(int64_t v, tpu_dtype_t twin) {
+  switch (twin) {
+    case TPU_DTYPE_I16: return (int16_t)(uint16_t)(uint64_t)v;
+    case TPU_DTYPE_I32: return (int32_t)(uint32_t)(uint64_t)v;
+    default: return v;
+  }
+}
+
+#define AS_SIGNED_MAX 8 /* operands of a TPU_OP_UNSIGNED_AS_SIGNED node */
+
+/* A TPU_OP_UNSIGNED_AS_SIGNED node on the signed twin of its one wide
+ * unsigned dtype, stored in the caller's arrays; false when it is not of
+ * that form (another integer or floating view, a floating scalar, a dtype
+ * attr, too many operands). */
+static bool unsigned_as_signed(const tpu_node_t* node, tpu_node_t* out, tpu_value_t* inputs,
+                               tpu_view_t* outputs) {
+  tpu_dtype_t u = unsigned_dtype(node, node->outputs != NULL);
+  tpu_dtype_t twin = tpu_dtype_signed_twin(u);
+  if (twin == TPU_DTYPE_INVALID || node->num_inputs > AS_SIGNED_MAX ||
+      node->num_outputs > AS_SIGNED_MAX)
+    return false;
+  for (int32_t a = 0; a < node->num_attrs && a < TPU_MAX_ATTRS; ++a)
+    if (node->attrs[a].kind == TPU_ATTR_DTYPE) return false;
+  *out = *node;
+  for (int32_t i = 0; i < node->num_inputs; ++i) {
+    tpu_value_t* v = &inputs[i];
+    *v = node->inputs[i];
+    if (v->kind == TPU_VALUE_VIEW) {
+      if (v->u.view.dtype != u && v->u.view.dtype != TPU_DTYPE_BOOL) return false;
+      if (v->u.view.dtype == u) v->u.view.dtype = twin;
+    } else if (v->kind == TPU_VALUE_SCALAR) {
+      tpu_scalar_t* s = &v->u.scalar;
+      if (tpu_dtype_is_floating(s->dtype) || tpu_dtype_is_complex(s->dtype)) return false;
+      if (s->dtype != TPU_DTYPE_BOOL) s->v.i = wrap_to(s->v.i, twin);
+      if (s->is_tensor && s->dtype != TPU_DTYPE_BOOL) s->dtype = twin;
+    }
+  }
+  for (int32_t o = 0; node->outputs && o < node->num_outputs; ++o) {
+    outputs[o] = node->outputs[o];
+    if (tpu_view_is_absent(&outputs[o])) continue;
+    if (outputs[o].dtype != u && outputs[o].dtype != TPU_DTYPE_BOOL) return false;
+    if (outputs[o].dtype == u) outputs[o].dtype = twin;
+  }
+  out->inputs = inputs;
+  out->outputs = node->outputs ? outputs : NULL;
+  return true;
+}
+
+static bool as_signed_row(const tpu_op_def_t* def, const tpu_node_t* node, bool outputs) {
+  return (def->flags & TPU_OP_UNSIGNED_AS_SIGNED) && has_unsigned(node, outputs);
+}
+
+/* Wide unsigned operands reach only rows that declare a way to take them. */
+static tpu_status_t check_unsigned(const tpu_op_def_t* def, const tpu_node_t* node,
+                                   bool outputs) {
+  if ((def->flags & TPU_OP_UNSIGNED) || !has_unsigned(node, outputs)) return TPU_OK;
+  return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: operands of dtype %s", def->name,
+                         tpu_dtype_name(unsigned_dtype(node, outputs) == TPU_DTYPE_COUNT
+                                            ? TPU_DTYPE_U64
+                                            : unsigned_dtype(node, outputs)));
+}
+
 /* Complex operands reach only rows that declare TPU_OP_COMPLEX. */
 static tpu_status_t check_complex(const tpu_op_def_t* def, const tpu_node_t* node, bool outputs) {
   if ((def->flags & TPU_OP_COMPLEX) || !has_complex(node, outputs)) return TPU_OK;
@@ -268,25 +358,34 @@ static bool as_real_row(const tpu_op_def_t* def, const tpu_node_t* node) {
 
 #define AS_BITS_MAX 16 /* operands of a TPU_OP_COMPLEX_AS_BITS node */
 
-/* A TPU_OP_COMPLEX_AS_BITS node with complex64 views as int64 ones, stored
- * in the caller's arrays; false when it is not of that form. */
+/* A TPU_OP_COMPLEX_AS_BITS node with complex64 views as int64 ones and wide
+ * unsigned views as their signed twins, stored in the caller's arrays; false
+ * when it is not of that form. */
 static bool complex_as_bits(const tpu_node_t* node, tpu_node_t* out, tpu_value_t* inputs,
                             tpu_view_t* outputs) {
   if (node->num_inputs > AS_BITS_MAX || node->num_outputs > AS_BITS_MAX) return false;
   for (int32_t a = 0; a < node->num_attrs && a < TPU_MAX_ATTRS; ++a)
-    if (node->attrs[a].kind == TPU_ATTR_DTYPE && tpu_dtype_is_complex(node->attrs[a].u.dtype))
+    if (node->attrs[a].kind == TPU_ATTR_DTYPE && tpu_dtype_is_storage_only(node->attrs[a].u.dtype))
       return false;
+  if (unsigned_dtype(node, node->outputs != NULL) == TPU_DTYPE_COUNT) return false;
   *out = *node;
   for (int32_t i = 0; i < node->num_inputs; ++i) {
     inputs[i] = node->inputs[i];
-    if (inputs[i].kind != TPU_VALUE_VIEW || !tpu_dtype_is_complex(inputs[i].u.view.dtype)) continue;
-    if (inputs[i].u.view.dtype != TPU_DTYPE_C64) return false;
+    if (inputs[i].kind == TPU_VALUE_SCALAR && tpu_dtype_is_storage_only(inputs[i].u.scalar.dtype))
+      return false;
+    if (inputs[i].kind != TPU_VALUE_VIEW) continue;
+    tpu_dtype_t d = inputs[i].u.view.dtype;
+    if (tpu_dtype_is_wide_unsigned(d)) inputs[i].u.view.dtype = tpu_dtype_signed_twin(d);
+    if (!tpu_dtype_is_complex(d)) continue;
+    if (d != TPU_DTYPE_C64) return false;
     inputs[i].u.view.dtype = TPU_DTYPE_I64;
   }
   for (int32_t o = 0; node->outputs && o < node->num_outputs; ++o) {
     outputs[o] = node->outputs[o];
-    if (!tpu_dtype_is_complex(outputs[o].dtype)) continue;
-    if (outputs[o].dtype != TPU_DTYPE_C64) return false;
+    tpu_dtype_t d = outputs[o].dtype;
+    if (tpu_dtype_is_wide_unsigned(d)) outputs[o].dtype = tpu_dtype_signed_twin(d);
+    if (!tpu_dtype_is_complex(d)) continue;
+    if (d != TPU_DTYPE_C64) return false;
     outputs[o].dtype = TPU_DTYPE_I64;
   }
   out->inputs = inputs;
@@ -295,7 +394,8 @@ static bool complex_as_bits(const tpu_node_t* node, tpu_node_t* out, tpu_value_t
 }
 
 static bool as_bits_row(const tpu_op_def_t* def, const tpu_node_t* node, bool outputs) {
-  return (def->flags & TPU_OP_COMPLEX_AS_BITS) && has_complex(node, outputs);
+  return (def->flags & TPU_OP_COMPLEX_AS_BITS) &&
+         (has_complex(node, outputs) || has_unsigned(node, outputs));
 }
 
 tpu_status_t tpu_node_execute(const tpu_node_t* node, tpu_exec_ctx_t* ctx) {
@@ -310,6 +410,9 @@ tpu_status_t tpu_node_execute(const tpu_node_t* node, tpu_exec_ctx_t* ctx) {
   tpu_view_t bits_out[AS_BITS_MAX];
   if (!as_real && as_bits_row(def, node, true) &&
       complex_as_bits(node, &real_node, bits_in, bits_out))
+    as_real = true;
+  if (!as_real && as_signed_row(def, node, true) &&
+      unsigned_as_signed(node, &real_node, bits_in, bits_out))
     as_real = true;
   tpu_status_t s = def->kernel(def, as_real ? &real_node : node, ctx);
   if (s != TPU_OK) return tpu_status_annotate(s, "in op '%s' on tpu:%d", def->name, ctx->chip_index);
@@ -338,6 +441,15 @@ static tpu_status_t check_validated(const tpu_node_t* node) {
       return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: complex operands", def->name);
     return tpu_op_check(&r);
   }
+  if (as_signed_row(def, node, true)) {
+    tpu_node_t r;
+    tpu_value_t in[AS_SIGNED_MAX];
+    tpu_view_t out[AS_SIGNED_MAX];
+    if (!unsigned_as_signed(node, &r, in, out))
+      return check_unsigned(&(tpu_op_def_t){.name = def->name}, node, true);
+    return tpu_op_check(&r);
+  }
+  TPU_RETURN_IF_ERROR(check_unsigned(def, node, true));
   TPU_RETURN_IF_ERROR(check_complex(def, node, true));
   TPU_RETURN_IF_ERROR(tpu_op_check_out_overlap(node));
   return def->check ? def->check(def, node) : TPU_OK;
@@ -407,11 +519,31 @@ tpu_status_t tpu_op_infer(const tpu_node_t* node, tpu_view_t* out_views) {
     if (!complex_as_bits(&unset, &r, in, out))
       return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: complex operands", def->name);
     TPU_RETURN_IF_ERROR(def->infer(def, &r, out_views));
-    for (int32_t o = 0; o < tpu_op_num_outputs(node->op); ++o) /* int64 data back to complex */
-      if (!tpu_view_is_absent(&out_views[o]) && out_views[o].dtype == TPU_DTYPE_I64)
-        out_views[o].dtype = TPU_DTYPE_C64;
+    tpu_dtype_t u = unsigned_dtype(node, false);
+    bool complex = has_complex(node, false);
+    for (int32_t o = 0; o < tpu_op_num_outputs(node->op); ++o) { /* the data's dtype back */
+      tpu_view_t* v = &out_views[o];
+      if (tpu_view_is_absent(v)) continue;
+      if (complex && v->dtype == TPU_DTYPE_I64) v->dtype = TPU_DTYPE_C64;
+      else if (u != TPU_DTYPE_INVALID && v->dtype == tpu_dtype_signed_twin(u)) v->dtype = u;
+    }
     return TPU_OK;
   }
+  if (as_signed_row(def, node, false)) {
+    tpu_node_t r, unset = *node;
+    tpu_value_t in[AS_SIGNED_MAX];
+    tpu_view_t out[AS_SIGNED_MAX];
+    unset.outputs = NULL; /* not set yet: not read */
+    if (!unsigned_as_signed(&unset, &r, in, out))
+      return check_unsigned(&(tpu_op_def_t){.name = def->name}, node, false);
+    TPU_RETURN_IF_ERROR(def->infer(def, &r, out_views));
+    tpu_dtype_t u = unsigned_dtype(node, false);
+    for (int32_t o = 0; o < tpu_op_num_outputs(node->op); ++o) /* the twin back to unsigned */
+      if (!tpu_view_is_absent(&out_views[o]) && out_views[o].dtype == tpu_dtype_signed_twin(u))
+        out_views[o].dtype = u;
+    return TPU_OK;
+  }
+  TPU_RETURN_IF_ERROR(check_unsigned(def, node, false));
   TPU_RETURN_IF_ERROR(check_complex(def, node, false));
   return def->infer(def, node, out_views);
 }
@@ -427,11 +559,13 @@ void tpu_view_set_contiguous(tpu_view_t* view) {
   }
 }
 
-/* Categories: 0 bool, 1 integer, 2 floating, 3 complex. */
+/* Categories: 0 bool, 1 integer (the wide unsigned ones too), 2 floating,
+ * 3 complex. */
 static int category(tpu_dtype_t d) {
-  return tpu_dtype_is_complex(d) ? 3
+  return tpu_dtype_is_complex(d)    ? 3
          : tpu_dtype_is_floating(d) ? 2
-                                    : (tpu_dtype_is_integral(d) ? 1 : 0);
+         : (tpu_dtype_is_integral(d) || tpu_dtype_is_wide_unsigned(d)) ? 1
+                                                                         : 0;
 }
 
 tpu_dtype_t tpu_result_type(const tpu_value_t* inputs, int32_t count) {
