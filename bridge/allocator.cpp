@@ -14,7 +14,11 @@ namespace torch_tpu {
 
 namespace {
 
-void free_block(void* ctx) { tpu_block_free(static_cast<tpu_block_t*>(ctx)); }
+void free_block(void* ctx) {
+  tpu_block_t* block = static_cast<tpu_block_t*>(ctx);
+  note_device_free(block);
+  tpu_block_free(block);
+}
 
 void copy_stat(const tpu_stat_t (&src)[TPU_POOL_COUNT], c10::CachingAllocator::StatArray& dst) {
   for (int i = 0; i < TPU_POOL_COUNT; ++i) {
@@ -29,7 +33,9 @@ struct DeviceAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     c10::DeviceIndex device = current_device();
     tpu_block_t* block = nullptr;
-    check(tpu_block_alloc(current_runtime_stream(device), nbytes, &block));
+    tpu_stream_t* stream = current_runtime_stream(device);
+    check(tpu_block_alloc(stream, nbytes, &block));
+    note_device_alloc(block, device, tpu_stream_index(stream), nbytes);
     void* addr = reinterpret_cast<void*>((uintptr_t)tpu_block_addr(block));
     return {addr, block, &free_block, c10::Device(c10::DeviceType::PrivateUse1, device)};
   }

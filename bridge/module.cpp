@@ -16,6 +16,7 @@ namespace torch_tpu {
 void init_distributed(py::module& m);  // distributed.cpp
 void init_chip_comm(py::module& m);    // chip_comm.cpp
 void init_replay(py::module& m);       // replay.cpp
+void init_profiler(py::module& m);     // profiler.cpp
 }
 
 PYBIND11_MODULE(_C, m) {
@@ -176,6 +177,7 @@ PYBIND11_MODULE(_C, m) {
   init_distributed(m);
   init_chip_comm(m);
   init_replay(m);
+  init_profiler(m);
   m.def("runtime_ops", [] {
     std::vector<std::pair<std::string, std::string>> out;
     for (tpu_op_id_t i = 0; i < tpu_op_count(); ++i)

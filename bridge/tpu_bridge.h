@@ -75,6 +75,10 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
 // The op path: registration of every runtime op's ATen overloads, and the
 // counters Python reads.
 void init_dispatch();
+// profiler.cpp: device memory reported to torch.profiler (profile_memory) and
+// to the allocation history (torch.tpu.memory._record_memory_history).
+void note_device_alloc(tpu_block_t* block, c10::DeviceIndex device, int stream, size_t requested);
+void note_device_free(tpu_block_t* block);
 void count_native(const std::string& name);
 std::map<std::string, int64_t> native_counts();
 std::map<std::string, int64_t> fallback_counts();

@@ -57,6 +57,10 @@ from torch_tpu import _backend_config  # noqa: E402
 
 _backend_config.install()  # torch.backends.tpu (allow_excess_precision)
 
+from torch_tpu._internal import profiler as _profiler  # noqa: E402
+
+_profiler.install()  # torch.profiler.xprof_trace_handler
+
 from torch_tpu._internal.execution_mode import (  # noqa: E402
     EagerMode,
     defer_cuts,

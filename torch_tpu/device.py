@@ -8,6 +8,7 @@ from typing import Any, Optional, Union
 import torch
 
 from torch_tpu import _C
+from torch_tpu import memory  # noqa: F401  (torch.tpu.memory: the snapshot API)
 
 _DeviceLike = Union[torch.device, str, int, None]
 _PRIVATEUSE1 = 20  # c10::DeviceType::PrivateUse1

@@ -21,6 +21,7 @@
 #include "internal.h"
 #include "kernel.h"
 #include "tpu/defer.h"
+#include "tpu/profiler.h"
 
 #define ROUND 512u
 #define SMALL_LIMIT ((size_t)1 << 20)
@@ -281,9 +282,23 @@ static void note_free(tpu_allocator_t* a, int stream, uint64_t addr, uint64_t si
   pthread_mutex_unlock(&pd->mu);
 }
 
+/* The profiler's allocator event (tpu/profiler.h), when it records them. */
+static void prof_memory(tpu_allocator_t* a, tpu_prof_kind_t kind, int stream, uint64_t addr,
+                        size_t size) {
+  if (!tpu_profiler_memory_enabled()) return;
+  int64_t now = tpu_profiler_now_ns();
+  tpu_prof_event_t ev = {.kind = kind, .chip = (int16_t)tpu_chip_index(a->chip),
+                         .stream = (int16_t)stream, .start_ns = now, .end_ns = now,
+                         .correlation = tpu_profiler_correlation(), .bytes = (int64_t)size,
+                         .flops = -1, .addr = addr};
+  snprintf(ev.name, sizeof(ev.name), "%s", kind == TPU_PROF_ALLOC ? "alloc" : "free");
+  tpu_profiler_record(&ev);
+}
+
 void tpu_block_free(tpu_block_t* b) {
   if (!b) return;
   tpu_allocator_t* a = b->owner;
+  prof_memory(a, TPU_PROF_FREE, b->stream, b->addr, b->size);
   tpu_weight_cache_note_write(b->addr, b->addr + b->size); /* a dead tensor's copies go */
   /* Deferred work of other streams that used the block goes to their queues
    * first (flushing takes the allocator lock, so not under it); the events
@@ -482,6 +497,7 @@ tpu_status_t tpu_block_alloc(tpu_stream_t* stream, size_t bytes, tpu_block_t** o
   }
   pthread_mutex_unlock(&a->mu);
   if (atomic_load(&stream->pending.capturing)) tpu_capture_note_alloc(stream, b, bytes);
+  prof_memory(a, TPU_PROF_ALLOC, stream->index, b->addr, b->size);
   *out_block = b;
   return TPU_OK;
 }

@@ -11,6 +11,7 @@
 #include "fusion/fusion.h"
 #include "internal.h"
 #include "tpu/defer.h"
+#include "tpu/profiler.h"
 #include "tpu/ops.h"
 
 static const char* const g_reason_names[] = {
@@ -495,6 +496,7 @@ static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason
       reason != TPU_FLUSH_SIZE_LIMIT)
     tpu_capture_poison(stream, "a flush other than the pipeline and size-limit cuts");
   if (!graph) return TPU_OK; /* provisional blocks wait for the next graph */
+  int64_t flush_start = tpu_profiler_enabled() ? tpu_profiler_now_ns() : 0;
   pd->graph = NULL;
   pd->heavy_elements = 0;
   pd->epilogue_window = 0;
@@ -556,6 +558,18 @@ static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason
             detail ? " " : "", detail ? detail : "", nodes, program->group_count, fused_kernels,
             program->elided_per_run, program->hash, hit ? "(cached)" : "(compiled)");
   if (level >= 2 && !hit) tpu_fusion_dump(graph, program);
+  if (tpu_profiler_enabled()) {
+    /* The flush's host side (front end, program cache), as a marker on the
+     * stream it flushes: its reason and whether the program was cached. */
+    tpu_prof_event_t ev = {.kind = TPU_PROF_FLUSH, .chip = (int16_t)tpu_chip_index(stream->chip),
+                           .stream = (int16_t)stream->index, .start_ns = flush_start,
+                           .end_ns = tpu_profiler_now_ns(),
+                           .correlation = tpu_profiler_correlation(), .bytes = -1, .flops = -1,
+                           .flush_reason = (int32_t)reason, .cache_hit = hit, .nodes = nodes};
+    snprintf(ev.name, sizeof(ev.name), "flush %s (%s)", tpu_flush_reason_name(reason),
+             hit ? "cache hit" : "compiled");
+    tpu_profiler_record(&ev);
+  }
 
   tpu_hal_command_t cmd = {.kind = TPU_HAL_CMD_EXEC, .host_waits = host_waits};
   cmd.u.exec.graph = graph;

@@ -105,6 +105,11 @@ tpu_status_t tpu_stream_queue(tpu_stream_t* stream, tpu_hal_queue_t** out_queue)
 /* Queues a command on the stream (flushes nothing; see runtime.c). */
 tpu_status_t tpu_stream_enqueue(tpu_stream_t* stream, tpu_hal_command_t* cmd);
 
+/* tpu_stream_host_fn with what the profiler calls it: `name` (static, or
+ * NULL) and whether it is a collective (tpu/profiler.h). */
+tpu_status_t tpu_stream_host_fn_named(tpu_stream_t* stream, const char* name, bool collective,
+                                      void (*fn)(void* arg), void* arg);
+
 /* tpu_stream_copy, saying whether the caller waits for the copy at once
  * (a pageable device-to-host copy does; a pinned one does not). */
 tpu_status_t tpu_stream_copy_queued(tpu_stream_t* stream, tpu_copy_kind_t kind, uint64_t dst,

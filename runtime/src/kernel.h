@@ -22,6 +22,11 @@ struct tpu_exec_ctx {
   /* The graph the node runs in (borrowed), or NULL when unknown: caches of
    * operands (the weight cache) are used only for what it does not write. */
   const tpu_graph_t* graph;
+  /* The profiler (tpu/profiler.h): whether to record this command's
+   * kernels, the stream it runs on and its correlation id. */
+  bool profile;
+  int stream_index;
+  uint64_t correlation;
 };
 
 /* Host scratch for a kernel's temporaries (scratch.c): as malloc/free, the
@@ -72,6 +77,12 @@ void tpu_value_to_view(const tpu_value_t* value, tpu_dtype_t dtype, uint64_t* st
  * node of a TPU_OP_COMPLEX_AS_REAL row), the error annotated with the op and
  * chip. The queue and the fusion interpreter both run nodes through it. */
 tpu_status_t tpu_node_execute(const tpu_node_t* node, tpu_exec_ctx_t* ctx);
+
+/* Records (profiler.c, when ctx->profile) one device event for nodes
+ * [first, first + count) of `graph`, run from start_ns to end_ns: an op's
+ * own kernel (count 1, !fused) or one fused kernel of a program's group. */
+void tpu_prof_record_nodes(const tpu_exec_ctx_t* ctx, const tpu_graph_t* graph, int32_t first,
+                           int32_t count, bool fused, int64_t start_ns, int64_t end_ns);
 
 /* Reports an error with a printf message (convenience for kernels). */
 #define TPU_KERNEL_FAIL(code, ...) return tpu_status_make((code), __VA_ARGS__)

@@ -9,6 +9,7 @@
 #include "fusion/fusion.h"
 #include "tpu/defer.h"
 #include "tpu/ops.h"
+#include "tpu/profiler.h"
 
 static struct {
   const tpu_hal_driver_t* driver;
@@ -178,6 +179,8 @@ tpu_status_t tpu_stream_enqueue(tpu_stream_t* stream, tpu_hal_command_t* cmd) {
       g_rt.driver->event_release(cmd->u.event.event);
     return s;
   }
+  cmd->stream = (int16_t)stream->index;
+  cmd->correlation = tpu_profiler_enabled() ? tpu_profiler_correlation() : 0;
   TPU_RETURN_IF_ERROR(g_rt.driver->queue_submit(q, cmd));
   if (atomic_load(&g_rt.launch_blocking)) return g_rt.driver->queue_wait_idle(q);
   return TPU_OK;
@@ -242,9 +245,16 @@ tpu_status_t tpu_stream_copy(tpu_stream_t* stream, tpu_copy_kind_t kind, uint64_
 }
 
 tpu_status_t tpu_stream_host_fn(tpu_stream_t* stream, void (*fn)(void* arg), void* arg) {
+  return tpu_stream_host_fn_named(stream, NULL, false, fn, arg);
+}
+
+tpu_status_t tpu_stream_host_fn_named(tpu_stream_t* stream, const char* name, bool collective,
+                                      void (*fn)(void* arg), void* arg) {
   tpu_hal_command_t cmd = {.kind = TPU_HAL_CMD_HOST_FN};
   cmd.u.host.fn = fn;
   cmd.u.host.arg = arg;
+  cmd.u.host.name = name;
+  cmd.u.host.collective = collective;
   return submit(stream, &cmd, TPU_FLUSH_HOST_FN);
 }
 

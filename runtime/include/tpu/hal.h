@@ -51,13 +51,19 @@ typedef struct tpu_hal_command {
    * read): a driver may run it on the submitting thread when nothing is
    * queued or running ahead of it, whatever its size. */
   bool host_waits;
+  /* For the profiler (tpu/profiler.h): the stream index it was queued on
+   * and the submitter's correlation id (set by tpu_stream_enqueue). */
+  int16_t stream;
+  uint64_t correlation;
   union {
     /* Owned by the command. program: how to run the graph (a fusion
      * program, retained), or NULL to run its nodes one by one. */
     struct { tpu_graph_t* graph; struct tpu_program* program; } exec;
     struct { tpu_copy_kind_t kind; uint64_t dst, src; size_t bytes; } copy;
     struct { tpu_hal_event_t* event; uint64_t seq; } event; /* RECORD, WAIT (retained) */
-    struct { void (*fn)(void*); void* arg; } host;
+    /* name: static, what the profiler calls it (NULL: "host_fn");
+     * collective: it is a collective (the profiler's own event kind). */
+    struct { void (*fn)(void*); void* arg; const char* name; bool collective; } host;
   } u;
 } tpu_hal_command_t;
 

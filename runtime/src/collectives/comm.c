@@ -662,7 +662,8 @@ tpu_status_t tpu_comm_enqueue(tpu_comm_t* c, tpu_stream_t* stream, const tpu_col
     atomic_fetch_add(&req->refs, 1);
     *out_request = req;
   }
-  tpu_status_t s = tpu_stream_host_fn(stream, coll_op_run, op);
+  tpu_status_t s =
+      tpu_stream_host_fn_named(stream, tpu_coll_name(op->args.kind), true, coll_op_run, op);
   if (s != TPU_OK) {
     /* Not queued: complete the request with the failure. */
     request_complete(req, tpu_status_make(tpu_status_code(s), "%s", tpu_status_message(s)));

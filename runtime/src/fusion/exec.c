@@ -42,6 +42,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/norm.h"
 #include "tpu/ops.h"
+#include "tpu/profiler.h"
 
 #define TILE_ELEMENTS 8192
 #define MAX_NODE_INPUTS 16
@@ -768,19 +769,31 @@ tpu_status_t tpu_program_run(const tpu_program_t* p, const tpu_graph_t* graph,
   tpu_status_t first = TPU_OK;
   if (!p) { /* strict eager's graphs: node by node */
     int32_t n = tpu_graph_node_count(graph);
-    for (int32_t i = 0; i < n; ++i)
+    for (int32_t i = 0; i < n; ++i) {
+      int64_t t0 = ctx->profile ? tpu_profiler_now_ns() : 0;
       keep_first(&first, tpu_node_execute(tpu_graph_node(graph, i), ctx));
+      if (ctx->profile) tpu_prof_record_nodes(ctx, graph, i, 1, false, t0, tpu_profiler_now_ns());
+    }
     return first;
   }
   for (int32_t g = 0; g < p->group_count; ++g) {
     const tpu_program_group_t* grp = &p->groups[g];
+    int64_t t0 = ctx->profile ? tpu_profiler_now_ns() : 0;
     if (grp->kind == TPU_GROUP_SINGLE) {
-      for (int32_t i = grp->first; i < grp->first + grp->count; ++i)
+      for (int32_t i = grp->first; i < grp->first + grp->count; ++i) {
         keep_first(&first, tpu_node_execute(tpu_graph_node(graph, i), ctx));
+        if (ctx->profile) {
+          int64_t t1 = tpu_profiler_now_ns();
+          tpu_prof_record_nodes(ctx, graph, i, 1, false, t0, t1);
+          t0 = t1;
+        }
+      }
       continue;
     }
     if (grp->kind == TPU_GROUP_GEMM) {
       keep_first(&first, tpu_fusion_run_gemm_group(p, grp, graph, ctx));
+      if (ctx->profile)
+        tpu_prof_record_nodes(ctx, graph, grp->first, grp->count, true, t0, tpu_profiler_now_ns());
       continue;
     }
     bool fits = true; /* the compiler never groups such nodes */
@@ -797,6 +810,8 @@ tpu_status_t tpu_program_run(const tpu_program_t* p, const tpu_graph_t* graph,
     tpu_group_error_init(&r.err);
     run_fused(&r);
     keep_first(&first, tpu_group_error_finish(&r.err));
+    if (ctx->profile)
+      tpu_prof_record_nodes(ctx, graph, grp->first, grp->count, true, t0, tpu_profiler_now_ns());
   }
   return first;
 }

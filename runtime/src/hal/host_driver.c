@@ -32,6 +32,7 @@
 #include "../kernel.h"
 #include "tpu/hal.h"
 #include "tpu/ops.h"
+#include "tpu/profiler.h"
 
 #define SEGMENT_ALIGN ((uint64_t)2 << 20)
 #define MAX_CHIPS_ENV 8
@@ -387,33 +388,61 @@ static void record_error(tpu_hal_queue_t* q, tpu_status_t s) {
 
 /* Each command reports what it wrote when it ends, so that the kernels'
  * weight cache drops copies of overwritten bytes (kernel.h). */
+/* The profiler's event for a copy or host function that ran from t0 on. */
+static void profile_command(const tpu_hal_queue_t* q, const tpu_hal_command_t* cmd, int64_t t0) {
+  static const char* const copy_names[] = {"memcpy H2D", "memcpy D2H", "memcpy D2D"};
+  tpu_prof_event_t ev = {.chip = (int16_t)q->chip->index, .stream = cmd->stream,
+                         .start_ns = t0, .end_ns = tpu_profiler_now_ns(),
+                         .correlation = cmd->correlation, .bytes = -1, .flops = -1};
+  const char* name;
+  if (cmd->kind == TPU_HAL_CMD_COPY) {
+    ev.kind = TPU_PROF_COPY;
+    ev.bytes = (int64_t)cmd->u.copy.bytes;
+    name = (unsigned)cmd->u.copy.kind < 3 ? copy_names[cmd->u.copy.kind] : "memcpy";
+  } else {
+    ev.kind = cmd->u.host.collective ? TPU_PROF_COLLECTIVE : TPU_PROF_HOST_FN;
+    name = cmd->u.host.name ? cmd->u.host.name : "host_fn";
+  }
+  snprintf(ev.name, sizeof(ev.name), "%s", name);
+  tpu_profiler_record(&ev);
+}
+
 static tpu_status_t run_command(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
+  bool profile = tpu_profiler_enabled();
   switch (cmd->kind) {
     case TPU_HAL_CMD_EXEC: {
       /* A strict graph (no program) or a deferred program: every node runs,
        * the first error is returned (tpu_program_run). */
-      tpu_exec_ctx_t ctx = {.chip_index = q->chip->index, .graph = cmd->u.exec.graph};
+      tpu_exec_ctx_t ctx = {.chip_index = q->chip->index, .graph = cmd->u.exec.graph,
+                            .profile = profile, .stream_index = cmd->stream,
+                            .correlation = cmd->correlation};
       tpu_status_t s = tpu_program_run(cmd->u.exec.program, cmd->u.exec.graph, &ctx);
       tpu_weight_cache_note_graph(cmd->u.exec.graph);
       return s;
     }
-    case TPU_HAL_CMD_COPY:
+    case TPU_HAL_CMD_COPY: {
+      int64_t t0 = profile ? tpu_profiler_now_ns() : 0;
       if (cmd->u.copy.bytes) {
         memmove((void*)(uintptr_t)cmd->u.copy.dst, (const void*)(uintptr_t)cmd->u.copy.src,
                 cmd->u.copy.bytes);
         tpu_weight_cache_note_write(cmd->u.copy.dst, cmd->u.copy.dst + cmd->u.copy.bytes);
       }
+      if (profile) profile_command(q, cmd, t0);
       return TPU_OK;
+    }
     case TPU_HAL_CMD_RECORD:
       event_complete(cmd->u.event.event, cmd->u.event.seq);
       return TPU_OK;
     case TPU_HAL_CMD_WAIT:
       host_event_wait(cmd->u.event.event, cmd->u.event.seq);
       return TPU_OK;
-    case TPU_HAL_CMD_HOST_FN: /* collectives: may write anything */
+    case TPU_HAL_CMD_HOST_FN: { /* collectives: may write anything */
+      int64_t t0 = profile ? tpu_profiler_now_ns() : 0;
       cmd->u.host.fn(cmd->u.host.arg);
       tpu_weight_cache_note_write_all();
+      if (profile) profile_command(q, cmd, t0);
       return TPU_OK;
+    }
   }
   return tpu_status_make(TPU_CODE_INTERNAL, "unknown command %d", (int)cmd->kind);
 }

@@ -1,0 +1,248 @@
+"""torch.profiler sees the tpu: the runtime's device events through PyTorch's
+PrivateUse1 Kineto profiler (key_averages, chrome trace), DEFER_AND_FUSE's
+flush markers, device memory events, and the memory-snapshot API.
+
+Strict tests pin strict eager globally (the suite may run under
+TORCH_TPU_DEFER_AND_FUSE=1); deferred ones enter DEFER_AND_FUSE themselves.
+"""
+import json
+import time
+
+import pytest
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+import torch_tpu
+from torch_tpu import EagerMode, _C
+
+from conftest import TPU
+
+ACTIVITIES = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
+DEFER = EagerMode.DEFER_AND_FUSE
+
+
+@pytest.fixture(autouse=True)
+def _strict():
+    previous = torch_tpu._internal.execution_mode._global_mode
+    torch_tpu.set_global_eager_mode(EagerMode.DEFER_NEVER)
+    torch.tpu.synchronize()
+    yield
+    torch.tpu.synchronize()
+    torch_tpu.set_global_eager_mode(previous)
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(64, 64, generator=g)
+    b = torch.randn(64, 64, generator=g)
+    return a.to(TPU), b.to(TPU)
+
+
+def _program(a, b):
+    c = a + b
+    d = c * 2
+    e = torch.mm(d, b)
+    return e.relu().cpu()
+
+
+def _device_events(prof):
+    return sorted((e for e in prof.events() if e.device_type == DeviceType.PrivateUse1),
+                  key=lambda e: e.time_range.start)
+
+
+def _trace(prof, tmp_path):
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    return json.loads(path.read_text())["traceEvents"]
+
+
+def test_strict_ops_give_one_device_event_each_linked_to_their_op(tmp_path):
+    a, b = _inputs()
+    torch.tpu.synchronize()
+    t0 = time.perf_counter()
+    with profile(activities=ACTIVITIES) as prof:
+        _program(a, b)
+    wall_us = (time.perf_counter() - t0) * 1e6
+    names = [e.name for e in _device_events(prof)]
+    assert names == ["add", "mul", "mm", "relu", "memcpy D2H"]
+    # Each host op carries its kernel's device time (the correlation).
+    host = {e.name: e for e in prof.events() if e.device_type == DeviceType.CPU}
+    for op, kernel in [("aten::add", "add"), ("aten::mul", "mul"), ("aten::mm", "mm"),
+                       ("aten::relu", "relu")]:
+        assert [k.name for k in host[op].kernels] == [kernel]
+        assert host[op].device_time_total > 0
+    # One stream, in submission order, never overlapping; all within the wall time.
+    dev = _device_events(prof)
+    for x, y in zip(dev, dev[1:]):
+        assert x.time_range.end <= y.time_range.start
+    assert sum(e.time_range.elapsed_us() for e in dev) <= wall_us
+    table = prof.key_averages().table(sort_by="device_time_total")
+    assert "aten::mm" in table and "TPU total" in table
+
+    events = _trace(prof, tmp_path)
+    rows = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+            if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    assert rows[(0, 0)] == "tpu:0 stream 0"
+    mm = [e for e in events if e.get("cat") == "kernel" and e["name"] == "mm"]
+    assert len(mm) == 1 and (mm[0]["pid"], mm[0]["tid"]) == (0, 0)
+    assert mm[0]["args"]["flops"] == 2 * 64 * 64 * 64
+    assert mm[0]["args"]["bytes"] == 3 * 64 * 64 * 4
+
+
+def test_profiling_changes_no_result():
+    a, b = _inputs()
+    plain = _program(a, b)
+    with profile(activities=ACTIVITIES, profile_memory=True):
+        profiled = _program(a, b)
+    with torch_tpu.set_eager_mode(DEFER):
+        deferred = _program(a, b)
+        with profile(activities=ACTIVITIES):
+            deferred_profiled = _program(a, b)
+    assert torch.equal(plain, profiled)
+    assert torch.equal(deferred, deferred_profiled)
+
+
+def test_deferred_flushes_are_markers_with_reason_and_cache_hit(tmp_path):
+    a, b = _inputs()
+    torch.tpu._clear_cache()  # the program cache: this recording compiles afresh
+    with torch_tpu.set_eager_mode(DEFER):
+        with profile(activities=ACTIVITIES) as prof:
+            for _ in range(3):
+                _program(a, b)
+    dev = _device_events(prof)
+    flushes = [e.name for e in dev if e.name.startswith("flush")]
+    # The same recording three times: compiled once, then the program cache.
+    assert flushes[0] == "flush copy_to_host (compiled)"
+    assert flushes[-1] == "flush copy_to_host (cache hit)"
+    kernels = [e.name for e in dev if not e.name.startswith("flush")]
+    assert any(n.startswith("fused[") for n in kernels)
+    assert all(e.time_range.elapsed_us() == 0 for e in dev if e.name.startswith("flush"))
+    # The fused program's kernels hang on the op whose host read flushed it.
+    reads = [e for e in prof.events() if e.name == "aten::_copy_from" and e.kernels]
+    assert reads and any(k.name.startswith("fused[") for k in reads[-1].kernels)
+    events = _trace(prof, tmp_path)
+    markers = [e for e in events if e.get("cat") == "gpu_user_annotation"]
+    assert markers and markers[-1]["args"]["reason"] == "copy_to_host"
+    assert markers[-1]["args"]["program"] == "cache hit"
+    rows = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert "tpu:0 stream 0 flushes" in rows
+
+
+def test_side_stream_events_run_on_their_own_row(tmp_path):
+    a, b = _inputs()
+    side = torch.tpu.Stream()
+    torch.tpu.synchronize()
+    with profile(activities=ACTIVITIES) as prof:
+        x = a + b
+        with torch.tpu.stream(side):
+            y = a * b
+        torch.tpu.synchronize()
+    assert _C._profiler_drain() == []  # the session drained the recorder
+    events = _trace(prof, tmp_path)
+    rows = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+            if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    kernels = {e["name"]: (e["pid"], e["tid"]) for e in events if e.get("cat") == "kernel"}
+    assert rows[kernels["add"]] == "tpu:0 stream 0"
+    assert kernels["mul"][1] == side.stream_id and kernels["mul"][1] != 0
+    assert rows[kernels["mul"]] == f"tpu:0 stream {side.stream_id}"
+    assert torch.equal(x.cpu(), a.cpu() + b.cpu()) and torch.equal(y.cpu(), a.cpu() * b.cpu())
+
+
+def test_recorder_counts_overflow_and_records_memory():
+    a, b = _inputs()
+    torch.tpu.synchronize()
+    _C._profiler_start(4, True)
+    try:
+        for _ in range(5):
+            a = a + b
+        torch.tpu.synchronize()
+    finally:
+        _C._profiler_stop()
+    stats = _C._profiler_stats()
+    events = _C._profiler_drain()
+    assert stats["recorded"] == 4 == len(events)
+    assert stats["dropped"] > 0
+    assert events[0]["kind"] == "alloc" and events[0]["bytes"] >= 64 * 64 * 4
+    assert events[1]["kind"] == "kernel" and events[1]["name"] == "add"
+    # Off: nothing more is recorded.
+    a = a + b
+    torch.tpu.synchronize()
+    assert _C._profiler_drain() == []
+
+
+def test_profile_memory_reports_device_allocations():
+    a, b = _inputs()
+    torch.tpu.synchronize()
+    with profile(activities=ACTIVITIES, profile_memory=True) as prof:
+        c = a + b
+        del c
+    add = [e for e in prof.key_averages() if e.key == "aten::add"]
+    assert add and add[0].device_memory_usage == 64 * 64 * 4
+    mem = [e for e in prof.events() if e.name == "[memory]"]
+    assert any(e.device_memory_usage == -64 * 64 * 4 for e in mem)  # the free
+
+
+def test_memory_snapshot_is_readable_by_memory_viz():
+    from torch.cuda import _memory_viz
+
+    torch.tpu.memory._record_memory_history(max_entries=1000)
+    try:
+        x = torch.empty(1000, device=TPU)
+        y = torch.empty(300000, device=TPU)
+        addr_y = y.data_ptr()
+        del y
+        snap = torch.tpu.memory._snapshot()
+    finally:
+        torch.tpu.memory._record_memory_history(None)
+    trace = snap["device_traces"][0]
+    assert [e["action"] for e in trace] == ["alloc", "alloc", "free_completed"]
+    assert trace[0]["addr"] == x.data_ptr() and trace[0]["size"] >= 4000
+    assert trace[2]["addr"] == addr_y and trace[2]["size"] == trace[1]["size"] >= 1200000
+    assert [s["address"] for s in snap["segments"]] == [x.data_ptr()]
+    assert snap["segments"][0]["blocks"][0]["requested_size"] == 4000
+    assert "total_allocated" in _memory_viz.segsum(snap)
+    assert "free completed" in _memory_viz.trace(snap)
+    assert "<html" in _memory_viz.trace_plot(snap).lower()
+    assert "<html" in _memory_viz.segment_plot(snap).lower()
+    with pytest.raises(ValueError):
+        torch.tpu.memory._record_memory_history("sometimes")
+
+
+def test_profile_gpt_example_shows_both_modes(tmp_path):
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run = subprocess.run(
+        [sys.executable, os.path.join(root, "examples", "profile_gpt.py"), "--steps", "1",
+         "--warmup", "1", "--layers", "1", "--dim", "32", "--seq", "16", "--batch", "2",
+         "--trace-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=root)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    out = run.stdout
+    assert "==== DEFER_NEVER" in out and "==== DEFER_AND_FUSE" in out, out
+    assert out.count("TPU total") == 2 and "fused[" in out and "flush copy_to_host (" in out, out
+    assert (tmp_path / "gpt_defer_never.json").stat().st_size > 0
+    assert (tmp_path / "gpt_defer_and_fuse.json").stat().st_size > 0
+
+
+def test_published_profiler_names_record_the_device():
+    from torch_tpu._internal import profiler as published
+
+    assert published.ProfilerActivity.TPU == ProfilerActivity.PrivateUse1
+    a, b = _inputs()
+    with published.profile() as prof:
+        (a + b).cpu()
+    assert [e.name for e in _device_events(prof)] == ["add", "memcpy D2H"]
+
+
+def test_xprof_trace_handler_writes_a_trace_with_device_rows(tmp_path):
+    a, b = _inputs()
+    with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1],
+                                on_trace_ready=torch.profiler.xprof_trace_handler(str(tmp_path))):
+        (a + b).cpu()
+    traces = list(tmp_path.glob("*.pt.trace.json"))
+    assert len(traces) == 1
+    text = traces[0].read_text()
+    assert '"tpu:0 stream' in text and '"add"' in text
