@@ -98,6 +98,35 @@ def test_same_exception_type_as_cpu(name):
     assert_same(x.to("tpu") * 2, x * 2, exact=True)
 
 
+# Raised by the native kernel itself, not by the CPU fallback: the same type and
+# message with fallbacks turned into errors.
+NATIVE_ERROR_CASES = {
+    "nll_loss_weight_size": (lambda x, t, w: F.nll_loss(x, t, weight=w),
+                             (make((3, 5)), torch.tensor([0, 1, 2]), make((4,)))),
+    "nll_loss2d_weight_size": (lambda x, t, w: F.nll_loss(x, t, weight=w),
+                               (make((3, 5, 2, 2)), torch.zeros(3, 2, 2, dtype=torch.long),
+                                make((4,)))),
+    "multi_margin_weight_size": (lambda x, t, w: F.multi_margin_loss(x, t, weight=w),
+                                 (make((3, 5)), torch.tensor([0, 1, 1]), make((4,)))),
+}
+
+
+@pytest.mark.parametrize("name", list(NATIVE_ERROR_CASES))
+def test_native_kernels_raise_cpus_error(name):
+    import torch_tpu
+    fn, args = NATIVE_ERROR_CASES[name]
+    cpu, tpu = on_both(fn, *[a.clone() for a in args])
+    with pytest.raises(Exception) as want:
+        cpu()
+    torch_tpu.set_fallback_mode("error")
+    try:
+        with pytest.raises(type(want.value)) as got:
+            tpu()
+    finally:
+        torch_tpu.set_fallback_mode("warn")
+    assert str(want.value).splitlines()[0] in str(got.value)
+
+
 # ---- devices --------------------------------------------------------------------------------
 
 

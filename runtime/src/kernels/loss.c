@@ -67,7 +67,15 @@ tpu_status_t tpu_loss_parse(const tpu_op_def_t* def, const tpu_node_t* node, los
   if (!ok) TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "nll_loss: unsupported input/target shapes");
   a->classes = x->sizes[a->class_dim];
   a->samples = tpu_view_numel(t);
-  if (a->w && (a->w->dtype != x->dtype || a->w->ndim != 1 || a->w->sizes[0] != a->classes))
+  if (a->w && a->w->ndim == 1 && a->w->sizes[0] != a->classes && a->impl->spatial)
+    TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT,
+                    "weight tensor should be defined either for all or no classes");
+  if (a->w && a->w->ndim == 1 && a->w->sizes[0] != a->classes) /* PyTorch's messages */
+    TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT,
+                    "weight tensor should be defined either for all %lld classes or no classes "
+                    "but got weight tensor of shape: [%lld]",
+                    (long long)a->classes, (long long)a->w->sizes[0]);
+  if (a->w && (a->w->dtype != x->dtype || a->w->ndim != 1))
     TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "nll_loss: weight must be [C] of self's dtype");
   a->per_sample = a->reduction == LOSS_NONE && a->sample_ndim > 0;
 
@@ -105,7 +113,7 @@ int64_t tpu_loss_offset(const loss_args_t* a, const tpu_view_t* v, int64_t q, in
 static tpu_status_t loss_infer(const tpu_op_def_t* def, const tpu_node_t* node,
                                tpu_view_t* out_views) {
   loss_args_t a;
-  TPU_RETURN_IF_ERROR(ku_unimplemented(tpu_loss_parse(def, node, &a)));
+  TPU_RETURN_IF_ERROR(tpu_loss_parse(def, node, &a));
   out_views[0] = a.shape[0];
   if (!a.impl->backward) out_views[1] = a.shape[1];
   return TPU_OK;
@@ -113,7 +121,7 @@ static tpu_status_t loss_infer(const tpu_op_def_t* def, const tpu_node_t* node,
 
 static tpu_status_t loss_check(const tpu_op_def_t* def, const tpu_node_t* node) {
   loss_args_t a;
-  return ku_unimplemented(tpu_loss_parse(def, node, &a));
+  return tpu_loss_parse(def, node, &a);
 }
 
 /* ---- the optimised kernels -------------------------------------------------------- */

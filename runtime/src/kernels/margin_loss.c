@@ -68,7 +68,11 @@ static tpu_status_t ml_parse(const tpu_op_def_t* def, const tpu_node_t* node, ml
   } else {
     return unimpl("shapes");
   }
-  if (a->w && (a->w->ndim != 1 || a->w->sizes[0] != a->c)) return unimpl("weight shape");
+  if (a->w && a->w->ndim == 1 && a->w->sizes[0] != a->c) /* PyTorch's message */
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                           "inconsistent weight size, expected %lld but got [%lld]",
+                           (long long)a->c, (long long)a->w->sizes[0]);
+  if (a->w && a->w->ndim != 1) return unimpl("weight shape");
   a->per_sample = a->reduction == ML_NONE && t->ndim > 0;
   if (a->backward) {
     if (a->per_sample ? tpu_view_numel(a->g) != a->n : tpu_view_numel(a->g) != 1)
@@ -89,14 +93,14 @@ static tpu_status_t ml_parse(const tpu_op_def_t* def, const tpu_node_t* node, ml
 
 static tpu_status_t ml_infer(const tpu_op_def_t* def, const tpu_node_t* node, tpu_view_t* out) {
   ml_args_t a;
-  TPU_RETURN_IF_ERROR(ku_unimplemented(ml_parse(def, node, &a)));
+  TPU_RETURN_IF_ERROR(ml_parse(def, node, &a));
   out[0] = a.shape;
   return TPU_OK;
 }
 
 static tpu_status_t ml_check(const tpu_op_def_t* def, const tpu_node_t* node) {
   ml_args_t a;
-  TPU_RETURN_IF_ERROR(ku_unimplemented(ml_parse(def, node, &a)));
+  TPU_RETURN_IF_ERROR(ml_parse(def, node, &a));
   if (node->num_outputs > 0 && node->outputs[0].addr > 1 &&
       !views_same_shape(&node->outputs[0], &a.shape))
     return unimpl("output of another shape");
