@@ -20,17 +20,25 @@ unperturbed on a shared machine.
 4. a pre-norm transformer block (LayerNorm or RMSNorm, causal multi-head
    attention through F.scaled_dot_product_attention, GELU MLP; hidden 512,
    8 heads, seq 512, batch 4, float32), forward+backward tokens/s: the same
-   nn.Module with the same weights on tpu and on CPU.
+   nn.Module with the same weights on tpu and on CPU;
+5. small ops (`--only small`, not in the default set): the per-call time,
+   in microseconds, of the small kernels of a GPT training step at the
+   shapes of examples/train_gpt.py (8 x 64 = 512 tokens, dim 128, vocab 256,
+   4 heads) and of GPT-2 (128 / 1024 tokens x 768, vocab 50257, 12 heads):
+   embedding and its backward, column sums (bias gradients), layer_norm and
+   its backward, softmax, cross_entropy. Each round runs the op enough times
+   for about 2 ms, then synchronises, so the tpu figure is dispatch (bridge)
+   + queueing + kernel per call. `--dtype bfloat16` runs them in bfloat16.
 
 Threads: the tpu's kernel pool is fixed when the runtime starts
 (TORCH_TPU_NUM_THREADS, default: cores); PyTorch CPU is set to the same
 count (torch.set_num_threads). `--threads T` sets both.
 
 Prints a markdown table, writes bench/results/kernels.json.
-Usage: python bench/bench_kernels.py [--quick] [--rounds N] [--min-time S] [--threads T] [--only attention,norm,conv,block]
+Usage: python bench/bench_kernels.py [--quick] [--rounds N] [--min-time S] [--threads T] [--only attention,norm,conv,block,small] [--dtype float32|bfloat16]
 
 The workload builders (attention_workloads, norm_workloads, conv_workloads,
-block_workloads) are shared with tests/test_bench_kernels.py, which runs them
+block_workloads, small_workloads) are shared with tests/test_bench_kernels.py, which runs them
 once at tiny sizes and checks tpu against CPU.
 """
 import argparse
@@ -270,6 +278,80 @@ def block_workloads(batch, seq, hidden=512, heads=8):
     return out
 
 
+# ---- 5. small ops at the train_gpt and GPT-2 shapes ----------------------------------
+
+# (label, tokens, dim, vocab, heads, attention length)
+SMALL_SHAPES = (("train_gpt", 512, 128, 256, 4, 64),
+                ("gpt2 T128", 128, 768, 50257, 12, 128),
+                ("gpt2 T1024", 1024, 768, 50257, 12, 1024))
+
+
+def _small_op(device, op, tokens, dim, vocab, heads, seq, dtype):
+    """Inputs on `device` and a zero-argument call of one aten op."""
+    g = torch.Generator().manual_seed(tokens + dim)
+    rnd = lambda *s: torch.randn(*s, generator=g).to(dtype).to(device)
+    if op == "embedding":
+        w, idx = rnd(vocab, dim), torch.randint(0, vocab, (tokens,), generator=g).to(device)
+        return lambda: F.embedding(idx, w)
+    if op == "embedding_backward":
+        gy, idx = rnd(tokens, dim), torch.randint(0, vocab, (tokens,), generator=g).to(device)
+        return lambda: torch.ops.aten.embedding_dense_backward(gy, idx, vocab, -1, False)
+    if op.startswith("sum0"):
+        x = rnd(tokens, dim * int(op[6:]))
+        return lambda: x.sum(0)
+    if op == "layer_norm":
+        x, w, b = rnd(tokens, dim), rnd(dim), rnd(dim)
+        return lambda: F.layer_norm(x, (dim,), w, b)
+    if op == "layer_norm_backward":
+        x, w, b, dy = rnd(tokens, dim), rnd(dim), rnd(dim), rnd(tokens, dim)
+        _, mean, rstd = torch.ops.aten.native_layer_norm(x, (dim,), w, b, 1e-5)
+        return lambda: torch.ops.aten.native_layer_norm_backward(dy, x, (dim,), mean, rstd, w, b,
+                                                                 [True, True, True])
+    if op == "softmax":
+        x = rnd(tokens // seq, heads, seq, seq)
+        return lambda: torch.softmax(x, dim=-1)
+    if op == "cross_entropy":
+        logits = rnd(tokens, vocab)
+        tgt = torch.randint(0, vocab, (tokens,), generator=g).to(device)
+        return lambda: F.cross_entropy(logits, tgt)
+    raise ValueError(op)
+
+
+SMALL_OPS = ("embedding", "embedding_backward", "sum0 x1", "sum0 x3", "sum0 x4", "layer_norm",
+             "layer_norm_backward", "softmax", "cross_entropy")
+
+
+def small_workloads(dtype=torch.float32, shapes=SMALL_SHAPES):
+    out = []
+    for label, tokens, dim, vocab, heads, seq in shapes:
+        for op in SMALL_OPS:
+            if op == "cross_entropy" and tokens * vocab > (1 << 24):
+                continue  # GPT-2 at 1024 tokens: 200 MB of logits, not a small op
+            if op == "softmax" and seq * seq * heads > (1 << 22):
+                continue
+
+            def make(d, op=op, a=(tokens, dim, vocab, heads, seq)):
+                call = _small_op(d, op, *a, dtype)
+                call()  # calls per round: about 2 ms of this device's time
+                sync(d)
+                t0 = time.perf_counter()
+                call()
+                sync(d)
+                reps = max(1, min(400, int(2e-3 / max(time.perf_counter() - t0, 1e-7))))
+                reps = 1 << (reps.bit_length() - 1)
+
+                def run():
+                    for _ in range(reps - 1):
+                        call()
+                    out = call()  # the last call's results, for tests/test_bench_kernels.py
+                    return out if isinstance(out, tuple) else (out,)
+                run.reps = reps
+                return run
+            name = op if not op.startswith("sum0") else f"sum(dim 0) of {tokens}x{dim * int(op[6:])}"
+            out.append(Workload("small", f"{label} {name} {str(dtype)[6:]}", "fwd", "us/call", 1, make))
+    return out
+
+
 # ---- timing -------------------------------------------------------------------------
 
 
@@ -283,6 +365,7 @@ def measure(w, rounds, min_time=0.0, max_rounds=25):
         fn()
         sync(d)
     best, spent, n = {}, dict.fromkeys(DEVICES, 0.0), 0
+    reps = {d: getattr(fn, "reps", 1) for d, fn in fns.items()}
     while n < rounds or (n < max_rounds and min(spent.values()) < min_time):
         n += 1
         for d, fn in fns.items():
@@ -291,7 +374,7 @@ def measure(w, rounds, min_time=0.0, max_rounds=25):
             sync(d)
             t = time.perf_counter() - t0
             spent[d] += t
-            best[d] = min(best.get(d, t), t)
+            best[d] = min(best.get(d, t / reps[d]), t / reps[d])  # per call
     return best, n
 
 
@@ -311,6 +394,8 @@ def main():
                     help="threads of both sides (tpu pool and torch); default: the tpu pool's")
     ap.add_argument("--only", default="attention,norm,conv,block")
     ap.add_argument("--seqs", default=None, help="attention sequence lengths (default 512,2048,8192)")
+    ap.add_argument("--dtype", default="float32", help="dtype of the small ops (float32, bfloat16)")
+    ap.add_argument("--match", default="", help="run only the workloads whose name contains this")
     a = ap.parse_args()
     rounds = a.rounds or (2 if a.quick else 5)
     if a.min_time is None:
@@ -336,15 +421,23 @@ def main():
         work += conv_workloads(2 if a.quick else None)
     if "block" in only:
         work += block_workloads(2 if a.quick else 4, 512)
+    if "small" in only:
+        work += small_workloads(getattr(torch, a.dtype))
+    work = [w for w in work if a.match in w.name]
 
     rows = []
     fallbacks0 = dict(torch_tpu.fallback_counts())
     t_start = time.perf_counter()
     for w in work:
         best, n = measure(w, rounds, a.min_time)
-        tp = {d: w.amount / best[d] * w.scale for d in DEVICES}
+        if w.unit == "us/call":  # lower is better: the ratio stays CPU time / tpu time
+            tp = {d: best[d] * 1e6 for d in DEVICES}
+            tp["ratio"] = best["cpu"] / best["tpu"]
+        else:
+            tp = {d: w.amount / best[d] * w.scale for d in DEVICES}
+            tp["ratio"] = tp["tpu"] / tp["cpu"]
         row = {"section": w.section, "workload": w.name, "pass": w.mode, "unit": w.unit,
-               "tpu": tp["tpu"], "cpu": tp["cpu"], "ratio": tp["tpu"] / tp["cpu"],
+               "tpu": tp["tpu"], "cpu": tp["cpu"], "ratio": tp["ratio"],
                "tpu_ms": best["tpu"] * 1e3, "cpu_ms": best["cpu"] * 1e3, "rounds": n}
         rows.append(row)
         print(f"  {w.name} {w.mode}: tpu {fmt(tp['tpu'])} {w.unit} ({row['tpu_ms']:.1f} ms), "
@@ -362,7 +455,8 @@ def main():
 
     print()
     print(f"threads: PyTorch CPU {threads['torch_cpu']}, tpu pool {pool}; best of >= {rounds} "
-          f"alternating rounds (up to 25 until each side ran {a.min_time} s); ratio = tpu throughput / CPU throughput")
+          f"alternating rounds (up to 25 until each side ran {a.min_time} s); ratio = tpu throughput / CPU throughput "
+          f"(us/call rows: CPU time / tpu time); load average {os.getloadavg()}")
     print()
     print("| workload | pass | tpu | PyTorch CPU | unit | tpu/CPU |")
     print("|---|---|---|---|---|---|")

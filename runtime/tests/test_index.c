@@ -82,6 +82,9 @@ static const ix_case_t k_cases[] = {
     {"index_select", I64, I64, 0, {0}, C, 1, {1}, C, -1, {0}, C, 0, 0, C, false},
     {"index_select", TPU_DTYPE_F64, I64, 2, {5, 4}, C, 1, {0}, C, -1, {0}, C, 0, 0, C, false},
     {"index_select", F32, I64, 2, {300, 200}, C, 1, {400}, C, -1, {0}, C, 0, 0, C, false},
+    /* embedding's rows (one index per run: a copy per row), and a transposed result */
+    {"index_select", F32, I64, 2, {256, 128}, C, 1, {512}, C, -1, {0}, C, 0, 0, C, false},
+    {"index_select", TPU_DTYPE_BF16, I32, 2, {50, 33}, C, 1, {70}, C, -1, {0}, C, 0, 0, T, false},
     {"gather", F32, I64, 2, {5, 4}, C, 2, {5, 6}, C, -1, {0}, C, 1, 0, C, false},
     {"gather", TPU_DTYPE_I16, I64, 3, {4, 5, 6}, T, 3, {3, 7, 2}, P, -1, {0}, C, 1, 0, P, false},
     {"gather", TPU_DTYPE_BF16, I32, 2, {6, 3}, P, 2, {9, 2}, T, -1, {0}, C, 0, 0, C, false},

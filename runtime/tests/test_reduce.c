@@ -59,6 +59,19 @@ static const reduce_case_t k_cases[] = {
     {"sum", F32, 2, {300, 700}, TT_CONTIG, DIM_INTS, 1, {0}, false, NONE_DT, NAN, 0, false},
     {"sum", F32, 2, {4, 70000}, TT_CONTIG, DIM_INTS, 1, {1}, false, NONE_DT, NAN, 0, false},
     {"sum", F32, 2, {70000, 20}, TT_CONTIG, DIM_INTS, 1, {0}, true, NONE_DT, NAN, 0, true},
+    /* the column-sum fast path (reduce_cols.c): bias-gradient shapes, column
+     * tails, a reduced block of two dims, a middle block, size-1 dims inside
+     * the block, row chunks, several column tiles, half types, mean */
+    {"sum", F32, 2, {512, 128}, TT_CONTIG, DIM_INTS, 1, {0}, false, NONE_DT, NAN, 0, false},
+    {"sum", F32, 3, {3, 70, 131}, TT_CONTIG, DIM_INTS, 2, {0, 1}, true, NONE_DT, NAN, 0, false},
+    {"sum", F32, 3, {5, 200, 40}, TT_CONTIG, DIM_INTS, 1, {1}, false, NONE_DT, NAN, 0, false},
+    {"sum", F32, 4, {3, 1, 90, 21}, TT_CONTIG, DIM_INTS, 2, {0, 2}, false, NONE_DT, NAN, 0, false},
+    {"sum", F32, 2, {9001, 17}, TT_CONTIG, DIM_INTS, 1, {0}, false, NONE_DT, NAN, 0.01, false},
+    {"sum", F32, 2, {67, 2500}, TT_CONTIG, DIM_INTS, 1, {-2}, false, NONE_DT, NAN, 0, false},
+    {"sum", BF16, 2, {130, 50}, TT_CONTIG, DIM_INTS, 1, {0}, false, NONE_DT, NAN, 0, false},
+    {"sum", F16, 3, {6, 33, 19}, TT_CONTIG, DIM_INTS, 2, {0, 1}, true, NONE_DT, NAN, 0, false},
+    {"mean", F32, 2, {257, 100}, TT_CONTIG, DIM_INTS, 1, {0}, false, NONE_DT, NAN, 0, false},
+    {"mean", BF16, 3, {4, 300, 24}, TT_CONTIG, DIM_INTS, 1, {1}, true, NONE_DT, NAN, 0, false},
     {"sum", I64, 3, {50, 40, 70}, TT_REVERSED, DIM_INTS, 2, {0, 1}, false, NONE_DT, NAN, 0, false},
     {"sum", F32, 2, {0, 3}, TT_CONTIG, DIM_INTS, 1, {0}, false, NONE_DT, NAN, 0, false},
     {"sum", F32, 2, {3, 0}, TT_CONTIG, DIM_INTS, 1, {0}, false, NONE_DT, NAN, 0, false},

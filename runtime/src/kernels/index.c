@@ -12,7 +12,8 @@
  * Gathers run in parallel over j. Scatters run in parallel over r only, with
  * j in increasing order inside a task, so duplicate indices resolve the same
  * way every time (last write wins; sums add in index order) and no two
- * threads touch one element. Copies are typed per dtype (X-macros over
+ * threads touch one element. index_select of contiguous tensors copies
+ * whole rows instead (embedding). Copies are typed per dtype (X-macros over
  * TPU_DTYPE_LIST); sums run in the compute type (half types in float32,
  * integers in wrapping int64) on `out` itself or on a converted copy.
  *
@@ -272,6 +273,15 @@ struct ix_job {
     T* to = (T*)jb->to + offs[0] + j * jb->to_j;                                        \
     const T* from = (const T*)jb->from + offs[1] + j * jb->from_j;                      \
     const int64_t* ix = jb->idx + j * jb->idx_j + r0 * jb->idx_r;                       \
+    if (jb->idx_r == 0) { /* one index for the whole run (index_select, embedding) */   \
+      to += ix[0] * jb->to_p, from += ix[0] * jb->from_p;                               \
+      if (steps[0] == 1 && steps[1] == 1) {                                             \
+        memcpy(to, from, (size_t)n * sizeof(T));                                        \
+        return;                                                                         \
+      }                                                                                 \
+      for (int64_t e = 0; e < n; ++e) to[e * steps[0]] = from[e * steps[1]];            \
+      return;                                                                           \
+    }                                                                                   \
     for (int64_t e = 0; e < n; ++e) {                                                   \
       int64_t p = ix[e * jb->idx_r];                                                    \
       to[e * steps[0] + p * jb->to_p] = from[e * steps[1] + p * jb->from_p];            \
@@ -391,6 +401,39 @@ static tpu_status_t load_index(const tpu_view_t* index, int32_t dim, int32_t msg
   return TPU_OK;
 }
 
+/* index_select of contiguous self and out, seen as [A, S, B] and [A, N, B]:
+ * out[a, j, :] = self[a, idx[j], :], one memcpy of B elements per (a, j)
+ * (embedding's rows). Tasks take whole rows, at least ROWS_BYTES each, so
+ * small tables stay on one thread. */
+#define ROWS_BYTES 65536
+typedef struct rows_job {
+  const char* from;
+  char* to;
+  const int64_t* idx;
+  int64_t N, S;
+  size_t row; /* bytes per row: B elements */
+} rows_job_t;
+
+static void rows_chunk(void* arg, int64_t begin, int64_t end) {
+  const rows_job_t* jb = (const rows_job_t*)arg;
+  for (int64_t i = begin; i < end; ++i) {
+    int64_t a = i / jb->N, j = i % jb->N;
+    memcpy(jb->to + (size_t)i * jb->row, jb->from + (size_t)(a * jb->S + jb->idx[j]) * jb->row,
+           jb->row);
+  }
+}
+
+static void select_rows(const tpu_view_t* self, const tpu_view_t* out, int32_t dim,
+                        const int64_t* idx) {
+  rows_job_t jb = {tpu_view_ptr(self), tpu_view_ptr(out), idx, out->sizes[dim], self->sizes[dim],
+                   tpu_dtype_size(self->dtype)};
+  int64_t A = 1;
+  for (int32_t d = 0; d < dim; ++d) A *= out->sizes[d];
+  for (int32_t d = dim + 1; d < out->ndim; ++d) jb.row *= (size_t)out->sizes[d];
+  int64_t grain = jb.row >= ROWS_BYTES ? 1 : (int64_t)(ROWS_BYTES / (jb.row ? jb.row : 1));
+  tpu_parallel_for(A * jb.N, grain, rows_chunk, &jb);
+}
+
 /* index_select, gather: out[i] = self[i with dim -> p]. */
 static tpu_status_t run_gather(const ix_args_t* a, const tpu_node_t* node, const tpu_view_t* out) {
   tpu_view_t self = as_1d(a->self), res = as_1d(out);
@@ -399,6 +442,11 @@ static tpu_status_t run_gather(const ix_args_t* a, const tpu_node_t* node, const
   int64_t* idx = NULL;
   TPU_RETURN_IF_ERROR(load_index(a->index, select ? 0 : a->dim, a->dim, self.sizes[a->dim],
                                  select ? TPU_CODE_INDEX_ERROR : TPU_CODE_INVALID_ARGUMENT, &idx));
+  if (select && tpu_view_is_contiguous(&self) && tpu_view_is_contiguous(&res)) {
+    select_rows(&self, &res, a->dim, idx);
+    free(idx);
+    return TPU_OK;
+  }
   ix_job_t jb = {0};
   job_init(&jb, &res, a->dim, res.strides, self.strides, false);
   jb.idx = idx;

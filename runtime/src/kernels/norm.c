@@ -169,6 +169,26 @@ typedef struct plan {
   float* partf;         /* backward_blocks_f32: partial column sums (or NULL) */
 } plan_t;
 
+/* Offsets of row r in the row iterator's views (one merged dim: no division). */
+static inline void row_offsets(const plan_t* p, int64_t r, int64_t* offs) {
+  if (p->rows.ndim == 1)
+    for (int v = 0; v < NUM_V; ++v) offs[v] = r * p->rows.strides[v][0];
+  else
+    walk_offsets(&p->rows, p->rows.ndim, r, offs);
+}
+
+/* Stores a row's mean or rstd (float32 directly, other dtypes converted). */
+static inline void set_stat(const tpu_view_t* v, int64_t off, double value) {
+  if (v->dtype == TPU_DTYPE_F32)
+    *(float*)view_at(v, off) = (float)value;
+  else
+    view_set_f64(v, off, value);
+}
+
+static inline double get_stat(const tpu_view_t* v, int64_t off) {
+  return v->dtype == TPU_DTYPE_F32 ? (double)*(const float*)view_at(v, off) : view_get_f64(v, off);
+}
+
 /* Gathers n elements of row r's block `d` of view v, starting at k. */
 static void row_gather(const tpu_view_t* v, int64_t off, const walk_t* d, int64_t k,
                        int64_t n, double* buf) {
@@ -218,8 +238,8 @@ static void forward_rows(void* arg, int64_t begin, int64_t end) {
 
 /* The sum of x[0..n) (squares: of (x - shift)^2) in two 16-lane float vectors
  * (GNU vector extension: registers, not a stack array that each iteration
- * stores and reloads), each lane holding n / 32 terms, the lanes and the tail
- * added in double. Float lanes keep the error far below the tolerance of
+ * stores and reloads), each lane holding n / 32 terms, the lanes (as a tree,
+ * ns_lanes32) and the tail added in double. Float lanes keep the error far below the tolerance of
  * PyTorch CPU's own float32 moments. Inlined into forward_rows_f32's clones
  * (two zmm, four ymm or eight xmm registers). */
 typedef float norm_f32x16 __attribute__((vector_size(64)));
@@ -239,8 +259,10 @@ static inline double lane_sum_f32(const float* x, int64_t n, float shift, bool s
     acc0 += v0;
     acc1 += v1;
   }
-  double s = 0.0;
-  for (int j = 0; j < w; ++j) s += (double)acc0[j] + (double)acc1[j];
+  float lanes[32];
+  memcpy(lanes, &acc0, sizeof acc0);
+  memcpy(lanes + w, &acc1, sizeof acc1);
+  double s = ns_lanes32(lanes);
   for (; i < n; ++i) {
     double d = (double)x[i] - (squares ? shift : 0.0f);
     s += squares ? d * d : d;
@@ -279,13 +301,13 @@ VM_SIMD_CLONES static void forward_rows_f32(void* arg, int64_t begin, int64_t en
   const norm_args_t* a = p->a;
   int64_t offs[NUM_V], n = a->n;
   for (int64_t r = begin; r < end; ++r) {
-    walk_offsets(&p->rows, p->rows.ndim, r, offs);
+    row_offsets(p, r, offs);
     const float* x = (const float*)view_at(a->x, offs[V_X]);
     float* y = (float*)view_at(p->out[0], offs[V_OUT]);
     double mean, rstd;
     norm_row_f32(a->impl->rms, n, a->eps, p->wf, p->bf, x, y, &mean, &rstd);
-    if (p->out[1]) view_set_f64(p->out[1], offs[V_MEAN], mean);
-    view_set_f64(p->out[2], offs[V_RSTD], rstd);
+    if (p->out[1]) set_stat(p->out[1], offs[V_MEAN], mean);
+    set_stat(p->out[2], offs[V_RSTD], rstd);
   }
 }
 
@@ -445,7 +467,7 @@ static inline void bwd_row_f32(const float* restrict x, const float* restrict g,
  * lanes added in double; grad_input and the column sums in float (PyTorch
  * CPU's float32 backward also sums in float). Built for AVX-512 and AVX2 as
  * well (VM_SIMD_CLONES). */
-enum { BWD_LANES = 32 };
+enum { BWD_LANES = 32 }; /* ns_lanes32 adds them */
 VM_SIMD_CLONES static void backward_blocks_f32(void* arg, int64_t begin, int64_t end) {
   const plan_t* p = (const plan_t*)arg;
   const norm_args_t* a = p->a;
@@ -456,34 +478,44 @@ VM_SIMD_CLONES static void backward_blocks_f32(void* arg, int64_t begin, int64_t
     float* db = dw ? dw + n : NULL;
     int64_t r1 = (blk + 1) * p->block < a->m ? (blk + 1) * p->block : a->m;
     for (int64_t r = blk * p->block; r < r1; ++r) {
-      walk_offsets(&p->rows, p->rows.ndim, r, offs);
+      row_offsets(p, r, offs);
       const float* x = (const float*)view_at(a->x, offs[V_X]);
       const float* g = (const float*)view_at(a->g, offs[V_G]);
       const float fm = (float)p->mean[r], fr = (float)p->rstd[r];
       if (a->mask[0]) {
         float* gi = (float*)view_at(p->out[0], offs[V_OUT]);
-        float s1[BWD_LANES] = {0}, s2[BWD_LANES] = {0};
+        /* lanes [0, 16) in the *a vectors, [16, 32) in the *b ones */
+        norm_f32x16 s1a = {0}, s1b = {0}, s2a = {0}, s2b = {0}, ga, gb, xa, xb, wa, wb;
         double sg = 0.0, sgx = 0.0;
         int64_t i = 0;
-        if (w)
-          for (; i + BWD_LANES <= n; i += BWD_LANES)
-            for (int l = 0; l < BWD_LANES; ++l) {
-              float gw = g[i + l] * w[i + l];
-              s1[l] += gw;
-              s2[l] += gw * (x[i + l] - fm);
-            }
-        else
-          for (; i + BWD_LANES <= n; i += BWD_LANES)
-            for (int l = 0; l < BWD_LANES; ++l) {
-              s1[l] += g[i + l];
-              s2[l] += g[i + l] * (x[i + l] - fm);
-            }
+        for (; i + BWD_LANES <= n; i += BWD_LANES) {
+          memcpy(&ga, g + i, sizeof ga);
+          memcpy(&gb, g + i + 16, sizeof gb);
+          memcpy(&xa, x + i, sizeof xa);
+          memcpy(&xb, x + i + 16, sizeof xb);
+          if (w) {
+            memcpy(&wa, w + i, sizeof wa);
+            memcpy(&wb, w + i + 16, sizeof wb);
+            ga *= wa;
+            gb *= wb;
+          }
+          s1a += ga;
+          s1b += gb;
+          s2a += ga * (xa - fm);
+          s2b += gb * (xb - fm);
+        }
+        float s1[BWD_LANES], s2[BWD_LANES];
+        memcpy(s1, &s1a, sizeof s1a);
+        memcpy(s1 + 16, &s1b, sizeof s1b);
+        memcpy(s2, &s2a, sizeof s2a);
+        memcpy(s2 + 16, &s2b, sizeof s2b);
         for (; i < n; ++i) {
           float gw = w ? g[i] * w[i] : g[i];
           sg += gw;
           sgx += (double)gw * (double)(x[i] - fm);
         }
-        for (int l = 0; l < BWD_LANES; ++l) sg += s1[l], sgx += s2[l];
+        sg += ns_lanes32(s1);
+        sgx += ns_lanes32(s2);
         const float fsg = a->impl->rms ? 0.0f : (float)(sg / (double)n);
         const float fsgx = (float)(sgx * p->rstd[r] / (double)n);
         bwd_row_f32(x, g, w, gi, dw, db, n, fm, fr, fsg, fsgx);
@@ -551,9 +583,9 @@ static tpu_status_t gather_stats(plan_t* p) {
   TPU_RETURN_IF_ERROR(alloc_doubles(p->a->m, &p->rstd));
   int64_t offs[NUM_V];
   for (int64_t r = 0; r < p->a->m; ++r) {
-    walk_offsets(&p->rows, p->rows.ndim, r, offs);
-    p->mean[r] = p->a->impl->rms ? 0.0 : view_get_f64(p->a->mean, offs[V_MEAN]);
-    p->rstd[r] = view_get_f64(p->a->rstd, offs[V_RSTD]);
+    row_offsets(p, r, offs);
+    p->mean[r] = p->a->impl->rms ? 0.0 : get_stat(p->a->mean, offs[V_MEAN]);
+    p->rstd[r] = get_stat(p->a->rstd, offs[V_RSTD]);
   }
   return TPU_OK;
 }
@@ -628,17 +660,12 @@ static tpu_status_t norm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   if (!backward || a.mask[0]) walk_init_tail(&p.od, p.out[0], a.axis);
   int64_t grain = a.n >= 16384 ? 1 : 16384 / (a.n > 0 ? a.n : 1);
 
-  tpu_status_t s = gather_param(a.w, a.n, &p.w);
-  if (s == TPU_OK && !backward) s = gather_param(a.b, a.n, &p.b);
-  if (s == TPU_OK && backward) s = gather_stats(&p);
   if (!backward) {
     p.f32 = f32_rows(a.x, a.axis) && f32_rows(p.out[0], a.axis) &&
             (!a.w || f32_rows(a.w, 0)) && (!a.b || f32_rows(a.b, 0));
     p.wf = p.f32 && a.w ? (const float*)tpu_view_ptr(a.w) : NULL;
     p.bf = p.f32 && a.b ? (const float*)tpu_view_ptr(a.b) : NULL;
   }
-  if (s == TPU_OK && !backward)
-    tpu_parallel_for(a.m, grain, p.f32 ? forward_rows_f32 : forward_rows, &p);
   bool params = backward && (a.mask[1] || a.mask[2]);
   if (params) {
     if (a.mask[1]) walk_init_tail(&p.wd, p.out[1], 0);
@@ -648,7 +675,14 @@ static tpu_status_t norm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
    * else grad_input by rows and the column sums by column blocks. */
   int threads = tpu_parallel_threads();
   bool by_blocks = params && a.m >= 2 * threads && a.m * a.n >= 65536;
-  if (s == TPU_OK && backward && (by_blocks || (!params && a.mask[0])) && f32_backward(&p)) {
+  bool bwd_f32 = backward && (by_blocks || (!params && a.mask[0])) && f32_backward(&p);
+  /* double copies of weight and bias: for the general (double) rows only */
+  tpu_status_t s = p.f32 || bwd_f32 ? TPU_OK : gather_param(a.w, a.n, &p.w);
+  if (s == TPU_OK && !backward && !p.f32) s = gather_param(a.b, a.n, &p.b);
+  if (s == TPU_OK && backward) s = gather_stats(&p);
+  if (s == TPU_OK && !backward)
+    tpu_parallel_for(a.m, grain, p.f32 ? forward_rows_f32 : forward_rows, &p);
+  if (s == TPU_OK && bwd_f32) {
     s = backward_f32(&p, params, threads, grain);
   } else if (s == TPU_OK && by_blocks) {
     p.nblocks = 4 * threads < a.m ? 4 * threads : a.m;

@@ -21,7 +21,8 @@
  *      once and every output takes one step). Values are converted on the
  *      way in (tpu_convert) to the compute domain: double for floating
  *      work (so half and float inputs accumulate in double), int64 for
- *      integer/bool sums and extrema, uint8 for all/any.
+ *      integer/bool sums and extrema, uint8 for all/any. (Column sums and
+ *      means of float32 and half tensors take reduce_cols.c instead.)
  *   4. Tiles run on tpu_parallel_for. When there are few tiles and long
  *      reductions (full reductions of large tensors), each tile's reduced
  *      range is also split into chunks whose partial states are combined
@@ -770,6 +771,7 @@ static tpu_status_t reduce_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
   TPU_RETURN_IF_ERROR(tpu_reduce_parse(def, node, &a));
   TPU_RETURN_IF_ERROR(tpu_reduce_check_outputs(&a, node));
   if (tpu_view_numel(&a.shape[0]) == 0) return TPU_OK;
+  if (tpu_reduce_cols_applies(&a, &node->outputs[0])) return tpu_reduce_cols(&a, &node->outputs[0]);
 
   plan_t p;
   memset(&p, 0, sizeof(p));

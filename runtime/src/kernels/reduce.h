@@ -76,6 +76,14 @@ tpu_compute_type_t tpu_reduce_domain(const reduce_args_t* args, tpu_dtype_t out_
 /* Checks the node's output views against the parsed shapes. */
 tpu_status_t tpu_reduce_check_outputs(const reduce_args_t* args, const tpu_node_t* node);
 
+/* The column-sum fast path (reduce_cols.c): whether it runs this node
+ * (sum or mean of a contiguous float32/bfloat16/float16 input over one
+ * block of dims followed by kept dims, into a contiguous output of the same
+ * dtype), and running it. Float blocks of rows added in double: PyTorch
+ * CPU's float32 accuracy or better, independent of the thread count. */
+bool tpu_reduce_cols_applies(const reduce_args_t* args, const tpu_view_t* out);
+tpu_status_t tpu_reduce_cols(const reduce_args_t* args, const tpu_view_t* out);
+
 /* The reference kernel: plain loops in logical order, two-pass variance. */
 tpu_status_t tpu_reduce_reference(const tpu_op_def_t* def, const tpu_node_t* node,
                                   tpu_exec_ctx_t* ctx);
