@@ -145,10 +145,11 @@ def pool_stats() -> dict:
     split over it), 'serial_busy' (loops run serially because it ran another
     job), 'exclusive' (runs of the matrix unit's own threads on its cores),
     'spin_hits' / 'spin_misses' (worker polls between jobs that found the
-    next job / ran out), 'spin_backoffs' (polls that saw themselves
-    descheduled and were cut short), 'sleeps', 'wakeups' (jobs that had to
-    wake a sleeping worker), 'empty_takes' (a worker reached a job already
-    done), 'caller_sleeps' (a kernel slept waiting for a worker's chunk) and
+    next job / ran out), 'spin_backoffs' (polls cut to the minimum because
+    the cores were oversubscribed: a poll descheduled, or a wake-up slower
+    than the longest poll), 'sleeps', 'wakeups' (jobs that signalled
+    sleeping workers), 'empty_takes' (a worker reached a job already done),
+    'caller_sleeps' (a kernel slept waiting for a worker's chunk) and
     'spin_ns' (the current poll length). TORCH_TPU_POOL_SPIN_US sets the
     longest poll (default 100; 0: workers sleep between jobs)."""
     return dict(_C.pool_stats())

@@ -8,9 +8,9 @@
  * Between jobs a worker polls for the next one before it sleeps on `wake`,
  * for an adaptive time (pool_spin.h): kernels arrive microseconds apart, and
  * a sleeping worker is woken too late to take part. A caller publishes a job
- * under `mu` (generation + 1) and signals only when some worker sleeps; it
- * runs chunks itself, then polls briefly for workers still inside a chunk
- * before it sleeps on `done`. While a library's own threads hold the cores
+ * under `mu` (generation + 1) and signals only when some worker sleeps and
+ * no signal is already on its way; it runs chunks itself, then polls
+ * briefly for workers still inside a chunk before it sleeps on `done`. While a library's own threads hold the cores
  * (tpu_parallel_exclusive) workers do not poll; they are nudged awake when
  * the library is done, to poll for the kernels after it. */
 #include <pthread.h>
@@ -48,7 +48,11 @@ static struct {
   job_t* job;             /* under mu */
   atomic_ullong generation; /* written under mu; polled without it */
   atomic_bool exclusive;  /* a library's threads hold the cores: do not poll */
+  int64_t first_job_ns;   /* when the first job since a worker fell asleep was
+                             published (-1: none yet), under mu */
+  uint64_t job_generation; /* the generation of the last job (not nudge), under mu */
   int sleepers;           /* workers waiting on `wake`, under mu */
+  bool wake_sent;         /* `wake` signalled, no worker back from it yet, under mu */
   int threads;
   int64_t spin_max_ns;
   atomic_llong spin_ns[64]; /* each worker's current poll length, for the stats */
@@ -57,6 +61,7 @@ static struct {
             .wake = PTHREAD_COND_INITIALIZER,
             .done = PTHREAD_COND_INITIALIZER,
             .busy = PTHREAD_MUTEX_INITIALIZER,
+            .first_job_ns = -1,
             .threads = 1};
 
 static inline void count(atomic_ullong* counter) {
@@ -164,20 +169,35 @@ static void* worker_main(void* arg) {
       asleep = now_ns();
       count(&g_pool.c.sleeps);
       g_pool.sleepers++;
+      g_pool.first_job_ns = -1;
       atomic_store_explicit(&g_pool.spin_ns[index], spin, memory_order_relaxed);
       while (atomic_load(&g_pool.generation) == seen) pthread_cond_wait(&g_pool.wake, &g_pool.mu);
       g_pool.sleepers--;
+      g_pool.wake_sent = false;
     }
     seen = atomic_load(&g_pool.generation);
     job_t* job = g_pool.job;
     if (job) atomic_fetch_add(&job->running, 1);
-    /* A job that woke a worker whose poll ran out: had the poll been long
-     * enough to reach it? (A nudge, or a sleep through a library's run,
-     * says nothing about the gaps between jobs.) */
-    if (job && asleep >= 0 && polled == POLL_EXPIRED)
-      spin = tpu_pool_spin_next(spin, g_pool.spin_max_ns,
-                                now_ns() - asleep < g_pool.spin_max_ns ? POOL_SPIN_WOKEN_SOON
-                                                                       : POOL_SPIN_WOKEN_LATE);
+    /* Woken for a job (a nudge says nothing about the gaps between jobs):
+     *  - a wake-up slower than the longest poll says the cores are taken
+     *    (other processes, or threads beyond the cores), and polling would
+     *    take time from them;
+     *  - else, after a poll that ran out: would a longer one have reached
+     *    the job? Timed at the job's publication, not at the wake-up (the
+     *    job may even be done by then: the case that most needs a longer
+     *    poll). */
+    if (asleep >= 0 && g_pool.first_job_ns >= 0 && g_pool.spin_max_ns > 0) {
+      if (now_ns() - g_pool.first_job_ns > g_pool.spin_max_ns) {
+        count(&g_pool.c.spin_backoffs);
+        spin = tpu_pool_spin_next(spin, g_pool.spin_max_ns, POOL_SPIN_DESCHEDULED);
+      } else if (polled == POLL_EXPIRED) {
+        spin = tpu_pool_spin_next(spin, g_pool.spin_max_ns,
+                                  g_pool.first_job_ns - asleep < g_pool.spin_max_ns
+                                      ? POOL_SPIN_WOKEN_SOON
+                                      : POOL_SPIN_WOKEN_LATE);
+      }
+    }
+    if (!job && g_pool.job_generation == seen) count(&g_pool.c.empty_takes);
     atomic_store_explicit(&g_pool.spin_ns[index], spin, memory_order_relaxed);
     pthread_mutex_unlock(&g_pool.mu);
     if (!job) continue; /* a nudge, or a job that had already ended */
@@ -217,12 +237,20 @@ int tpu_parallel_threads(void) {
   return g_pool.threads;
 }
 
-/* Makes `job` (NULL: a nudge) the current one; signals sleeping workers. */
+/* Makes `job` (NULL: a nudge) the current one; signals sleeping workers
+ * unless a signal is already on its way. */
 static void publish(job_t* job) {
   pthread_mutex_lock(&g_pool.mu);
   g_pool.job = job;
-  atomic_fetch_add_explicit(&g_pool.generation, 1, memory_order_release);
-  bool wake = g_pool.sleepers > 0;
+  uint64_t generation = atomic_fetch_add_explicit(&g_pool.generation, 1, memory_order_release) + 1;
+  if (job) {
+    if (g_pool.first_job_ns < 0) g_pool.first_job_ns = now_ns();
+    g_pool.job_generation = generation;
+  }
+  /* A wake-up already on its way (a loaded machine can take milliseconds
+   * to run the woken thread) covers this job too. */
+  bool wake = g_pool.sleepers > 0 && !g_pool.wake_sent;
+  if (wake) g_pool.wake_sent = true;
   pthread_mutex_unlock(&g_pool.mu);
   if (wake) {
     if (job) count(&g_pool.c.wakeups);

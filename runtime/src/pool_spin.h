@@ -9,12 +9,13 @@
  * length adapts per worker:
  *  - a poll that found a job keeps its length;
  *  - a poll that ran out halves it (not below POOL_SPIN_MIN_NS);
- *  - a worker woken soon after it fell asleep (within the longest poll)
- *    doubles it (not above the maximum): a longer poll would have caught
- *    the job;
+ *  - a worker woken for a job published soon after it fell asleep (within
+ *    the longest poll) doubles it (not above the maximum): a longer poll
+ *    would have caught the job;
  *  - a poll that saw itself descheduled (a gap of POOL_SPIN_GAP_NS between
- *    two of its clock reads: the core is oversubscribed) drops to the
- *    minimum, whether or not it found a job.
+ *    two of its clock reads), or a wake-up that took longer than the longest
+ *    poll, says the cores are oversubscribed (other processes, or threads
+ *    beyond the cores): the poll drops to the minimum.
  * An idle process thus polls a few times, ever shorter, then sleeps. */
 #ifndef TPU_POOL_SPIN_H_
 #define TPU_POOL_SPIN_H_
@@ -27,9 +28,11 @@
 typedef enum pool_spin_event {
   POOL_SPIN_FOUND,       /* the poll found a job */
   POOL_SPIN_EXPIRED,     /* the poll ran out; the worker sleeps */
-  POOL_SPIN_WOKEN_SOON,  /* woken within the longest poll of falling asleep */
+  POOL_SPIN_WOKEN_SOON,  /* woken for a job published within the longest poll of
+                            falling asleep */
   POOL_SPIN_WOKEN_LATE,  /* woken after that */
-  POOL_SPIN_DESCHEDULED, /* the poll lost its core for POOL_SPIN_GAP_NS or more */
+  POOL_SPIN_DESCHEDULED, /* the poll lost its core for POOL_SPIN_GAP_NS or more, or
+                            a wake-up took longer than the longest poll */
 } pool_spin_event_t;
 
 /* The next poll length (ns) after `event`, from the current one and the

@@ -120,9 +120,10 @@ typedef struct tpu_pool_stats {
   uint64_t exclusive;       /* claims of every core for a library's own threads */
   uint64_t spin_hits;       /* worker polls that found a job */
   uint64_t spin_misses;     /* worker polls that ran out (the worker then slept) */
-  uint64_t spin_backoffs;   /* polls that saw themselves descheduled and cut to the minimum */
+  uint64_t spin_backoffs;   /* polls cut to the minimum: the cores were oversubscribed
+                               (a poll descheduled, or a wake-up slower than the longest poll) */
   uint64_t sleeps;          /* worker sleeps */
-  uint64_t wakeups;         /* jobs that had to wake sleeping workers */
+  uint64_t wakeups;         /* jobs that signalled sleeping workers */
   uint64_t empty_takes;     /* a worker reached a job that had already ended */
   uint64_t caller_sleeps;   /* callers that slept waiting for a worker to finish its chunk */
   int64_t spin_ns;          /* the workers' current poll length, the longest of them */
