@@ -73,6 +73,24 @@ PYBIND11_MODULE(_C, m) {
     d["sync_sleeps"] = s.sync_sleeps;
     return d;
   });
+  m.def("pool_stats", []() {
+    tpu_pool_stats_t s;
+    tpu_pool_stats(&s);
+    py::dict d;
+    d["threads"] = s.threads;
+    d["jobs"] = s.jobs;
+    d["serial_busy"] = s.serial_busy;
+    d["exclusive"] = s.exclusive;
+    d["spin_hits"] = s.spin_hits;
+    d["spin_misses"] = s.spin_misses;
+    d["spin_backoffs"] = s.spin_backoffs;
+    d["sleeps"] = s.sleeps;
+    d["wakeups"] = s.wakeups;
+    d["empty_takes"] = s.empty_takes;
+    d["caller_sleeps"] = s.caller_sleeps;
+    d["spin_ns"] = s.spin_ns;
+    return d;
+  });
   m.def("set_weight_cache_limit", [](int64_t bytes) { tpu_weight_cache_set_limit(bytes); });
   m.def("memory_capacity", [](int index) { return tpu_chip_capacity(chip((c10::DeviceIndex)index)); });
   m.def("set_launch_blocking", [](bool on) { tpu_set_launch_blocking(on); });

@@ -143,6 +143,22 @@ def queue_stats(device=None) -> dict:
     return dict(_C.queue_stats(_device_module._index(device)))
 
 
+def pool_stats() -> dict:
+    """How the process's compute pool (the cores kernels split their loops
+    over) has run since it started: 'threads' (its size), 'jobs' (loops
+    split over it), 'serial_busy' (loops run serially because it ran another
+    job), 'exclusive' (runs of the matrix unit's own threads on its cores),
+    'spin_hits' / 'spin_misses' (worker polls between jobs that found the
+    next job / ran out), 'spin_backoffs' (polls cut to the minimum because
+    the cores were oversubscribed: a poll descheduled, or a wake-up slower
+    than the longest poll), 'sleeps', 'wakeups' (jobs that signalled
+    sleeping workers), 'empty_takes' (a worker reached a job already done),
+    'caller_sleeps' (a kernel slept waiting for a worker's chunk) and
+    'spin_ns' (the current poll length). TORCH_TPU_POOL_SPIN_US sets the
+    longest poll (default 100; 0: workers sleep between jobs)."""
+    return dict(_C.pool_stats())
+
+
 def set_weight_cache_limit(nbytes: int) -> None:
     """Bounds the weight cache (bytes; 0 turns it off), evicting down to it."""
     if int(nbytes) < 0:
@@ -165,6 +181,7 @@ __all__ = [
     "fallback_counts",
     "flush",
     "matrix_unit",
+    "pool_stats",
     "queue_stats",
     "set_weight_cache_limit",
     "weight_cache_stats",

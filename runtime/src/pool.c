@@ -3,13 +3,30 @@
  * One pool for the whole process, shared by every chip and stream, with
  * (threads - 1) workers plus the calling thread. One job runs at a time: a
  * call that finds the pool busy (another stream's kernel, or a nested call)
- * runs serially in its caller, so the pool never oversubscribes the cores. */
+ * runs serially in its caller, so the pool never oversubscribes the cores.
+ *
+ * Between jobs a worker polls for the next one before it sleeps on `wake`,
+ * for an adaptive time (pool_spin.h): kernels arrive microseconds apart, and
+ * a sleeping worker is woken too late to take part. A caller publishes a job
+ * under `mu` (generation + 1) and signals only when some worker sleeps and
+ * no signal is already on its way; it runs chunks itself, then polls
+ * briefly for workers still inside a chunk before it sleeps on `done`. While a library's own threads hold the cores
+ * (tpu_parallel_exclusive) workers do not poll; they are nudged awake when
+ * the library is done, to poll for the kernels after it. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kernel.h"
+#include "pool_spin.h"
+#include "tpu/runtime.h"
+
+#define DEFAULT_SPIN_US 100
+/* How long a caller polls for workers still inside a chunk. */
+#define CALLER_SPIN_NS 50000
 
 typedef struct job {
   void (*fn)(void* arg, int64_t begin, int64_t end);
@@ -19,16 +36,82 @@ typedef struct job {
   atomic_int running;  /* workers still inside this job */
 } job_t;
 
+typedef struct pool_counters {
+  atomic_ullong jobs, serial_busy, exclusive, spin_hits, spin_misses, spin_backoffs, sleeps,
+      wakeups, empty_takes, caller_sleeps;
+} pool_counters_t;
+
 static struct {
   pthread_mutex_t mu;
   pthread_cond_t wake, done;
-  pthread_mutex_t busy; /* held by the caller owning the pool */
-  job_t* job;
-  uint64_t generation;
+  pthread_mutex_t busy;   /* held by the caller owning the pool */
+  job_t* job;             /* under mu */
+  atomic_ullong generation; /* written under mu; polled without it */
+  atomic_bool exclusive;  /* a library's threads hold the cores: do not poll */
+  int64_t first_job_ns;   /* when the first job since a worker fell asleep was
+                             published (-1: none yet), under mu */
+  uint64_t job_generation; /* the generation of the last job (not nudge), under mu */
+  int sleepers;           /* workers waiting on `wake`, under mu */
+  bool wake_sent;         /* `wake` signalled, no worker back from it yet, under mu */
   int threads;
-  int started;
-} g_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-            PTHREAD_MUTEX_INITIALIZER, NULL, 0, 1, 0};
+  int64_t spin_max_ns;
+  atomic_llong spin_ns[64]; /* each worker's current poll length, for the stats */
+  pool_counters_t c;
+} g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER,
+            .wake = PTHREAD_COND_INITIALIZER,
+            .done = PTHREAD_COND_INITIALIZER,
+            .busy = PTHREAD_MUTEX_INITIALIZER,
+            .first_job_ns = -1,
+            .threads = 1};
+
+static inline void count(atomic_ullong* counter) {
+  atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
+}
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+int64_t tpu_pool_spin_next(int64_t spin_ns, int64_t max_ns, pool_spin_event_t event) {
+  if (max_ns <= 0) return 0;
+  int64_t lo = max_ns < POOL_SPIN_MIN_NS ? max_ns : POOL_SPIN_MIN_NS;
+  int64_t next = spin_ns;
+  switch (event) {
+    case POOL_SPIN_FOUND:
+    case POOL_SPIN_WOKEN_LATE:
+      break;
+    case POOL_SPIN_EXPIRED:
+      next = spin_ns / 2;
+      break;
+    case POOL_SPIN_WOKEN_SOON:
+      next = spin_ns * 2;
+      break;
+    case POOL_SPIN_DESCHEDULED:
+      next = lo;
+      break;
+  }
+  if (next < lo) next = lo;
+  if (next > max_ns) next = max_ns;
+  return next;
+}
+
+int64_t tpu_pool_spin_max_ns(void) {
+  const char* env = getenv("TORCH_TPU_POOL_SPIN_US");
+  int64_t us = env ? atoll(env) : DEFAULT_SPIN_US;
+  if (us < 0) us = 0;
+  if (us > 100000) us = 100000;
+  return us * 1000;
+}
 
 static void run_chunks(job_t* job) {
   for (;;) {
@@ -39,21 +122,91 @@ static void run_chunks(job_t* job) {
   }
 }
 
-static void* worker_main(void* unused) {
-  (void)unused;
-  pthread_setname_np(pthread_self(), "tpu-pool");
-  uint64_t seen = 0;
-  pthread_mutex_lock(&g_pool.mu);
+typedef enum poll_outcome { POLL_FOUND, POLL_EXPIRED, POLL_YIELDED } poll_outcome_t;
+
+/* Polls up to *spin_ns for a generation other than `seen`, adapting *spin_ns
+ * to what it saw; stops early (POLL_YIELDED, no adaptation) when a library
+ * claims the cores. */
+static poll_outcome_t poll_for_job(uint64_t seen, int64_t* spin_ns) {
+  int64_t start = now_ns(), last = start, until = start + *spin_ns;
+  bool descheduled = false;
+  poll_outcome_t outcome;
   for (;;) {
-    while (g_pool.generation == seen) pthread_cond_wait(&g_pool.wake, &g_pool.mu);
-    seen = g_pool.generation;
+    if (atomic_load_explicit(&g_pool.generation, memory_order_acquire) != seen) {
+      outcome = POLL_FOUND;
+      break;
+    }
+    if (atomic_load_explicit(&g_pool.exclusive, memory_order_relaxed)) return POLL_YIELDED;
+    int64_t t = now_ns();
+    if (t - last >= POOL_SPIN_GAP_NS) descheduled = true;
+    if (t >= until) {
+      outcome = POLL_EXPIRED;
+      break;
+    }
+    last = t;
+    for (int i = 0; i < 16; ++i) cpu_relax();
+  }
+  bool found = outcome == POLL_FOUND;
+  count(descheduled ? &g_pool.c.spin_backoffs : found ? &g_pool.c.spin_hits : &g_pool.c.spin_misses);
+  *spin_ns = tpu_pool_spin_next(
+      *spin_ns, g_pool.spin_max_ns,
+      descheduled ? POOL_SPIN_DESCHEDULED : found ? POOL_SPIN_FOUND : POOL_SPIN_EXPIRED);
+  return outcome;
+}
+
+static void* worker_main(void* arg) {
+  int index = (int)(intptr_t)arg;
+  pthread_setname_np(pthread_self(), "tpu-pool");
+  int64_t spin = g_pool.spin_max_ns;
+  uint64_t seen = 0;
+  for (;;) {
+    poll_outcome_t polled = POLL_YIELDED;
+    if (spin > 0 && !atomic_load_explicit(&g_pool.exclusive, memory_order_relaxed))
+      polled = poll_for_job(seen, &spin);
+    pthread_mutex_lock(&g_pool.mu);
+    int64_t asleep = -1;
+    if (atomic_load(&g_pool.generation) == seen) {
+      asleep = now_ns();
+      count(&g_pool.c.sleeps);
+      g_pool.sleepers++;
+      g_pool.first_job_ns = -1;
+      atomic_store_explicit(&g_pool.spin_ns[index], spin, memory_order_relaxed);
+      while (atomic_load(&g_pool.generation) == seen) pthread_cond_wait(&g_pool.wake, &g_pool.mu);
+      g_pool.sleepers--;
+      g_pool.wake_sent = false;
+    }
+    seen = atomic_load(&g_pool.generation);
     job_t* job = g_pool.job;
-    if (!job) continue;
-    atomic_fetch_add(&job->running, 1);
+    if (job) atomic_fetch_add(&job->running, 1);
+    /* Woken for a job (a nudge says nothing about the gaps between jobs):
+     *  - a wake-up slower than the longest poll says the cores are taken
+     *    (other processes, or threads beyond the cores), and polling would
+     *    take time from them;
+     *  - else, after a poll that ran out: would a longer one have reached
+     *    the job? Timed at the job's publication, not at the wake-up (the
+     *    job may even be done by then: the case that most needs a longer
+     *    poll). */
+    if (asleep >= 0 && g_pool.first_job_ns >= 0 && g_pool.spin_max_ns > 0) {
+      if (now_ns() - g_pool.first_job_ns > g_pool.spin_max_ns) {
+        count(&g_pool.c.spin_backoffs);
+        spin = tpu_pool_spin_next(spin, g_pool.spin_max_ns, POOL_SPIN_DESCHEDULED);
+      } else if (polled == POLL_EXPIRED) {
+        spin = tpu_pool_spin_next(spin, g_pool.spin_max_ns,
+                                  g_pool.first_job_ns - asleep < g_pool.spin_max_ns
+                                      ? POOL_SPIN_WOKEN_SOON
+                                      : POOL_SPIN_WOKEN_LATE);
+      }
+    }
+    if (!job && g_pool.job_generation == seen) count(&g_pool.c.empty_takes);
+    atomic_store_explicit(&g_pool.spin_ns[index], spin, memory_order_relaxed);
     pthread_mutex_unlock(&g_pool.mu);
+    if (!job) continue; /* a nudge, or a job that had already ended */
+    if (atomic_load_explicit(&job->next, memory_order_relaxed) >= job->n)
+      count(&g_pool.c.empty_takes);
     run_chunks(job);
     pthread_mutex_lock(&g_pool.mu);
     if (atomic_fetch_sub(&job->running, 1) == 1) pthread_cond_broadcast(&g_pool.done);
+    pthread_mutex_unlock(&g_pool.mu);
   }
   return NULL;
 }
@@ -64,13 +217,15 @@ static void start_pool(void) {
   const char* env = getenv("TORCH_TPU_NUM_THREADS");
   if (env && atoi(env) > 0) threads = atoi(env);
   if (threads > 64) threads = 64;
+  g_pool.spin_max_ns = tpu_pool_spin_max_ns();
   g_pool.threads = threads;
   for (int i = 1; i < threads; ++i) {
+    atomic_store(&g_pool.spin_ns[i], g_pool.spin_max_ns);
     pthread_t t;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&t, &attr, worker_main, NULL) != 0) g_pool.threads = i;
+    if (pthread_create(&t, &attr, worker_main, (void*)(intptr_t)i) != 0) g_pool.threads = i;
     pthread_attr_destroy(&attr);
     if (g_pool.threads == i) break;
   }
@@ -82,39 +237,96 @@ int tpu_parallel_threads(void) {
   return g_pool.threads;
 }
 
+/* Makes `job` (NULL: a nudge) the current one; signals sleeping workers
+ * unless a signal is already on its way. */
+static void publish(job_t* job) {
+  pthread_mutex_lock(&g_pool.mu);
+  g_pool.job = job;
+  uint64_t generation = atomic_fetch_add_explicit(&g_pool.generation, 1, memory_order_release) + 1;
+  if (job) {
+    if (g_pool.first_job_ns < 0) g_pool.first_job_ns = now_ns();
+    g_pool.job_generation = generation;
+  }
+  /* A wake-up already on its way (a loaded machine can take milliseconds
+   * to run the woken thread) covers this job too. */
+  bool wake = g_pool.sleepers > 0 && !g_pool.wake_sent;
+  if (wake) g_pool.wake_sent = true;
+  pthread_mutex_unlock(&g_pool.mu);
+  if (wake) {
+    if (job) count(&g_pool.c.wakeups);
+    pthread_cond_broadcast(&g_pool.wake);
+  }
+}
+
 void tpu_parallel_for(int64_t n, int64_t grain, void (*fn)(void* arg, int64_t begin, int64_t end),
                       void* arg) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
   int threads = tpu_parallel_threads();
-  if (threads <= 1 || n <= grain || pthread_mutex_trylock(&g_pool.busy) != 0) {
+  if (threads <= 1 || n <= grain) {
     fn(arg, 0, n);
     return;
   }
+  if (pthread_mutex_trylock(&g_pool.busy) != 0) {
+    count(&g_pool.c.serial_busy);
+    fn(arg, 0, n);
+    return;
+  }
+  count(&g_pool.c.jobs);
   int64_t chunks = (n + grain - 1) / grain;
   if (chunks > (int64_t)threads * 4) chunks = (int64_t)threads * 4;
   job_t job = {.fn = fn, .arg = arg, .n = n, .chunk = (n + chunks - 1) / chunks};
   atomic_init(&job.next, 0);
   atomic_init(&job.running, 0);
-  pthread_mutex_lock(&g_pool.mu);
-  g_pool.job = &job;
-  g_pool.generation++;
-  pthread_cond_broadcast(&g_pool.wake);
-  pthread_mutex_unlock(&g_pool.mu);
+  publish(&job);
   run_chunks(&job);
   pthread_mutex_lock(&g_pool.mu);
-  g_pool.job = NULL; /* late wakers see no job */
-  while (atomic_load(&job.running) > 0) pthread_cond_wait(&g_pool.done, &g_pool.mu);
+  g_pool.job = NULL; /* later arrivals see no job */
   pthread_mutex_unlock(&g_pool.mu);
+  /* Workers still inside a chunk finish within about a chunk's time. */
+  int64_t until = now_ns() + CALLER_SPIN_NS;
+  while (atomic_load_explicit(&job.running, memory_order_acquire) > 0 && now_ns() < until)
+    for (int i = 0; i < 16; ++i) cpu_relax();
+  if (atomic_load_explicit(&job.running, memory_order_acquire) > 0) {
+    pthread_mutex_lock(&g_pool.mu);
+    count(&g_pool.c.caller_sleeps);
+    while (atomic_load(&job.running) > 0) pthread_cond_wait(&g_pool.done, &g_pool.mu);
+    pthread_mutex_unlock(&g_pool.mu);
+  }
   pthread_mutex_unlock(&g_pool.busy);
 }
 
 void tpu_parallel_exclusive(void (*fn)(void* arg, int threads), void* arg) {
   int threads = tpu_parallel_threads();
   if (threads <= 1 || pthread_mutex_trylock(&g_pool.busy) != 0) {
+    if (threads > 1) count(&g_pool.c.serial_busy);
     fn(arg, 1);
     return;
   }
+  count(&g_pool.c.exclusive);
+  atomic_store_explicit(&g_pool.exclusive, true, memory_order_relaxed);
   fn(arg, threads);
+  atomic_store_explicit(&g_pool.exclusive, false, memory_order_relaxed);
+  publish(NULL); /* workers that slept through it poll for the next kernel */
   pthread_mutex_unlock(&g_pool.busy);
+}
+
+void tpu_pool_stats(tpu_pool_stats_t* out_stats) {
+  tpu_pool_stats_t s = {.threads = tpu_parallel_threads()};
+  const pool_counters_t* c = &g_pool.c;
+  s.jobs = atomic_load(&c->jobs);
+  s.serial_busy = atomic_load(&c->serial_busy);
+  s.exclusive = atomic_load(&c->exclusive);
+  s.spin_hits = atomic_load(&c->spin_hits);
+  s.spin_misses = atomic_load(&c->spin_misses);
+  s.spin_backoffs = atomic_load(&c->spin_backoffs);
+  s.sleeps = atomic_load(&c->sleeps);
+  s.wakeups = atomic_load(&c->wakeups);
+  s.empty_takes = atomic_load(&c->empty_takes);
+  s.caller_sleeps = atomic_load(&c->caller_sleeps);
+  for (int i = 1; i < s.threads; ++i) {
+    int64_t v = atomic_load_explicit(&g_pool.spin_ns[i], memory_order_relaxed);
+    if (v > s.spin_ns) s.spin_ns = v;
+  }
+  *out_stats = s;
 }

@@ -110,6 +110,26 @@ typedef struct tpu_queue_stats {
 } tpu_queue_stats_t;
 void tpu_chip_queue_stats(tpu_chip_t* chip, tpu_queue_stats_t* out_stats);
 
+/* How the process's compute pool (the cores kernels split work over) has
+ * run since it started. A job is one kernel's parallel loop; its workers
+ * poll for the next job a while (adaptively) before they sleep. */
+typedef struct tpu_pool_stats {
+  int32_t threads;          /* the pool's size, the calling thread included */
+  uint64_t jobs;            /* loops split over the pool */
+  uint64_t serial_busy;     /* loops run serially: the pool ran another job */
+  uint64_t exclusive;       /* claims of every core for a library's own threads */
+  uint64_t spin_hits;       /* worker polls that found a job */
+  uint64_t spin_misses;     /* worker polls that ran out (the worker then slept) */
+  uint64_t spin_backoffs;   /* polls cut to the minimum: the cores were oversubscribed
+                               (a poll descheduled, or a wake-up slower than the longest poll) */
+  uint64_t sleeps;          /* worker sleeps */
+  uint64_t wakeups;         /* jobs that signalled sleeping workers */
+  uint64_t empty_takes;     /* a worker reached a job that had already ended */
+  uint64_t caller_sleeps;   /* callers that slept waiting for a worker to finish its chunk */
+  int64_t spin_ns;          /* the workers' current poll length, the longest of them */
+} tpu_pool_stats_t;
+void tpu_pool_stats(tpu_pool_stats_t* out_stats);
+
 /* ---- Streams ------------------------------------------------------------- */
 
 /* Borrowed handle to stream `index` (0 = default) of a chip. */

@@ -30,6 +30,7 @@
 
 #include "../fusion/fusion.h"
 #include "../kernel.h"
+#include "../pool_spin.h"
 #include "tpu/hal.h"
 #include "tpu/ops.h"
 #include "tpu/profiler.h"
@@ -366,6 +367,7 @@ struct tpu_hal_queue {
   bool sleeping; /* the worker waits on has_work: submitters must signal */
   bool inline_active; /* a submitter is running a small command itself */
   bool stop;
+  int64_t poll_ns; /* how long the idle worker polls now (wait_for_work) */
   tpu_status_t error; /* first failure since the last wait_idle */
   tpu_queue_stats_t stats; /* under mu */
 };
@@ -447,26 +449,32 @@ static tpu_status_t run_command(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
   return tpu_status_make(TPU_CODE_INTERNAL, "unknown command %d", (int)cmd->kind);
 }
 
-/* How long an idle worker polls for new work before it sleeps
- * (TORCH_TPU_QUEUE_SPIN_US, default below). Polling spares a submission the
- * wake-up of a sleeping worker, but on a machine with few cores a polling
- * worker also takes cycles from the thread that submits. */
-#define DEFAULT_SPIN_US 20
+/* How long an idle worker polls for new work before it sleeps. Polling
+ * spares a submission the wake-up of a sleeping worker, but on a machine
+ * with few cores a polling worker also takes cycles from the thread that
+ * submits. So the poll adapts per queue, by the compute pool's rule
+ * (pool_spin.h): it starts at START_SPIN_US; a worker woken soon after it
+ * fell asleep (the host came back just after the poll gave up) doubles it,
+ * up to TORCH_TPU_QUEUE_SPIN_US (default DEFAULT_MAX_SPIN_US; 0: never
+ * poll); a poll that runs out halves it; a poll that saw itself descheduled
+ * (an oversubscribed core) drops to the minimum. */
+#define START_SPIN_US 20
+#define DEFAULT_MAX_SPIN_US 200
 
-static int64_t spin_ns_from_env(void) {
+static int64_t spin_max_from_env(void) {
   const char* env = getenv("TORCH_TPU_QUEUE_SPIN_US");
-  int64_t ns = (env ? atoll(env) : DEFAULT_SPIN_US) * 1000;
+  int64_t ns = (env ? atoll(env) : DEFAULT_MAX_SPIN_US) * 1000;
   return ns < 0 ? 0 : ns;
 }
 
 /* Read once, lazily, by every queue's worker: workers that ask at the same
  * time each compute the same value and store it, so relaxed atomics are
  * enough (the value is all that is shared). */
-static int64_t spin_ns(void) {
+static int64_t spin_max_ns(void) {
   static _Atomic int64_t cached = -1;
   int64_t ns = atomic_load_explicit(&cached, memory_order_relaxed);
   if (ns < 0) {
-    ns = spin_ns_from_env();
+    ns = spin_max_from_env();
     atomic_store_explicit(&cached, ns, memory_order_relaxed);
   }
   return ns;
@@ -480,20 +488,42 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+/* Caller holds q->mu; returns holding it, with work queued (and no inline
+ * command running) or the queue stopping. Adapts q->poll_ns. */
 static void wait_for_work(tpu_hal_queue_t* q) {
-  if (q->count == 0 && !q->stop && spin_ns() > 0) {
-    int64_t until = now_ns() + spin_ns();
+  int64_t max = spin_max_ns();
+  if (q->count == 0 && !q->stop && q->poll_ns > 0 && max > 0) {
+    int64_t start = now_ns(), last = start, until = start + q->poll_ns;
+    bool found = false, descheduled = false;
     pthread_mutex_unlock(&q->mu);
-    while (__atomic_load_n(&q->count, __ATOMIC_ACQUIRE) == 0 && now_ns() < until) {
+    for (;;) {
+      if (__atomic_load_n(&q->count, __ATOMIC_ACQUIRE) != 0) {
+        found = true;
+        break;
+      }
+      int64_t t = now_ns();
+      if (t - last >= POOL_SPIN_GAP_NS) descheduled = true;
+      if (t >= until) break;
+      last = t;
       for (int i = 0; i < 64; ++i) cpu_relax();
     }
     pthread_mutex_lock(&q->mu);
+    q->poll_ns = tpu_pool_spin_next(q->poll_ns, max,
+                                    descheduled ? POOL_SPIN_DESCHEDULED
+                                    : found     ? POOL_SPIN_FOUND
+                                                : POOL_SPIN_EXPIRED);
   }
+  int64_t asleep = -1;
   while ((q->count == 0 || q->inline_active) && !q->stop) {
+    if (asleep < 0) asleep = now_ns();
     q->sleeping = true;
     pthread_cond_wait(&q->has_work, &q->mu);
     q->sleeping = false;
   }
+  if (asleep >= 0 && q->count > 0 && max > 0)
+    q->poll_ns = tpu_pool_spin_next(q->poll_ns, max,
+                                    now_ns() - asleep < max ? POOL_SPIN_WOKEN_SOON
+                                                            : POOL_SPIN_WOKEN_LATE);
 }
 
 static void* queue_main(void* arg) {
@@ -540,6 +570,7 @@ static tpu_status_t host_queue_create(tpu_hal_chip_t* chip, tpu_hal_queue_t** ou
   if (!q) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "queue allocation failed");
   q->chip = chip;
   q->capacity = 256;
+  q->poll_ns = START_SPIN_US * 1000 < spin_max_ns() ? START_SPIN_US * 1000 : spin_max_ns();
   q->ring = malloc(sizeof(tpu_hal_command_t) * q->capacity);
   pthread_mutex_init(&q->mu, NULL);
   pthread_cond_init(&q->has_work, NULL);
@@ -576,7 +607,7 @@ static void host_queue_destroy(tpu_hal_queue_t* q) {
  *  - work up to ASLEEP_ELEMENTS when the worker sleeps: waking it costs
  *    tens of microseconds on a virtual machine's idle core, and the host,
  *    having been away from the device for longer than the worker polls
- *    (spin_ns), has nothing in flight to overlap it with;
+ *    (wait_for_work), has nothing in flight to overlap it with;
  *  - work the submitter waits for at once (cmd->host_waits: a host read's
  *    program and copy), whatever its size: the submitter would only sleep
  *    while another thread ran it.
