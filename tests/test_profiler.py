@@ -246,3 +246,19 @@ def test_xprof_trace_handler_writes_a_trace_with_device_rows(tmp_path):
     assert len(traces) == 1
     text = traces[0].read_text()
     assert '"tpu:0 stream' in text and '"add"' in text
+
+
+def test_trace_svg_draws_host_and_device_rows():
+    from torch_tpu.tools import trace_svg
+    trace = [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "host"}},
+        {"ph": "M", "name": "thread_name", "pid": 0, "tid": 0, "args": {"name": "tpu:0 stream 0"}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 0.0, "dur": 10.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0},
+        {"ph": "X", "cat": "kernel", "name": "add", "pid": 0, "tid": 0, "ts": 5.0, "dur": 20.0},
+    ]
+    svg = trace_svg.render(trace, "t")
+    assert svg.count("<rect") == 4  # background + 2 host ops + 1 kernel
+    assert ">host<" in svg and ">tpu:0 stream 0<" in svg and "<title>add 20.0 us</title>" in svg
+    # the nested op is drawn inside its parent (inset), the kernel on the device row below
+    assert 'y="35"' in svg and 'y="58"' in svg
