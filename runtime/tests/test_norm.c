@@ -51,6 +51,11 @@ static const norm_case_t k_cases[] = {
     {F32, 2, {512, 96}, 1, TT_CONTIG, false, true, {true, false, false}, true, 1e-5},
     {F32, 2, {256, 300}, 1, TT_CONTIG, true, true, {false, true, true}, false, 1e-5},
     {F32, 3, {64, 4, 40}, 2, TT_CONTIG, true, true, ALL3, false, 1e-5},
+    /* half-type contiguous rows: the forward's float32 row path (weight
+     * only, bias only), and a row past HALF_ROW on the general path */
+    {BF16, 2, {64, 300}, 1, TT_CONTIG, true, false, ALL3, false, 1e-5},
+    {F16, 3, {5, 6, 129}, 2, TT_CONTIG, false, true, ALL3, false, 1e-5},
+    {BF16, 2, {2, 5000}, 1, TT_CONTIG, true, true, ALL3, false, 1e-5},
 };
 
 /* Allocates outputs for `shapes` (contiguous or with gaps) into t/v. */

@@ -17,7 +17,10 @@
  * gathered once into double arrays. Rows are spread over tpu_parallel_for.
  * float32 rows that are contiguous (with contiguous float32 weight and bias)
  * take a fast path: the statistics in double straight from the row, the
- * normalisation in float, as PyTorch's CPU kernel computes it.
+ * normalisation in float, as PyTorch's CPU kernel computes it. float16 and
+ * bfloat16 rows of up to HALF_ROW elements take the same path on a float32
+ * copy of each row (widening is exact), rounded once into the output, as
+ * PyTorch CPU computes half types in float32.
  * grad_weight/grad_bias are column sums: with enough rows, blocks of rows
  * compute grad_input and their own partial column sums in one pass (added up
  * afterwards); with few rows, columns are spread over blocks of COLS columns
@@ -33,6 +36,7 @@
 
 #define CHUNK 1024 /* row elements per gathered chunk */
 #define COLS 256   /* columns per grad_weight/grad_bias block */
+#define HALF_ROW 4096 /* longest half-type row of the float32 path (stack buffers) */
 
 /* ---- parsing ------------------------------------------------------------------ */
 
@@ -164,8 +168,9 @@ typedef struct plan {
   int64_t block, nblocks;
   /* Forward fast path: float32 input and output with contiguous rows, and
    * float32 contiguous weight and bias (each may be NULL). */
-  bool f32;
+  bool f32, half; /* half: the same on float32 copies of half-type rows */
   const float *wf, *bf;
+  float *wtmp, *btmp; /* float32 copies of half-type weight and bias (owned) */
   float* partf;         /* backward_blocks_f32: partial column sums (or NULL) */
 } plan_t;
 
@@ -311,15 +316,48 @@ VM_SIMD_CLONES static void forward_rows_f32(void* arg, int64_t begin, int64_t en
   }
 }
 
-/* Whether v is float32 with its trailing dims from `axis` on contiguous. */
-static bool f32_rows(const tpu_view_t* v, int32_t axis) {
-  if (!v || v->dtype != TPU_DTYPE_F32) return false;
+/* forward_rows_f32 on half-type rows: each row widened into a float32
+ * buffer, normalised there, rounded once into the output. */
+static void forward_rows_half(void* arg, int64_t begin, int64_t end) {
+  const plan_t* p = (const plan_t*)arg;
+  const norm_args_t* a = p->a;
+  int64_t offs[NUM_V], n = a->n;
+  float x[HALF_ROW], y[HALF_ROW];
+  for (int64_t r = begin; r < end; ++r) {
+    row_offsets(p, r, offs);
+    tpu_convert(x, TPU_DTYPE_F32, 1, view_at(a->x, offs[V_X]), a->x->dtype, 1, n);
+    double mean, rstd;
+    norm_row_f32(a->impl->rms, n, a->eps, p->wf, p->bf, x, y, &mean, &rstd);
+    tpu_convert(view_at(p->out[0], offs[V_OUT]), p->out[0]->dtype, 1, y, TPU_DTYPE_F32, 1, n);
+    if (p->out[1]) set_stat(p->out[1], offs[V_MEAN], mean);
+    set_stat(p->out[2], offs[V_RSTD], rstd);
+  }
+}
+
+/* Whether v has dtype `dtype` with its trailing dims from `axis` on contiguous. */
+static bool rows_of(const tpu_view_t* v, int32_t axis, tpu_dtype_t dtype) {
+  if (!v || v->dtype != dtype) return false;
   int64_t stride = 1;
   for (int32_t d = v->ndim - 1; d >= axis; --d) {
     if (v->sizes[d] != 1 && v->strides[d] != stride) return false;
     stride *= v->sizes[d];
   }
   return true;
+}
+
+static bool f32_rows(const tpu_view_t* v, int32_t axis) {
+  return rows_of(v, axis, TPU_DTYPE_F32);
+}
+
+/* A float32 copy of a half-type parameter (weight or bias) for the half
+ * path; NULL in *out when there is no parameter or it is float32 already. */
+static tpu_status_t param_f32(const tpu_view_t* v, int64_t n, float** out) {
+  *out = NULL;
+  if (!v || v->dtype == TPU_DTYPE_F32) return TPU_OK;
+  *out = (float*)malloc((size_t)n * sizeof(float));
+  if (!*out) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "no host memory for layer_norm");
+  tpu_convert(*out, TPU_DTYPE_F32, 1, tpu_view_ptr(v), v->dtype, 1, n);
+  return TPU_OK;
 }
 
 static tpu_status_t norm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
@@ -663,8 +701,15 @@ static tpu_status_t norm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   if (!backward) {
     p.f32 = f32_rows(a.x, a.axis) && f32_rows(p.out[0], a.axis) &&
             (!a.w || f32_rows(a.w, 0)) && (!a.b || f32_rows(a.b, 0));
-    p.wf = p.f32 && a.w ? (const float*)tpu_view_ptr(a.w) : NULL;
-    p.bf = p.f32 && a.b ? (const float*)tpu_view_ptr(a.b) : NULL;
+    tpu_dtype_t xt = a.x->dtype;
+    p.half = (xt == TPU_DTYPE_F16 || xt == TPU_DTYPE_BF16) && a.n <= HALF_ROW &&
+             rows_of(a.x, a.axis, xt) && rows_of(p.out[0], a.axis, xt) &&
+             (!a.w || f32_rows(a.w, 0) || rows_of(a.w, 0, xt)) &&
+             (!a.b || f32_rows(a.b, 0) || rows_of(a.b, 0, xt));
+    p.wf = (p.f32 || p.half) && a.w && a.w->dtype == TPU_DTYPE_F32
+               ? (const float*)tpu_view_ptr(a.w) : NULL;
+    p.bf = (p.f32 || p.half) && a.b && a.b->dtype == TPU_DTYPE_F32
+               ? (const float*)tpu_view_ptr(a.b) : NULL;
   }
   bool params = backward && (a.mask[1] || a.mask[2]);
   if (params) {
@@ -677,11 +722,16 @@ static tpu_status_t norm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   bool by_blocks = params && a.m >= 2 * threads && a.m * a.n >= 65536;
   bool bwd_f32 = backward && (by_blocks || (!params && a.mask[0])) && f32_backward(&p);
   /* double copies of weight and bias: for the general (double) rows only */
-  tpu_status_t s = p.f32 || bwd_f32 ? TPU_OK : gather_param(a.w, a.n, &p.w);
-  if (s == TPU_OK && !backward && !p.f32) s = gather_param(a.b, a.n, &p.b);
+  tpu_status_t s = p.f32 || p.half || bwd_f32 ? TPU_OK : gather_param(a.w, a.n, &p.w);
+  if (s == TPU_OK && !backward && !p.f32 && !p.half) s = gather_param(a.b, a.n, &p.b);
+  if (s == TPU_OK && p.half) s = param_f32(a.w, a.n, &p.wtmp);
+  if (s == TPU_OK && p.half) s = param_f32(a.b, a.n, &p.btmp);
+  if (p.wtmp) p.wf = p.wtmp;
+  if (p.btmp) p.bf = p.btmp;
   if (s == TPU_OK && backward) s = gather_stats(&p);
   if (s == TPU_OK && !backward)
-    tpu_parallel_for(a.m, grain, p.f32 ? forward_rows_f32 : forward_rows, &p);
+    tpu_parallel_for(a.m, grain,
+                     p.f32 ? forward_rows_f32 : p.half ? forward_rows_half : forward_rows, &p);
   if (s == TPU_OK && bwd_f32) {
     s = backward_f32(&p, params, threads, grain);
   } else if (s == TPU_OK && by_blocks) {
@@ -709,6 +759,8 @@ static tpu_status_t norm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   }
   free(p.w);
   free(p.b);
+  free(p.wtmp);
+  free(p.btmp);
   free(p.mean);
   free(p.rstd);
   return s;
