@@ -22,7 +22,9 @@
  *
  * Fast path: float32 softmax/log_softmax and their backward over the last
  * dim of contiguous tensors run in float with the SIMD exp of vmath.h (sums
- * in double), built for AVX-512 / AVX2 too.
+ * in double), built for AVX-512 / AVX2 too. float16/bfloat16 rows of up to
+ * HALF_ROW elements take it on float32 copies (widening is exact), rounded
+ * once into the output, as PyTorch CPU computes half types in float32.
  */
 #include <math.h>
 #include <string.h>
@@ -32,6 +34,7 @@
 
 #define BLOCK 64   /* rows per block */
 #define CHUNK 4096 /* elements per gathered chunk (rows x positions) */
+#define HALF_ROW 4096 /* longest half-type row of the fast path (stack buffers) */
 
 /* ---- parsing ---------------------------------------------------------------- */
 
@@ -252,6 +255,8 @@ typedef struct fast_plan {
   float* y;       /* the result */
   int64_t len;
   bool log_;
+  /* Half-type rows (half_rows): the views themselves, any of them half. */
+  const tpu_view_t *hx, *hg, *hy;
 } fast_plan_t;
 
 /* Maximum of n floats (n >= 1), NaNs skipped: a maxps-shaped loop that
@@ -269,22 +274,23 @@ static inline float fast_max(const float* x, int64_t n) {
   return m;
 }
 
+/* One row of the forward fast path (y may not alias x). */
+static inline void fast_row(const float* x, float* y, int64_t len, bool log_) {
+  float m = fast_max(x, len);
+  double sum = vm_exp_shifted(y, x, m, len);
+  if (log_) {
+    float shift = m + (float)log(sum);
+    for (int64_t i = 0; i < len; ++i) y[i] = x[i] - shift;
+  } else {
+    float scale = (float)(1.0 / sum);
+    for (int64_t i = 0; i < len; ++i) y[i] *= scale;
+  }
+}
+
 VM_SIMD_CLONES static void fast_rows(void* arg, int64_t begin, int64_t end) {
   const fast_plan_t* p = (const fast_plan_t*)arg;
   const int64_t len = p->len;
-  for (int64_t r = begin; r < end; ++r) {
-    const float* x = p->x + r * len;
-    float* y = p->y + r * len;
-    float m = fast_max(x, len);
-    double sum = vm_exp_shifted(y, x, m, len);
-    if (p->log_) {
-      float shift = m + (float)log(sum);
-      for (int64_t i = 0; i < len; ++i) y[i] = x[i] - shift;
-    } else {
-      float scale = (float)(1.0 / sum);
-      for (int64_t i = 0; i < len; ++i) y[i] *= scale;
-    }
-  }
+  for (int64_t r = begin; r < end; ++r) fast_row(p->x + r * len, p->y + r * len, len, p->log_);
 }
 
 /* Sum of a[i] * b[i] in double (fixed association, as vm_sum). */
@@ -299,29 +305,53 @@ static inline double fast_dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+/* One row of the backward fast path: gx from the output y and grad g. */
+static inline void fast_row_backward(const float* y, const float* g, float* gx, int64_t len,
+                                     bool log_) {
+  if (log_) {
+    /* gx = g - exp(y) sum(g); y <= 0, so exp(y) is out of vm_expf's range
+     * only below VM_EXP_LO (or for NaN / +inf): those use expf. */
+    float s = (float)vm_sum(g, len);
+    int all_ok = 1;
+    for (int64_t i = 0; i < len; ++i) {
+      all_ok &= vm_exp_ok(y[i]);
+      gx[i] = g[i] - vm_expf(y[i]) * s;
+    }
+    if (!all_ok)
+      for (int64_t i = 0; i < len; ++i)
+        if (!vm_exp_ok(y[i])) gx[i] = g[i] - expf(y[i]) * s;
+  } else {
+    float d = (float)fast_dot(g, y, len);
+    for (int64_t i = 0; i < len; ++i) gx[i] = y[i] * (g[i] - d);
+  }
+}
+
 VM_SIMD_CLONES static void fast_rows_backward(void* arg, int64_t begin, int64_t end) {
   const fast_plan_t* p = (const fast_plan_t*)arg;
   const int64_t len = p->len;
+  for (int64_t r = begin; r < end; ++r)
+    fast_row_backward(p->x + r * len, p->g + r * len, p->y + r * len, len, p->log_);
+}
+
+/* The fast path on float32 copies of rows whose views are half types. */
+VM_SIMD_CLONES static void half_rows(void* arg, int64_t begin, int64_t end) {
+  const fast_plan_t* p = (const fast_plan_t*)arg;
+  const int64_t len = p->len;
+  float x[HALF_ROW], g[HALF_ROW], y[HALF_ROW];
+  const char* xs = (const char*)tpu_view_ptr(p->hx);
+  const char* gs = p->hg ? (const char*)tpu_view_ptr(p->hg) : NULL;
+  char* ys = (char*)tpu_view_ptr(p->hy);
+  size_t xz = tpu_dtype_size(p->hx->dtype), yz = tpu_dtype_size(p->hy->dtype);
+  size_t gz = p->hg ? tpu_dtype_size(p->hg->dtype) : 0;
   for (int64_t r = begin; r < end; ++r) {
-    const float* y = p->x + r * len;
-    const float* g = p->g + r * len;
-    float* gx = p->y + r * len;
-    if (p->log_) {
-      /* gx = g - exp(y) sum(g); y <= 0, so exp(y) is out of vm_expf's range
-       * only below VM_EXP_LO (or for NaN / +inf): those use expf. */
-      float s = (float)vm_sum(g, len);
-      int all_ok = 1;
-      for (int64_t i = 0; i < len; ++i) {
-        all_ok &= vm_exp_ok(y[i]);
-        gx[i] = g[i] - vm_expf(y[i]) * s;
-      }
-      if (!all_ok)
-        for (int64_t i = 0; i < len; ++i)
-          if (!vm_exp_ok(y[i])) gx[i] = g[i] - expf(y[i]) * s;
+    tpu_convert(x, TPU_DTYPE_F32, 1, xs + (size_t)(r * len) * xz, p->hx->dtype, 1, len);
+    if (gs) {
+      tpu_convert(g, TPU_DTYPE_F32, 1, gs + (size_t)(r * len) * gz, p->hg->dtype, 1, len);
+      fast_row_backward(x, g, y, len, p->log_);
     } else {
-      float d = (float)fast_dot(g, y, len);
-      for (int64_t i = 0; i < len; ++i) gx[i] = y[i] * (g[i] - d);
+      fast_row(x, y, len, p->log_);
     }
+    tpu_convert(ys + (size_t)(r * len) * yz, p->hy->dtype, 1, y, TPU_DTYPE_F32, 1, len);
   }
 }
 
@@ -329,21 +359,30 @@ static bool fast_view(const tpu_view_t* v) {
   return v->dtype == TPU_DTYPE_F32 && tpu_view_is_contiguous(v);
 }
 
+static bool is_half(tpu_dtype_t d) { return d == TPU_DTYPE_F16 || d == TPU_DTYPE_BF16; }
+
+/* A contiguous float32 or half-type view, with at least one half among them. */
+static bool half_view(const tpu_view_t* v) {
+  return (v->dtype == TPU_DTYPE_F32 || is_half(v->dtype)) && tpu_view_is_contiguous(v);
+}
+
 /* float32 (log_)softmax or its backward over the last dim of contiguous
  * tensors into a contiguous output that overlaps no input; false when the call does not have that shape. */
 static bool try_fast_rows(const softmax_args_t* a, const tpu_view_t* out) {
   const tpu_view_t* x = a->x;
-  if (!fast_view(x) || !fast_view(out) || x->ndim == 0 || a->dim != x->ndim - 1 ||
-      x->sizes[a->dim] == 0)
-    return false;
-  if (views_overlap(out, x) || (a->impl->backward && (!fast_view(a->g) || views_overlap(out, a->g))))
-    return false;
-  fast_plan_t p = {(const float*)tpu_view_ptr(x),
-                   a->g ? (const float*)tpu_view_ptr(a->g) : NULL, (float*)tpu_view_ptr(out),
-                   x->sizes[a->dim], a->impl->log};
+  const tpu_view_t* g = a->impl->backward ? a->g : NULL;
+  if (x->ndim == 0 || a->dim != x->ndim - 1 || x->sizes[a->dim] == 0) return false;
+  bool half = is_half(x->dtype) || is_half(out->dtype) || (g && is_half(g->dtype));
+  bool f32 = fast_view(x) && fast_view(out) && (!g || fast_view(g));
+  bool halves = half && x->sizes[a->dim] <= HALF_ROW && half_view(x) && half_view(out) &&
+                (!g || half_view(g));
+  if (!f32 && !halves) return false;
+  if (views_overlap(out, x) || (g && views_overlap(out, g))) return false;
+  fast_plan_t p = {(const float*)tpu_view_ptr(x), g ? (const float*)tpu_view_ptr(g) : NULL,
+                   (float*)tpu_view_ptr(out), x->sizes[a->dim], a->impl->log, x, g, out};
   int64_t rows = tpu_view_numel(x) / p.len;
   tpu_parallel_for(rows, p.len >= 16384 ? 1 : 16384 / p.len,
-                   a->impl->backward ? fast_rows_backward : fast_rows, &p);
+                   halves ? half_rows : a->impl->backward ? fast_rows_backward : fast_rows, &p);
   return true;
 }
 
