@@ -143,7 +143,10 @@ typedef struct tpu_op_family {
   int32_t count;
 } tpu_op_family_t;
 
-/* The registry: built once, read-only afterwards; all results are borrowed. */
+/* The registry: built once, read-only afterwards; all results are borrowed.
+ * tpu_runtime_init builds it and fails with tpu_op_table_status's error when
+ * its allocation failed (then the table is empty: every lookup misses). */
+tpu_status_t tpu_op_table_status(void); /* TPU_OK, or OUT_OF_MEMORY; caller frees */
 int32_t tpu_op_count(void);
 const tpu_op_def_t* tpu_op_def(tpu_op_id_t id); /* NULL when out of range */
 tpu_op_id_t tpu_op_lookup(const char* name);     /* -1 when unknown */
