@@ -10,8 +10,11 @@
 //      PyTorch's meta kernel (redispatch on meta tensors),
 //   3. asks the runtime whether it runs this node natively (dtypes...); if
 //      not, the call goes to the CPU fallback, counted like any other,
-//   4. allocates functional outputs / resizes out= tensors, and submits a
-//      one-node graph to the current stream.
+//   4. allocates functional outputs / resizes out= tensors, and submits the
+//      node to the current stream (tpu_stream_submit_node): strict eager
+//      runs it as a graph of its own, DEFER_AND_FUSE (or a capture) appends
+//      it to the stream's pending graph (tpu/defer.h). A foreach row
+//      submits one node per list element, in list order.
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/CPUFallback.h>

@@ -151,6 +151,7 @@ PYBIND11_MODULE(_C, m) {
     d["hits"] = st.hits;
     d["compiles"] = st.compiles;
     d["uncached"] = st.uncached;
+    d["evictions"] = st.evictions;
     d["entries"] = st.entries;
     d["host_bytes"] = st.host_bytes;
     py::list list;

@@ -178,6 +178,7 @@ def test_cache_stats_as_the_compilation_cache_tutorial_uses_them():
     assert hits == _delta(m0, m1, "cache_hits") and hits >= 1
     assert s1.num_cache_misses - s0.num_cache_misses == _delta(m0, m1, "programs_compiled")
     assert s1.num_entries == len(s1.per_entry_stats) == _delta(m0, m1, "programs_compiled")
+    assert s1.num_evictions == s0.num_evictions  # far below the cache's limit
     assert sum(e.read_count for e in s1.per_entry_stats) == hits
     structures = {cut[3] for cut in torch_tpu.defer_cuts()}
     for e in s1.per_entry_stats:

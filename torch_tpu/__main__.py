@@ -35,6 +35,9 @@ def main() -> None:
         print(f"binding errors: {len(errors)}")
         for e in errors:
             print(f"  {e}")
+    cache = torch.tpu._get_cache_stats()
+    print(f"program cache: {cache.num_entries} programs held, {cache.num_evictions} evicted, "
+          f"{cache.num_uncached} not kept (out of host memory)")
     seen = torch_tpu.fallback_counts()
     print(f"fallbacks seen in this process: {sum(seen.values())}")
 

@@ -355,7 +355,9 @@ class _CacheStats:
     """The fused-program cache since the process started: ``num_cache_reqs``
     (programs asked for: every DEFER_AND_FUSE flush, compiled graphs
     included), ``num_cache_hits``, ``num_cache_misses`` (compiles),
-    ``num_entries`` (held now), ``host_bytes`` and ``per_entry_stats``.
+    ``num_entries`` (held now), ``num_evictions`` (least recently read
+    programs dropped to make room), ``num_uncached`` (compiled but not kept:
+    out of host memory), ``host_bytes`` and ``per_entry_stats``.
     Strict eager runs precompiled kernels and asks for no program."""
 
     def __init__(self, d: dict):
@@ -363,6 +365,7 @@ class _CacheStats:
         self.num_cache_hits = d["hits"]
         self.num_cache_misses = d["compiles"]
         self.num_uncached = d["uncached"]
+        self.num_evictions = d["evictions"]
         self.num_entries = d["entries"]
         self.host_bytes = d["host_bytes"]
         self.per_entry_stats = [_CacheEntryStats(e) for e in d["per_entry"]]

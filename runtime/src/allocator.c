@@ -107,10 +107,11 @@ int32_t tpu_allocator_provisional(tpu_allocator_t* a, int stream, uint64_t* out_
                                   uint64_t* out_size, int32_t capacity) {
   pthread_mutex_lock(&a->mu);
   int32_t n = 0;
-  for (tpu_block_t* b = a->provisional[stream]; b && n < capacity; b = b->prov_next, ++n) {
-    out_addr[n] = b->addr;
-    out_size[n] = b->size;
-  }
+  for (tpu_block_t* b = a->provisional[stream]; b; b = b->prov_next, ++n)
+    if (n < capacity) {
+      out_addr[n] = b->addr;
+      out_size[n] = b->size;
+    }
   pthread_mutex_unlock(&a->mu);
   return n;
 }

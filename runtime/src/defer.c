@@ -309,18 +309,22 @@ static int32_t first_write(const mem_write_t* w, int32_t count, uint64_t lo, uin
  * first write is looked for only after their free points: the range-max tree
  * keeps, per byte, the latest free point seen so far (for a buffer still
  * alive at the end, every free of the graph has been seen). */
-static int64_t peak_extra(const tpu_graph_t* graph, const tpu_program_t* p,
-                          const tpu_free_record_t* frees, int32_t free_count,
-                          const uint64_t* live_addr, const uint64_t* live_size, int32_t live) {
+static tpu_status_t peak_extra(const tpu_graph_t* graph, const tpu_program_t* p,
+                               const tpu_free_record_t* frees, int32_t free_count,
+                               const uint64_t* live_addr, const uint64_t* live_size,
+                               int32_t live, int64_t* out_peak) {
   int32_t n = tpu_graph_node_count(graph);
   int64_t* diff = calloc((size_t)n + 2, sizeof(int64_t));
   mem_write_t* writes = malloc(sizeof(mem_write_t) * ((size_t)p->out_base[n] + 1));
   tpu_extent_t* ranges = NULL; /* the frees' ranges, then the live buffers' */
   tpu_range_max_t freed = {0};
   int64_t peak = 0;
-  if (!diff || !writes) goto done;
+  tpu_status_t rs = TPU_OK;
   ranges = malloc(sizeof(tpu_extent_t) * ((size_t)free_count + (size_t)live + 1));
-  if (!ranges) goto done;
+  if (!diff || !writes || !ranges) {
+    rs = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "flush: the memory estimate's allocation failed");
+    goto done;
+  }
   int32_t nw = 0;
   for (int32_t i = 0; i < n; ++i) {
     const tpu_node_t* node = tpu_graph_node(graph, i);
@@ -332,11 +336,8 @@ static int64_t peak_extra(const tpu_graph_t* graph, const tpu_program_t* p,
   for (int32_t f = 0; f < free_count; ++f) ranges[f] = (tpu_extent_t){frees[f].lo, frees[f].hi};
   for (int32_t b = 0; b < live; ++b)
     ranges[free_count + b] = (tpu_extent_t){live_addr[b], live_addr[b] + live_size[b]};
-  tpu_status_t rs = tpu_range_max_init(&freed, ranges, free_count + live, 0);
-  if (rs != TPU_OK) {
-    tpu_status_free(rs); /* no estimate: the flush counts nothing extra */
-    goto done;
-  }
+  rs = tpu_range_max_init(&freed, ranges, free_count + live, 0);
+  if (rs != TPU_OK) goto done;
   for (int32_t f = 0; f < free_count; ++f) {
     int32_t end = frees[f].point < n ? frees[f].point : n;
     int32_t start = tpu_range_max_query(&freed, ranges[f]);
@@ -363,7 +364,8 @@ done:
   free(diff);
   free(writes);
   free(ranges);
-  return peak;
+  *out_peak = peak;
+  return rs;
 }
 
 static _Thread_local bool t_in_flush;
@@ -401,8 +403,12 @@ static tpu_status_t compile_recording(tpu_stream_t* stream, tpu_graph_t** graph,
   if (s == TPU_OK) s = tpu_program_cache_get(*graph, analysis, out_program, out_hit);
   tpu_fusion_analysis_free(analysis);
   if (s == TPU_OK)
-    *out_extra = peak_extra(*graph, *out_program, pd->frees, free_count, pd->memo.live_addr,
-                            pd->memo.live_size, live);
+    s = peak_extra(*graph, *out_program, pd->frees, free_count, pd->memo.live_addr,
+                   pd->memo.live_size, live, out_extra);
+  if (s != TPU_OK) {
+    tpu_program_release(*out_program); /* NULL when the cache failed */
+    *out_program = NULL;
+  }
   return s;
 }
 
@@ -442,6 +448,30 @@ static tpu_status_t check_repeat(tpu_stream_t* stream, const tpu_flush_memo_entr
   return s;
 }
 
+/* Reads the stream's live provisional blocks, all of them, into its memo's
+ * arrays (grown as needed); *out_live: how many. */
+static tpu_status_t read_live_blocks(tpu_stream_t* stream, int32_t* out_live) {
+  tpu_flush_memo_t* memo = &stream->pending.memo;
+  for (;;) {
+    int32_t live = tpu_allocator_provisional(stream->chip->allocator, stream->index,
+                                             memo->live_addr, memo->live_size, memo->live_cap);
+    if (live <= memo->live_cap) {
+      *out_live = live;
+      return TPU_OK;
+    }
+    int32_t cap = memo->live_cap ? memo->live_cap : 256;
+    while (cap < live) cap = cap > INT32_MAX / 2 ? INT32_MAX : cap * 2;
+    uint64_t* addr = realloc(memo->live_addr, sizeof(uint64_t) * (size_t)cap);
+    if (addr) memo->live_addr = addr;
+    uint64_t* size = addr ? realloc(memo->live_size, sizeof(uint64_t) * (size_t)cap) : NULL;
+    if (size) memo->live_size = size;
+    if (!addr || !size)
+      return tpu_status_make(TPU_CODE_OUT_OF_MEMORY,
+                             "flush: no room to list the %d live deferred blocks", live);
+    memo->live_cap = cap;
+  }
+}
+
 /* The compiler's front end for a flushed recording: compile_recording, or,
  * when the stream flushed the same recording before, what it gave then
  * (*out_repeat; flush_memo.c). */
@@ -451,14 +481,9 @@ static tpu_status_t front_end(tpu_stream_t* stream, tpu_graph_t** graph, int32_t
   tpu_pending_t* pd = &stream->pending;
   tpu_flush_memo_t* memo = &pd->memo;
   int32_t n = tpu_graph_node_count(*graph);
-  if (!memo->live_addr) memo->live_addr = malloc(sizeof(uint64_t) * TPU_MEMO_MAX_LIVE);
-  if (!memo->live_size) memo->live_size = malloc(sizeof(uint64_t) * TPU_MEMO_MAX_LIVE);
-  if (!memo->live_addr || !memo->live_size)
-    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "flush allocation failed");
-  int32_t live = tpu_allocator_provisional(stream->chip->allocator, stream->index,
-                                           memo->live_addr, memo->live_size, TPU_MEMO_MAX_LIVE);
-  /* A capture notes its own graphs; a full list of live blocks may be cut. */
-  bool memo_on = !atomic_load(&pd->capturing) && live < TPU_MEMO_MAX_LIVE;
+  int32_t live = 0;
+  TPU_RETURN_IF_ERROR(read_live_blocks(stream, &live));
+  bool memo_on = !atomic_load(&pd->capturing); /* a capture notes its own graphs */
   uint64_t settings = (uint64_t)schedule() | (uint64_t)tpu_fusion_epilogues_enabled() << 1;
   const tpu_flush_memo_entry_t* seen =
       memo_on && tpu_flush_memo_sign(memo, *graph, pd->frees, free_count, memo->live_addr,

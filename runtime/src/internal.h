@@ -19,7 +19,6 @@ struct tpu_free_record;
 /* A stream's last flushes: each recording's signature and what the fusion
  * compiler made of it (flush_memo.c). Under the stream's pending.mu. */
 #define TPU_MEMO_ENTRIES 8
-#define TPU_MEMO_MAX_LIVE 4096
 typedef struct tpu_flush_memo_entry {
   uint64_t* key;                 /* the recording's signature */
   int64_t key_len, key_cap;
@@ -44,7 +43,8 @@ typedef struct tpu_flush_memo {
   int64_t span_cap;              /* id by first use (grown as needed) */
   int32_t region_count, next_id;
   uint64_t* live_addr;           /* the stream's live provisional blocks, */
-  uint64_t* live_size;           /* read at each flush (TPU_MEMO_MAX_LIVE) */
+  uint64_t* live_size;           /* read at each flush (room for live_cap, */
+  int32_t live_cap;              /* grown to hold them all) */
 } tpu_flush_memo_t;
 
 /* Builds the signature of a recording (its nodes, free records, live
@@ -122,7 +122,8 @@ tpu_status_t tpu_event_record_queued(tpu_event_t* event, tpu_stream_t* stream);
 /* allocator.c */
 tpu_status_t tpu_allocator_create(tpu_chip_t* chip, tpu_allocator_t** out_allocator);
 /* Copies up to `capacity` of the stream's live provisional blocks (allocated
- * while deferring, not yet counted); returns how many. */
+ * while deferring, not yet counted); returns how many there are, which may
+ * exceed `capacity` (then the caller grows its arrays and asks again). */
 int32_t tpu_allocator_provisional(tpu_allocator_t* allocator, int stream, uint64_t* out_addr,
                                   uint64_t* out_size, int32_t capacity);
 /* Raises the peak to at least current + `extra` (the most the flushed

@@ -38,7 +38,9 @@ static void init_once(void) {
   g_rt.driver = tpu_hal_driver();
   const char* lb = getenv("TPU_LAUNCH_BLOCKING");
   atomic_store(&g_rt.launch_blocking, lb && strcmp(lb, "1") == 0);
-  (void)tpu_op_count(); /* build the op table before any worker runs */
+  /* Build the op table before any worker runs; without it no op is known. */
+  g_rt.init_status = tpu_op_table_status();
+  if (g_rt.init_status != TPU_OK) return;
   (void)tpu_parallel_threads();
   int n = g_rt.driver->chip_count();
   if (n > TPU_MAX_CHIPS) n = TPU_MAX_CHIPS;

@@ -812,3 +812,36 @@ TEST(defer_error_in_fused_group_runs_every_other_node) {
           good[3 * n + i] == 7 + 3 * i && good[4 * n + i] == i);
   free(good);
 }
+
+/* The flush's memory estimate sees every live deferred block, however many:
+ * p (4 MiB, first written by the graph's only node) is the oldest of more
+ * than 4,096 live provisional blocks, and x (4 MiB, counted before the
+ * flush) is freed after that node, so both are held at once. */
+TEST(defer_peak_counts_every_live_block) {
+  tpu_stream_t* st = test_stream0();
+  tpu_chip_t* chip = tpu_stream_chip(st);
+  enum { N = 1 << 20, SMALL = 4200 }; /* N floats: 4 MiB */
+  CHECK_OK(tpu_chip_synchronize(chip));
+  tpu_memory_reset_peak(chip);
+  tpu_memory_stats_t s0, s1;
+  tpu_memory_get_stats(chip, &s0);
+  tpu_block_t *x = NULL, *p = NULL;
+  CHECK_OK(tpu_block_alloc(st, (size_t)N * 4, &x));
+  tpu_defer_set_thread(1);
+  CHECK_OK(tpu_block_alloc(st, (size_t)N * 4, &p));
+  tpu_block_t** small = calloc(SMALL, sizeof(*small));
+  for (int i = 0; i < SMALL; ++i) CHECK_OK(tpu_block_alloc(st, 512, &small[i]));
+  int64_t sizes[1] = {N};
+  tpu_view_t vx = fview(tpu_block_addr(x), 1, sizes), vp = fview(tpu_block_addr(p), 1, sizes);
+  binary(st, "mul", &vx, NULL, 3.0, &vp);
+  tpu_block_free(x);
+  CHECK_OK(tpu_stream_flush(st, TPU_FLUSH_EXPLICIT, NULL));
+  tpu_defer_set_thread(-1);
+  CHECK_OK(tpu_stream_synchronize(st));
+  tpu_memory_get_stats(chip, &s1);
+  int64_t peak = s1.allocated_bytes[TPU_POOL_ALL].peak - s0.allocated_bytes[TPU_POOL_ALL].current;
+  CHECK(peak >= (int64_t)2 * N * 4); /* x and p while the node runs */
+  for (int i = 0; i < SMALL; ++i) tpu_block_free(small[i]);
+  free(small);
+  tpu_block_free(p);
+}

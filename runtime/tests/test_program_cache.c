@@ -116,3 +116,58 @@ TEST(program_cache_counts_requests_hits_and_reads) {
   tpu_block_free(x);
   tpu_block_free(y);
 }
+
+/* Past its limit the cache evicts the least recently read program and
+ * counts it: 3,375 structures (chains of three unary ops) go through it;
+ * the first one, read now and then, stays; the second, never read, goes. */
+TEST(program_cache_evicts_least_recently_read_when_full) {
+  static const char* const names[] = {"abs",  "neg",   "exp",  "sin",  "cos",
+                                      "tanh", "sigmoid", "relu", "sqrt", "floor",
+                                      "ceil", "trunc", "sign", "reciprocal", "expm1"};
+  enum { K = sizeof(names) / sizeof(names[0]), STRUCTURES = K * K * K, N = 16 };
+  tpu_op_id_t ops[K];
+  for (int i = 0; i < K; ++i) {
+    ops[i] = tpu_op_lookup(names[i]);
+    CHECK(ops[i] >= 0 && tpu_op_num_attrs(ops[i]) == 0);
+  }
+  tpu_stream_t* stream = test_stream0();
+  tpu_block_t* blk[4];
+  tpu_view_t v[4];
+  for (int i = 0; i < 4; ++i) {
+    CHECK_OK(tpu_block_alloc(stream, N * 4, &blk[i]));
+    v[i] = (tpu_view_t){.addr = tpu_block_addr(blk[i]), .dtype = TPU_DTYPE_F32, .ndim = 1,
+                        .sizes = {N}};
+    tpu_view_set_contiguous(&v[i]);
+  }
+  CHECK_OK(tpu_program_cache_clear());
+  tpu_program_cache_stats_t s0, s1, s2;
+  int32_t count = 0;
+  stats(&s0, NULL, 0, &count);
+  tpu_defer_set_thread(1);
+  for (int s = 0; s <= STRUCTURES + 1; ++s) {
+    /* structure s (the first again every 256, and at the end; then the second) */
+    int k = s == STRUCTURES + 1 ? 1 : s == STRUCTURES || s % 256 == 255 ? 0 : s;
+    if (s == STRUCTURES) stats(&s1, NULL, 0, &count);
+    int op3[3] = {k % K, k / K % K, k / (K * K)};
+    for (int j = 0; j < 3; ++j) {
+      tpu_value_t in = {.kind = TPU_VALUE_VIEW, .u.view = v[j]};
+      tpu_node_t node = {.op = ops[op3[j]], .num_inputs = 1, .num_outputs = 1, .inputs = &in,
+                         .outputs = &v[j + 1]};
+      CHECK_OK(tpu_stream_submit_node(stream, &node));
+    }
+    CHECK_OK(tpu_stream_flush(stream, TPU_FLUSH_EXPLICIT, NULL));
+    if (s == STRUCTURES) stats(&s2, NULL, 0, &count);
+  }
+  tpu_defer_set_thread(-1);
+  CHECK_OK(tpu_stream_synchronize(stream));
+  /* every structure was compiled once (plus the evicted second one again) */
+  CHECK(s1.compiles - s0.compiles == STRUCTURES - (STRUCTURES + 1) / 256);
+  CHECK(s1.entries == 3072 && s1.uncached == s0.uncached);
+  CHECK(s1.evictions - s0.evictions == s1.compiles - s0.compiles - 3072);
+  CHECK(s2.compiles == s1.compiles && s2.hits == s1.hits + 1); /* the first: kept */
+  tpu_program_cache_stats_t s3;
+  stats(&s3, NULL, 0, &count);
+  CHECK(s3.compiles == s2.compiles + 1 && s3.evictions == s2.evictions + 1); /* the second */
+  CHECK(s3.entries == 3072);
+  for (int i = 0; i < 4; ++i) tpu_block_free(blk[i]);
+}

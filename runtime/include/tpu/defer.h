@@ -9,10 +9,19 @@
  *     waits, collectives, a strict-mode submission from another thread;
  *   - synchronisation and queries (stream, chip, event);
  *   - the pending graph reaching its node limit (tpu_defer_set_max_nodes);
+ *   - a pipeline cut just after a heavy node (TPU_OP_HEAVY: GEMM,
+ *     convolution, attention) once the heavy nodes since the last cut
+ *     touched 256 Ki elements, so they run while the program records on;
+ *     after a GEMM that takes an epilogue the cut waits for up to 16
+ *     pointwise nodes to fold into it (tpu/ops.h); TORCH_TPU_DEFER_PIPELINE=0
+ *     turns these cuts off;
+ *   - leaving deferred mode (the bridge flushes every stream,
+ *     tpu_defer_flush_all);
  *   - an explicit tpu_stream_flush (the bridge flushes before a CPU
  *     fallback, naming the op).
- * Every trigger is a call in the program's op sequence, never a timer or a
- * queue state, so identical programs cut identically (on every rank).
+ * Every trigger is a call in the program's op sequence (and its shapes),
+ * never a timer or a queue state, so identical programs cut identically
+ * (on every rank).
  *
  * Device memory allocated while deferring is provisional: it enters the
  * allocator's statistics when the graph that writes it is flushed (or when
@@ -22,7 +31,9 @@
  *
  * Fused programs are cached by structure (ops, dtypes, ranks, aliasing,
  * which intermediates are dead), never by sizes or scalar values, so a
- * decode loop whose shapes grow reuses its programs. Metrics count flushes by
+ * decode loop whose shapes grow reuses its programs; past 3,072 programs the
+ * least recently read one is evicted (tpu/program_cache.h counts evictions).
+ * Metrics count flushes by
  * reason, compiles and cache hits; TORCH_TPU_DEFER_LOG=1 prints one line per
  * flush to stderr, =2 also dumps each compiled program.
  *

@@ -112,10 +112,14 @@ typedef struct tpu_hal_driver {
   void (*event_release)(tpu_hal_event_t* event);
   /* Reserves the next record sequence number (the RECORD command carries it). */
   uint64_t (*event_next_seq)(tpu_hal_event_t* event);
+  /* The last number reserved (0: never recorded). */
   uint64_t (*event_last_seq)(tpu_hal_event_t* event);
+  /* Whether record `seq` has completed; event_wait blocks until it has. */
   bool (*event_reached)(tpu_hal_event_t* event, uint64_t seq);
   void (*event_wait)(tpu_hal_event_t* event, uint64_t seq);
-  /* Timestamp (ns) of the completed record `seq`, or -1. */
+  /* Timestamp (ns, CLOCK_MONOTONIC on the host driver) at which the event's
+   * last reserved record completed; -1 while it has not, when it was never
+   * recorded, or when the event was created without timing. */
   int64_t (*event_time_ns)(tpu_hal_event_t* event);
 } tpu_hal_driver_t;
 

@@ -118,10 +118,14 @@ struct tpu_op_def {
  * the same way, mixed with other dtypes too (the element moves only). Any
  * other row refuses them (UNIMPLEMENTED: the CPU fallback runs them). */
 #define TPU_OP_UNSIGNED_AS_SIGNED 1024u
-/* Heavy: a GEMM, convolution or attention, which no fused group holds.
- * DEFER_AND_FUSE cuts the pending graph before such a node (flush reason
- * "pipeline"), so what was recorded runs while the program records on:
- * the cut depends on the op sequence alone, and loses no fusion. */
+/* Heavy: a GEMM, convolution or attention, which no pointwise or row group
+ * holds. DEFER_AND_FUSE cuts the pending graph just after such a node (flush
+ * reason "pipeline"), once the heavy nodes since the last cut read and wrote
+ * 256 Ki elements in all (src/defer.c), so the node and what was recorded
+ * before it run while the program records on. After a heavy row that also
+ * takes an epilogue (below) the cut waits for up to 16 pointwise nodes, so
+ * they can join its GEMM group; the first other node is cut before. The cut
+ * depends on the op sequence and shapes alone (every rank cuts alike). */
 #define TPU_OP_HEAVY 32u
 /* Takes an epilogue (with TPU_OP_HEAVY): a GEMM whose result C (2-D, or 3-D
  * batched) the kernel computes block by block; the fusion compiler may fold
@@ -143,7 +147,10 @@ typedef struct tpu_op_family {
   int32_t count;
 } tpu_op_family_t;
 
-/* The registry: built once, read-only afterwards; all results are borrowed. */
+/* The registry: built once, read-only afterwards; all results are borrowed.
+ * tpu_runtime_init builds it and fails with tpu_op_table_status's error when
+ * its allocation failed (then the table is empty: every lookup misses). */
+tpu_status_t tpu_op_table_status(void); /* TPU_OK, or OUT_OF_MEMORY; caller frees */
 int32_t tpu_op_count(void);
 const tpu_op_def_t* tpu_op_def(tpu_op_id_t id); /* NULL when out of range */
 tpu_op_id_t tpu_op_lookup(const char* name);     /* -1 when unknown */

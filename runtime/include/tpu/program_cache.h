@@ -18,13 +18,16 @@ extern "C" {
 
 /* ---- program cache ------------------------------------------------------------ */
 /* The fusion compiler's program cache (src/fusion/compile.c): every flush
- * asks it for the program of its graph's structure. Totals count from the
+ * asks it for the program of its graph's structure. When full, a compiled
+ * program evicts the entry with the oldest last_read_ns. Totals count from the
  * process start; tpu_program_cache_clear does not reset them. */
 typedef struct tpu_program_cache_stats {
   int64_t requests;   /* programs asked for (flushes, and reuses noted by defer.c) */
   int64_t hits;       /* of them, served without compiling */
   int64_t compiles;   /* fusion compiles run (the misses) */
-  int64_t uncached;   /* compiled programs not kept: the cache was full */
+  int64_t uncached;   /* compiled programs not kept: copying their key failed */
+  int64_t evictions;  /* programs dropped to make room: the cache holds at most
+                         3,072; a new one evicts the least recently read */
   int64_t entries;    /* programs held now */
   int64_t host_bytes; /* host memory the held programs and their keys take */
 } tpu_program_cache_stats_t;

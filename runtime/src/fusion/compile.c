@@ -316,6 +316,9 @@ void tpu_fusion_dump(const tpu_graph_t* graph, const tpu_program_t* p) {
 /* ---- program cache ---------------------------------------------------------------- */
 
 #define CACHE_CAPACITY 4096 /* a power of two */
+/* Entries held at most (3/4 of the table keeps the probe runs short); past
+ * it, a new program evicts the least recently read one. */
+#define CACHE_LIMIT (CACHE_CAPACITY / 4 * 3)
 
 typedef struct cache_entry {
   uint64_t hash;
@@ -331,13 +334,46 @@ static struct {
   pthread_mutex_t mu;
   cache_entry_t entries[CACHE_CAPACITY];
   int32_t count;
-  int64_t requests, hits, compiles, uncached;
+  int64_t requests, hits, compiles, uncached, evictions;
 } g_cache = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static int64_t clock_ns(clockid_t clock) {
   struct timespec ts;
   clock_gettime(clock, &ts);
   return (int64_t)ts.tv_sec * INT64_C(1000000000) + ts.tv_nsec;
+}
+
+/* Empties slot i, releasing its program and key; the entries after it in
+ * its probe run move back into the hole when their home slot allows, so
+ * every lookup still reaches them (linear probing's deletion). The caller
+ * holds g_cache.mu. */
+static void remove_slot_locked(uint32_t i) {
+  const uint32_t mask = CACHE_CAPACITY - 1;
+  tpu_program_release(g_cache.entries[i].program); /* queued work keeps its own */
+  free(g_cache.entries[i].key);
+  memset(&g_cache.entries[i], 0, sizeof(cache_entry_t));
+  g_cache.count--;
+  for (uint32_t j = (i + 1) & mask; g_cache.entries[j].program; j = (j + 1) & mask) {
+    uint32_t home = (uint32_t)g_cache.entries[j].hash & mask;
+    /* entry j stays when its home lies cyclically in (i, j] */
+    bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+    if (stays) continue;
+    g_cache.entries[i] = g_cache.entries[j];
+    memset(&g_cache.entries[j], 0, sizeof(cache_entry_t));
+    i = j;
+  }
+}
+
+/* Evicts the entry read least recently (its compile counts as a read). The
+ * caller holds g_cache.mu and the cache is not empty. */
+static void evict_oldest_locked(void) {
+  uint32_t oldest = CACHE_CAPACITY;
+  for (uint32_t i = 0; i < CACHE_CAPACITY; ++i)
+    if (g_cache.entries[i].program &&
+        (oldest == CACHE_CAPACITY ||
+         g_cache.entries[i].last_read_ns < g_cache.entries[oldest].last_read_ns))
+      oldest = i;
+  remove_slot_locked(oldest);
 }
 
 /* A read of entry e; the caller holds g_cache.mu. */
@@ -375,23 +411,25 @@ tpu_status_t tpu_program_cache_get(const tpu_graph_t* graph, const tpu_fusion_an
   int64_t compile_ns = clock_ns(CLOCK_MONOTONIC) - t0;
   pthread_mutex_lock(&g_cache.mu);
   g_cache.compiles++;
-  /* Full (3/4 of the table): run uncached rather than evict. */
+  /* Full: the least recently read entry makes room (counted). */
   bool kept = false;
-  if (g_cache.count < CACHE_CAPACITY / 4 * 3) {
-    uint8_t* key = malloc((size_t)a->key_len);
-    if (key) {
-      memcpy(key, a->key, (size_t)a->key_len);
-      i = (uint32_t)a->hash & (CACHE_CAPACITY - 1);
-      while (g_cache.entries[i].program) i = (i + 1) & (CACHE_CAPACITY - 1);
-      g_cache.entries[i] = (cache_entry_t){a->hash, key,       a->key_len,
-                                           p,       0,         compile_ns,
-                                           clock_ns(CLOCK_REALTIME)};
-      g_cache.count++;
-      tpu_program_retain(p);
-      kept = true;
+  uint8_t* key = malloc((size_t)a->key_len);
+  if (key) {
+    if (g_cache.count >= CACHE_LIMIT) {
+      evict_oldest_locked();
+      g_cache.evictions++;
     }
+    memcpy(key, a->key, (size_t)a->key_len);
+    i = (uint32_t)a->hash & (CACHE_CAPACITY - 1);
+    while (g_cache.entries[i].program) i = (i + 1) & (CACHE_CAPACITY - 1);
+    g_cache.entries[i] = (cache_entry_t){a->hash, key,       a->key_len,
+                                         p,       0,         compile_ns,
+                                         clock_ns(CLOCK_REALTIME)};
+    g_cache.count++;
+    tpu_program_retain(p);
+    kept = true;
   }
-  if (!kept) g_cache.uncached++;
+  if (!kept) g_cache.uncached++; /* the key's copy failed: runs, not kept */
   pthread_mutex_unlock(&g_cache.mu);
   *out_program = p;
   return TPU_OK;
@@ -410,7 +448,7 @@ void tpu_program_cache_note_read(tpu_program_t* program) {
     }
   if (found) {
     note_read_locked(found);
-  } else { /* reused after tpu_program_cache_clear, or never kept: still a hit */
+  } else { /* reused after a clear or its eviction, or never kept: still a hit */
     g_cache.requests++;
     g_cache.hits++;
   }
@@ -437,6 +475,7 @@ tpu_status_t tpu_program_cache_get_stats(int32_t capacity, tpu_program_cache_sta
                                   .hits = g_cache.hits,
                                   .compiles = g_cache.compiles,
                                   .uncached = g_cache.uncached,
+                                  .evictions = g_cache.evictions,
                                   .entries = g_cache.count};
   int32_t n = 0;
   for (uint32_t i = 0; i < CACHE_CAPACITY; ++i) {

@@ -29,8 +29,8 @@
  *   3. scratch   a dead output of a fused group whose every reader is in
  *                the group and reads the identical view lives in a tile
  *                scratch slot: it is never written to device memory.
- * A program depends only on the key, so the cache (cache.c) maps keys to
- * programs; the interpreter (exec.c) binds a program to a graph's views and
+ * A program depends only on the key, so the program cache (compile.c, below
+ * tpu_fusion_compile) maps keys to programs; the interpreter (exec.c) binds a program to a graph's views and
  * runs each group tile by tile, the tile's intermediates staying in cache.
  *
  * Ownership: programs are reference counted (tpu_program_retain/release);

@@ -27,12 +27,16 @@
  * (matrix unit, gemv) its caller runs it over C.
  *
  * Threading: OpenBLAS is set to one thread and the compute pool runs units
- * (whole matrices of a batch, or blocks of C's rows, and then of its columns,
- * when the batch is smaller than twice the thread count: a decode step's one
- * row times the vocabulary projection splits by columns), so GEMMs share the
- * pool's thread budget with every other kernel and tiny problems stay on one
- * thread. bool is not
- * supported (as in PyTorch's CPU kernels): the check falls back.
+ * (partition): whole matrices when the batch has at least twice the thread
+ * count, else each matrix cut into a grid of R row blocks by C column
+ * blocks (each unit at least MM_BLOCK_WORK multiply-adds and MM_MIN_COLS
+ * columns, column blocks rounded to 16 elements), the grid with enough
+ * units that packs least (R * n + C * m rows of k): a decode step's one row
+ * times the vocabulary projection splits by columns. Units are handed out
+ * in runs of at least MM_SMALL_WORK multiply-adds, so GEMMs share the pool's
+ * thread budget with every other kernel and tiny problems stay on one
+ * thread. bool is not supported (as in PyTorch's CPU kernels): the check
+ * falls back.
  */
 #include "matmul.h"
 

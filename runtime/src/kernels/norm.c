@@ -1,4 +1,6 @@
-/* norm.c — native_layer_norm and native_layer_norm_backward.
+/* norm.c — layer norm and RMS norm, forward and backward: the rows
+ * layer_norm (native_layer_norm), layer_norm_backward, rms_norm
+ * (_fused_rms_norm) and rms_norm_backward, one kernel for the four.
  *
  * Forward, per row of N elements (in double):
  *   mean = sum(x) / N, var = sum((x - mean)^2) / N, rstd = 1 / sqrt(var + eps)
@@ -7,6 +9,10 @@
  *   grad_input  = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))
  *   grad_weight = sum over rows of grad_out * xhat,  grad_bias = sum of grad_out
  * (mean and rstd are read from the inputs, as PyTorch does).
+ * RMS norm is the same with mean = 0 and no bias: rstd = 1 / sqrt(sum(x^2) /
+ * N + eps) (eps None: the compute type's machine epsilon), out = x * rstd *
+ * weight, outputs out and rstd (float32 for half inputs); its backward
+ * drops the mean(gw) term and gives grad_input and grad_weight.
  *
  * Layout: the leading (row) dims of every view are collapsed into one
  * iterator, so rows of any strides are indexed by a flat position; a row's

@@ -72,6 +72,7 @@ static const char** g_op_family;
 static int32_t* g_op_counts; /* attrs, outputs per op */
 static uint32_t* g_op_mutated; /* per op: bit k when input k is written in place ('!') */
 static int32_t g_op_count = -1;
+static int32_t g_op_failed_rows; /* rows the failed build could not hold (0: built) */
 
 static void build_table(void) {
   int32_t total = 0;
@@ -85,7 +86,8 @@ static void build_table(void) {
     free(fam);
     free(counts);
     free(mutated);
-    g_op_count = 0;
+    g_op_count = 0; /* every lookup misses; tpu_op_table_status says why */
+    g_op_failed_rows = total ? total : 1;
     return;
   }
   int32_t k = 0;
@@ -111,6 +113,13 @@ static void ensure_table(void) {
    * lookup; a pthread_once keeps concurrent first lookups safe. */
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, build_table);
+}
+
+tpu_status_t tpu_op_table_status(void) {
+  ensure_table();
+  if (!g_op_failed_rows) return TPU_OK;
+  return tpu_status_make(TPU_CODE_OUT_OF_MEMORY,
+                         "op registry: allocating the table of %d ops failed", g_op_failed_rows);
 }
 
 int32_t tpu_op_count(void) {
