@@ -66,12 +66,14 @@ static const softmax_case_t k_cases[] = {
     {"softmax_backward", F32, 2, {3, 1}, TT_CONTIG, 1, false, SAME, false, 0},
     {"log_softmax_backward", F32, 2, {7, 4099}, TT_CONTIG, -1, false, SAME, false, 0},
     {"log_softmax_backward", F32, 2, {7, 33}, TT_CONTIG, -1, false, SAME, true, 0},
-    /* half-type last-dim rows on float32 copies (half_rows), and past HALF_ROW */
+    /* half-type last-dim rows on float32 copies (half_rows): on the stack,
+     * and past HALF_ROW in per-task buffers */
     {"softmax", BF16, 2, {64, 300}, TT_CONTIG, 1, false, SAME, false, 0},
     {"log_softmax", F16, 3, {3, 4, 129}, TT_CONTIG, -1, false, SAME, false, 0.01},
     {"softmax_backward", BF16, 2, {17, 257}, TT_CONTIG, 1, false, SAME, false, 0},
     {"log_softmax_backward", F16, 2, {5, 1001}, TT_CONTIG, -1, false, SAME, false, 0},
     {"softmax", BF16, 2, {2, 5000}, TT_CONTIG, 1, false, SAME, false, 0},
+    {"log_softmax_backward", BF16, 2, {3, 9000}, TT_CONTIG, 1, false, SAME, false, 0},
 };
 
 static void run_case(int index, const softmax_case_t* c) {

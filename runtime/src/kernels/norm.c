@@ -324,7 +324,7 @@ VM_SIMD_CLONES static void forward_rows_f32(void* arg, int64_t begin, int64_t en
 
 /* forward_rows_f32 on half-type rows: each row widened into a float32
  * buffer, normalised there, rounded once into the output. */
-static void forward_rows_half(void* arg, int64_t begin, int64_t end) {
+VM_SIMD_CLONES static void forward_rows_half(void* arg, int64_t begin, int64_t end) {
   const plan_t* p = (const plan_t*)arg;
   const norm_args_t* a = p->a;
   int64_t offs[NUM_V], n = a->n;

@@ -22,11 +22,14 @@
  *
  * Fast path: float32 softmax/log_softmax and their backward over the last
  * dim of contiguous tensors run in float with the SIMD exp of vmath.h (sums
- * in double), built for AVX-512 / AVX2 too. float16/bfloat16 rows of up to
- * HALF_ROW elements take it on float32 copies (widening is exact), rounded
- * once into the output, as PyTorch CPU computes half types in float32.
+ * in double), built for AVX-512 / AVX2 too. float16/bfloat16 rows take it on
+ * float32 copies (widening is exact; on the stack up to HALF_ROW elements,
+ * else in a buffer per task), rounded once into the output, as PyTorch CPU
+ * computes half types in float32.
  */
 #include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/softmax.h"
@@ -34,7 +37,7 @@
 
 #define BLOCK 64   /* rows per block */
 #define CHUNK 4096 /* elements per gathered chunk (rows x positions) */
-#define HALF_ROW 4096 /* longest half-type row of the fast path (stack buffers) */
+#define HALF_ROW 4096 /* longest half-type row copied on the stack */
 
 /* ---- parsing ---------------------------------------------------------------- */
 
@@ -257,6 +260,7 @@ typedef struct fast_plan {
   bool log_;
   /* Half-type rows (half_rows): the views themselves, any of them half. */
   const tpu_view_t *hx, *hg, *hy;
+  atomic_int no_memory; /* half_rows: a task could not get its row buffers */
 } fast_plan_t;
 
 /* Maximum of n floats (n >= 1), NaNs skipped: a maxps-shaped loop that
@@ -335,9 +339,15 @@ VM_SIMD_CLONES static void fast_rows_backward(void* arg, int64_t begin, int64_t 
 
 /* The fast path on float32 copies of rows whose views are half types. */
 VM_SIMD_CLONES static void half_rows(void* arg, int64_t begin, int64_t end) {
-  const fast_plan_t* p = (const fast_plan_t*)arg;
+  fast_plan_t* p = (fast_plan_t*)arg;
   const int64_t len = p->len;
-  float x[HALF_ROW], g[HALF_ROW], y[HALF_ROW];
+  float stack[3 * HALF_ROW];
+  float* heap = NULL;
+  if (len > HALF_ROW && !(heap = (float*)malloc((size_t)(3 * len) * sizeof(float)))) {
+    atomic_store(&p->no_memory, 1);
+    return;
+  }
+  float *x = heap ? heap : stack, *g = x + len, *y = g + len;
   const char* xs = (const char*)tpu_view_ptr(p->hx);
   const char* gs = p->hg ? (const char*)tpu_view_ptr(p->hg) : NULL;
   char* ys = (char*)tpu_view_ptr(p->hy);
@@ -353,6 +363,7 @@ VM_SIMD_CLONES static void half_rows(void* arg, int64_t begin, int64_t end) {
     }
     tpu_convert(ys + (size_t)(r * len) * yz, p->hy->dtype, 1, y, TPU_DTYPE_F32, 1, len);
   }
+  free(heap);
 }
 
 static bool fast_view(const tpu_view_t* v) {
@@ -366,24 +377,30 @@ static bool half_view(const tpu_view_t* v) {
   return (v->dtype == TPU_DTYPE_F32 || is_half(v->dtype)) && tpu_view_is_contiguous(v);
 }
 
-/* float32 (log_)softmax or its backward over the last dim of contiguous
- * tensors into a contiguous output that overlaps no input; false when the call does not have that shape. */
-static bool try_fast_rows(const softmax_args_t* a, const tpu_view_t* out) {
+/* float32 or half-type (log_)softmax or its backward over the last dim of
+ * contiguous tensors into a contiguous output that overlaps no input;
+ * *out_done false when the call does not have that shape. */
+static tpu_status_t try_fast_rows(const softmax_args_t* a, const tpu_view_t* out,
+                                  bool* out_done) {
+  *out_done = false;
   const tpu_view_t* x = a->x;
   const tpu_view_t* g = a->impl->backward ? a->g : NULL;
-  if (x->ndim == 0 || a->dim != x->ndim - 1 || x->sizes[a->dim] == 0) return false;
+  if (x->ndim == 0 || a->dim != x->ndim - 1 || x->sizes[a->dim] == 0) return TPU_OK;
   bool half = is_half(x->dtype) || is_half(out->dtype) || (g && is_half(g->dtype));
   bool f32 = fast_view(x) && fast_view(out) && (!g || fast_view(g));
-  bool halves = half && x->sizes[a->dim] <= HALF_ROW && half_view(x) && half_view(out) &&
-                (!g || half_view(g));
-  if (!f32 && !halves) return false;
-  if (views_overlap(out, x) || (g && views_overlap(out, g))) return false;
+  bool halves = half && half_view(x) && half_view(out) && (!g || half_view(g));
+  if (!f32 && !halves) return TPU_OK;
+  if (views_overlap(out, x) || (g && views_overlap(out, g))) return TPU_OK;
   fast_plan_t p = {(const float*)tpu_view_ptr(x), g ? (const float*)tpu_view_ptr(g) : NULL,
                    (float*)tpu_view_ptr(out), x->sizes[a->dim], a->impl->log, x, g, out};
+  atomic_init(&p.no_memory, 0);
   int64_t rows = tpu_view_numel(x) / p.len;
   tpu_parallel_for(rows, p.len >= 16384 ? 1 : 16384 / p.len,
                    halves ? half_rows : a->impl->backward ? fast_rows_backward : fast_rows, &p);
-  return true;
+  if (atomic_load(&p.no_memory))
+    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "no host memory for softmax's row buffers");
+  *out_done = true;
+  return TPU_OK;
 }
 
 static tpu_status_t softmax_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
@@ -393,7 +410,9 @@ static tpu_status_t softmax_kernel(const tpu_op_def_t* def, const tpu_node_t* no
   if (node->num_outputs < 1 || !views_same_shape(&node->outputs[0], &a.shape))
     TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "output has the wrong shape");
   if (tpu_view_numel(&a.shape) == 0) return TPU_OK;
-  if (try_fast_rows(&a, &node->outputs[0])) return TPU_OK;
+  bool done;
+  TPU_RETURN_IF_ERROR(try_fast_rows(&a, &node->outputs[0], &done));
+  if (done) return TPU_OK;
 
   plan_t p;
   memset(&p, 0, sizeof(p));
