@@ -160,8 +160,8 @@ static double reflect(double c, int64_t lo2, int64_t hi2, tpu_dtype_t f32, doubl
     in = -in;
   }
   double extra = R(fmod(in, span));
-  int64_t flips = (int64_t)floor(R(in / span));
-  if (flips % 2 == 0) {
+  double flips = floor(R(in / span)); /* a double: it may exceed any integer type */
+  if (fmod(flips, 2.0) == 0) {
     *d = sign;
     return R(extra + mn);
   }
@@ -206,6 +206,13 @@ typedef struct point {
   double ix, iy, iz, dx, dy, dz;
 } point_t;
 
+/* A source coordinate as an index: NaN and values far beyond any tensor
+ * (where a C cast is undefined) become an index far below 0, which stays
+ * out of bounds after the +1 of a neighbouring tap. */
+static inline int64_t to_index(double v) {
+  return v == v && fabs(v) < 4.6e18 ? (int64_t)v : -((int64_t)1 << 62);
+}
+
 static bool in_bounds(int64_t x, int64_t y, int64_t z, const gs_args_t* a) {
   return x >= 0 && x < a->w && y >= 0 && y < a->h && z >= 0 && z < a->d;
 }
@@ -231,7 +238,7 @@ static void point_taps(const gs_args_t* a, const double* gc, point_t* p) {
         double d;
         double sx = compute_coord(fx - 1 + i, W, a->pad, a->align, f32, &d);
         double sy = compute_coord(fy - 1 + j, H, a->pad, a->align, f32, &d);
-        int64_t xi = (int64_t)sx, yi = (int64_t)sy;
+        int64_t xi = to_index(sx), yi = to_index(sy);
         if (!in_bounds(xi, yi, 0, a)) continue;
         p->idx[p->n] = yi * W + xi;
         p->w[p->n++] = cx[i] * cy[j];
@@ -244,8 +251,8 @@ static void point_taps(const gs_args_t* a, const double* gc, point_t* p) {
   p->iz = three ? source(gc[2], a->d, a->pad, a->align, f32, &p->dz) : 0.0;
   if (!three) p->dz = 0.0;
   if (a->mode == NEAREST) {
-    int64_t xi = (int64_t)nearbyint(p->ix), yi = (int64_t)nearbyint(p->iy);
-    int64_t zi = three ? (int64_t)nearbyint(p->iz) : 0;
+    int64_t xi = to_index(nearbyint(p->ix)), yi = to_index(nearbyint(p->iy));
+    int64_t zi = three ? to_index(nearbyint(p->iz)) : 0;
     if (in_bounds(xi, yi, zi, a)) {
       p->idx[0] = (zi * H + yi) * W + xi;
       p->w[0] = 1;
@@ -261,7 +268,7 @@ static void point_taps(const gs_args_t* a, const double* gc, point_t* p) {
   for (int l = 0; l < nz; ++l)
     for (int j = 0; j < 2; ++j)
       for (int i = 0; i < 2; ++i) {
-        int64_t xi = (int64_t)x0 + i, yi = (int64_t)y0 + j, zi = three ? (int64_t)z0 + l : 0;
+        int64_t xi = to_index(x0) + i, yi = to_index(y0) + j, zi = three ? to_index(z0) + l : 0;
         if (!in_bounds(xi, yi, zi, a)) continue;
         p->idx[p->n] = (zi * H + yi) * W + xi;
         p->w[p->n++] = three ? R(R(wx[i] * wy[j]) * wz[l]) : R(wx[i] * wy[j]);
@@ -376,7 +383,7 @@ static void grid_points(void* arg, int64_t begin, int64_t end) {
         for (int l = 0; l < nz; ++l)
           for (int j = 0; j < 2; ++j)
             for (int i = 0; i < 2; ++i) {
-              int64_t xi = (int64_t)x0 + i, yi = (int64_t)y0 + j, zi = three ? (int64_t)z0 + l : 0;
+              int64_t xi = to_index(x0) + i, yi = to_index(y0) + j, zi = three ? to_index(z0) + l : 0;
               if (!in_bounds(xi, yi, zi, a)) continue;
               int64_t off = n * x->strides[0] + c * x->strides[1] + yi * x->strides[k] +
                             xi * x->strides[k + 1] + (three ? zi * x->strides[2] : 0);

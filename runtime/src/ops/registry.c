@@ -281,14 +281,14 @@ static bool unsigned_as_signed(const tpu_node_t* node, tpu_node_t* out, tpu_valu
       tpu_scalar_t* s = &v->u.scalar;
       if (tpu_dtype_is_floating(s->dtype) || tpu_dtype_is_complex(s->dtype)) return false;
       if (s->dtype != TPU_DTYPE_BOOL) s->v.i = wrap_to(s->v.i, twin);
-      if (s->is_tensor && s->dtype != TPU_DTYPE_BOOL) s->dtype = twin;
+      if ((s->is_tensor && s->dtype != TPU_DTYPE_BOOL) || s->dtype == u) s->dtype = twin;
     }
   }
   for (int32_t o = 0; node->outputs && o < node->num_outputs; ++o) {
     outputs[o] = node->outputs[o];
-    if (tpu_view_is_absent(&outputs[o])) continue;
-    if (outputs[o].dtype != u && outputs[o].dtype != TPU_DTYPE_BOOL) return false;
     if (outputs[o].dtype == u) outputs[o].dtype = twin;
+    if (tpu_view_is_absent(&outputs[o])) continue;
+    if (outputs[o].dtype != twin && outputs[o].dtype != TPU_DTYPE_BOOL) return false;
   }
   out->inputs = inputs;
   out->outputs = node->outputs ? outputs : NULL;
@@ -428,6 +428,17 @@ tpu_status_t tpu_node_execute(const tpu_node_t* node, tpu_exec_ctx_t* ctx) {
   return TPU_OK;
 }
 
+/* tpu_op_check of a node that a row flag rewrote (complex as real or bits,
+ * unsigned as signed). A rewrite that left a storage-only dtype behind (an
+ * absent output's or a stray scalar's) is refused here rather than
+ * rewritten again: the check would recurse without end. */
+static tpu_status_t check_rewritten(const tpu_op_def_t* def, const tpu_node_t* r) {
+  if (has_complex(r, true) || has_unsigned(r, true))
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: operands of a storage-only dtype",
+                           def->name);
+  return tpu_op_check(r);
+}
+
 /* tpu_op_check of a node tpu_node_validate has accepted. */
 static tpu_status_t check_validated(const tpu_node_t* node) {
   const tpu_op_def_t* def = tpu_op_def(node->op);
@@ -438,7 +449,7 @@ static tpu_status_t check_validated(const tpu_node_t* node) {
     tpu_node_t r;
     tpu_value_t in[AS_REAL_MAX];
     tpu_view_t out[AS_REAL_MAX];
-    if (tpu_node_complex_as_real(node, &r, in, out)) return tpu_op_check(&r);
+    if (tpu_node_complex_as_real(node, &r, in, out)) return check_rewritten(def, &r);
     if (!(def->flags & TPU_OP_COMPLEX))
       return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: complex operands", def->name);
   }
@@ -448,7 +459,7 @@ static tpu_status_t check_validated(const tpu_node_t* node) {
     tpu_view_t out[AS_BITS_MAX];
     if (!complex_as_bits(node, &r, in, out))
       return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: complex operands", def->name);
-    return tpu_op_check(&r);
+    return check_rewritten(def, &r);
   }
   if (as_signed_row(def, node, true)) {
     tpu_node_t r;
@@ -456,7 +467,7 @@ static tpu_status_t check_validated(const tpu_node_t* node) {
     tpu_view_t out[AS_SIGNED_MAX];
     if (!unsigned_as_signed(node, &r, in, out))
       return check_unsigned(&(tpu_op_def_t){.name = def->name}, node, true);
-    return tpu_op_check(&r);
+    return check_rewritten(def, &r);
   }
   TPU_RETURN_IF_ERROR(check_unsigned(def, node, true));
   TPU_RETURN_IF_ERROR(check_complex(def, node, true));
