@@ -708,8 +708,18 @@ static tpu_status_t up_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
     p.ip *= p.isz[d];
     p.op *= p.osz[d];
   }
+  /* Tap tables: one entry per output position and tap, per dim; a size no
+   * host could hold (or that overflows) is refused before malloc. */
   int64_t ntaps = 0;
-  for (int d = 0; d < p.k; ++d) ntaps += a.osz[d] * p.K;
+  bool too_many = false;
+  for (int d = 0; d < p.k; ++d) {
+    int64_t t;
+    too_many |= __builtin_mul_overflow(a.osz[d], (int64_t)p.K, &t) ||
+                __builtin_add_overflow(ntaps, t, &ntaps);
+  }
+  if (too_many || ntaps > ((int64_t)1 << 32))
+    TPU_KERNEL_FAIL(TPU_CODE_OUT_OF_MEMORY, "upsample: tap tables of %lld entries do not fit",
+                    (long long)ntaps);
   int64_t* idx = (int64_t*)malloc(sizeof(int64_t) * (size_t)ntaps);
   double* w = (double*)malloc(sizeof(double) * (size_t)ntaps);
   int32_t* q = p.u8 ? (int32_t*)malloc(sizeof(int32_t) * (size_t)ntaps) : NULL;
