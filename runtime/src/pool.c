@@ -22,6 +22,7 @@
 
 #include "kernel.h"
 #include "pool_spin.h"
+#include "spin.h"
 #include "tpu/runtime.h"
 
 #define DEFAULT_SPIN_US 100
@@ -68,19 +69,7 @@ static inline void count(atomic_ullong* counter) {
   atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
 }
 
-static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
 
 int64_t tpu_pool_spin_next(int64_t spin_ns, int64_t max_ns, pool_spin_event_t event) {
   if (max_ns <= 0) return 0;
@@ -128,7 +117,7 @@ typedef enum poll_outcome { POLL_FOUND, POLL_EXPIRED, POLL_YIELDED } poll_outcom
  * to what it saw; stops early (POLL_YIELDED, no adaptation) when a library
  * claims the cores. */
 static poll_outcome_t poll_for_job(uint64_t seen, int64_t* spin_ns) {
-  int64_t start = now_ns(), last = start, until = start + *spin_ns;
+  int64_t start = tpu_monotonic_ns(), last = start, until = start + *spin_ns;
   bool descheduled = false;
   poll_outcome_t outcome;
   for (;;) {
@@ -137,14 +126,14 @@ static poll_outcome_t poll_for_job(uint64_t seen, int64_t* spin_ns) {
       break;
     }
     if (atomic_load_explicit(&g_pool.exclusive, memory_order_relaxed)) return POLL_YIELDED;
-    int64_t t = now_ns();
+    int64_t t = tpu_monotonic_ns();
     if (t - last >= POOL_SPIN_GAP_NS) descheduled = true;
     if (t >= until) {
       outcome = POLL_EXPIRED;
       break;
     }
     last = t;
-    for (int i = 0; i < 16; ++i) cpu_relax();
+    for (int i = 0; i < 16; ++i) tpu_cpu_relax();
   }
   bool found = outcome == POLL_FOUND;
   count(descheduled ? &g_pool.c.spin_backoffs : found ? &g_pool.c.spin_hits : &g_pool.c.spin_misses);
@@ -166,7 +155,7 @@ static void* worker_main(void* arg) {
     pthread_mutex_lock(&g_pool.mu);
     int64_t asleep = -1;
     if (atomic_load(&g_pool.generation) == seen) {
-      asleep = now_ns();
+      asleep = tpu_monotonic_ns();
       count(&g_pool.c.sleeps);
       g_pool.sleepers++;
       g_pool.first_job_ns = -1;
@@ -187,7 +176,7 @@ static void* worker_main(void* arg) {
      *    job may even be done by then: the case that most needs a longer
      *    poll). */
     if (asleep >= 0 && g_pool.first_job_ns >= 0 && g_pool.spin_max_ns > 0) {
-      if (now_ns() - g_pool.first_job_ns > g_pool.spin_max_ns) {
+      if (tpu_monotonic_ns() - g_pool.first_job_ns > g_pool.spin_max_ns) {
         count(&g_pool.c.spin_backoffs);
         spin = tpu_pool_spin_next(spin, g_pool.spin_max_ns, POOL_SPIN_DESCHEDULED);
       } else if (polled == POLL_EXPIRED) {
@@ -244,7 +233,7 @@ static void publish(job_t* job) {
   g_pool.job = job;
   uint64_t generation = atomic_fetch_add_explicit(&g_pool.generation, 1, memory_order_release) + 1;
   if (job) {
-    if (g_pool.first_job_ns < 0) g_pool.first_job_ns = now_ns();
+    if (g_pool.first_job_ns < 0) g_pool.first_job_ns = tpu_monotonic_ns();
     g_pool.job_generation = generation;
   }
   /* A wake-up already on its way (a loaded machine can take milliseconds
@@ -284,9 +273,9 @@ void tpu_parallel_for(int64_t n, int64_t grain, void (*fn)(void* arg, int64_t be
   g_pool.job = NULL; /* later arrivals see no job */
   pthread_mutex_unlock(&g_pool.mu);
   /* Workers still inside a chunk finish within about a chunk's time. */
-  int64_t until = now_ns() + CALLER_SPIN_NS;
-  while (atomic_load_explicit(&job.running, memory_order_acquire) > 0 && now_ns() < until)
-    for (int i = 0; i < 16; ++i) cpu_relax();
+  int64_t until = tpu_monotonic_ns() + CALLER_SPIN_NS;
+  while (atomic_load_explicit(&job.running, memory_order_acquire) > 0 && tpu_monotonic_ns() < until)
+    for (int i = 0; i < 16; ++i) tpu_cpu_relax();
   if (atomic_load_explicit(&job.running, memory_order_acquire) > 0) {
     pthread_mutex_lock(&g_pool.mu);
     count(&g_pool.c.caller_sleeps);

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "kernel.h"
+#include "spin.h"
 #include "tpu/dtype.h"
 #include "tpu/ops.h"
 #include "tpu/runtime.h"
@@ -41,11 +42,7 @@ static void init_locks(void) {
 
 static _Thread_local uint64_t t_correlation;
 
-int64_t tpu_profiler_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+int64_t tpu_profiler_now_ns(void) { return tpu_monotonic_ns(); }
 
 bool tpu_profiler_enabled(void) { return atomic_load_explicit(&g_prof.on, memory_order_relaxed); }
 

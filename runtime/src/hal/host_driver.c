@@ -31,6 +31,7 @@
 #include "../fusion/fusion.h"
 #include "../kernel.h"
 #include "../pool_spin.h"
+#include "../spin.h"
 #include "tpu/hal.h"
 #include "tpu/ops.h"
 #include "tpu/profiler.h"
@@ -282,11 +283,6 @@ struct tpu_hal_event {
   int64_t time_ns;
 };
 
-static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static tpu_status_t host_event_create(bool timing, tpu_hal_event_t** out_event) {
   tpu_hal_event_t* e = calloc(1, sizeof(*e));
@@ -344,7 +340,7 @@ static int64_t host_event_time_ns(tpu_hal_event_t* e) {
 }
 
 static void event_complete(tpu_hal_event_t* e, uint64_t seq) {
-  int64_t t = e->timing ? now_ns() : -1;
+  int64_t t = e->timing ? tpu_monotonic_ns() : -1;
   pthread_mutex_lock(&e->mu);
   if (seq > e->completed_seq) {
     e->completed_seq = seq;
@@ -480,20 +476,13 @@ static int64_t spin_max_ns(void) {
   return ns;
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
 
 /* Caller holds q->mu; returns holding it, with work queued (and no inline
  * command running) or the queue stopping. Adapts q->poll_ns. */
 static void wait_for_work(tpu_hal_queue_t* q) {
   int64_t max = spin_max_ns();
   if (q->count == 0 && !q->stop && q->poll_ns > 0 && max > 0) {
-    int64_t start = now_ns(), last = start, until = start + q->poll_ns;
+    int64_t start = tpu_monotonic_ns(), last = start, until = start + q->poll_ns;
     bool found = false, descheduled = false;
     pthread_mutex_unlock(&q->mu);
     for (;;) {
@@ -501,11 +490,11 @@ static void wait_for_work(tpu_hal_queue_t* q) {
         found = true;
         break;
       }
-      int64_t t = now_ns();
+      int64_t t = tpu_monotonic_ns();
       if (t - last >= POOL_SPIN_GAP_NS) descheduled = true;
       if (t >= until) break;
       last = t;
-      for (int i = 0; i < 64; ++i) cpu_relax();
+      for (int i = 0; i < 64; ++i) tpu_cpu_relax();
     }
     pthread_mutex_lock(&q->mu);
     q->poll_ns = tpu_pool_spin_next(q->poll_ns, max,
@@ -515,14 +504,14 @@ static void wait_for_work(tpu_hal_queue_t* q) {
   }
   int64_t asleep = -1;
   while ((q->count == 0 || q->inline_active) && !q->stop) {
-    if (asleep < 0) asleep = now_ns();
+    if (asleep < 0) asleep = tpu_monotonic_ns();
     q->sleeping = true;
     pthread_cond_wait(&q->has_work, &q->mu);
     q->sleeping = false;
   }
   if (asleep >= 0 && q->count > 0 && max > 0)
     q->poll_ns = tpu_pool_spin_next(q->poll_ns, max,
-                                    now_ns() - asleep < max ? POOL_SPIN_WOKEN_SOON
+                                    tpu_monotonic_ns() - asleep < max ? POOL_SPIN_WOKEN_SOON
                                                             : POOL_SPIN_WOKEN_LATE);
 }
 
@@ -696,12 +685,12 @@ static tpu_status_t host_queue_submit(tpu_hal_queue_t* q, tpu_hal_command_t* cmd
 #define SYNC_SPIN_NS 20000
 
 static tpu_status_t host_queue_wait_idle(tpu_hal_queue_t* q) {
-  int64_t until = now_ns() + SYNC_SPIN_NS;
+  int64_t until = tpu_monotonic_ns() + SYNC_SPIN_NS;
   while ((__atomic_load_n(&q->count, __ATOMIC_ACQUIRE) > 0 ||
           __atomic_load_n(&q->running, __ATOMIC_ACQUIRE) ||
           __atomic_load_n(&q->inline_active, __ATOMIC_ACQUIRE)) &&
-         now_ns() < until) {
-    for (int i = 0; i < 16; ++i) cpu_relax();
+         tpu_monotonic_ns() < until) {
+    for (int i = 0; i < 16; ++i) tpu_cpu_relax();
   }
   pthread_mutex_lock(&q->mu);
   q->stats.syncs++;
