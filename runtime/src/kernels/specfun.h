@@ -42,6 +42,7 @@ static const double sf_bern_over_2j[8] = {
  * w^(1-s)/(s-1) + w^-s/2 + sum_j B_2j/(2j)! s(s+1)...(s+2j-2) w^(-s-2j+1).
  * Edge values as PyTorch: s = 1 gives inf, s < 1 NaN; q <= 0 an integer
  * gives inf, q < 0 with s not an integer NaN. */
+#define ZETA_WALK_MAX 65536.0 /* further below 0, sf_zeta shifts q instead of walking */
 static inline double sf_zeta(double s, double q) {
   if (s == 1) return INFINITY;
   if (s < 1) return NAN;
@@ -49,8 +50,18 @@ static inline double sf_zeta(double s, double q) {
     if (q == floor(q)) return INFINITY;
     if (s != floor(s)) return NAN;
   }
+  if (q < -ZETA_WALK_MAX) {
+    /* Far below 0 (s is an integer here): walking up term by term, as CPU
+     * does, takes -q steps (seconds per element at -1e8). With q = -(N + f),
+     * the terms of negative base are (-1)^s (f + j)^-s for j = 0..N, so
+     * zeta(s, q) = (-1)^s [zeta(s, f) - zeta(s, f + N + 1)] + zeta(s, 1 - f),
+     * each a short walk. */
+    const double m = ceil(-q), f = -(q + m - 1);
+    const double sign = fmod(s, 2) == 0 ? 1.0 : -1.0;
+    return sign * (sf_zeta(s, f) - sf_zeta(s, f + m)) + sf_zeta(s, q + m);
+  }
   double sum = 0, w = q;
-  /* (a q far below 0 walks up to 10 term by term, as CPU; bounded) */
+  /* (a q below 0 walks up to 10 term by term, as CPU; bounded) */
   for (int64_t k = 0; k < ((int64_t)1 << 26) && (k < 9 || w < 10); ++k, w += 1) {
     const double t = pow(w, -s);
     sum += t;
