@@ -170,6 +170,22 @@ static bool put_attr(tpu_flush_memo_t* m, const tpu_attr_t* a) {
   return true;
 }
 
+/* FNV-1a over 64-bit words in four interleaved lanes, folded at the end:
+ * one lane is a chain of dependent multiplies (about 4 cycles a word over
+ * a decode step's ~400 words); four run side by side. */
+static uint64_t hash_words(const uint64_t* w, int64_t n) {
+  const uint64_t prime = 1099511628211ull;
+  uint64_t h[4] = {1469598103934665603ull, 0x9e3779b97f4a7c15ull, 0xc2b2ae3d27d4eb4full,
+                   0x165667b19e3779f9ull};
+  int64_t k = 0;
+  for (; k + 4 <= n; k += 4)
+    for (int l = 0; l < 4; ++l) h[l] = (h[l] ^ w[k + l]) * prime;
+  for (; k < n; ++k) h[0] = (h[0] ^ w[k]) * prime;
+  uint64_t out = (uint64_t)n;
+  for (int l = 0; l < 4; ++l) out = (out ^ h[l]) * prime;
+  return out;
+}
+
 bool tpu_flush_memo_sign(tpu_flush_memo_t* m, const tpu_graph_t* graph,
                          const tpu_free_record_t* frees, int32_t free_count,
                          const uint64_t* live_addr, const uint64_t* live_size, int32_t live,
@@ -221,9 +237,7 @@ bool tpu_flush_memo_sign(tpu_flush_memo_t* m, const tpu_graph_t* graph,
   ok = ok && put(m, (uint64_t)live);
   for (int32_t b = 0; ok && b < live; ++b)
     ok = put(m, canonical(m, live_addr[b])) && put(m, live_size[b]);
-  uint64_t h = 1469598103934665603ull;
-  for (int64_t k = 0; ok && k < m->next_len; ++k) h = (h ^ m->next[k]) * 1099511628211ull;
-  m->next_hash = h;
+  m->next_hash = ok ? hash_words(m->next, m->next_len) : 0;
   m->next_valid = ok;
   return ok;
 }

@@ -578,14 +578,24 @@ static bool rows_norm(tiled_run_t* r, rows_plan_t* rp, int32_t i, rows_node_t* r
 /* Decides whether a row group takes the direct path, filling *rp: rows of
  * its last dim only, every node a float32 norm (tpu_norm_row_plan) or a
  * direct elementwise op whose output has the group's shape. */
-static bool rows_plan(tiled_run_t* r, rows_plan_t* rp) {
+/* Whether a row group's shape allows the direct path (rows of its last dim
+ * only, of DIRECT_MIN_ROW to ROWS_DIRECT_MAX elements): checked before a
+ * plan is allocated, since a decode step's short rows never take it. */
+static bool rows_direct_shape(const tiled_run_t* r) {
   const tpu_program_group_t* g = r->group;
   const tpu_view_t* lead = &tpu_graph_node(r->graph, g->first)->outputs[0];
   if (lead->ndim != g->rows + 1) return false;
+  int64_t n = lead->sizes[lead->ndim - 1];
+  return n >= DIRECT_MIN_ROW && n <= ROWS_DIRECT_MAX;
+}
+
+static bool rows_plan(tiled_run_t* r, rows_plan_t* rp) {
+  const tpu_program_group_t* g = r->group;
+  const tpu_view_t* lead = &tpu_graph_node(r->graph, g->first)->outputs[0];
+  if (!rows_direct_shape(r)) return false;
   rp->ndim = g->rows;
   memcpy(rp->sizes, lead->sizes, sizeof(int64_t) * (size_t)lead->ndim);
   rp->n = lead->sizes[lead->ndim - 1];
-  if (rp->n < DIRECT_MIN_ROW || rp->n > ROWS_DIRECT_MAX) return false;
   r->scalars = 0;
   for (int32_t i = g->first; i < g->first + g->count; ++i) {
     const tpu_node_t* node = tpu_graph_node(r->graph, i);
@@ -735,7 +745,8 @@ static void run_fused(tiled_run_t* r) {
       if (!(def->flags & TPU_OP_POINTWISE)) def->rows(def, node, mask);
     }
     /* Without memory for a row plan the group takes the node-by-node path. */
-    rows_plan_t* rp = direct_enabled() && nrows > 0 ? malloc(sizeof(*rp)) : NULL;
+    rows_plan_t* rp =
+        direct_enabled() && nrows > 0 && rows_direct_shape(r) ? malloc(sizeof(*rp)) : NULL;
     bool direct = rp && rows_plan(r, rp);
     if (direct) {
       r->rows = rp;
@@ -806,7 +817,19 @@ tpu_status_t tpu_program_run(const tpu_program_t* p, const tpu_graph_t* graph,
       }
     }
     if (!fits) continue;
-    tiled_run_t r = {.program = p, .group = grp, .graph = graph, .ctx = ctx};
+    /* Not zero-initialised as a whole: dn[] and row_inputs[] (about 9 KB)
+     * are written for the group's nodes before they are read, and clearing
+     * them cost more than a decode step's small group runs. */
+    tiled_run_t r;
+    r.program = p;
+    r.group = grp;
+    r.graph = graph;
+    r.ctx = ctx;
+    memset(&r.tiling, 0, sizeof(r.tiling));
+    r.slot_bytes = 0;
+    r.direct = false;
+    r.rows = NULL;
+    r.scalars = 0;
     tpu_group_error_init(&r.err);
     run_fused(&r);
     keep_first(&first, tpu_group_error_finish(&r.err));
