@@ -23,13 +23,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <c10/core/Allocator.h>
-
-#include <atomic>
 #include <chrono>
-#include <deque>
-#include <map>
-#include <mutex>
 #include <set>
 #include <vector>
 

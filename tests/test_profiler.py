@@ -393,7 +393,7 @@ print("SIDE", side.stream_id)
     assert kernels["sub"] == (1, side) and rows[(1, side)] == f"stream {side}"
 
 
-def test_deferred_kernels_are_charged_to_the_ops_that_recorded_them():
+def test_deferred_kernels_are_charged_to_the_ops_that_recorded_them(tmp_path):
     a, b = _inputs()
     with torch_tpu.set_eager_mode(DEFER):
         torch.tpu.synchronize()
@@ -410,9 +410,18 @@ def test_deferred_kernels_are_charged_to_the_ops_that_recorded_them():
     for flushing in ("aten::item", "aten::_local_scalar_dense"):
         if flushing in ops:
             assert not any("mm" in k.name for k in ops[flushing].kernels), flushing
-    # A fused group lists the other ops that recorded its nodes.
-    dev = [e for e in prof.events() if e.device_type == DeviceType.PrivateUse1]
-    assert any(k.name.startswith("fused[") or k.name == "mm" for k in dev)
+    # A fused group is charged to its earliest-recorded op and lists the
+    # other ops that recorded its nodes (their ids are host ops' ids).
+    events = _trace(prof, tmp_path)
+    host_ops = {e["args"]["External id"]: e["name"] for e in events
+                if e.get("cat") == "cpu_op" and "External id" in e.get("args", {})}
+    fused = [e for e in events if e.get("cat") == "kernel" and e["name"].startswith("fused[")]
+    assert fused and any(e["args"]["other_ops"] for e in fused), fused
+    for e in fused:
+        own = e["args"]["External id"]
+        assert own in host_ops and all(o in host_ops and o > own for o in e["args"]["other_ops"])
+        names = [host_ops[own]] + [host_ops[o] for o in e["args"]["other_ops"]]
+        assert len(set(e["args"]["other_ops"])) == len(e["args"]["other_ops"]), names
 
 
 def test_profile_gpt_example_shows_both_modes(tmp_path):
