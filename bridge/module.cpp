@@ -16,7 +16,7 @@ namespace torch_tpu {
 void init_distributed(py::module& m);  // distributed.cpp
 void init_chip_comm(py::module& m);    // chip_comm.cpp
 void init_replay(py::module& m);       // replay.cpp
-void init_profiler(py::module& m);     // profiler.cpp
+void init_profiler(py::module& m);     // profiler.cpp (and memory_history.cpp)
 }
 
 PYBIND11_MODULE(_C, m) {

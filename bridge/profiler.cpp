@@ -1,17 +1,19 @@
 // profiler.cpp — torch.profiler sees the tpu: the runtime's device events
-// (tpu/profiler.h) handed to PyTorch's Kineto as a PrivateUse1 activity
-// profiler, device memory reported to the profiler, and the allocation
-// history behind torch.tpu.memory._record_memory_history / _snapshot.
+// (tpu/profiler.h) handed to PyTorch's Kineto as PrivateUse1 activity
+// profilers, one per chip. (Device memory for the profiler and the memory
+// history: memory_history.cpp.)
 //
 // Native path (torch 2.14): torch::profiler::impl::PrivateUse1ProfilerRegistry
-// forwards our libkineto::IActivityProfiler to Kineto. With
-// ProfilerActivity.PrivateUse1 requested, Kineto opens a session on it:
+// forwards chip 0's libkineto::IActivityProfiler to Kineto, and the other
+// chips' are registered with Kineto beside it. With
+// ProfilerActivity.PrivateUse1 requested, Kineto opens a session on each:
 // start/stop run the runtime's recorder, pushCorrelationId (called on the
-// thread entering each host op) becomes the id stamped on the commands that
-// op queues, and processTrace hands each device event to Kineto linked to
-// that op's activity. PyTorch then counts the device time on the op
-// (key_averages' device_time columns) and writes the events on their own
-// rows (pid: the chip, tid: the stream) in export_chrome_trace.
+// thread entering each host op) becomes the id stamped on the commands and
+// deferred nodes that op queues, and processTrace hands each device event to
+// Kineto linked to that op's activity. PyTorch then counts the device time
+// on the op (key_averages' device_time columns) and writes the events on
+// their own rows (process "TPU <chip>", pid the chip; thread "stream <n>",
+// tid the stream) in export_chrome_trace.
 #define USE_KINETO 1
 #define FMT_HEADER_ONLY 1
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
@@ -21,13 +23,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <c10/core/Allocator.h>
-
-#include <atomic>
 #include <chrono>
-#include <deque>
-#include <map>
-#include <mutex>
 #include <set>
 #include <vector>
 
@@ -53,16 +49,18 @@ int64_t realtime_minus_monotonic() {
   return real - mono;
 }
 
+void drain_chip(int c, std::vector<tpu_prof_event_t>& all) {
+  std::vector<tpu_prof_event_t> chunk(4096);
+  size_t n = 0;
+  do {
+    check(tpu_profiler_drain(c, chunk.data(), chunk.size(), &n));
+    all.insert(all.end(), chunk.begin(), chunk.begin() + (ptrdiff_t)n);
+  } while (n == chunk.size());
+}
+
 std::vector<tpu_prof_event_t> drain_all() {
   std::vector<tpu_prof_event_t> all;
-  std::vector<tpu_prof_event_t> chunk(4096);
-  for (int c = 0; c < TPU_MAX_CHIPS; ++c) {
-    size_t n = 0;
-    do {
-      check(tpu_profiler_drain(c, chunk.data(), chunk.size(), &n));
-      all.insert(all.end(), chunk.begin(), chunk.begin() + (ptrdiff_t)n);
-    } while (n == chunk.size());
-  }
+  for (int c = 0; c < TPU_MAX_CHIPS; ++c) drain_chip(c, all);
   return all;
 }
 
@@ -76,10 +74,20 @@ const char* kind_name(int32_t kind) {
 // the innermost is the one the runtime stamps.
 thread_local std::vector<uint64_t> t_correlation_stack;
 
+// One session per chip, so that each chip is its own named trace process
+// (Kineto takes one DeviceInfo per session). Chip 0's session owns the
+// recorder (starts it, reports drops) and the correlation ids; every
+// session stops it (the first stop wins) and drains its own chip.
 class TpuSession final : public libkineto::IActivityProfilerSession {
  public:
+  explicit TpuSession(int chip) : chip_(chip) {}
+
   void start() override {
     offset_ns_ = realtime_minus_monotonic();
+    if (chip_ != 0) {
+      status_ = libkineto::TraceStatus::RECORDING;
+      return;
+    }
     tpu_profiler_config_t cfg = {};
     tpu_status_t s = tpu_profiler_start(&cfg);
     if (s != TPU_OK) {
@@ -92,10 +100,11 @@ class TpuSession final : public libkineto::IActivityProfilerSession {
 
   void stop() override {
     tpu_profiler_stop();
-    events_ = drain_all();
+    events_.clear();
+    drain_chip(chip_, events_);
     tpu_profiler_stats_t st;
     tpu_profiler_get_stats(&st);
-    if (st.dropped > 0)
+    if (chip_ == 0 && st.dropped > 0)
       errors_.push_back("tpu profiler: " + std::to_string(st.dropped) +
                         " device events dropped (buffer full)");
     status_ = libkineto::TraceStatus::PROCESSING;
@@ -140,6 +149,13 @@ class TpuSession final : public libkineto::IActivityProfilerSession {
         a.addMetadata("host_us", (double)(e.end_ns - e.start_ns) / 1e3);
       } else if (e.kind == TPU_PROF_FUSED) {
         a.addMetadata("nodes", e.nodes);
+        // The group is charged to its earliest-recorded op (`External id`);
+        // the other ops that recorded its nodes:
+        std::string others = "[";
+        for (int32_t k = 0; k < e.num_others; ++k)
+          others += (k ? "," : "") + std::to_string(e.others[k]);
+        if (e.others_truncated) others += std::string(e.num_others ? "," : "") + "-1";
+        a.addMetadata("other_ops", others + "]");
       }
       rows_.insert({e.chip, a.resource});
       logger.handleGenericActivity(a);
@@ -147,18 +163,21 @@ class TpuSession final : public libkineto::IActivityProfilerSession {
     status_ = libkineto::TraceStatus::READY;
   }
 
+  // Process "TPU <chip>" (pid: the chip index); chips other than 0 only
+  // when they ran something.
   std::unique_ptr<libkineto::DeviceInfo> getDeviceInfo() override {
-    return std::make_unique<libkineto::DeviceInfo>(libkineto::DeviceInfo{0, 0, "tpu:0", "tpu"});
+    if (chip_ != 0 && events_.empty()) return nullptr;
+    return std::make_unique<libkineto::DeviceInfo>(
+        libkineto::DeviceInfo{chip_, chip_, "TPU " + std::to_string(chip_), "tpu"});
   }
 
+  // Its rows (tid): "stream <n>" and "stream <n> flushes".
   std::vector<libkineto::ResourceInfo> getResourceInfos() override {
     std::vector<libkineto::ResourceInfo> out;
     for (auto [chip, row] : rows_) {
-      std::string name = row >= kMemoryRow  ? "tpu:" + std::to_string(chip) + " memory"
-                         : row >= kFlushRow ? "tpu:" + std::to_string(chip) + " stream " +
-                                                  std::to_string(row - kFlushRow) + " flushes"
-                                            : "tpu:" + std::to_string(chip) + " stream " +
-                                                  std::to_string(row);
+      std::string name = row >= kMemoryRow  ? "memory"
+                         : row >= kFlushRow ? "stream " + std::to_string(row - kFlushRow) + " flushes"
+                                            : "stream " + std::to_string(row);
       out.push_back(libkineto::ResourceInfo{row, row, chip, name});
     }
     return out;
@@ -167,15 +186,18 @@ class TpuSession final : public libkineto::IActivityProfilerSession {
   std::unique_ptr<libkineto::CpuTraceBuffer> getTraceBuffer() override { return std::move(buffer_); }
 
   void pushCorrelationId(uint64_t id) override {
+    if (chip_ != 0) return;
     t_correlation_stack.push_back(id);
     tpu_profiler_set_correlation(id);
   }
   void popCorrelationId() override {
+    if (chip_ != 0) return;
     if (!t_correlation_stack.empty()) t_correlation_stack.pop_back();
     tpu_profiler_set_correlation(t_correlation_stack.empty() ? 0 : t_correlation_stack.back());
   }
 
  private:
+  int chip_;
   int64_t offset_ns_ = 0;
   std::vector<tpu_prof_event_t> events_;
   std::vector<std::string> errors_;
@@ -185,14 +207,16 @@ class TpuSession final : public libkineto::IActivityProfilerSession {
 
 class TpuActivityProfiler final : public libkineto::IActivityProfiler {
  public:
+  explicit TpuActivityProfiler(int chip) : chip_(chip), name_("tpu:" + std::to_string(chip)) {}
   const std::string& name() const override { return name_; }
   const std::set<libkineto::ActivityType>& availableActivities() const override {
     return activities_;
   }
   std::unique_ptr<libkineto::IActivityProfilerSession> configure(
       const std::set<libkineto::ActivityType>& types, const libkineto::Config&) override {
+    if (chip_ >= tpu_chip_count()) return nullptr;  // no such chip in this process
     for (auto t : types)
-      if (activities_.count(t)) return std::make_unique<TpuSession>();
+      if (activities_.count(t)) return std::make_unique<TpuSession>(chip_);
     return nullptr;
   }
   std::unique_ptr<libkineto::IActivityProfilerSession> configure(
@@ -202,72 +226,25 @@ class TpuActivityProfiler final : public libkineto::IActivityProfiler {
   }
 
  private:
-  std::string name_{"tpu"};
+  int chip_;
+  std::string name_;
   std::set<libkineto::ActivityType> activities_{
       libkineto::ActivityType::CONCURRENT_KERNEL, libkineto::ActivityType::GPU_MEMCPY,
       libkineto::ActivityType::GPU_USER_ANNOTATION, libkineto::ActivityType::PRIVATEUSE1_RUNTIME};
 };
 
-// ---- device memory: the profiler's memory events and the history ----------
-
-std::atomic<bool> g_history_on{false};
-std::mutex g_history_mu;
-struct HistoryEntry {
-  std::string action;  // "alloc" or "free_completed"
-  uint64_t addr;
-  int64_t size, requested;
-  int device, stream;
-  int64_t time_us;
-};
-std::deque<HistoryEntry> g_history;  // under g_history_mu
-size_t g_history_max = 100000;
-std::map<uint64_t, HistoryEntry> g_live;  // live blocks while recording, by address
-
-void note_history(const char* action, tpu_block_t* block, int device, int stream, int64_t requested) {
-  HistoryEntry e{action, tpu_block_addr(block), (int64_t)tpu_block_size(block), requested,
-                 device, stream,
-                 std::chrono::duration_cast<std::chrono::microseconds>(
-                     std::chrono::system_clock::now().time_since_epoch())
-                     .count()};
-  std::lock_guard<std::mutex> lock(g_history_mu);
-  if (e.action == "alloc") g_live[e.addr] = e;
-  else g_live.erase(e.addr);
-  g_history.push_back(std::move(e));
-  while (g_history.size() > g_history_max) g_history.pop_front();
-}
-
-void report_memory(tpu_block_t* block, int device, int64_t delta) {
-  tpu_memory_stats_t s;
-  tpu_memory_get_stats(chip((c10::DeviceIndex)device), &s);
-  c10::reportMemoryUsageToProfiler(reinterpret_cast<void*>((uintptr_t)tpu_block_addr(block)),
-                                   delta, (size_t)s.allocated_bytes[TPU_POOL_ALL].current,
-                                   (size_t)s.reserved_bytes[TPU_POOL_ALL].current,
-                                   c10::Device(c10::DeviceType::PrivateUse1,
-                                               (c10::DeviceIndex)device));
-}
-
 }  // namespace
 
-void note_device_alloc(tpu_block_t* block, c10::DeviceIndex device, int stream, size_t requested) {
-  if (!block) return;
-  if (c10::memoryProfilingEnabled()) report_memory(block, device, (int64_t)tpu_block_size(block));
-  if (g_history_on.load(std::memory_order_relaxed))
-    note_history("alloc", block, device, stream, (int64_t)requested);
-}
-
-void note_device_free(tpu_block_t* block) {
-  if (!block) return;
-  bool history = g_history_on.load(std::memory_order_relaxed);
-  bool report = c10::memoryProfilingEnabled();
-  if (!report && !history) return;
-  int device = tpu_chip_of_address(tpu_block_addr(block));
-  if (report) report_memory(block, device, -(int64_t)tpu_block_size(block));
-  if (history) note_history("free_completed", block, device, -1, 0);
-}
+void init_memory_history(py::module& m);  // memory_history.cpp
 
 void init_profiler(py::module& m) {
+  // Chip 0 through PyTorch's PrivateUse1 registry; the others (a session
+  // each, see TpuSession) as Kineto child profilers beside it.
   torch::profiler::impl::PrivateUse1ProfilerRegistry::instance().registerFactory(
-      [] { return std::make_unique<TpuActivityProfiler>(); });
+      [] { return std::make_unique<TpuActivityProfiler>(0); });
+  for (int c = 1; c < TPU_MAX_CHIPS; ++c)
+    libkineto::api().registerProfilerFactory(
+        [c] { return std::make_unique<TpuActivityProfiler>(c); });
 
   // The recorder on its own, for tests and for tools without torch.profiler.
   m.def("_profiler_start", [](int64_t events_per_chip, bool memory) {
@@ -310,35 +287,7 @@ void init_profiler(py::module& m) {
   m.def("_profiler_set_correlation",
         [](uint64_t id) { return tpu_profiler_set_correlation(id); });
 
-  m.def("_record_memory_history", [](bool enabled, size_t max_entries) {
-    std::lock_guard<std::mutex> lock(g_history_mu);
-    if (enabled) {
-      g_history_max = max_entries;
-      while (g_history.size() > g_history_max) g_history.pop_front();
-    } else {
-      g_history.clear();
-      g_live.clear();
-    }
-    g_history_on.store(enabled);
-  });
-  m.def("_memory_history", [] {
-    std::lock_guard<std::mutex> lock(g_history_mu);
-    auto entry = [](const HistoryEntry& e) {
-      py::dict d;
-      d["action"] = e.action;
-      d["addr"] = e.addr;
-      d["size"] = e.size;
-      d["requested"] = e.requested;
-      d["device"] = e.device;
-      d["stream"] = e.stream;
-      d["time_us"] = e.time_us;
-      return d;
-    };
-    py::list trace, live;
-    for (const HistoryEntry& e : g_history) trace.append(entry(e));
-    for (const auto& [addr, e] : g_live) live.append(entry(e));
-    return py::make_tuple(trace, live);
-  });
+  init_memory_history(m);
 }
 
 }  // namespace torch_tpu

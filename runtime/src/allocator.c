@@ -12,6 +12,9 @@
  *    segments to the chip;
  *  - when the chip is full, cached segments are released and the request
  *    retried before OUT_OF_MEMORY is reported.
+ * The segments are also kept on a list (through their first blocks), so
+ * tpu_memory_snapshot can copy the whole layout, and a segment observer
+ * (tpu_memory_set_segment_observer) hears each map and unmap.
  * Statistics follow c10::CachingDeviceAllocator::DeviceStats. */
 #include <inttypes.h>
 #include <stdio.h>
@@ -41,6 +44,10 @@ struct tpu_block {
   bool allocated;
   bool provisional; /* allocated while deferring, not yet in the statistics */
   tpu_block_t *prev, *next; /* neighbours within the segment */
+  /* The allocator's list of segments, through their first blocks (a
+   * segment's first block lives as long as the segment: merges keep the
+   * lower block, splits cut from its end). NULL on the other blocks. */
+  tpu_block_t *seg_prev, *seg_next;
   tpu_block_t *prov_prev, *prov_next; /* the stream's provisional blocks */
   /* while awaiting other streams after free: */
   tpu_event_t* pending[TPU_STREAMS_PER_CHIP];
@@ -59,8 +66,27 @@ struct tpu_allocator {
   tpu_block_t** waiting;            /* freed, awaiting other streams */
   tpu_block_t* provisional[TPU_STREAMS_PER_CHIP]; /* per stream, see tpu_allocator_commit */
   int waiting_count, waiting_capacity;
+  tpu_block_t* segments; /* first blocks of the mapped segments, newest first */
   tpu_memory_stats_t stats;
 };
+
+/* The segment observer (tpu_memory_set_segment_observer): rarely set, read
+ * only when a segment is mapped or returned. */
+static _Atomic(tpu_segment_observer_fn) g_seg_observer;
+static _Atomic(void*) g_seg_observer_arg;
+
+void tpu_memory_set_segment_observer(tpu_segment_observer_fn fn, void* arg) {
+  atomic_store(&g_seg_observer, NULL);
+  atomic_store(&g_seg_observer_arg, arg);
+  atomic_store(&g_seg_observer, fn);
+}
+
+static void observe_segment(tpu_allocator_t* a, const tpu_block_t* head, bool mapped) {
+  tpu_segment_observer_fn fn = atomic_load_explicit(&g_seg_observer, memory_order_acquire);
+  if (fn)
+    fn(atomic_load(&g_seg_observer_arg), tpu_chip_index(a->chip), head->stream, head->addr,
+       head->size, mapped);
+}
 
 /* ---- statistics ---------------------------------------------------------------- */
 
@@ -185,6 +211,10 @@ static size_t segment_size(size_t size) {
 }
 
 static void release_segment(tpu_allocator_t* a, tpu_block_t* b) {
+  if (b->seg_prev) b->seg_prev->seg_next = b->seg_next;
+  else a->segments = b->seg_next;
+  if (b->seg_next) b->seg_next->seg_prev = b->seg_prev;
+  observe_segment(a, b, false);
   tpu_hal()->memory_unmap(a->chip->hal, b->addr, b->size);
   stat_update(a->stats.segment, b->pool, -1);
   stat_update(a->stats.reserved_bytes, b->pool, -(int64_t)b->size);
@@ -459,6 +489,10 @@ tpu_status_t tpu_block_alloc(tpu_stream_t* stream, size_t bytes, tpu_block_t** o
     b->stream = stream->index;
     stat_update(a->stats.segment, pool, 1);
     stat_update(a->stats.reserved_bytes, pool, (int64_t)seg);
+    b->seg_next = a->segments;
+    if (b->seg_next) b->seg_next->seg_prev = b;
+    a->segments = b;
+    observe_segment(a, b, true);
   }
   /* Split off the remainder when it is worth keeping. */
   size_t remaining = b->size - size;
@@ -564,6 +598,45 @@ void tpu_memory_empty_cache(tpu_chip_t* chip) {
   if (a->waiting_count) process_waiting(a);
   release_cached(a);
   pthread_mutex_unlock(&a->mu);
+}
+
+tpu_status_t tpu_memory_snapshot(tpu_chip_t* chip, tpu_segment_info_t* segments,
+                                 size_t segment_capacity, tpu_block_info_t* blocks,
+                                 size_t block_capacity, size_t* out_segments, size_t* out_blocks) {
+  if (!chip || !out_segments || !out_blocks || (segment_capacity && !segments) ||
+      (block_capacity && !blocks))
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "memory snapshot: missing argument");
+  tpu_allocator_t* a = chip->allocator;
+  size_t ns = 0, nb = 0;
+  pthread_mutex_lock(&a->mu);
+  /* As tpu_memory_get_stats: live provisional blocks count now, so the
+   * active blocks add up to memory_allocated. */
+  for (int s = 0; s < TPU_STREAMS_PER_CHIP; ++s) commit_locked(a, s);
+  for (const tpu_block_t* head = a->segments; head; head = head->seg_next, ++ns) {
+    tpu_segment_info_t seg = {.addr = head->addr, .stream = head->stream, .pool = head->pool,
+                              .first_block = nb};
+    for (const tpu_block_t* b = head; b; b = b->next, ++nb) {
+      int32_t state = b->allocated             ? TPU_BLOCK_ACTIVE_ALLOCATED
+                      : b->pending_count > 0 ? TPU_BLOCK_ACTIVE_PENDING_FREE
+                                             : TPU_BLOCK_INACTIVE;
+      seg.total_size += b->size;
+      if (state == TPU_BLOCK_ACTIVE_ALLOCATED) {
+        seg.allocated_size += b->size;
+        seg.requested_size += b->requested;
+      }
+      if (state != TPU_BLOCK_INACTIVE) seg.active_size += b->size;
+      seg.num_blocks++;
+      if (nb < block_capacity)
+        blocks[nb] = (tpu_block_info_t){.addr = b->addr, .size = b->size, .state = state,
+                                        .requested = state == TPU_BLOCK_ACTIVE_ALLOCATED
+                                                         ? b->requested : 0};
+    }
+    if (ns < segment_capacity) segments[ns] = seg;
+  }
+  pthread_mutex_unlock(&a->mu);
+  *out_segments = ns;
+  *out_blocks = nb;
+  return TPU_OK;
 }
 
 void tpu_memory_info(tpu_chip_t* chip, uint64_t* out_free, uint64_t* out_total) {

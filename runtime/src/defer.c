@@ -223,7 +223,7 @@ tpu_status_t tpu_defer_record(tpu_stream_t* stream, tpu_graph_t* graph) {
   if (s == TPU_OK) s = open_pending_locked(pd);
   if (s == TPU_OK && atomic_load(&pd->capturing)) tpu_capture_note_record_locked(stream, graph);
   for (int32_t i = 0; i < n && s == TPU_OK; ++i)
-    s = tpu_graph_append(pd->graph, tpu_graph_node(graph, i));
+    s = tpu_graph_append_from(pd->graph, graph, i);
   if (s == TPU_OK) s = recorded_locked(stream, n, n > 0 ? tpu_graph_node(graph, n - 1) : NULL);
   pthread_mutex_unlock(&pd->mu);
   tpu_graph_release(graph);
@@ -426,7 +426,7 @@ static tpu_status_t check_repeat(tpu_stream_t* stream, const tpu_flush_memo_entr
   tpu_graph_t* copy = NULL;
   tpu_status_t s = order ? tpu_graph_create(&copy)
                          : tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "flush allocation failed");
-  for (int32_t i = 0; s == TPU_OK && i < n; ++i) s = tpu_graph_append(copy, tpu_graph_node(graph, i));
+  for (int32_t i = 0; s == TPU_OK && i < n; ++i) s = tpu_graph_append_from(copy, graph, i);
   bool moved = false, hit = false;
   int64_t extra = 0;
   tpu_program_t* program = NULL;

@@ -9,12 +9,14 @@
 #include <string.h>
 
 #include "tpu/ops.h"
+#include "tpu/profiler.h"
 
 /* A node and where its operands start in the graph's arrays (to redo its
  * operand pointers when an array moves). */
 typedef struct node_slot {
   int64_t input_offset;
   int64_t output_offset;
+  uint64_t correlation; /* the host op that recorded it (tpu/profiler.h), 0: none */
   tpu_node_t node;
 } node_slot_t;
 
@@ -224,6 +226,7 @@ tpu_status_t tpu_graph_add_node(tpu_graph_t* g, tpu_op_id_t op, const tpu_value_
   for (int32_t k = num_attrs; k < TPU_MAX_ATTRS; ++k) slot->node.attrs[k].kind = TPU_ATTR_NONE;
   slot->input_offset = g->input_count;
   slot->output_offset = g->output_count;
+  slot->correlation = tpu_profiler_correlation(); /* a thread-local read: 0 unless profiling */
   for (int32_t i = 0; i < num_inputs; ++i) {
     tpu_value_t* dst = &g->inputs[g->input_count + i];
     dst->kind = inputs[i].kind;
@@ -239,6 +242,19 @@ tpu_status_t tpu_graph_add_node(tpu_graph_t* g, tpu_op_id_t op, const tpu_value_
 tpu_status_t tpu_graph_append(tpu_graph_t* g, const tpu_node_t* node) {
   return tpu_graph_add_node(g, node->op, node->inputs, node->num_inputs, node->outputs,
                             node->num_outputs, node->attrs, node->num_attrs);
+}
+
+tpu_status_t tpu_graph_append_from(tpu_graph_t* g, const tpu_graph_t* src, int32_t index) {
+  const tpu_node_t* node = tpu_graph_node(src, index);
+  if (!node) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "graph: no node %d", index);
+  TPU_RETURN_IF_ERROR(tpu_graph_append(g, node));
+  g->nodes[g->node_count - 1].correlation = src->nodes[index].correlation;
+  return TPU_OK;
+}
+
+uint64_t tpu_graph_node_correlation(const tpu_graph_t* graph, int32_t index) {
+  if (index < 0 || index >= graph->node_count) return 0;
+  return graph->nodes[index].correlation;
 }
 
 tpu_status_t tpu_graph_from_node(const tpu_node_t* node, tpu_graph_t** out_graph) {

@@ -166,6 +166,22 @@ void tpu_prof_record_nodes(const tpu_exec_ctx_t* ctx, const tpu_graph_t* graph, 
                          .chip = (int16_t)ctx->chip_index, .stream = (int16_t)ctx->stream_index,
                          .start_ns = start_ns, .end_ns = end_ns,
                          .correlation = ctx->correlation, .nodes = count};
+  /* Charged to the op that recorded the node(s): a deferred program runs
+   * during a later op (the flush's), which is not the one that asked. */
+  uint64_t first_id = 0;
+  for (int32_t i = first; i < first + count; ++i) {
+    uint64_t c = tpu_graph_node_correlation(graph, i);
+    if (c && (!first_id || c < first_id)) first_id = c;
+  }
+  if (first_id) ev.correlation = first_id;
+  for (int32_t i = first; fused && first_id && i < first + count; ++i) {
+    uint64_t c = tpu_graph_node_correlation(graph, i);
+    bool seen = !c || c == first_id;
+    for (int32_t k = 0; k < ev.num_others && !seen; ++k) seen = ev.others[k] == c;
+    if (seen) continue;
+    if (ev.num_others < TPU_PROF_MAX_OTHERS) ev.others[ev.num_others++] = c;
+    else ev.others_truncated = 1;
+  }
   int64_t bytes = 0, flops = -1; /* FLOPs: the sum of those known, -1 if none is */
   size_t len = 0;
   if (fused) len = (size_t)snprintf(ev.name, sizeof(ev.name), "fused[");

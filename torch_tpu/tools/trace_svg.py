@@ -26,10 +26,12 @@ def _colour(name):
 
 def _rows(trace):
     """[(row label, [(start us, duration us, name, depth)])] in display order."""
-    names = {}
+    names, procs = {}, {}
     for e in trace:
         if e.get("ph") == "M" and e.get("name") == "thread_name":
             names[(e["pid"], e["tid"])] = e["args"]["name"]
+        elif e.get("ph") == "M" and e.get("name") == "process_name":
+            procs[e["pid"]] = e["args"]["name"]
     host, device = {}, {}
     for e in trace:
         if e.get("ph") != "X" or "dur" not in e:
@@ -49,8 +51,11 @@ def _rows(trace):
             spans.append((e["ts"], e["dur"], e["name"], len(stack)))
             stack.append(e["ts"] + e["dur"])
         rows.append((names.get(key, f"thread {key[1]}"), spans))
-    for key, events in sorted(device.items(), key=lambda kv: kv[0][1]):
-        rows.append((names.get(key, f"tpu row {key[1]}"),
+    for key, events in sorted(device.items()):  # by chip (pid), then stream (tid)
+        label = names.get(key, f"tpu row {key[1]}")
+        if key[0] in procs:  # "TPU 1 stream 0": the chip's process, then its row
+            label = f"{procs[key[0]]} {label}"
+        rows.append((label,
                      [(e["ts"], max(e["dur"], 0.5), e["name"], 0) for e in events]))
     return rows
 

@@ -160,8 +160,16 @@ tpu_status_t tpu_graph_add_node(tpu_graph_t* graph, tpu_op_id_t op,
                                 const tpu_value_t* inputs, int32_t num_inputs,
                                 const tpu_view_t* outputs, int32_t num_outputs,
                                 const tpu_attr_t* attrs, int32_t num_attrs);
-/* Appends a copy of `node` (borrowed), as tpu_graph_add_node does. */
+/* Appends a copy of `node` (borrowed), as tpu_graph_add_node does.
+ * Both stamp the new node with the calling thread's profiler correlation
+ * (tpu_profiler_correlation: the host op recording it, 0 when none). */
 tpu_status_t tpu_graph_append(tpu_graph_t* graph, const tpu_node_t* node);
+/* Appends a copy of node `index` of `src` (borrowed) keeping its
+ * correlation: what copies a recording (reordering, flushing) uses, so a
+ * node stays charged to the op that recorded it, not to the one copying. */
+tpu_status_t tpu_graph_append_from(tpu_graph_t* graph, const tpu_graph_t* src, int32_t index);
+/* The correlation node `index` was stamped with (0: none or no such node). */
+uint64_t tpu_graph_node_correlation(const tpu_graph_t* graph, int32_t index);
 /* Creates a graph holding a copy of `node` (borrowed); the caller owns it. */
 tpu_status_t tpu_graph_from_node(const tpu_node_t* node, tpu_graph_t** out_graph);
 /* Reorders the nodes in place: node i becomes the node that was at

@@ -12,9 +12,13 @@
  *
  * Each event carries the chip and stream it ran on, start and end on the
  * runtime's clock (CLOCK_MONOTONIC, ns: tpu_profiler_now_ns), the bytes it
- * touched, its FLOPs when known (matrix products), and the correlation id
- * that the submitting thread had set (tpu_profiler_set_correlation) when the
- * command was queued — for PyTorch, the host op that queued it.
+ * touched, its FLOPs when known (matrix products), and a correlation id
+ * (tpu_profiler_set_correlation) — for PyTorch, the host op it is charged
+ * to: the one that queued the command, or for the nodes of a deferred
+ * program the one that recorded each node (graphs stamp their nodes when
+ * they are added: tpu/ir.h), so a program run during a later op's flush is
+ * still charged op by op. A fused group is charged to the earliest id of
+ * its nodes and lists the others (tpu_prof_event_t.others).
  *
  * Events of one stream are appended in the order they ran, which is the
  * order they were submitted (streams are in-order queues). Each chip has a
@@ -55,12 +59,18 @@ typedef enum tpu_prof_kind {
 } tpu_prof_kind_t;
 
 #define TPU_PROF_NAME_MAX 96
+#define TPU_PROF_MAX_OTHERS 8
 
 typedef struct tpu_prof_event {
   int32_t kind;          /* tpu_prof_kind_t */
   int16_t chip, stream;  /* stream -1: not tied to a stream (memory events) */
   int64_t start_ns, end_ns;
-  uint64_t correlation;  /* the submitter's id when queued, 0: none */
+  /* The host op charged with the event, 0: none. A command's own work: the
+   * id its submitter had set when queuing it. Nodes of a graph: the id the
+   * node was stamped with when recorded (tpu_graph_append), else the
+   * command's; a fused group: the smallest (earliest-recorded) id of its
+   * nodes, the group's other ids in others[] (see below). */
+  uint64_t correlation;
   int64_t bytes;         /* operand bytes touched, copy or block size; -1: unknown */
   int64_t flops;         /* -1: unknown */
   /* Flushes: the reason (tpu_flush_reason_t), whether the program was a
@@ -71,6 +81,11 @@ typedef struct tpu_prof_event {
   int64_t nodes;
   uint64_t addr;
   char name[TPU_PROF_NAME_MAX]; /* NUL-terminated, truncated if longer */
+  /* Fused groups: the distinct ids, other than `correlation`, of the ops
+   * that recorded the group's nodes, in node order (num_others of them;
+   * others_truncated when more did not fit). */
+  int32_t num_others, others_truncated;
+  uint64_t others[TPU_PROF_MAX_OTHERS];
 } tpu_prof_event_t;
 
 typedef struct tpu_profiler_config {

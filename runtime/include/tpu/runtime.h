@@ -230,6 +230,56 @@ void tpu_memory_empty_cache(tpu_chip_t* chip);
 /* Free and total device memory, in bytes (free = capacity - reserved). */
 void tpu_memory_info(tpu_chip_t* chip, uint64_t* out_free, uint64_t* out_total);
 
+/* The caching allocator's layout, for memory snapshots (PyTorch's
+ * torch.cuda.memory._snapshot format): every segment mapped from the chip,
+ * and the blocks that tile it, in address order. */
+typedef enum tpu_block_state {
+  TPU_BLOCK_INACTIVE = 0,        /* free, cached for reuse */
+  TPU_BLOCK_ACTIVE_ALLOCATED,    /* handed out (tpu_block_alloc), not freed */
+  TPU_BLOCK_ACTIVE_PENDING_FREE, /* freed, awaiting other streams' uses */
+} tpu_block_state_t;
+
+typedef struct tpu_block_info {
+  uint64_t addr, size;
+  uint64_t requested; /* bytes asked for (allocated blocks; 0 otherwise) */
+  int32_t state;      /* tpu_block_state_t */
+} tpu_block_info_t;
+
+typedef struct tpu_segment_info {
+  uint64_t addr, total_size;
+  uint64_t allocated_size; /* bytes of its allocated blocks */
+  uint64_t active_size;    /* allocated plus pending-free */
+  uint64_t requested_size; /* bytes asked for by its allocated blocks */
+  int32_t stream;          /* the stream it serves */
+  int32_t pool;            /* TPU_POOL_SMALL or TPU_POOL_LARGE */
+  size_t first_block, num_blocks; /* its blocks in the blocks array */
+} tpu_segment_info_t;
+
+/* Copies the chip's layout into caller-owned arrays: segments (newest
+ * first) into segments[0 .. segment_capacity), all their blocks, segment by
+ * segment, into blocks[0 .. block_capacity). Sets *out_segments and
+ * *out_blocks to how many there are in all; like snprintf, what does not
+ * fit is not written, so a caller whose count exceeded its capacity calls
+ * again with more room (the layout may have grown meanwhile). Taken under
+ * the allocator's lock, so it is one consistent state; deferred blocks not
+ * yet counted are counted first (as tpu_memory_get_stats does).
+ * INVALID_ARGUMENT when an output is NULL (arrays may be NULL with
+ * capacity 0, to count). Nothing here is owned by the runtime. */
+tpu_status_t tpu_memory_snapshot(tpu_chip_t* chip, tpu_segment_info_t* segments,
+                                 size_t segment_capacity, tpu_block_info_t* blocks,
+                                 size_t block_capacity, size_t* out_segments, size_t* out_blocks);
+
+/* Called when any chip's allocator maps a segment (mapped true; before the
+ * segment's first block is handed out) or returns one to the chip (mapped
+ * false; empty_cache, or the retry before OUT_OF_MEMORY). It runs with that
+ * allocator's lock held: it must be quick and must not call device-memory
+ * functions. */
+typedef void (*tpu_segment_observer_fn)(void* arg, int chip, int stream, uint64_t addr,
+                                        uint64_t size, bool mapped);
+/* Installs the process's one segment observer (NULL: none); `arg` is
+ * borrowed and must outlive the observer's installation. */
+void tpu_memory_set_segment_observer(tpu_segment_observer_fn fn, void* arg);
+
 /* ---- Pinned host memory -------------------------------------------------- */
 
 /* Page-locked-like host memory usable for asynchronous copies. The memory

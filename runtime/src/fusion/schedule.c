@@ -307,7 +307,7 @@ tpu_status_t tpu_fusion_schedule(const tpu_graph_t* graph, tpu_free_record_t* fr
   tpu_graph_t* out = NULL;
   if (st == TPU_OK && moved) st = tpu_graph_create(&out);
   for (int32_t i = 0; st == TPU_OK && moved && i < n; ++i)
-    st = tpu_graph_append(out, tpu_graph_node(graph, order[i]));
+    st = tpu_graph_append_from(out, graph, order[i]);
   if (st == TPU_OK && moved && remap_frees(&s, pos, n, frees, free_count)) {
     *out_graph = out;
     out = NULL;
