@@ -26,6 +26,8 @@
   X(pointwise_loss)     \
   X(sub_copy)           \
   X(margin_loss)        \
+  X(multilabel_margin_loss) \
+  X(fractional_max_pool) \
   X(matmul)             \
   X(matmul_int8)        \
   X(index)              \
