@@ -4,8 +4,9 @@ reduction, -1-terminated target lists, 0-dim/1-D/2-D/empty inputs),
 fractional_max_pool2d/3d given random_samples (outputs, indices and
 gradients exactly equal, every float dtype), nn.CTCLoss (_ctc_loss and its
 backward: reductions, zero_infinity, padded and concatenated targets,
-lengths as lists, host tensors and device tensors), and their argument errors raised by
-the native kernels with CPU's exception type and message."""
+lengths as lists, host tensors and device tensors), and their argument
+errors, and max_pool2d's, raised by the native kernels with CPU's exception
+type and message."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -321,6 +322,25 @@ ERROR_CASES = {
     "ctc_targets_float": lambda d: A._ctc_loss(_lp(d), torch.ones(2, 3, device=d), [6, 6],
                                                [3, 1]),
     "ctc_half": lambda d: A._ctc_loss(_lp(d).half(), _tg(d), [6, 6], [3, 1]),
+    "maxpool_kernel_zero": lambda d: F.max_pool2d(torch.randn(_X4, device=d), 0),
+    "maxpool_kernel_negative": lambda d: F.max_pool2d(torch.randn(_X4, device=d), (2, -1)),
+    "maxpool_stride_zero": lambda d: F.max_pool2d(torch.randn(_X4, device=d), 2, stride=0),
+    "maxpool_stride_negative": lambda d: F.max_pool2d(torch.randn(_X4, device=d), 2,
+                                                      stride=(-1, 1)),
+    "maxpool_pad_over_half": lambda d: F.max_pool2d(torch.randn(_X4, device=d), 2, padding=2),
+    "maxpool_pad_over_half_indices": lambda d: F.max_pool2d(
+        torch.randn(_X4, device=d), 2, padding=2, return_indices=True),
+    "maxpool_pad_over_half_dilated": lambda d: F.max_pool2d(torch.randn(_X4, device=d), 3,
+                                                            padding=2, dilation=2),
+    "maxpool_pad_negative": lambda d: F.max_pool2d(torch.randn(_X4, device=d), 2, padding=-1),
+    "maxpool_dilation_zero": lambda d: F.max_pool2d(torch.randn(_X4, device=d), 2, dilation=0),
+    "maxpool_output_too_small": lambda d: F.max_pool2d(torch.randn(2, 3, 2, 2, device=d), 3),
+    "maxpool_rank2": lambda d: F.max_pool2d(torch.randn(8, 8, device=d), 2),
+    "maxpool_empty_channels": lambda d: F.max_pool2d(torch.randn(2, 0, 8, 8, device=d), 2),
+    "maxpool_kernel_3_ints": lambda d: A.max_pool2d_with_indices(torch.randn(_X4, device=d),
+                                                                 [2, 2, 2]),
+    "maxpool_channels_last_pad": lambda d: F.max_pool2d(
+        torch.randn(_X4, device=d).contiguous(memory_format=torch.channels_last), 2, padding=2),
 }
 
 
