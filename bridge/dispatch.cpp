@@ -45,6 +45,7 @@ struct ArgRole {
   bool is_dtype = false;    // ScalarType attrs arrive as ints
   bool also_input = false;  // an in-place self the op also reads
   bool mutated = false;     // an input the kernel writes in place ("running_mean!")
+  bool host_ints = false;   // an int list or host integer tensor, bound as a device copy ('^')
 };
 
 struct Binding {
@@ -177,6 +178,28 @@ bool add_tensor_input(Call& call, const at::Tensor& t) {
   device_mismatch(call.device >= 0 ? c10::Device(c10::DeviceType::PrivateUse1, call.device)
                                    : c10::Device(c10::DeviceType::PrivateUse1, 0),
                   t.device());
+}
+
+// An input marked '^' (an int list, or an integer tensor PyTorch reads on the
+// host): a device tensor of ours is bound as it is; an int list or a host
+// tensor becomes a device int64 copy, kept in `held` until the node is
+// submitted (the caching allocator orders its reuse after the node). False
+// (the CPU fallback) for anything else.
+bool add_host_ints_input(Call& call, const c10::IValue& iv, std::vector<at::Tensor>& held) {
+  at::Tensor host;
+  if (iv.isIntList()) {
+    host = at::tensor(iv.toIntVector(), at::kLong);
+  } else if (iv.isTensor()) {
+    const at::Tensor& t = iv.toTensor();
+    if (!t.defined() || !c10::isIntegralType(t.scalar_type(), /*includeBool=*/false)) return false;
+    if (t.device().type() == c10::DeviceType::PrivateUse1) return add_tensor_input(call, t);
+    if (!t.device().is_cpu()) return false;
+    host = t.to(at::kLong);
+  } else {
+    return false;
+  }
+  held.push_back(host.to(c10::Device(c10::DeviceType::PrivateUse1, call.device)));
+  return add_tensor_input(call, held.back());
 }
 
 bool add_scalar_input(Call& call, const c10::IValue& iv) {
@@ -630,6 +653,7 @@ void boxed_call(Binding* b, const c10::OperatorHandle& op, torch::jit::Stack* st
   std::optional<at::Generator> gen;
   const at::Tensor* given[kMaxOutputs] = {};
   at::Tensor fresh[kMaxOutputs];
+  std::vector<at::Tensor> held;  // device copies of host int inputs ('^'), alive until submitted
   bool native = true;
 
   // Pass 1: the device of the call.
@@ -659,6 +683,10 @@ void boxed_call(Binding* b, const c10::OperatorHandle& op, torch::jit::Stack* st
         if (r.mutated && iv.isTensor() && iv.toTensor().defined() &&
             iv.toTensor().device().type() != c10::DeviceType::PrivateUse1) {
           native = false;
+          break;
+        }
+        if (r.host_ints) {
+          native = add_host_ints_input(call, iv, held);
           break;
         }
         native = iv.isTensor() ? add_tensor_input(call, iv.toTensor())
@@ -747,7 +775,7 @@ bool typed_arg(Binding* b, Call& call, const at::Tensor** given, size_t i, const
   const ArgRole& r = b->args[i];
   if (!t.defined()) return false;
   if (t.device().type() != c10::DeviceType::PrivateUse1)  // a CPU number, as an input
-    return r.role == Role::Input && t.device().is_cpu() && t.dim() == 0 &&
+    return r.role == Role::Input && !r.host_ints && t.device().is_cpu() && t.dim() == 0 &&
            add_tensor_input(call, t);
   if (call.device < 0) call.device = t.device().index();
   else if (call.device != t.device().index()) return false;
@@ -949,6 +977,7 @@ std::string bind_one(const std::string& aten, tpu_op_id_t id, Binding& b) {
       bool is_list = marks & TPU_SPEC_LIST;
       r.role = is_list ? Role::InputList : Role::Input;
       r.index = in_idx;
+      r.host_ints = marks & TPU_SPEC_HOST_INTS;
       list_input = list_input || is_list;
       inputs_seen.push_back(in_idx);
     } else if (at_idx >= 0) {

@@ -250,3 +250,50 @@ TEST(pool_unpool_bad_index) {
   CHECK_CODE(up->check(up, &n), TPU_CODE_UNIMPLEMENTED);
   tt_free(&x), tt_free(&ix), tt_free(&o), tt_free(&xi);
 }
+
+/* max_pool2d's argument errors come from its shape function (PyTorch's
+ * messages, INVALID_ARGUMENT); valid arguments leave the shapes to the meta
+ * kernel (UNIMPLEMENTED). */
+typedef struct mp_err_case {
+  int32_t ndim;
+  int64_t sizes[4];
+  int32_t nk, ns, np, nd;
+  int64_t k[3], s[3], p[3], d[3];
+  tpu_status_code_t want;
+} mp_err_case_t;
+
+static const mp_err_case_t k_mp_errors[] = {
+    {4, {2, 3, 8, 8}, 2, 0, 1, 1, {2, 2}, {0}, {0}, {1}, TPU_CODE_UNIMPLEMENTED},
+    {4, {2, 3, 8, 8}, 2, 2, 1, 1, {0, 0}, {0, 0}, {0}, {1}, TPU_CODE_INVALID_ARGUMENT},
+    {4, {2, 3, 8, 8}, 2, 0, 1, 1, {2, -1}, {0}, {0}, {1}, TPU_CODE_INVALID_ARGUMENT},
+    {4, {2, 3, 8, 8}, 2, 2, 1, 1, {2, 2}, {-1, 1}, {0}, {1}, TPU_CODE_INVALID_ARGUMENT},
+    {4, {2, 3, 8, 8}, 2, 0, 1, 1, {2, 2}, {0}, {2}, {1}, TPU_CODE_INVALID_ARGUMENT},
+    {4, {2, 3, 8, 8}, 2, 0, 1, 1, {3, 3}, {0}, {2}, {2}, TPU_CODE_INVALID_ARGUMENT},
+    {4, {2, 3, 8, 8}, 2, 0, 1, 1, {2, 2}, {0}, {-1}, {1}, TPU_CODE_INVALID_ARGUMENT},
+    {4, {2, 3, 8, 8}, 2, 0, 1, 1, {2, 2}, {0}, {0}, {0}, TPU_CODE_INVALID_ARGUMENT},
+    {4, {2, 3, 2, 2}, 2, 0, 1, 1, {3, 3}, {0}, {0}, {1}, TPU_CODE_INVALID_ARGUMENT},
+    {2, {8, 8}, 2, 0, 1, 1, {2, 2}, {0}, {0}, {1}, TPU_CODE_INVALID_ARGUMENT},
+    {4, {2, 0, 8, 8}, 2, 0, 1, 1, {2, 2}, {0}, {0}, {1}, TPU_CODE_INVALID_ARGUMENT},
+    {4, {0, 3, 8, 8}, 2, 0, 1, 1, {2, 2}, {0}, {0}, {1}, TPU_CODE_UNIMPLEMENTED},
+    {4, {2, 3, 8, 8}, 3, 0, 1, 1, {2, 2, 2}, {0}, {0}, {1}, TPU_CODE_INVALID_ARGUMENT},
+    {4, {2, 3, 8, 8}, 2, 3, 1, 1, {2, 2}, {1, 1, 1}, {0}, {1}, TPU_CODE_INVALID_ARGUMENT},
+    {4, {2, 3, 8, 8}, 2, 0, 0, 1, {2, 2}, {0}, {0}, {1}, TPU_CODE_INVALID_ARGUMENT},
+    {3, {3, 9, 9}, 1, 1, 2, 2, {3}, {2}, {1, 1}, {2, 1}, TPU_CODE_UNIMPLEMENTED},
+};
+
+TEST(max_pool2d_argument_errors) {
+  const tpu_op_def_t* def = tt_def("max_pool2d");
+  if (!def) return;
+  for (size_t i = 0; i < sizeof(k_mp_errors) / sizeof(k_mp_errors[0]); ++i) {
+    const mp_err_case_t* c = &k_mp_errors[i];
+    tt_t x = tt_make(TPU_DTYPE_F32, c->ndim, c->sizes, TT_CONTIG);
+    tpu_value_t in[1] = {tt_value(&x.view)};
+    tpu_attr_t attrs[5] = {tt_ints(c->nk, c->k), tt_ints(c->ns, c->s), tt_ints(c->np, c->p),
+                           tt_ints(c->nd, c->d), tt_bool(false)};
+    tpu_node_t node = tt_node(in, 1, NULL, 0, attrs, 5);
+    tpu_view_t out[2];
+    if (tt_code(def->infer(def, &node, out)) != c->want)
+      tpu_test_fail(__FILE__, __LINE__, "max_pool2d error case %d", (int)i);
+    tt_free(&x);
+  }
+}

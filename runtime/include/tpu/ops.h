@@ -166,7 +166,7 @@ const char* tpu_op_family_of(tpu_op_id_t id);
 tpu_status_t tpu_op_check_out_overlap(const tpu_node_t* node);
 
 /* Counts of names in a comma-separated spec, and the index of `name` in it
- * (-1 if absent). Trailing marks ('*', '!', '?', '#') on an entry are
+ * (-1 if absent). Trailing marks ('*', '!', '?', '#', '^') on an entry are
  * ignored for matching. */
 int32_t tpu_spec_count(const char* spec);
 int32_t tpu_spec_index(const char* spec, const char* name);
@@ -175,6 +175,10 @@ int32_t tpu_spec_index(const char* spec, const char* name);
 #define TPU_SPEC_MUTATED 2u  /* '!': written in place */
 #define TPU_SPEC_OPTIONAL 4u /* '?': may be absent */
 #define TPU_SPEC_NUMBER 8u   /* '#': may be a number */
+/* '^': an int list (int[] argument) or a host integer tensor: the bridge
+ * binds a device copy of its values (int64) as the input view, as PyTorch
+ * reads such lengths on the host (_ctc_loss's input_lengths). */
+#define TPU_SPEC_HOST_INTS 16u
 uint32_t tpu_spec_flags(const char* spec, int32_t index);
 
 /* Whether a node is well formed for its op, whatever its op's own check

@@ -26,6 +26,9 @@
   X(pointwise_loss)     \
   X(sub_copy)           \
   X(margin_loss)        \
+  X(multilabel_margin_loss) \
+  X(fractional_max_pool) \
+  X(ctc_loss)           \
   X(matmul)             \
   X(matmul_int8)        \
   X(index)              \
@@ -177,7 +180,7 @@ int32_t tpu_spec_index(const char* spec, const char* name) {
     const char* end = strchr(p, ',');
     size_t n = end ? (size_t)(end - p) : strlen(p);
     size_t m = n;
-    while (m && strchr("*!?#", p[m - 1])) m--; /* "exp_avgs*!" is exp_avgs */
+    while (m && strchr("*!?#^", p[m - 1])) m--; /* "exp_avgs*!" is exp_avgs */
     if (m == len && strncmp(p, name, len) == 0) return index;
     if (!end) break;
     p = end + 1;
@@ -196,10 +199,10 @@ uint32_t tpu_spec_flags(const char* spec, int32_t index) {
   }
   size_t n = strcspn(p, ",");
   uint32_t flags = 0;
-  while (n && strchr("*!?#", p[n - 1])) {
+  while (n && strchr("*!?#^", p[n - 1])) {
     char c = p[--n];
     flags |= c == '*' ? TPU_SPEC_LIST : c == '!' ? TPU_SPEC_MUTATED
-             : c == '?' ? TPU_SPEC_OPTIONAL : TPU_SPEC_NUMBER;
+             : c == '?' ? TPU_SPEC_OPTIONAL : c == '#' ? TPU_SPEC_NUMBER : TPU_SPEC_HOST_INTS;
   }
   return flags;
 }
