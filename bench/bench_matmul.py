@@ -66,16 +66,16 @@ def compare_spread(calls, rounds):
     """side_by_side.compare, keeping every round: one warm-up call each, then
     `rounds` alternating rounds (tpu then cpu), the device synchronised inside
     the timed region. Returns {dev: [seconds, ...]}."""
-    for d in DEVICES:
+    for d in calls:
         calls[d]()
-        sync(d)
-    times = {d: [] for d in DEVICES}
+        sync(d.split("_")[0])
+    times = {d: [] for d in calls}
     for _ in range(rounds):
-        for d in DEVICES:
-            sync(d)
+        for d in calls:
+            sync(d.split("_")[0])
             t0 = time.perf_counter()
             calls[d]()
-            sync(d)
+            sync(d.split("_")[0])
             times[d].append(time.perf_counter() - t0)
     return times
 
@@ -339,7 +339,23 @@ CONV_BATCH = 4
 CONV_PASSES = {"fwd": None, "dgrad": [True, False, False], "wgrad": [False, True, False]}
 
 
-def run_convs(rounds):
+def unsplit(fn):
+    """fn with the matrix unit's convolutions on one OpenMP team each
+    (TORCH_TPU_CONV_SPLIT=0, read when the product runs: synchronised
+    inside)."""
+    def call():
+        os.environ["TORCH_TPU_CONV_SPLIT"] = "0"
+        try:
+            fn()
+            torch.tpu.synchronize()
+        finally:
+            del os.environ["TORCH_TPU_CONV_SPLIT"]
+    return call
+
+
+def run_convs(rounds, split_ab=False):
+    """split_ab: bfloat16 rows also time the tpu with its convolutions
+    unsplit (tpu_team), in the same alternating rounds."""
     rows = []
     for dt_name in ("bfloat16", "float32"):
         dt = DTYPES[dt_name]
@@ -358,6 +374,8 @@ def run_convs(rounds):
                     calls = {d: (lambda d=d: torch.ops.aten.convolution_backward(
                         gos[d], xs[d], ws[d], None, [1, 1], [p, p], [1, 1], False, [0, 0], 1,
                         mask)) for d in DEVICES}
+                if split_ab and dt_name == "bfloat16":
+                    calls["tpu_team"] = unsplit(calls["tpu"])
                 times = compare_spread(calls, rounds)
                 r = row_from(f"conv {pass_name} {ci}->{co} {k}x{k} {hw}x{hw} N{CONV_BATCH}",
                              dt_name, times, 2 * CONV_BATCH * co * ci * k * k * hw * hw)
@@ -365,9 +383,19 @@ def run_convs(rounds):
                     total[d] += r[f"{d}_min_ms"]
                 rows.append(r)
                 print_row(r)
+                if "tpu_team" in times:
+                    tt = [t * 1e3 for t in times["tpu_team"]]
+                    r["tpu_team_min_ms"], r["tpu_team_median_ms"] = min(tt), statistics.median(tt)
+                    r["tpu_team_all_ms"] = tt
+                    total["tpu_team"] = total.get("tpu_team", 0.0) + min(tt)
+                    print(f"{'  the same, tpu unsplit (one OpenMP team)':{W}} {dt_name:>13} "
+                          f"{min(tt):9.3f} {statistics.median(tt):9.3f}  x(split) "
+                          f"{min(tt) / r['tpu_min_ms']:.2f} min {statistics.median(tt) / r['tpu_median_ms']:.2f} median", flush=True)
             print(f"  resnet-50 bottleneck convs {pass_name}, {dt_name}, sum of mins: "
                   f"tpu {total['tpu']:.1f} ms, cpu {total['cpu']:.1f} ms, "
-                  f"x {total['cpu'] / total['tpu']:.2f}", flush=True)
+                  f"x {total['cpu'] / total['tpu']:.2f}"
+                  + (f"; tpu unsplit {total['tpu_team']:.1f} ms, x {total['cpu'] / total['tpu_team']:.2f}"
+                     if "tpu_team" in total else ""), flush=True)
             rows.append({"case": f"resnet-50 bottleneck convs {pass_name} (sum of mins)",
                          "dtype": dt_name, "tpu_ms": total["tpu"], "cpu_ms": total["cpu"],
                          "x": total["cpu"] / total["tpu"]})
@@ -441,6 +469,9 @@ def main():
     ap.add_argument("--no-conv", action="store_true", help="no ResNet-50 convolutions")
     ap.add_argument("--conv-only", action="store_true",
                     help="only the ResNet-50 convolutions (no GEMM, int8 or model rows)")
+    ap.add_argument("--conv-split-ab", action="store_true",
+                    help="bfloat16 convolutions also with the tpu's split over the pool off "
+                         "(TORCH_TPU_CONV_SPLIT=0), in the same alternating rounds")
     ap.add_argument("--out", default=None, help="JSON path (default bench/results/matmul.json)")
     a = ap.parse_args()
     rounds = a.rounds or (5 if a.quick else 7)
@@ -469,7 +500,7 @@ def main():
         rows += mrows
         rows += run_train(rounds)
     if not a.no_conv:
-        rows += run_convs(rounds)
+        rows += run_convs(rounds, a.conv_split_ab)
     load_end = os.getloadavg()
     mu_after = matrix_unit_info()
     print(f"loadavg at end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}; "

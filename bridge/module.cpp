@@ -47,6 +47,7 @@ PYBIND11_MODULE(_C, m) {
     d["declined"] = info.declined;
     d["convs"] = info.convs;
     d["conv_declined"] = info.conv_declined;
+    d["conv_split"] = info.conv_split;
     return d;
   });
   m.def("weight_cache_stats", [] {

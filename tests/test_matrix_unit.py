@@ -24,7 +24,7 @@ def _close(actual, expected, dtype):
 def test_matrix_unit_reports_itself():
     mu = torch_tpu.matrix_unit()
     assert set(mu) >= {"library", "isa", "bfloat16", "gemms", "declined", "convs",
-                       "conv_declined"}
+                       "conv_declined", "conv_split"}
     assert mu["library"].startswith("oneDNN ")
     flags = open("/proc/cpuinfo").read().split() if os.path.exists("/proc/cpuinfo") else []
     if os.environ.get("TORCH_TPU_MXU") == "0" or os.environ.get("ONEDNN_MAX_CPU_ISA"):
@@ -306,6 +306,38 @@ def test_bfloat16_conv2d_runs_on_the_unit_and_matches_cpu(case, channels_last):
         assert after["conv_declined"] == before["conv_declined"]
     else:
         assert after["convs"] == before["convs"]
+
+
+def test_bfloat16_conv_split_over_the_pool_and_unsplit_match_cpu():
+    # batch 3 (uneven image parts), 48 output channels (uneven channel
+    # parts of the weight gradient): split over the pool's threads by
+    # default, one OpenMP team with TORCH_TPU_CONV_SPLIT=0 (read per product)
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(3, 32, 12, 12, generator=g).bfloat16()
+    w = (torch.randn(48, 32, 3, 3, generator=g) / 17).bfloat16()
+    gy = torch.randn(3, 48, 12, 12, generator=g).bfloat16()
+    want = [F.conv2d(x, w, padding=1)] + list(torch.ops.aten.convolution_backward(
+        gy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, False])[:2])
+    xd, wd, gyd = x.tpu(), w.tpu(), gy.tpu()
+    for split in (True, False):
+        if not split:
+            os.environ["TORCH_TPU_CONV_SPLIT"] = "0"
+        try:
+            before = torch_tpu.matrix_unit()
+            got = [F.conv2d(xd, wd, padding=1)] + list(torch.ops.aten.convolution_backward(
+                gyd, xd, wd, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                [True, True, False])[:2])
+            torch.tpu.synchronize()
+        finally:
+            os.environ.pop("TORCH_TPU_CONV_SPLIT", None)
+        after = torch_tpu.matrix_unit()
+        for a, b in zip(got, want):
+            _conv_close(a, b)
+        if after["bfloat16"]:
+            assert after["convs"] == before["convs"] + 3
+            threads = torch_tpu.pool_stats()["threads"]
+            split_ran = 3 if split and threads > 1 else 0
+            assert after["conv_split"] == before["conv_split"] + split_ran
 
 
 def test_bfloat16_conv1d_conv3d_and_transposed_match_cpu():

@@ -113,7 +113,8 @@ def matrix_unit() -> dict:
     'off (why)'), whether bfloat16, float32 and int8 GEMMs use it, how many
     GEMMs it ran or declined (those ran on the caller's own path), how many
     bfloat16 convolution products (forward, input or weight gradient) it ran
-    ('convs') or declined ('conv_declined'), and its weight cache
+    ('convs') or declined ('conv_declined'), how many of those it ran split
+    over the compute pool's threads ('conv_split'), and its weight cache
     ('weight_cache': see weight_cache_stats)."""
     info = dict(_C.matrix_unit())
     info["weight_cache"] = weight_cache_stats()

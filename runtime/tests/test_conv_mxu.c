@@ -5,7 +5,10 @@
  * permuted operands, with random values (not small integers: a layout or
  * stride mistake then moves every sum). The unit's counters must show that
  * it ran each product (and declined only what it should: the transposed
- * convolution with a bias, weight gradients oneDNN runs as im2col + GEMM). Skipped where the CPU has no unit for bfloat16. */
+ * convolution with a bias). Each case runs split over the pool's threads
+ * (the default where the pool has more than one) and on one OpenMP team
+ * (TORCH_TPU_CONV_SPLIT=0). Skipped where the CPU has no unit for
+ * bfloat16. */
 #include "kernel_test_util.h"
 #include "kernels/conv.h"
 #include "kernels/mxu.h"
@@ -17,36 +20,41 @@ typedef struct mxu_case {
   int64_t stride, pad, dil, opad;
   bool transposed, bias;
   tt_layout_t layout;
-  bool w_declined; /* oneDNN has only im2col + GEMM for the weight gradient */
+  bool w_by_group; /* oneDNN has only im2col + GEMM for the grouped weight
+                    * gradient: the unit runs it a group at a time */
+  bool w_declined;  /* nor ungrouped (8 output channels): declined */
 } mxu_case_t;
 
 static const mxu_case_t k_cases[] = {
     /* 3x3 stride 1 padded, with a bias */
-    {2, 2, 16, 32, 1, {12, 10}, {3, 3}, 1, 1, 1, 0, false, true, TT_CONTIG, false},
+    {2, 2, 16, 32, 1, {12, 10}, {3, 3}, 1, 1, 1, 0, false, true, TT_CONTIG, false, false},
     /* stride 2, permuted operands (reordered in and out) */
-    {2, 2, 8, 16, 1, {11, 9}, {3, 3}, 2, 1, 1, 0, false, false, TT_REVERSED, false},
+    {2, 2, 8, 16, 1, {11, 9}, {3, 3}, 2, 1, 1, 0, false, false, TT_REVERSED, false, false},
     /* dilated, padded-stride operands */
-    {2, 1, 16, 16, 1, {13, 12}, {3, 3}, 1, 2, 2, 0, false, true, TT_PADDED, false},
+    {2, 1, 16, 16, 1, {13, 12}, {3, 3}, 1, 2, 2, 0, false, true, TT_PADDED, false, false},
     /* groups (8 input channels each: the weight gradient has only oneDNN's
-     * im2col + GEMM, declined) */
-    {2, 2, 16, 32, 2, {9, 10}, {3, 3}, 1, 1, 1, 0, false, true, TT_CONTIG, true},
+     * im2col + GEMM, run a group at a time) */
+    {2, 2, 16, 32, 2, {9, 10}, {3, 3}, 1, 1, 1, 0, false, true, TT_CONTIG, true, false},
     /* 1x1 stride 2 on an odd image (the right padding oneDNN needs is -1) */
-    {2, 2, 32, 16, 1, {9, 9}, {1, 1}, 2, 0, 1, 0, false, false, TT_CONTIG, false},
+    {2, 2, 32, 16, 1, {9, 9}, {1, 1}, 2, 0, 1, 0, false, false, TT_CONTIG, false, false},
     /* 1x1 stride 1 (a pointwise layer) */
-    {2, 3, 64, 32, 1, {7, 7}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false},
+    {2, 3, 64, 32, 1, {7, 7}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
     /* a ResNet stem: 3 input channels, 7x7 stride 2 */
-    {2, 2, 3, 16, 1, {20, 18}, {7, 7}, 2, 3, 1, 0, false, true, TT_CONTIG, false},
+    {2, 2, 3, 16, 1, {20, 18}, {7, 7}, 2, 3, 1, 0, false, true, TT_CONTIG, false, false},
+    /* channels not a multiple of 16, an odd batch (uneven parts), padded
+     * strides */
+    {2, 3, 24, 40, 1, {8, 9}, {3, 3}, 1, 1, 1, 0, false, true, TT_PADDED, false, false},
     /* groups of 16 input channels */
-    {2, 2, 64, 64, 4, {10, 10}, {3, 3}, 1, 1, 1, 0, false, true, TT_CONTIG, false},
+    {2, 2, 64, 64, 4, {10, 10}, {3, 3}, 1, 1, 1, 0, false, true, TT_CONTIG, false, false},
     /* depthwise */
-    {2, 2, 16, 16, 16, {10, 11}, {3, 3}, 1, 1, 1, 0, false, true, TT_CONTIG, false},
+    {2, 2, 16, 16, 16, {10, 11}, {3, 3}, 1, 1, 1, 0, false, true, TT_CONTIG, false, false},
     /* 1-D and 3-D */
-    {1, 2, 16, 24, 1, {31}, {5}, 2, 2, 1, 0, false, true, TT_CONTIG, false},
-    {3, 1, 8, 16, 1, {5, 6, 7}, {2, 3, 3}, 1, 1, 1, 0, false, true, TT_CONTIG, false},
+    {1, 2, 16, 24, 1, {31}, {5}, 2, 2, 1, 0, false, true, TT_CONTIG, false, false},
+    {3, 1, 8, 16, 1, {5, 6, 7}, {2, 3, 3}, 1, 1, 1, 0, false, true, TT_CONTIG, false, false},
     /* transposed (no bias: a bias is declined, below), stride 2 with output
      * padding, groups */
-    {2, 2, 16, 8, 1, {6, 7}, {3, 3}, 2, 1, 1, 1, true, false, TT_CONTIG, false},
-    {2, 1, 16, 16, 2, {5, 6}, {3, 3}, 2, 0, 1, 0, true, false, TT_REVERSED, true},
+    {2, 2, 16, 8, 1, {6, 7}, {3, 3}, 2, 1, 1, 1, true, false, TT_CONTIG, false, false},
+    {2, 1, 16, 16, 2, {5, 6}, {3, 3}, 2, 0, 1, 0, true, false, TT_REVERSED, false, true},
 };
 
 static void attrs_of(const mxu_case_t* c, bool backward, const int64_t* mask, tpu_attr_t* at,
@@ -65,12 +73,20 @@ static void attrs_of(const mxu_case_t* c, bool backward, const int64_t* mask, tp
   *out_n = n;
 }
 
+/* Whether products split over the pool (conv_mxu.c): the pool has more
+ * than one thread and TORCH_TPU_CONV_SPLIT is not 0. */
+static bool split_on(void) {
+  const char* env = getenv("TORCH_TPU_CONV_SPLIT");
+  return tpu_parallel_threads() > 1 && !(env && strcmp(env, "0") == 0);
+}
+
 /* Runs `def` on the unit (with `outs`) and the reference (with `wants`),
  * compares the outputs that are on, and checks the counters moved by
- * `ran` convolutions and `declined` refusals. */
+ * `ran` convolutions and `declined` refusals, of which between split_lo
+ * and split_hi split over the pool. */
 static void run_compare(size_t i, const char* what, const tpu_op_def_t* def, tpu_node_t* node,
                         tt_t* outs, tt_t* wants, int nout, const bool* on, uint64_t ran,
-                        uint64_t declined) {
+                        uint64_t declined, uint64_t split_lo, uint64_t split_hi) {
   tpu_view_t ov[3], wv[3];
   for (int k = 0; k < nout; ++k) ov[k] = outs[k].view, wv[k] = wants[k].view;
   tpu_mxu_info_t before, after;
@@ -92,6 +108,11 @@ static void run_compare(size_t i, const char* what, const tpu_op_def_t* def, tpu
                   what, i, (unsigned long long)(after.convs - before.convs), (unsigned long long)ran,
                   (unsigned long long)(after.conv_declined - before.conv_declined),
                   (unsigned long long)declined);
+  uint64_t split = after.conv_split - before.conv_split;
+  if (split < split_lo || split > split_hi)
+    tpu_test_fail(__FILE__, __LINE__, "%s case %zu: %llu split (want %llu to %llu)", what, i,
+                  (unsigned long long)split, (unsigned long long)split_lo,
+                  (unsigned long long)split_hi);
   for (int k = 0; k < nout; ++k) {
     if (!on[k]) continue;
     /* both rounded to bfloat16 once (|d| / (1 + |want|) <= 2^-8 each),
@@ -131,7 +152,12 @@ static void run_case(size_t i, const mxu_case_t* c, bool bias_override, const in
   /* a transposed convolution with a bias: declined (backward data has none) */
   bool declined = c->transposed && bias;
   if (mask[0] || mask[1] || mask[2])
-    run_compare(i, "forward", fwd, &node, &out, &want, 1, on, declined ? 0 : 1, declined ? 1 : 0);
+  {
+    /* split over the images where there are two or more */
+    uint64_t sp = !declined && split_on() && c->n >= 2;
+    run_compare(i, "forward", fwd, &node, &out, &want, 1, on, declined ? 0 : 1, declined ? 1 : 0,
+                sp, sp);
+  }
   tt_t go = tt_like(&shape[0], c->layout);
   tt_fill(&go.view, -1, 1, 0);
   tpu_value_t bin[3] = {tt_value(&go.view), tt_value(&x.view), tt_value(&w.view)};
@@ -148,8 +174,12 @@ static void run_case(size_t i, const mxu_case_t* c, bool bias_override, const in
     on[k] = mask[k] != 0;
   }
   /* the input gradient and the weight gradient (with the bias's) */
-  uint64_t w_ran = mask[1] && !c->w_declined, w_declined = mask[1] && c->w_declined;
-  run_compare(i, "backward", bwd, &bn, outs, wants, 3, on, (mask[0] != 0) + w_ran, w_declined);
+  /* the input gradient split over the images, the weight gradient over
+   * channels (where it has 32 or more) or a group at a time */
+  uint64_t w_declined = mask[1] && c->w_declined, ran = (mask[0] != 0) + (mask[1] != 0) - w_declined;
+  uint64_t lo = (mask[0] && split_on() && c->n >= 2) + (mask[1] && c->w_by_group);
+  uint64_t hi = lo + (mask[1] && !c->w_by_group && !c->w_declined && split_on());
+  run_compare(i, "backward", bwd, &bn, outs, wants, 3, on, ran, w_declined, lo, hi);
   for (int k = 0; k < 3; ++k) tt_free(&outs[k]), tt_free(&wants[k]);
   tt_free(&go), tt_free(&out), tt_free(&want);
   tt_free(&x), tt_free(&w), tt_free(&b);
@@ -160,6 +190,17 @@ TEST(conv_mxu_bfloat16_matches_reference) {
   const int64_t all[3] = {1, 1, 1};
   for (size_t i = 0; i < sizeof(k_cases) / sizeof(k_cases[0]); ++i)
     run_case(i, &k_cases[i], false, all);
+}
+
+/* The same on one OpenMP team per product (no split, but the grouped
+ * weight gradient's route a group at a time). */
+TEST(conv_mxu_bfloat16_unsplit_matches_reference) {
+  if (!tpu_mxu_supports(TPU_DTYPE_BF16)) return;
+  const int64_t all[3] = {1, 1, 1};
+  setenv("TORCH_TPU_CONV_SPLIT", "0", 1);
+  for (size_t i = 0; i < sizeof(k_cases) / sizeof(k_cases[0]); ++i)
+    run_case(i, &k_cases[i], false, all);
+  unsetenv("TORCH_TPU_CONV_SPLIT");
 }
 
 TEST(conv_mxu_masks_and_declines) {
@@ -181,7 +222,7 @@ TEST(conv_mxu_float32_stays_on_its_path) {
   tt_t x = tt_make(TPU_DTYPE_F32, 4, xs, TT_CONTIG), w = tt_make(TPU_DTYPE_F32, 4, ws, TT_CONTIG);
   tt_fill(&x.view, -1, 1, 0), tt_fill(&w.view, -1, 1, 0);
   tpu_value_t in[3] = {tt_value(&x.view), tt_value(&w.view), tt_value(NULL)};
-  const mxu_case_t c = {2, 1, 8, 8, 1, {6, 6}, {3, 3}, 1, 1, 1, 0, false, false, TT_CONTIG, false};
+  const mxu_case_t c = {2, 1, 8, 8, 1, {6, 6}, {3, 3}, 1, 1, 1, 0, false, false, TT_CONTIG, false, false};
   tpu_attr_t at[8];
   int na;
   attrs_of(&c, false, NULL, at, &na);

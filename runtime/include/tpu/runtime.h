@@ -62,6 +62,8 @@ typedef struct tpu_mxu_info {
   uint64_t declined;   /* GEMMs offered to it that ran on the float32 path */
   uint64_t convs;      /* convolution products (forward, input or weight gradient) it ran */
   uint64_t conv_declined; /* bfloat16 ones offered to it that ran on the float32 path */
+  uint64_t conv_split; /* of `convs`, those split over the compute pool's threads
+                        * (images, channels or groups), one primitive each */
 } tpu_mxu_info_t;
 void tpu_mxu_get_info(tpu_mxu_info_t* out_info);
 

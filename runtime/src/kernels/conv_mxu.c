@@ -23,7 +23,11 @@
  * im2col + GEMM: impl_is_jit), or whose result would overlap an operand, or a
  * transposed convolution with a bias (backward data has no bias), is
  * declined and counted (tpu_mxu_info_t's conv_declined); the caller runs
- * it on the float32 path. Empty problems are not offered.
+ * it on the float32 path. One exception: a grouped weight gradient with few
+ * channels per group (8: oneDNN offers only im2col + GEMM) is run a group
+ * at a time, each group an ungrouped problem that has a JIT kernel, the
+ * groups side by side on the pool; declined only when those have none
+ * either. Empty problems are not offered.
  *
  * Layouts: each primitive is asked for with its layouts left to oneDNN
  * (format "any"), which on AVX512-BF16 gives the blocked (nChw16c) JIT
@@ -39,16 +43,34 @@
  * Plans: creating a convolution's primitive descriptor runs the set-up of
  * each candidate kernel (and a backward one needs the forward's as a hint),
  * which oneDNN's primitive cache does not save, so the primitives (with
- * their reorders)
- * are kept in a small cache keyed by the problem: direction, dtype,
- * geometry, the operands' strides, the team size. A declined problem is
- * cached too.
+ * their reorders) are kept in a small cache keyed by the problem:
+ * direction, dtype, geometry, the operands' strides, the team size. A
+ * declined problem is cached too. A primitive's scratchpad is ours
+ * (oneDNN's user mode, from tpu_scratch_alloc for each run), since the
+ * parts of a split problem run one plan on several threads at once.
  *
- * Threads: as a GEMM (mxu.c): the compute pool is claimed
- * (tpu_parallel_exclusive) and the primitives run on an OpenMP team of its
- * size (1 when the pool is busy). A plan is built for its team size, with
- * that size set: oneDNN splits the work for the threads it sees at
- * creation, and its gemm-based kernels refuse to run on another team.
+ * Threads: a problem that splits is split over the compute pool
+ * (tpu_parallel_for) into parts, one single-threaded primitive each, with
+ * no OpenMP team: the forward and the input gradient over the images (2 or
+ * more), an ungrouped weight gradient over output channels (each part lays
+ * out all of X) or input channels (all of Y), whichever operand is the
+ * smaller, in whole blocks of 16 (32 or more channels). Why: oneDNN 2.6's
+ * kernels on a 2-thread team meet at spin barriers (its weight gradient
+ * reduces the images' partial sums behind them), and on a shared machine
+ * one descheduled thread stalls the other: a 3x3 weight gradient at 14x14
+ * or 7x7 took 30-60 ms against 4 ms on one thread (load 7 on 2 cores),
+ * and the team's idle OpenMP thread spins after each product, taking a
+ * core from the pool's next kernel. The parts finish apart, and a part a
+ * busy thread has not started runs on the other (the pool's chunks are
+ * taken, not assigned). What does not split (one image, a grouped weight
+ * gradient, few channels) runs as a GEMM does (mxu.c): the pool claimed
+ * (tpu_parallel_exclusive), the primitives on an OpenMP team of its size
+ * (1 when the pool is busy). A plan is built for its team size, with that
+ * size set: oneDNN splits the work for the threads it sees at creation,
+ * and its gemm-based kernels refuse to run on another team.
+ * TORCH_TPU_CONV_SPLIT=0 turns the split off (read per call, for A/B
+ * measurements); tpu_mxu_info_t's conv_split counts the products that ran
+ * split.
  */
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
@@ -89,6 +111,7 @@ typedef struct conv_plan {
    * when they are the same */
   dnnl_memory_desc_t user[OP_COUNT], mine[OP_COUNT];
   dnnl_primitive_t reorder[OP_COUNT];
+  dnnl_memory_desc_t pad; /* the primitive's scratchpad (size 0: none) */
   char impl[64];
   atomic_int refs;
   uint64_t used;
@@ -211,8 +234,14 @@ static tpu_status_t plan_build(conv_plan_t* p, const tpu_view_t* const* views) {
     s = conv_desc(&fk, DIR_Y, any, &fwd);
     if (s == dnnl_success) s = dnnl_primitive_desc_create(&hint, &fwd, NULL, eng, NULL);
   }
+  /* the scratchpad is ours (tpu_scratch_alloc, per run): parts of a split
+   * problem run one plan on several threads at once */
+  dnnl_primitive_attr_t attr = NULL;
+  if (s == dnnl_success) s = dnnl_primitive_attr_create(&attr);
+  if (s == dnnl_success) s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
   if (s == dnnl_success) s = conv_desc(k, k->dir, any, &desc);
-  if (s == dnnl_success) s = dnnl_primitive_desc_create(&pd, &desc, NULL, eng, hint);
+  if (s == dnnl_success) s = dnnl_primitive_desc_create(&pd, &desc, attr, eng, hint);
+  if (attr) dnnl_primitive_attr_destroy(attr);
   const char* impl = NULL;
   if (s == dnnl_success) dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
   snprintf(p->impl, sizeof p->impl, "%s", impl ? impl : "none");
@@ -226,6 +255,7 @@ static tpu_status_t plan_build(conv_plan_t* p, const tpu_view_t* const* views) {
     /* the bias is weights #1 */
     for (int i = 0; i < nops; ++i)
       p->mine[i] = *dnnl_primitive_desc_query_md(pd, (dnnl_query_t)q[k->dir][i], i == OP_B);
+    p->pad = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     /* outputs: Y (forward), X (backward data), W and B (backward weights) */
     for (int i = 0; i < nops && s == dnnl_success; ++i) {
       if (dnnl_memory_desc_equal(&p->user[i], &p->mine[i])) continue;
@@ -307,42 +337,51 @@ static bool is_output(int dir, int op) {
          (dir == DIR_W && (op == OP_W || op == OP_B));
 }
 
-/* The plan for this team (built with the team's size set), then the run. */
-static void exec_on(void* arg, int threads) {
-  conv_exec_t* e = (conv_exec_t*)arg;
-  omp_set_num_threads(threads);
-  e->key.threads = threads;
-  conv_plan_t* p = NULL;
-  e->pack_status = plan_get(&e->key, e->views, &p);
-  if (e->pack_status != TPU_OK) return;
-  if (!p->prim) {
-    e->declined = true;
-    plan_release(p);
-    return;
-  }
+/* W (read by CONV_Y / CONV_X) in plan p's layout: the caller's bytes when
+ * the plan reads them as they are, else a blocked copy (the weight cache's
+ * with `cacheable`); *out_packed holds the copy's reference. */
+static tpu_status_t weight_blocked(const conv_plan_t* p, const tpu_view_t* w, bool cacheable,
+                                   dnnl_stream_t stream, mxu_packed_t** out_packed,
+                                   void** out_data) {
+  *out_packed = NULL;
+  *out_data = tpu_view_ptr(w);
+  if (!p->reorder[OP_W]) return TPU_OK;
+  /* the cache's key: the weight as one [1, rows, cols] matrix */
+  tpu_view_t key = *w;
+  int64_t rows = key.sizes[0], numel = tpu_view_numel(&key);
+  key.ndim = 3, key.sizes[0] = 1, key.sizes[1] = rows, key.sizes[2] = rows ? numel / rows : 0;
+  key.strides[0] = numel, key.strides[2] = 1, key.strides[1] = key.sizes[2];
+  TPU_RETURN_IF_ERROR(mxu_pack_get(&key, &p->user[OP_W], &p->mine[OP_W], cacheable,
+                                   tpu_mxu_engine(), stream, out_packed));
+  *out_data = (*out_packed)->data;
+  return TPU_OK;
+}
+
+/* Runs plan p (built) on `views` with the calling thread's OpenMP team:
+ * inputs reordered into scratch, the primitive (its scratchpad from
+ * tpu_scratch_alloc), outputs reordered back. `w_data`: W already in the
+ * plan's layout (CONV_Y / CONV_X), or NULL to lay it out here. */
+static void run_plan(conv_exec_t* e, const conv_plan_t* p, const tpu_view_t* const* views,
+                     void* w_data) {
   int dir = p->key.dir, nops = p->key.bias ? OP_COUNT : OP_B;
   dnnl_engine_t eng = tpu_mxu_engine();
   dnnl_stream_t stream = NULL;
-  dnnl_memory_t user[OP_COUNT] = {NULL}, mine[OP_COUNT] = {NULL};
+  dnnl_memory_t user[OP_COUNT] = {NULL}, mine[OP_COUNT] = {NULL}, pad = NULL;
   void* scratch[OP_COUNT] = {NULL};
+  void* pad_data = NULL;
   mxu_packed_t* packed = NULL;
   dnnl_status_t s = dnnl_stream_create(&stream, eng, dnnl_stream_default_flags);
   for (int i = 0; i < nops && s == dnnl_success; ++i) {
-    void* ptr = tpu_view_ptr(e->views[i]);
+    void* ptr = tpu_view_ptr(views[i]);
     if (!p->reorder[i]) {
       s = dnnl_memory_create(&mine[i], &p->mine[i], eng, ptr);
       continue;
     }
     if (i == OP_W && dir != DIR_W) { /* a weight read: blocked, maybe cached */
-      /* the cache's key: the weight as one [1, rows, cols] matrix */
-      tpu_view_t key = *e->views[i];
-      int64_t rows = key.sizes[0], numel = tpu_view_numel(&key);
-      key.ndim = 3, key.sizes[0] = 1, key.sizes[1] = rows, key.sizes[2] = rows ? numel / rows : 0;
-      key.strides[0] = numel, key.strides[2] = 1, key.strides[1] = key.sizes[2];
-      e->pack_status = mxu_pack_get(&key, &p->user[i], &p->mine[i], e->cache_w, eng, stream,
-                                    &packed);
+      if (!w_data)
+        e->pack_status = weight_blocked(p, views[i], e->cache_w, stream, &packed, &w_data);
       if (e->pack_status != TPU_OK) break;
-      s = dnnl_memory_create(&mine[i], &p->mine[i], eng, packed->data);
+      s = dnnl_memory_create(&mine[i], &p->mine[i], eng, w_data);
       continue;
     }
     size_t bytes = dnnl_memory_desc_get_size(&p->mine[i]);
@@ -358,8 +397,13 @@ static void exec_on(void* arg, int threads) {
       s = dnnl_primitive_execute(p->reorder[i], stream, 2, args);
     }
   }
+  size_t pad_bytes = dnnl_memory_desc_get_size(&p->pad);
+  if (s == dnnl_success && e->pack_status == TPU_OK && pad_bytes) {
+    pad_data = tpu_scratch_alloc(pad_bytes);
+    s = pad_data ? dnnl_memory_create(&pad, &p->pad, eng, pad_data) : dnnl_out_of_memory;
+  }
   if (s == dnnl_success && e->pack_status == TPU_OK) {
-    dnnl_exec_arg_t args[OP_COUNT];
+    dnnl_exec_arg_t args[OP_COUNT + 1];
     int n = 0;
     if (dir == DIR_Y) {
       args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, mine[OP_X]};
@@ -376,6 +420,7 @@ static void exec_on(void* arg, int threads) {
       args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, mine[OP_Y]};
       if (p->key.bias) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_BIAS, mine[OP_B]};
     }
+    if (pad) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, pad};
     s = dnnl_primitive_execute(p->prim, stream, n, args);
     for (int i = 0; i < nops && s == dnnl_success; ++i)
       if (p->reorder[i] && is_output(dir, i)) {
@@ -390,9 +435,175 @@ static void exec_on(void* arg, int threads) {
     if (mine[i]) dnnl_memory_destroy(mine[i]);
     tpu_scratch_free(scratch[i]);
   }
+  if (pad) dnnl_memory_destroy(pad);
+  tpu_scratch_free(pad_data);
   mxu_packed_release(packed);
   if (stream) dnnl_stream_destroy(stream);
+}
+
+/* The plan for this team (built with the team's size set), then the run. */
+static void exec_on(void* arg, int threads) {
+  conv_exec_t* e = (conv_exec_t*)arg;
+  omp_set_num_threads(threads);
+  e->key.threads = threads;
+  conv_plan_t* p = NULL;
+  e->pack_status = plan_get(&e->key, e->views, &p);
+  if (e->pack_status != TPU_OK) return;
+  if (!p->prim)
+    e->declined = true;
+  else
+    run_plan(e, p, e->views, NULL);
   plan_release(p);
+}
+
+/* ---- the problem split over the compute pool ------------------------------------ */
+
+#define MAX_PARTS 64
+
+/* One part of a split problem: a convolution of its own (fewer images, or
+ * a range of channels, or one group) on sub-views of the operands. */
+typedef struct conv_part {
+  conv_exec_t e; /* key.threads 1 */
+  tpu_view_t views[OP_COUNT];
+  const tpu_view_t* vp[OP_COUNT];
+  conv_plan_t* plan;
+} conv_part_t;
+
+typedef struct conv_split {
+  conv_part_t* parts;
+  void* w_data; /* CONV_Y / CONV_X: W in the parts' layout */
+} conv_split_t;
+
+/* Part `e` of the whole `whole`: images [n0, n0 + n), groups [g0, g0 +
+ * groups) with each group's output channels [y0, y0 + cy) and input
+ * channels [x0, x0 + cx); `bias` whether this part has the bias. */
+static void part_make(const conv_exec_t* whole, int64_t n0, int64_t n, int64_t g0,
+                      int64_t groups, int64_t y0, int64_t cy, int64_t x0, int64_t cx, bool bias,
+                      conv_part_t* out) {
+  const conv_geom_t* g = &whole->key.g;
+  memset(out, 0, sizeof *out);
+  out->e = *whole;
+  out->e.declined = false, out->e.status = dnnl_success, out->e.pack_status = TPU_OK;
+  plan_key_t* k = &out->e.key;
+  k->threads = 1, k->bias = bias;
+  k->g.n = n, k->g.groups = groups, k->g.cy = cy, k->g.cx = cx;
+  int64_t xc = g0 * g->cx + x0, yc = g0 * g->cy + y0; /* first channels of X, Y */
+  for (int i = 0; i < OP_COUNT; ++i) {
+    const tpu_view_t* v = whole->views[i];
+    if (!v || (i == OP_B && !bias)) continue;
+    tpu_view_t* pv = &out->views[i];
+    *pv = *v;
+    int64_t off = i == OP_X   ? n0 * v->strides[0] + xc * v->strides[1]
+                  : i == OP_Y ? n0 * v->strides[0] + yc * v->strides[1]
+                  : i == OP_W ? yc * v->strides[0] + x0 * v->strides[1]
+                              : yc * v->strides[0];
+    pv->addr += (uint64_t)(off * (int64_t)tpu_dtype_size(v->dtype));
+    if (i == OP_B) pv->sizes[0] = groups * cy;
+    out->vp[i] = pv;
+  }
+  for (int i = 0; i < OP_COUNT; ++i) out->e.views[i] = out->vp[i];
+}
+
+/* Splits `e` into parts the pool's threads run side by side (returns the
+ * count; 0: not split). CONV_Y / CONV_X: the images (each part reads all of
+ * W). CONV_W, ungrouped: the output channels (each part reads all of X) or
+ * the input channels (all of Y), whichever operand is the smaller to lay
+ * out twice, in whole blocks of 16; `by_group`: each group alone (every
+ * part ungrouped). */
+static int split_parts(const conv_exec_t* e, int threads, bool by_group, conv_part_t* parts) {
+  const conv_geom_t* g = &e->key.g;
+  int dir = e->key.dir;
+  bool bias = e->key.bias;
+  if (by_group) {
+    if (g->groups < 2 || g->groups > MAX_PARTS) return 0;
+    for (int64_t i = 0; i < g->groups; ++i)
+      part_make(e, 0, g->n, i, 1, 0, g->cy, 0, g->cx, bias, &parts[i]);
+    return (int)g->groups;
+  }
+  if (threads > MAX_PARTS) threads = MAX_PARTS;
+  if (threads < 2) return 0;
+  if (dir != DIR_W) {
+    int count = g->n < threads ? (int)g->n : threads;
+    if (count < 2) return 0;
+    for (int i = 0; i < count; ++i) {
+      int64_t n0 = g->n * i / count, n1 = g->n * (i + 1) / count;
+      part_make(e, n0, n1 - n0, 0, g->groups, 0, g->cy, 0, g->cx, bias, &parts[i]);
+    }
+    return count;
+  }
+  if (g->groups != 1) return 0;
+  int64_t sx = g->n * g->cx, sy = g->n * g->cy;
+  for (int d = 0; d < 3; ++d) sx *= g->S[d], sy *= g->G[d];
+  bool by_y = sx <= sy ? g->cy >= 32 : !(g->cx >= 32);
+  int64_t c = by_y ? g->cy : g->cx, blocks = c / 16;
+  int count = blocks < threads ? (int)blocks : threads;
+  if (count < 2) return 0;
+  for (int i = 0; i < count; ++i) {
+    int64_t c0 = blocks * i / count * 16, c1 = i + 1 == count ? c : blocks * (i + 1) / count * 16;
+    if (by_y)
+      part_make(e, 0, g->n, 0, 1, c0, c1 - c0, 0, g->cx, bias, &parts[i]);
+    else /* the bias gradient (all of Y's channels) with the first part */
+      part_make(e, 0, g->n, 0, 1, 0, g->cy, c0, c1 - c0, bias && i == 0, &parts[i]);
+  }
+  return count;
+}
+
+/* TORCH_TPU_CONV_SPLIT=0 keeps every product on one OpenMP team (read per
+ * call, for side-by-side measurements); the grouped weight gradient's
+ * route a group at a time stays. */
+static bool split_allowed(void) {
+  const char* env = getenv("TORCH_TPU_CONV_SPLIT");
+  return !(env && strcmp(env, "0") == 0);
+}
+
+static void split_run(void* arg, int64_t begin, int64_t end) {
+  conv_split_t* sp = (conv_split_t*)arg;
+  omp_set_num_threads(1);
+  for (int64_t i = begin; i < end; ++i) {
+    conv_part_t* pt = &sp->parts[i];
+    run_plan(&pt->e, pt->plan, pt->vp, sp->w_data);
+  }
+}
+
+/* Runs `e` as `count` parts on the compute pool, each a single-threaded
+ * primitive: no OpenMP team, so no barrier that a descheduled thread
+ * stalls (2.6's weight gradient with a 2-thread team reduces over images
+ * behind spin barriers: 30-60 ms against 4 for a 3x3 at 14x14 or 7x7 on a
+ * loaded machine). Returns false when a part has no JIT kernel (nothing
+ * ran); failures in e. */
+static bool split_exec(conv_exec_t* e, conv_part_t* parts, int count) {
+  omp_set_num_threads(1);
+  bool ok = true;
+  for (int i = 0; i < count; ++i) parts[i].plan = NULL;
+  for (int i = 0; i < count && ok; ++i) {
+    /* parts of one size share a plan (built once; run concurrently, each
+     * run with its own scratchpad) */
+    e->pack_status = plan_get(&parts[i].e.key, parts[i].vp, &parts[i].plan);
+    ok = e->pack_status == TPU_OK && parts[i].plan->prim;
+  }
+  conv_split_t sp = {parts, NULL};
+  mxu_packed_t* packed = NULL;
+  dnnl_stream_t stream = NULL;
+  if (ok && e->key.dir != DIR_W) { /* W, shared by the parts, laid out once */
+    dnnl_status_t s = dnnl_stream_create(&stream, tpu_mxu_engine(), dnnl_stream_default_flags);
+    if (s != dnnl_success)
+      e->status = s;
+    else
+      e->pack_status =
+          weight_blocked(parts[0].plan, e->views[OP_W], e->cache_w, stream, &packed, &sp.w_data);
+  }
+  bool run = ok && e->pack_status == TPU_OK && e->status == dnnl_success;
+  if (run) tpu_parallel_for(count, 1, split_run, &sp);
+  for (int i = 0; i < count; ++i) {
+    if (run && e->pack_status == TPU_OK && parts[i].e.pack_status != TPU_OK)
+      e->pack_status = parts[i].e.pack_status;
+    if (run && e->status == dnnl_success) e->status = parts[i].e.status;
+    plan_release(parts[i].plan);
+  }
+  mxu_packed_release(packed);
+  if (stream) dnnl_stream_destroy(stream);
+  if (run && e->pack_status == TPU_OK && e->status == dnnl_success) tpu_mxu_count_conv_split();
+  return ok || e->pack_status != TPU_OK;
 }
 
 /* ---- the problems ------------------------------------------------------------------ */
@@ -438,7 +649,17 @@ static tpu_status_t run_dir(const conv_args_t* a, int dir, const tpu_view_t* x,
   }
   e.cache_w = dir != DIR_W && graph && tpu_view_is_contiguous(w) &&
               !tpu_weight_cache_graph_writes(graph, w);
-  tpu_parallel_exclusive(exec_on, &e);
+  /* split over the pool where the problem splits; else (and when a part
+   * has no JIT kernel) on an OpenMP team of the pool's size; a grouped
+   * weight gradient oneDNN has only im2col + GEMM for, a group at a time */
+  conv_part_t* parts = malloc(MAX_PARTS * sizeof *parts);
+  if (!parts) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matrix unit: no memory for a plan");
+  int count = split_parts(&e, split_allowed() ? tpu_parallel_threads() : 1, false, parts);
+  if (!count || !split_exec(&e, parts, count)) tpu_parallel_exclusive(exec_on, &e);
+  if (e.declined && dir == DIR_W && (count = split_parts(&e, 1, true, parts)) > 0) {
+    e.declined = !split_exec(&e, parts, count);
+  }
+  free(parts);
   /* "unimplemented" at run time (see impl_is_jit): declined, the caller's
    * path writes every output */
   if (e.declined || (e.pack_status == TPU_OK && e.status == dnnl_unimplemented)) {

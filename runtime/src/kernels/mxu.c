@@ -43,7 +43,7 @@ static struct {
   bool int8;     /* int8 GEMMs do (AVX512-VNNI or AMX-INT8) */
   char isa[64];  /* the instruction set, or why the unit is off */
   char library[32];
-  atomic_ullong gemms, declined, convs, conv_declined;
+  atomic_ullong gemms, declined, convs, conv_declined, conv_split;
 } g_mxu;
 
 static void mxu_init(void) {
@@ -96,6 +96,7 @@ void tpu_mxu_get_info(tpu_mxu_info_t* out_info) {
   out_info->declined = atomic_load(&g_mxu.declined);
   out_info->convs = atomic_load(&g_mxu.convs);
   out_info->conv_declined = atomic_load(&g_mxu.conv_declined);
+  out_info->conv_split = atomic_load(&g_mxu.conv_split);
 }
 
 dnnl_engine_t tpu_mxu_engine(void) {
@@ -104,6 +105,8 @@ dnnl_engine_t tpu_mxu_engine(void) {
 }
 
 void tpu_mxu_count_conv(bool ran) { atomic_fetch_add(ran ? &g_mxu.convs : &g_mxu.conv_declined, 1); }
+
+void tpu_mxu_count_conv_split(void) { atomic_fetch_add(&g_mxu.conv_split, 1); }
 
 bool tpu_mxu_supports(tpu_dtype_t dtype) {
   mxu_once();

@@ -66,8 +66,10 @@ tpu_status_t tpu_mxu_gemm(const mxu_gemm_t* g, bool* out_done);
 
 /* For the unit's other primitives (conv_mxu.c): oneDNN's CPU engine, or
  * NULL where the unit is off; and their counters (tpu_mxu_info_t's convs,
- * or conv_declined when `ran` is false). */
+ * or conv_declined when `ran` is false; conv_split for a product that ran
+ * split over the pool, counted in convs too). */
 dnnl_engine_t tpu_mxu_engine(void);
 void tpu_mxu_count_conv(bool ran);
+void tpu_mxu_count_conv_split(void);
 
 #endif /* TPU_KERNELS_MXU_H_ */
