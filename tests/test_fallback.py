@@ -64,14 +64,14 @@ OUT_FALLBACKS = [
 
 
 def test_linalg_fallback_gives_cpu_result_and_is_counted():
-    # linalg_matrix_exp runs natively in float64 only: float32 takes the fallback
-    x = make((4, 4), torch.float32, seed=1) * 0.5
+    # linalg_matrix_exp runs natively in float32/float64 only: float16 takes the fallback
+    x = make((4, 4), torch.float16, seed=1) * 0.5
     before = fallback_count("linalg_matrix_exp")
     t, c = check(torch.linalg.matrix_exp, x, atol=1e-5, rtol=1e-5)
     assert t.device == TPU0
     assert fallback_count("linalg_matrix_exp") > before
-    check(torch.linalg.matrix_exp, make((3, 5, 5), torch.float32, seed=2) * 0.3, atol=1e-4,
-          rtol=1e-4)
+    check(torch.linalg.matrix_exp, make((3, 5, 5), torch.float16, seed=2) * 0.3, atol=1e-3,
+          rtol=1e-3)
 
 
 def test_unary_fallback_result_and_counter():
@@ -99,7 +99,7 @@ def test_fallback_returning_several_tensors():
 
 
 def test_fallback_autograd_matches_cpu():
-    x = make((4, 4), torch.float32, seed=7) * 0.5   # float32 matrix_exp: the fallback
+    x = make((4, 4), torch.float16, seed=7) * 0.5   # float16 matrix_exp: the fallback
     c = x.clone().requires_grad_()
     t = x.to("tpu").requires_grad_()
     torch.linalg.matrix_exp(c).sum().backward()
@@ -107,7 +107,7 @@ def test_fallback_autograd_matches_cpu():
     torch.linalg.matrix_exp(t).sum().backward()
     assert fallback_count("linalg_matrix_exp") - before >= 2   # forward and backward
     assert t.grad.device == TPU0
-    assert_same(t.grad, c.grad, atol=1e-5, rtol=1e-5)
+    assert_same(t.grad, c.grad, atol=1e-3, rtol=1e-3)
 
 
 def test_warns_once_per_op():

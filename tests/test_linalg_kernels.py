@@ -21,8 +21,9 @@ linalg.tensorsolve logdet lu lu_solve lu_unpack ormqr pinverse svd triangular_so
 linalg.lstsq linalg.ldl_factor linalg.ldl_factor_ex linalg.ldl_solve linalg.matrix_sqrth
 linalg.polar
 """.split()
-# matrix_exp runs natively in float64 only (see runtime/src/kernels/linalg_matfn.c)
-F64_ONLY = ["matrix_exp"]
+# matrix_exp runs natively in float32 and float64 (computed in float64, see
+# runtime/src/kernels/linalg_matfn.c); the half types go to the CPU
+EXP_OPS = ["matrix_exp"]
 SIMPLE_OPS = "trace linalg.cross cross addbmm".split()
 
 FLOATS = [torch.float32, torch.float64]
@@ -37,10 +38,10 @@ def _pairs():
         key = coverage.op_key(op)
         lapack = any(key == n or key.startswith(n + ".") for n in LAPACK_OPS)
         simple = key in SIMPLE_OPS
-        if not (lapack or simple or key in F64_ONLY):
+        if not (lapack or simple or key in EXP_OPS):
             continue
         supported = op.supported_dtypes("cpu")
-        for dt in (FLOATS if lapack else [torch.float64] if key in F64_ONLY else DTYPES):
+        for dt in (FLOATS if lapack or key in EXP_OPS else DTYPES):
             if dt in supported:
                 out.append(pytest.param(op, dt, id=f"{key}-{str(dt)[6:]}"))
     return out
@@ -51,7 +52,7 @@ PAIRS = _pairs()
 
 def test_every_listed_op_has_an_opinfo():
     keys = {coverage.op_key(p.values[0]) for p in PAIRS}
-    missing = [n for n in LAPACK_OPS + SIMPLE_OPS + F64_ONLY
+    missing = [n for n in LAPACK_OPS + SIMPLE_OPS + EXP_OPS
                if not any(k == n or k.startswith(n + ".") for k in keys)]
     assert not missing, missing
 
@@ -141,6 +142,67 @@ def test_gradients_match_cpu(name):
     for t, c in zip(tpu_in, cpu_in):
         assert t.grad is not None and t.grad.device.type == "tpu"
         torch.testing.assert_close(t.grad.cpu(), c.grad, atol=1e-8, rtol=1e-7)
+
+
+def _no_fallback(fn):
+    torch_tpu.reset_counts()
+    mode = torch_tpu._C.fallback_mode()
+    torch_tpu.set_fallback_mode("error")
+    try:
+        return fn()
+    finally:
+        torch_tpu.set_fallback_mode(mode)
+        assert torch_tpu.fallback_counts() == {}
+
+
+@pytest.mark.parametrize("scale", [0.05, 0.5, 1.5])
+def test_matrix_exp_float32_matches_cpu(scale):
+    """float32 matrix_exp of moderate norms (every Padé/Taylor degree and a
+    few squarings): within float32's default tolerance of CPU's float32
+    result, forward and backward, and natively."""
+    a = _mat(3, 6, 6, dtype=torch.float32, seed=4) * scale
+    w = _mat(3, 6, 6, dtype=torch.float32, seed=9)
+    ca = a.clone().requires_grad_(True)
+    (torch.linalg.matrix_exp(ca) * w).sum().backward()
+    ta = a.to("tpu").requires_grad_(True)
+
+    def run():
+        out = torch.linalg.matrix_exp(ta)
+        (out * w.to("tpu")).sum().backward()
+        return out
+    out = _no_fallback(run)
+    assert out.dtype == torch.float32 and ta.grad.dtype == torch.float32
+    torch.testing.assert_close(out.detach().cpu(), torch.linalg.matrix_exp(a))
+    torch.testing.assert_close(ta.grad.cpu(), ca.grad)
+
+
+def test_matrix_exp_float32_large_norm_vs_float64():
+    """The op_db's samples (entries up to 9, |exp(A)| ~ 1e5): CPU's float32
+    kernel is off by ~eps32 * |exp(A)| in the small entries, beyond float32's
+    element-wise tolerance of the float64 result. tpu's float32 result is the
+    float64 one rounded: within float32 rounding of the float64 reference
+    (tensor-scaled) and never further from it than the CPU's."""
+    g = torch.Generator().manual_seed(3)
+    a = (torch.rand(4, 5, 5, generator=g) * 18 - 9)
+    ref = torch.linalg.matrix_exp(a.double())
+    got = _no_fallback(lambda: torch.linalg.matrix_exp(a.to("tpu"))).cpu().double()
+    cpu = torch.linalg.matrix_exp(a).double()
+    scale = ref.abs().amax(dim=(-2, -1), keepdim=True)
+    err_tpu = ((got - ref).abs() / scale).max()
+    err_cpu = ((cpu - ref).abs() / scale).max()
+    assert err_tpu <= 2 ** -24 * 1.01, (err_tpu, err_cpu)
+    assert err_tpu <= err_cpu
+    assert coverage.as_close_as_cpu(got.float(), cpu.float(), ref, tensor_scale=True,
+                                    dtypes=(torch.float32,))
+
+
+def test_matrix_exp_half_types_still_fall_back():
+    """float16/bfloat16 stay on the CPU (its kernel's overflow is the reference)."""
+    a = _mat(2, 3, 3, dtype=torch.float16, seed=5)
+    torch_tpu.reset_counts()
+    out = torch.linalg.matrix_exp(a.to("tpu"))
+    assert out.device.type == "tpu"
+    assert torch_tpu.fallback_counts().get("aten::linalg_matrix_exp", 0) >= 1
 
 
 # ---- semantics: layouts, info, errors ------------------------------------------------

@@ -18,6 +18,7 @@
 
 #include "kernel_test_util.h"
 #include "kernels/elementwise.h"
+#include "kernels/random.h"
 #include "kernels/specfun.h"
 #include "kernels/specfun_t.h"
 
@@ -584,8 +585,14 @@ TEST(special_rejected_arguments) {
   CHECK_CODE(run_op("heaviside", fd, 2, &o.view, 1, NULL, 0), U);
   CHECK_CODE(run_op("hardswish", ii, 1, &o.view, 1, NULL, 0), U);
   CHECK_CODE(run_op("glu", io, 1, &o.view, 1, dim1, 1), U);
-  tpu_attr_t train[3] = {tt_float(0.1), tt_float(0.3), tt_bool(true)};
-  CHECK_CODE(run_op("rrelu_with_noise", ff, 2, &o.view, 1, train, 3), U);
+  /* rrelu training: noise overlapping self, lower > upper (the CPU's error). */
+  tpu_attr_t train[5] = {tt_float(0.1), tt_float(0.3), tt_bool(true), tt_int(1), tt_int(0)};
+  CHECK_CODE(run_op("rrelu_with_noise", ff, 2, &o.view, 1, train, 5), U);
+  tt_t nz = tt_make(TPU_DTYPE_F32, 1, &n, TT_CONTIG);
+  tpu_value_t fn[2] = {tt_value(&f.view), tt_value(&nz.view)};
+  train[0] = tt_float(0.5);
+  CHECK_CODE(run_op("rrelu_with_noise", fn, 2, &o.view, 1, train, 5), U);
+  tt_free(&nz);
   CHECK_CODE(run_op("floor_divide", ii, 2, &oi.view, 1, NULL, 0), TPU_CODE_INVALID_ARGUMENT);
   CHECK_CODE(run_op("acos", ff, 1, &oi.view, 1, NULL, 0), TPU_CODE_INVALID_ARGUMENT);
   /* Integer igamma, half-type Bessel Y, integer frexp: the CPU raises. */
@@ -634,4 +641,64 @@ TEST(special_frexp) {
       }
       tt_free(&x), tt_free(&m), tt_free(&e);
     }
+}
+
+/* rrelu_with_noise in training against its reference: element i (row-major) of
+ * a non-positive x draws Philox block offset + i, noise = lower + u (upper -
+ * lower) rounded to the dtype, out = x * noise; positive x: noise 1, out x.
+ * Every float dtype, layouts of self/noise/out, a degenerate range. */
+TEST(special_rrelu_train_reference) {
+  static const struct {
+    tpu_dtype_t dt;
+    tt_layout_t lx, ln, lo_;
+    double lower, upper;
+  } cases[] = {
+      {TPU_DTYPE_F32, TT_CONTIG, TT_CONTIG, TT_CONTIG, 0.125, 1.0 / 3.0},
+      {TPU_DTYPE_F32, TT_TRANSPOSED, TT_PADDED, TT_REVERSED, 0.1, 0.3},
+      {TPU_DTYPE_F64, TT_CONTIG, TT_GAPS, TT_CONTIG, 0.125, 1.0 / 3.0},
+      {TPU_DTYPE_F64, TT_PADDED, TT_CONTIG, TT_TRANSPOSED, 0.2, 0.2},
+      {TPU_DTYPE_F16, TT_CONTIG, TT_CONTIG, TT_CONTIG, 0.01, 0.9},
+      {TPU_DTYPE_BF16, TT_REVERSED, TT_CONTIG, TT_GAPS, 0.125, 1.0 / 3.0},
+  };
+  const int64_t sizes[3] = {3, 37, 5};
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); ++c) {
+    tpu_dtype_t dt = cases[c].dt;
+    tt_t x = tt_make(dt, 3, sizes, cases[c].lx), nz = tt_make(dt, 3, sizes, cases[c].ln);
+    tt_t o = tt_make(dt, 3, sizes, cases[c].lo_);
+    tt_fill(&x.view, -2, 2, 0);
+    tt_set(&x.view, 0, 0.0); /* zero draws, as on the CPU (x <= 0) */
+    tpu_value_t in[2] = {tt_value(&x.view), tt_value(&nz.view)};
+    const uint64_t seed = 0x1234abcd5678ull + c, offset = 977 * c;
+    tpu_attr_t at[5] = {tt_float(cases[c].lower), tt_float(cases[c].upper), tt_bool(true),
+                        tt_int((int64_t)seed), tt_int((int64_t)offset)};
+    CHECK_OK(run_op("rrelu_with_noise", in, 2, &o.view, 1, at, 5));
+    int64_t n = tpu_view_numel(&x.view), negatives = 0, distinct = 0, one = 1;
+    tt_t rd = tt_make(dt, 1, &one, TT_CONTIG); /* rounds a double to the dtype */
+    double prev = -1;
+    for (int64_t k = 0; k < n; ++k) {
+      double v = tt_get(&x.view, k), r = 1.0;
+      if (v <= 0) {
+        uint32_t w[4];
+        rng_block(seed, offset, k, w);
+        double u = dt == TPU_DTYPE_F64 ? rng_unit_F64(w) : (double)rng_unit_F32(w);
+        tt_set(&rd.view, 0, cases[c].lower + u * (cases[c].upper - cases[c].lower));
+        r = tt_get(&rd.view, 0);
+        ++negatives;
+        distinct += r != prev;
+        prev = r;
+        CHECK(r >= cases[c].lower * (1 - 1e-2) && r <= cases[c].upper * (1 + 1e-2));
+      }
+      tt_set(&rd.view, 0, v * r);
+      double want_o = tt_get(&rd.view, 0);
+      double got_n = tt_get(&nz.view, k), got_o = tt_get(&o.view, k);
+      if (got_n != r || got_o != want_o)
+        tpu_test_fail(__FILE__, __LINE__,
+                      "rrelu %s case %zu elem %lld: x %g noise %g (want %g) out %g (want %g)",
+                      tpu_dtype_name(dt), c, (long long)k, v, got_n, r, got_o, want_o);
+    }
+    tt_free(&rd);
+    CHECK(negatives > n / 4);
+    if (cases[c].upper > cases[c].lower) CHECK(distinct > negatives / 2);
+    tt_free(&x), tt_free(&nz), tt_free(&o);
+  }
 }

@@ -635,10 +635,86 @@ TEST(linalg_matrix_exp_identity) {
   CHECK_OK(run("linalg_matrix_exp", in, 1, &e.view, 1, NULL, 0));
   CHECK(fabs(tt_get(&e.view, 0) - exp(1.5)) < 1e-13 * exp(1.5));
   CHECK(fabs(tt_get(&e.view, 3) - exp(-20.0)) < 1e-22 && tt_get(&e.view, 1) == 0.0);
-  tt_t f = tt_make(TPU_DTYPE_F32, 2, s2, TT_CONTIG);
-  in[0] = tt_value(&f.view); /* float32 runs on the CPU (see linalg_matfn.c) */
+  tt_t f = tt_make(TPU_DTYPE_F16, 2, s2, TT_CONTIG);
+  in[0] = tt_value(&f.view); /* the half types run on the CPU (see linalg_matfn.c) */
   CHECK_CODE(run("linalg_matrix_exp", in, 1, &f.view, 1, NULL, 0), TPU_CODE_UNIMPLEMENTED);
   tt_free(&d), tt_free(&e), tt_free(&f);
+}
+
+/* Reference exp of the n x n row-major matrix a (n <= 12) into e: Taylor series to
+ * 40 terms in long double after scaling by 2^-s to a norm below 1/2, squared back. */
+static void ref_expm(const double* a, int64_t n, double* e) {
+  long double x[144], t[144], r[144], u[144];
+  double norm = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    double c = 0;
+    for (int64_t i = 0; i < n; ++i) c += fabs(a[i * n + j]);
+    if (c > norm) norm = c;
+  }
+  int s = 0;
+  while (ldexp(norm, -s) > 0.5) ++s;
+  for (int64_t k = 0; k < n * n; ++k) x[k] = ldexpl((long double)a[k], -s);
+  for (int64_t k = 0; k < n * n; ++k) t[k] = r[k] = (k % (n + 1) == 0) ? 1.0L : 0.0L;
+  for (int m = 1; m <= 40; ++m) { /* t = t x / m; r += t */
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        long double acc = 0;
+        for (int64_t k = 0; k < n; ++k) acc += t[i * n + k] * x[k * n + j];
+        u[i * n + j] = acc / m;
+      }
+    for (int64_t k = 0; k < n * n; ++k) t[k] = u[k], r[k] += u[k];
+  }
+  for (int q = 0; q < s; ++q) {
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        long double acc = 0;
+        for (int64_t k = 0; k < n; ++k) acc += r[i * n + k] * r[k * n + j];
+        u[i * n + j] = acc;
+      }
+    memcpy(r, u, sizeof(long double) * (size_t)(n * n));
+  }
+  for (int64_t k = 0; k < n * n; ++k) e[k] = (double)r[k];
+}
+
+TEST(linalg_matrix_exp_reference) {
+  /* float32 and float64 against ref_expm, every layout and size, norms from ~0.1 to
+   * ~30 (scaling and squaring); both dtypes compute in float64, so a float32 result
+   * is within its own rounding of the exact one: |err| <= tol * max|exp(A)|. */
+  static const struct {
+    tpu_dtype_t dt;
+    double scale, tol;
+  } cases[] = {{TPU_DTYPE_F32, 0.05, 2e-7}, {TPU_DTYPE_F32, 1.0, 2e-7}, {TPU_DTYPE_F32, 4.0, 2e-7},
+               {TPU_DTYPE_F64, 0.05, 1e-13}, {TPU_DTYPE_F64, 1.0, 1e-13}, {TPU_DTYPE_F64, 4.0, 1e-12}};
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); ++c)
+    for (size_t l = 0; l < 3; ++l)
+      for (size_t s = 0; s < 5; ++s) {
+        tpu_dtype_t dt = cases[c].dt;
+        int64_t nb = k_sizes[s][0], n = k_sizes[s][1];
+        tt_t a = mats(dt, nb, n, n, k_layouts[l]), e = mats(dt, nb, n, n, k_layouts[2 - l]);
+        fill_mats(&a.view, 0.0, false);
+        for (int64_t b = 0; b < nb; ++b)
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < n; ++j)
+              set_el(&a.view, b, i, j, el(&a.view, b, i, j) * cases[c].scale);
+        tpu_value_t in[1] = {tt_value(&a.view)};
+        CHECK_OK(run("linalg_matrix_exp", in, 1, &e.view, 1, NULL, 0));
+        for (int64_t b = 0; b < nb; ++b) {
+          double am[144], want[144], big = 0, worst = 0;
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < n; ++j) am[i * n + j] = el(&a.view, b, i, j);
+          ref_expm(am, n, want);
+          for (int64_t k = 0; k < n * n; ++k) big = fmax(big, fabs(want[k]));
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              double d = fabs(el(&e.view, b, i, j) - want[i * n + j]);
+              worst = d != d ? INFINITY : fmax(worst, d);
+            }
+          if (!(worst <= cases[c].tol * big))
+            tpu_test_fail(__FILE__, __LINE__, "matrix_exp %s scale %g n=%lld layout %zu: err %g, max %g",
+                          tpu_dtype_name(dt), cases[c].scale, (long long)n, l, worst, big);
+        }
+        tt_free(&a), tt_free(&e);
+      }
 }
 
 TEST(linalg_householder_geqrf_ormqr) {

@@ -1,12 +1,18 @@
 /* kernels/elementwise_activation.c — the activation family: softplus,
  * hardsigmoid, hardswish, mish, softshrink, hardshrink, log_sigmoid, glu,
- * prelu (_prelu_kernel) and rrelu_with_noise in evaluation mode, with the
- * backward ops autograd calls for them.
+ * prelu (_prelu_kernel) and rrelu_with_noise, with the backward ops autograd
+ * calls for them.
  *
  * One-output ops are plain elementwise rows. glu (two halves of one input),
  * log_sigmoid_forward (output and buffer) and _prelu_kernel_backward (two
  * gradients) are several elementwise passes over sub-views, through
- * tpu_ew_run_impl. Semantics follow PyTorch's CPU kernels.
+ * tpu_ew_run_impl. rrelu_with_noise in training draws its slopes (rrelu_train):
+ * element i (row-major) takes Philox block offset + i of the node's seed (the
+ * bridge fills `seed`/`offset` from the tpu generator, as for the random family);
+ * a negative or zero x gets noise = lower + u (upper - lower), u uniform in [0, 1),
+ * output x * noise, anything else noise 1, output x. Autograd's backward
+ * (rrelu_with_noise_backward) is a composite of mul by that noise. Semantics
+ * follow PyTorch's CPU kernels; the drawn values are tpu's own.
  */
 #include <string.h>
 #include <tgmath.h>
@@ -14,6 +20,8 @@
 #include "kernels/elementwise.h"
 #include "kernels/elementwise_tile.h"
 #include "kernels/kernel_util.h"
+#include "kernels/random.h"
+#include "kernels/view_walk.h"
 #include "kernels/vmath.h"
 
 /* ---- tile functions ------------------------------------------------------------- */
@@ -143,12 +151,10 @@ EW_FLOATS(EW_T, ac_prelu_grad_weight, r = y > C(0) ? C(0) : y * x)
 
 /* ---- prepare hooks ------------------------------------------------------------- */
 
-/* rrelu_with_noise: training (attr 2) draws the slopes: not native. */
+/* rrelu_with_noise in evaluation: the mean slope. (Training runs rrelu_train.) */
 static tpu_status_t prep_rrelu(const tpu_node_t* node, tpu_dtype_t common, tpu_ew_params_t* p) {
+  (void)node;
   (void)common;
-  if (node->num_attrs > 2 && tpu_attr_int(&node->attrs[2], 0))
-    return tpu_status_make(TPU_CODE_UNIMPLEMENTED,
-                           "rrelu_with_noise: training mode not supported natively");
   p->f[0] = (p->f[0] + p->f[1]) / 2;
   return TPU_OK;
 }
@@ -191,6 +197,114 @@ EW_IMPL(k_prelu_grad_input, PROMOTE, EW_F(ac_prelu_grad_input))
 EW_IMPL(k_prelu_grad_weight, PROMOTE, EW_F(ac_prelu_grad_weight))
 
 /* ---- multi-pass ops -------------------------------------------------------------- */
+
+/* rrelu_with_noise(self, noise!, lower, upper, training, seed, offset) -> out.
+ * Evaluation is the elementwise row (k_rrelu_eval); training (rrelu_train) takes
+ * a floating self, and noise and out of its shape and dtype (the CPU runs
+ * anything else, and raises for lower > upper). */
+static bool rrelu_training(const tpu_op_def_t* def, const tpu_node_t* node) {
+  const tpu_attr_t* t = ku_attr(def, node, "training");
+  return t && tpu_attr_int(t, 0) != 0;
+}
+
+static tpu_status_t rrelu_train_check(const tpu_op_def_t* def, const tpu_node_t* node,
+                                      double* lo, double* hi) {
+  const tpu_view_t* x = ku_input(def, node, "self");
+  const tpu_view_t* nz = ku_input(def, node, "noise");
+  const tpu_view_t* o = node->num_outputs > 0 ? &node->outputs[0] : NULL;
+  if (!x || !nz || !o || !tpu_dtype_is_floating(x->dtype) || tpu_dtype_is_storage_only(x->dtype))
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "rrelu_with_noise: training operands");
+  if (nz->dtype != x->dtype || o->dtype != x->dtype || !views_same_shape(nz, x) ||
+      !views_same_shape(o, x))
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "rrelu_with_noise: noise or out shape/dtype");
+  bool same_xo = x->addr == o->addr && !memcmp(x->strides, o->strides, sizeof(x->strides));
+  if (tpu_views_may_overlap(nz, x) || tpu_views_may_overlap(nz, o) ||
+      (tpu_views_may_overlap(x, o) && !same_xo)) /* element-wise in place only */
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "rrelu_with_noise: overlapping operands");
+  const tpu_attr_t *l = ku_attr(def, node, "lower"), *u = ku_attr(def, node, "upper");
+  *lo = l ? tpu_attr_float(l, 0.125) : 0.125;
+  *hi = u ? tpu_attr_float(u, 1.0 / 3.0) : 1.0 / 3.0;
+  if (!(*lo <= *hi)) /* PyTorch's error: the CPU raises it */
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "rrelu_with_noise: lower > upper");
+  return TPU_OK;
+}
+
+static tpu_status_t ac_rrelu_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  double lo, hi;
+  return rrelu_training(def, node) ? rrelu_train_check(def, node, &lo, &hi)
+                                   : tpu_ew_check(def, node);
+}
+
+/* Contiguous operands: chunks of RRELU_CHUNK elements through float64 buffers,
+ * the Philox blocks of a chunk drawn in one SIMD-friendly call. */
+#define RRELU_CHUNK 512
+static void rrelu_train_contig(const tpu_view_t* x, const tpu_view_t* nz, const tpu_view_t* o,
+                               double lo, double hi, uint64_t seed, uint64_t offset) {
+  const bool f64 = x->dtype == TPU_DTYPE_F64;
+  const int64_t n = tpu_view_numel(x);
+  double xv[RRELU_CHUNK], rv[RRELU_CHUNK];
+  uint32_t w0[RRELU_CHUNK], w1[RRELU_CHUNK], w2[RRELU_CHUNK], w3[RRELU_CHUNK];
+  for (int64_t first = 0; first < n; first += RRELU_CHUNK) {
+    int64_t m = n - first < RRELU_CHUNK ? n - first : RRELU_CHUNK;
+    tpu_convert(xv, TPU_DTYPE_F64, 1, view_at(x, first), x->dtype, 1, m);
+    rng_blocks(seed, offset, first, m, w0, w1, w2, w3);
+    for (int64_t e = 0; e < m; ++e) {
+      const uint32_t w[4] = {w0[e], w1[e], w2[e], w3[e]};
+      double u = f64 ? rng_unit_F64(w) : (double)rng_unit_F32(w);
+      rv[e] = xv[e] <= 0 ? lo + u * (hi - lo) : 1.0;
+    }
+    tpu_convert(view_at(nz, first), nz->dtype, 1, rv, TPU_DTYPE_F64, 1, m);
+    tpu_convert(rv, TPU_DTYPE_F64, 1, view_at(nz, first), nz->dtype, 1, m); /* as stored */
+    for (int64_t e = 0; e < m; ++e) xv[e] = xv[e] <= 0 ? xv[e] * rv[e] : xv[e];
+    tpu_convert(view_at(o, first), o->dtype, 1, xv, TPU_DTYPE_F64, 1, m);
+  }
+}
+
+/* Row-major element order fixes the draws: element i takes block offset + i. */
+static tpu_status_t rrelu_train(const tpu_op_def_t* def, const tpu_node_t* node) {
+  double lo, hi;
+  TPU_RETURN_IF_ERROR(rrelu_train_check(def, node, &lo, &hi));
+  const tpu_attr_t *sa = ku_attr(def, node, "seed"), *oa = ku_attr(def, node, "offset");
+  if (!sa || !oa || sa->kind != TPU_ATTR_INT || oa->kind != TPU_ATTR_INT)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "rrelu_with_noise: no seed/offset");
+  const uint64_t seed = (uint64_t)sa->u.i, offset = (uint64_t)oa->u.i;
+  const tpu_view_t* x = ku_input(def, node, "self");
+  const tpu_view_t* nz = ku_input(def, node, "noise");
+  const tpu_view_t* o = &node->outputs[0];
+  if (tpu_view_is_contiguous(x) && tpu_view_is_contiguous(nz) && tpu_view_is_contiguous(o)) {
+    rrelu_train_contig(x, nz, o, lo, hi, seed, offset);
+    return TPU_OK;
+  }
+  const bool f64 = x->dtype == TPU_DTYPE_F64; /* strided: one element at a time */
+  int64_t coord[TPU_MAX_DIMS] = {0}, n = tpu_view_numel(x);
+  int64_t ox = 0, on = 0, oo = 0; /* element offsets of coord in x, noise, out */
+  for (int64_t i = 0; i < n; ++i) {
+    double v = view_get_f64(x, ox), r = 1.0;
+    if (v <= 0) {
+      uint32_t w[4];
+      rng_block(seed, offset, i, w);
+      r = lo + (f64 ? rng_unit_F64(w) : (double)rng_unit_F32(w)) * (hi - lo);
+    }
+    view_set_f64(nz, on, r);
+    r = view_get_f64(nz, on); /* the stored (rounded) slope, so out == x * noise */
+    view_set_f64(o, oo, v <= 0 ? v * r : v);
+    for (int32_t d = x->ndim - 1; d >= 0; --d) {
+      if (++coord[d] < x->sizes[d]) {
+        ox += x->strides[d], on += nz->strides[d], oo += o->strides[d];
+        break;
+      }
+      ox -= (x->sizes[d] - 1) * x->strides[d], on -= (x->sizes[d] - 1) * nz->strides[d];
+      oo -= (x->sizes[d] - 1) * o->strides[d];
+      coord[d] = 0;
+    }
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t ac_rrelu_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                    tpu_exec_ctx_t* ctx) {
+  return rrelu_training(def, node) ? rrelu_train(def, node) : tpu_ew_kernel(def, node, ctx);
+}
 
 /* log_sigmoid_forward(self) -> (output, buffer). */
 static tpu_status_t ac_log_sigmoid_check(const tpu_op_def_t* def, const tpu_node_t* node) {
@@ -395,8 +509,9 @@ static const tpu_op_def_t g_rows[] = {
      "glu_backward glu_backward.grad_input", ac_glu_bw_kernel, ac_glu_bw_infer, ac_glu_bw_check,
      &k_glu_grad_a},
     EW_ROW("_prelu_kernel", "self,weight", "", "out", "_prelu_kernel", k_prelu),
-    EW_ROW("rrelu_with_noise", "self,noise!", "lower,upper,training", "out",
-           "rrelu_with_noise rrelu_with_noise.out", k_rrelu_eval),
+    {"rrelu_with_noise", "self,noise!", "lower,upper,training,seed,offset", "out",
+     "rrelu_with_noise rrelu_with_noise.out", ac_rrelu_kernel, tpu_ew_infer, ac_rrelu_check,
+     &k_rrelu_eval, TPU_OP_OWN_OVERLAP_CHECK | TPU_OP_POINTWISE},
     {"_prelu_kernel_backward", "grad_output,self,weight", "", "grad_input,grad_weight",
      "_prelu_kernel_backward", ac_prelu_bw_kernel, ac_prelu_bw_infer, ac_prelu_bw_check,
      &k_prelu_grad_input},
