@@ -10,6 +10,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "../spin.h"
 #include "comm.h"
 
 /* all_reduce chunks up to this size: every rank reduces the whole chunk (one
@@ -745,7 +746,7 @@ tpu_status_t comm_run_mem(tpu_comm_t* c, const tpu_coll_args_t* a, const coll_me
       x.nsegs = a->nsegments;
     }
     x.timeout_ms = a->timeout_ms > 0 ? a->timeout_ms : atomic_load(&c->timeout_ms);
-    x.deadline_ns = comm_now_ns() + x.timeout_ms * 1000000;
+    x.deadline_ns = tpu_monotonic_ns() + x.timeout_ms * 1000000;
     bool rounds = !kind_p2p(a->kind);
     if (rounds) {
       x.seq = ++c->seq;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "../internal.h"
+#include "../spin.h"
 #include "comm.h"
 
 const char* tpu_coll_name(tpu_coll_kind_t kind) {
@@ -27,20 +28,6 @@ const char* tpu_coll_name(tpu_coll_kind_t kind) {
 #undef TPU_X_
   };
   return (unsigned)kind < TPU_COLL_KIND_COUNT ? names[kind] : "unknown collective";
-}
-
-int64_t comm_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
 }
 
 /* Shared (not process-private) futexes: the words live in the segment. */
@@ -126,7 +113,7 @@ int comm_wait_word(tpu_comm_t* c, _Atomic uint32_t* word, uint32_t target, int p
                    int64_t deadline_ns) {
   for (int i = 0; i < WAIT_SPINS; ++i) {
     if (reached(atomic_load_explicit(word, memory_order_acquire), target)) return 0;
-    cpu_relax();
+    tpu_cpu_relax();
   }
   for (int i = 0; i < WAIT_YIELDS; ++i) {
     if (reached(atomic_load_explicit(word, memory_order_acquire), target)) return 0;
@@ -136,7 +123,7 @@ int comm_wait_word(tpu_comm_t* c, _Atomic uint32_t* word, uint32_t target, int p
     if (reached(atomic_load(word), target)) return 0;
     if (atomic_load(&c->hdr->abort)) return 2;
     if (!peer_alive(c, peer)) return reached(atomic_load(word), target) ? 0 : 3;
-    int64_t now = comm_now_ns();
+    int64_t now = tpu_monotonic_ns();
     if (now >= deadline_ns) return 1;
     int64_t slice = deadline_ns - now < WAIT_SLICE_NS ? deadline_ns - now : WAIT_SLICE_NS;
     atomic_fetch_add(&c->hdr->waiters, 1);
@@ -239,7 +226,7 @@ tpu_status_t comm_barrier(coll_exec_t* x) {
 tpu_status_t tpu_comm_unique_id(tpu_comm_id_t* out_id) {
   uint64_t r[2] = {0, 0};
   if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
-    r[0] = (uint64_t)comm_now_ns();
+    r[0] = (uint64_t)tpu_monotonic_ns();
     r[1] = (uint64_t)(uintptr_t)out_id ^ ((uint64_t)getpid() << 32);
   }
   memset(out_id, 0, sizeof(*out_id));
@@ -343,7 +330,7 @@ static tpu_status_t map_segment(const tpu_comm_id_t* id, int nranks, int rank, i
     } else if (errno != ENOENT) {
       return sys_error("shm_open", name);
     }
-    if (comm_now_ns() >= deadline)
+    if (tpu_monotonic_ns() >= deadline)
       return tpu_status_make(TPU_CODE_DEADLINE_EXCEEDED,
                              "tpu_dist: rank %d timed out after %lld ms waiting for rank 0 to "
                              "create the communicator",
@@ -362,7 +349,7 @@ tpu_status_t tpu_comm_create(const tpu_comm_id_t* id, int nranks, int rank, int6
   if (id->bytes[0] != '/' || memchr(id->bytes, 0, sizeof(id->bytes)) == NULL)
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "tpu_dist: malformed communicator id");
   if (timeout_ms <= 0) timeout_ms = 30 * 60 * 1000;
-  int64_t deadline = comm_now_ns() + timeout_ms * 1000000;
+  int64_t deadline = tpu_monotonic_ns() + timeout_ms * 1000000;
   tpu_comm_t* c = calloc(1, sizeof(*c));
   if (!c) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "communicator allocation failed");
   tpu_status_t s = map_segment(id, nranks, rank, deadline, timeout_ms, &c->base, &c->bytes);

@@ -143,7 +143,6 @@ typedef struct coll_exec {
   int64_t deadline_ns;
 } coll_exec_t;
 
-int64_t comm_now_ns(void);
 /* Runs a collective whose buffers lie in `mem` (NULL: plain host memory). */
 tpu_status_t comm_run_mem(tpu_comm_t* comm, const tpu_coll_args_t* args, const coll_mem_t* mem);
 /* Checks a collective's arguments against the communicator (no waiting). */

@@ -1,5 +1,5 @@
 /* index_put.h — the advanced-indexing family's private interface
- * (index_put.c, index_put_ref.c, tests/test_index2.c).
+ * (index_put.c, index_put_ref.c, tests/test_index_put.c).
  *
  * Every op of the family is a row move: for each "row" (o, b) it moves the
  * inner block I between a destination and a source, where o walks outer dims

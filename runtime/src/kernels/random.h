@@ -1,7 +1,7 @@
 /* random.h — the random family's private interface (random.c, random_ref.c,
- * tests/test_random.c): the Philox4x32-10 generator, the per-element
- * transforms every RNG op uses, and the argument parsing shared by the
- * kernels and the reference.
+ * tests/test_random.c, tests/test_random_distributions.c): the Philox4x32-10
+ * generator, the per-element transforms every RNG op uses, and the argument
+ * parsing shared by the kernels and the reference.
  *
  * Counter-based: element i (row-major over output 0) of an op draws one
  * Philox block, counter = offset + i (low word first, upper two words 0),

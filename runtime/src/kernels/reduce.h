@@ -1,6 +1,7 @@
 /* reduce.h — the reduction family's private interface, shared by reduce.c
  * (rows, argument parsing, shape inference, the optimised kernel),
- * reduce_ref.c (the reference kernel) and tests/test_reduce.c.
+ * reduce_ref.c (the reference kernel), tests/test_reduce.c and
+ * tests/test_reduce_norms.c.
  *
  * Every row's `impl` is a reduce_impl_t: what is accumulated (acc) and what
  * is written from it (out). Argument parsing is shared so the optimised and

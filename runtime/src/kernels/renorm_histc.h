@@ -1,5 +1,5 @@
 /* renorm_histc.h — the renorm_histc family's private interface
- * (renorm_histc.c and tests/test_reduce2.c). */
+ * (renorm_histc.c and tests/test_distance.c). */
 #ifndef TPU_KERNELS_RENORM_HISTC_H_
 #define TPU_KERNELS_RENORM_HISTC_H_
 

@@ -1,9 +1,10 @@
-"""nn.functional leftovers native on tpu (zero fallbacks) and equal to CPU:
-batch norm's in-place running statistics (_native_batch_norm_legit,
-_batch_norm_with_update: rows with mutated inputs), the pointwise losses
-(mse, smooth_l1, huber, binary_cross_entropy, forward and backward) and
-channel_shuffle. Every OpInfo entry for every dtype CPU supports, gradients
-against CPU autograd, and a BatchNorm2d training step."""
+"""Batch norm's training forms and the pointwise losses native on tpu (zero
+fallbacks) and equal to CPU: batch norm's in-place running statistics
+(_native_batch_norm_legit, _batch_norm_with_update: rows with mutated
+inputs), the pointwise losses (mse, smooth_l1, huber, binary_cross_entropy,
+multi_margin, forward and backward), channel_shuffle and narrow_copy. Every
+OpInfo entry for every dtype CPU supports, gradients against CPU autograd,
+and a BatchNorm2d training step."""
 import pytest
 import torch
 import torch.nn.functional as F

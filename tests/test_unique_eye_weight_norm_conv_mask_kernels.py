@@ -1,4 +1,4 @@
-"""Leftover ops made native: eye (shape family), weight_norm (its own family),
+"""eye (shape family), weight_norm (its own family),
 unique / unique_consecutive / bincount (the unique family, through sync_size),
 convolution_backward's output_mask (absent gradients), _efficientzerotensor
 (sgn's backward) and the functional aten::copy.

@@ -1,4 +1,4 @@
-/* test_random2.c — the random family's distributions beyond uniform/normal:
+/* test_random_distributions.c — the random family's distributions beyond uniform/normal:
  * exponential, geometric, cauchy, log_normal (in place on self), normal with
  * tensor mean and/or std, bernoulli with tensor probabilities. Kernels equal
  * the element-by-element reference bit for bit (strided outputs, broadcast
@@ -40,7 +40,7 @@ static void same_as_reference(const char* op, tpu_dtype_t dt, int32_t nlead, dou
   tt_free(&want);
 }
 
-TEST(random2_matches_reference_bit_for_bit) {
+TEST(random_dists_match_reference_bit_for_bit) {
   same_as_reference("exponential", TPU_DTYPE_F32, 1, 2.0, 0, TT_TRANSPOSED, 1);
   same_as_reference("exponential", TPU_DTYPE_BF16, 1, 0.5, 0, TT_CONTIG, 2);
   same_as_reference("geometric", TPU_DTYPE_I64, 1, 0.3, 0, TT_PADDED, 3);
@@ -110,7 +110,7 @@ static void draw_moments(const char* op, tpu_dtype_t dt, int32_t nlead, double a
   tt_free(&t);
 }
 
-TEST(random2_distributions_have_their_moments) {
+TEST(random_dists_have_their_moments) {
   double mean, var, lo, fb;
   draw_moments("exponential", TPU_DTYPE_F32, 1, 2.0, 0, &mean, &var, &lo, &fb, log(2.0) / 2);
   CHECK(fabs(mean - 0.5) < 0.005 && fabs(var - 0.25) < 0.01 && lo >= 0 && fabs(fb - 0.5) < 0.005);
@@ -151,7 +151,7 @@ TEST(random2_distributions_have_their_moments) {
   tt_free(&m), tt_free(&o);
 }
 
-TEST(random2_reproducible_and_argument_errors) {
+TEST(random_dists_reproducible_and_argument_errors) {
   int64_t n = 1000;
   tt_t a = tt_make(TPU_DTYPE_F32, 1, &n, TT_CONTIG), b = tt_make(TPU_DTYPE_F32, 1, &n, TT_CONTIG);
   tpu_attr_t attrs[3] = {tt_float(1.5), tt_int(31), tt_int(0)};
@@ -185,7 +185,7 @@ static void draw_param(const char* op, tpu_dtype_t dt, tt_t* params, tt_t* out, 
   CHECK_OK(run2(op, &in, 1, so, 2, &out->view, reference));
 }
 
-TEST(random2_poisson_and_gamma) {
+TEST(random_dists_poisson_and_gamma) {
   int64_t s2[2] = {33, 61};
   const char* ops[2] = {"poisson", "standard_gamma"};
   for (int o = 0; o < 2; ++o) {

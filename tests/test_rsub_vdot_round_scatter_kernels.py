@@ -1,4 +1,4 @@
-"""Quick wins: rsub, vdot, round(decimals), gather/scatter with empty or int32
+"""rsub, vdot, round(decimals), gather/scatter with empty or int32
 indices and legacy scatter reduce on bool run natively on tpu (zero
 fallbacks) and equal CPU, forward (every OpInfo entry, every dtype CPU
 supports) and backward (gradients against CPU autograd)."""

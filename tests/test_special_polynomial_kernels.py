@@ -1,5 +1,5 @@
-"""The special_functions family: every OpInfo entry of the torch.special
-orthogonal polynomials (and, later, Bessel functions) passes against CPU
+"""The special_functions family's orthogonal polynomials: every OpInfo entry
+of the torch.special orthogonal polynomials passes against CPU
 with no fallback, for every dtype CPU supports. PyTorch defines no
 derivatives for these ops, so there is no gradient check."""
 import pytest

@@ -1,5 +1,5 @@
-/* test_reduce2.c — the reductions added to the reduce family (nansum,
- * count_nonzero, vector norms of every order, logsumexp, aminmax) against
+/* test_reduce_norms.c — the reduce family's norm-like and NaN-aware rows
+ * (vector norms of every order, nansum, count_nonzero, logsumexp, aminmax) against
  * the reference kernel, over dtypes, orders, row/column/split accumulation,
  * strided and broadcast inputs and strided outputs; plus hand-computed
  * values for NaN, infinities and the empty-reduction errors.
@@ -135,7 +135,7 @@ static void run_case(int index, const r2_case_t* c) {
   tt_free(&in);
 }
 
-TEST(reduce2_cases) {
+TEST(reduce_norms_cases) {
   for (size_t i = 0; i < sizeof(k_cases) / sizeof(k_cases[0]); ++i) run_case((int)i, &k_cases[i]);
 }
 
@@ -166,7 +166,7 @@ static double run_1d(const char* op, const double* values, int64_t n, double ord
   return r;
 }
 
-TEST(reduce2_semantics) {
+TEST(reduce_norms_semantics) {
   const double v[] = {3, -4, 0, NAN}, w[] = {3, -4, 0, 12};
   CHECK(run_1d("nansum", v, 4, NAN, 0) == -1);
   CHECK(run_1d("count_nonzero", v, 4, NAN, 0) == 3); /* NaN counts */

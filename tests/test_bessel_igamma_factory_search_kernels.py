@@ -1,4 +1,5 @@
-"""The third batch of special/elementwise/factory/search ops: every OpInfo
+"""Bessel/Airy and igamma special functions, angle/frexp/clamp, the factories
+(logspace, arange, tril/triu_indices), isin and _segment_reduce: every OpInfo
 entry of the ops below passes against CPU with no fallback, for every dtype
 CPU supports among the runtime's; gradients (where PyTorch defines them)
 match CPU autograd with no fallback; tril/triu_indices and isin forms the
