@@ -361,30 +361,11 @@ static void ctc_backward_items(void* arg, int64_t begin, int64_t end) {
   }
 }
 
-static void* ctc_gather(const tpu_view_t* v, tpu_dtype_t dt) {
-  int64_t n = tpu_view_numel(v);
-  void* buf = malloc((size_t)(n > 0 ? n : 1) * tpu_dtype_size(dt));
-  if (buf && n > 0) {
-    walk_t w;
-    walk_init_tail(&w, v, 0);
-    walk_gather(buf, dt, tpu_view_ptr(v), v->dtype, &w, 0, n);
-  }
-  return buf;
-}
-
-static void ctc_scatter(const tpu_view_t* v, const double* buf) {
-  int64_t n = tpu_view_numel(v);
-  if (n <= 0) return;
-  walk_t w;
-  walk_init_tail(&w, v, 0);
-  walk_scatter(tpu_view_ptr(v), v->dtype, &w, 0, buf, TPU_DTYPE_F64, n);
-}
-
 /* The log_alpha input [B, T, S'] (S' >= S) as a contiguous [B, T, S] buffer. */
 static double* ctc_gather_alpha(const ctc_args_t* a) {
   tpu_view_t v = *a->alpha;
   v.sizes[2] = a->S;
-  return (double*)ctc_gather(&v, TPU_DTYPE_F64);
+  return (double*)walk_gather_view(&v, TPU_DTYPE_F64);
 }
 
 static tpu_status_t ctc_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
@@ -409,13 +390,13 @@ static tpu_status_t ctc_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   size_t B = (size_t)(a.B > 0 ? a.B : 1), TBS = B * (size_t)(a.T > 0 ? a.T : 1) * (size_t)a.S;
   int64_t* off = (int64_t*)malloc(sizeof(int64_t) * B);
   pl.off = off;
-  pl.lp = (const double*)ctc_gather(a.lp, TPU_DTYPE_F64);
-  pl.tg = (const int64_t*)ctc_gather(a.tg, TPU_DTYPE_I64);
+  pl.lp = (const double*)walk_gather_view(a.lp, TPU_DTYPE_F64);
+  pl.tg = (const int64_t*)walk_gather_view(a.tg, TPU_DTYPE_I64);
   pl.bad = (int64_t*)calloc(B, sizeof(int64_t));
   if (a.backward) {
     pl.alpha = ctc_gather_alpha(&a);
-    pl.nll = (double*)ctc_gather(a.nll, TPU_DTYPE_F64);
-    pl.grad = (const double*)ctc_gather(a.grad, TPU_DTYPE_F64);
+    pl.nll = (double*)walk_gather_view(a.nll, TPU_DTYPE_F64);
+    pl.grad = (const double*)walk_gather_view(a.grad, TPU_DTYPE_F64);
     pl.beta = (double*)malloc(sizeof(double) * TBS);
     pl.out = (double*)malloc(sizeof(double) * (size_t)(tpu_view_numel(a.lp) > 0
                                                            ? tpu_view_numel(a.lp) : 1));
@@ -444,10 +425,10 @@ static tpu_status_t ctc_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                           "ctc_loss: a target label is outside [0, %lld)", (long long)a.C);
   if (s != TPU_OK) goto done;
   if (a.backward) {
-    ctc_scatter(&node->outputs[0], pl.out);
+    walk_scatter_view(&node->outputs[0], pl.out, TPU_DTYPE_F64);
   } else {
-    ctc_scatter(&node->outputs[0], pl.nll);
-    ctc_scatter(&node->outputs[1], pl.alpha);
+    walk_scatter_view(&node->outputs[0], pl.nll, TPU_DTYPE_F64);
+    walk_scatter_view(&node->outputs[1], pl.alpha, TPU_DTYPE_F64);
   }
 done:
   free(a.il), free(a.tl);

@@ -297,25 +297,6 @@ static void fmp_backward_planes(void* arg, int64_t begin, int64_t end) {
   }
 }
 
-static void* fmp_gather(const tpu_view_t* v, tpu_dtype_t dt) {
-  int64_t n = tpu_view_numel(v);
-  void* buf = malloc((size_t)(n > 0 ? n : 1) * tpu_dtype_size(dt));
-  if (buf && n > 0) {
-    walk_t w;
-    walk_init_tail(&w, v, 0);
-    walk_gather(buf, dt, tpu_view_ptr(v), v->dtype, &w, 0, n);
-  }
-  return buf;
-}
-
-static void fmp_scatter(const tpu_view_t* v, const void* buf, tpu_dtype_t dt) {
-  int64_t n = tpu_view_numel(v);
-  if (n <= 0) return;
-  walk_t w;
-  walk_init_tail(&w, v, 0);
-  walk_scatter(tpu_view_ptr(v), v->dtype, &w, 0, buf, dt, n);
-}
-
 static tpu_status_t fmp_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                tpu_exec_ctx_t* ctx) {
   (void)ctx;
@@ -331,9 +312,9 @@ static tpu_status_t fmp_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   memset(&pl, 0, sizeof(pl));
   pl.a = &a;
   int64_t outn = a.planes * (bwd ? a.in_plane : a.out_plane);
-  pl.x = (const double*)fmp_gather(bwd ? a.g : a.x, TPU_DTYPE_F64);
-  pl.rs = bwd ? NULL : (const double*)fmp_gather(a.rs, TPU_DTYPE_F64);
-  pl.ix = bwd ? (const int64_t*)fmp_gather(a.idx, TPU_DTYPE_I64) : NULL;
+  pl.x = (const double*)walk_gather_view(bwd ? a.g : a.x, TPU_DTYPE_F64);
+  pl.rs = bwd ? NULL : (const double*)walk_gather_view(a.rs, TPU_DTYPE_F64);
+  pl.ix = bwd ? (const int64_t*)walk_gather_view(a.idx, TPU_DTYPE_I64) : NULL;
   pl.out = (double*)malloc(sizeof(double) * (size_t)(outn > 0 ? outn : 1));
   pl.oidx = bwd ? NULL : (int64_t*)malloc(sizeof(int64_t) * (size_t)(outn > 0 ? outn : 1));
   pl.bad = (int64_t*)calloc((size_t)(a.planes > 0 ? a.planes : 1), sizeof(int64_t));
@@ -356,8 +337,8 @@ static tpu_status_t fmp_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                           "plane", a.impl->sd);
   }
   if (s != TPU_OK) goto done;
-  fmp_scatter(&node->outputs[0], pl.out, TPU_DTYPE_F64);
-  if (!bwd) fmp_scatter(&node->outputs[1], pl.oidx, TPU_DTYPE_I64);
+  walk_scatter_view(&node->outputs[0], pl.out, TPU_DTYPE_F64);
+  if (!bwd) walk_scatter_view(&node->outputs[1], pl.oidx, TPU_DTYPE_I64);
 done:
   free((void*)pl.x), free((void*)pl.rs), free((void*)pl.ix), free(pl.out), free(pl.oidx);
   free(pl.bad);

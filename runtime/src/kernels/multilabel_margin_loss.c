@@ -152,26 +152,6 @@ static tpu_status_t mlm_check(const tpu_op_def_t* def, const tpu_node_t* node) {
   return TPU_OK;
 }
 
-/* A whole view into a new contiguous buffer of `dt` (NULL when out of memory). */
-static void* mlm_gather(const tpu_view_t* v, tpu_dtype_t dt) {
-  int64_t n = tpu_view_numel(v);
-  void* buf = malloc((size_t)(n > 0 ? n : 1) * tpu_dtype_size(dt));
-  if (buf && n > 0) {
-    walk_t w;
-    walk_init_tail(&w, v, 0);
-    walk_gather(buf, dt, tpu_view_ptr(v), v->dtype, &w, 0, n);
-  }
-  return buf;
-}
-
-static void mlm_scatter(const tpu_view_t* v, const double* buf) {
-  int64_t n = tpu_view_numel(v);
-  if (n <= 0) return;
-  walk_t w;
-  walk_init_tail(&w, v, 0);
-  walk_scatter(tpu_view_ptr(v), v->dtype, &w, 0, buf, TPU_DTYPE_F64, n);
-}
-
 /* The hinge 1 - xy + xd in self's dtype, as the CPU computes it. */
 static inline double mlm_z(bool f32, double xy, double xd) {
   return f32 ? (double)((1.0f - (float)xy) + (float)xd) : (1.0 - xy) + xd;
@@ -251,9 +231,9 @@ static tpu_status_t mlm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   mlm_plan_t pl;
   memset(&pl, 0, sizeof(pl));
   pl.a = &a;
-  pl.x = (const double*)mlm_gather(a.x, TPU_DTYPE_F64);
-  pl.t = (const int64_t*)mlm_gather(a.t, TPU_DTYPE_I64);
-  pl.ist = a.backward ? (double*)mlm_gather(a.ist, TPU_DTYPE_F64)
+  pl.x = (const double*)walk_gather_view(a.x, TPU_DTYPE_F64);
+  pl.t = (const int64_t*)walk_gather_view(a.t, TPU_DTYPE_I64);
+  pl.ist = a.backward ? (double*)walk_gather_view(a.ist, TPU_DTYPE_F64)
                       : (double*)malloc(sizeof(double) * (size_t)(nc > 0 ? nc : 1));
   pl.loss = (double*)malloc(sizeof(double) * (size_t)(a.n > 0 ? a.n : 1));
   pl.grad = a.backward ? (double*)malloc(sizeof(double) * (size_t)(nc > 0 ? nc : 1)) : NULL;
@@ -280,11 +260,11 @@ static tpu_status_t mlm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   }
   if (s != TPU_OK) goto done;
   if (a.backward) {
-    mlm_scatter(&node->outputs[0], pl.grad);
+    walk_scatter_view(&node->outputs[0], pl.grad, TPU_DTYPE_F64);
   } else {
-    mlm_scatter(&node->outputs[1], pl.ist);
+    walk_scatter_view(&node->outputs[1], pl.ist, TPU_DTYPE_F64);
     if (a.per_sample) {
-      mlm_scatter(&node->outputs[0], pl.loss);
+      walk_scatter_view(&node->outputs[0], pl.loss, TPU_DTYPE_F64);
     } else {
       /* An empty batch: the sum is 0, the mean 0 / 0 (the CPU leaves it unset). */
       double v = a.reduction == MLM_MEAN ? total / (double)a.n : total;

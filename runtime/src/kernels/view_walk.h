@@ -31,6 +31,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "../kernel.h"
 #include "tpu/dtype.h"
@@ -224,6 +225,30 @@ static inline void walk_scatter(void* base, tpu_dtype_t dt, const walk_t* w, int
   walk_move_t m = {(char*)buf, bt, (int64_t)tpu_dtype_size(bt), (char*)base, dt,
                    (int64_t)tpu_dtype_size(dt), k, false};
   walk_range(w, k, k + n, walk_move_run, &m);
+}
+
+/* A whole view in a new contiguous buffer of dtype `bt`, converting; the
+ * caller owns it (free). NULL when out of memory; an empty view gets a
+ * one-element buffer, so NULL always means failure. */
+static inline void* walk_gather_view(const tpu_view_t* v, tpu_dtype_t bt) {
+  int64_t n = tpu_view_numel(v);
+  void* buf = malloc((size_t)(n > 0 ? n : 1) * tpu_dtype_size(bt));
+  if (buf && n > 0) {
+    walk_t w;
+    walk_init_tail(&w, v, 0);
+    walk_gather(buf, bt, tpu_view_ptr(v), v->dtype, &w, 0, n);
+  }
+  return buf;
+}
+
+/* The inverse: writes a contiguous buffer of dtype `bt` (borrowed) to the
+ * whole view, converting. */
+static inline void walk_scatter_view(const tpu_view_t* v, const void* buf, tpu_dtype_t bt) {
+  int64_t n = tpu_view_numel(v);
+  if (n <= 0) return;
+  walk_t w;
+  walk_init_tail(&w, v, 0);
+  walk_scatter(tpu_view_ptr(v), v->dtype, &w, 0, buf, bt, n);
 }
 
 /* ---- views ---------------------------------------------------------------- */
