@@ -120,7 +120,7 @@ def test_decompositions_keep_native_ops_whole():
     core = core_aten_decompositions()
     native = set(torch_tpu.native_ops())
     kept = [op for op in core if op in d]
-    assert kept and all(torch_tpu.dynamo._op_name(op) not in native for op in kept)
+    assert kept and all(torch_tpu._lowering.op_name(op) not in native for op in kept)
 
 
 def test_lowering_is_one_deferred_graph(strict_global):
@@ -150,6 +150,29 @@ def test_lowering_is_one_deferred_graph(strict_global):
     assert m["fused_kernels"] >= 1 and m["elided_buffers"] >= 1, m
     assert_same(out, f(*args), atol=1e-4, rtol=1e-4)
     _no_fallbacks()
+
+
+def test_lowered_code_calls_op_entries_directly():
+    """The lowered graph's code calls each ATen overload on its C++ entry
+    (FX generates it with DirectOp globals; no rewriting of its text), keeps
+    the GraphModule's own targets, and computes what the graph computes."""
+    import torch.fx as fx
+    from torch_tpu import _lowering
+    g = fx.Graph()
+    x = g.placeholder("x")
+    y = g.call_function(torch.ops.aten.mul.Tensor, (x, x))
+    g.output(g.call_function(torch.ops.aten.add.Tensor, (y, 1), {"alpha": 2}))
+    gm = fx.GraphModule(torch.nn.Module(), g)
+    src, glob, attrs = _lowering.graph_code(gm)
+    assert sorted(v for how, v in glob.values() if how == "op") == ["aten::add.Tensor", "aten::mul.Tensor"]
+    assert "torch.ops" not in src, src
+    assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == [
+        torch.ops.aten.mul.Tensor, torch.ops.aten.add.Tensor]
+    forward = _lowering.forward_from_code((src, glob, attrs))
+    bound = {forward.func.__globals__[k] for k, (how, _) in glob.items() if how == "op"}
+    assert bound == {torch.ops.aten.mul.Tensor._op, torch.ops.aten.add.Tensor._op}
+    t = torch.randn(5)
+    assert torch.equal(forward(t.to("tpu")).cpu(), t * t + 2)
 
 
 def test_backend_debug_lists_graphs_and_fallback_ops(capfd):

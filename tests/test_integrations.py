@@ -83,6 +83,35 @@ def test_integrations_can_be_turned_off():
     assert state == {} and device == "cpu"
 
 
+def test_torch_compile_patches_are_inert_outside_the_tpu_backend(tmp_path):
+    """integrations/torch_compile.py: AOTAutograd's cache directory and key
+    are ours only while the tpu backend compiles; Inductor's otherwise."""
+    r = run_python("""
+        import json, os, torch, torch_tpu
+        from torch_tpu import integrations, _compile_cache as cc
+        from torch._functorch._aot_autograd import autograd_cache as ac
+        ok = integrations.apply("torch._functorch._aot_autograd.autograd_cache")
+        outside = ac.AOTAutogradCache._get_tmp_dir()
+        with cc.enabled(torch_tpu.dynamo._default):
+            inside = ac.AOTAutogradCache._get_tmp_dir()
+        print(json.dumps([ok, getattr(ac.AOTAutogradCache._get_tmp_dir, "_torch_tpu", False),
+                          outside, inside, integrations.status()["torch"]]))
+    """, TORCH_TPU_CACHE_DIR=str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    ok, marked, outside, inside, state = json.loads(r.stdout.splitlines()[-1])
+    assert ok and marked and state.startswith("applied 2.14"), (ok, marked, state)
+    assert inside == os.path.join(str(tmp_path), "aotautograd"), inside
+    assert not outside.startswith(str(tmp_path)), outside
+    # with the integrations off nothing is patched, so the disk cache (whose
+    # key needs torch_tpu's part) is off too
+    r = run_python("""
+        import json, torch_tpu
+        print(json.dumps(torch_tpu.dynamo._default.cache_enabled()))
+    """, TORCH_TPU_INTEGRATIONS="0")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.splitlines()[-1]) is False
+
+
 def test_flex_attention_device_check_patch():
     """torch 2.14 refuses tpu in flex_attention's device check; the patch
     admits it (tests/test_complex_ops.py checks the numbers), and with the

@@ -27,12 +27,13 @@ import functools
 import importlib.abc
 import importlib.util
 import os
-import re
 import sys
 import threading
 import warnings
 
 import torch
+
+from torch_tpu import _lowering
 
 __all__ = ["TpuBackend", "tpu_backend", "decompositions", "graph_uses_tpu"]
 
@@ -42,25 +43,12 @@ _DEVICE = "tpu"
 # ---- the decomposition table ----------------------------------------------------------------
 
 
-def _op_name(op) -> str:
-    """'add.Tensor' / 'relu' (the spelling of torch_tpu.native_ops(), '.default' dropped)."""
-    name = op.name()
-    return name.split("::", 1)[1] if "::" in name else name
-
-
-@functools.lru_cache(maxsize=1)
-def _native_names() -> frozenset:
-    import torch_tpu
-    return frozenset(n[:-len(".default")] if n.endswith(".default") else n
-                     for n in torch_tpu.native_ops())
-
-
 @functools.lru_cache(maxsize=1)
 def _decompositions() -> dict:
     from torch._decomp import core_aten_decompositions
-    native = _native_names()
+    native = _lowering.native_names()
     return {op: fn for op, fn in core_aten_decompositions().items()
-            if _op_name(op) not in native}
+            if _lowering.op_name(op) not in native}
 
 
 class _LazyDecompositions(collections.abc.Mapping):
@@ -108,173 +96,6 @@ def graph_uses_tpu(gm, example_inputs=()) -> bool:
     return False
 
 
-_KERNEL_KEYS = ("PrivateUse1", "CompositeImplicitAutograd", "CompositeExplicitAutograd",
-                "CompositeExplicitAutogradNonFunctional")
-
-
-def _non_native_ops(gm) -> list:
-    """ATen ops of the graph with neither a native tpu kernel nor a tpu or
-    composite registration: they run through the CPU fallback."""
-    native, out = _native_names(), []
-    has = torch._C._dispatch_has_kernel_for_dispatch_key
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
-            aten = node.target.namespace == "aten"
-            name = _op_name(node.target) if aten else node.target.name()
-            if ((not aten or name not in native) and name not in out
-                    and not any(has(node.target.name(), k) for k in _KERNEL_KEYS)):
-                out.append(name)
-    return out
-
-
-def _views_to_reshapes(gm) -> None:
-    """The traced graph assumes the strides of PyTorch's meta functions (e.g.
-    elementwise results in their inputs' permuted layout, so a later
-    ``.contiguous()`` was traced away); the runtime's kernels may return
-    another layout of the same values. Every ``view`` becomes ``reshape``:
-    the same view wherever one exists, a copy only where ``view`` would fail."""
-    aten = torch.ops.aten
-    changed = False
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target in (aten.view.default, aten._unsafe_view.default):
-            node.target = aten.reshape.default
-            changed = True
-    if changed:
-        gm.recompile()
-
-
-_DEFER = None  # EagerMode.DEFER_AND_FUSE, set by _Lowered
-
-_OP_CALL = re.compile(r"\btorch\.ops\.([A-Za-z_]\w*)\.([A-Za-z_]\w*)\.([A-Za-z_]\w*)\(")
-
-
-def flat_forward(src, glob, owner):
-    """The graph's generated code with each ATen call made directly on the
-    operator's C++ entry (``OpOverload._op``) instead of through
-    ``torch.ops.aten.<op>.<overload>(...)``: four attribute lookups and one
-    Python frame (OpOverload.__call__) less per op and call (~0.5 µs an op).
-    Ops with a Python dispatcher keep the full call. None if nothing
-    applies."""
-    names, n = {}, [0]
-
-    def sub(m):
-        ns, op, ovl = m.groups()
-        try:
-            target = getattr(getattr(getattr(torch.ops, ns), op), ovl)
-        except AttributeError:
-            return m.group(0)
-        if (not isinstance(target, torch._ops.OpOverload)
-                or getattr(target, "_pyobj_dispatcher", None) is not None):
-            return m.group(0)
-        key = m.group(0)
-        if key not in names:
-            names[key] = (f"__tpu_op{n[0]}", target._op)
-            n[0] += 1
-        return names[key][0] + "("
-
-    new = _OP_CALL.sub(sub, src)
-    if not names:
-        return None
-    g = dict(glob)
-    g.update(dict(names.values()))
-    exec(compile(new, "<torch_tpu lowered graph>", "exec"), g)  # noqa: S102  (FX's own code)
-    return functools.partial(g["forward"], owner)
-
-
-class _Lowered:
-    """One ATen graph lowered to the runtime: called (boxed: one list of
-    arguments) it records the graph's ops into this thread's pending graph
-    under DEFER_AND_FUSE and flushes them as one program when the graph ends
-    (unless the caller is itself deferring: then the ops join its graph)."""
-
-    def __init__(self, gm, kind, backend, rewrite=True):
-        # in the instance's __dict__: Dynamo's disable() wrapper of the
-        # backward copies it (functools.wraps), so both are called boxed
-        self._boxed_call = True
-        if rewrite:
-            _views_to_reshapes(gm)
-        self.gm, self.kind, self.backend = gm, kind, backend
-        # the generated straight-line code (no module hooks), ops called directly
-        self.forward = flat_forward(gm.code, gm.forward.__globals__, gm) or gm.forward
-        self.nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
-        self.non_native = _non_native_ops(gm)
-        self._init_mode()
-
-    @classmethod
-    def from_code(cls, forward, kind, backend, nodes, non_native, gm_getter):
-        """A graph loaded from the on-disk cache as its generated code (its
-        GraphModule, for debug output only, is loaded by gm_getter on use)."""
-        self = cls.__new__(cls)
-        self._boxed_call = True
-        self._gm_getter, self.kind, self.backend = gm_getter, kind, backend
-        self.forward, self.nodes, self.non_native = forward, nodes, list(non_native)
-        self._init_mode()
-        return self
-
-    @property
-    def gm(self):
-        if "_gm" not in self.__dict__:
-            self._gm = self._gm_getter()
-        return self._gm
-
-    @gm.setter
-    def gm(self, value):
-        self._gm = value
-
-    def _init_mode(self):
-        from torch_tpu._internal import execution_mode
-        global _DEFER
-        _DEFER = execution_mode.EagerMode.DEFER_AND_FUSE
-        self._mode = execution_mode
-        self._replay = execution_mode._C.Replay() if self.backend.replay_enabled() else None
-
-    def __call__(self, *args):
-        # AOTAutograd calls it boxed: one list, ours to clear, so inputs die
-        # as early as possible. (Graph inputs are tensors and numbers, never
-        # lists: a direct unboxed call is told apart.)
-        if len(args) == 1 and type(args[0]) is list:
-            lst = args[0]
-            args = tuple(lst)
-            lst.clear()
-        self.backend.stats["calls"] += 1
-        em = self._mode
-        if em.get_eager_mode() is _DEFER:  # the caller defers: the ops join its graph
-            return self._run(args)
-        # set_eager_mode(DEFER_AND_FUSE) inlined (this is every call's overhead)
-        stack = getattr(em._local, "stack", None)
-        if stack is None:
-            stack = em._local.stack = []
-        stack.append(_DEFER)
-        em._apply_thread(_DEFER)
-        try:
-            return self._run(args)
-        finally:
-            stack.pop()
-            em._apply_thread(stack[-1] if stack else None)
-            em._C.flush("mode_switch")
-
-    def _run(self, args):
-        """The graph's results: replayed from a capture of an earlier call
-        with inputs laid out alike, else computed by the graph's code (and
-        captured, while captures of this graph keep succeeding)."""
-        replay = self._replay
-        if replay is None:
-            return self.forward(*args)
-        out = replay.run(args)
-        if out is not None:
-            self.backend.stats["replays"] += 1
-            return out
-        if not replay.begin(args):
-            return self.forward(*args)
-        try:
-            out = self.forward(*args)
-        except BaseException:
-            replay.abort()
-            raise
-        why = replay.end(out)
-        if why is not None and self.backend.debug:
-            print(f"[torch_tpu.compile] {self.kind} graph not replayable: {why}", file=sys.stderr)
-        return out
 
 
 class TpuBackend:
@@ -339,6 +160,9 @@ class TpuBackend:
     def cache_enabled(self) -> bool:
         if self._decomps is not None:
             return False
+        from torch_tpu import integrations  # the key needs torch_tpu's part (torch_compile.py)
+        if not integrations.apply("torch._functorch._aot_autograd.autograd_cache"):
+            return False
         if self.cache is not None:
             return bool(self.cache)
         return os.environ.get("TORCH_TPU_COMPILE_CACHE", "1") != "0"
@@ -355,7 +179,7 @@ class TpuBackend:
 
     def _lower(self, kind):
         def compiler(gm, example_inputs):
-            lowered = _Lowered(gm, kind, self)
+            lowered = _lowering.Lowered(gm, kind, self)
             self._record(kind, lowered, cached=False)
             return lowered
         return compiler
@@ -377,6 +201,7 @@ class TpuBackend:
 
 
 _default = TpuBackend()
+_lowering.set_default_backend(_default)
 
 
 def tpu_backend(gm, example_inputs):
@@ -517,27 +342,18 @@ class _DynamoImportHook(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _wrap_inductor_default() -> None:
+def _route_tpu_graphs(gm, example_inputs):
     """torch.compile's default backend (Inductor) hands graphs that use tpu
-    tensors to this backend; every other graph goes to Inductor untouched."""
-    wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
-    call = getattr(wrapper, "__call__", None)
-    if call is None or getattr(call, "_torch_tpu", False):
-        return
-
-    @functools.wraps(call)
-    def __call__(self, model_, inputs_, *args, **kwargs):
-        if graph_uses_tpu(model_, inputs_):
-            return tpu_backend(model_, inputs_)
-        return call(self, model_, inputs_, *args, **kwargs)
-
-    __call__._torch_tpu = True
-    wrapper.__call__ = __call__
+    tensors here (integrations/torch_compile.py); None for every other graph."""
+    return tpu_backend(gm, example_inputs) if graph_uses_tpu(gm, example_inputs) else None
 
 
 def install() -> None:
     """Called by ``import torch_tpu``."""
-    _wrap_inductor_default()
+    from torch_tpu import integrations
+    from torch_tpu.integrations import torch_compile
+    torch_compile.set_inductor_router(_route_tpu_graphs)
+    integrations.apply("torch")
     if "torch._dynamo" in sys.modules and hasattr(sys.modules["torch._dynamo"], "optimize"):
         _register_with_dynamo()
     elif not any(isinstance(f, _DynamoImportHook) for f in sys.meta_path):

@@ -38,6 +38,17 @@ _TARGETS = {
     "torch.nn.attention.flex_attention": ("torch_internals", "patch_flex_attention"),
     "torch.distributed.rendezvous": ("torch_internals", "patch_rendezvous"),
     "ray.train.v2.api.config": ("ray_train", "patch_config"),
+    "torch._functorch._aot_autograd.autograd_cache": ("torch_compile", "patch_autograd_cache"),
+}
+
+# Parts applied only when torch_tpu asks (apply()), not on import: torch.compile
+# internals needed only once the tpu backend is in use.
+_ON_DEMAND = {
+    "torch": ("torch_compile", "patch_inductor_default"),
+    "torch._dynamo.package": ("torch_compile", "patch_package"),
+    "torch._dynamo.guards": ("torch_compile", "patch_guards"),
+    "torch._dynamo.codegen": ("torch_compile", "patch_codegen"),
+    "torch._dynamo.output_graph": ("torch_compile", "patch_output_graph"),
 }
 
 # library -> "applied <version>" | "skipped: <why>" | "failed: <why>"
@@ -67,6 +78,17 @@ def _initializing(module) -> bool:
     return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
 
 
+def apply(name: str) -> bool:
+    """Applies the part for library module ``name`` (imported first; an
+    on-demand part, or an import-time one not yet applied), once. Whether
+    it is in place (False: skipped or failed, with a warning)."""
+    if os.environ.get("TORCH_TPU_INTEGRATIONS", "1") == "0":
+        return False
+    importlib.import_module(name)
+    _apply(name)
+    return _status.get(name.partition(".")[0], "").startswith("applied")
+
+
 def _apply(name: str) -> None:
     """Runs the part that patches library module ``name`` (once)."""
     if name in _done:
@@ -76,7 +98,7 @@ def _apply(name: str) -> None:
     library = name.partition(".")[0]
     if _status.get(library, "applied").startswith(("skipped", "failed")):
         return  # one verdict per library: an earlier part was refused
-    patcher_name, part = _TARGETS[name]
+    patcher_name, part = _TARGETS[name] if name in _TARGETS else _ON_DEMAND[name]
     patcher = importlib.import_module(f"{__name__}.{patcher_name}")
     version = str(getattr(sys.modules.get(library), "__version__", "0"))
     low, high = patcher.SUPPORTED
