@@ -341,15 +341,15 @@ CONV_PASSES = {"fwd": None, "dgrad": [True, False, False], "wgrad": [False, True
 
 def unsplit(fn):
     """fn with the matrix unit's convolutions on one OpenMP team each
-    (TORCH_TPU_CONV_SPLIT=0, read when the product runs: synchronised
-    inside)."""
+    (TORCH_TPU_CONV_SPLIT=0 through the runtime's settings, read when the
+    product runs: synchronised inside)."""
     def call():
-        os.environ["TORCH_TPU_CONV_SPLIT"] = "0"
+        torch_tpu._C.set_runtime_config("TORCH_TPU_CONV_SPLIT", "0")
         try:
             fn()
             torch.tpu.synchronize()
         finally:
-            del os.environ["TORCH_TPU_CONV_SPLIT"]
+            torch_tpu._C.set_runtime_config("TORCH_TPU_CONV_SPLIT", None)
     return call
 
 

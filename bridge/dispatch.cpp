@@ -74,13 +74,25 @@ std::mutex g_count_mu;
 std::map<std::string, int64_t> g_fallback_counts, g_native_counts;
 std::set<std::string> g_warned;
 
-enum class FallbackMode { Warn, Silent, Error };
-std::atomic<FallbackMode> g_fallback_mode{[] {
-  const char* env = std::getenv("TORCH_TPU_FALLBACK");
-  if (env && std::string(env) == "error") return FallbackMode::Error;
-  if (env && std::string(env) == "silent") return FallbackMode::Silent;
-  return FallbackMode::Warn;
-}()};
+enum class FallbackMode { Unread, Warn, Silent, Error };
+// TORCH_TPU_FALLBACK (tpu/config.h), read on first use: torch_tpu sets the
+// environment after loading this library and before the runtime's settings
+// are read; set_fallback_mode() wins over it.
+std::atomic<FallbackMode> g_fallback_mode{FallbackMode::Unread};
+
+FallbackMode parse_fallback_mode(const std::string& mode) {
+  return mode == "error" ? FallbackMode::Error : mode == "silent" ? FallbackMode::Silent : FallbackMode::Warn;
+}
+
+FallbackMode current_fallback_mode() {
+  FallbackMode m = g_fallback_mode.load();
+  if (m == FallbackMode::Unread) {
+    FallbackMode from_env = parse_fallback_mode(tpu_config_string(TPU_CONFIG_FALLBACK));
+    g_fallback_mode.compare_exchange_strong(m, from_env);
+    m = g_fallback_mode.load();
+  }
+  return m;
+}
 
 void run_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = c10::toString(op.operator_name());
@@ -88,9 +100,9 @@ void run_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   {
     std::lock_guard<std::mutex> lock(g_count_mu);
     g_fallback_counts[name]++;
-    warn = g_fallback_mode.load() == FallbackMode::Warn && g_warned.insert(name).second;
+    warn = current_fallback_mode() == FallbackMode::Warn && g_warned.insert(name).second;
   }
-  TORCH_CHECK_NOT_IMPLEMENTED(g_fallback_mode.load() != FallbackMode::Error, name,
+  TORCH_CHECK_NOT_IMPLEMENTED(current_fallback_mode() != FallbackMode::Error, name,
                               " has no native tpu kernel (TORCH_TPU_FALLBACK=error)");
   if (warn)
     TORCH_WARN("torch_tpu: ", name,
@@ -1083,13 +1095,11 @@ std::vector<std::string> binding_errors() { return g_binding_errors; }
 void set_fallback_mode(const std::string& mode) {
   TORCH_CHECK(mode == "warn" || mode == "silent" || mode == "error",
               "fallback mode must be 'warn', 'silent' or 'error', not '", mode, "'");
-  g_fallback_mode = mode == "error" ? FallbackMode::Error
-                    : mode == "silent" ? FallbackMode::Silent
-                                       : FallbackMode::Warn;
+  g_fallback_mode = parse_fallback_mode(mode);
 }
 
 std::string fallback_mode() {
-  switch (g_fallback_mode.load()) {
+  switch (current_fallback_mode()) {
     case FallbackMode::Error: return "error";
     case FallbackMode::Silent: return "silent";
     default: return "warn";

@@ -34,6 +34,47 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("driver_name", [] { return std::string(tpu_driver_name()); });
   m.def("compute_threads", [] { return tpu_compute_threads(); });
+  m.def("runtime_config", [] {
+    // Every setting of tpu/config.h: its variable, what was set, the value in use.
+    py::list out;
+    for (int32_t id = 0; id < TPU_CONFIG_COUNT; ++id) {
+      tpu_config_entry_t e;
+      check(tpu_config_entry(id, &e));
+      py::dict d;
+      d["name"] = std::string(e.name);
+      d["help"] = std::string(e.help);
+      d["default"] = std::string(e.fallback);
+      d["set"] = e.raw ? py::object(py::str(e.raw)) : py::object(py::none());
+      d["invalid"] = e.invalid;
+      switch (e.kind) {
+        case TPU_CONFIG_BOOL: d["value"] = py::bool_(e.i != 0); break;
+        case TPU_CONFIG_INT: d["value"] = py::int_(e.i); break;
+        case TPU_CONFIG_FLOAT: d["value"] = py::float_(e.f); break;
+        case TPU_CONFIG_STRING: d["value"] = py::str(e.s); break;
+      }
+      out.append(d);
+    }
+    return out;
+  });
+  m.def(
+      "set_runtime_config",
+      [](const std::string& name, std::optional<std::string> value) {
+        // For tests and side-by-side benchmarks: as if the variable had been
+        // set to `value` (None: unset) when the settings were read.
+        for (int32_t id = 0; id < TPU_CONFIG_COUNT; ++id) {
+          tpu_config_entry_t e;
+          check(tpu_config_entry(id, &e));
+          if (name == e.name) {
+            tpu_status_t st = tpu_config_set((tpu_config_id_t)id, value ? value->c_str() : nullptr);
+            std::string why = st ? tpu_status_message(st) : "";
+            tpu_status_free(st);
+            TORCH_CHECK_VALUE(why.empty(), why);
+            return;
+          }
+        }
+        TORCH_CHECK_VALUE(false, "no runtime setting named ", name);
+      },
+      py::arg("name"), py::arg("value"));
   m.def("matrix_unit", [] {
     tpu_mxu_info_t info;
     tpu_mxu_get_info(&info);

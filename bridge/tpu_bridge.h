@@ -10,6 +10,7 @@
 #include <vector>
 
 extern "C" {
+#include "tpu/config.h"
 #include "tpu/defer.h"
 #include "tpu/ops.h"
 #include "tpu/runtime.h"

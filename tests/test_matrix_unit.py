@@ -321,7 +321,7 @@ def test_bfloat16_conv_split_over_the_pool_and_unsplit_match_cpu():
     xd, wd, gyd = x.tpu(), w.tpu(), gy.tpu()
     for split in (True, False):
         if not split:
-            os.environ["TORCH_TPU_CONV_SPLIT"] = "0"
+            torch_tpu._C.set_runtime_config("TORCH_TPU_CONV_SPLIT", "0")
         try:
             before = torch_tpu.matrix_unit()
             got = [F.conv2d(xd, wd, padding=1)] + list(torch.ops.aten.convolution_backward(
@@ -329,7 +329,7 @@ def test_bfloat16_conv_split_over_the_pool_and_unsplit_match_cpu():
                 [True, True, False])[:2])
             torch.tpu.synchronize()
         finally:
-            os.environ.pop("TORCH_TPU_CONV_SPLIT", None)
+            torch_tpu._C.set_runtime_config("TORCH_TPU_CONV_SPLIT", None)
         after = torch_tpu.matrix_unit()
         for a, b in zip(got, want):
             _conv_close(a, b)

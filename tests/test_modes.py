@@ -213,6 +213,47 @@ def test_python_m_torch_tpu_as_module():
     assert re.search(r"chips: \d+", p.stdout) and "native ATen overloads" in p.stdout
 
 
+def test_runtime_settings_read_once_listed_and_checked():
+    """One table of the runtime's settings (tpu/config.h): python -m torch_tpu
+    lists each, marks the ones set, and a value that does not parse is named
+    on stderr and listed as invalid (the default in use), not taken quietly."""
+    import subprocess
+    import sys
+    env = dict(os.environ, TORCH_TPU_DEFER_MAX_NODES="12x", TORCH_TPU_CONV_SPLIT="0",
+               TORCH_TPU_FALLBACK="silent")
+    p = subprocess.run([sys.executable, "-m", "torch_tpu"], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "TORCH_TPU_DEFER_MAX_NODES=12x is not a valid value" in p.stderr, p.stderr
+    assert "* TORCH_TPU_DEFER_MAX_NODES=1024  ['12x' is invalid" in p.stdout, p.stdout
+    assert "* TORCH_TPU_CONV_SPLIT=0:" in p.stdout and "* TORCH_TPU_FALLBACK=silent:" in p.stdout
+    assert "fallback mode: silent" in p.stdout
+    names = re.findall(r"^  [* ] (\w+)=", p.stdout, re.M)
+    assert len(names) == len(set(names)) >= 20, names
+    # the runtime reads its settings once: a change to the environment later
+    # does not reach it; set_runtime_config does
+    r = run_python("""
+        import os, torch, torch_tpu
+        from torch_tpu import _C
+        value = lambda n: {e["name"]: e["value"] for e in _C.runtime_config()}[n]
+        os.environ["TORCH_TPU_DEFER_MAX_NODES"] = "5"
+        a = value("TORCH_TPU_DEFER_MAX_NODES")
+        _C.set_runtime_config("TORCH_TPU_DEFER_MAX_NODES", "5")
+        b = value("TORCH_TPU_DEFER_MAX_NODES")
+        try:
+            _C.set_runtime_config("TORCH_TPU_DEFER_MAX_NODES", "five")
+        except Exception as e:
+            c = type(e).__name__
+        try:
+            _C.set_runtime_config("TORCH_TPU_NO_SUCH", "1")
+        except ValueError as e:
+            d = "ValueError"
+        print(a, b, c, d)
+    """, TORCH_TPU_DEFER_MAX_NODES=None)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-4:] == ["1024", "5", "ValueError", "ValueError"], r.stdout
+
+
 def test_autoload_with_plain_import_torch():
     p = run_python("""
         import sys

@@ -1,6 +1,4 @@
 """``python -m torch_tpu``: an environment report."""
-import os
-
 import torch
 
 import torch_tpu
@@ -12,8 +10,7 @@ def main() -> None:
     print(f"torch_tpu {torch_tpu.__version__} on torch {torch.__version__}")
     print(f"driver: {_C.driver_name()}, compute threads: {_C.compute_threads()}")
     print(f"accelerator: {torch.accelerator.current_accelerator()}")
-    print(f"chips: {torch.tpu.device_count()} (TORCH_TPU_NUM_CHIPS="
-          f"{os.environ.get('TORCH_TPU_NUM_CHIPS', '1')})")
+    print(f"chips: {torch.tpu.device_count()}")
     for i in range(torch.tpu.device_count()):
         free, total = torch.tpu.mem_get_info(i)
         print(f"  tpu:{i}: {torch.tpu.get_device_name(i)}, memory {total / gib:.1f} GiB, "
@@ -40,6 +37,13 @@ def main() -> None:
           f"{cache.num_uncached} not kept (out of host memory)")
     seen = torch_tpu.fallback_counts()
     print(f"fallbacks seen in this process: {sum(seen.values())}")
+    print("runtime settings (runtime/include/tpu/config.h; * = set in the environment):")
+    for e in _C.runtime_config():
+        value = e["value"]
+        shown = ("1" if value else "0") if isinstance(value, bool) else f"{value:g}" \
+            if isinstance(value, float) else str(value)
+        note = f"  [{e['set']!r} is invalid: the default is used]" if e["invalid"] else ""
+        print(f"  {'*' if e['set'] is not None else ' '} {e['name']}={shown}{note}: {e['help']}")
 
 
 if __name__ == "__main__":

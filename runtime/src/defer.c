@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tpu/config.h"
 #include "fusion/extent.h"
 #include "fusion/fusion.h"
 #include "internal.h"
@@ -33,8 +34,7 @@ static _Thread_local int t_mode = -1;
 static bool global_mode(void) {
   int g = atomic_load(&g_global);
   if (g < 0) {
-    const char* env = getenv("TORCH_TPU_DEFER_AND_FUSE");
-    int want = env && strcmp(env, "1") == 0;
+    int want = tpu_config_bool(TPU_CONFIG_DEFER_AND_FUSE); /* a setting made meanwhile wins */
     atomic_compare_exchange_strong(&g_global, &g, want);
     g = atomic_load(&g_global);
   }
@@ -51,52 +51,16 @@ bool tpu_defer_gemm_epilogues(void) { return tpu_fusion_epilogues_enabled(); }
 
 static int32_t max_nodes(void) {
   int32_t m = atomic_load(&g_max_nodes);
-  if (m <= 0) {
-    const char* env = getenv("TORCH_TPU_DEFER_MAX_NODES");
-    m = env ? atoi(env) : 0;
-    if (m <= 0) m = 1024;
-    atomic_store(&g_max_nodes, m);
-  }
-  return m;
+  return m > 0 ? m : (int32_t)tpu_config_int(TPU_CONFIG_DEFER_MAX_NODES);
 }
-
-/* A switch from the environment (read once into *cached): `dflt` when the
- * variable is unset, else whether it is not "0". */
-static bool env_switch(const char* name, atomic_int* cached, bool dflt) {
-  int v = atomic_load(cached);
-  if (v < 0) {
-    const char* env = getenv(name);
-    v = env ? strcmp(env, "0") != 0 : dflt;
-    atomic_store(cached, v);
-  }
-  return v == 1;
-}
-
-/* Whether the environment variable is not "0" (on when unset). */
-static bool env_on(const char* name, atomic_int* cached) { return env_switch(name, cached, true); }
 
 /* Pipeline cuts after heavy nodes: on unless TORCH_TPU_DEFER_PIPELINE=0. */
-static bool pipeline(void) {
-  static atomic_int on = -1;
-  return env_on("TORCH_TPU_DEFER_PIPELINE", &on);
-}
+static bool pipeline(void) { return tpu_config_bool(TPU_CONFIG_DEFER_PIPELINE); }
 
 /* Phase 0 of the fusion compiler: on unless TORCH_TPU_DEFER_SCHEDULE=0. */
-static bool schedule(void) {
-  static atomic_int on = -1;
-  return env_on("TORCH_TPU_DEFER_SCHEDULE", &on);
-}
+static bool schedule(void) { return tpu_config_bool(TPU_CONFIG_DEFER_SCHEDULE); }
 
-static int log_level(void) {
-  static atomic_int level = -1;
-  int l = atomic_load(&level);
-  if (l < 0) {
-    const char* env = getenv("TORCH_TPU_DEFER_LOG");
-    l = env ? atoi(env) : 0;
-    atomic_store(&level, l);
-  }
-  return l;
-}
+static int log_level(void) { return (int)tpu_config_int(TPU_CONFIG_DEFER_LOG); }
 
 /* ---- metrics and the cut log ---------------------------------------------------- */
 
@@ -377,10 +341,7 @@ bool tpu_defer_in_flush(void) { return t_in_flush; }
 
 /* Memo hits checked against the full front end: TORCH_TPU_DEFER_MEMO_CHECK set
  * and not "0" (the test command's DEFER_AND_FUSE pass sets it to 1). */
-static bool memo_check(void) {
-  static atomic_int on = -1;
-  return env_switch("TORCH_TPU_DEFER_MEMO_CHECK", &on, false);
-}
+static bool memo_check(void) { return tpu_config_bool(TPU_CONFIG_DEFER_MEMO_CHECK); }
 
 /* Phases 0 and 1, the program cache and the memory estimate for a flushed
  * recording (*graph; its free records are the stream's pending ones, `live`

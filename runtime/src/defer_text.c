@@ -5,15 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tpu/config.h"
 #include "fusion/fusion.h"
 #include "internal.h"
 #include "tpu/program_cache.h"
 
 /* Phase 0 as the flush runs it: on unless TORCH_TPU_DEFER_SCHEDULE=0. */
-static bool schedule_on(void) {
-  const char* env = getenv("TORCH_TPU_DEFER_SCHEDULE");
-  return !(env && strcmp(env, "0") == 0);
-}
+static bool schedule_on(void) { return tpu_config_bool(TPU_CONFIG_DEFER_SCHEDULE); }
 
 static tpu_status_t format_locked(const tpu_pending_t* pd, FILE* f) {
   /* The scheduler rewrites the free records' points: it gets a copy. */

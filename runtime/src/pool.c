@@ -20,12 +20,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tpu/config.h"
 #include "kernel.h"
 #include "pool_spin.h"
 #include "spin.h"
 #include "tpu/runtime.h"
 
-#define DEFAULT_SPIN_US 100
 /* How long a caller polls for workers still inside a chunk. */
 #define CALLER_SPIN_NS 50000
 
@@ -95,11 +95,7 @@ int64_t tpu_pool_spin_next(int64_t spin_ns, int64_t max_ns, pool_spin_event_t ev
 }
 
 int64_t tpu_pool_spin_max_ns(void) {
-  const char* env = getenv("TORCH_TPU_POOL_SPIN_US");
-  int64_t us = env ? atoll(env) : DEFAULT_SPIN_US;
-  if (us < 0) us = 0;
-  if (us > 100000) us = 100000;
-  return us * 1000;
+  return tpu_config_int(TPU_CONFIG_POOL_SPIN_US) * 1000;
 }
 
 static void run_chunks(job_t* job) {
@@ -203,8 +199,7 @@ static void* worker_main(void* arg) {
 static void start_pool(void) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   int threads = cores > 0 ? (int)cores : 1;
-  const char* env = getenv("TORCH_TPU_NUM_THREADS");
-  if (env && atoi(env) > 0) threads = atoi(env);
+  if (tpu_config_int(TPU_CONFIG_NUM_THREADS) > 0) threads = (int)tpu_config_int(TPU_CONFIG_NUM_THREADS);
   if (threads > 64) threads = 64;
   g_pool.spin_max_ns = tpu_pool_spin_max_ns();
   g_pool.threads = threads;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tpu/config.h"
 #include "internal.h"
 #include "kernel.h"
 #include "fusion/fusion.h"
@@ -20,24 +21,19 @@ static struct {
 } g_rt;
 
 const tpu_hal_driver_t* tpu_hal_driver(void) {
-  const char* env = getenv("TORCH_TPU_DRIVER");
-  if (env && strcmp(env, "null") == 0) return &tpu_null_driver;
+  if (strcmp(tpu_config_string(TPU_CONFIG_DRIVER), "null") == 0) return &tpu_null_driver;
   return &tpu_host_driver;
 }
 
 const tpu_hal_driver_t* tpu_hal(void) { return g_rt.driver; }
 
 static uint64_t capacity_from_env(void) {
-  const char* env = getenv("TORCH_TPU_MEMORY_GB");
-  double gb = env ? atof(env) : 16.0;
-  if (!(gb > 0)) gb = 16.0;
-  return (uint64_t)(gb * (double)(1ull << 30));
+  return (uint64_t)(tpu_config_float(TPU_CONFIG_MEMORY_GB) * (double)(1ull << 30));
 }
 
 static void init_once(void) {
   g_rt.driver = tpu_hal_driver();
-  const char* lb = getenv("TPU_LAUNCH_BLOCKING");
-  atomic_store(&g_rt.launch_blocking, lb && strcmp(lb, "1") == 0);
+  atomic_store(&g_rt.launch_blocking, tpu_config_bool(TPU_CONFIG_LAUNCH_BLOCKING));
   /* Build the op table before any worker runs; without it no op is known. */
   g_rt.init_status = tpu_op_table_status();
   if (g_rt.init_status != TPU_OK) return;

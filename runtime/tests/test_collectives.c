@@ -25,6 +25,7 @@
 #include "spin.h"
 #include "test.h"
 #include "tpu/collectives.h"
+#include "tpu/config.h"
 #include "tpu/hal.h"
 #include "tpu/runtime.h"
 
@@ -316,9 +317,9 @@ static void all_collectives(tpu_comm_t* comm, int r, int N) {
 }
 
 static void run_all(int nranks) {
-  setenv("TPU_DIST_CHUNK_KB", "16", 1);
+  CHECK_OK(tpu_config_set(TPU_CONFIG_DIST_CHUNK_KB, "16"));
   int failed = run_ranks(nranks, 20000, all_collectives);
-  unsetenv("TPU_DIST_CHUNK_KB");
+  CHECK_OK(tpu_config_set(TPU_CONFIG_DIST_CHUNK_KB, NULL));
   CHECK(failed == 0);
 }
 
@@ -435,10 +436,10 @@ static void coalesced_collectives(tpu_comm_t* comm, int r, int N) {
 }
 
 TEST(collectives_coalesced_run_as_one) {
-  setenv("TPU_DIST_CHUNK_KB", "16", 1);
+  CHECK_OK(tpu_config_set(TPU_CONFIG_DIST_CHUNK_KB, "16"));
   CHECK(run_ranks(2, 20000, coalesced_collectives) == 0);
   CHECK(run_ranks(3, 20000, coalesced_collectives) == 0);
-  unsetenv("TPU_DIST_CHUNK_KB");
+  CHECK_OK(tpu_config_set(TPU_CONFIG_DIST_CHUNK_KB, NULL));
 }
 
 /* ---- chips of one process (tpu_comm_create_local) --------------------------------------------- */
@@ -658,14 +659,14 @@ static void direct_collectives(tpu_comm_t* comm, int r, int N) {
 }
 
 TEST(collectives_direct_path_reads_peers_in_place) {
-  setenv("TPU_DIST_DIRECT_MIN_KB", "1", 1);
+  CHECK_OK(tpu_config_set(TPU_CONFIG_DIST_DIRECT_MIN_KB, "1"));
   g_direct_mixed = 0;
   CHECK(run_ranks(2, 20000, direct_collectives) == 0);
   CHECK(run_ranks(4, 20000, direct_collectives) == 0);
   g_direct_mixed = 1;
   CHECK(run_ranks(3, 20000, direct_collectives) == 0);
   g_direct_mixed = 0;
-  unsetenv("TPU_DIST_DIRECT_MIN_KB");
+  CHECK_OK(tpu_config_set(TPU_CONFIG_DIST_DIRECT_MIN_KB, NULL));
 }
 
 /* ---- failures ---------------------------------------------------------------------------- */

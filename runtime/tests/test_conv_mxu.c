@@ -12,6 +12,7 @@
 #include "kernel_test_util.h"
 #include "kernels/conv.h"
 #include "kernels/mxu.h"
+#include "tpu/config.h"
 
 typedef struct mxu_case {
   int nsp;
@@ -76,8 +77,7 @@ static void attrs_of(const mxu_case_t* c, bool backward, const int64_t* mask, tp
 /* Whether products split over the pool (conv_mxu.c): the pool has more
  * than one thread and TORCH_TPU_CONV_SPLIT is not 0. */
 static bool split_on(void) {
-  const char* env = getenv("TORCH_TPU_CONV_SPLIT");
-  return tpu_parallel_threads() > 1 && !(env && strcmp(env, "0") == 0);
+  return tpu_parallel_threads() > 1 && tpu_config_bool(TPU_CONFIG_CONV_SPLIT);
 }
 
 /* Runs `def` on the unit (with `outs`) and the reference (with `wants`),
@@ -197,10 +197,10 @@ TEST(conv_mxu_bfloat16_matches_reference) {
 TEST(conv_mxu_bfloat16_unsplit_matches_reference) {
   if (!tpu_mxu_supports(TPU_DTYPE_BF16)) return;
   const int64_t all[3] = {1, 1, 1};
-  setenv("TORCH_TPU_CONV_SPLIT", "0", 1);
+  CHECK_OK(tpu_config_set(TPU_CONFIG_CONV_SPLIT, "0"));
   for (size_t i = 0; i < sizeof(k_cases) / sizeof(k_cases[0]); ++i)
     run_case(i, &k_cases[i], false, all);
-  unsetenv("TORCH_TPU_CONV_SPLIT");
+  CHECK_OK(tpu_config_set(TPU_CONFIG_CONV_SPLIT, NULL));
 }
 
 TEST(conv_mxu_masks_and_declines) {

@@ -29,7 +29,6 @@ backward too.
 """
 import contextlib
 import enum
-import os
 import threading
 
 from torch_tpu import _C
@@ -72,11 +71,14 @@ class EagerMode(enum.Enum, metaclass=_EagerModeMeta):
 
 
 def _initial_mode() -> EagerMode:
-    if os.environ.get("TPU_LAUNCH_BLOCKING") == "1":
+    """From the runtime's settings (tpu/config.h), the one reading of
+    TPU_LAUNCH_BLOCKING and TORCH_TPU_DEFER_AND_FUSE (the legacy
+    TPU_DEFER_AND_FUSE counts when the latter is unset: torch_tpu._env copies
+    it over before the runtime reads its settings)."""
+    settings = {e["name"]: e["value"] for e in _C.runtime_config()}
+    if settings["TPU_LAUNCH_BLOCKING"]:
         return EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING
-    # The legacy TPU_DEFER_AND_FUSE counts when TORCH_TPU_DEFER_AND_FUSE is
-    # unset (torch_tpu._env copies it over before the runtime starts).
-    if os.environ.get("TORCH_TPU_DEFER_AND_FUSE") == "1":
+    if settings["TORCH_TPU_DEFER_AND_FUSE"]:
         return EagerMode.DEFER_AND_FUSE
     return EagerMode.DEFER_NEVER
 

@@ -10,6 +10,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "tpu/config.h"
 #include "../spin.h"
 #include "comm.h"
 
@@ -533,14 +534,7 @@ static inline uint8_t* at_peer(const tpu_comm_t* c, int p, uint64_t addr) {
  * Only for messages larger than the cache (STREAM_MIN_BYTES): smaller ones
  * are better left in cache for whoever reads them next. */
 static size_t stream_min_bytes(void) {
-  static _Atomic size_t v;
-  size_t x = atomic_load_explicit(&v, memory_order_relaxed);
-  if (!x) {
-    const char* e = getenv("TPU_DIST_STREAM_MIN_KB");
-    x = e && atoll(e) > 0 ? (size_t)atoll(e) * 1024 : (size_t)32 << 20;
-    atomic_store_explicit(&v, x, memory_order_relaxed);
-  }
-  return x;
+  return (size_t)tpu_config_int(TPU_CONFIG_DIST_STREAM_MIN_KB) * 1024;
 }
 #define STREAM_MIN_BYTES stream_min_bytes()
 static void copy_stream(uint8_t* dst, const uint8_t* src, size_t bytes, bool stream) {

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tpu/config.h"
 #include "../internal.h"
 #include "../spin.h"
 #include "comm.h"
@@ -237,22 +238,18 @@ tpu_status_t tpu_comm_unique_id(tpu_comm_id_t* out_id) {
 
 static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
-static size_t env_kib(const char* name, size_t dflt) {
-  const char* env = getenv(name);
-  long long v = env ? atoll(env) : 0;
-  return v > 0 ? (size_t)v * 1024 : dflt;
-}
+static size_t config_kib(tpu_config_id_t id) { return (size_t)tpu_config_int(id) * 1024; }
 
 /* Rank 0's layout; the others read it from the header. */
 static void layout(comm_header_t* h, int nranks) {
   size_t n = (size_t)nranks;
-  size_t half = round_up(env_kib("TPU_DIST_CHUNK_KB", (size_t)2 << 20), 4096);
+  size_t half = round_up(config_kib(TPU_CONFIG_DIST_CHUNK_KB), 4096);
   size_t p2p = ((size_t)64 << 20) / (n * n);
   if (p2p > ((size_t)1 << 20)) p2p = (size_t)1 << 20;
   if (p2p < ((size_t)64 << 10)) p2p = (size_t)64 << 10;
   h->nranks = nranks;
-  const char* direct = getenv("TPU_DIST_DIRECT");
-  h->direct_min_bytes = direct && strcmp(direct, "0") == 0 ? 0 : env_kib("TPU_DIST_DIRECT_MIN_KB", (size_t)1 << 20);
+  h->direct_min_bytes =
+      tpu_config_bool(TPU_CONFIG_DIST_DIRECT) ? config_kib(TPU_CONFIG_DIST_DIRECT_MIN_KB) : 0;
   h->half_bytes = half;
   h->p2p_bytes = p2p;
   h->ctl_off = COMM_HEADER_BYTES;

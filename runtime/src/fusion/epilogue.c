@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tpu/config.h"
 #include "fusion/analysis.h"
 #include "kernels/matmul.h"
 #include "tpu/ops.h"
@@ -34,8 +35,7 @@ static atomic_int g_epilogues = -1; /* -1: not read from the environment yet */
 bool tpu_fusion_epilogues_enabled(void) {
   int on = atomic_load_explicit(&g_epilogues, memory_order_relaxed);
   if (on < 0) {
-    const char* e = getenv("TORCH_TPU_GEMM_EPILOGUE");
-    int from_env = !(e && strcmp(e, "0") == 0);
+    int from_env = tpu_config_bool(TPU_CONFIG_GEMM_EPILOGUE);
     /* a setting made meanwhile wins over the environment */
     atomic_compare_exchange_strong(&g_epilogues, &on, from_env);
     on = atomic_load_explicit(&g_epilogues, memory_order_relaxed);

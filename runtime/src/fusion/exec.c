@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tpu/config.h"
 #include "fusion/analysis.h"
 #include "kernels/elementwise.h"
 #include "kernels/norm.h"
@@ -175,16 +176,7 @@ typedef struct direct_node {
 } direct_node_t;
 
 /* The direct path: on unless TORCH_TPU_FUSION_DIRECT=0 (for comparisons). */
-static bool direct_enabled(void) {
-  static atomic_int on = -1;
-  int v = atomic_load(&on);
-  if (v < 0) {
-    const char* env = getenv("TORCH_TPU_FUSION_DIRECT");
-    v = !(env && strcmp(env, "0") == 0);
-    atomic_store(&on, v);
-  }
-  return v == 1;
-}
+static bool direct_enabled(void) { return tpu_config_bool(TPU_CONFIG_FUSION_DIRECT); }
 
 /* The row-by-row direct path of a row group: per node, where each operand
  * of a row lives (a memory operand: its first row's address and its byte

@@ -32,12 +32,12 @@
 #include "../kernel.h"
 #include "../pool_spin.h"
 #include "../spin.h"
+#include "tpu/config.h"
 #include "tpu/hal.h"
 #include "tpu/ops.h"
 #include "tpu/profiler.h"
 
 #define SEGMENT_ALIGN ((uint64_t)2 << 20)
-#define MAX_CHIPS_ENV 8
 
 /* ---- chips and their address ranges ------------------------------------- */
 
@@ -55,13 +55,7 @@ struct tpu_hal_chip {
   uint8_t* shared_units; /* per SEGMENT_ALIGN unit of the range: 1 when mapped from share_fd */
 };
 
-static int host_chip_count(void) {
-  const char* env = getenv("TORCH_TPU_NUM_CHIPS");
-  int n = env ? atoi(env) : 1;
-  if (n < 1) n = 1;
-  if (n > MAX_CHIPS_ENV) n = MAX_CHIPS_ENV;
-  return n;
-}
+static int host_chip_count(void) { return (int)tpu_config_int(TPU_CONFIG_NUM_CHIPS); }
 
 static tpu_status_t host_chip_open(int index, uint64_t capacity, tpu_hal_chip_t** out_chip) {
   capacity = (capacity + SEGMENT_ALIGN - 1) / SEGMENT_ALIGN * SEGMENT_ALIGN;
@@ -451,17 +445,12 @@ static tpu_status_t run_command(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
  * submits. So the poll adapts per queue, by the compute pool's rule
  * (pool_spin.h): it starts at START_SPIN_US; a worker woken soon after it
  * fell asleep (the host came back just after the poll gave up) doubles it,
- * up to TORCH_TPU_QUEUE_SPIN_US (default DEFAULT_MAX_SPIN_US; 0: never
+ * up to TORCH_TPU_QUEUE_SPIN_US (tpu/config.h, default 200; 0: never
  * poll); a poll that runs out halves it; a poll that saw itself descheduled
  * (an oversubscribed core) drops to the minimum. */
 #define START_SPIN_US 20
-#define DEFAULT_MAX_SPIN_US 200
 
-static int64_t spin_max_from_env(void) {
-  const char* env = getenv("TORCH_TPU_QUEUE_SPIN_US");
-  int64_t ns = (env ? atoll(env) : DEFAULT_MAX_SPIN_US) * 1000;
-  return ns < 0 ? 0 : ns;
-}
+static int64_t spin_max_from_env(void) { return tpu_config_int(TPU_CONFIG_QUEUE_SPIN_US) * 1000; }
 
 /* Read once, lazily, by every queue's worker: workers that ask at the same
  * time each compute the same value and store it, so relaxed atomics are

@@ -79,6 +79,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tpu/config.h"
 #include "kernels/conv.h"
 #include "kernels/kernel_util.h"
 #include "kernels/mxu.h"
@@ -549,12 +550,9 @@ static int split_parts(const conv_exec_t* e, int threads, bool by_group, conv_pa
 }
 
 /* TORCH_TPU_CONV_SPLIT=0 keeps every product on one OpenMP team (read per
- * call, for side-by-side measurements); the grouped weight gradient's
- * route a group at a time stays. */
-static bool split_allowed(void) {
-  const char* env = getenv("TORCH_TPU_CONV_SPLIT");
-  return !(env && strcmp(env, "0") == 0);
-}
+ * call, so tpu_config_set switches it for side-by-side measurements); the
+ * grouped weight gradient's route a group at a time stays. */
+static bool split_allowed(void) { return tpu_config_bool(TPU_CONFIG_CONV_SPLIT); }
 
 static void split_run(void* arg, int64_t begin, int64_t end) {
   conv_split_t* sp = (conv_split_t*)arg;

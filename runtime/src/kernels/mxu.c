@@ -17,6 +17,7 @@
  * reference loops, for a layout brgemm does not take) is declined: the
  * caller's path is faster than those.
  */
+#include "tpu/config.h"
 #include "mxu.h"
 
 #include <oneapi/dnnl/dnnl.h>
@@ -49,8 +50,7 @@ static struct {
 static void mxu_init(void) {
   const dnnl_version_t* v = dnnl_version();
   snprintf(g_mxu.library, sizeof g_mxu.library, "oneDNN %d.%d.%d", v->major, v->minor, v->patch);
-  const char* env = getenv("TORCH_TPU_MXU");
-  if (env && strcmp(env, "0") == 0) {
+  if (!tpu_config_bool(TPU_CONFIG_MXU)) {
     snprintf(g_mxu.isa, sizeof g_mxu.isa, "off (TORCH_TPU_MXU=0)");
     return;
   }

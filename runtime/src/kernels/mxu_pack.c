@@ -1,4 +1,5 @@
 /* mxu_pack.c — the matrix unit's weight cache (see mxu_pack.h). */
+#include "tpu/config.h"
 #include "mxu_pack.h"
 
 #include <pthread.h>
@@ -12,7 +13,6 @@
 #include "tpu/runtime.h"
 
 #define PACK_MAX_ENTRIES 4096
-#define PACK_DEFAULT_MB 1024
 
 typedef struct pack_key {
   uint64_t addr;
@@ -38,9 +38,7 @@ static struct {
 } g_pack = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void budget_init(void) {
-  const char* env = getenv("TORCH_TPU_WEIGHT_CACHE_MB");
-  long mb = env && *env ? strtol(env, NULL, 10) : PACK_DEFAULT_MB;
-  g_pack.budget = mb > 0 ? (size_t)mb << 20 : 0;
+  g_pack.budget = (size_t)tpu_config_int(TPU_CONFIG_WEIGHT_CACHE_MB) << 20;
 }
 
 static size_t budget(void) {
