@@ -538,7 +538,7 @@ Outcome run_native(Binding* b, Call& call, const at::Tensor* const* given, at::T
     fresh[k] = alloc_output(inferred[k], call.device);
     make_view(fresh[k], &call.outputs[k]);
   }
-  if (b->seed_attr >= 0) {
+  if (b->seed_attr >= 0 && tpu_op_draws_random(&node)) {
     const at::Tensor& out0 = given[0] ? *given[0] : fresh[0];
     uint64_t seed = 0, offset = 0;
     uint64_t count = (uint64_t)std::max<int64_t>(1, out0.numel());

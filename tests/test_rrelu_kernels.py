@@ -131,3 +131,17 @@ def test_eval_mode_matches_cpu(dtype):
     assert torch.equal(got.cpu(), m(x))
     got = native(lambda: F.rrelu(x.to("tpu"), training=False))
     assert torch.equal(got.cpu(), F.rrelu(x, training=False))
+
+
+def test_eval_mode_draws_nothing_from_the_generator():
+    """As on the CPU, evaluation uses the mean slope and leaves the generator
+    where it was: the next training draw is the one it would have been."""
+    x = _x((300,), seed=9).to("tpu")
+    torch.manual_seed(3)
+    want = F.rrelu(x, training=True).cpu()
+    torch.manual_seed(3)
+    state = torch.tpu.get_rng_state()
+    native(lambda: F.rrelu(x, training=False))
+    native(lambda: torch.nn.RReLU().eval()(x))
+    assert torch.equal(torch.tpu.get_rng_state(), state)
+    assert torch.equal(F.rrelu(x, training=True).cpu(), want)

@@ -57,6 +57,10 @@ typedef tpu_status_t (*tpu_check_fn)(const tpu_op_def_t* def, const tpu_node_t* 
  * time, together with pointwise neighbours. */
 typedef int32_t (*tpu_rows_fn)(const tpu_op_def_t* def, const tpu_node_t* node,
                                uint32_t* out_row_inputs);
+/* Random rows (a "seed" attr; optional): whether this node draws numbers.
+ * The bridge reserves Philox offsets from the generator only for a node
+ * that draws (rrelu_with_noise in evaluation does not, as on the CPU). */
+typedef bool (*tpu_draws_fn)(const tpu_op_def_t* def, const tpu_node_t* node);
 
 struct tpu_op_def {
   const char* name;
@@ -70,6 +74,7 @@ struct tpu_op_def {
   const void* impl; /* family-private data (e.g. an elementwise op's tile functions) */
   uint32_t flags;   /* TPU_OP_* below; 0 for most rows */
   tpu_rows_fn rows; /* NULL: not row-local */
+  tpu_draws_fn draws; /* NULL: a row with a seed attr always draws */
 };
 
 /* PyTorch rejects outputs that share memory with an input for this op
@@ -209,6 +214,10 @@ bool tpu_node_complex_as_real(const tpu_node_t* node, tpu_node_t* out, tpu_value
  * runs natively: tpu_node_validate, then the op's own check (if any). */
 tpu_status_t tpu_op_check(const tpu_node_t* node);
 tpu_status_t tpu_op_infer(const tpu_node_t* node, tpu_view_t* out_views);
+
+/* Whether a node of a row with a "seed" attr draws random numbers (its
+ * def's draws, true without one); false for other rows and unknown ops. */
+bool tpu_op_draws_random(const tpu_node_t* node);
 
 /* PyTorch's result_type over a node's inputs: dimensioned tensors outrank
  * zero-dim tensors, which outrank scalars, within the highest category. */

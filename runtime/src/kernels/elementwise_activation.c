@@ -511,7 +511,7 @@ static const tpu_op_def_t g_rows[] = {
     EW_ROW("_prelu_kernel", "self,weight", "", "out", "_prelu_kernel", k_prelu),
     {"rrelu_with_noise", "self,noise!", "lower,upper,training,seed,offset", "out",
      "rrelu_with_noise rrelu_with_noise.out", ac_rrelu_kernel, tpu_ew_infer, ac_rrelu_check,
-     &k_rrelu_eval, TPU_OP_OWN_OVERLAP_CHECK | TPU_OP_POINTWISE},
+     &k_rrelu_eval, TPU_OP_OWN_OVERLAP_CHECK | TPU_OP_POINTWISE, NULL, rrelu_training},
     {"_prelu_kernel_backward", "grad_output,self,weight", "", "grad_input,grad_weight",
      "_prelu_kernel_backward", ac_prelu_bw_kernel, ac_prelu_bw_infer, ac_prelu_bw_check,
      &k_prelu_grad_input},

@@ -490,6 +490,12 @@ tpu_status_t tpu_node_verify(const tpu_node_t* node, int32_t index) {
   return s == TPU_OK ? TPU_OK : tpu_status_annotate(s, "node %d", index);
 }
 
+bool tpu_op_draws_random(const tpu_node_t* node) {
+  const tpu_op_def_t* def = node ? tpu_op_def(node->op) : NULL;
+  if (!def || tpu_spec_index(def->attrs, "seed") < 0) return false;
+  return def->draws ? def->draws(def, node) : true;
+}
+
 tpu_status_t tpu_op_check_out_overlap(const tpu_node_t* node) {
   const tpu_op_def_t* def = tpu_op_def(node->op);
   if (!def || !(def->flags & TPU_OP_OUT_NO_OVERLAP)) return TPU_OK;
