@@ -34,7 +34,8 @@ Prints machine facts (torch version, CPU capability, CPU flags, load
 average, torch_tpu.matrix_unit()), the table, matrix_unit() again (its
 counts show which path ran), and writes bench/results/matmul.json.
 Usage: python bench/bench_matmul.py [--quick] [--rounds N] [--model auto|transformers|nn]
-                                    [--no-model] [--no-conv] [--conv-only] [--out PATH]
+                                    [--no-model] [--no-conv] [--conv-only] [--conv-split-ab]
+                                    [--conv-gemm-ab] [--out PATH]
   --quick: 5 rounds, skips the 2048^3 GEMM and batch 8 (about 1-2 minutes).
 """
 import argparse
@@ -353,9 +354,25 @@ def unsplit(fn):
     return call
 
 
-def run_convs(rounds, split_ab=False):
+def with_env(fn, name, value):
+    """fn with environment variable `name` set to `value` while it runs
+    (the matrix unit reads its switches when a product runs: synchronised
+    inside)."""
+    def call():
+        os.environ[name] = value
+        try:
+            fn()
+            torch.tpu.synchronize()
+        finally:
+            del os.environ[name]
+    return call
+
+
+def run_convs(rounds, split_ab=False, gemm_ab=False):
     """split_ab: bfloat16 rows also time the tpu with its convolutions
-    unsplit (tpu_team), in the same alternating rounds."""
+    unsplit (tpu_team), in the same alternating rounds. gemm_ab: bfloat16
+    1x1 rows also time the tpu with its 1x1 GEMM path off
+    (TORCH_TPU_CONV_GEMM=0: oneDNN's convolution primitives, tpu_prims)."""
     rows = []
     for dt_name in ("bfloat16", "float32"):
         dt = DTYPES[dt_name]
@@ -376,6 +393,8 @@ def run_convs(rounds, split_ab=False):
                         mask)) for d in DEVICES}
                 if split_ab and dt_name == "bfloat16":
                     calls["tpu_team"] = unsplit(calls["tpu"])
+                if gemm_ab and dt_name == "bfloat16" and k == 1:
+                    calls["tpu_prims"] = with_env(calls["tpu"], "TORCH_TPU_CONV_GEMM", "0")
                 times = compare_spread(calls, rounds)
                 r = row_from(f"conv {pass_name} {ci}->{co} {k}x{k} {hw}x{hw} N{CONV_BATCH}",
                              dt_name, times, 2 * CONV_BATCH * co * ci * k * k * hw * hw)
@@ -390,6 +409,13 @@ def run_convs(rounds, split_ab=False):
                     total["tpu_team"] = total.get("tpu_team", 0.0) + min(tt)
                     print(f"{'  the same, tpu unsplit (one OpenMP team)':{W}} {dt_name:>13} "
                           f"{min(tt):9.3f} {statistics.median(tt):9.3f}  x(split) "
+                          f"{min(tt) / r['tpu_min_ms']:.2f} min {statistics.median(tt) / r['tpu_median_ms']:.2f} median", flush=True)
+                if "tpu_prims" in times:
+                    tt = [t * 1e3 for t in times["tpu_prims"]]
+                    r["tpu_prims_min_ms"], r["tpu_prims_median_ms"] = min(tt), statistics.median(tt)
+                    r["tpu_prims_all_ms"] = tt
+                    print(f"{'  the same, tpu 1x1 GEMM path off':{W}} {dt_name:>13} "
+                          f"{min(tt):9.3f} {statistics.median(tt):9.3f}  x(gemm) "
                           f"{min(tt) / r['tpu_min_ms']:.2f} min {statistics.median(tt) / r['tpu_median_ms']:.2f} median", flush=True)
             print(f"  resnet-50 bottleneck convs {pass_name}, {dt_name}, sum of mins: "
                   f"tpu {total['tpu']:.1f} ms, cpu {total['cpu']:.1f} ms, "
@@ -472,6 +498,10 @@ def main():
     ap.add_argument("--conv-split-ab", action="store_true",
                     help="bfloat16 convolutions also with the tpu's split over the pool off "
                          "(TORCH_TPU_CONV_SPLIT=0), in the same alternating rounds")
+    ap.add_argument("--conv-gemm-ab", action="store_true",
+                    help="bfloat16 1x1 convolutions also with the tpu's 1x1 GEMM path off "
+                         "(TORCH_TPU_CONV_GEMM=0: oneDNN's convolution primitives), in the "
+                         "same alternating rounds")
     ap.add_argument("--out", default=None, help="JSON path (default bench/results/matmul.json)")
     a = ap.parse_args()
     rounds = a.rounds or (5 if a.quick else 7)
@@ -500,7 +530,7 @@ def main():
         rows += mrows
         rows += run_train(rounds)
     if not a.no_conv:
-        rows += run_convs(rounds, a.conv_split_ab)
+        rows += run_convs(rounds, a.conv_split_ab, a.conv_gemm_ab)
     load_end = os.getloadavg()
     mu_after = matrix_unit_info()
     print(f"loadavg at end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}; "

@@ -89,6 +89,7 @@ PYBIND11_MODULE(_C, m) {
     d["convs"] = info.convs;
     d["conv_declined"] = info.conv_declined;
     d["conv_split"] = info.conv_split;
+    d["conv_gemm"] = info.conv_gemm;
     return d;
   });
   m.def("weight_cache_stats", [] {

@@ -24,7 +24,7 @@ def _close(actual, expected, dtype):
 def test_matrix_unit_reports_itself():
     mu = torch_tpu.matrix_unit()
     assert set(mu) >= {"library", "isa", "bfloat16", "gemms", "declined", "convs",
-                       "conv_declined", "conv_split"}
+                       "conv_declined", "conv_split", "conv_gemm"}
     assert mu["library"].startswith("oneDNN ")
     flags = open("/proc/cpuinfo").read().split() if os.path.exists("/proc/cpuinfo") else []
     if os.environ.get("TORCH_TPU_MXU") == "0" or os.environ.get("ONEDNN_MAX_CPU_ISA"):
@@ -338,6 +338,60 @@ def test_bfloat16_conv_split_over_the_pool_and_unsplit_match_cpu():
             threads = torch_tpu.pool_stats()["threads"]
             split_ran = 3 if split and threads > 1 else 0
             assert after["conv_split"] == before["conv_split"] + split_ran
+
+
+# 1x1 convolutions (stride 1, no padding, one group) on NCHW tensors of 384 or
+# more positions run as GEMMs where the tensors lie (conv_gemm counts them):
+# odd channel counts and positions, batch 1 (split over channels) and 3, with
+# and without a bias; smaller images stay on oneDNN's convolution primitives.
+POINTWISE_CASES = [(1, 17, 33, 19, 21, True), (3, 24, 40, 23, 17, False),
+                   (3, 64, 48, 20, 21, True), (1, 256, 64, 28, 28, False),
+                   (2, 5, 7, 20, 20, True), (2, 24, 40, 7, 9, True)]
+
+
+@pytest.mark.parametrize("case", POINTWISE_CASES, ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("path", ["gemm", "gemm_unsplit", "primitives", "channels_last"])
+def test_bfloat16_conv1x1_runs_as_gemm_and_matches_cpu(case, path):
+    n, ci, co, h, w_, with_bias = case
+    g = torch.Generator().manual_seed(ci * co + h)
+    x = torch.randn(n, ci, h, w_, generator=g).bfloat16()
+    w = (torch.randn(co, ci, 1, 1, generator=g) / ci ** 0.5).bfloat16()
+    b = torch.randn(co, generator=g).bfloat16() if with_bias else None
+    gy = torch.randn(n, co, h, w_, generator=g).bfloat16()
+    if path == "channels_last":  # not the GEMM path's layout: the primitives
+        x = x.contiguous(memory_format=torch.channels_last)
+        gy = gy.contiguous(memory_format=torch.channels_last)
+    env = {"gemm_unsplit": ("TORCH_TPU_CONV_SPLIT", "0"),
+           "primitives": ("TORCH_TPU_CONV_GEMM", "0")}.get(path)
+    results = {}
+    before = torch_tpu.matrix_unit()
+    if env:
+        os.environ[env[0]] = env[1]
+    try:
+        for dev in ("tpu", "cpu"):
+            xd = x.to(dev).requires_grad_()
+            wd = w.to(dev).requires_grad_()
+            bd = b.to(dev).requires_grad_() if with_bias else None
+            y = F.conv2d(xd, wd, bd)
+            y.backward(gy.to(dev))
+            results[dev] = [y.detach(), xd.grad, wd.grad] + ([bd.grad] if with_bias else [])
+        torch.tpu.synchronize()
+    finally:
+        if env:
+            os.environ.pop(env[0])
+    after = torch_tpu.matrix_unit()
+    for got, want in zip(results["tpu"], results["cpu"]):
+        assert got.dtype == torch.bfloat16
+        _conv_close(got, want)
+    if after["bfloat16"]:
+        assert after["convs"] == before["convs"] + 3
+        assert after["conv_declined"] == before["conv_declined"]
+        gemm = 3 if path in ("gemm", "gemm_unsplit") and h * w_ >= 384 else 0
+        assert after["conv_gemm"] == before["conv_gemm"] + gemm
+        if path == "gemm_unsplit":
+            assert after["conv_split"] == before["conv_split"]
+    else:
+        assert after["convs"] == before["convs"]
 
 
 def test_bfloat16_conv1d_conv3d_and_transposed_match_cpu():

@@ -114,8 +114,10 @@ def matrix_unit() -> dict:
     GEMMs it ran or declined (those ran on the caller's own path), how many
     bfloat16 convolution products (forward, input or weight gradient) it ran
     ('convs') or declined ('conv_declined'), how many of those it ran split
-    over the compute pool's threads ('conv_split'), and its weight cache
-    ('weight_cache': see weight_cache_stats)."""
+    over the compute pool's threads ('conv_split') and how many of those
+    were 1x1 products run as GEMMs on the tensors' NCHW layout, without a
+    reorder ('conv_gemm'; their GEMMs count in 'gemms' too), and its weight
+    cache ('weight_cache': see weight_cache_stats)."""
     info = dict(_C.matrix_unit())
     info["weight_cache"] = weight_cache_stats()
     return info

@@ -123,6 +123,23 @@ static void run_compare(size_t i, const char* what, const tpu_op_def_t* def, tpu
   }
 }
 
+/* Whether the forward (fwd) or the input gradient splits over the pool:
+ * over the images (2 or more); one image does too on the 1x1 GEMM path
+ * (conv_mxu_1x1.c: stride 1, no padding, one group, NCHW operands of
+ * TPU_CONV_GEMM_MIN_POSITIONS or more positions, TORCH_TPU_CONV_GEMM not
+ * 0), over the 32 or more channels it writes. */
+static bool images_split(const mxu_case_t* c, bool fwd) {
+  if (!split_on()) return false;
+  if (c->n >= 2) return true;
+  const char* env = getenv("TORCH_TPU_CONV_GEMM");
+  bool pw = c->groups == 1 && c->stride == 1 && c->pad == 0 && c->layout == TT_CONTIG &&
+            !(env && strcmp(env, "0") == 0);
+  int64_t positions = 1;
+  for (int d = 0; d < c->nsp; ++d) pw = pw && c->k[d] == 1, positions *= c->size[d];
+  return c->n == 1 && pw && positions >= TPU_CONV_GEMM_MIN_POSITIONS &&
+         (fwd ? c->cout : c->cin) >= 32;
+}
+
 static void run_case(size_t i, const mxu_case_t* c, bool bias_override, const int64_t* mask) {
   const tpu_op_def_t* fwd = tt_def("convolution");
   const tpu_op_def_t* bwd = tt_def("convolution_backward");
@@ -154,7 +171,7 @@ static void run_case(size_t i, const mxu_case_t* c, bool bias_override, const in
   if (mask[0] || mask[1] || mask[2])
   {
     /* split over the images where there are two or more */
-    uint64_t sp = !declined && split_on() && c->n >= 2;
+    uint64_t sp = !declined && images_split(c, true);
     run_compare(i, "forward", fwd, &node, &out, &want, 1, on, declined ? 0 : 1, declined ? 1 : 0,
                 sp, sp);
   }
@@ -177,7 +194,7 @@ static void run_case(size_t i, const mxu_case_t* c, bool bias_override, const in
   /* the input gradient split over the images, the weight gradient over
    * channels (where it has 32 or more) or a group at a time */
   uint64_t w_declined = mask[1] && c->w_declined, ran = (mask[0] != 0) + (mask[1] != 0) - w_declined;
-  uint64_t lo = (mask[0] && split_on() && c->n >= 2) + (mask[1] && c->w_by_group);
+  uint64_t lo = (mask[0] && images_split(c, false)) + (mask[1] && c->w_by_group);
   uint64_t hi = lo + (mask[1] && !c->w_by_group && !c->w_declined && split_on());
   run_compare(i, "backward", bwd, &bn, outs, wants, 3, on, ran, w_declined, lo, hi);
   for (int k = 0; k < 3; ++k) tt_free(&outs[k]), tt_free(&wants[k]);
@@ -241,4 +258,74 @@ TEST(conv_mxu_float32_stays_on_its_path) {
   CHECK(tt_max_rel_diff(&out.view, &want.view) <= 1e-5);
   CHECK(after.convs == before.convs && after.conv_declined == before.conv_declined);
   tt_free(&x), tt_free(&w), tt_free(&out), tt_free(&want);
+}
+
+/* 1x1 convolutions with stride 1, no padding and one group run as GEMMs on
+ * the operands' NCHW layout (conv_mxu_1x1.c): forward, input and weight
+ * gradients (with the bias's) against the reference, odd channel counts
+ * and positions (not multiples of the kernels' 16/32 or of a column
+ * block), batches of 1 (split over positions) and 3 (uneven image parts),
+ * with and without a bias; the unit's conv_gemm counter must show that the
+ * GEMM path ran all three products. Small images and operands whose
+ * spatial dims are not one dense run (padded strides, channels_last-like
+ * permutations) go to the convolution primitives instead, with the same
+ * results. */
+static const mxu_case_t k_pointwise[] = {
+    {2, 1, 17, 33, 1, {19, 21}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
+    {2, 3, 24, 40, 1, {23, 17}, {1, 1}, 1, 0, 1, 0, false, false, TT_CONTIG, false, false},
+    {2, 3, 40, 24, 1, {20, 21}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
+    /* one image: split over the channels it writes */
+    {2, 1, 64, 48, 1, {15, 27}, {1, 1}, 1, 0, 1, 0, false, false, TT_CONTIG, false, false},
+    /* few channels (no 16-channel block), 1-D and 3-D */
+    {1, 2, 5, 7, 1, {401}, {1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
+    {3, 2, 32, 16, 1, {8, 7, 7}, {1, 1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
+    /* transposed 1x1 (no bias): its forward is the input-gradient GEMM */
+    {2, 2, 48, 20, 1, {20, 20}, {1, 1}, 1, 0, 1, 0, true, false, TT_CONTIG, false, false},
+    /* not the GEMM path's: the primitives (small images, padded strides,
+     * channels_last-like permutations) */
+    {2, 3, 24, 40, 1, {7, 9}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
+    {2, 2, 24, 40, 1, {20, 20}, {1, 1}, 1, 0, 1, 0, false, true, TT_PADDED, false, false},
+    {2, 2, 24, 40, 1, {20, 20}, {1, 1}, 1, 0, 1, 0, false, true, TT_REVERSED, false, false},
+};
+
+static void pointwise_cases(bool gemm_on) {
+  const int64_t all[3] = {1, 1, 1};
+  for (size_t i = 0; i < sizeof(k_pointwise) / sizeof(k_pointwise[0]); ++i) {
+    const mxu_case_t* c = &k_pointwise[i];
+    tpu_mxu_info_t before, after;
+    tpu_mxu_get_info(&before);
+    run_case(100 + i, c, false, all);
+    tpu_mxu_get_info(&after);
+    int64_t positions = 1;
+    for (int d = 0; d < c->nsp; ++d) positions *= c->size[d];
+    uint64_t want =
+        gemm_on && c->layout == TT_CONTIG && positions >= TPU_CONV_GEMM_MIN_POSITIONS ? 3 : 0;
+    if (after.conv_gemm - before.conv_gemm != want)
+      tpu_test_fail(__FILE__, __LINE__, "pointwise case %zu: %llu products as GEMMs (want %llu)",
+                    i, (unsigned long long)(after.conv_gemm - before.conv_gemm),
+                    (unsigned long long)want);
+  }
+}
+
+TEST(conv_mxu_pointwise_gemm_matches_reference) {
+  if (!tpu_mxu_supports(TPU_DTYPE_BF16)) return;
+  pointwise_cases(true);
+  /* each gradient alone (the bias's alone is not the unit's) */
+  const int64_t masks[2][3] = {{1, 0, 0}, {0, 1, 1}};
+  for (int m = 0; m < 2; ++m) run_case(100, &k_pointwise[0], false, masks[m]);
+}
+
+TEST(conv_mxu_pointwise_gemm_unsplit_matches_reference) {
+  if (!tpu_mxu_supports(TPU_DTYPE_BF16)) return;
+  setenv("TORCH_TPU_CONV_SPLIT", "0", 1);
+  pointwise_cases(true);
+  unsetenv("TORCH_TPU_CONV_SPLIT");
+}
+
+/* TORCH_TPU_CONV_GEMM=0: the same problems on the convolution primitives. */
+TEST(conv_mxu_pointwise_gemm_off_uses_the_primitives) {
+  if (!tpu_mxu_supports(TPU_DTYPE_BF16)) return;
+  setenv("TORCH_TPU_CONV_GEMM", "0", 1);
+  pointwise_cases(false);
+  unsetenv("TORCH_TPU_CONV_GEMM");
 }

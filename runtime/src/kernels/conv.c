@@ -34,8 +34,9 @@
  * declines or leaves (grad_bias alone, a transposed bias gradient) runs here.
  *
  * Files: conv_parse.c (argument checks, shapes), conv_loops.h (the typed
- * loops), conv_ref.c (the reference), conv_mxu.c (the matrix unit), this
- * file (plans, kernels, rows).
+ * loops), conv_ref.c (the reference), conv_mxu.c (the matrix unit's
+ * convolution primitives), conv_mxu_1x1.c (its 1x1 products as GEMMs on
+ * NCHW), this file (plans, kernels, rows).
  */
 #include <limits.h>
 #include <pthread.h>

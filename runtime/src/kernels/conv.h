@@ -107,4 +107,27 @@ void tpu_conv_pw_f32(const float* wt, const float* x, int64_t ldx, float* y, int
 tpu_status_t tpu_conv_mxu(const conv_args_t* a, const tpu_node_t* node, const tpu_graph_t* graph,
                           bool out_done[3]);
 
+/* The three products, as the unit's convolution code names them. */
+typedef enum conv_dir { CONV_DIR_Y, CONV_DIR_X, CONV_DIR_W } conv_dir_t;
+
+/* 1x1 convolutions as GEMMs on the operands' own layout (conv_mxu_1x1.c),
+ * tried by tpu_conv_mxu before oneDNN's convolution primitives.
+ * fits: the geometry is the path's (a bfloat16 1x1 kernel, stride 1, no
+ * padding, one group; TORCH_TPU_CONV_GEMM not 0).
+ * tpu_conv_mxu_1x1 runs product `dir` on X, W, Y (and the bias: added for
+ * CONV_DIR_Y, its gradient written for CONV_DIR_W; or NULL), writing the
+ * product's outputs (which overlap no input: the caller checked);
+ * *out_done false (TPU_OK) when the operands' layout is not the path's
+ * (spatial dims not one dense run), the images have fewer than
+ * TPU_CONV_GEMM_MIN_POSITIONS positions, or the unit declined a GEMM: the caller
+ * then runs the product its own way, rewriting every output. Counted in
+ * tpu_mxu_info_t (conv_gemm, conv_split) when it ran; the caller counts
+ * convs. */
+bool tpu_conv_mxu_1x1_fits(const conv_args_t* a);
+/* Positions per image below which the path leaves a product to the
+ * primitives (they won there: ResNet-50's 1x1 layers at 14x14 and 7x7). */
+#define TPU_CONV_GEMM_MIN_POSITIONS 384
+tpu_status_t tpu_conv_mxu_1x1(int dir, const tpu_view_t* x, const tpu_view_t* w,
+                              const tpu_view_t* y, const tpu_view_t* bias, bool* out_done);
+
 #endif /* TPU_KERNELS_CONV_H_ */

@@ -29,6 +29,11 @@
  * groups side by side on the pool; declined only when those have none
  * either. Empty problems are not offered.
  *
+ * 1x1 products with stride 1, no padding and one group on NCHW operands
+ * do not come here: they run as GEMMs on the operands where they lie
+ * (conv_mxu_1x1.c, no reorder), and fall back here only where that path
+ * does not take them.
+ *
  * Layouts: each primitive is asked for with its layouts left to oneDNN
  * (format "any"), which on AVX512-BF16 gives the blocked (nChw16c) JIT
  * kernels (jit_bf16, jit_bf16_1x1, jit_dw);
@@ -87,7 +92,7 @@
 
 void omp_set_num_threads(int threads); /* libgomp's (see mxu.c) */
 
-enum { DIR_Y, DIR_X, DIR_W };
+enum { DIR_Y = CONV_DIR_Y, DIR_X = CONV_DIR_X, DIR_W = CONV_DIR_W };
 enum { OP_X, OP_W, OP_Y, OP_B, OP_COUNT }; /* operands of a plan */
 
 #define PLAN_CACHE 128
@@ -635,6 +640,14 @@ static tpu_status_t run_dir(const conv_args_t* a, int dir, const tpu_view_t* x,
   if (overlap || out->dtype != a->dtype) {
     tpu_mxu_count_conv(false);
     return TPU_OK;
+  }
+  /* a 1x1 product as GEMMs on the operands' layout (conv_mxu_1x1.c) */
+  if (tpu_conv_mxu_1x1_fits(a)) {
+    TPU_RETURN_IF_ERROR(tpu_conv_mxu_1x1(dir, x, w, y, b, out_done));
+    if (*out_done) {
+      tpu_mxu_count_conv(true);
+      return TPU_OK;
+    }
   }
   conv_exec_t e;
   memset(&e, 0, sizeof e);

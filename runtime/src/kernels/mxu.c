@@ -44,7 +44,7 @@ static struct {
   bool int8;     /* int8 GEMMs do (AVX512-VNNI or AMX-INT8) */
   char isa[64];  /* the instruction set, or why the unit is off */
   char library[32];
-  atomic_ullong gemms, declined, convs, conv_declined, conv_split;
+  atomic_ullong gemms, declined, convs, conv_declined, conv_split, conv_gemm;
 } g_mxu;
 
 static void mxu_init(void) {
@@ -97,6 +97,7 @@ void tpu_mxu_get_info(tpu_mxu_info_t* out_info) {
   out_info->convs = atomic_load(&g_mxu.convs);
   out_info->conv_declined = atomic_load(&g_mxu.conv_declined);
   out_info->conv_split = atomic_load(&g_mxu.conv_split);
+  out_info->conv_gemm = atomic_load(&g_mxu.conv_gemm);
 }
 
 dnnl_engine_t tpu_mxu_engine(void) {
@@ -107,6 +108,8 @@ dnnl_engine_t tpu_mxu_engine(void) {
 void tpu_mxu_count_conv(bool ran) { atomic_fetch_add(ran ? &g_mxu.convs : &g_mxu.conv_declined, 1); }
 
 void tpu_mxu_count_conv_split(void) { atomic_fetch_add(&g_mxu.conv_split, 1); }
+
+void tpu_mxu_count_conv_gemm(void) { atomic_fetch_add(&g_mxu.conv_gemm, 1); }
 
 bool tpu_mxu_supports(tpu_dtype_t dtype) {
   mxu_once();
@@ -343,7 +346,10 @@ static tpu_status_t run_gemm(const mxu_gemm_t* g, bool b_own, bool* out_done) {
     return st;
   }
   mxu_run_t run = {prim, g, blocked ? &bmd : NULL, blocked && cacheable, dnnl_success, TPU_OK};
-  tpu_parallel_exclusive(run_on, &run);
+  if (g->serial)
+    run_on(&run, 1);
+  else
+    tpu_parallel_exclusive(run_on, &run);
   dnnl_primitive_destroy(prim);
   if (run.pack_status != TPU_OK) return run.pack_status;
   if (run.status != dnnl_success)

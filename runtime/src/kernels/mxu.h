@@ -47,6 +47,10 @@ typedef struct mxu_gemm {
    * row-major and alpha 1. */
   bool has_bias;
   tpu_view_t bias;
+  /* Run on the calling thread alone (one part of a product the caller has
+   * split over the compute pool itself: conv_mxu_1x1.c), not on an OpenMP
+   * team with the pool claimed. */
+  bool serial;
 } mxu_gemm_t;
 
 /* True when the unit computes GEMMs of `dtype` operands on this CPU
@@ -71,5 +75,8 @@ tpu_status_t tpu_mxu_gemm(const mxu_gemm_t* g, bool* out_done);
 dnnl_engine_t tpu_mxu_engine(void);
 void tpu_mxu_count_conv(bool ran);
 void tpu_mxu_count_conv_split(void);
+/* A 1x1 product run as GEMMs on the caller's layout (conv_mxu_1x1.c),
+ * counted in convs too (tpu_mxu_info_t's conv_gemm). */
+void tpu_mxu_count_conv_gemm(void);
 
 #endif /* TPU_KERNELS_MXU_H_ */
