@@ -340,32 +340,24 @@ CONV_BATCH = 4
 CONV_PASSES = {"fwd": None, "dgrad": [True, False, False], "wgrad": [False, True, False]}
 
 
+def with_setting(fn, name, value):
+    """fn with the runtime setting `name` (tpu/config.h) at `value` while it
+    runs (the matrix unit reads its switches when a product runs:
+    synchronised inside)."""
+    def call():
+        torch_tpu._C.set_runtime_config(name, value)
+        try:
+            fn()
+            torch.tpu.synchronize()
+        finally:
+            torch_tpu._C.set_runtime_config(name, None)
+    return call
+
+
 def unsplit(fn):
     """fn with the matrix unit's convolutions on one OpenMP team each
-    (TORCH_TPU_CONV_SPLIT=0 through the runtime's settings, read when the
-    product runs: synchronised inside)."""
-    def call():
-        torch_tpu._C.set_runtime_config("TORCH_TPU_CONV_SPLIT", "0")
-        try:
-            fn()
-            torch.tpu.synchronize()
-        finally:
-            torch_tpu._C.set_runtime_config("TORCH_TPU_CONV_SPLIT", None)
-    return call
-
-
-def with_env(fn, name, value):
-    """fn with environment variable `name` set to `value` while it runs
-    (the matrix unit reads its switches when a product runs: synchronised
-    inside)."""
-    def call():
-        os.environ[name] = value
-        try:
-            fn()
-            torch.tpu.synchronize()
-        finally:
-            del os.environ[name]
-    return call
+    (TORCH_TPU_CONV_SPLIT=0)."""
+    return with_setting(fn, "TORCH_TPU_CONV_SPLIT", "0")
 
 
 def run_convs(rounds, split_ab=False, gemm_ab=False):
@@ -394,7 +386,7 @@ def run_convs(rounds, split_ab=False, gemm_ab=False):
                 if split_ab and dt_name == "bfloat16":
                     calls["tpu_team"] = unsplit(calls["tpu"])
                 if gemm_ab and dt_name == "bfloat16" and k == 1:
-                    calls["tpu_prims"] = with_env(calls["tpu"], "TORCH_TPU_CONV_GEMM", "0")
+                    calls["tpu_prims"] = with_setting(calls["tpu"], "TORCH_TPU_CONV_GEMM", "0")
                 times = compare_spread(calls, rounds)
                 r = row_from(f"conv {pass_name} {ci}->{co} {k}x{k} {hw}x{hw} N{CONV_BATCH}",
                              dt_name, times, 2 * CONV_BATCH * co * ci * k * k * hw * hw)

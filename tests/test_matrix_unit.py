@@ -366,7 +366,7 @@ def test_bfloat16_conv1x1_runs_as_gemm_and_matches_cpu(case, path):
     results = {}
     before = torch_tpu.matrix_unit()
     if env:
-        os.environ[env[0]] = env[1]
+        torch_tpu._C.set_runtime_config(env[0], env[1])
     try:
         for dev in ("tpu", "cpu"):
             xd = x.to(dev).requires_grad_()
@@ -378,7 +378,7 @@ def test_bfloat16_conv1x1_runs_as_gemm_and_matches_cpu(case, path):
         torch.tpu.synchronize()
     finally:
         if env:
-            os.environ.pop(env[0])
+            torch_tpu._C.set_runtime_config(env[0], None)
     after = torch_tpu.matrix_unit()
     for got, want in zip(results["tpu"], results["cpu"]):
         assert got.dtype == torch.bfloat16

@@ -131,9 +131,8 @@ static void run_compare(size_t i, const char* what, const tpu_op_def_t* def, tpu
 static bool images_split(const mxu_case_t* c, bool fwd) {
   if (!split_on()) return false;
   if (c->n >= 2) return true;
-  const char* env = getenv("TORCH_TPU_CONV_GEMM");
   bool pw = c->groups == 1 && c->stride == 1 && c->pad == 0 && c->layout == TT_CONTIG &&
-            !(env && strcmp(env, "0") == 0);
+            tpu_config_bool(TPU_CONFIG_CONV_GEMM);
   int64_t positions = 1;
   for (int d = 0; d < c->nsp; ++d) pw = pw && c->k[d] == 1, positions *= c->size[d];
   return c->n == 1 && pw && positions >= TPU_CONV_GEMM_MIN_POSITIONS &&
@@ -317,15 +316,15 @@ TEST(conv_mxu_pointwise_gemm_matches_reference) {
 
 TEST(conv_mxu_pointwise_gemm_unsplit_matches_reference) {
   if (!tpu_mxu_supports(TPU_DTYPE_BF16)) return;
-  setenv("TORCH_TPU_CONV_SPLIT", "0", 1);
+  CHECK_OK(tpu_config_set(TPU_CONFIG_CONV_SPLIT, "0"));
   pointwise_cases(true);
-  unsetenv("TORCH_TPU_CONV_SPLIT");
+  CHECK_OK(tpu_config_set(TPU_CONFIG_CONV_SPLIT, NULL));
 }
 
 /* TORCH_TPU_CONV_GEMM=0: the same problems on the convolution primitives. */
 TEST(conv_mxu_pointwise_gemm_off_uses_the_primitives) {
   if (!tpu_mxu_supports(TPU_DTYPE_BF16)) return;
-  setenv("TORCH_TPU_CONV_GEMM", "0", 1);
+  CHECK_OK(tpu_config_set(TPU_CONFIG_CONV_GEMM, "0"));
   pointwise_cases(false);
-  unsetenv("TORCH_TPU_CONV_GEMM");
+  CHECK_OK(tpu_config_set(TPU_CONFIG_CONV_GEMM, NULL));
 }

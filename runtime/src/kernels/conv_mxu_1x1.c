@@ -51,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tpu/config.h"
 #include "kernels/conv.h"
 #include "kernels/kernel_util.h"
 #include "kernels/mxu.h"
@@ -217,14 +218,9 @@ static void parts_run(void* arg, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; ++i) run_part((pw_problem_t*)arg, i);
 }
 
-static bool enabled(const char* name) {
-  const char* env = getenv(name);
-  return !(env && strcmp(env, "0") == 0);
-}
-
 bool tpu_conv_mxu_1x1_fits(const conv_args_t* a) {
   const conv_geom_t* g = &a->g;
-  if (g->groups != 1 || a->dtype != TPU_DTYPE_BF16 || !enabled("TORCH_TPU_CONV_GEMM")) return false;
+  if (g->groups != 1 || a->dtype != TPU_DTYPE_BF16 || !tpu_config_bool(TPU_CONFIG_CONV_GEMM)) return false;
   for (int d = 0; d < 3; ++d)
     if (g->K[d] != 1 || g->stride[d] != 1 || g->pad[d] != 0) return false;
   return true;
@@ -243,7 +239,7 @@ tpu_status_t tpu_conv_mxu_1x1(int dir, const tpu_view_t* x, const tpu_view_t* w,
     free(pb);
     return TPU_OK; /* not this path's: the primitives' */
   }
-  int threads = enabled("TORCH_TPU_CONV_SPLIT") ? tpu_parallel_threads() : 1;
+  int threads = tpu_config_bool(TPU_CONFIG_CONV_SPLIT) ? tpu_parallel_threads() : 1;
   if (threads > MAX_PARTS) threads = MAX_PARTS;
   /* the rows each part computes a block of: the output's channels; the
    * weight gradient as dW = Σ Y Xᵀ or dWᵀ = Σ X Yᵀ, whichever has the
