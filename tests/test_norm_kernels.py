@@ -278,3 +278,23 @@ def test_batch_norm_export_overloads(training):
 def test_interpolate_antialias_grad(mode, size, align):
     _grad_check(lambda x: F.interpolate(x, size=size, mode=mode, align_corners=align,
                                         antialias=True), (2, 3, 7, 8))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_layer_norm_backward_half_nan_bits(dtype):
+    """A NaN with a payload in a half-type row: grad_input's NaNs are the
+    quiet NaNs tpu_convert makes (float16: sign | 0x7e00, payload dropped;
+    bfloat16: the float32 NaN's top bits), whichever conversion ran."""
+    x = torch.randn(64, 128).to(dtype)
+    bits = x.view(torch.int16)
+    bits[0, 5] = 0x7d01 if dtype == torch.float16 else 0x7f81  # signalling, payload 1
+    w, b, gy = torch.ones(128, dtype=dtype), torch.zeros(128, dtype=dtype), torch.ones_like(x)
+    xs = x.to("tpu").requires_grad_()
+    F.layer_norm(xs, (128,), w.to("tpu"), b.to("tpu")).backward(gy.to("tpu"))
+    gx = xs.grad.cpu()
+    assert gx[0].isnan().all() and not gx[1:].isnan().any()
+    got = gx[0].view(torch.int16).int() & 0x7fff
+    if dtype == torch.float16:
+        assert (got == 0x7e00).all(), got.unique()
+    else:  # bfloat16 keeps the top payload bits: quiet bit set, no rounding
+        assert ((got & 0x7fc0) == 0x7fc0).all(), got.unique()

@@ -548,6 +548,22 @@ def test_softmax_last_dim_rows(dtype, shape):
         check(lambda t, gy: fwd_bwd(t, gy, log), xs, g, atol=batol, rtol=rtol)
 
 
+@pytest.mark.parametrize("dtype", [bf16, f16], ids=dtype_id)
+def test_log_softmax_half_nan_bits(dtype):
+    """A NaN with a payload in a half-type row: the NaNs written are the
+    quiet NaNs tpu_convert makes (float16: sign | 0x7e00, payload dropped;
+    bfloat16: the float32 NaN's top bits, quiet), on every row path."""
+    x = make((4, 40), f32, seed=75).to(dtype)
+    x.view(torch.int16)[0, 5] = 0x7d01 if dtype == f16 else 0x7f81  # signalling, payload 1
+    y = torch.log_softmax(x.to("tpu"), -1).cpu()
+    assert y[0].isnan().all() and not y[1:].isnan().any()
+    got = y[0].view(torch.int16).int() & 0x7fff
+    if dtype == f16:
+        assert (got == 0x7e00).all(), got.unique()
+    else:
+        assert ((got & 0x7fc0) == 0x7fc0).all(), got.unique()
+
+
 @pytest.mark.parametrize("dtype", [f32, bf16, f16], ids=dtype_id)
 @pytest.mark.parametrize("shape", [(512, 256), (16, 50257), (7, 33)], ids=str)
 def test_cross_entropy_rows(dtype, shape):

@@ -26,13 +26,15 @@
  * normalisation in float, as PyTorch's CPU kernel computes it. float16 and
  * bfloat16 rows of up to HALF_ROW elements take the same path on a float32
  * copy of each row (widening is exact), rounded once into the output, as
- * PyTorch CPU computes half types in float32.
+ * PyTorch CPU computes half types in float32; so does the backward
+ * (backward_blocks_f32), never through double.
  * grad_weight/grad_bias are column sums: with enough rows, blocks of rows
  * compute grad_input and their own partial column sums in one pass (added up
  * afterwards); with few rows, columns are spread over blocks of COLS columns
  * (each block walks every row) after a row pass for grad_input.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -523,10 +525,57 @@ enum { BWD_LANES = 32 }; /* ns_lanes32 adds them */
 
 /* A half-type row widened into float32 (exact), and a float32 row rounded
  * once into a half-type one, bit for bit as tpu_convert: bfloat16 inline
- * (half_bits.h), so the loops vectorise in the clones; float16 by
- * tpu_convert, whose F16C loops beat the inline integer form. */
+ * (half_bits.h), so the loops vectorise in the clones; float16 with F16C
+ * instructions in AVX-512 registers when the CPU has them (a NaN fixed up
+ * to half_bits.h's quiet NaN, as convert.c does), else by tpu_convert. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define NORM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+NORM_AVX512 static void widen_f16_avx512(float* dst, const uint16_t* h, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+    /* vcvtph2ps keeps a NaN's payload and sets its quiet bit: h2f(h, true) */
+    _mm512_mask_storeu_ps(dst + i, k, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, h + i)));
+  }
+}
+NORM_AVX512 static void narrow_f16_avx512(uint16_t* h, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+    __m512 v = _mm512_maskz_loadu_ps(k, src + i);
+    __m256i r = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    if (nan) { /* f2h: sign | 0x7e00, no payload */
+      __m512i top = _mm512_srli_epi32(_mm512_castps_si512(v), 16);
+      __m512i q = _mm512_or_si512(_mm512_and_si512(top, _mm512_set1_epi32(0x8000)),
+                                  _mm512_set1_epi32(0x7e00));
+      r = _mm256_mask_mov_epi16(r, nan, _mm512_cvtepi32_epi16(q));
+    }
+    _mm256_mask_storeu_epi16(h + i, k, r);
+  }
+}
+static bool f16_avx512(void) {
+  static atomic_int have = -1;
+  int v = atomic_load(&have);
+  if (v < 0) {
+    __builtin_cpu_init();
+    v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl");
+    atomic_store(&have, v);
+  }
+  return v;
+}
+#else
+static bool f16_avx512(void) { return false; }
+#endif
+
 static inline void widen_row(float* restrict dst, const void* src, tpu_dtype_t d, int64_t n) {
   if (d != TPU_DTYPE_BF16) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (f16_avx512()) {
+      widen_f16_avx512(dst, (const uint16_t*)src, n);
+      return;
+    }
+#endif
     tpu_convert(dst, TPU_DTYPE_F32, 1, src, d, 1, n);
     return;
   }
@@ -536,6 +585,12 @@ static inline void widen_row(float* restrict dst, const void* src, tpu_dtype_t d
 
 static inline void narrow_row(void* dst, tpu_dtype_t d, const float* restrict src, int64_t n) {
   if (d != TPU_DTYPE_BF16) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (f16_avx512()) {
+      narrow_f16_avx512((uint16_t*)dst, src, n);
+      return;
+    }
+#endif
     tpu_convert(dst, d, 1, src, TPU_DTYPE_F32, 1, n);
     return;
   }
