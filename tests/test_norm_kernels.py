@@ -159,6 +159,42 @@ def test_layer_norm_half_matches_cpu(dtype):
     torch.testing.assert_close(got.cpu(), F.layer_norm(x, (64,), w, b))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape,affine", [
+    ((512, 128), True), ((200, 333), False), ((4, 50, 129), True), ((700, 1), True),
+    ((3, 40), True)], ids=str)
+def test_layer_norm_backward_half_matches_cpu(dtype, shape, affine):
+    """layer_norm's backward on half-type rows (float32 copies, no double):
+    grad_input against PyTorch CPU; grad_weight and grad_bias (column sums
+    over the rows) against the float64 computation rounded once, because
+    PyTorch CPU's own half-type column sums are ~10x further from it (at
+    512x128 bfloat16: max error 1.5 against tpu's 0.16, for sums up to 60)."""
+    n = shape[-1]
+    g = torch.Generator().manual_seed(sum(shape))
+    x = (torch.randn(*shape, generator=g) * 2 + 1).to(dtype)
+    gy = torch.randn(*shape, generator=g).to(dtype)
+    ps = [(torch.rand(n, generator=g) + 0.5).to(dtype), torch.randn(n, generator=g).to(dtype)]
+    ps = ps if affine else []
+
+    def run(dev, dt=None):
+        ts = [t.to(dev) for t in [x, gy] + ps]
+        ts = [t.to(dt) if dt else t for t in ts]
+        ts = [t.detach().requires_grad_() for t in ts]
+        y = F.layer_norm(ts[0], (n,), *ts[2:])
+        y.backward(ts[1])
+        return [t.grad.cpu() for t in ts[:1] + ts[2:]]
+    torch_tpu.reset_counts()
+    got = run("tpu")
+    assert torch_tpu.fallback_counts() == {}
+    tol = dict(atol=2e-2, rtol=1.6e-2) if dtype == torch.bfloat16 else dict(atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(got[0], run("cpu")[0], **tol)
+    exact = [t.to(dtype) for t in run("cpu", torch.float64)]
+    ulp = 2.0 ** -8 if dtype == torch.bfloat16 else 2.0 ** -11
+    for a, e in zip(got[1:], exact[1:]):  # mean and rstd come rounded to dtype
+        torch.testing.assert_close(a, e, atol=2 * ulp * e.abs().max().item() + 1e-6,
+                                   rtol=2 * ulp)
+
+
 @pytest.mark.parametrize("mode,shape,kw", [
     ("nearest", (2, 3, 5, 4), dict(scale_factor=2)),
     ("nearest", (2, 3, 5, 4), dict(size=(7, 3))),
@@ -242,3 +278,23 @@ def test_batch_norm_export_overloads(training):
 def test_interpolate_antialias_grad(mode, size, align):
     _grad_check(lambda x: F.interpolate(x, size=size, mode=mode, align_corners=align,
                                         antialias=True), (2, 3, 7, 8))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_layer_norm_backward_half_nan_bits(dtype):
+    """A NaN with a payload in a half-type row: grad_input's NaNs are the
+    quiet NaNs tpu_convert makes (float16: sign | 0x7e00, payload dropped;
+    bfloat16: the float32 NaN's top bits), whichever conversion ran."""
+    x = torch.randn(64, 128).to(dtype)
+    bits = x.view(torch.int16)
+    bits[0, 5] = 0x7d01 if dtype == torch.float16 else 0x7f81  # signalling, payload 1
+    w, b, gy = torch.ones(128, dtype=dtype), torch.zeros(128, dtype=dtype), torch.ones_like(x)
+    xs = x.to("tpu").requires_grad_()
+    F.layer_norm(xs, (128,), w.to("tpu"), b.to("tpu")).backward(gy.to("tpu"))
+    gx = xs.grad.cpu()
+    assert gx[0].isnan().all() and not gx[1:].isnan().any()
+    got = gx[0].view(torch.int16).int() & 0x7fff
+    if dtype == torch.float16:
+        assert (got == 0x7e00).all(), got.unique()
+    else:  # bfloat16 keeps the top payload bits: quiet bit set, no rounding
+        assert ((got & 0x7fc0) == 0x7fc0).all(), got.unique()

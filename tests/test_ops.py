@@ -506,6 +506,81 @@ def test_softmax_log_softmax(dtype, dim):
     check(lambda t: F.log_softmax(t.transpose(0, 2), dim), x, atol=atol * 2, rtol=rtol)
 
 
+@pytest.mark.parametrize("dtype", [f32, bf16, f16], ids=dtype_id)
+@pytest.mark.parametrize("shape", [(2, 4, 64, 64), (3, 17), (5, 1), (2, 4113), (3, 50257)],
+                         ids=str)
+def test_softmax_last_dim_rows(dtype, shape):
+    """The forward last-dim row kernels (AVX-512 on this CPU): whole vectors,
+    tails, 1-element rows, long rows; -inf, NaN, and scores far below the
+    maximum (exp in float32's subnormal range, which PyTorch CPU keeps);
+    forward and backward."""
+    atol, rtol = tol(dtype)
+    x = make(shape, f32, seed=70) * 4
+    x.view(-1, shape[-1])[0, ::3] = float("-inf")
+    if shape[-1] > 3:  # the last row: max 0, half of it in [-95, -85)
+        last = x.view(-1, shape[-1])[-1]
+        last[:] = -20.0
+        last[1::2] = -95.0 + torch.arange(shape[-1] // 2) % 1000 * 0.01
+        last[0] = 0.0
+    x.view(-1, shape[-1])[0, min(1, shape[-1] - 1)] = float("nan")
+    x = x.to(dtype)
+    check(lambda t: torch.softmax(t, -1), x, atol=atol, rtol=rtol)
+    check(lambda t: torch.log_softmax(t, -1), x, atol=atol * 2, rtol=rtol)
+    # subnormal results compared exactly-ish: float32 keeps them to one step
+    if dtype == f32 and shape[-1] > 3:
+        row = x.view(-1, shape[-1])[-1:]
+        got = torch.softmax(row.to("tpu"), -1).cpu()
+        want = torch.softmax(row, -1)
+        assert (got[0, 1::2] > 0).all()
+        torch.testing.assert_close(got, want, atol=2e-45, rtol=1e-5)
+    xs = make(shape, f32, seed=71).to(dtype)
+    g = make(shape, f32, seed=72).to(dtype)
+
+    def fwd_bwd(t, gy, log):
+        t = t.detach().requires_grad_()
+        y = (torch.log_softmax if log else torch.softmax)(t, -1)
+        y.backward(gy)
+        return y, t.grad
+    # bfloat16: y may round the other way of a tie (one step, 2^-8 relative),
+    # which the backward's sum(g * y) carries into every element of a row
+    batol = 4e-2 if dtype == bf16 else atol * 2
+    for log in (False, True):
+        check(lambda t, gy: fwd_bwd(t, gy, log), xs, g, atol=batol, rtol=rtol)
+
+
+@pytest.mark.parametrize("dtype", [bf16, f16], ids=dtype_id)
+def test_log_softmax_half_nan_bits(dtype):
+    """A NaN with a payload in a half-type row: the NaNs written are the
+    quiet NaNs tpu_convert makes (float16: sign | 0x7e00, payload dropped;
+    bfloat16: the float32 NaN's top bits, quiet), on every row path."""
+    x = make((4, 40), f32, seed=75).to(dtype)
+    x.view(torch.int16)[0, 5] = 0x7d01 if dtype == f16 else 0x7f81  # signalling, payload 1
+    y = torch.log_softmax(x.to("tpu"), -1).cpu()
+    assert y[0].isnan().all() and not y[1:].isnan().any()
+    got = y[0].view(torch.int16).int() & 0x7fff
+    if dtype == f16:
+        assert (got == 0x7e00).all(), got.unique()
+    else:
+        assert ((got & 0x7fc0) == 0x7fc0).all(), got.unique()
+
+
+@pytest.mark.parametrize("dtype", [f32, bf16, f16], ids=dtype_id)
+@pytest.mark.parametrize("shape", [(512, 256), (16, 50257), (7, 33)], ids=str)
+def test_cross_entropy_rows(dtype, shape):
+    """cross_entropy at the train_gpt / GPT-2 shapes (log_softmax rows in
+    their own dtype), forward and backward."""
+    atol, rtol = tol(dtype)
+    logits = (make(shape, f32, seed=73) * 3).to(dtype)
+    target = torch.randint(0, shape[1], (shape[0],), generator=torch.Generator().manual_seed(74))
+
+    def fwd_bwd(x, y):
+        x = x.detach().requires_grad_()
+        loss = F.cross_entropy(x, y)
+        loss.backward()
+        return loss, x.grad
+    check(fwd_bwd, logits, target, atol=atol, rtol=rtol)
+
+
 def test_softmax_masked_and_extreme():
     x = make((5, 5), f32, seed=46) * 100
     mask = torch.ones(5, 5, dtype=torch.bool).triu(1)

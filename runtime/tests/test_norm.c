@@ -56,6 +56,16 @@ static const norm_case_t k_cases[] = {
     {BF16, 2, {64, 300}, 1, TT_CONTIG, true, false, ALL3, false, 1e-5},
     {F16, 3, {5, 6, 129}, 2, TT_CONTIG, false, true, ALL3, false, 1e-5},
     {BF16, 2, {2, 5000}, 1, TT_CONTIG, true, true, ALL3, false, 1e-5},
+    /* half-type contiguous rows backward: float32 copies on the float
+     * backward path (blocks with column sums, grad_input alone, column sums
+     * alone, no weight, 1-element rows, row tails past the lanes), and
+     * strided grad_input on the general path */
+    {BF16, 2, {512, 128}, 1, TT_CONTIG, true, true, ALL3, false, 1e-5},
+    {F16, 2, {200, 333}, 1, TT_CONTIG, false, false, ALL3, false, 1e-5},
+    {BF16, 3, {20, 10, 301}, 1, TT_CONTIG, true, false, {true, false, false}, false, 1e-5},
+    {F16, 2, {256, 300}, 1, TT_CONTIG, true, true, {false, true, true}, false, 1e-5},
+    {BF16, 2, {700, 1}, 1, TT_CONTIG, true, true, {true, false, false}, false, 1e-5},
+    {F16, 2, {300, 257}, 1, TT_CONTIG, true, true, ALL3, true, 1e-5},
 };
 
 /* Allocates outputs for `shapes` (contiguous or with gaps) into t/v. */

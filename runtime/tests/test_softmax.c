@@ -74,6 +74,26 @@ static const softmax_case_t k_cases[] = {
     {"log_softmax_backward", F16, 2, {5, 1001}, TT_CONTIG, -1, false, SAME, false, 0},
     {"softmax", BF16, 2, {2, 5000}, TT_CONTIG, 1, false, SAME, false, 0},
     {"log_softmax_backward", BF16, 2, {3, 9000}, TT_CONTIG, 1, false, SAME, false, 0},
+    /* forward rows in AVX-512 (softmax_rows512.c) and the portable loops:
+     * whole vectors, tails, 1-element rows, NaNs, each dtype pair, half
+     * rows past BUF (exp computed again) */
+    {"softmax", F32, 4, {2, 4, 8, 64}, TT_CONTIG, -1, false, SAME, false, 0},
+    {"softmax", F32, 2, {6, 1}, TT_CONTIG, 1, false, SAME, false, 0},
+    {"log_softmax", F32, 2, {5, 1}, TT_CONTIG, 1, false, SAME, false, 0},
+    {"softmax", F32, 2, {7, 17}, TT_CONTIG, 1, false, SAME, false, 0.02},
+    {"softmax", F32, 2, {3, 33}, TT_CONTIG, 1, false, SAME, false, 0},
+    {"log_softmax", F32, 2, {9, 256}, TT_CONTIG, 1, false, SAME, false, 0},
+    {"log_softmax", F32, 2, {2, 4111}, TT_CONTIG, 1, false, SAME, false, 0},
+    {"softmax", BF16, 4, {1, 4, 16, 64}, TT_CONTIG, -1, false, SAME, false, 0},
+    {"softmax", BF16, 2, {5, 15}, TT_CONTIG, 1, false, SAME, false, 0.02},
+    {"log_softmax", BF16, 2, {4, 1}, TT_CONTIG, 1, false, SAME, false, 0},
+    {"log_softmax", BF16, 2, {3, 50257}, TT_CONTIG, 1, false, SAME, false, 0},
+    {"softmax", BF16, 2, {2, 4113}, TT_CONTIG, 1, false, SAME, false, 0},
+    {"softmax", F16, 3, {2, 3, 128}, TT_CONTIG, 2, false, SAME, false, 0},
+    {"softmax", F16, 2, {3, 4099}, TT_CONTIG, 1, false, SAME, false, 0},
+    {"log_softmax", F16, 2, {6, 31}, TT_CONTIG, 1, false, SAME, false, 0.02},
+    {"softmax", F16, 2, {5, 70}, TT_CONTIG, 1, true, SAME, false, 0},
+    {"log_softmax", F16, 2, {5, 19}, TT_CONTIG, 1, true, SAME, false, 0.02},
 };
 
 static void run_case(int index, const softmax_case_t* c) {
@@ -121,6 +141,13 @@ static void run_case(int index, const softmax_case_t* c) {
 
 TEST(softmax_cases) {
   for (size_t i = 0; i < sizeof(k_cases) / sizeof(k_cases[0]); ++i) run_case((int)i, &k_cases[i]);
+}
+
+/* The same cases with the AVX-512 forward rows off: the portable loops. */
+TEST(softmax_cases_portable) {
+  tpu_softmax_rows512_set_enabled(false);
+  for (size_t i = 0; i < sizeof(k_cases) / sizeof(k_cases[0]); ++i) run_case((int)i, &k_cases[i]);
+  tpu_softmax_rows512_set_enabled(true);
 }
 
 /* Runs a forward op over a 1-D F32 row, returning up to 4 outputs. */
@@ -176,6 +203,35 @@ TEST(softmax_backward_rows) {
   g[4] = NAN;
   run_row_backward("softmax_backward", 20, g, y, gx);
   CHECK(isnan(gx[1]) && isnan(gx[19]));
+}
+
+/* exp in the subnormal range: softmax of a row with a 0 (the maximum) keeps
+ * exp(x) for x down to ~-103.9 as a subnormal float (PyTorch CPU does not
+ * flush them), 0 below; log_softmax keeps x - log(sum). 21 elements: one
+ * vector and a tail. Both the AVX-512 rows and the portable loops. */
+TEST(softmax_subnormal_rows) {
+  const double xs[21] = {0,   -1,  -20, -80, -86.5, -87.5, -88,       -90,  -95, -100, -102,
+                         -103, -103.5, -103.9, -104.5, -110, -150, -1e30, -INFINITY, -60, -5};
+  double want[21], s = 0, y[21];
+  for (int i = 0; i < 21; ++i) s += exp(xs[i]);
+  for (int i = 0; i < 21; ++i) want[i] = exp(xs[i]) / s;
+  for (int pass = 0; pass < 2; ++pass) {
+    tpu_softmax_rows512_set_enabled(pass == 0);
+    run_row("softmax", 21, xs, y);
+    for (int i = 0; i < 21; ++i) {
+      /* normal results to ~2 ulp, subnormal ones to one subnormal step */
+      double tol = want[i] >= 1.17549435e-38 ? 3e-7 * want[i] : 1.5 * 1.40129846e-45;
+      if (!(fabs(y[i] - want[i]) <= tol))
+        tpu_test_fail(__FILE__, __LINE__, "pass %d element %d (x %g): got %.9g, want %.9g", pass,
+                      i, xs[i], y[i], want[i]);
+    }
+    CHECK(y[13] > 0 && y[14] == 0 && y[15] == 0 && y[17] == 0 && y[18] == 0);
+    run_row("log_softmax", 21, xs, y);
+    for (int i = 0; i < 21; ++i)
+      if (i != 18) CHECK_NEAR(y[i], xs[i] - log(s), 1e-5 * (1 + fabs(xs[i])));
+    CHECK(isinf(y[18]) && y[18] < 0);
+  }
+  tpu_softmax_rows512_set_enabled(true);
 }
 
 TEST(softmax_semantics) {

@@ -26,16 +26,19 @@
  * normalisation in float, as PyTorch's CPU kernel computes it. float16 and
  * bfloat16 rows of up to HALF_ROW elements take the same path on a float32
  * copy of each row (widening is exact), rounded once into the output, as
- * PyTorch CPU computes half types in float32.
+ * PyTorch CPU computes half types in float32; so does the backward
+ * (backward_blocks_f32), never through double.
  * grad_weight/grad_bias are column sums: with enough rows, blocks of rows
  * compute grad_input and their own partial column sums in one pass (added up
  * afterwards); with few rows, columns are spread over blocks of COLS columns
  * (each block walks every row) after a row pass for grad_input.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "half_bits.h"
 #include "kernels/norm.h"
 #include "kernels/vmath.h"
 #include "kernels/norm_sums.h"
@@ -197,7 +200,10 @@ static inline void set_stat(const tpu_view_t* v, int64_t off, double value) {
 }
 
 static inline double get_stat(const tpu_view_t* v, int64_t off) {
-  return v->dtype == TPU_DTYPE_F32 ? (double)*(const float*)view_at(v, off) : view_get_f64(v, off);
+  if (v->dtype == TPU_DTYPE_F32) return (double)*(const float*)view_at(v, off);
+  if (v->dtype == TPU_DTYPE_BF16) return (double)bf2f(*(const uint16_t*)view_at(v, off), false);
+  if (v->dtype == TPU_DTYPE_F16) return (double)h2f(*(const uint16_t*)view_at(v, off), false);
+  return view_get_f64(v, off);
 }
 
 /* Gathers n elements of row r's block `d` of view v, starting at k. */
@@ -510,13 +516,94 @@ static inline void bwd_row_f32(const float* restrict x, const float* restrict g,
  * absent. Per row, sum(gw) and sum(gw * (x - mean)) in BWD_LANES float
  * lanes added in double; grad_input and the column sums in float (PyTorch
  * CPU's float32 backward also sums in float). Built for AVX-512 and AVX2 as
- * well (VM_SIMD_CLONES). */
+ * well (VM_SIMD_CLONES). With p->half, x, grad_out and grad_input are rows
+ * of one half type of up to HALF_ROW elements (weight float32 or a float32
+ * copy in p->wf): each row is widened into a float32 buffer and grad_input
+ * rounded once into the output, as PyTorch CPU computes half types in
+ * float32 (no double buffers). */
 enum { BWD_LANES = 32 }; /* ns_lanes32 adds them */
+
+/* A half-type row widened into float32 (exact), and a float32 row rounded
+ * once into a half-type one, bit for bit as tpu_convert: bfloat16 inline
+ * (half_bits.h), so the loops vectorise in the clones; float16 with F16C
+ * instructions in AVX-512 registers when the CPU has them (a NaN fixed up
+ * to half_bits.h's quiet NaN, as convert.c does), else by tpu_convert. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define NORM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+NORM_AVX512 static void widen_f16_avx512(float* dst, const uint16_t* h, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+    /* vcvtph2ps keeps a NaN's payload and sets its quiet bit: h2f(h, true) */
+    _mm512_mask_storeu_ps(dst + i, k, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, h + i)));
+  }
+}
+NORM_AVX512 static void narrow_f16_avx512(uint16_t* h, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+    __m512 v = _mm512_maskz_loadu_ps(k, src + i);
+    __m256i r = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    if (nan) { /* f2h: sign | 0x7e00, no payload */
+      __m512i top = _mm512_srli_epi32(_mm512_castps_si512(v), 16);
+      __m512i q = _mm512_or_si512(_mm512_and_si512(top, _mm512_set1_epi32(0x8000)),
+                                  _mm512_set1_epi32(0x7e00));
+      r = _mm256_mask_mov_epi16(r, nan, _mm512_cvtepi32_epi16(q));
+    }
+    _mm256_mask_storeu_epi16(h + i, k, r);
+  }
+}
+static bool f16_avx512(void) {
+  static atomic_int have = -1;
+  int v = atomic_load(&have);
+  if (v < 0) {
+    __builtin_cpu_init();
+    v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl");
+    atomic_store(&have, v);
+  }
+  return v;
+}
+#else
+static bool f16_avx512(void) { return false; }
+#endif
+
+static inline void widen_row(float* restrict dst, const void* src, tpu_dtype_t d, int64_t n) {
+  if (d != TPU_DTYPE_BF16) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (f16_avx512()) {
+      widen_f16_avx512(dst, (const uint16_t*)src, n);
+      return;
+    }
+#endif
+    tpu_convert(dst, TPU_DTYPE_F32, 1, src, d, 1, n);
+    return;
+  }
+  const uint16_t* restrict h = (const uint16_t*)src;
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf2f(h[i], true);
+}
+
+static inline void narrow_row(void* dst, tpu_dtype_t d, const float* restrict src, int64_t n) {
+  if (d != TPU_DTYPE_BF16) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (f16_avx512()) {
+      narrow_f16_avx512((uint16_t*)dst, src, n);
+      return;
+    }
+#endif
+    tpu_convert(dst, d, 1, src, TPU_DTYPE_F32, 1, n);
+    return;
+  }
+  uint16_t* restrict h = (uint16_t*)dst;
+  for (int64_t i = 0; i < n; ++i) h[i] = f2bf(src[i]);
+}
+
 VM_SIMD_CLONES static void backward_blocks_f32(void* arg, int64_t begin, int64_t end) {
   const plan_t* p = (const plan_t*)arg;
   const norm_args_t* a = p->a;
   const float* w = p->wf;
   int64_t offs[NUM_V], n = a->n;
+  float xh[HALF_ROW], gh[HALF_ROW], ih[HALF_ROW]; /* p->half: row copies */
   for (int64_t blk = begin; blk < end; ++blk) {
     float* dw = p->partf ? p->partf + blk * 2 * n : NULL;
     float* db = dw ? dw + n : NULL;
@@ -525,9 +612,15 @@ VM_SIMD_CLONES static void backward_blocks_f32(void* arg, int64_t begin, int64_t
       row_offsets(p, r, offs);
       const float* x = (const float*)view_at(a->x, offs[V_X]);
       const float* g = (const float*)view_at(a->g, offs[V_G]);
+      if (p->half) { /* half-type rows: work on float32 copies */
+        widen_row(xh, x, a->x->dtype, n);
+        widen_row(gh, g, a->g->dtype, n);
+        x = xh;
+        g = gh;
+      }
       const float fm = (float)p->mean[r], fr = (float)p->rstd[r];
       if (a->mask[0]) {
-        float* gi = (float*)view_at(p->out[0], offs[V_OUT]);
+        float* gi = p->half ? ih : (float*)view_at(p->out[0], offs[V_OUT]);
         /* lanes [0, 16) in the *a vectors, [16, 32) in the *b ones */
         norm_f32x16 s1a = {0}, s1b = {0}, s2a = {0}, s2b = {0}, ga, gb, xa, xb, wa, wb;
         double sg = 0.0, sgx = 0.0;
@@ -563,6 +656,8 @@ VM_SIMD_CLONES static void backward_blocks_f32(void* arg, int64_t begin, int64_t
         const float fsg = a->impl->rms ? 0.0f : (float)(sg / (double)n);
         const float fsgx = (float)(sgx * p->rstd[r] / (double)n);
         bwd_row_f32(x, g, w, gi, dw, db, n, fm, fr, fsg, fsgx);
+        if (p->half)
+          narrow_row(view_at(p->out[0], offs[V_OUT]), p->out[0]->dtype, gi, n);
       } else if (dw) {
         bwd_row_f32(x, g, NULL, NULL, dw, db, n, fm, fr, 0.0f, 0.0f);
       }
@@ -575,6 +670,17 @@ static bool f32_backward(const plan_t* p) {
   const norm_args_t* a = p->a;
   return f32_rows(a->x, a->axis) && f32_rows(a->g, a->axis) &&
          (!a->mask[0] || f32_rows(p->out[0], a->axis)) && (!a->w || f32_rows(a->w, 0));
+}
+
+/* Whether backward can take backward_blocks_f32 on float32 copies of
+ * half-type rows (p->half). */
+static bool half_backward(const plan_t* p) {
+  const norm_args_t* a = p->a;
+  tpu_dtype_t t = a->x->dtype;
+  return (t == TPU_DTYPE_F16 || t == TPU_DTYPE_BF16) && a->n <= HALF_ROW &&
+         rows_of(a->x, a->axis, t) && rows_of(a->g, a->axis, t) &&
+         (!a->mask[0] || rows_of(p->out[0], a->axis, t)) &&
+         (!a->w || f32_rows(a->w, 0) || rows_of(a->w, 0, t));
 }
 
 /* grad_weight / grad_bias for column blocks [begin, end) (of COLS columns). */
@@ -640,6 +746,7 @@ static tpu_status_t gather_stats(plan_t* p) {
 static tpu_status_t backward_f32(plan_t* p, bool params, int threads, int64_t grain) {
   const norm_args_t* a = p->a;
   p->wf = a->w ? (const float*)tpu_view_ptr(a->w) : NULL;
+  if (p->wtmp) p->wf = p->wtmp; /* a half-type weight's float32 copy */
   if (!params) {
     p->block = grain;
     p->nblocks = (a->m + grain - 1) / grain;
@@ -726,12 +833,13 @@ static tpu_status_t norm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
    * else grad_input by rows and the column sums by column blocks. */
   int threads = tpu_parallel_threads();
   bool by_blocks = params && a.m >= 2 * threads && a.m * a.n >= 65536;
-  bool bwd_f32 = backward && (by_blocks || (!params && a.mask[0])) && f32_backward(&p);
+  bool bwd_f32 = backward && (by_blocks || (!params && a.mask[0])) &&
+                 (f32_backward(&p) || (p.half = half_backward(&p)));
   /* double copies of weight and bias: for the general (double) rows only */
   tpu_status_t s = p.f32 || p.half || bwd_f32 ? TPU_OK : gather_param(a.w, a.n, &p.w);
   if (s == TPU_OK && !backward && !p.f32 && !p.half) s = gather_param(a.b, a.n, &p.b);
   if (s == TPU_OK && p.half) s = param_f32(a.w, a.n, &p.wtmp);
-  if (s == TPU_OK && p.half) s = param_f32(a.b, a.n, &p.btmp);
+  if (s == TPU_OK && p.half && !backward) s = param_f32(a.b, a.n, &p.btmp);
   if (p.wtmp) p.wf = p.wtmp;
   if (p.btmp) p.bf = p.btmp;
   if (s == TPU_OK && backward) s = gather_stats(&p);

@@ -25,7 +25,9 @@
  * in double), built for AVX-512 / AVX2 too. float16/bfloat16 rows take it on
  * float32 copies (widening is exact; on the stack up to HALF_ROW elements,
  * else in a buffer per task), rounded once into the output, as PyTorch CPU
- * computes half types in float32.
+ * computes half types in float32. On CPUs with AVX-512 the forward rows
+ * of all three dtypes run softmax_rows512.c instead (half types widened in
+ * registers, exp correct into the subnormal range).
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -366,6 +368,13 @@ VM_SIMD_CLONES static void half_rows(void* arg, int64_t begin, int64_t end) {
   free(heap);
 }
 
+/* The forward rows in AVX-512, any of the dtypes (softmax_rows512.c). */
+static void rows512(void* arg, int64_t begin, int64_t end) {
+  const fast_plan_t* p = (const fast_plan_t*)arg;
+  tpu_softmax_rows512(tpu_view_ptr(p->hx), p->hx->dtype, tpu_view_ptr(p->hy), p->hy->dtype,
+                      p->len, p->log_, begin, end);
+}
+
 static bool fast_view(const tpu_view_t* v) {
   return v->dtype == TPU_DTYPE_F32 && tpu_view_is_contiguous(v);
 }
@@ -395,6 +404,11 @@ static tpu_status_t try_fast_rows(const softmax_args_t* a, const tpu_view_t* out
                    (float*)tpu_view_ptr(out), x->sizes[a->dim], a->impl->log, x, g, out};
   atomic_init(&p.no_memory, 0);
   int64_t rows = tpu_view_numel(x) / p.len;
+  if (!g && tpu_softmax_rows512_ok()) {
+    tpu_parallel_for(rows, p.len >= 16384 ? 1 : 16384 / p.len, rows512, &p);
+    *out_done = true;
+    return TPU_OK;
+  }
   tpu_parallel_for(rows, p.len >= 16384 ? 1 : 16384 / p.len,
                    halves ? half_rows : a->impl->backward ? fast_rows_backward : fast_rows, &p);
   if (atomic_load(&p.no_memory))

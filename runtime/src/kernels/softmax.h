@@ -35,6 +35,18 @@ tpu_status_t tpu_softmax_parse(const tpu_op_def_t* def, const tpu_node_t* node,
 tpu_status_t tpu_softmax_reference(const tpu_op_def_t* def, const tpu_node_t* node,
                                    tpu_exec_ctx_t* ctx);
 
+/* softmax_rows512.c: forward (log_)softmax of rows [begin, end) of `len`
+ * contiguous elements, x (dtype xd) into y (dtype yd), each of float32,
+ * float16 or bfloat16, not overlapping; AVX-512 code, to be called only
+ * when tpu_softmax_rows512_ok() (the CPU has AVX-512 F/BW/VL and FMA, and
+ * the path is enabled). Borrows x and y. */
+bool tpu_softmax_rows512_ok(void);
+void tpu_softmax_rows512(const void* x, tpu_dtype_t xd, void* y, tpu_dtype_t yd, int64_t len,
+                         bool log_, int64_t begin, int64_t end);
+/* Tests: off makes tpu_softmax_rows512_ok() false, so the portable float32
+ * loops run (on by default). */
+void tpu_softmax_rows512_set_enabled(bool on);
+
 extern const tpu_op_family_t tpu_family_softmax;
 
 #endif /* TPU_KERNELS_SOFTMAX_H_ */
