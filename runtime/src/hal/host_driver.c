@@ -444,7 +444,8 @@ static tpu_status_t run_command(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
       tpu_exec_ctx_t ctx = {.chip_index = q->chip->index, .graph = cmd->u.exec.graph,
                             .profile = profile, .stream_index = cmd->stream,
                             .correlation = cmd->correlation};
-      tpu_status_t s = tpu_program_run(program_of(cmd->u.exec.executable), cmd->u.exec.graph, &ctx);
+      tpu_status_t s =
+          tpu_program_run(program_of(cmd->u.exec.executable), cmd->u.exec.graph, &ctx);
       tpu_weight_cache_note_graph(cmd->u.exec.graph);
       return s;
     }

@@ -54,8 +54,8 @@ static tpu_status_t null_chip_open(int index, uint64_t capacity, tpu_hal_chip_t*
                            index, (unsigned long long)capacity);
   tpu_hal_chip_t* c = calloc(1, sizeof(*c));
   if (!c) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "chip allocation failed");
-  void* p = mmap(NULL, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                 -1, 0);
+  void* p = mmap(NULL, capacity, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
     free(c);
     return tpu_status_make(TPU_CODE_UNAVAILABLE, "cannot reserve %llu bytes for chip %d",
