@@ -10,6 +10,7 @@
 #include "tpu/config.h"
 #include "fusion/extent.h"
 #include "fusion/fusion.h"
+#include "hal/host_driver.h"
 #include "internal.h"
 #include "tpu/defer.h"
 #include "tpu/profiler.h"
@@ -560,9 +561,15 @@ static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason
     tpu_profiler_record(&ev);
   }
 
+  /* The program is the host driver's executable; another driver runs the
+   * recording node by node (host_driver.h). */
   tpu_hal_command_t cmd = {.kind = TPU_HAL_CMD_EXEC, .host_waits = host_waits};
   cmd.u.exec.graph = graph;
-  cmd.u.exec.program = program;
+  if (tpu_hal() == &tpu_host_driver) {
+    cmd.u.exec.executable = tpu_host_executable(program);
+  } else {
+    tpu_program_release(program);
+  }
   t_in_flush = true;
   s = tpu_stream_enqueue(stream, &cmd);
   t_in_flush = false;

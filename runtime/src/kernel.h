@@ -1,5 +1,12 @@
 /* kernel.h — what a kernel on the host driver may use (internal header).
  *
+ * Kernels are the host driver's implementation (tpu/hal.h): only the host
+ * driver's queues run them, through its executor (fusion/exec.c). The op
+ * table's rows name them, so the table can be checked without a driver, but
+ * nothing above the HAL runs a kernel. Two host-driver services are still
+ * reached from above: the weight cache (allocator.c drops a freed block's
+ * cached copies) and the compute pool's size (runtime.c).
+ *
  * A kernel is a tpu_kernel_fn (tpu/ops.h): it reads its node's inputs and
  * attrs and writes its outputs through tpu_view_ptr(). It runs on a stream's
  * worker thread and may split work over the shared compute pool with

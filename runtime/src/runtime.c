@@ -7,7 +7,6 @@
 #include "tpu/config.h"
 #include "internal.h"
 #include "kernel.h"
-#include "fusion/fusion.h"
 #include "tpu/defer.h"
 #include "tpu/ops.h"
 #include "tpu/profiler.h"
@@ -19,11 +18,6 @@ static struct {
   tpu_status_t init_status;
   atomic_bool launch_blocking;
 } g_rt;
-
-const tpu_hal_driver_t* tpu_hal_driver(void) {
-  if (strcmp(tpu_config_string(TPU_CONFIG_DRIVER), "null") == 0) return &tpu_null_driver;
-  return &tpu_host_driver;
-}
 
 const tpu_hal_driver_t* tpu_hal(void) { return g_rt.driver; }
 
@@ -130,13 +124,18 @@ tpu_status_t tpu_chip_synchronize(tpu_chip_t* chip) {
 }
 
 void tpu_chip_queue_stats(tpu_chip_t* chip, tpu_queue_stats_t* out_stats) {
-  memset(out_stats, 0, sizeof(*out_stats));
+  tpu_hal_queue_stats_t sum = {0};
   for (int s = 0; s < TPU_STREAMS_PER_CHIP; ++s) {
     pthread_mutex_lock(&chip->mu);
     tpu_hal_queue_t* q = chip->streams[s].queue;
     pthread_mutex_unlock(&chip->mu);
-    if (q) g_rt.driver->queue_add_stats(q, out_stats);
+    if (q) g_rt.driver->queue_add_stats(q, &sum);
   }
+  *out_stats = (tpu_queue_stats_t){.inline_commands = sum.inline_commands,
+                                   .queued_commands = sum.queued_commands,
+                                   .worker_wakeups = sum.worker_wakeups,
+                                   .syncs = sum.syncs,
+                                   .sync_sleeps = sum.sync_sleeps};
 }
 
 /* ---- streams ------------------------------------------------------------------ */
@@ -171,7 +170,7 @@ tpu_status_t tpu_stream_enqueue(tpu_stream_t* stream, tpu_hal_command_t* cmd) {
   if (s != TPU_OK) {
     if (cmd->kind == TPU_HAL_CMD_EXEC) {
       tpu_graph_release(cmd->u.exec.graph);
-      tpu_program_release(cmd->u.exec.program);
+      if (cmd->u.exec.executable) g_rt.driver->executable_release(cmd->u.exec.executable);
     }
     if (cmd->kind == TPU_HAL_CMD_RECORD || cmd->kind == TPU_HAL_CMD_WAIT)
       g_rt.driver->event_release(cmd->u.event.event);
@@ -224,8 +223,11 @@ tpu_status_t tpu_stream_submit_node(tpu_stream_t* stream, const tpu_node_t* node
 
 tpu_status_t tpu_stream_copy_queued(tpu_stream_t* stream, tpu_copy_kind_t kind, uint64_t dst,
                                     uint64_t src, size_t bytes, bool host_waits) {
+  _Static_assert(TPU_COPY_H2D == (int)TPU_HAL_COPY_H2D && TPU_COPY_D2H == (int)TPU_HAL_COPY_D2H &&
+                     TPU_COPY_D2D == (int)TPU_HAL_COPY_D2D,
+                 "the runtime's copy kinds are the HAL's");
   tpu_hal_command_t cmd = {.kind = TPU_HAL_CMD_COPY, .host_waits = host_waits};
-  cmd.u.copy.kind = kind;
+  cmd.u.copy.kind = (tpu_hal_copy_kind_t)kind;
   cmd.u.copy.dst = dst;
   cmd.u.copy.src = src;
   cmd.u.copy.bytes = bytes;

@@ -4,6 +4,7 @@
 
 #include "test.h"
 #include "tpu/config.h"
+#include "tpu/hal.h"
 
 /* Whether `s` is INVALID_ARGUMENT (consumed). */
 static bool refused(tpu_status_t s) {
@@ -73,4 +74,16 @@ TEST(config_bad_ids_get_a_status) {
   CHECK(refused(tpu_config_set((tpu_config_id_t)TPU_CONFIG_COUNT, "1")));
   CHECK(tpu_config_int((tpu_config_id_t)-3) == 0);
   CHECK(strcmp(tpu_config_string(TPU_CONFIG_NUM_CHIPS), "") == 0); /* not a STRING entry */
+}
+
+/* TORCH_TPU_DRIVER's choices name every registered driver. */
+TEST(config_driver_choices_name_every_driver) {
+  int n = 0;
+  const tpu_hal_driver_t* const* all = tpu_hal_drivers(&n);
+  CHECK(n >= 2);
+  for (int i = 0; i < n; ++i) {
+    CHECK_OK(tpu_config_set(TPU_CONFIG_DRIVER, all[i]->name));
+    CHECK(strcmp(tpu_config_string(TPU_CONFIG_DRIVER), all[i]->name) == 0);
+  }
+  CHECK_OK(tpu_config_set(TPU_CONFIG_DRIVER, NULL));
 }

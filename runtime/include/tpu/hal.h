@@ -2,22 +2,44 @@
  *
  * A driver is a const table of function pointers (tpu_hal_driver_t). It owns
  * chips (device memory ranges), queues (in-order command streams executed
- * asynchronously) and events (completion markers on queues). Everything
- * above the HAL — the caching allocator, streams, the op registry, the
- * bridge — is written against this table only.
+ * asynchronously), events (completion markers on queues) and executables
+ * (its own compiled form of a graph). Everything above the HAL — the caching
+ * allocator, streams, the bridge — is written against this table and the
+ * graph IR (tpu/ir.h) only: this header names nothing of the runtime above
+ * it, nor of any driver's compiler or kernels.
  *
- * Drivers: the host driver (src/hal/host_driver.c) is a software TPU that
- * computes on the host's cores; the null driver (src/hal/null_driver.c) has
- * no chips and exists so the interface keeps compiling without hardware.
+ * Commands are plain descriptors (tpu_hal_command_t). A driver checks every
+ * descriptor it is given (tpu_hal_command_check): a malformed one is
+ * refused by queue_submit with INVALID_ARGUMENT, never run. An error while a
+ * command runs is recorded on its queue and returned by the next
+ * queue_wait_idle (or queue_take_error): submission is asynchronous, so a
+ * failure surfaces at synchronisation, and the commands after it still run.
+ *
+ * Executables are opaque, driver-owned and reference counted. An EXEC
+ * command carries a graph and, optionally, the driver's executable for it;
+ * without one the driver runs the graph's nodes one by one. Only the driver
+ * that made an executable may be given it.
+ *
+ * Drivers (tpu_hal_drivers lists them; the conformance suite,
+ * runtime/tests/test_hal_conformance.c, runs against each):
+ *  - host (src/hal/host_driver.c): a software TPU computing on the host's
+ *    cores. Its kernels (src/kernels/) and its compiler and executor
+ *    (src/fusion/) are its private implementation; its executable is a
+ *    fusion program (src/hal/host_driver.h).
+ *  - null (src/hal/null_driver.c): chips whose device memory is host
+ *    memory; copies, events and host functions work, running on the
+ *    submitting thread; it runs no graphs (every EXEC records UNIMPLEMENTED
+ *    on its queue) and has no executables. It keeps the interface honest: a
+ *    driver with no compiler and no kernels.
  */
 #ifndef TPU_HAL_H_
 #define TPU_HAL_H_
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tpu/ir.h"
-#include "tpu/runtime.h"
 #include "tpu/status.h"
 
 #ifdef __cplusplus
@@ -27,6 +49,9 @@ extern "C" {
 typedef struct tpu_hal_chip tpu_hal_chip_t;   /* driver-owned */
 typedef struct tpu_hal_queue tpu_hal_queue_t; /* driver-owned */
 typedef struct tpu_hal_event tpu_hal_event_t; /* owned by whoever created it */
+/* A driver's compiled form of a graph: opaque, reference counted
+ * (executable_retain/release), usable only with the driver that made it. */
+typedef struct tpu_hal_executable tpu_hal_executable_t;
 
 typedef enum tpu_hal_command_kind {
   TPU_HAL_CMD_EXEC = 0, /* run a graph's nodes in order */
@@ -34,7 +59,27 @@ typedef enum tpu_hal_command_kind {
   TPU_HAL_CMD_RECORD,   /* mark an event reached */
   TPU_HAL_CMD_WAIT,     /* block the queue until an event's record completes */
   TPU_HAL_CMD_HOST_FN,  /* call a host function */
+  TPU_HAL_CMD_KIND_COUNT
 } tpu_hal_command_kind_t;
+
+/* Which side of a copy is device memory (the profiler names copies by it). */
+typedef enum tpu_hal_copy_kind {
+  TPU_HAL_COPY_H2D = 0, /* src a host pointer, dst a device address */
+  TPU_HAL_COPY_D2H,     /* src a device address, dst a host pointer */
+  TPU_HAL_COPY_D2D,
+  TPU_HAL_COPY_KIND_COUNT
+} tpu_hal_copy_kind_t;
+
+/* How a queue has run its commands since it was created (see the host
+ * driver's queue notes; a driver without a worker thread counts only
+ * inline_commands and syncs). */
+typedef struct tpu_hal_queue_stats {
+  uint64_t inline_commands; /* run by the submitting thread */
+  uint64_t queued_commands; /* handed to the queue's worker */
+  uint64_t worker_wakeups;  /* hand-offs that had to wake a sleeping worker */
+  uint64_t syncs;           /* queue_wait_idle calls */
+  uint64_t sync_sleeps;     /* ... that slept (the work outlasted the poll) */
+} tpu_hal_queue_stats_t;
 
 /* What another process of this host needs to map a chip's shareable device
  * memory (memory_export / memory_import). */
@@ -56,25 +101,38 @@ typedef struct tpu_hal_command {
   int16_t stream;
   uint64_t correlation;
   union {
-    /* Owned by the command. program: how to run the graph (a fusion
-     * program, retained), or NULL to run its nodes one by one. */
-    struct { tpu_graph_t* graph; struct tpu_program* program; } exec;
-    struct { tpu_copy_kind_t kind; uint64_t dst, src; size_t bytes; } copy;
-    struct { tpu_hal_event_t* event; uint64_t seq; } event; /* RECORD, WAIT (retained) */
-    /* name: static, what the profiler calls it (NULL: "host_fn");
-     * collective: it is a collective (the profiler's own event kind). */
+    /* Both owned by the command (one reference each). graph: non-NULL;
+     * executable: the driver's compiled form of it, or NULL to run its
+     * nodes one by one. */
+    struct { tpu_graph_t* graph; tpu_hal_executable_t* executable; } exec;
+    /* dst and src non-zero unless bytes is 0; neither range may wrap. */
+    struct { tpu_hal_copy_kind_t kind; uint64_t dst, src; size_t bytes; } copy;
+    /* RECORD, WAIT: event owned (retained); seq from event_next_seq
+     * (RECORD) or event_last_seq (WAIT), at least 1. */
+    struct { tpu_hal_event_t* event; uint64_t seq; } event;
+    /* fn: non-NULL, called with arg on the queue's timeline. name: static,
+     * what the profiler calls it (NULL: "host_fn"); collective: it is a
+     * collective (the profiler's own event kind). */
     struct { void (*fn)(void*); void* arg; const char* name; bool collective; } host;
   } u;
 } tpu_hal_command_t;
 
+/* INVALID_ARGUMENT naming what is wrong when the descriptor breaks the rules
+ * above (unknown kind, NULL graph, event or function, a zero or wrapping
+ * copy address, an unknown copy kind, seq 0), else TPU_OK. Borrows; every
+ * driver's queue_submit calls it first. */
+tpu_status_t tpu_hal_command_check(const tpu_hal_command_t* command);
+
 typedef struct tpu_hal_driver {
   const char* name;
   int (*chip_count)(void);
+  /* index in [0, chip_count()), capacity > 0; otherwise INVALID_ARGUMENT. */
   tpu_status_t (*chip_open)(int index, uint64_t capacity, tpu_hal_chip_t** out_chip);
-  void (*chip_close)(tpu_hal_chip_t* chip);
+  void (*chip_close)(tpu_hal_chip_t* chip); /* NULL is ignored */
 
   /* Device memory: backs [*out_addr, *out_addr + bytes) inside the chip's
-   * range, or OUT_OF_MEMORY. Unmap returns it. */
+   * range (bytes > 0, else INVALID_ARGUMENT), or OUT_OF_MEMORY when no free
+   * range holds it. Unmap returns what one map gave (same addr and bytes). */
   tpu_status_t (*memory_map)(tpu_hal_chip_t* chip, uint64_t bytes, uint64_t* out_addr);
   void (*memory_unmap)(tpu_hal_chip_t* chip, uint64_t addr, uint64_t bytes);
   bool (*owns_address)(const tpu_hal_chip_t* chip, uint64_t addr);
@@ -96,20 +154,25 @@ typedef struct tpu_hal_driver {
   void (*memory_unimport)(const tpu_hal_memory_export_t* exp, const uint8_t* base);
 
   tpu_status_t (*queue_create)(tpu_hal_chip_t* chip, tpu_hal_queue_t** out_queue);
+  /* Runs what is queued, then destroys the queue (NULL is ignored). */
   void (*queue_destroy)(tpu_hal_queue_t* queue);
-  /* Takes ownership of what the command owns, also on failure. */
+  /* Takes ownership of what the command owns, also on failure. Returns
+   * INVALID_ARGUMENT for a descriptor tpu_hal_command_check refuses, or a
+   * WAIT for a record not yet reserved (it could never complete), and runs
+   * nothing; an error while the command runs is the queue's (below). */
   tpu_status_t (*queue_submit)(tpu_hal_queue_t* queue, tpu_hal_command_t* command);
-  /* Waits for the queue to drain; returns and clears its recorded error. */
+  /* Waits for the queue to drain; returns and clears its recorded error
+   * (the first since the last call). */
   tpu_status_t (*queue_wait_idle)(tpu_hal_queue_t* queue);
   bool (*queue_is_idle)(tpu_hal_queue_t* queue);
   /* Returns and clears the queue's recorded error without waiting. */
   tpu_status_t (*queue_take_error)(tpu_hal_queue_t* queue);
   /* Adds the queue's counters since it was created to *out_stats. */
-  void (*queue_add_stats)(tpu_hal_queue_t* queue, tpu_queue_stats_t* out_stats);
+  void (*queue_add_stats)(tpu_hal_queue_t* queue, tpu_hal_queue_stats_t* out_stats);
 
   tpu_status_t (*event_create)(bool timing, tpu_hal_event_t** out_event);
   void (*event_retain)(tpu_hal_event_t* event);
-  void (*event_release)(tpu_hal_event_t* event);
+  void (*event_release)(tpu_hal_event_t* event); /* NULL is ignored */
   /* Reserves the next record sequence number (the RECORD command carries it). */
   uint64_t (*event_next_seq)(tpu_hal_event_t* event);
   /* The last number reserved (0: never recorded). */
@@ -117,16 +180,27 @@ typedef struct tpu_hal_driver {
   /* Whether record `seq` has completed; event_wait blocks until it has. */
   bool (*event_reached)(tpu_hal_event_t* event, uint64_t seq);
   void (*event_wait)(tpu_hal_event_t* event, uint64_t seq);
-  /* Timestamp (ns, CLOCK_MONOTONIC on the host driver) at which the event's
-   * last reserved record completed; -1 while it has not, when it was never
-   * recorded, or when the event was created without timing. */
+  /* Timestamp (ns, CLOCK_MONOTONIC) at which the event's last reserved
+   * record completed; -1 while it has not, when it was never recorded, or
+   * when the event was created without timing. */
   int64_t (*event_time_ns)(tpu_hal_event_t* event);
+
+  /* Executables. Optional: NULL for a driver without a compiler, which is
+   * then only ever given EXEC commands without one. How an executable is
+   * made is the driver's own business (the host driver's: host_driver.h). */
+  void (*executable_retain)(tpu_hal_executable_t* executable);
+  void (*executable_release)(tpu_hal_executable_t* executable); /* NULL is ignored */
 } tpu_hal_driver_t;
 
 extern const tpu_hal_driver_t tpu_host_driver;
 extern const tpu_hal_driver_t tpu_null_driver;
 
-/* The driver in use (chosen by TORCH_TPU_DRIVER=host|null, default host). */
+/* Every driver built in, the default (host) first; *out_count receives how
+ * many. The table is static. */
+const tpu_hal_driver_t* const* tpu_hal_drivers(int* out_count);
+
+/* The driver the runtime uses: TORCH_TPU_DRIVER names one of
+ * tpu_hal_drivers (default and unknown names: host). */
 const tpu_hal_driver_t* tpu_hal_driver(void);
 
 #ifdef __cplusplus

@@ -1,6 +1,12 @@
 /* fusion.h — the fusion compiler (internal): from a recorded graph to a
  * program the host driver runs.
  *
+ * This is the host driver's compiler and executor, not part of the HAL: a
+ * program is the host driver's executable (hal/host_driver.h wraps it for
+ * the EXEC command), and only the host driver's queues run one
+ * (tpu_program_run). The deferred mode (defer.c) calls the compiler
+ * directly; under another driver it submits recordings without a program.
+ *
  * Passes, each a named phase followed by the verifier (fusion_verify):
  *   0. schedule  (schedule.c) the order the nodes run in: a pointwise
  *                consumer moves up to just after its producer when no node

@@ -14,6 +14,11 @@
  *  - Queues: one worker thread per queue runs commands in order; kernels
  *    split work over the shared compute pool (kernel.h).
  *  - Events: sequence counters with a timestamp of the last completion.
+ *  - Executables: fusion programs (fusion.h), made by the deferred mode with
+ *    the fusion compiler and handed over opaquely (host_driver.h); the
+ *    handle is the program's address. An EXEC without one runs its graph
+ *    node by node. The fusion executor and the kernels are this driver's
+ *    implementation: no other layer runs a graph.
  * An error in a command is recorded on its queue (first one wins, named after
  * the op) and returned by the next queue_wait_idle, which clears it; the
  * commands after it, and the nodes after a failing one in the same graph or
@@ -32,6 +37,7 @@
 #include "../kernel.h"
 #include "../pool_spin.h"
 #include "../spin.h"
+#include "host_driver.h"
 #include "tpu/config.h"
 #include "tpu/hal.h"
 #include "tpu/ops.h"
@@ -58,6 +64,11 @@ struct tpu_hal_chip {
 static int host_chip_count(void) { return (int)tpu_config_int(TPU_CONFIG_NUM_CHIPS); }
 
 static tpu_status_t host_chip_open(int index, uint64_t capacity, tpu_hal_chip_t** out_chip) {
+  *out_chip = NULL;
+  if (index < 0 || index >= host_chip_count() || capacity == 0 ||
+      capacity > UINT64_MAX / 2)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "host driver: no chip %d of %llu bytes",
+                           index, (unsigned long long)capacity);
   capacity = (capacity + SEGMENT_ALIGN - 1) / SEGMENT_ALIGN * SEGMENT_ALIGN;
   tpu_hal_chip_t* c = calloc(1, sizeof(*c));
   if (!c) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "chip allocation failed");
@@ -204,6 +215,10 @@ static void host_memory_unimport(const tpu_hal_memory_export_t* e, const uint8_t
 }
 
 static tpu_status_t host_memory_map(tpu_hal_chip_t* c, uint64_t bytes, uint64_t* out_addr) {
+  *out_addr = 0;
+  if (bytes == 0 || bytes > c->capacity)
+    return tpu_status_make(bytes ? TPU_CODE_OUT_OF_MEMORY : TPU_CODE_INVALID_ARGUMENT,
+                           "chip %d cannot map %llu bytes", c->index, (unsigned long long)bytes);
   bytes = (bytes + SEGMENT_ALIGN - 1) / SEGMENT_ALIGN * SEGMENT_ALIGN;
   pthread_mutex_lock(&c->mu);
   for (int i = 0; i < c->free_count; ++i) {
@@ -344,6 +359,20 @@ static void event_complete(tpu_hal_event_t* e, uint64_t seq) {
   pthread_mutex_unlock(&e->mu);
 }
 
+/* ---- executables ----------------------------------------------------------- */
+
+/* The handle is the program's address: no allocation per flush. */
+tpu_hal_executable_t* tpu_host_executable(tpu_program_t* program) {
+  return (tpu_hal_executable_t*)(void*)program;
+}
+
+static tpu_program_t* program_of(tpu_hal_executable_t* executable) {
+  return (tpu_program_t*)(void*)executable;
+}
+
+static void host_executable_retain(tpu_hal_executable_t* e) { tpu_program_retain(program_of(e)); }
+static void host_executable_release(tpu_hal_executable_t* e) { tpu_program_release(program_of(e)); }
+
 /* ---- queues --------------------------------------------------------------- */
 
 struct tpu_hal_queue {
@@ -359,13 +388,13 @@ struct tpu_hal_queue {
   bool stop;
   int64_t poll_ns; /* how long the idle worker polls now (wait_for_work) */
   tpu_status_t error; /* first failure since the last wait_idle */
-  tpu_queue_stats_t stats; /* under mu */
+  tpu_hal_queue_stats_t stats; /* under mu */
 };
 
 static void command_dispose(tpu_hal_command_t* cmd) {
   if (cmd->kind == TPU_HAL_CMD_EXEC) {
     tpu_graph_release(cmd->u.exec.graph);
-    tpu_program_release(cmd->u.exec.program);
+    host_executable_release(cmd->u.exec.executable);
   }
   if (cmd->kind == TPU_HAL_CMD_RECORD || cmd->kind == TPU_HAL_CMD_WAIT)
     host_event_release(cmd->u.event.event);
@@ -382,7 +411,8 @@ static void record_error(tpu_hal_queue_t* q, tpu_status_t s) {
  * weight cache drops copies of overwritten bytes (kernel.h). */
 /* The profiler's event for a copy or host function that ran from t0 on. */
 static void profile_command(const tpu_hal_queue_t* q, const tpu_hal_command_t* cmd, int64_t t0) {
-  static const char* const copy_names[] = {"memcpy H2D", "memcpy D2H", "memcpy D2D"};
+  static const char* const copy_names[TPU_HAL_COPY_KIND_COUNT] = {"memcpy H2D", "memcpy D2H",
+                                                                 "memcpy D2D"};
   tpu_prof_event_t ev = {.chip = (int16_t)q->chip->index, .stream = cmd->stream,
                          .start_ns = t0, .end_ns = tpu_profiler_now_ns(),
                          .correlation = cmd->correlation, .bytes = -1, .flops = -1};
@@ -390,7 +420,7 @@ static void profile_command(const tpu_hal_queue_t* q, const tpu_hal_command_t* c
   if (cmd->kind == TPU_HAL_CMD_COPY) {
     ev.kind = TPU_PROF_COPY;
     ev.bytes = (int64_t)cmd->u.copy.bytes;
-    name = (unsigned)cmd->u.copy.kind < 3 ? copy_names[cmd->u.copy.kind] : "memcpy";
+    name = copy_names[cmd->u.copy.kind]; /* checked on submission */
   } else {
     ev.kind = cmd->u.host.collective ? TPU_PROF_COLLECTIVE : TPU_PROF_HOST_FN;
     name = cmd->u.host.name ? cmd->u.host.name : "host_fn";
@@ -403,12 +433,13 @@ static tpu_status_t run_command(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
   bool profile = tpu_profiler_enabled();
   switch (cmd->kind) {
     case TPU_HAL_CMD_EXEC: {
-      /* A strict graph (no program) or a deferred program: every node runs,
-       * the first error is returned (tpu_program_run). */
+      /* A strict graph (no executable) or a deferred program: every node
+       * runs, the first error is returned (tpu_program_run). */
       tpu_exec_ctx_t ctx = {.chip_index = q->chip->index, .graph = cmd->u.exec.graph,
                             .profile = profile, .stream_index = cmd->stream,
                             .correlation = cmd->correlation};
-      tpu_status_t s = tpu_program_run(cmd->u.exec.program, cmd->u.exec.graph, &ctx);
+      tpu_status_t s =
+          tpu_program_run(program_of(cmd->u.exec.executable), cmd->u.exec.graph, &ctx);
       tpu_weight_cache_note_graph(cmd->u.exec.graph);
       return s;
     }
@@ -435,6 +466,8 @@ static tpu_status_t run_command(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
       if (profile) profile_command(q, cmd, t0);
       return TPU_OK;
     }
+    case TPU_HAL_CMD_KIND_COUNT: /* refused on submission */
+      break;
   }
   return tpu_status_make(TPU_CODE_INTERNAL, "unknown command %d", (int)cmd->kind);
 }
@@ -607,7 +640,7 @@ static int64_t inline_weight(const tpu_hal_command_t* cmd) {
   if (cmd->kind != TPU_HAL_CMD_EXEC) return INT64_MAX;
   const tpu_graph_t* graph = cmd->u.exec.graph;
   int32_t n = tpu_graph_node_count(graph);
-  if (n != 1 && !cmd->u.exec.program) return INT64_MAX;
+  if (n != 1 && !cmd->u.exec.executable) return INT64_MAX;
   int64_t total = 0;
   for (int32_t k = 0; k < n && total <= ASLEEP_ELEMENTS; ++k) {
     const tpu_node_t* node = tpu_graph_node(graph, k);
@@ -626,7 +659,23 @@ static bool runs_inline(const tpu_hal_queue_t* q, const tpu_hal_command_t* cmd, 
   return weight <= (q->sleeping ? ASLEEP_ELEMENTS : SMALL_ELEMENTS);
 }
 
+/* tpu_hal_command_check, and a WAIT must be for a reserved record. */
+static tpu_status_t check_command(const tpu_hal_command_t* cmd) {
+  TPU_RETURN_IF_ERROR(tpu_hal_command_check(cmd));
+  if (cmd->kind == TPU_HAL_CMD_WAIT && cmd->u.event.seq > host_event_last_seq(cmd->u.event.event))
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                           "HAL command: WAIT for record %llu of an event recorded %llu times",
+                           (unsigned long long)cmd->u.event.seq,
+                           (unsigned long long)host_event_last_seq(cmd->u.event.event));
+  return TPU_OK;
+}
+
 static tpu_status_t host_queue_submit(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
+  tpu_status_t bad = check_command(cmd);
+  if (bad != TPU_OK) {
+    if (cmd) command_dispose(cmd);
+    return bad;
+  }
   int64_t weight = inline_weight(cmd);
   pthread_mutex_lock(&q->mu);
   if (runs_inline(q, cmd, weight)) {
@@ -706,7 +755,7 @@ static tpu_status_t host_queue_take_error(tpu_hal_queue_t* q) {
   return s;
 }
 
-static void host_queue_add_stats(tpu_hal_queue_t* q, tpu_queue_stats_t* out_stats) {
+static void host_queue_add_stats(tpu_hal_queue_t* q, tpu_hal_queue_stats_t* out_stats) {
   pthread_mutex_lock(&q->mu);
   out_stats->inline_commands += q->stats.inline_commands;
   out_stats->queued_commands += q->stats.queued_commands;
@@ -744,4 +793,6 @@ const tpu_hal_driver_t tpu_host_driver = {
     .event_reached = host_event_reached,
     .event_wait = host_event_wait,
     .event_time_ns = host_event_time_ns,
+    .executable_retain = host_executable_retain,
+    .executable_release = host_executable_release,
 };

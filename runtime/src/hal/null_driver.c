@@ -1,52 +1,324 @@
-/* null_driver.c — a driver with no chips. It keeps the HAL interface honest
- * (everything above compiles and links against a second driver) and lets the
- * runtime start where no device exists: every call that needs a chip fails
- * with UNAVAILABLE. Select it with TORCH_TPU_DRIVER=null. */
-#include "../fusion/fusion.h"
+/* null_driver.c — the smallest driver that keeps the HAL honest: it has no
+ * compiler and no kernels, only what the HAL itself promises.
+ *
+ *  - Chips: one (TORCH_TPU_NUM_CHIPS is the host driver's); its device
+ *    memory is a reserved range of host memory (backed on first touch),
+ *    mapped first-fit from a sorted list of the mapped segments.
+ *  - Queues: synchronous. A command runs on the submitting thread as it is
+ *    submitted, so the queue is idle whenever no submit is under way;
+ *    copies, events and host functions work.
+ *  - EXEC: runs nothing. It records UNIMPLEMENTED on the queue, returned by
+ *    the next queue_wait_idle like any asynchronous error; graphs are never
+ *    given executables (no executable entries).
+ * Select it with TORCH_TPU_DRIVER=null: the runtime then starts, allocates,
+ * copies and synchronises, and every op surfaces UNIMPLEMENTED at the
+ * next synchronisation. The conformance suite runs against it. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
 #include "tpu/hal.h"
 
-static tpu_status_t unavailable(void) {
-  return tpu_status_make(TPU_CODE_UNAVAILABLE, "the null driver has no chips");
+#define NULL_ALIGN 256u
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static int null_chip_count(void) { return 0; }
+/* ---- chips ---------------------------------------------------------------- */
+
+typedef struct segment {
+  uint64_t start, size;
+} segment_t;
+
+struct tpu_hal_chip {
+  int index;
+  uint64_t base, capacity;
+  pthread_mutex_t mu;
+  segment_t* used; /* mapped segments, sorted by start */
+  int used_count, used_capacity;
+};
+
+static int null_chip_count(void) { return 1; }
+
 static tpu_status_t null_chip_open(int index, uint64_t capacity, tpu_hal_chip_t** out_chip) {
   *out_chip = NULL;
-  return unavailable();
-}
-static void null_chip_close(tpu_hal_chip_t* chip) {}
-static tpu_status_t null_memory_map(tpu_hal_chip_t* chip, uint64_t bytes, uint64_t* out_addr) {
-  *out_addr = 0;
-  return unavailable();
-}
-static void null_memory_unmap(tpu_hal_chip_t* chip, uint64_t addr, uint64_t bytes) {}
-static bool null_owns_address(const tpu_hal_chip_t* chip, uint64_t addr) { return false; }
-static tpu_status_t null_queue_create(tpu_hal_chip_t* chip, tpu_hal_queue_t** out_queue) {
-  *out_queue = NULL;
-  return unavailable();
-}
-static void null_queue_destroy(tpu_hal_queue_t* queue) {}
-static tpu_status_t null_queue_submit(tpu_hal_queue_t* queue, tpu_hal_command_t* command) {
-  if (command->kind == TPU_HAL_CMD_EXEC) {
-    tpu_graph_release(command->u.exec.graph);
-    tpu_program_release(command->u.exec.program);
+  if (index != 0 || capacity == 0 || capacity > UINT64_MAX / 2)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "null driver: no chip %d of %llu bytes",
+                           index, (unsigned long long)capacity);
+  tpu_hal_chip_t* c = calloc(1, sizeof(*c));
+  if (!c) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "chip allocation failed");
+  void* p = mmap(NULL, capacity, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    free(c);
+    return tpu_status_make(TPU_CODE_UNAVAILABLE, "cannot reserve %llu bytes for chip %d",
+                           (unsigned long long)capacity, index);
   }
-  return unavailable();
+  c->index = index;
+  c->base = (uint64_t)(uintptr_t)p;
+  c->capacity = capacity;
+  pthread_mutex_init(&c->mu, NULL);
+  *out_chip = c;
+  return TPU_OK;
 }
-static tpu_status_t null_queue_wait_idle(tpu_hal_queue_t* queue) { return TPU_OK; }
-static bool null_queue_is_idle(tpu_hal_queue_t* queue) { return true; }
-static tpu_status_t null_queue_take_error(tpu_hal_queue_t* queue) { return TPU_OK; }
-static void null_queue_add_stats(tpu_hal_queue_t* queue, tpu_queue_stats_t* out_stats) {}
+
+static void null_chip_close(tpu_hal_chip_t* c) {
+  if (!c) return;
+  munmap((void*)(uintptr_t)c->base, c->capacity);
+  free(c->used);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+static tpu_status_t null_memory_map(tpu_hal_chip_t* c, uint64_t bytes, uint64_t* out_addr) {
+  *out_addr = 0;
+  if (bytes == 0) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "null driver: map of 0 bytes");
+  if (bytes > c->capacity)
+    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "chip %d has no free range of %llu bytes",
+                           c->index, (unsigned long long)bytes);
+  bytes = (bytes + NULL_ALIGN - 1) / NULL_ALIGN * NULL_ALIGN;
+  pthread_mutex_lock(&c->mu);
+  tpu_status_t s = TPU_OK;
+  /* first fit: the gap before segment i (or after the last) */
+  uint64_t at = c->base;
+  int i = 0;
+  for (; i < c->used_count; ++i) {
+    if (c->used[i].start - at >= bytes) break;
+    at = c->used[i].start + c->used[i].size;
+  }
+  if (i == c->used_count && c->base + c->capacity - at < bytes) {
+    s = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "chip %d has no free range of %llu bytes",
+                        c->index, (unsigned long long)bytes);
+  } else if (c->used_count == c->used_capacity) {
+    int cap = c->used_capacity ? c->used_capacity * 2 : 16;
+    segment_t* grown = realloc(c->used, sizeof(segment_t) * (size_t)cap);
+    if (grown) {
+      c->used = grown;
+      c->used_capacity = cap;
+    } else {
+      s = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "null driver: segment list growth failed");
+    }
+  }
+  if (s == TPU_OK) {
+    memmove(&c->used[i + 1], &c->used[i], sizeof(segment_t) * (size_t)(c->used_count - i));
+    c->used[i] = (segment_t){at, bytes};
+    c->used_count++;
+    *out_addr = at;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return s;
+}
+
+static void null_memory_unmap(tpu_hal_chip_t* c, uint64_t addr, uint64_t bytes) {
+  pthread_mutex_lock(&c->mu);
+  for (int i = 0; i < c->used_count; ++i) {
+    if (c->used[i].start != addr) continue;
+    madvise((void*)(uintptr_t)addr, c->used[i].size, MADV_DONTNEED); /* a fresh map reads zeros */
+    memmove(&c->used[i], &c->used[i + 1], sizeof(segment_t) * (size_t)(c->used_count - i - 1));
+    c->used_count--;
+    break;
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+static bool null_owns_address(const tpu_hal_chip_t* c, uint64_t addr) {
+  return addr >= c->base && addr < c->base + c->capacity;
+}
+
+/* ---- events --------------------------------------------------------------- */
+
+struct tpu_hal_event {
+  atomic_int refs;
+  bool timing;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint64_t next_seq, completed_seq; /* under mu */
+  int64_t time_ns;
+};
+
 static tpu_status_t null_event_create(bool timing, tpu_hal_event_t** out_event) {
-  *out_event = NULL;
-  return unavailable();
+  tpu_hal_event_t* e = calloc(1, sizeof(*e));
+  if (!e) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "event allocation failed");
+  atomic_init(&e->refs, 1);
+  e->timing = timing;
+  e->time_ns = -1;
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_cond_init(&e->cv, NULL);
+  *out_event = e;
+  return TPU_OK;
 }
-static void null_event_retain(tpu_hal_event_t* event) {}
-static void null_event_release(tpu_hal_event_t* event) {}
-static uint64_t null_event_seq(tpu_hal_event_t* event) { return 0; }
-static bool null_event_reached(tpu_hal_event_t* event, uint64_t seq) { return true; }
-static void null_event_wait(tpu_hal_event_t* event, uint64_t seq) {}
-static int64_t null_event_time_ns(tpu_hal_event_t* event) { return -1; }
+
+static void null_event_retain(tpu_hal_event_t* e) { atomic_fetch_add(&e->refs, 1); }
+
+static void null_event_release(tpu_hal_event_t* e) {
+  if (!e || atomic_fetch_sub(&e->refs, 1) != 1) return;
+  pthread_mutex_destroy(&e->mu);
+  pthread_cond_destroy(&e->cv);
+  free(e);
+}
+
+static uint64_t null_event_next_seq(tpu_hal_event_t* e) {
+  pthread_mutex_lock(&e->mu);
+  uint64_t s = ++e->next_seq;
+  pthread_mutex_unlock(&e->mu);
+  return s;
+}
+
+static uint64_t null_event_last_seq(tpu_hal_event_t* e) {
+  pthread_mutex_lock(&e->mu);
+  uint64_t s = e->next_seq;
+  pthread_mutex_unlock(&e->mu);
+  return s;
+}
+
+static bool null_event_reached(tpu_hal_event_t* e, uint64_t seq) {
+  pthread_mutex_lock(&e->mu);
+  bool r = e->completed_seq >= seq;
+  pthread_mutex_unlock(&e->mu);
+  return r;
+}
+
+static void null_event_wait(tpu_hal_event_t* e, uint64_t seq) {
+  pthread_mutex_lock(&e->mu);
+  while (e->completed_seq < seq) pthread_cond_wait(&e->cv, &e->mu);
+  pthread_mutex_unlock(&e->mu);
+}
+
+static int64_t null_event_time_ns(tpu_hal_event_t* e) {
+  pthread_mutex_lock(&e->mu);
+  int64_t t = (e->timing && e->next_seq && e->completed_seq == e->next_seq) ? e->time_ns : -1;
+  pthread_mutex_unlock(&e->mu);
+  return t;
+}
+
+static void event_complete(tpu_hal_event_t* e, uint64_t seq) {
+  int64_t t = e->timing ? now_ns() : -1;
+  pthread_mutex_lock(&e->mu);
+  if (seq > e->completed_seq) {
+    e->completed_seq = seq;
+    e->time_ns = t;
+  }
+  pthread_cond_broadcast(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- queues --------------------------------------------------------------- */
+
+struct tpu_hal_queue {
+  tpu_hal_chip_t* chip;
+  pthread_mutex_t mu;       /* guards error and stats */
+  tpu_status_t error;       /* first failure since the last wait_idle */
+  atomic_int active;        /* submits running a command now */
+  tpu_hal_queue_stats_t stats;
+};
+
+static tpu_status_t null_queue_create(tpu_hal_chip_t* chip, tpu_hal_queue_t** out_queue) {
+  tpu_hal_queue_t* q = calloc(1, sizeof(*q));
+  if (!q) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "queue allocation failed");
+  q->chip = chip;
+  pthread_mutex_init(&q->mu, NULL);
+  *out_queue = q;
+  return TPU_OK;
+}
+
+static void null_queue_destroy(tpu_hal_queue_t* q) {
+  if (!q) return;
+  tpu_status_free(q->error);
+  pthread_mutex_destroy(&q->mu);
+  free(q);
+}
+
+/* Runs a checked command; returns its error (the queue records it). */
+static tpu_status_t run_command(const tpu_hal_command_t* cmd) {
+  switch (cmd->kind) {
+    case TPU_HAL_CMD_EXEC:
+      return tpu_status_make(TPU_CODE_UNIMPLEMENTED,
+                             "the null driver runs no graphs (%d nodes submitted)",
+                             (int)tpu_graph_node_count(cmd->u.exec.graph));
+    case TPU_HAL_CMD_COPY:
+      if (cmd->u.copy.bytes)
+        memmove((void*)(uintptr_t)cmd->u.copy.dst, (const void*)(uintptr_t)cmd->u.copy.src,
+                cmd->u.copy.bytes);
+      return TPU_OK;
+    case TPU_HAL_CMD_RECORD:
+      event_complete(cmd->u.event.event, cmd->u.event.seq);
+      return TPU_OK;
+    case TPU_HAL_CMD_WAIT:
+      null_event_wait(cmd->u.event.event, cmd->u.event.seq);
+      return TPU_OK;
+    case TPU_HAL_CMD_HOST_FN:
+      cmd->u.host.fn(cmd->u.host.arg);
+      return TPU_OK;
+    case TPU_HAL_CMD_KIND_COUNT:
+      break;
+  }
+  return tpu_status_make(TPU_CODE_INTERNAL, "unknown command %d", (int)cmd->kind);
+}
+
+static void command_dispose(tpu_hal_command_t* cmd) {
+  if (cmd->kind == TPU_HAL_CMD_EXEC) tpu_graph_release(cmd->u.exec.graph);
+  if (cmd->kind == TPU_HAL_CMD_RECORD || cmd->kind == TPU_HAL_CMD_WAIT)
+    null_event_release(cmd->u.event.event);
+}
+
+static tpu_status_t null_queue_submit(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
+  tpu_status_t bad = tpu_hal_command_check(cmd);
+  if (bad == TPU_OK && cmd->kind == TPU_HAL_CMD_EXEC && cmd->u.exec.executable)
+    bad = tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                          "HAL command: the null driver has no executables");
+  if (bad == TPU_OK && cmd->kind == TPU_HAL_CMD_WAIT &&
+      cmd->u.event.seq > null_event_last_seq(cmd->u.event.event))
+    bad = tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                          "HAL command: WAIT for a record not yet reserved");
+  if (bad != TPU_OK) {
+    if (cmd) command_dispose(cmd); /* an executable here is another driver's: not ours to free */
+    return bad;
+  }
+  atomic_fetch_add(&q->active, 1);
+  tpu_status_t s = run_command(cmd);
+  command_dispose(cmd);
+  pthread_mutex_lock(&q->mu);
+  q->stats.inline_commands++;
+  if (s != TPU_OK && q->error == TPU_OK) q->error = s;
+  else tpu_status_free(s);
+  pthread_mutex_unlock(&q->mu);
+  atomic_fetch_sub(&q->active, 1);
+  return TPU_OK;
+}
+
+static tpu_status_t null_queue_take_error(tpu_hal_queue_t* q) {
+  pthread_mutex_lock(&q->mu);
+  tpu_status_t s = q->error;
+  q->error = TPU_OK;
+  pthread_mutex_unlock(&q->mu);
+  return s;
+}
+
+/* Commands run as they are submitted: nothing is left to wait for once the
+ * submits under way (other threads') have returned. */
+static tpu_status_t null_queue_wait_idle(tpu_hal_queue_t* q) {
+  while (atomic_load(&q->active) > 0) sched_yield();
+  pthread_mutex_lock(&q->mu);
+  q->stats.syncs++;
+  pthread_mutex_unlock(&q->mu);
+  return null_queue_take_error(q);
+}
+
+static bool null_queue_is_idle(tpu_hal_queue_t* q) { return atomic_load(&q->active) == 0; }
+
+static void null_queue_add_stats(tpu_hal_queue_t* q, tpu_hal_queue_stats_t* out_stats) {
+  pthread_mutex_lock(&q->mu);
+  out_stats->inline_commands += q->stats.inline_commands;
+  out_stats->syncs += q->stats.syncs;
+  pthread_mutex_unlock(&q->mu);
+}
 
 const tpu_hal_driver_t tpu_null_driver = {
     .name = "null",
@@ -66,8 +338,8 @@ const tpu_hal_driver_t tpu_null_driver = {
     .event_create = null_event_create,
     .event_retain = null_event_retain,
     .event_release = null_event_release,
-    .event_next_seq = null_event_seq,
-    .event_last_seq = null_event_seq,
+    .event_next_seq = null_event_next_seq,
+    .event_last_seq = null_event_last_seq,
     .event_reached = null_event_reached,
     .event_wait = null_event_wait,
     .event_time_ns = null_event_time_ns,
