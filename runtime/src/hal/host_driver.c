@@ -38,6 +38,7 @@
 #include "../pool_spin.h"
 #include "../spin.h"
 #include "host_driver.h"
+#include "host_event.h"
 #include "tpu/config.h"
 #include "tpu/hal.h"
 #include "tpu/ops.h"
@@ -282,83 +283,6 @@ static bool host_owns_address(const tpu_hal_chip_t* c, uint64_t addr) {
 
 /* ---- events ------------------------------------------------------------- */
 
-struct tpu_hal_event {
-  atomic_int refs;
-  bool timing;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  uint64_t next_seq;      /* last sequence handed to a RECORD */
-  uint64_t completed_seq; /* last sequence a queue reached */
-  int64_t time_ns;
-};
-
-
-static tpu_status_t host_event_create(bool timing, tpu_hal_event_t** out_event) {
-  tpu_hal_event_t* e = calloc(1, sizeof(*e));
-  if (!e) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "event allocation failed");
-  atomic_init(&e->refs, 1);
-  e->timing = timing;
-  e->time_ns = -1;
-  pthread_mutex_init(&e->mu, NULL);
-  pthread_cond_init(&e->cv, NULL);
-  *out_event = e;
-  return TPU_OK;
-}
-
-static void host_event_retain(tpu_hal_event_t* e) { atomic_fetch_add(&e->refs, 1); }
-
-static void host_event_release(tpu_hal_event_t* e) {
-  if (!e || atomic_fetch_sub(&e->refs, 1) != 1) return;
-  pthread_mutex_destroy(&e->mu);
-  pthread_cond_destroy(&e->cv);
-  free(e);
-}
-
-static uint64_t host_event_next_seq(tpu_hal_event_t* e) {
-  pthread_mutex_lock(&e->mu);
-  uint64_t s = ++e->next_seq;
-  pthread_mutex_unlock(&e->mu);
-  return s;
-}
-
-static uint64_t host_event_last_seq(tpu_hal_event_t* e) {
-  pthread_mutex_lock(&e->mu);
-  uint64_t s = e->next_seq;
-  pthread_mutex_unlock(&e->mu);
-  return s;
-}
-
-static bool host_event_reached(tpu_hal_event_t* e, uint64_t seq) {
-  pthread_mutex_lock(&e->mu);
-  bool r = e->completed_seq >= seq;
-  pthread_mutex_unlock(&e->mu);
-  return r;
-}
-
-static void host_event_wait(tpu_hal_event_t* e, uint64_t seq) {
-  pthread_mutex_lock(&e->mu);
-  while (e->completed_seq < seq) pthread_cond_wait(&e->cv, &e->mu);
-  pthread_mutex_unlock(&e->mu);
-}
-
-static int64_t host_event_time_ns(tpu_hal_event_t* e) {
-  pthread_mutex_lock(&e->mu);
-  int64_t t = (e->timing && e->completed_seq == e->next_seq && e->next_seq) ? e->time_ns : -1;
-  pthread_mutex_unlock(&e->mu);
-  return t;
-}
-
-static void event_complete(tpu_hal_event_t* e, uint64_t seq) {
-  int64_t t = e->timing ? tpu_monotonic_ns() : -1;
-  pthread_mutex_lock(&e->mu);
-  if (seq > e->completed_seq) {
-    e->completed_seq = seq;
-    e->time_ns = t;
-  }
-  pthread_cond_broadcast(&e->cv);
-  pthread_mutex_unlock(&e->mu);
-}
-
 /* ---- executables ----------------------------------------------------------- */
 
 /* The handle is the program's address: no allocation per flush. */
@@ -397,7 +321,7 @@ static void command_dispose(tpu_hal_command_t* cmd) {
     host_executable_release(cmd->u.exec.executable);
   }
   if (cmd->kind == TPU_HAL_CMD_RECORD || cmd->kind == TPU_HAL_CMD_WAIT)
-    host_event_release(cmd->u.event.event);
+    tpu_host_event_release(cmd->u.event.event);
 }
 
 /* Keeps the first error since the last wait_idle; caller holds q->mu. */
@@ -454,10 +378,10 @@ static tpu_status_t run_command(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
       return TPU_OK;
     }
     case TPU_HAL_CMD_RECORD:
-      event_complete(cmd->u.event.event, cmd->u.event.seq);
+      tpu_host_event_complete(cmd->u.event.event, cmd->u.event.seq);
       return TPU_OK;
     case TPU_HAL_CMD_WAIT:
-      host_event_wait(cmd->u.event.event, cmd->u.event.seq);
+      tpu_host_event_wait(cmd->u.event.event, cmd->u.event.seq);
       return TPU_OK;
     case TPU_HAL_CMD_HOST_FN: { /* collectives: may write anything */
       int64_t t0 = profile ? tpu_profiler_now_ns() : 0;
@@ -662,11 +586,11 @@ static bool runs_inline(const tpu_hal_queue_t* q, const tpu_hal_command_t* cmd, 
 /* tpu_hal_command_check, and a WAIT must be for a reserved record. */
 static tpu_status_t check_command(const tpu_hal_command_t* cmd) {
   TPU_RETURN_IF_ERROR(tpu_hal_command_check(cmd));
-  if (cmd->kind == TPU_HAL_CMD_WAIT && cmd->u.event.seq > host_event_last_seq(cmd->u.event.event))
+  if (cmd->kind == TPU_HAL_CMD_WAIT && cmd->u.event.seq > tpu_host_event_last_seq(cmd->u.event.event))
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
                            "HAL command: WAIT for record %llu of an event recorded %llu times",
                            (unsigned long long)cmd->u.event.seq,
-                           (unsigned long long)host_event_last_seq(cmd->u.event.event));
+                           (unsigned long long)tpu_host_event_last_seq(cmd->u.event.event));
   return TPU_OK;
 }
 
@@ -785,14 +709,14 @@ const tpu_hal_driver_t tpu_host_driver = {
     .queue_is_idle = host_queue_is_idle,
     .queue_take_error = host_queue_take_error,
     .queue_add_stats = host_queue_add_stats,
-    .event_create = host_event_create,
-    .event_retain = host_event_retain,
-    .event_release = host_event_release,
-    .event_next_seq = host_event_next_seq,
-    .event_last_seq = host_event_last_seq,
-    .event_reached = host_event_reached,
-    .event_wait = host_event_wait,
-    .event_time_ns = host_event_time_ns,
+    .event_create = tpu_host_event_create,
+    .event_retain = tpu_host_event_retain,
+    .event_release = tpu_host_event_release,
+    .event_next_seq = tpu_host_event_next_seq,
+    .event_last_seq = tpu_host_event_last_seq,
+    .event_reached = tpu_host_event_reached,
+    .event_wait = tpu_host_event_wait,
+    .event_time_ns = tpu_host_event_time_ns,
     .executable_retain = host_executable_retain,
     .executable_release = host_executable_release,
 };

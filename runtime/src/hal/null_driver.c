@@ -21,15 +21,10 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "host_event.h"
 #include "tpu/hal.h"
 
 #define NULL_ALIGN 256u
-
-static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* ---- chips ---------------------------------------------------------------- */
 
@@ -134,81 +129,6 @@ static bool null_owns_address(const tpu_hal_chip_t* c, uint64_t addr) {
 
 /* ---- events --------------------------------------------------------------- */
 
-struct tpu_hal_event {
-  atomic_int refs;
-  bool timing;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  uint64_t next_seq, completed_seq; /* under mu */
-  int64_t time_ns;
-};
-
-static tpu_status_t null_event_create(bool timing, tpu_hal_event_t** out_event) {
-  tpu_hal_event_t* e = calloc(1, sizeof(*e));
-  if (!e) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "event allocation failed");
-  atomic_init(&e->refs, 1);
-  e->timing = timing;
-  e->time_ns = -1;
-  pthread_mutex_init(&e->mu, NULL);
-  pthread_cond_init(&e->cv, NULL);
-  *out_event = e;
-  return TPU_OK;
-}
-
-static void null_event_retain(tpu_hal_event_t* e) { atomic_fetch_add(&e->refs, 1); }
-
-static void null_event_release(tpu_hal_event_t* e) {
-  if (!e || atomic_fetch_sub(&e->refs, 1) != 1) return;
-  pthread_mutex_destroy(&e->mu);
-  pthread_cond_destroy(&e->cv);
-  free(e);
-}
-
-static uint64_t null_event_next_seq(tpu_hal_event_t* e) {
-  pthread_mutex_lock(&e->mu);
-  uint64_t s = ++e->next_seq;
-  pthread_mutex_unlock(&e->mu);
-  return s;
-}
-
-static uint64_t null_event_last_seq(tpu_hal_event_t* e) {
-  pthread_mutex_lock(&e->mu);
-  uint64_t s = e->next_seq;
-  pthread_mutex_unlock(&e->mu);
-  return s;
-}
-
-static bool null_event_reached(tpu_hal_event_t* e, uint64_t seq) {
-  pthread_mutex_lock(&e->mu);
-  bool r = e->completed_seq >= seq;
-  pthread_mutex_unlock(&e->mu);
-  return r;
-}
-
-static void null_event_wait(tpu_hal_event_t* e, uint64_t seq) {
-  pthread_mutex_lock(&e->mu);
-  while (e->completed_seq < seq) pthread_cond_wait(&e->cv, &e->mu);
-  pthread_mutex_unlock(&e->mu);
-}
-
-static int64_t null_event_time_ns(tpu_hal_event_t* e) {
-  pthread_mutex_lock(&e->mu);
-  int64_t t = (e->timing && e->next_seq && e->completed_seq == e->next_seq) ? e->time_ns : -1;
-  pthread_mutex_unlock(&e->mu);
-  return t;
-}
-
-static void event_complete(tpu_hal_event_t* e, uint64_t seq) {
-  int64_t t = e->timing ? now_ns() : -1;
-  pthread_mutex_lock(&e->mu);
-  if (seq > e->completed_seq) {
-    e->completed_seq = seq;
-    e->time_ns = t;
-  }
-  pthread_cond_broadcast(&e->cv);
-  pthread_mutex_unlock(&e->mu);
-}
-
 /* ---- queues --------------------------------------------------------------- */
 
 struct tpu_hal_queue {
@@ -248,10 +168,10 @@ static tpu_status_t run_command(const tpu_hal_command_t* cmd) {
                 cmd->u.copy.bytes);
       return TPU_OK;
     case TPU_HAL_CMD_RECORD:
-      event_complete(cmd->u.event.event, cmd->u.event.seq);
+      tpu_host_event_complete(cmd->u.event.event, cmd->u.event.seq);
       return TPU_OK;
     case TPU_HAL_CMD_WAIT:
-      null_event_wait(cmd->u.event.event, cmd->u.event.seq);
+      tpu_host_event_wait(cmd->u.event.event, cmd->u.event.seq);
       return TPU_OK;
     case TPU_HAL_CMD_HOST_FN:
       cmd->u.host.fn(cmd->u.host.arg);
@@ -265,7 +185,7 @@ static tpu_status_t run_command(const tpu_hal_command_t* cmd) {
 static void command_dispose(tpu_hal_command_t* cmd) {
   if (cmd->kind == TPU_HAL_CMD_EXEC) tpu_graph_release(cmd->u.exec.graph);
   if (cmd->kind == TPU_HAL_CMD_RECORD || cmd->kind == TPU_HAL_CMD_WAIT)
-    null_event_release(cmd->u.event.event);
+    tpu_host_event_release(cmd->u.event.event);
 }
 
 static tpu_status_t null_queue_submit(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
@@ -274,7 +194,7 @@ static tpu_status_t null_queue_submit(tpu_hal_queue_t* q, tpu_hal_command_t* cmd
     bad = tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
                           "HAL command: the null driver has no executables");
   if (bad == TPU_OK && cmd->kind == TPU_HAL_CMD_WAIT &&
-      cmd->u.event.seq > null_event_last_seq(cmd->u.event.event))
+      cmd->u.event.seq > tpu_host_event_last_seq(cmd->u.event.event))
     bad = tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
                           "HAL command: WAIT for a record not yet reserved");
   if (bad != TPU_OK) {
@@ -335,12 +255,12 @@ const tpu_hal_driver_t tpu_null_driver = {
     .queue_is_idle = null_queue_is_idle,
     .queue_take_error = null_queue_take_error,
     .queue_add_stats = null_queue_add_stats,
-    .event_create = null_event_create,
-    .event_retain = null_event_retain,
-    .event_release = null_event_release,
-    .event_next_seq = null_event_next_seq,
-    .event_last_seq = null_event_last_seq,
-    .event_reached = null_event_reached,
-    .event_wait = null_event_wait,
-    .event_time_ns = null_event_time_ns,
+    .event_create = tpu_host_event_create,
+    .event_retain = tpu_host_event_retain,
+    .event_release = tpu_host_event_release,
+    .event_next_seq = tpu_host_event_next_seq,
+    .event_last_seq = tpu_host_event_last_seq,
+    .event_reached = tpu_host_event_reached,
+    .event_wait = tpu_host_event_wait,
+    .event_time_ns = tpu_host_event_time_ns,
 };

@@ -370,29 +370,12 @@ AT_CLONES void tpu_attn_block_f32(float* s, int64_t rows, int64_t n, float* m, f
 }
 
 /* The same step written for AVX-512 with FMA (chosen at run time when the
- * CPU has it): exp as above (x = n ln2 + r, the degree-6 polynomial) but
- * with fused multiply-adds and 2^n by vscalefps, which also flushes what
- * underflows; arguments below VM_EXP_LO still give 0 and NaN stays NaN. */
+ * CPU has it): exp by vm_exp512 (vmath512.h); arguments below VM_EXP_LO
+ * still give 0 and NaN stays NaN. */
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
+#include "kernels/vmath512.h"
 #define AT_AVX512 __attribute__((target("avx512f,fma")))
-AT_AVX512 static inline __m512 at_exp512(__m512 x) {
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  const __m512 z = _mm512_mul_ps(r, r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_add_ps(_mm512_fmadd_ps(p, z, r), _mm512_set1_ps(1.0f));
-  /* lanes at or above VM_EXP_LO, or NaN, keep their value; the rest 0 */
-  __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(VM_EXP_LO), _CMP_NLT_UQ);
-  return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
-}
+#define vm_exp512_lo(x) vm_exp512((x), VM_EXP_LO)
 
 /* x[i] = exp(x[i] - shift) for i < n, returning the sum. */
 AT_AVX512 static double at_row_exp512(float* row, float shift, int64_t n) {
@@ -402,20 +385,20 @@ AT_AVX512 static double at_row_exp512(float* row, float shift, int64_t n) {
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   int64_t v = 0;
   for (; v + 2 <= nv; v += 2) { /* two independent chains */
-    __m512 e0 = at_exp512(_mm512_sub_ps(_mm512_loadu_ps(row + 16 * v), sh));
-    __m512 e1 = at_exp512(_mm512_sub_ps(_mm512_loadu_ps(row + 16 * v + 16), sh));
+    __m512 e0 = vm_exp512_lo(_mm512_sub_ps(_mm512_loadu_ps(row + 16 * v), sh));
+    __m512 e1 = vm_exp512_lo(_mm512_sub_ps(_mm512_loadu_ps(row + 16 * v + 16), sh));
     _mm512_storeu_ps(row + 16 * v, e0);
     _mm512_storeu_ps(row + 16 * v + 16, e1);
     acc0 = _mm512_add_ps(acc0, e0);
     acc1 = _mm512_add_ps(acc1, e1);
   }
   for (; v < nv; ++v) {
-    __m512 e0 = at_exp512(_mm512_sub_ps(_mm512_loadu_ps(row + 16 * v), sh));
+    __m512 e0 = vm_exp512_lo(_mm512_sub_ps(_mm512_loadu_ps(row + 16 * v), sh));
     _mm512_storeu_ps(row + 16 * v, e0);
     acc0 = _mm512_add_ps(acc0, e0);
   }
   if (tail) {
-    __m512 e0 = at_exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, row + 16 * nv), sh));
+    __m512 e0 = vm_exp512_lo(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, row + 16 * nv), sh));
     e0 = _mm512_maskz_mov_ps(tail, e0);
     _mm512_mask_storeu_ps(row + 16 * nv, tail, e0);
     acc0 = _mm512_add_ps(acc0, e0);

@@ -36,6 +36,8 @@ void tpu_softmax_rows512_set_enabled(bool on) { atomic_store(&g_enabled, on ? 1 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include "kernels/vmath512.h"
+
 #define SR_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma"), always_inline))
 #define SR_AVX512_FN __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 
@@ -91,23 +93,7 @@ SR_AVX512 static inline void store16(tpu_dtype_t d, void* p, __m512 v, __mmask16
 }
 
 /* exp(x) for x <= 0 (or NaN), subnormal results included (see the top). */
-SR_AVX512 static inline __m512 exp16(__m512 x) {
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  const __m512 z = _mm512_mul_ps(r, r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_add_ps(_mm512_fmadd_ps(p, z, r), _mm512_set1_ps(1.0f));
-  /* p in [0.70, 1.42]: p * 2^n rounds once, into the subnormals too. */
-  __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-150.0f), _CMP_NLT_UQ);
-  return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
-}
+#define exp16(x) vm_exp512((x), -150.0f)
 
 /* Element offset of vector v's first element, in bytes, for dtype d. */
 static inline size_t at(tpu_dtype_t d, int64_t v) {
