@@ -1,5 +1,5 @@
 // attention.cpp — scaled_dot_product_attention's route to the runtime's
-// attention family (runtime/src/kernels/attention.c).
+// attention family (runtime/src/kernels/attention/attention.c).
 //
 // F.scaled_dot_product_attention asks the device's _fused_sdp_choice stub
 // for a backend. Ours answers "overrideable" when the runtime's check for the

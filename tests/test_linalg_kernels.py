@@ -22,7 +22,7 @@ linalg.lstsq linalg.ldl_factor linalg.ldl_factor_ex linalg.ldl_solve linalg.matr
 linalg.polar
 """.split()
 # matrix_exp runs natively in float32 and float64 (computed in float64, see
-# runtime/src/kernels/linalg_matfn.c); the half types go to the CPU
+# runtime/src/kernels/linalg/matfn.c); the half types go to the CPU
 EXP_OPS = ["matrix_exp"]
 SIMPLE_OPS = "trace linalg.cross cross addbmm".split()
 

@@ -254,7 +254,7 @@ def test_a_deferred_matmul_keeps_the_precision_it_was_issued_under():
     assert ((zm - ref).abs().max() / ref.abs().max()).item() < 1e-6
 
 
-# ---- convolutions (runtime/src/kernels/conv_mxu.c) ----------------------------------
+# ---- convolutions (runtime/src/kernels/conv/conv_mxu.c) ----------------------------------
 
 # (C_in, C_out, kernel, stride, padding, dilation, groups, H=W): ResNet-like
 # layers, small enough to be quick: a 3x3, a strided 3x3, the 1x1s of a

@@ -2,7 +2,7 @@
 once (hits counted), every way a program changes a weight is seen (the next
 GEMM reads the new values, compared with PyTorch CPU on the same weights),
 and float32 results are the same bits whether or not the cache holds the
-weight (bfloat16 reads a weight's first use plain: kernels/mxu_pack.h).
+weight (bfloat16 reads a weight's first use plain: kernels/matmul/mxu_pack.h).
 
 Without a matrix unit for a dtype (an AVX2 CPU, bfloat16 without
 AVX512-BF16) nothing is cached, and the same checks hold."""

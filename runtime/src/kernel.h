@@ -51,7 +51,7 @@ typedef struct tpu_scratch_stats {
 void tpu_scratch_get_stats(tpu_scratch_stats_t* out_stats);
 
 /* What may have written device bytes, for the matrix unit's weight cache
- * (kernels/mxu_pack.h), which drops the copies of what was written. The
+ * (kernels/matmul/mxu_pack.h), which drops the copies of what was written. The
  * host driver reports every command when it ends: [lo, hi), every output
  * view of a graph's nodes, or anything (after a host function); the
  * allocator reports frees. Cheap while the cache is empty. */

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "kernel.h"
-#include "kernels/view_walk.h"
+#include "kernels/common/view_walk.h"
 #include "test.h"
 #include "tpu/ops.h"
 

@@ -27,7 +27,7 @@
 
 #include "tpu/config.h"
 #include "fusion/analysis.h"
-#include "kernels/matmul.h"
+#include "kernels/matmul/matmul.h"
 #include "tpu/ops.h"
 
 static atomic_int g_epilogues = -1; /* -1: not read from the environment yet */

@@ -40,8 +40,8 @@
 
 #include "tpu/config.h"
 #include "fusion/analysis.h"
-#include "kernels/elementwise.h"
-#include "kernels/norm.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/norm/norm.h"
 #include "tpu/ops.h"
 #include "tpu/profiler.h"
 

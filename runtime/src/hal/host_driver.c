@@ -34,7 +34,7 @@
 #include <unistd.h>
 
 #include "../fusion/fusion.h"
-#include "../kernel.h"
+#include "kernel.h"
 #include "../pool_spin.h"
 #include "../spin.h"
 #include "host_driver.h"

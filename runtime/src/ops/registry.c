@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernel.h"
+#include "kernel.h"
 #include "tpu/ops.h"
 
 /* Every family the runtime executes. Add one line per family. */

@@ -1,0 +1,400 @@
+/* mxu.c — the matrix unit on oneDNN's matmul primitive (see mxu.h).
+ *
+ * Why oneDNN: measured side by side on this project's 2-core machine
+ * (AMX-BF16), bfloat16 GEMM in GFLOP/s on 128x768x3072 / 512x768x768 / 2048^3:
+ * oneDNN 2.6 brgemm 1,650 / 2,370 / 1,500 (2 OpenMP threads); MKL 2026.2's
+ * cblas_gemm_bf16bf16f32 990 / 1,100 / 1,680 (sequential, 2 threads over
+ * column halves), about the same with its packed-B API; our earlier path
+ * (widen to float32, OpenBLAS sgemm) 207 / 239 / 290. oneDNN has no float16
+ * kernels in 2.6 (float16 keeps the float32 path), and on a CPU without
+ * AVX512-BF16 its bfloat16 matmul is a slower float32 GEMM than ours, so the
+ * unit is on only where the CPU has AVX512-BF16 or AMX (bench/RESULTS.md).
+ *
+ * Each GEMM builds its descriptors and asks for the primitive: oneDNN's
+ * primitive cache (1,024 entries, least recently used evicted) makes the
+ * repeat a lookup of about 2 us, and the first call of a shape JITs its
+ * kernel (about 0.7 ms). A primitive that is not a brgemm kernel (oneDNN's
+ * reference loops, for a layout brgemm does not take) is declined: the
+ * caller's path is faster than those.
+ */
+#include "tpu/config.h"
+#include "kernels/matmul/mxu.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernel.h"
+#include "kernels/matmul/mxu_pack.h"
+#include "tpu/runtime.h"
+#include "kernels/common/view_walk.h"
+
+/* libgomp's, the OpenMP runtime of Debian's oneDNN build (and of PyTorch):
+ * the number of threads the calling thread's next parallel region gets. It
+ * is declared here because the fuzzing build's clang ships no omp.h. */
+void omp_set_num_threads(int threads);
+
+static struct {
+  dnnl_engine_t engine;
+  bool bf16;     /* bfloat16 GEMMs run on the unit */
+  bool f32;      /* float32 GEMMs with a 2-D B do (AVX-512 brgemm) */
+  bool int8;     /* int8 GEMMs do (AVX512-VNNI or AMX-INT8) */
+  char isa[64];  /* the instruction set, or why the unit is off */
+  char library[32];
+  atomic_ullong gemms, declined, convs, conv_declined, conv_split, conv_gemm;
+} g_mxu;
+
+static void mxu_init(void) {
+  const dnnl_version_t* v = dnnl_version();
+  snprintf(g_mxu.library, sizeof g_mxu.library, "oneDNN %d.%d.%d", v->major, v->minor, v->patch);
+  if (!tpu_config_bool(TPU_CONFIG_MXU)) {
+    snprintf(g_mxu.isa, sizeof g_mxu.isa, "off (TORCH_TPU_MXU=0)");
+    return;
+  }
+  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  bool avx512 = (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+  if ((isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx)
+    snprintf(g_mxu.isa, sizeof g_mxu.isa, "amx_bf16");
+  else if ((isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16)
+    snprintf(g_mxu.isa, sizeof g_mxu.isa, "avx512_bf16");
+  else {
+    snprintf(g_mxu.isa, sizeof g_mxu.isa,
+             avx512 ? "avx512_f32 (no AVX512-BF16 or AMX)" : "off (no AVX512-BF16 or AMX)");
+    if (!avx512) return;
+  }
+  if (dnnl_engine_create(&g_mxu.engine, dnnl_cpu, 0) != dnnl_success) {
+    snprintf(g_mxu.isa, sizeof g_mxu.isa, "off (oneDNN engine failed)");
+    return;
+  }
+  /* float32 on AVX-512: oneDNN's brgemm on a blocked B outruns OpenBLAS
+   * (and PyTorch's MKL) there; on AVX2 OpenBLAS is the faster one. */
+  g_mxu.f32 = avx512;
+  if (strncmp(g_mxu.isa, "avx512_f32", 10) == 0) return;
+  g_mxu.bf16 = true;
+  /* Both ISAs above include AVX512-VNNI, whose int8 dot products sum in
+   * int32 exactly; oneDNN's AVX2 / plain AVX-512 int8 kernels (vpmaddubsw)
+   * saturate int16 partial sums, so the unit takes int8 only here. */
+  g_mxu.int8 = true;
+}
+
+static void mxu_once(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, mxu_init);
+}
+
+void tpu_mxu_get_info(tpu_mxu_info_t* out_info) {
+  mxu_once();
+  out_info->library = g_mxu.library;
+  out_info->isa = g_mxu.isa;
+  out_info->bfloat16 = g_mxu.bf16;
+  out_info->float32 = g_mxu.f32;
+  out_info->int8 = g_mxu.int8;
+  out_info->gemms = atomic_load(&g_mxu.gemms);
+  out_info->declined = atomic_load(&g_mxu.declined);
+  out_info->convs = atomic_load(&g_mxu.convs);
+  out_info->conv_declined = atomic_load(&g_mxu.conv_declined);
+  out_info->conv_split = atomic_load(&g_mxu.conv_split);
+  out_info->conv_gemm = atomic_load(&g_mxu.conv_gemm);
+}
+
+dnnl_engine_t tpu_mxu_engine(void) {
+  mxu_once();
+  return g_mxu.engine;
+}
+
+void tpu_mxu_count_conv(bool ran) { atomic_fetch_add(ran ? &g_mxu.convs : &g_mxu.conv_declined, 1); }
+
+void tpu_mxu_count_conv_split(void) { atomic_fetch_add(&g_mxu.conv_split, 1); }
+
+void tpu_mxu_count_conv_gemm(void) { atomic_fetch_add(&g_mxu.conv_gemm, 1); }
+
+bool tpu_mxu_supports(tpu_dtype_t dtype) {
+  mxu_once();
+  return (dtype == TPU_DTYPE_BF16 && g_mxu.bf16) || (dtype == TPU_DTYPE_F32 && g_mxu.f32);
+}
+
+bool tpu_mxu_supports_int8(void) {
+  mxu_once();
+  return g_mxu.int8;
+}
+
+/* A B the kernel reads in its blocked layout: one matrix for the batch. */
+static bool b_is_matrix(const tpu_view_t* b) { return b->sizes[0] == 1 || b->strides[0] == 0; }
+
+/* The operand dtypes the unit takes: bfloat16 x bfloat16, float32 x
+ * float32 -> float32 with a 2-D B, or int8/uint8 x int8. */
+static bool operands_supported(const mxu_gemm_t* g) {
+  if (g->a.dtype == TPU_DTYPE_BF16) return g->b.dtype == TPU_DTYPE_BF16 && tpu_mxu_supports(g->a.dtype);
+  if (g->a.dtype == TPU_DTYPE_F32)
+    return g->b.dtype == TPU_DTYPE_F32 && g->c.dtype == TPU_DTYPE_F32 && b_is_matrix(&g->b) &&
+           tpu_mxu_supports(TPU_DTYPE_F32);
+  return (g->a.dtype == TPU_DTYPE_I8 || g->a.dtype == TPU_DTYPE_U8) &&
+         g->b.dtype == TPU_DTYPE_I8 && g->c.dtype == TPU_DTYPE_I32 && tpu_mxu_supports_int8();
+}
+
+/* ---- descriptors ------------------------------------------------------------ */
+
+/* A 3-D view as oneDNN's memory descriptor of `nd` dims (2: the view's
+ * batch is 1 and is dropped). A broadcast batch (stride 0) is a batch of 1,
+ * which matmul broadcasts; size-1 dims get the strides of a dense layout,
+ * since only their extent matters. */
+static bool md_of(const tpu_view_t* v, int nd, dnnl_memory_desc_t* md) {
+  dnnl_data_type_t dt = v->dtype == TPU_DTYPE_BF16  ? dnnl_bf16
+                        : v->dtype == TPU_DTYPE_F32 ? dnnl_f32
+                        : v->dtype == TPU_DTYPE_I8  ? dnnl_s8
+                        : v->dtype == TPU_DTYPE_U8  ? dnnl_u8
+                        : v->dtype == TPU_DTYPE_I32 ? dnnl_s32
+                                                    : dnnl_data_type_undef;
+  if (dt == dnnl_data_type_undef) return false;
+  dnnl_dims_t dims, strides;
+  for (int d = 0; d < 3; ++d) dims[d] = v->sizes[d], strides[d] = v->strides[d];
+  if (strides[0] == 0) dims[0] = 1;
+  int64_t dense = 1;
+  for (int d = 2; d >= 0; --d) {
+    if (dims[d] == 1) strides[d] = dense;
+    if (strides[d] < 0) return false;
+    dense *= dims[d];
+  }
+  return dnnl_memory_desc_init_by_strides(md, nd, dims + 3 - nd, dt, strides + 3 - nd) ==
+         dnnl_success;
+}
+
+/* The bias row vector as a [1, (1,) n] descriptor. */
+static bool bias_md(const mxu_gemm_t* g, int nd, dnnl_memory_desc_t* md) {
+  tpu_view_t v = g->bias;
+  dnnl_data_type_t dt = v.dtype == TPU_DTYPE_BF16 ? dnnl_bf16 : v.dtype == TPU_DTYPE_F32 ? dnnl_f32
+                                                                                      : dnnl_data_type_undef;
+  if (dt == dnnl_data_type_undef || (v.sizes[0] != 1 && v.strides[0] != 0) ||
+      (v.sizes[1] != 1 && v.strides[1] != 0) || g->c.sizes[2] != v.sizes[2])
+    return false;
+  dnnl_dims_t dims = {1, 1, v.sizes[2]};
+  return dnnl_memory_desc_init_by_tag(md, nd, dims + 3 - nd, dt, nd == 2 ? dnnl_ab : dnnl_abc) ==
+         dnnl_success;
+}
+
+/* 2 when every operand is one matrix (the batch folded into A's and C's
+ * rows: tpu_mxu_gemm), else 3. brgemm picks a better blocking for a 2-D
+ * problem (128x768x3072 float32: 316 against 165 GF/s as 3-D). */
+static int gemm_ndims(const mxu_gemm_t* g) {
+  return g->a.sizes[0] == 1 && g->b.sizes[0] == 1 && g->c.sizes[0] == 1 ? 2 : 3;
+}
+
+/* A [batch, m, k] whose rows continue evenly across batches as one
+ * [1, batch*m, k] (dense rows; C alike). */
+static bool fold_rows(tpu_view_t* v) {
+  if (v->sizes[0] == 1) return true;
+  if (v->strides[0] == 0 || (v->sizes[2] > 1 && v->strides[2] != 1)) return false;
+  if (v->strides[0] != v->sizes[1] * v->strides[1] && v->sizes[1] > 1) return false;
+  if (v->sizes[1] == 1) v->strides[1] = v->strides[0];
+  v->sizes[1] *= v->sizes[0];
+  v->sizes[0] = 1;
+  return true;
+}
+
+/* The primitive of `g`, or NULL when oneDNN has no brgemm kernel for it;
+ * *out_status is set on an engine failure. With `blocked`, B is left to the
+ * kernel's choice of layout, returned in *out_b. */
+static dnnl_primitive_t gemm_primitive(const mxu_gemm_t* g, bool blocked, dnnl_memory_desc_t* out_b,
+                                       tpu_status_t* out_status) {
+  *out_status = TPU_OK;
+  dnnl_memory_desc_t a, b, c;
+  int nd = gemm_ndims(g);
+  if (!md_of(&g->a, nd, &a) || !md_of(&g->b, nd, &b) || !md_of(&g->c, nd, &c)) return NULL;
+  dnnl_memory_desc_t bias;
+  if (g->has_bias && !bias_md(g, nd, &bias)) return NULL;
+  if (blocked &&
+      dnnl_memory_desc_init_by_tag(&b, nd, b.dims, b.data_type, dnnl_format_tag_any) != dnnl_success)
+    return NULL;
+  dnnl_matmul_desc_t desc;
+  if (dnnl_matmul_desc_init(&desc, &a, &b, g->has_bias ? &bias : NULL, &c) != dnnl_success)
+    return NULL;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t ops = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_primitive_t prim = NULL;
+  bool ok = dnnl_primitive_attr_create(&attr) == dnnl_success;
+  if (ok && g->alpha != 1.0f)
+    ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &g->alpha) == dnnl_success;
+  if (ok && g->beta != 0.0f) {
+    ok = dnnl_post_ops_create(&ops) == dnnl_success &&
+         dnnl_post_ops_append_sum(ops, g->beta) == dnnl_success &&
+         dnnl_primitive_attr_set_post_ops(attr, ops) == dnnl_success;
+  }
+  if (ok && dnnl_primitive_desc_create(&pd, &desc, attr, g_mxu.engine, NULL) == dnnl_success) {
+    const char* impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+        impl && strncmp(impl, "brg:", 4) == 0) {
+      dnnl_status_t s = dnnl_primitive_create(&prim, pd);
+      if (s == dnnl_success && blocked)
+        *out_b = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+      if (s != dnnl_success) {
+        prim = NULL;
+        *out_status = tpu_status_make(
+            s == dnnl_out_of_memory ? TPU_CODE_OUT_OF_MEMORY : TPU_CODE_INTERNAL,
+            "the matrix unit could not build its kernel (oneDNN status %d)", (int)s);
+      }
+    }
+  }
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (ops) dnnl_post_ops_destroy(ops);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  return prim;
+}
+
+/* ---- execution --------------------------------------------------------------- */
+
+typedef struct mxu_run {
+  dnnl_primitive_t prim;
+  const mxu_gemm_t* g;
+  const dnnl_memory_desc_t* blocked; /* B's layout for the kernel, or NULL: B as it is */
+  bool cacheable;                    /* the weight cache may keep B's blocked form */
+  dnnl_status_t status;
+  tpu_status_t pack_status; /* laying out B failed */
+} mxu_run_t;
+
+static void* view_base(const tpu_view_t* v) { return (void*)(uintptr_t)v->addr; }
+
+static void run_on(void* arg, int threads) {
+  mxu_run_t* r = (mxu_run_t*)arg;
+  const mxu_gemm_t* g = r->g;
+  dnnl_memory_t mem[3] = {NULL, NULL, NULL};
+  dnnl_stream_t stream = NULL;
+  const tpu_view_t* views[3] = {&g->a, &g->b, &g->c};
+  dnnl_memory_t bias_mem = NULL;
+  mxu_packed_t* packed = NULL;
+  omp_set_num_threads(threads);
+  r->status = dnnl_stream_create(&stream, g_mxu.engine, dnnl_stream_default_flags);
+  for (int i = 0; i < 3 && r->status == dnnl_success; ++i) {
+    dnnl_memory_desc_t md;
+    md_of(views[i], gemm_ndims(g), &md);
+    if (i == 1 && r->blocked) {
+      r->pack_status = mxu_pack_get(&g->b, &md, r->blocked, r->cacheable, g_mxu.engine, stream,
+                                    &packed);
+      if (r->pack_status != TPU_OK) break;
+      r->status = dnnl_memory_create(&mem[i], r->blocked, g_mxu.engine, packed->data);
+      continue;
+    }
+    r->status = dnnl_memory_create(&mem[i], &md, g_mxu.engine, view_base(views[i]));
+  }
+  if (r->status == dnnl_success && r->pack_status == TPU_OK && g->has_bias) {
+    dnnl_memory_desc_t md;
+    bias_md(g, gemm_ndims(g), &md);
+    r->status = dnnl_memory_create(&bias_mem, &md, g_mxu.engine, view_base(&g->bias));
+  }
+  if (r->status == dnnl_success && r->pack_status == TPU_OK) {
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mem[0]},
+                               {DNNL_ARG_WEIGHTS, mem[1]},
+                               {DNNL_ARG_DST, mem[2]},
+                               {DNNL_ARG_BIAS, bias_mem}};
+    r->status = dnnl_primitive_execute(r->prim, stream, g->has_bias ? 4 : 3, args);
+    if (r->status == dnnl_success) r->status = dnnl_stream_wait(stream);
+  }
+  for (int i = 0; i < 3; ++i)
+    if (mem[i]) dnnl_memory_destroy(mem[i]);
+  if (bias_mem) dnnl_memory_destroy(bias_mem);
+  mxu_packed_release(packed);
+  if (stream) dnnl_stream_destroy(stream);
+}
+
+/* ---- layouts ---------------------------------------------------------------- */
+
+/* brgemm reads a matrix whose rows or columns are dense; any other view is
+ * copied to a dense scratch first (a bfloat16 copy, far cheaper than the
+ * float32 path). */
+static bool dense_rows_or_cols(const tpu_view_t* v) {
+  return v->sizes[2] == 1 || v->strides[2] == 1 || v->sizes[1] == 1 || v->strides[1] == 1;
+}
+
+static tpu_view_t transposed(const tpu_view_t* v) {
+  tpu_view_t t = *v;
+  t.sizes[1] = v->sizes[2], t.sizes[2] = v->sizes[1];
+  t.strides[1] = v->strides[2], t.strides[2] = v->strides[1];
+  return t;
+}
+
+/* A dense copy of `v` in `*out_scratch` (owned by the caller), its values
+ * copied in when `fill`. */
+static tpu_status_t dense_copy(tpu_view_t src, bool fill, void** out_scratch,
+                               tpu_view_t* out_view) {
+  const tpu_view_t* v = &src; /* out_view may be the source */
+  size_t bytes = (size_t)tpu_view_numel(v) * tpu_dtype_size(v->dtype);
+  *out_scratch = malloc(bytes ? bytes : 1);
+  if (!*out_scratch)
+    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matrix unit: no %zu bytes of scratch", bytes);
+  *out_view = view_of(*out_scratch, v->dtype, 3, v->sizes);
+  if (fill) view_copy(out_view, v);
+  return TPU_OK;
+}
+
+/* `b_own`: B is the caller's view (not a scratch copy), so its blocked
+ * form may be cached. */
+static tpu_status_t run_gemm(const mxu_gemm_t* g, bool b_own, bool* out_done) {
+  tpu_status_t st;
+  bool matrix = b_is_matrix(&g->b) && g->a.dtype != TPU_DTYPE_I8 && g->a.dtype != TPU_DTYPE_U8;
+  bool cacheable =
+      matrix && b_own && g->graph && !tpu_weight_cache_graph_writes(g->graph, &g->b);
+  /* the layout of B (mxu_pack.h): float32 always blocked, bfloat16 once B
+   * was seen before */
+  bool blocked = matrix && (g->a.dtype == TPU_DTYPE_F32 || (cacheable && mxu_pack_seen(&g->b)));
+  dnnl_memory_desc_t bmd;
+  dnnl_primitive_t prim = gemm_primitive(g, blocked, &bmd, &st);
+  if (!prim) {
+    if (st == TPU_OK) atomic_fetch_add(&g_mxu.declined, 1);
+    return st;
+  }
+  mxu_run_t run = {prim, g, blocked ? &bmd : NULL, blocked && cacheable, dnnl_success, TPU_OK};
+  if (g->serial)
+    run_on(&run, 1);
+  else
+    tpu_parallel_exclusive(run_on, &run);
+  dnnl_primitive_destroy(prim);
+  if (run.pack_status != TPU_OK) return run.pack_status;
+  if (run.status != dnnl_success)
+    return tpu_status_make(
+        run.status == dnnl_out_of_memory ? TPU_CODE_OUT_OF_MEMORY : TPU_CODE_INTERNAL,
+        "the matrix unit failed (oneDNN status %d)", (int)run.status);
+  atomic_fetch_add(&g_mxu.gemms, 1);
+  *out_done = true;
+  return TPU_OK;
+}
+
+tpu_status_t tpu_mxu_gemm(const mxu_gemm_t* g, bool* out_done) {
+  *out_done = false;
+  if (!operands_supported(g) || g->a.ndim != 3 || g->b.ndim != 3 || g->c.ndim != 3) {
+    atomic_fetch_add(&g_mxu.declined, 1);
+    return TPU_OK;
+  }
+  if (g->has_bias && (g->alpha != 1.0f || (g->c.sizes[2] > 1 && g->c.strides[2] != 1) ||
+                     (g->bias.sizes[2] > 1 && g->bias.strides[2] != 1))) {
+    atomic_fetch_add(&g_mxu.declined, 1);
+    return TPU_OK;
+  }
+  mxu_gemm_t n = *g;
+  /* A column-major C is computed as C^T = B^T A^T, whose C^T is row-major. */
+  if (n.c.sizes[2] > 1 && n.c.strides[2] != 1 && (n.c.sizes[1] == 1 || n.c.strides[1] == 1)) {
+    n.a = transposed(&g->b), n.b = transposed(&g->a), n.c = transposed(&g->c);
+  }
+  if (n.a.dtype == TPU_DTYPE_F32 && !b_is_matrix(&n.b)) { /* float32 needs the blocked B */
+    atomic_fetch_add(&g_mxu.declined, 1);
+    return TPU_OK;
+  }
+  void* scratch[3] = {NULL, NULL, NULL};
+  tpu_view_t* views[3] = {&n.a, &n.b, &n.c};
+  tpu_view_t c_out = n.c;
+  tpu_status_t st = TPU_OK;
+  for (int i = 0; i < 3 && st == TPU_OK; ++i)
+    if (!dense_rows_or_cols(views[i]))
+      st = dense_copy(*views[i], i < 2 || n.beta != 0.0f, &scratch[i], views[i]);
+  /* one B matrix: the batch folds into A's and C's rows where their
+   * layouts let it (both or neither) */
+  mxu_gemm_t r = n;
+  if (st == TPU_OK && b_is_matrix(&r.b) && fold_rows(&r.a) && fold_rows(&r.c)) r.b.sizes[0] = 1;
+  else r = n;
+  if (st == TPU_OK) st = run_gemm(&r, !scratch[1], out_done);
+  if (st == TPU_OK && *out_done && scratch[2]) view_copy(&c_out, &n.c);
+  for (int i = 0; i < 3; ++i) free(scratch[i]);
+  return st;
+}

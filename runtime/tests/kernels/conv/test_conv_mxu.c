@@ -1,0 +1,330 @@
+/* test_conv_mxu.c — bfloat16 convolutions on the matrix unit (conv_mxu.c)
+ * against the family's reference (conv_ref.c, sums in double): forward,
+ * input gradient, weight and bias gradients, over strides, padding,
+ * dilation, groups, depthwise, 1x1, 1-D/3-D, transposed and strided or
+ * permuted operands, with random values (not small integers: a layout or
+ * stride mistake then moves every sum). The unit's counters must show that
+ * it ran each product (and declined only what it should: the transposed
+ * convolution with a bias). Each case runs split over the pool's threads
+ * (the default where the pool has more than one) and on one OpenMP team
+ * (TORCH_TPU_CONV_SPLIT=0). Skipped where the CPU has no unit for
+ * bfloat16. */
+#include "kernel_test_util.h"
+#include "kernels/conv/conv.h"
+#include "kernels/matmul/mxu.h"
+#include "tpu/config.h"
+
+typedef struct mxu_case {
+  int nsp;
+  int64_t n, cin, cout, groups;
+  int64_t size[3], k[3];
+  int64_t stride, pad, dil, opad;
+  bool transposed, bias;
+  tt_layout_t layout;
+  bool w_by_group; /* oneDNN has only im2col + GEMM for the grouped weight
+                    * gradient: the unit runs it a group at a time */
+  bool w_declined;  /* nor ungrouped (8 output channels): declined */
+} mxu_case_t;
+
+static const mxu_case_t k_cases[] = {
+    /* 3x3 stride 1 padded, with a bias */
+    {2, 2, 16, 32, 1, {12, 10}, {3, 3}, 1, 1, 1, 0, false, true, TT_CONTIG, false, false},
+    /* stride 2, permuted operands (reordered in and out) */
+    {2, 2, 8, 16, 1, {11, 9}, {3, 3}, 2, 1, 1, 0, false, false, TT_REVERSED, false, false},
+    /* dilated, padded-stride operands */
+    {2, 1, 16, 16, 1, {13, 12}, {3, 3}, 1, 2, 2, 0, false, true, TT_PADDED, false, false},
+    /* groups (8 input channels each: the weight gradient has only oneDNN's
+     * im2col + GEMM, run a group at a time) */
+    {2, 2, 16, 32, 2, {9, 10}, {3, 3}, 1, 1, 1, 0, false, true, TT_CONTIG, true, false},
+    /* 1x1 stride 2 on an odd image (the right padding oneDNN needs is -1) */
+    {2, 2, 32, 16, 1, {9, 9}, {1, 1}, 2, 0, 1, 0, false, false, TT_CONTIG, false, false},
+    /* 1x1 stride 1 (a pointwise layer) */
+    {2, 3, 64, 32, 1, {7, 7}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
+    /* a ResNet stem: 3 input channels, 7x7 stride 2 */
+    {2, 2, 3, 16, 1, {20, 18}, {7, 7}, 2, 3, 1, 0, false, true, TT_CONTIG, false, false},
+    /* channels not a multiple of 16, an odd batch (uneven parts), padded
+     * strides */
+    {2, 3, 24, 40, 1, {8, 9}, {3, 3}, 1, 1, 1, 0, false, true, TT_PADDED, false, false},
+    /* groups of 16 input channels */
+    {2, 2, 64, 64, 4, {10, 10}, {3, 3}, 1, 1, 1, 0, false, true, TT_CONTIG, false, false},
+    /* depthwise */
+    {2, 2, 16, 16, 16, {10, 11}, {3, 3}, 1, 1, 1, 0, false, true, TT_CONTIG, false, false},
+    /* 1-D and 3-D */
+    {1, 2, 16, 24, 1, {31}, {5}, 2, 2, 1, 0, false, true, TT_CONTIG, false, false},
+    {3, 1, 8, 16, 1, {5, 6, 7}, {2, 3, 3}, 1, 1, 1, 0, false, true, TT_CONTIG, false, false},
+    /* transposed (no bias: a bias is declined, below), stride 2 with output
+     * padding, groups */
+    {2, 2, 16, 8, 1, {6, 7}, {3, 3}, 2, 1, 1, 1, true, false, TT_CONTIG, false, false},
+    {2, 1, 16, 16, 2, {5, 6}, {3, 3}, 2, 0, 1, 0, true, false, TT_REVERSED, false, true},
+};
+
+static void attrs_of(const mxu_case_t* c, bool backward, const int64_t* mask, tpu_attr_t* at,
+                     int* out_n) {
+  int64_t s[3] = {c->stride, c->stride, c->stride}, p[3] = {c->pad, c->pad, c->pad};
+  int64_t d[3] = {c->dil, c->dil, c->dil}, o[3] = {c->opad, c->opad, c->opad};
+  int n = 0;
+  if (backward) at[n++] = c->bias ? tt_ints(1, &c->cout) : tt_none();
+  at[n++] = tt_ints(c->nsp, s);
+  at[n++] = tt_ints(c->nsp, p);
+  at[n++] = tt_ints(c->nsp, d);
+  at[n++] = tt_bool(c->transposed);
+  at[n++] = tt_ints(c->nsp, o);
+  at[n++] = tt_int(c->groups);
+  if (backward) at[n++] = tt_ints(3, mask);
+  *out_n = n;
+}
+
+/* Whether products split over the pool (conv_mxu.c): the pool has more
+ * than one thread and TORCH_TPU_CONV_SPLIT is not 0. */
+static bool split_on(void) {
+  return tpu_parallel_threads() > 1 && tpu_config_bool(TPU_CONFIG_CONV_SPLIT);
+}
+
+/* Runs `def` on the unit (with `outs`) and the reference (with `wants`),
+ * compares the outputs that are on, and checks the counters moved by
+ * `ran` convolutions and `declined` refusals, of which between split_lo
+ * and split_hi split over the pool. */
+static void run_compare(size_t i, const char* what, const tpu_op_def_t* def, tpu_node_t* node,
+                        tt_t* outs, tt_t* wants, int nout, const bool* on, uint64_t ran,
+                        uint64_t declined, uint64_t split_lo, uint64_t split_hi) {
+  tpu_view_t ov[3], wv[3];
+  for (int k = 0; k < nout; ++k) ov[k] = outs[k].view, wv[k] = wants[k].view;
+  tpu_mxu_info_t before, after;
+  tpu_mxu_get_info(&before);
+  node->outputs = ov;
+  tpu_status_t s = def->check(def, node);
+  if (s == TPU_OK) s = tt_run(def->kernel, def, node);
+  tpu_mxu_get_info(&after);
+  node->outputs = wv;
+  if (s == TPU_OK) s = tpu_conv_reference(def, node);
+  node->outputs = NULL;
+  if (s != TPU_OK) {
+    tpu_test_fail(__FILE__, __LINE__, "%s case %zu: %s", what, i, tpu_status_message(s));
+    tpu_status_free(s);
+    return;
+  }
+  if (after.convs - before.convs != ran || after.conv_declined - before.conv_declined != declined)
+    tpu_test_fail(__FILE__, __LINE__, "%s case %zu: unit ran %llu (want %llu), declined %llu (want %llu)",
+                  what, i, (unsigned long long)(after.convs - before.convs), (unsigned long long)ran,
+                  (unsigned long long)(after.conv_declined - before.conv_declined),
+                  (unsigned long long)declined);
+  uint64_t split = after.conv_split - before.conv_split;
+  if (split < split_lo || split > split_hi)
+    tpu_test_fail(__FILE__, __LINE__, "%s case %zu: %llu split (want %llu to %llu)", what, i,
+                  (unsigned long long)split, (unsigned long long)split_lo,
+                  (unsigned long long)split_hi);
+  for (int k = 0; k < nout; ++k) {
+    if (!on[k]) continue;
+    /* both rounded to bfloat16 once (|d| / (1 + |want|) <= 2^-8 each),
+     * the unit's float32 sums in another order */
+    double worst = tt_max_rel_diff(&ov[k], &wv[k]);
+    if (!(worst <= 1e-2))
+      tpu_test_fail(__FILE__, __LINE__, "%s case %zu output %d: diff %g", what, i, k, worst);
+  }
+}
+
+/* Whether the forward (fwd) or the input gradient splits over the pool:
+ * over the images (2 or more); one image does too on the 1x1 GEMM path
+ * (conv_mxu_1x1.c: stride 1, no padding, one group, NCHW operands of
+ * TPU_CONV_GEMM_MIN_POSITIONS or more positions, TORCH_TPU_CONV_GEMM not
+ * 0), over the 32 or more channels it writes. */
+static bool images_split(const mxu_case_t* c, bool fwd) {
+  if (!split_on()) return false;
+  if (c->n >= 2) return true;
+  bool pw = c->groups == 1 && c->stride == 1 && c->pad == 0 && c->layout == TT_CONTIG &&
+            tpu_config_bool(TPU_CONFIG_CONV_GEMM);
+  int64_t positions = 1;
+  for (int d = 0; d < c->nsp; ++d) pw = pw && c->k[d] == 1, positions *= c->size[d];
+  return c->n == 1 && pw && positions >= TPU_CONV_GEMM_MIN_POSITIONS &&
+         (fwd ? c->cout : c->cin) >= 32;
+}
+
+static void run_case(size_t i, const mxu_case_t* c, bool bias_override, const int64_t* mask) {
+  const tpu_op_def_t* fwd = tt_def("convolution");
+  const tpu_op_def_t* bwd = tt_def("convolution_backward");
+  if (!fwd || !bwd) return;
+  tpu_dtype_t dt = TPU_DTYPE_BF16;
+  bool bias = c->bias || bias_override;
+  int32_t nd = c->nsp + 2;
+  int64_t xs[5] = {c->n, c->cin}, ws[5];
+  ws[0] = c->transposed ? c->cin : c->cout;
+  ws[1] = c->transposed ? c->cout / c->groups : c->cin / c->groups;
+  for (int d = 0; d < c->nsp; ++d) xs[2 + d] = c->size[d], ws[2 + d] = c->k[d];
+  tt_layout_t ol = c->layout == TT_CONTIG ? TT_CONTIG : TT_PADDED;
+  tt_t x = tt_make(dt, nd, xs, c->layout), w = tt_make(dt, nd, ws, c->layout);
+  tt_t b = tt_make(dt, 1, &c->cout, TT_PADDED);
+  tt_fill(&x.view, -1, 1, 0), tt_fill(&w.view, -1, 1, 0), tt_fill(&b.view, -1, 1, 0);
+  tpu_value_t in[3] = {tt_value(&x.view), tt_value(&w.view), tt_value(bias ? &b.view : NULL)};
+  tpu_attr_t at[8];
+  int na;
+  attrs_of(c, false, NULL, at, &na);
+  tpu_node_t node = tt_node(in, 3, NULL, 1, at, na);
+  node.op = tpu_op_lookup("convolution");
+  tpu_view_t shape[3];
+  CHECK_OK(fwd->infer(fwd, &node, shape));
+  tt_t out = tt_like(&shape[0], ol), want = tt_like(&shape[0], TT_CONTIG);
+  tt_fill_value(&out.view, NAN);
+  bool on[3] = {true, false, false};
+  /* a transposed convolution with a bias: declined (backward data has none) */
+  bool declined = c->transposed && bias;
+  if (mask[0] || mask[1] || mask[2])
+  {
+    /* split over the images where there are two or more */
+    uint64_t sp = !declined && images_split(c, true);
+    run_compare(i, "forward", fwd, &node, &out, &want, 1, on, declined ? 0 : 1, declined ? 1 : 0,
+                sp, sp);
+  }
+  tt_t go = tt_like(&shape[0], c->layout);
+  tt_fill(&go.view, -1, 1, 0);
+  tpu_value_t bin[3] = {tt_value(&go.view), tt_value(&x.view), tt_value(&w.view)};
+  attrs_of(c, true, mask, at, &na);
+  tpu_node_t bn = tt_node(bin, 3, NULL, 3, at, na);
+  bn.op = tpu_op_lookup("convolution_backward");
+  tpu_view_t bs[3];
+  CHECK_OK(bwd->infer(bwd, &bn, bs));
+  tt_t outs[3], wants[3];
+  for (int k = 0; k < 3; ++k) {
+    outs[k] = tt_like(&bs[k], k == 0 ? ol : TT_CONTIG);
+    wants[k] = tt_like(&bs[k], TT_CONTIG);
+    tt_fill_value(&outs[k].view, NAN);
+    on[k] = mask[k] != 0;
+  }
+  /* the input gradient and the weight gradient (with the bias's) */
+  /* the input gradient split over the images, the weight gradient over
+   * channels (where it has 32 or more) or a group at a time */
+  uint64_t w_declined = mask[1] && c->w_declined, ran = (mask[0] != 0) + (mask[1] != 0) - w_declined;
+  uint64_t lo = (mask[0] && images_split(c, false)) + (mask[1] && c->w_by_group);
+  uint64_t hi = lo + (mask[1] && !c->w_by_group && !c->w_declined && split_on());
+  run_compare(i, "backward", bwd, &bn, outs, wants, 3, on, ran, w_declined, lo, hi);
+  for (int k = 0; k < 3; ++k) tt_free(&outs[k]), tt_free(&wants[k]);
+  tt_free(&go), tt_free(&out), tt_free(&want);
+  tt_free(&x), tt_free(&w), tt_free(&b);
+}
+
+TEST(conv_mxu_bfloat16_matches_reference) {
+  if (!tpu_mxu_supports(TPU_DTYPE_BF16)) return; /* no unit on this CPU */
+  const int64_t all[3] = {1, 1, 1};
+  for (size_t i = 0; i < sizeof(k_cases) / sizeof(k_cases[0]); ++i)
+    run_case(i, &k_cases[i], false, all);
+}
+
+/* The same on one OpenMP team per product (no split, but the grouped
+ * weight gradient's route a group at a time). */
+TEST(conv_mxu_bfloat16_unsplit_matches_reference) {
+  if (!tpu_mxu_supports(TPU_DTYPE_BF16)) return;
+  const int64_t all[3] = {1, 1, 1};
+  CHECK_OK(tpu_config_set(TPU_CONFIG_CONV_SPLIT, "0"));
+  for (size_t i = 0; i < sizeof(k_cases) / sizeof(k_cases[0]); ++i)
+    run_case(i, &k_cases[i], false, all);
+  CHECK_OK(tpu_config_set(TPU_CONFIG_CONV_SPLIT, NULL));
+}
+
+TEST(conv_mxu_masks_and_declines) {
+  if (!tpu_mxu_supports(TPU_DTYPE_BF16)) return;
+  /* each gradient alone, and the bias's alone (not the unit's: the sum of
+   * grad_output on the float32 path) */
+  const int64_t masks[3][3] = {{1, 0, 0}, {0, 1, 0}, {0, 0, 1}};
+  for (int m = 0; m < 3; ++m) run_case(0, &k_cases[0], false, masks[m]);
+  /* a transposed convolution with a bias: forward declined, backward ran */
+  const int64_t all[3] = {1, 1, 1};
+  run_case(11, &k_cases[11], true, all);
+}
+
+/* float32 is not offered to the unit (conv_mxu.c): nothing counted. */
+TEST(conv_mxu_float32_stays_on_its_path) {
+  const tpu_op_def_t* fwd = tt_def("convolution");
+  if (!fwd) return;
+  int64_t xs[4] = {1, 8, 6, 6}, ws[4] = {8, 8, 3, 3};
+  tt_t x = tt_make(TPU_DTYPE_F32, 4, xs, TT_CONTIG), w = tt_make(TPU_DTYPE_F32, 4, ws, TT_CONTIG);
+  tt_fill(&x.view, -1, 1, 0), tt_fill(&w.view, -1, 1, 0);
+  tpu_value_t in[3] = {tt_value(&x.view), tt_value(&w.view), tt_value(NULL)};
+  const mxu_case_t c = {2, 1, 8, 8, 1, {6, 6}, {3, 3}, 1, 1, 1, 0, false, false, TT_CONTIG, false, false};
+  tpu_attr_t at[8];
+  int na;
+  attrs_of(&c, false, NULL, at, &na);
+  tpu_node_t node = tt_node(in, 3, NULL, 1, at, na);
+  node.op = tpu_op_lookup("convolution");
+  tpu_view_t shape[1];
+  CHECK_OK(fwd->infer(fwd, &node, shape));
+  tt_t out = tt_like(&shape[0], TT_CONTIG), want = tt_like(&shape[0], TT_CONTIG);
+  tpu_mxu_info_t before, after;
+  tpu_mxu_get_info(&before);
+  node.outputs = &out.view;
+  CHECK_OK(tt_run(fwd->kernel, fwd, &node));
+  tpu_mxu_get_info(&after);
+  node.outputs = &want.view;
+  CHECK_OK(tpu_conv_reference(fwd, &node));
+  CHECK(tt_max_rel_diff(&out.view, &want.view) <= 1e-5);
+  CHECK(after.convs == before.convs && after.conv_declined == before.conv_declined);
+  tt_free(&x), tt_free(&w), tt_free(&out), tt_free(&want);
+}
+
+/* 1x1 convolutions with stride 1, no padding and one group run as GEMMs on
+ * the operands' NCHW layout (conv_mxu_1x1.c): forward, input and weight
+ * gradients (with the bias's) against the reference, odd channel counts
+ * and positions (not multiples of the kernels' 16/32 or of a column
+ * block), batches of 1 (split over positions) and 3 (uneven image parts),
+ * with and without a bias; the unit's conv_gemm counter must show that the
+ * GEMM path ran all three products. Small images and operands whose
+ * spatial dims are not one dense run (padded strides, channels_last-like
+ * permutations) go to the convolution primitives instead, with the same
+ * results. */
+static const mxu_case_t k_pointwise[] = {
+    {2, 1, 17, 33, 1, {19, 21}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
+    {2, 3, 24, 40, 1, {23, 17}, {1, 1}, 1, 0, 1, 0, false, false, TT_CONTIG, false, false},
+    {2, 3, 40, 24, 1, {20, 21}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
+    /* one image: split over the channels it writes */
+    {2, 1, 64, 48, 1, {15, 27}, {1, 1}, 1, 0, 1, 0, false, false, TT_CONTIG, false, false},
+    /* few channels (no 16-channel block), 1-D and 3-D */
+    {1, 2, 5, 7, 1, {401}, {1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
+    {3, 2, 32, 16, 1, {8, 7, 7}, {1, 1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
+    /* transposed 1x1 (no bias): its forward is the input-gradient GEMM */
+    {2, 2, 48, 20, 1, {20, 20}, {1, 1}, 1, 0, 1, 0, true, false, TT_CONTIG, false, false},
+    /* not the GEMM path's: the primitives (small images, padded strides,
+     * channels_last-like permutations) */
+    {2, 3, 24, 40, 1, {7, 9}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
+    {2, 2, 24, 40, 1, {20, 20}, {1, 1}, 1, 0, 1, 0, false, true, TT_PADDED, false, false},
+    {2, 2, 24, 40, 1, {20, 20}, {1, 1}, 1, 0, 1, 0, false, true, TT_REVERSED, false, false},
+};
+
+static void pointwise_cases(bool gemm_on) {
+  const int64_t all[3] = {1, 1, 1};
+  for (size_t i = 0; i < sizeof(k_pointwise) / sizeof(k_pointwise[0]); ++i) {
+    const mxu_case_t* c = &k_pointwise[i];
+    tpu_mxu_info_t before, after;
+    tpu_mxu_get_info(&before);
+    run_case(100 + i, c, false, all);
+    tpu_mxu_get_info(&after);
+    int64_t positions = 1;
+    for (int d = 0; d < c->nsp; ++d) positions *= c->size[d];
+    uint64_t want =
+        gemm_on && c->layout == TT_CONTIG && positions >= TPU_CONV_GEMM_MIN_POSITIONS ? 3 : 0;
+    if (after.conv_gemm - before.conv_gemm != want)
+      tpu_test_fail(__FILE__, __LINE__, "pointwise case %zu: %llu products as GEMMs (want %llu)",
+                    i, (unsigned long long)(after.conv_gemm - before.conv_gemm),
+                    (unsigned long long)want);
+  }
+}
+
+TEST(conv_mxu_pointwise_gemm_matches_reference) {
+  if (!tpu_mxu_supports(TPU_DTYPE_BF16)) return;
+  pointwise_cases(true);
+  /* each gradient alone (the bias's alone is not the unit's) */
+  const int64_t masks[2][3] = {{1, 0, 0}, {0, 1, 1}};
+  for (int m = 0; m < 2; ++m) run_case(100, &k_pointwise[0], false, masks[m]);
+}
+
+TEST(conv_mxu_pointwise_gemm_unsplit_matches_reference) {
+  if (!tpu_mxu_supports(TPU_DTYPE_BF16)) return;
+  CHECK_OK(tpu_config_set(TPU_CONFIG_CONV_SPLIT, "0"));
+  pointwise_cases(true);
+  CHECK_OK(tpu_config_set(TPU_CONFIG_CONV_SPLIT, NULL));
+}
+
+/* TORCH_TPU_CONV_GEMM=0: the same problems on the convolution primitives. */
+TEST(conv_mxu_pointwise_gemm_off_uses_the_primitives) {
+  if (!tpu_mxu_supports(TPU_DTYPE_BF16)) return;
+  CHECK_OK(tpu_config_set(TPU_CONFIG_CONV_GEMM, "0"));
+  pointwise_cases(false);
+  CHECK_OK(tpu_config_set(TPU_CONFIG_CONV_GEMM, NULL));
+}
