@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "collectives/comm.h"
-#include "spin.h"
+#include "base/spin.h"
 #include "test.h"
 #include "tpu/collectives.h"
 #include "tpu/config.h"

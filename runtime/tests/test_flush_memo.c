@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/fusion/fusion.h"
-#include "../src/internal.h"
+#include "fusion/fusion.h"
+#include "stream/internal.h"
 #include "test.h"
 #include "tpu/ops.h"
 

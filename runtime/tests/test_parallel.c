@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "kernel.h"
-#include "pool_spin.h"
+#include "base/pool_spin.h"
 #include "test.h"
 
 typedef struct cover {

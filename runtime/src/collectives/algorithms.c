@@ -11,7 +11,7 @@
 #endif
 
 #include "tpu/config.h"
-#include "../spin.h"
+#include "base/spin.h"
 #include "comm.h"
 
 /* all_reduce chunks up to this size: every rank reduces the whole chunk (one

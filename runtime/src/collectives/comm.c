@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include "tpu/config.h"
-#include "../internal.h"
-#include "../spin.h"
+#include "stream/internal.h"
+#include "base/spin.h"
 #include "comm.h"
 
 const char* tpu_coll_name(tpu_coll_kind_t kind) {

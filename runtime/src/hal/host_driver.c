@@ -33,10 +33,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../fusion/fusion.h"
+#include "fusion/fusion.h"
 #include "kernel.h"
-#include "../pool_spin.h"
-#include "../spin.h"
+#include "base/pool_spin.h"
+#include "base/spin.h"
 #include "host_driver.h"
 #include "host_event.h"
 #include "tpu/config.h"

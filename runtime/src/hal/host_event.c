@@ -6,7 +6,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "../spin.h"
+#include "base/spin.h"
 
 struct tpu_hal_event {
   atomic_int refs;

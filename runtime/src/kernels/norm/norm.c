@@ -38,7 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "half_bits.h"
+#include "base/half_bits.h"
 #include "kernels/norm/norm.h"
 #include "kernels/common/vmath.h"
 #include "kernels/norm/norm_sums.h"

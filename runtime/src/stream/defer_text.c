@@ -7,7 +7,7 @@
 
 #include "tpu/config.h"
 #include "fusion/fusion.h"
-#include "internal.h"
+#include "stream/internal.h"
 #include "tpu/program_cache.h"
 
 /* Phase 0 as the flush runs it: on unless TORCH_TPU_DEFER_SCHEDULE=0. */

@@ -11,7 +11,7 @@
 #include "fusion/extent.h"
 #include "fusion/fusion.h"
 #include "hal/host_driver.h"
-#include "internal.h"
+#include "stream/internal.h"
 #include "tpu/defer.h"
 #include "tpu/profiler.h"
 #include "tpu/ops.h"

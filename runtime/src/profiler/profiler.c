@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "kernel.h"
-#include "spin.h"
+#include "base/spin.h"
 #include "tpu/dtype.h"
 #include "tpu/ops.h"
 #include "tpu/runtime.h"
@@ -40,8 +40,6 @@ static void init_locks(void) {
   for (int i = 0; i < TPU_MAX_CHIPS; ++i) pthread_mutex_init(&g_prof.chips[i].mu, NULL);
 }
 
-static _Thread_local uint64_t t_correlation;
-
 int64_t tpu_profiler_now_ns(void) { return tpu_monotonic_ns(); }
 
 bool tpu_profiler_enabled(void) { return atomic_load_explicit(&g_prof.on, memory_order_relaxed); }
@@ -49,14 +47,6 @@ bool tpu_profiler_enabled(void) { return atomic_load_explicit(&g_prof.on, memory
 bool tpu_profiler_memory_enabled(void) {
   return atomic_load_explicit(&g_prof.memory, memory_order_relaxed);
 }
-
-uint64_t tpu_profiler_set_correlation(uint64_t id) {
-  uint64_t prev = t_correlation;
-  t_correlation = id;
-  return prev;
-}
-
-uint64_t tpu_profiler_correlation(void) { return t_correlation; }
 
 /* Replaces chip i's buffer with `fresh` (capacity `cap`, may be NULL). */
 static void swap_buffer(int i, tpu_prof_event_t* fresh, int64_t cap) {

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "stream/internal.h"
 #include "kernel.h"
 #include "tpu/defer.h"
 #include "tpu/profiler.h"

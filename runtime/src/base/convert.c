@@ -41,7 +41,7 @@
 
 #include "tpu/dtype.h"
 
-#include "half_bits.h"
+#include "base/half_bits.h"
 
 float tpu_f16_to_f32(uint16_t h) { return h2f(h, false); }
 uint16_t tpu_f32_to_f16(float f) { return f2h(f); }

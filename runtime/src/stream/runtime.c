@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "tpu/config.h"
-#include "internal.h"
+#include "stream/internal.h"
 #include "kernel.h"
 #include "tpu/defer.h"
 #include "tpu/ops.h"

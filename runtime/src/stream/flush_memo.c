@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "fusion/fusion.h"
-#include "internal.h"
+#include "stream/internal.h"
 
 /* The signature is written after one reservation of its largest size
  * (sign): each word is a plain store. */

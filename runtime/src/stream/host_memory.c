@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "stream/internal.h"
 
 typedef struct pinned {
   uintptr_t start;

@@ -22,8 +22,8 @@
 
 #include "tpu/config.h"
 #include "kernel.h"
-#include "pool_spin.h"
-#include "spin.h"
+#include "base/pool_spin.h"
+#include "base/spin.h"
 #include "tpu/runtime.h"
 
 /* How long a caller polls for workers still inside a chunk. */

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "stream/internal.h"
 #include "tpu/capture.h"
 #include "tpu/ops.h"
 
