@@ -301,18 +301,6 @@ static void process_waiting(tpu_allocator_t* a) {
   a->waiting_count = k;
 }
 
-/* Tells the stream's deferred work that a buffer died, then releases the
- * stream's pending lock, which tpu_block_free holds from before the block
- * becomes reusable: no node that writes a new tenant of the range can be
- * recorded ahead of the record (the lock order is pending, then allocator,
- * as on flush). */
-static void note_free(tpu_allocator_t* a, int stream, uint64_t addr, uint64_t size,
-                      bool provisional) {
-  tpu_pending_t* pd = &a->chip->streams[stream].pending;
-  tpu_defer_note_free_locked(&a->chip->streams[stream], addr, size, provisional);
-  pthread_mutex_unlock(&pd->mu);
-}
-
 /* The profiler's allocator event (tpu/profiler.h), when it records them. */
 static void prof_memory(tpu_allocator_t* a, tpu_prof_kind_t kind, int stream, uint64_t addr,
                         size_t size) {
@@ -326,28 +314,12 @@ static void prof_memory(tpu_allocator_t* a, tpu_prof_kind_t kind, int stream, ui
   tpu_profiler_record(&ev);
 }
 
-void tpu_block_free(tpu_block_t* b) {
-  if (!b) return;
-  tpu_allocator_t* a = b->owner;
-  prof_memory(a, TPU_PROF_FREE, b->stream, b->addr, b->size);
-  tpu_weight_cache_note_write(b->addr, b->addr + b->size); /* a dead tensor's copies go */
-  /* Deferred work of other streams that used the block goes to their queues
-   * first (flushing takes the allocator lock, so not under it); the events
-   * recorded below then follow it. */
-  pthread_mutex_lock(&a->mu);
-  uint32_t other_uses = b->stream_uses & ~(1u << b->stream);
-  pthread_mutex_unlock(&a->mu);
-  for (int s = 0; s < TPU_STREAMS_PER_CHIP; ++s)
-    if (other_uses & (1u << s))
-      tpu_status_free(tpu_stream_flush(&a->chip->streams[s], TPU_FLUSH_EVENT, NULL));
-  pthread_mutex_lock(&a->chip->streams[b->stream].pending.mu); /* released by note_free */
-  if (atomic_load(&a->chip->streams[b->stream].pending.capturing))
-    tpu_capture_note_free_locked(&a->chip->streams[b->stream], b);
-  pthread_mutex_lock(&a->mu);
+/* Under the allocator lock: the block stops being allocated; it becomes
+ * free now, or (used by other streams) joins the waiting list until those
+ * streams reach the point recorded here. `b` may be merged away. */
+static void retire_locked(tpu_allocator_t* a, tpu_block_t* b) {
   b->allocated = false;
   bool provisional = b->provisional;
-  int stream = b->stream;
-  uint64_t addr = b->addr, size = b->size;
   if (provisional) {
     provisional_unlink(a, b);
     /* active counts blocks awaiting reuse too: it drops in finish_free. */
@@ -389,8 +361,6 @@ void tpu_block_free(tpu_block_t* b) {
       }
       if (a->waiting_count < a->waiting_capacity) {
         a->waiting[a->waiting_count++] = b;
-        pthread_mutex_unlock(&a->mu);
-        note_free(a, stream, addr, size, provisional);
         return;
       }
       /* Could not track it: wait for the other streams here instead. */
@@ -402,8 +372,36 @@ void tpu_block_free(tpu_block_t* b) {
     }
   }
   finish_free(a, b);
+}
+
+void tpu_block_free(tpu_block_t* b) {
+  if (!b) return;
+  tpu_allocator_t* a = b->owner;
+  prof_memory(a, TPU_PROF_FREE, b->stream, b->addr, b->size);
+  tpu_weight_cache_note_write(b->addr, b->addr + b->size); /* a dead tensor's copies go */
+  /* Deferred work of other streams that used the block goes to their queues
+   * first (flushing takes the allocator lock, so not under it); the events
+   * recorded below then follow it. */
+  pthread_mutex_lock(&a->mu);
+  uint32_t other_uses = b->stream_uses & ~(1u << b->stream);
   pthread_mutex_unlock(&a->mu);
-  note_free(a, stream, addr, size, provisional);
+  for (int s = 0; s < TPU_STREAMS_PER_CHIP; ++s)
+    if (other_uses & (1u << s))
+      tpu_status_free(tpu_stream_flush(&a->chip->streams[s], TPU_FLUSH_EVENT, NULL));
+  /* The stream's pending lock is held from before the block can be reused
+   * until its deferred work has heard of the free: no node writing a new
+   * tenant of the range can be recorded ahead of that record (the lock
+   * order is pending, then allocator, as on flush). */
+  tpu_stream_t* st = &a->chip->streams[b->stream];
+  pthread_mutex_lock(&st->pending.mu);
+  if (atomic_load(&st->pending.capturing)) tpu_capture_note_free_locked(st, b);
+  pthread_mutex_lock(&a->mu);
+  bool provisional = b->provisional;
+  uint64_t addr = b->addr, size = b->size;
+  retire_locked(a, b);
+  pthread_mutex_unlock(&a->mu);
+  tpu_defer_note_free_locked(st, addr, size, provisional);
+  pthread_mutex_unlock(&st->pending.mu);
 }
 
 /* ---- allocation ---------------------------------------------------------------------- */
