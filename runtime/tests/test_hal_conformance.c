@@ -182,6 +182,48 @@ static void memory_map_unmap_and_capacity(const tpu_hal_driver_t* d, const trait
   rig_close(&r);
 }
 
+/* Small segments side by side (several may share a host page): unmapping one
+ * leaves its neighbours' bytes as they were, and mapping its range again
+ * reads zeros. */
+static void unmap_keeps_neighbours_and_remap_reads_zeros(const tpu_hal_driver_t* d,
+                                                         const traits_t* t) {
+  rig_t r;
+  if (!rig_open(d, &r)) {
+    rig_close(&r);
+    return;
+  }
+  enum { K = 8, B = 1000 };
+  uint64_t seg[K] = {0};
+  uint8_t src[B], back[B];
+  for (int i = 0; i < K; ++i) {
+    HCHECK_OK(d->memory_map(r.chip, B, &seg[i]));
+    memset(src, 0x40 + i, B);
+    if (seg[i]) HCHECK_OK(copy(&r, TPU_HAL_COPY_H2D, seg[i], hp(src), B));
+  }
+  HCHECK_OK(d->queue_wait_idle(r.q));
+  for (int i = 1; i < K; i += 2) d->memory_unmap(r.chip, seg[i], B);
+  for (int i = 0; i < K; i += 2) {
+    memset(back, 0, B);
+    if (seg[i]) HCHECK_OK(copy(&r, TPU_HAL_COPY_D2H, hp(back), seg[i], B));
+    HCHECK_OK(d->queue_wait_idle(r.q));
+    int wrong = 0;
+    for (int j = 0; j < B; ++j) wrong += back[j] != 0x40 + i;
+    HCHECK(wrong == 0);
+  }
+  for (int i = 1; i < K; i += 2) {
+    HCHECK_OK(d->memory_map(r.chip, B, &seg[i]));
+    memset(back, 0xff, B);
+    if (seg[i]) HCHECK_OK(copy(&r, TPU_HAL_COPY_D2H, hp(back), seg[i], B));
+    HCHECK_OK(d->queue_wait_idle(r.q));
+    int nonzero = 0;
+    for (int j = 0; j < B; ++j) nonzero += back[j] != 0;
+    HCHECK(nonzero == 0);
+  }
+  for (int i = 0; i < K; ++i)
+    if (seg[i]) d->memory_unmap(r.chip, seg[i], B);
+  rig_close(&r);
+}
+
 static void copies_round_trip(const tpu_hal_driver_t* d, const traits_t* t) {
   rig_t r;
   if (!rig_open(d, &r)) {
@@ -579,6 +621,7 @@ static const struct {
     {"chips_enumerate_open_close", chips_enumerate_open_close},
     {"memory_map_unmap_and_capacity", memory_map_unmap_and_capacity},
     {"copies_round_trip", copies_round_trip},
+    {"unmap_keeps_neighbours_and_remap_reads_zeros", unmap_keeps_neighbours_and_remap_reads_zeros},
     {"queue_runs_in_submission_order", queue_runs_in_submission_order},
     {"events_record_wait_query", events_record_wait_query},
     {"bad_descriptors_return_a_status", bad_descriptors_return_a_status},

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "host_event.h"
 #include "tpu/hal.h"
@@ -111,11 +112,27 @@ static tpu_status_t null_memory_map(tpu_hal_chip_t* c, uint64_t bytes, uint64_t*
   return s;
 }
 
+/* Zeroes [addr, addr + bytes), so that a later map of the range reads zeros:
+ * the whole pages inside it are dropped (MADV_DONTNEED), the partial pages at
+ * its ends are cleared byte by byte. Segments are 256-byte aligned, so a
+ * page may hold other live segments: dropping it whole would zero them. */
+static void zero_range(uint64_t addr, uint64_t bytes) {
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), end = addr + bytes;
+  uint64_t lo = (addr + page - 1) / page * page, hi = end / page * page;
+  if (lo >= hi) {
+    memset((void*)(uintptr_t)addr, 0, bytes);
+    return;
+  }
+  memset((void*)(uintptr_t)addr, 0, lo - addr);
+  madvise((void*)(uintptr_t)lo, hi - lo, MADV_DONTNEED);
+  memset((void*)(uintptr_t)hi, 0, end - hi);
+}
+
 static void null_memory_unmap(tpu_hal_chip_t* c, uint64_t addr, uint64_t bytes) {
   pthread_mutex_lock(&c->mu);
   for (int i = 0; i < c->used_count; ++i) {
     if (c->used[i].start != addr) continue;
-    madvise((void*)(uintptr_t)addr, c->used[i].size, MADV_DONTNEED); /* a fresh map reads zeros */
+    zero_range(addr, c->used[i].size); /* a fresh map reads zeros */
     memmove(&c->used[i], &c->used[i + 1], sizeof(segment_t) * (size_t)(c->used_count - i - 1));
     c->used_count--;
     break;
