@@ -5,16 +5,14 @@ fractional_max_pool2d/3d given random_samples (outputs, indices and
 gradients exactly equal, every float dtype), nn.CTCLoss (_ctc_loss and its
 backward: reductions, zero_infinity, padded and concatenated targets,
 lengths as lists, host tensors and device tensors), and their argument
-errors, and max_pool2d's, raised by the native kernels with CPU's exception
+errors, and those of max_pool2d (forward and backward) and
+multi_margin_loss, raised by the native kernels with CPU's exception
 type and message."""
 import pytest
 import torch
 import torch.nn.functional as F
 
 import torch_tpu
-from conftest import assert_opinfo_native, opinfo_pairs
-
-OPINFO_NAMES = ["nn.functional.multilabel_margin_loss", "nn.functional.ctc_loss"]
 
 
 @pytest.fixture
@@ -24,11 +22,6 @@ def fallback_error():
     torch_tpu.reset_counts()
     yield
     torch_tpu.set_fallback_mode(mode)
-
-
-@pytest.mark.parametrize("op,dtype", opinfo_pairs(OPINFO_NAMES, [torch.float32, torch.float64]))
-def test_opinfo_native_and_equal(op, dtype):
-    assert_opinfo_native(op, dtype)
 
 
 def test_rows_are_bound():
@@ -250,6 +243,20 @@ def _tg(d):
     return torch.ones(2, 3, dtype=torch.long, device=d)
 
 
+def _mp_backward(d, grad=None, indices=None, grad_dtype=None, kernel=(2, 2), padding=(0, 0)):
+    """max_pool2d_with_indices_backward of a [2, 3, 7, 8] input pooled 2x2
+    (output [2, 3, 3, 4]), with one argument made wrong."""
+    x = torch.randn(_X4, device=d)
+    out, idx = A.max_pool2d_with_indices(x, [2, 2], [2, 2])
+    g = torch.randn(grad, device=d) if grad else torch.randn_like(out)
+    if grad_dtype is not None:
+        g = g.to(grad_dtype)
+    if indices:
+        idx = torch.zeros(indices, dtype=torch.long, device=d)
+    return A.max_pool2d_with_indices_backward(g, x, list(kernel), [2, 2], list(padding), [1, 1],
+                                              False, idx)
+
+
 ERROR_CASES = {
     "mlm_rank3": lambda d: F.multilabel_margin_loss(
         torch.randn(2, 3, 4, device=d), torch.zeros(2, 3, 4, dtype=torch.long, device=d)),
@@ -341,6 +348,32 @@ ERROR_CASES = {
                                                                  [2, 2, 2]),
     "maxpool_channels_last_pad": lambda d: F.max_pool2d(
         torch.randn(_X4, device=d).contiguous(memory_format=torch.channels_last), 2, padding=2),
+    "maxpool_bwd_grad_size": lambda d: _mp_backward(d, grad=(2, 3, 4, 4)),
+    "maxpool_bwd_grad_rank": lambda d: _mp_backward(d, grad=(3, 3, 4)),
+    "maxpool_bwd_indices_size": lambda d: _mp_backward(d, indices=(2, 3, 3, 3)),
+    "maxpool_bwd_grad_dtype": lambda d: _mp_backward(d, grad_dtype=torch.float64),
+    "maxpool_bwd_kernel_zero": lambda d: _mp_backward(d, kernel=[0, 2]),
+    "maxpool_bwd_pad_over_half": lambda d: _mp_backward(d, padding=[2, 0]),
+    "maxpool_bwd_kernel_3_ints": lambda d: _mp_backward(d, kernel=[2, 2, 2]),
+    "mmargin_target_size": lambda d: F.multi_margin_loss(
+        torch.randn(3, 5, device=d), torch.tensor([1, 2], device=d)),
+    "mmargin_target_2d": lambda d: F.multi_margin_loss(
+        torch.randn(3, 5, device=d), torch.zeros(3, 1, dtype=torch.long, device=d)),
+    "mmargin_vector_target_size": lambda d: F.multi_margin_loss(
+        torch.randn(5, device=d), torch.tensor([1, 2], device=d)),
+    "mmargin_rank3": lambda d: F.multi_margin_loss(
+        torch.randn(3, 5, 2, device=d), torch.zeros(3, dtype=torch.long, device=d)),
+    "mmargin_empty_classes": lambda d: F.multi_margin_loss(
+        torch.randn(3, 0, device=d), torch.zeros(3, dtype=torch.long, device=d)),
+    "mmargin_weight_2d": lambda d: A.multi_margin_loss(
+        torch.randn(3, 5, device=d), torch.zeros(3, dtype=torch.long, device=d), 1, 1.0,
+        torch.ones(1, 5, device=d)),
+    "mmargin_weight_size": lambda d: A.multi_margin_loss(
+        torch.randn(3, 5, device=d), torch.zeros(3, dtype=torch.long, device=d), 1, 1.0,
+        torch.ones(4, device=d)),
+    "mmargin_backward_target_size": lambda d: A.multi_margin_loss_backward(
+        torch.tensor(1.0, device=d), torch.randn(3, 5, device=d), torch.tensor([1, 2], device=d),
+        1, 1.0),
 }
 
 

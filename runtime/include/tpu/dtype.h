@@ -93,6 +93,9 @@ typedef enum tpu_compute_type {
 
 size_t tpu_dtype_size(tpu_dtype_t dtype);
 const char* tpu_dtype_name(tpu_dtype_t dtype);
+/* The C++ type name PyTorch's messages print for the dtype ("float",
+ * "c10::BFloat16", "long int"; static storage; "invalid" out of range). */
+const char* tpu_dtype_cpp_name(tpu_dtype_t dtype);
 tpu_compute_type_t tpu_dtype_compute(tpu_dtype_t dtype);
 bool tpu_dtype_is_floating(tpu_dtype_t dtype);
 bool tpu_dtype_is_integral(tpu_dtype_t dtype); /* the real integers: excludes bool and uint16/32/64 */

@@ -19,6 +19,30 @@ static const dtype_info_t g_info[TPU_DTYPE_COUNT] = {
 static int valid(tpu_dtype_t d) { return d >= 0 && d < TPU_DTYPE_COUNT; }
 
 size_t tpu_dtype_size(tpu_dtype_t d) { return valid(d) ? g_info[d].size : 0; }
+
+/* The C++ type names PyTorch prints for a dtype's TypeMeta (as GCC spells
+ * them): what messages built from `tensor.dtype()` in ATen's checks show. */
+static const char* const g_cpp_name[TPU_DTYPE_COUNT] = {
+    [TPU_DTYPE_BOOL] = "bool",
+    [TPU_DTYPE_U8] = "unsigned char",
+    [TPU_DTYPE_I8] = "signed char",
+    [TPU_DTYPE_I16] = "short int",
+    [TPU_DTYPE_I32] = "int",
+    [TPU_DTYPE_I64] = "long int",
+    [TPU_DTYPE_F16] = "c10::Half",
+    [TPU_DTYPE_BF16] = "c10::BFloat16",
+    [TPU_DTYPE_F32] = "float",
+    [TPU_DTYPE_F64] = "double",
+    [TPU_DTYPE_C64] = "c10::complex<float>",
+    [TPU_DTYPE_C128] = "c10::complex<double>",
+    [TPU_DTYPE_U16] = "short unsigned int",
+    [TPU_DTYPE_U32] = "unsigned int",
+    [TPU_DTYPE_U64] = "long unsigned int",
+};
+
+const char* tpu_dtype_cpp_name(tpu_dtype_t d) {
+  return valid(d) && g_cpp_name[d] ? g_cpp_name[d] : "invalid";
+}
 const char* tpu_dtype_name(tpu_dtype_t d) { return valid(d) ? g_info[d].name : "invalid"; }
 tpu_compute_type_t tpu_dtype_compute(tpu_dtype_t d) {
   return valid(d) ? g_info[d].compute : TPU_COMPUTE_F32;

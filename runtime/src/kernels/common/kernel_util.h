@@ -6,7 +6,8 @@
  *   - PyTorch's dim wrapping and its error;
  *   - turning argument errors into UNIMPLEMENTED for infer/check;
  *   - walking strided views: view_walk.h, included here;
- *   - the memory format of a result that follows its input (ku_layout_like).
+ *   - the memory format of a result that follows its input (ku_layout_like);
+ *   - sizes printed as PyTorch's messages print them (ku_format_sizes).
  * Everything is static inline; nothing here allocates.
  */
 #ifndef TPU_KERNELS_KERNEL_UTIL_H_
@@ -14,6 +15,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kernel.h"
 #include "kernels/common/view_walk.h"
@@ -110,6 +112,16 @@ static inline void ku_layout_like(tpu_view_t* s, const tpu_view_t* x) {
     acc *= s->sizes[d];
   }
   s->strides[0] = acc;
+}
+
+/* Writes a view's sizes as PyTorch prints them in messages ("[3, 5]", "[]"
+ * for 0-dim) into buf (cap bytes, always terminated); returns buf. */
+static inline const char* ku_format_sizes(const tpu_view_t* v, char* buf, size_t cap) {
+  size_t n = (size_t)snprintf(buf, cap, "[");
+  for (int32_t d = 0; d < v->ndim && n < cap; ++d)
+    n += (size_t)snprintf(buf + n, cap - n, d ? ", %lld" : "%lld", (long long)v->sizes[d]);
+  if (n < cap) snprintf(buf + n, cap - n, "]");
+  return buf;
 }
 
 #endif /* TPU_KERNELS_KERNEL_UTIL_H_ */

@@ -53,6 +53,24 @@ static tpu_status_t ml_parse(const tpu_op_def_t* def, const tpu_node_t* node, ml
   a->margin = ma && ma->kind == TPU_ATTR_INT ? (double)ma->u.i : tpu_attr_float(ma, 1.0);
   a->reduction = tpu_attr_int(ku_attr(def, node, "reduction"), ML_MEAN);
   const tpu_view_t *x = a->x, *t = a->t;
+  /* multi_margin_loss_shape_check: PyTorch's messages (RuntimeError). */
+  char xs[128], ts[128];
+  if (!((x->ndim == 2 && x->sizes[1] != 0) || (x->ndim == 1 && x->sizes[0] != 0) ||
+        x->ndim == 0))
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                           "Expected non-empty vector or matrix with optional 0-dim batch size, "
+                           "but got: %s", ku_format_sizes(x, xs, sizeof(xs)));
+  int64_t nframe = x->ndim <= 1 ? 1 : x->sizes[0];
+  int64_t dim = x->ndim == 0 ? 1 : x->sizes[x->ndim - 1];
+  if (t->ndim > 1 || tpu_view_numel(t) != nframe)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                           "multi_margin_loss: target tensor should be 1-D with size equal to the "
+                           "number of input samples (batch size). Expected target size [%lld], "
+                           "but got %s. Input has shape %s.", (long long)nframe,
+                           ku_format_sizes(t, ts, sizeof(ts)), ku_format_sizes(x, xs, sizeof(xs)));
+  if (a->w && (a->w->ndim > 1 || tpu_view_numel(a->w) != dim))
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "inconsistent weight size, expected %lld but got %s",
+                           (long long)dim, ku_format_sizes(a->w, ts, sizeof(ts)));
   if (!tpu_dtype_is_floating(x->dtype) || t->dtype != TPU_DTYPE_I64 ||
       (a->w && a->w->dtype != x->dtype) || (a->g && !tpu_dtype_is_floating(a->g->dtype)) ||
       a->reduction < ML_NONE || a->reduction > ML_SUM)
@@ -68,11 +86,7 @@ static tpu_status_t ml_parse(const tpu_op_def_t* def, const tpu_node_t* node, ml
   } else {
     return unimpl("shapes");
   }
-  if (a->w && a->w->ndim == 1 && a->w->sizes[0] != a->c) /* PyTorch's message */
-    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
-                           "inconsistent weight size, expected %lld but got [%lld]",
-                           (long long)a->c, (long long)a->w->sizes[0]);
-  if (a->w && a->w->ndim != 1) return unimpl("weight shape");
+  if (a->w && a->w->ndim != 1) return unimpl("weight shape"); /* 0-dim: one class */
   a->per_sample = a->reduction == ML_NONE && t->ndim > 0;
   if (a->backward) {
     if (a->per_sample ? tpu_view_numel(a->g) != a->n : tpu_view_numel(a->g) != 1)

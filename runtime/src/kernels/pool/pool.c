@@ -169,15 +169,16 @@ static int64_t pooled_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t 
   return o;
 }
 
-/* PyTorch's max_pool2d_with_indices argument checks, in its order and with its
- * messages (INVALID_ARGUMENT: RuntimeError). Calls that pass return
- * UNIMPLEMENTED: their shapes and memory formats come from the meta kernel. */
+/* PyTorch's max_pool2d_with_indices argument checks (its meta function's, and
+ * the backward's, which adds the gradient's dtype), in its order and with its
+ * messages (INVALID_ARGUMENT: RuntimeError). TPU_OK when the arguments pass,
+ * with the input plane count and the pooled sizes in out_planes_hw; argument
+ * kinds the bridge does not produce give UNIMPLEMENTED. */
 #define POOL_BAD(...) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, __VA_ARGS__)
 #define LL(x) ((long long)(x))
 
-static tpu_status_t max_pool2d_errors(const tpu_op_def_t* def, const tpu_node_t* node,
-                                      tpu_view_t* out) {
-  (void)out;
+static tpu_status_t max_pool2d_arg_errors(const tpu_op_def_t* def, const tpu_node_t* node,
+                                          const tpu_view_t* grad, int64_t out_planes_hw[3]) {
   const tpu_view_t* x = ku_input(def, node, "self");
   const tpu_attr_t* at[4] = {ku_attr(def, node, "kernel_size"), ku_attr(def, node, "stride"),
                              ku_attr(def, node, "padding"), ku_attr(def, node, "dilation")};
@@ -200,6 +201,10 @@ static tpu_status_t max_pool2d_errors(const tpu_op_def_t* def, const tpu_node_t*
     }
   }
   const int64_t *k = v[0], *st = v[1], *p = v[2], *dl = v[3];
+  if (grad && grad->dtype != x->dtype)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
+                           "expected dtype %s for `gradOutput` but got dtype %s",
+                           tpu_dtype_cpp_name(x->dtype), tpu_dtype_cpp_name(grad->dtype));
   if (x->ndim != 3 && x->ndim != 4)
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
                            "non-empty 3D or 4D (batch mode) tensor expected for input");
@@ -232,11 +237,7 @@ static tpu_status_t max_pool2d_errors(const tpu_op_def_t* def, const tpu_node_t*
   if (x->ndim == 3) valid = x->sizes[0] != 0 && x->sizes[1] != 0 && x->sizes[2] != 0;
   if (!valid || (cl && x->ndim != 4)) {
     char sz[128];
-    size_t n = (size_t)snprintf(sz, sizeof(sz), "[");
-    for (int32_t d = 0; d < x->ndim; ++d)
-      n += (size_t)snprintf(sz + n, sizeof(sz) - n, d ? ", %lld" : "%lld",
-                            (long long)x->sizes[d]);
-    snprintf(sz + n, sizeof(sz) - n, "]");
+    ku_format_sizes(x, sz, sizeof(sz));
     if (cl)
       return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
                              "Expected 4D (batch mode) tensor expected for input with "
@@ -257,7 +258,47 @@ static tpu_status_t max_pool2d_errors(const tpu_op_def_t* def, const tpu_node_t*
                            c, (long long)in[0], (long long)in[1], c, (long long)o[0],
                            (long long)o[1]);
   }
+  out_planes_hw[0] = x->sizes[x->ndim - 3];
+  out_planes_hw[1] = o[0];
+  out_planes_hw[2] = o[1];
+  return TPU_OK;
+}
+
+/* The forward's argument errors; calls that pass return UNIMPLEMENTED: their
+ * shapes and memory formats come from the meta kernel. */
+static tpu_status_t max_pool2d_errors(const tpu_op_def_t* def, const tpu_node_t* node,
+                                      tpu_view_t* out) {
+  (void)out;
+  int64_t want[3];
+  TPU_RETURN_IF_ERROR(max_pool2d_arg_errors(def, node, NULL, want));
   return unimpl("max_pool2d: shapes come from the meta kernel");
+}
+
+/* PyTorch's check_dim_size: `t` has `ndim` dims and size `size` at `dim`. */
+static tpu_status_t check_dim_size(const tpu_view_t* t, int32_t ndim, int32_t dim, int64_t size) {
+  if (t->ndim == ndim && t->sizes[dim] == size) return TPU_OK;
+  POOL_BAD("Expected a tensor of dimension %d and tensor.size[%d] == %lld but got: dimension %d "
+           "and tensor.size[%d] = %lld", ndim, dim, LL(size), t->ndim, dim,
+           LL(dim < t->ndim ? t->sizes[dim] : 0));
+}
+
+/* The backward's: the forward's, then grad_output and indices shaped like the
+ * pooled output (max_pool2d_backward_shape_check); calls that pass return
+ * UNIMPLEMENTED (grad_input is shaped by the meta kernel). */
+static tpu_status_t max_pool2d_backward_errors(const tpu_op_def_t* def, const tpu_node_t* node,
+                                               tpu_view_t* out) {
+  (void)out;
+  const tpu_view_t* g = ku_input(def, node, "grad_output");
+  const tpu_view_t* idx = ku_input(def, node, "indices");
+  const tpu_view_t* x = ku_input(def, node, "self");
+  if (!g || !idx || !x) return unimpl("max_pool2d backward: argument kinds");
+  int64_t want[3];
+  TPU_RETURN_IF_ERROR(max_pool2d_arg_errors(def, node, g, want));
+  const tpu_view_t* ts[2] = {g, idx};
+  for (int32_t i = 0; i < 2; ++i)
+    for (int32_t j = 0; j < 3; ++j)
+      TPU_RETURN_IF_ERROR(check_dim_size(ts[i], x->ndim, x->ndim - 3 + j, want[j]));
+  return unimpl("max_pool2d backward: shapes come from the meta kernel");
 }
 #undef POOL_BAD
 #undef LL
@@ -802,9 +843,9 @@ static const tpu_op_def_t k_rows[] = {
     {"max_pool2d", "self", MAXA, "out,indices",
      "max_pool2d_with_indices.default max_pool2d_with_indices.out", pool_kernel,
      max_pool2d_errors, pool_check, &k_max2},
-    ROW("max_pool2d_backward", "grad_output,self,indices", MAXA, "grad_input",
-        "max_pool2d_with_indices_backward.default max_pool2d_with_indices_backward.grad_input",
-        &k_max2b),
+    {"max_pool2d_backward", "grad_output,self,indices", MAXA, "grad_input",
+     "max_pool2d_with_indices_backward.default max_pool2d_with_indices_backward.grad_input",
+     pool_kernel, max_pool2d_backward_errors, pool_check, &k_max2b},
     ROW("max_pool3d", "self", MAXA, "out,indices",
         "max_pool3d_with_indices.default max_pool3d_with_indices.out", &k_max3),
     ROW("max_pool3d_backward", "grad_output,self,indices", MAXA, "grad_input",
