@@ -53,15 +53,6 @@ def opinfo_pairs(names, dtypes=ALL_DTYPES, variants=False):
     return out
 
 
-def assert_opinfo_native(op, dtype):
-    """The pair passes against the CPU, with no fallback, on at least one sample."""
-    from torch_tpu.tools import coverage
-    rec = coverage.check_pair(op, dtype)
-    assert rec["status"] == "pass", rec
-    assert rec["fallbacks"] == {}, rec["fallbacks"]
-    assert rec["passed"] > 0, rec
-
-
 # ---- ops that always take the CPU fallback ------------------------------------------------
 # ATen ops keep gaining native kernels; these test-only ops have a CPU kernel
 # and never a tpu one, so the fallback tests always exercise the fallback.

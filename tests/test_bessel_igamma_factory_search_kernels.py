@@ -1,44 +1,12 @@
 """Bessel/Airy and igamma special functions, angle/frexp/clamp, the factories
-(logspace, arange, tril/triu_indices), isin and _segment_reduce: every OpInfo
-entry of the ops below passes against CPU with no fallback, for every dtype
-CPU supports among the runtime's; gradients (where PyTorch defines them)
+(logspace, arange, tril/triu_indices), isin and _segment_reduce (their OpInfo entries: test_opinfo_native.py):
+gradients (where PyTorch defines them)
 match CPU autograd with no fallback; tril/triu_indices and isin forms the
 OpInfo samples do not reach."""
 import pytest
 import torch
 
 import torch_tpu
-from conftest import assert_opinfo_native, opinfo_pairs
-from torch_tpu.tools import coverage
-
-OPS = """
-special.bessel_y0 special.bessel_y1 special.modified_bessel_i0 special.modified_bessel_i1
-special.modified_bessel_k0 special.modified_bessel_k1 special.scaled_modified_bessel_k0
-special.scaled_modified_bessel_k1 special.spherical_bessel_j0 special.airy_ai
-igamma igammac angle frexp clamp_min clamp_max
-logspace arange tril_indices triu_indices isin _segment_reduce
-""".split()
-
-DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-          torch.float16, torch.bfloat16, torch.float32, torch.float64]
-
-
-def _pairs():
-    return opinfo_pairs(OPS, DTYPES, variants=True)
-
-
-PAIRS = _pairs()
-
-
-def test_every_listed_op_has_an_opinfo():
-    keys = {coverage.op_key(p.values[0]) for p in PAIRS}
-    missing = [n for n in OPS if not any(k == n or k.startswith(n + ".") for k in keys)]
-    assert not missing, missing
-
-
-@pytest.mark.parametrize("op,dtype", PAIRS)
-def test_opinfo_native(op, dtype):
-    assert_opinfo_native(op, dtype)
 
 
 @pytest.fixture

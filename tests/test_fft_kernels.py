@@ -1,8 +1,7 @@
 """The fft family: torch.fft and stft native on tpu and equal to CPU.
 
-(a) every fft.* OpInfo entry and stft, through the coverage tool's own
-comparison (check_pair), for each dtype CPU supports among the ten: it must
-pass with no CPU fallback; (b) gradients of fft.rfft/irfft/fftn/fft/fft2/
+(The OpInfo entries of fft.* and stft: test_opinfo_native.py.)
+(b) gradients of fft.rfft/irfft/fftn/fft/fft2/
 rfftn/irfftn against CPU autograd with no fallback; (c) what OpInfo samples
 do not reach: long and prime lengths (Bluestein), out= forms, non-contiguous
 inputs, complex tensors that must still fall back.
@@ -11,50 +10,6 @@ import pytest
 import torch
 
 import torch_tpu
-from torch_tpu.tools import coverage
-
-DTYPES = ["float32", "float64", "bfloat16", "float16", "int64", "int32", "int16", "int8",
-          "uint8", "bool"]
-
-
-@pytest.fixture(scope="module")
-def op_db():
-    return coverage.load_op_db()
-
-
-def _names(op_db):
-    return sorted({op.name for op in op_db if op.name.startswith("fft.")} | {"stft"})
-
-
-FFT_OPS = ["fft.fft", "fft.fft2", "fft.fftn", "fft.hfft", "fft.hfft2", "fft.hfftn", "fft.ifft",
-           "fft.ifft2", "fft.ifftn", "fft.ihfft", "fft.ihfft2", "fft.ihfftn", "fft.irfft",
-           "fft.irfft2", "fft.irfftn", "fft.rfft", "fft.rfft2", "fft.rfftn", "stft"]
-
-
-def test_op_list_is_complete(op_db):
-    """Every fft.* transform in op_db is tested here (shifts are shape ops)."""
-    have = {n for n in _names(op_db) if "shift" not in n}
-    assert have <= set(FFT_OPS), have - set(FFT_OPS)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", FFT_OPS)
-def test_opinfo_native(op_db, name, dtype):
-    ops = [op for op in op_db if op.name == name]
-    assert ops, f"{name} is not in op_db"
-    ran = 0
-    for op in ops:
-        dt = coverage.DTYPE_NAMES[dtype]
-        if dt not in coverage.op_dtypes(op):
-            continue
-        rec = coverage.check_pair(op, dt)
-        if rec["status"] == "cpu-error-skipped":
-            continue
-        ran += 1
-        assert rec["status"] == "pass", rec
-        assert rec["fallbacks"] == {}, rec
-    if not ran:
-        pytest.skip(f"CPU has no {dtype} kernel for {name}")
 
 
 GRADS = {

@@ -1,8 +1,7 @@
 """Pooling and padding: native on tpu (no CPU fallback) and equal to the CPU.
 
-(a) every OpInfo entry for the pooling and padding functionals, for every
-dtype the CPU supports among tpu's, through the coverage tool's own
-comparison (``coverage.check_pair``), with zero fallbacks;
+(The OpInfo entries of the pooling and padding functionals:
+test_opinfo_native.py.)
 (b) gradients against CPU autograd, with zero fallbacks, over layouts
 (contiguous, channels_last, strided, batch-less) and options.
 """
@@ -12,39 +11,6 @@ import torch.nn.functional as F
 
 import torch_tpu
 from torch_tpu.tools import coverage
-
-OPS = [
-    "nn.functional.max_pool1d", "nn.functional.max_pool2d", "nn.functional.max_pool3d",
-    "max_pool2d_with_indices_backward",
-    "nn.functional.avg_pool1d", "nn.functional.avg_pool2d", "nn.functional.avg_pool3d",
-    "nn.functional.adaptive_avg_pool1d", "nn.functional.adaptive_avg_pool2d",
-    "nn.functional.adaptive_avg_pool3d",
-    "nn.functional.adaptive_max_pool1d", "nn.functional.adaptive_max_pool2d",
-    "nn.functional.adaptive_max_pool3d",
-    "nn.functional.pad.constant", "nn.functional.pad.reflect", "nn.functional.pad.replicate",
-    "nn.functional.pad.replicate_negative", "nn.functional.pad.circular",
-    "nn.functional.max_unpool1d", "nn.functional.max_unpool1d.grad",
-    "nn.functional.max_unpool2d", "nn.functional.max_unpool2d.grad",
-    "nn.functional.max_unpool3d", "nn.functional.max_unpool3d.grad",
-]
-
-
-def _pairs():
-    db = {coverage.op_key(o): o for o in coverage.load_op_db()}
-    out = []
-    for key in OPS:
-        op = db[key]
-        for d in coverage.op_dtypes(op):
-            out.append(pytest.param(op, d, id=f"{key}-{coverage.dtype_name(d)}"))
-    return out
-
-
-@pytest.mark.parametrize("op,dtype", _pairs())
-def test_opinfo_native(op, dtype):
-    rec = coverage.check_pair(op, dtype)
-    assert rec["status"] == "pass", rec
-    assert rec["fallbacks"] == {}, rec["fallbacks"]
-    assert rec["passed"] > 0, rec
 
 
 def _channels_last(x):

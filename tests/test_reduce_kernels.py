@@ -1,9 +1,6 @@
 """Reductions, distances and RNG ops of the reduce2 work: native on tpu.
 
-(a) every OpInfo entry of these ops runs through the coverage tool's
-    check_pair for the float and (where CPU supports them) integer/bool
-    dtypes: it must pass (random ops: run, values unchecked) with zero
-    fallbacks;
+(The OpInfo entries of these ops: test_opinfo_native.py.)
 (b) gradients equal CPU autograd's with TORCH_TPU_FALLBACK=error;
 (c) random ops: moments over large samples, reproducibility from the seed
     and from a tpu Generator, zero fallbacks.
@@ -14,55 +11,10 @@ import pytest
 import torch
 
 import torch_tpu
-from torch_tpu.tools import coverage
 
-from torch.testing._internal.common_methods_invocations import op_db
 
-DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16,
-          torch.int64, torch.int32, torch.uint8, torch.bool]
 
 # (name, variant) of op_db entries that must run natively.
-REDUCTIONS = [
-    ("linalg.vector_norm", ""), ("norm", ""), ("norm", "fro"), ("norm", "inf"),
-    ("nansum", ""), ("nanmean", ""), ("logsumexp", ""), ("aminmax", ""), ("equal", ""),
-    ("std", ""), ("std", "unbiased"), ("var", ""), ("var", "unbiased"),
-    ("var_mean", ""), ("var_mean", "unbiased"), ("std_mean", ""), ("std_mean", "unbiased"),
-    ("count_nonzero", ""), ("cdist", ""), ("nn.functional.pdist", ""), ("dist", ""),
-    ("nn.functional.cosine_similarity", ""), ("nn.functional.pairwise_distance", ""),
-    ("renorm", ""), ("histc", ""), ("sum", ""), ("mean", ""), ("prod", ""), ("amax", ""),
-    ("amin", ""),
-]
-RANDOM = [
-    ("normal", ""), ("normal", "number_mean"), ("normal", "in_place"), ("bernoulli", ""),
-    ("uniform", ""), ("exponential", ""), ("geometric", ""), ("cauchy", ""), ("log_normal", ""),
-    ("randn", ""), ("randn_like", ""), ("rand_like", ""), ("randint", ""), ("randint_like", ""),
-]
-
-
-def _ops(entries):
-    by_key = {(o.name, o.variant_test_name): o for o in op_db}
-    out = []
-    for key in entries:
-        op = by_key[key]
-        for dt in DTYPES:
-            if dt in op.supported_dtypes("cpu"):
-                out.append(pytest.param(op, dt, id=f"{key[0]}.{key[1]}-{str(dt)[6:]}"))
-    return out
-
-
-@pytest.mark.parametrize("op,dtype", _ops(REDUCTIONS))
-def test_opinfo_native(op, dtype):
-    rec = coverage.check_pair(op, dtype)
-    assert rec["status"] == "pass", rec
-    assert rec["fallbacks"] == {}, rec
-
-
-@pytest.mark.parametrize("op,dtype", _ops(RANDOM))
-def test_opinfo_random_native(op, dtype):
-    rec = coverage.check_pair(op, dtype)
-    assert rec["status"] in ("pass", "unchecked"), rec
-    assert rec["cpu_ran"] > 0, rec
-    assert rec["fallbacks"] == {}, rec
 
 
 # ---- gradients ------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """uint8 bilinear resampling (upsample_bilinear2d, _upsample_bilinear2d_aa,
-_upsample_bicubic2d_aa): (a) the OpInfo entries that reach them pass against
-CPU with no fallback, (b) a seeded sweep of shapes, scale factors,
+_upsample_bicubic2d_aa): (the OpInfo entries that reach them:
+test_opinfo_native.py) (b) a seeded sweep of shapes, scale factors,
 align_corners, layouts and modes is bit-for-bit CPU's result, (c) the shapes
 left to CPU (upsample.c's header) give CPU's result through the fallback."""
 import random
@@ -10,19 +10,6 @@ import torch
 import torch.nn.functional as F
 
 import torch_tpu
-from conftest import assert_opinfo_native, opinfo_pairs
-
-PAIRS = opinfo_pairs(["nn.functional.interpolate.bilinear", "nn.functional.upsample_bilinear",
-                      "_upsample_bilinear2d_aa"], [torch.uint8])
-
-
-def test_pairs_found():
-    assert len(PAIRS) == 3
-
-
-@pytest.mark.parametrize("op,dtype", PAIRS)
-def test_opinfo_native(op, dtype):
-    assert_opinfo_native(op, dtype)
 
 
 class _error_mode:
