@@ -98,3 +98,30 @@ def test_a_repeat_keeps_the_recorded_memory_accounting():
     assert after["flush_repeats"] - before["flush_repeats"] == 1
     assert again == first
     assert peak_again == peak_first
+
+
+def test_a_near_miss_is_no_repeat_and_is_used():
+    """The same ops on a view that differs from the repeated one only in its
+    strides (a transpose of a square matrix), then only in its dtype: each
+    is compiled (no repeat) and computes its own result."""
+    base = torch.randn(16, 16)
+    m = base.to("tpu")
+    m64 = base.double().to("tpu")
+
+    def step(v):
+        return (v * 2.0 + 1.0).sum(0)
+
+    with torch_tpu.eager_mode(DEFER):
+        for _ in range(8):  # the plain form becomes a repeat
+            step(m).cpu()
+        before = _metrics()
+        plain = [step(m).cpu() for _ in range(4)][-1]
+        middle = _metrics()
+        transposed = step(m.t()).cpu()
+        wide = step(m64.t()).cpu()
+        after = _metrics()
+    assert middle["flush_repeats"] - before["flush_repeats"] >= 1  # the memo is at work
+    assert after["flush_repeats"] == middle["flush_repeats"]
+    torch.testing.assert_close(plain, (base * 2.0 + 1.0).sum(0))
+    torch.testing.assert_close(transposed, (base.t() * 2.0 + 1.0).sum(0))
+    torch.testing.assert_close(wide, (base.double().t() * 2.0 + 1.0).sum(0))

@@ -1,7 +1,8 @@
 /* test_flush_memo.c — the flush memo's signature (src/flush_memo.c): the
  * same recording at other addresses signs the same; another alias pattern,
- * scalar, shape or free record signs differently; a stored entry is found
- * and the least recently used one is replaced. */
+ * scalar, shape or free record signs differently; a near miss (one stride,
+ * dtype, size, scalar or attribute changed, nothing else) is never found; a
+ * stored entry is found and the least recently used one is replaced. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +58,12 @@ TEST(flush_memo_signs_placement_free) {
   /* elsewhere, and in another order in memory: the same recording */
   sig_t moved = sign(&m, two_nodes(0x900000 + 2 * K, 0x500000, 0x700000, 2.0), NULL, 0);
   CHECK(same(base, moved));
+  /* at addresses above 2^48 (sorted another way): still the same */
+  const uint64_t H = 0x7000000000000000ull;
+  sig_t high = sign(&m, two_nodes(H + 2 * K, H, H + 5 * K, 2.0), NULL, 0);
+  CHECK(same(base, high));
+  sig_t high_alias = sign(&m, two_nodes(H, H, H + 5 * K, 2.0), NULL, 0);
+  CHECK(!same(base, high_alias));
   /* y written into x's buffer: another alias pattern */
   sig_t alias = sign(&m, two_nodes(0x100000, 0x100000, 0x100000 + 2 * K, 2.0), NULL, 0);
   CHECK(!same(base, alias));
@@ -77,12 +84,10 @@ TEST(flush_memo_signs_placement_free) {
   tpu_free_record_t f1_moved = {0x300000, 0x300000 + 256, 1, true};
   sig_t freed1_moved = sign(&m, two_nodes(0x300000, 0x600000, 0x800000, 2.0), &f1_moved, 1);
   CHECK(!same(base, freed1) && !same(freed1, freed2) && same(freed1, freed1_moved));
-  sig_t* all[] = {&base, &moved, &alias, &overlap, &touching, &scalar, &freed1, &freed2,
+  sig_t* all[] = {&base, &moved, &high, &high_alias, &alias, &overlap, &touching, &scalar, &freed1, &freed2,
                   &freed1_moved};
   for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); ++i) free(all[i]->words);
-  free(m.next);
-  free(m.spans);
-  free(m.span_ids);
+  tpu_flush_memo_free(&m);
 }
 
 TEST(flush_memo_finds_and_replaces_the_least_recent) {
@@ -120,14 +125,7 @@ TEST(flush_memo_finds_and_replaces_the_least_recent) {
   CHECK(tpu_flush_memo_sign(&m, g1, NULL, 0, NULL, NULL, 0, 0));
   CHECK(tpu_flush_memo_find(&m) == NULL);
   tpu_graph_release(g1);
-  for (int i = 0; i < TPU_MEMO_ENTRIES; ++i) {
-    tpu_program_release(m.entries[i].program);
-    free(m.entries[i].key);
-    free(m.entries[i].order);
-  }
-  free(m.next);
-  free(m.spans);
-  free(m.span_ids);
+  tpu_flush_memo_free(&m);
   tpu_program_release(p);
   tpu_graph_release(g);
 }
@@ -162,7 +160,92 @@ TEST(flush_memo_signs_long_graphs_placement_free) {
   free(sa.words);
   free(sb.words);
   free(sc.words);
-  free(m.next);
-  free(m.spans);
-  free(m.span_ids);
+  tpu_flush_memo_free(&m);
+}
+
+/* out = add(x, y, alpha) with x and y each a view described by `x` / `y`
+ * (their addresses replaced) and a scalar-free attribute list. */
+typedef struct near {
+  tpu_view_t x, y, out;
+  double alpha;
+} near_t;
+
+static tpu_graph_t* near_graph(const near_t* c, uint64_t base) {
+  tpu_graph_t* g = NULL;
+  CHECK_OK(tpu_graph_create(&g));
+  tpu_op_id_t add = tpu_op_lookup("add");
+  tpu_value_t in[2] = {{.kind = TPU_VALUE_VIEW, .u.view = c->x},
+                       {.kind = TPU_VALUE_VIEW, .u.view = c->y}};
+  in[0].u.view.addr += base;
+  in[1].u.view.addr += base;
+  tpu_view_t out = c->out;
+  out.addr += base;
+  tpu_attr_t attrs[TPU_MAX_ATTRS] = {{0}};
+  int32_t nattrs = tpu_op_num_attrs(add);
+  for (int32_t a = 0; a < nattrs; ++a) {
+    attrs[a].kind = TPU_ATTR_FLOAT;
+    attrs[a].u.f = c->alpha;
+  }
+  CHECK_OK(tpu_graph_add_node(g, add, in, 2, &out, 1, attrs, nattrs));
+  /* and a second node reading the first's output with a scalar */
+  tpu_value_t in2[2] = {{.kind = TPU_VALUE_VIEW, .u.view = out},
+                        {.kind = TPU_VALUE_SCALAR, .u.scalar = {.dtype = TPU_DTYPE_F64, .v.f = 2}}};
+  tpu_view_t out2 = vec(base + 0x40000, 64);
+  CHECK_OK(tpu_graph_add_node(g, tpu_op_lookup("mul"), in2, 2, &out2, 1, NULL, 0));
+  return g;
+}
+
+/* A memo hit is never taken for a recording that differs from a stored one
+ * in a single stride, dtype, size, attribute value or aliasing, while the
+ * same recording elsewhere in memory is found. */
+TEST(flush_memo_never_reuses_a_near_miss) {
+  const near_t base = {vec(0x0, 64), vec(0x10000, 64), vec(0x20000, 64), 1.0};
+  near_t variants[8];
+  for (int k = 0; k < 8; ++k) variants[k] = base;
+  variants[0].x.strides[0] = 2;           /* x read every other float */
+  variants[1].y.dtype = TPU_DTYPE_F16;    /* y half */
+  variants[2].out.sizes[0] = 63;          /* one element fewer out */
+  variants[2].x.sizes[0] = 63;
+  variants[2].y.sizes[0] = 63;
+  variants[3].alpha = 1.0000000000000002; /* the attribute, one ulp off */
+  variants[4].y.addr = 0x0;               /* y is x: an alias */
+  variants[5].out.addr = 0x10000;         /* written in place of y */
+  variants[6].out.addr = 0x80;            /* written over half of x */
+  variants[7].x.strides[0] = 0;           /* x broadcast */
+  tpu_flush_memo_t m = {0};
+  tpu_graph_t* g = near_graph(&base, 0x100000);
+  tpu_fusion_analysis_t* a = NULL;
+  tpu_program_t* p = NULL;
+  bool hit = false;
+  CHECK_OK(tpu_fusion_analyse(g, NULL, 0, &a));
+  CHECK_OK(tpu_program_cache_get(g, a, &p, &hit));
+  tpu_fusion_analysis_free(a);
+  CHECK(tpu_flush_memo_sign(&m, g, NULL, 0, NULL, NULL, 0, 0));
+  tpu_flush_memo_store(&m, NULL, 2, p, 7);
+  tpu_graph_release(g);
+  for (int k = 0; k < 8; ++k) {
+    tpu_graph_t* gk = near_graph(&variants[k], 0x100000);
+    CHECK(tpu_flush_memo_sign(&m, gk, NULL, 0, NULL, NULL, 0, 0));
+    CHECK(tpu_flush_memo_find(&m) == NULL);
+    tpu_graph_release(gk);
+  }
+  /* a live provisional block that meets x's buffer: another pattern */
+  uint64_t live_addr = 0x100000 + 128, live_size = 64;
+  tpu_graph_t* gl = near_graph(&base, 0x100000);
+  CHECK(tpu_flush_memo_sign(&m, gl, NULL, 0, &live_addr, &live_size, 1, 0));
+  CHECK(tpu_flush_memo_find(&m) == NULL);
+  tpu_graph_release(gl);
+  /* the same recording 16 MiB away: found, with what was stored */
+  tpu_graph_t* moved = near_graph(&base, 0x1100000);
+  CHECK(tpu_flush_memo_sign(&m, moved, NULL, 0, NULL, NULL, 0, 0));
+  const tpu_flush_memo_entry_t* e = tpu_flush_memo_find(&m);
+  CHECK(e && e->program == p && e->extra == 7);
+  tpu_graph_release(moved);
+  /* another compiler setting: no */
+  tpu_graph_t* other = near_graph(&base, 0x100000);
+  CHECK(tpu_flush_memo_sign(&m, other, NULL, 0, NULL, NULL, 0, 1));
+  CHECK(tpu_flush_memo_find(&m) == NULL);
+  tpu_graph_release(other);
+  tpu_flush_memo_free(&m);
+  tpu_program_release(p);
 }

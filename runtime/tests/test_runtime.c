@@ -330,3 +330,45 @@ TEST(graph_growth_keeps_every_nodes_operands) {
   CHECK_OK(tpu_graph_verify(g));
   tpu_graph_release(g);
 }
+
+/* A graph made with room (DEFER_AND_FUSE's pending graph) reuses the arrays
+ * of one released before, starts empty, and holds what is appended anew. */
+TEST(graph_reserved_reuses_released_arrays) {
+  enum { KEPT = 4, N = 9 };
+  tpu_graph_t* held[KEPT]; /* whatever graphs ir.c kept, taken out of the way */
+  for (int k = 0; k < KEPT; ++k) CHECK_OK(tpu_graph_create_reserved(2, 4, 2, &held[k]));
+  tpu_op_id_t add = tpu_op_lookup("add");
+  int32_t nattrs = tpu_op_num_attrs(add);
+  tpu_attr_t attrs[TPU_MAX_ATTRS] = {{0}};
+  const tpu_node_t* first = NULL;
+  for (int round = 0; round < 3; ++round) {
+    tpu_graph_t* g = NULL;
+    CHECK_OK(tpu_graph_create_reserved(N, 2 * N, N, &g));
+    CHECK(tpu_graph_node_count(g) == 0);
+    int64_t nin = -1, nout = -1;
+    tpu_graph_operand_counts(g, &nin, &nout);
+    CHECK(nin == 0 && nout == 0);
+    for (int32_t i = 0; i < N; ++i) {
+      tpu_view_t out = {.addr = 0x200000u + 4096u * (uint64_t)(i + round), .dtype = TPU_DTYPE_F32,
+                        .ndim = 1};
+      out.sizes[0] = i + 1 + round;
+      tpu_view_set_contiguous(&out);
+      tpu_value_t in[2] = {{.kind = TPU_VALUE_VIEW, .u.view = out},
+                           {.kind = TPU_VALUE_VIEW, .u.view = out}};
+      in[1].u.view.addr += 8;
+      CHECK_OK(tpu_graph_add_node(g, add, in, 2, &out, 1, attrs, nattrs));
+    }
+    if (round == 0) first = tpu_graph_node(g, 0);
+    else CHECK(tpu_graph_node(g, 0) == first); /* the same arrays again */
+    for (int32_t i = 0; i < N; ++i) {
+      const tpu_node_t* node = tpu_graph_node(g, i);
+      uint64_t base = 0x200000u + 4096u * (uint64_t)(i + round);
+      CHECK(node->num_inputs == 2 && node->num_outputs == 1);
+      CHECK(node->outputs[0].addr == base && node->outputs[0].sizes[0] == i + 1 + round);
+      CHECK(node->inputs[0].u.view.addr == base && node->inputs[1].u.view.addr == base + 8);
+    }
+    CHECK_OK(tpu_graph_verify(g));
+    tpu_graph_release(g);
+  }
+  for (int k = 0; k < KEPT; ++k) tpu_graph_release(held[k]);
+}

@@ -152,6 +152,12 @@ typedef struct tpu_graph tpu_graph_t;
 
 /* Creates an empty graph; the caller owns it. */
 tpu_status_t tpu_graph_create(tpu_graph_t** out_graph);
+/* Creates an empty graph with room for `nodes` nodes, `inputs` input values
+ * and `outputs` output views (as tpu_graph_reserve, a hint); the caller
+ * owns it. It may reuse the arrays of a graph released before (ir.c keeps
+ * a few), so a recording that repeats allocates nothing. */
+tpu_status_t tpu_graph_create_reserved(int32_t nodes, int64_t inputs, int64_t outputs,
+                                       tpu_graph_t** out_graph);
 /* Releases a graph and everything it holds; NULL is fine. */
 void tpu_graph_release(tpu_graph_t* graph);
 

@@ -85,15 +85,36 @@ bool tpu_attr_bool(const tpu_attr_t* a, bool dflt) {
   return dflt;
 }
 
-/* Released graphs that never outgrew their inline storage are kept for
- * reuse: eager mode creates one per op on the caller's thread and releases
- * it on a queue worker, and recycling spares both sides the allocator. */
-enum { RECYCLE_MAX = 64 };
+/* Released graphs are kept for reuse. Those that never outgrew their inline
+ * storage: eager mode creates one per op on the caller's thread and
+ * releases it on a queue worker, and recycling spares both sides the
+ * allocator. Those whose arrays grew, up to GROWN_MAX of at most
+ * GROWN_BYTES each (so at most 2 MiB is kept): DEFER_AND_FUSE's pending
+ * graph (tpu_graph_create_reserved), whose arrays a loop then reuses flush
+ * after flush instead of allocating and freeing them each time. */
+enum { RECYCLE_MAX = 64, GROWN_MAX = 4, GROWN_BYTES = 512 * 1024 };
 static struct {
   pthread_mutex_t mu;
   tpu_graph_t* items[RECYCLE_MAX];
   int count;
-} g_recycle = {PTHREAD_MUTEX_INITIALIZER, {NULL}, 0};
+  tpu_graph_t* grown[GROWN_MAX];
+  int grown_count;
+} g_recycle = {PTHREAD_MUTEX_INITIALIZER, {NULL}, 0, {NULL}, 0};
+
+static void set_inline(tpu_graph_t* g) {
+  g->nodes = g->inline_nodes;
+  g->node_capacity = INLINE_NODES;
+  g->inputs = g->inline_inputs;
+  g->input_capacity = INLINE_INPUTS;
+  g->outputs = g->inline_outputs;
+  g->output_capacity = INLINE_OUTPUTS;
+}
+
+static void set_empty(tpu_graph_t* g) {
+  g->node_count = 0;
+  g->input_count = 0;
+  g->output_count = 0;
+}
 
 tpu_status_t tpu_graph_create(tpu_graph_t** out_graph) {
   tpu_graph_t* g = NULL;
@@ -102,42 +123,68 @@ tpu_status_t tpu_graph_create(tpu_graph_t** out_graph) {
   pthread_mutex_unlock(&g_recycle.mu);
   if (!g) g = malloc(sizeof(tpu_graph_t));
   if (!g) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "graph allocation failed");
-  g->nodes = g->inline_nodes;
-  g->node_count = 0;
-  g->node_capacity = INLINE_NODES;
-  g->inputs = g->inline_inputs;
-  g->input_count = 0;
-  g->input_capacity = INLINE_INPUTS;
-  g->outputs = g->inline_outputs;
-  g->output_count = 0;
-  g->output_capacity = INLINE_OUTPUTS;
+  set_inline(g);
+  set_empty(g);
+  *out_graph = g;
+  return TPU_OK;
+}
+
+static size_t array_bytes(const tpu_graph_t* g) {
+  return sizeof(node_slot_t) * (size_t)g->node_capacity +
+         sizeof(tpu_value_t) * (size_t)g->input_capacity +
+         sizeof(tpu_view_t) * (size_t)g->output_capacity;
+}
+
+tpu_status_t tpu_graph_create_reserved(int32_t nodes, int64_t inputs, int64_t outputs,
+                                       tpu_graph_t** out_graph) {
+  tpu_graph_t* g = NULL;
+  pthread_mutex_lock(&g_recycle.mu);
+  int pick = -1; /* one with room for all, else the most recently kept */
+  for (int i = g_recycle.grown_count - 1; i >= 0 && pick < 0; --i) {
+    const tpu_graph_t* c = g_recycle.grown[i];
+    if (c->node_capacity >= nodes && c->input_capacity >= inputs && c->output_capacity >= outputs)
+      pick = i;
+  }
+  if (pick < 0 && g_recycle.grown_count) pick = g_recycle.grown_count - 1;
+  if (pick >= 0) {
+    g = g_recycle.grown[pick];
+    g_recycle.grown[pick] = g_recycle.grown[--g_recycle.grown_count];
+  }
+  pthread_mutex_unlock(&g_recycle.mu);
+  if (g) {
+    set_empty(g); /* its arrays stay: the nodes are appended into them */
+  } else {
+    TPU_RETURN_IF_ERROR(tpu_graph_create(&g));
+  }
+  tpu_status_t s = tpu_graph_reserve(g, nodes, inputs, outputs);
+  tpu_status_free(s); /* a hint: without the room, appending grows the graph */
   *out_graph = g;
   return TPU_OK;
 }
 
 void tpu_graph_release(tpu_graph_t* graph) {
   if (!graph) return;
-  bool all_inline = true;
-  if (graph->nodes != graph->inline_nodes) {
-    free(graph->nodes);
-    all_inline = false;
-  }
-  if (graph->inputs != graph->inline_inputs) {
-    free(graph->inputs);
-    all_inline = false;
-  }
-  if (graph->outputs != graph->inline_outputs) {
-    free(graph->outputs);
-    all_inline = false;
-  }
-  if (all_inline) {
+  bool all_inline = graph->nodes == graph->inline_nodes && graph->inputs == graph->inline_inputs &&
+                    graph->outputs == graph->inline_outputs;
+  if (!all_inline && array_bytes(graph) <= GROWN_BYTES) {
     pthread_mutex_lock(&g_recycle.mu);
-    if (g_recycle.count < RECYCLE_MAX) {
-      g_recycle.items[g_recycle.count++] = graph;
+    if (g_recycle.grown_count < GROWN_MAX) {
+      g_recycle.grown[g_recycle.grown_count++] = graph;
       graph = NULL;
     }
     pthread_mutex_unlock(&g_recycle.mu);
+    if (!graph) return;
   }
+  if (graph->nodes != graph->inline_nodes) free(graph->nodes);
+  if (graph->inputs != graph->inline_inputs) free(graph->inputs);
+  if (graph->outputs != graph->inline_outputs) free(graph->outputs);
+  set_inline(graph);
+  pthread_mutex_lock(&g_recycle.mu);
+  if (g_recycle.count < RECYCLE_MAX) {
+    g_recycle.items[g_recycle.count++] = graph;
+    graph = NULL;
+  }
+  pthread_mutex_unlock(&g_recycle.mu);
   free(graph);
 }
 

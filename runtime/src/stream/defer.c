@@ -170,13 +170,11 @@ static tpu_status_t recorded_locked(tpu_stream_t* stream, int32_t n, const tpu_n
 
 /* A pending graph for the stream, with the room the last one took: a
  * program records alike flush after flush, so its nodes are appended
- * without the arrays moving. The caller holds pd->mu. */
+ * without the arrays moving, into the arrays of a graph an earlier flush
+ * ran and released (ir.c keeps them). The caller holds pd->mu. */
 static tpu_status_t open_pending_locked(tpu_pending_t* pd) {
   if (pd->graph) return TPU_OK;
-  TPU_RETURN_IF_ERROR(tpu_graph_create(&pd->graph));
-  tpu_status_t s = tpu_graph_reserve(pd->graph, pd->last_nodes, pd->last_inputs, pd->last_outputs);
-  tpu_status_free(s); /* a hint: without the room, appending grows the graph */
-  return TPU_OK;
+  return tpu_graph_create_reserved(pd->last_nodes, pd->last_inputs, pd->last_outputs, &pd->graph);
 }
 
 tpu_status_t tpu_defer_record(tpu_stream_t* stream, tpu_graph_t* graph) {

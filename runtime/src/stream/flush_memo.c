@@ -34,23 +34,46 @@
 #include "fusion/fusion.h"
 #include "stream/internal.h"
 
-/* The signature is written after one reservation of its largest size
- * (sign): each word is a plain store. */
-static bool reserve(tpu_flush_memo_t* m, int64_t words) {
-  if (words <= m->next_cap) return true;
-  int64_t cap = m->next_cap ? m->next_cap : 512;
-  while (cap < words) cap *= 2;
-  uint64_t* grown = realloc(m->next, sizeof(uint64_t) * (size_t)cap);
-  if (!grown) return false;
-  m->next = grown;
-  m->next_cap = cap;
+/* One address the signature holds: the bytes it stands for, and the word
+ * it was written to (the raw address until the regions are known). */
+typedef struct tpu_memo_span {
+  uint64_t lo, hi; /* hi > lo: an empty view still has an address */
+  int64_t word;    /* in `spans`: the signature word of the address */
+  int32_t index;   /* in `spans`: its region; in `sorted`: which span it is */
+} tpu_memo_span_t;
+
+typedef struct tpu_memo_region {
+  uint64_t start;
+  int32_t id; /* by first use in the signature, -1 until used */
+} tpu_memo_region_t;
+
+/* Room for `words` signature words and `spans` addresses, reserved once
+ * per signature at their largest size: each word is then a plain store. */
+static bool reserve(tpu_flush_memo_t* m, int64_t words, int64_t spans) {
+  if (words > m->next_cap) {
+    int64_t cap = m->next_cap ? m->next_cap : 512;
+    while (cap < words) cap *= 2;
+    uint64_t* grown = realloc(m->next, sizeof(uint64_t) * (size_t)cap);
+    if (!grown) return false;
+    m->next = grown;
+    m->next_cap = cap;
+  }
+  if (spans > m->span_cap) {
+    int64_t cap = m->span_cap ? m->span_cap : 256;
+    while (cap < spans) cap *= 2;
+    tpu_memo_span_t* a = realloc(m->spans, sizeof(tpu_memo_span_t) * (size_t)cap);
+    if (a) m->spans = a;
+    tpu_memo_span_t* b = a ? realloc(m->sorted, sizeof(tpu_memo_span_t) * (size_t)cap) : NULL;
+    if (b) m->sorted = b;
+    tpu_memo_region_t* r = b ? realloc(m->regions, sizeof(tpu_memo_region_t) * (size_t)cap) : NULL;
+    if (r) m->regions = r;
+    if (!r) return false;
+    m->span_cap = cap;
+  }
   return true;
 }
 
-static inline bool put(tpu_flush_memo_t* m, uint64_t word) {
-  m->next[m->next_len++] = word;
-  return true;
-}
+static inline void put(tpu_flush_memo_t* m, uint64_t word) { m->next[m->next_len++] = word; }
 
 static uint64_t bits_of(double f) {
   uint64_t u;
@@ -58,134 +81,164 @@ static uint64_t bits_of(double f) {
   return u;
 }
 
-/* ---- regions ------------------------------------------------------------------ */
-
-static bool add_span(tpu_flush_memo_t* m, int64_t* count, uint64_t lo, uint64_t hi) {
-  if (*count == m->span_cap) {
-    int64_t cap = m->span_cap ? m->span_cap * 2 : 256;
-    uint64_t* spans = realloc(m->spans, sizeof(uint64_t) * 2 * (size_t)cap);
-    if (spans) m->spans = spans;
-    int32_t* ids = spans ? realloc(m->span_ids, sizeof(int32_t) * (size_t)cap) : NULL;
-    if (ids) m->span_ids = ids;
-    if (!spans || !ids) return false;
-    m->span_cap = cap;
-  }
-  m->spans[2 * *count] = lo;
-  m->spans[2 * *count + 1] = hi > lo ? hi : lo + 1; /* an empty view still has an address */
-  ++*count;
-  return true;
+/* The raw address, made canonical by canonicalize once all are written. */
+static inline void put_address(tpu_flush_memo_t* m, int64_t* count, uint64_t addr, uint64_t lo,
+                               uint64_t hi) {
+  tpu_memo_span_t* s = &m->spans[(*count)++];
+  s->lo = lo;
+  s->hi = hi > lo ? hi : lo + 1;
+  s->word = m->next_len;
+  put(m, addr);
 }
 
-static bool add_view(tpu_flush_memo_t* m, int64_t* count, const tpu_view_t* v) {
+static inline void put_view(tpu_flush_memo_t* m, int64_t* count, const tpu_view_t* v) {
   uint64_t lo, hi;
   tpu_view_bytes(v, &lo, &hi);
-  return add_span(m, count, lo, hi);
-}
-
-static int cmp_span(const void* a, const void* b) {
-  uint64_t x = *(const uint64_t*)a, y = *(const uint64_t*)b;
-  return (x > y) - (x < y);
-}
-
-/* Sorts the spans by start (a decode step's few tens by insertion, more by
- * qsort) and merges those that meet into regions, in place; ids are given
- * on first use. */
-static void merge_regions(tpu_flush_memo_t* m, int64_t count) {
-  enum { INSERTION_MAX = 64 };
-  uint64_t* s = m->spans;
-  if (count > INSERTION_MAX) qsort(s, (size_t)count, 2 * sizeof(uint64_t), cmp_span);
-  for (int64_t i = 1; count <= INSERTION_MAX && i < count; ++i) {
-    uint64_t lo = s[2 * i], hi = s[2 * i + 1];
-    int64_t j = i;
-    for (; j > 0 && s[2 * (j - 1)] > lo; --j) {
-      s[2 * j] = s[2 * (j - 1)];
-      s[2 * j + 1] = s[2 * (j - 1) + 1];
-    }
-    s[2 * j] = lo;
-    s[2 * j + 1] = hi;
+  put_address(m, count, v->addr, lo, hi);
+  put(m, (uint64_t)(uint32_t)v->dtype | (uint64_t)v->ndim << 32);
+  int32_t nd = v->ndim < 0 ? 0 : v->ndim > TPU_MAX_DIMS ? TPU_MAX_DIMS : v->ndim;
+  uint64_t* w = m->next + m->next_len;
+  for (int32_t d = 0; d < nd; ++d) {
+    w[2 * d] = (uint64_t)v->sizes[d];
+    w[2 * d + 1] = (uint64_t)v->strides[d];
   }
-  int64_t r = -1;
-  for (int64_t i = 0; i < count; ++i) {
-    if (r >= 0 && s[2 * i] < s[2 * r + 1]) {
-      if (s[2 * i + 1] > s[2 * r + 1]) s[2 * r + 1] = s[2 * i + 1];
-    } else {
-      ++r;
-      s[2 * r] = s[2 * i];
-      s[2 * r + 1] = s[2 * i + 1];
-    }
-  }
-  m->region_count = (int32_t)(r + 1);
-  for (int32_t k = 0; k < m->region_count; ++k) m->span_ids[k] = -1;
-  m->next_id = 0;
+  m->next_len += 2 * nd;
 }
 
-/* An address as (its region's id + 1) << 40 | its offset in the region. */
-static uint64_t canonical(tpu_flush_memo_t* m, uint64_t addr) {
-  int32_t a = 0, b = m->region_count; /* the last region starting at or before addr */
-  while (a < b) {
-    int32_t mid = a + (b - a) / 2;
-    if (m->spans[2 * mid] <= addr) a = mid + 1;
-    else b = mid;
-  }
-  int32_t r = a - 1; /* every address the signature writes was added: r >= 0 */
-  if (m->span_ids[r] < 0) m->span_ids[r] = m->next_id++;
-  return (uint64_t)(m->span_ids[r] + 1) << 40 | (addr - m->spans[2 * r]);
-}
+static const uint64_t PRIME = 1099511628211ull;
 
-/* ---- the signature --------------------------------------------------------------- */
-
-static bool put_view(tpu_flush_memo_t* m, const tpu_view_t* v) {
-  bool ok = put(m, canonical(m, v->addr)) && put(m, (uint64_t)(uint32_t)v->dtype | (uint64_t)v->ndim << 32);
-  for (int32_t d = 0; ok && d < v->ndim; ++d)
-    ok = put(m, (uint64_t)v->sizes[d]) && put(m, (uint64_t)v->strides[d]);
-  return ok;
-}
-
-static bool put_attr(tpu_flush_memo_t* m, const tpu_attr_t* a) {
-  if (!put(m, (uint64_t)(uint32_t)a->kind | (uint64_t)(uint32_t)a->count << 32)) return false;
+/* The attribute's words; its value also goes into the hash (*h). */
+static void put_attr(tpu_flush_memo_t* m, uint64_t* h, const tpu_attr_t* a) {
+  put(m, (uint64_t)(uint32_t)a->kind | (uint64_t)(uint32_t)a->count << 32);
+  uint64_t value = 0;
   switch (a->kind) {
     case TPU_ATTR_INT:
     case TPU_ATTR_BOOL:
-      return put(m, (uint64_t)a->u.i);
+      value = (uint64_t)a->u.i;
+      put(m, value);
+      break;
     case TPU_ATTR_FLOAT:
-      return put(m, bits_of(a->u.f));
+      value = bits_of(a->u.f);
+      put(m, value);
+      break;
     case TPU_ATTR_DTYPE:
-      return put(m, (uint64_t)(uint32_t)a->u.dtype);
+      value = (uint64_t)(uint32_t)a->u.dtype;
+      put(m, value);
+      break;
     case TPU_ATTR_INTS: {
       int32_t count = a->count < 0 ? 0 : a->count > TPU_MAX_INTS ? TPU_MAX_INTS : a->count;
-      for (int32_t k = 0; k < count; ++k)
-        if (!put(m, (uint64_t)a->u.ints[k])) return false;
-      return true;
+      for (int32_t k = 0; k < count; ++k) {
+        put(m, (uint64_t)a->u.ints[k]);
+        value = value * 31 + (uint64_t)a->u.ints[k];
+      }
+      break;
     }
     case TPU_ATTR_STR: {
       uint64_t w[TPU_MAX_STR / sizeof(uint64_t) + 1] = {0};
       memcpy(w, a->u.str, strnlen(a->u.str, TPU_MAX_STR));
-      for (size_t k = 0; k < sizeof(w) / sizeof(w[0]); ++k)
-        if (!put(m, w[k])) return false;
-      return true;
+      for (size_t k = 0; k < sizeof(w) / sizeof(w[0]); ++k) put(m, w[k]);
+      value = w[0];
+      break;
     }
     case TPU_ATTR_NONE:
-      return true;
+      break;
   }
-  return true;
+  *h = (*h ^ value) * PRIME;
 }
 
-/* FNV-1a over 64-bit words in four interleaved lanes, folded at the end:
- * one lane is a chain of dependent multiplies (about 4 cycles a word over
- * a decode step's ~400 words); four run side by side. */
-static uint64_t hash_words(const uint64_t* w, int64_t n) {
-  const uint64_t prime = 1099511628211ull;
-  uint64_t h[4] = {1469598103934665603ull, 0x9e3779b97f4a7c15ull, 0xc2b2ae3d27d4eb4full,
-                   0x165667b19e3779f9ull};
-  int64_t k = 0;
-  for (; k + 4 <= n; k += 4)
-    for (int l = 0; l < 4; ++l) h[l] = (h[l] ^ w[k + l]) * prime;
-  for (; k < n; ++k) h[0] = (h[0] ^ w[k]) * prime;
-  uint64_t out = (uint64_t)n;
-  for (int l = 0; l < 4; ++l) out = (out ^ h[l]) * prime;
-  return out;
+static int cmp_span(const void* a, const void* b) {
+  uint64_t x = ((const tpu_memo_span_t*)a)->lo, y = ((const tpu_memo_span_t*)b)->lo;
+  return (x > y) - (x < y);
 }
 
+/* Sorts the spans by start, merges those that meet into regions (each
+ * span's `index` becomes its region), and rewrites each address word as
+ * (its region's id + 1) << 40 | its offset in the region, the ids given in
+ * order of first use; the address words go into the hash (*h). A decode
+ * step's few tens of spans start at a dozen or so addresses (a value is
+ * written once and read several times): up to SMALL_MAX spans, those with
+ * one start are made one (a small hash table), and the starts are sorted
+ * by insertion as one word each (the start above its number: starts below
+ * 2^48, as user-space addresses are); more or higher ones go by qsort. */
+static void canonicalize(tpu_flush_memo_t* m, int64_t count, uint64_t* h) {
+  enum { SMALL_MAX = 64, TABLE = 256, KEY_SHIFT = 16 };
+  tpu_memo_span_t* spans = m->spans;
+  uint64_t high = 0;
+  for (int64_t k = 0; k < count; ++k) high |= spans[k].lo;
+  int32_t r = -1;
+  uint64_t end = 0;
+  if (count <= SMALL_MAX && high >> (64 - KEY_SHIFT) == 0) {
+    uint64_t starts[SMALL_MAX], ends[SMALL_MAX], keys[SMALL_MAX];
+    int32_t region_of[SMALL_MAX];
+    int8_t table[TABLE];
+    memset(table, -1, sizeof(table));
+    int32_t unique = 0;
+    for (int64_t k = 0; k < count; ++k) {
+      uint64_t lo = spans[k].lo;
+      uint32_t slot = (uint32_t)(((lo >> 4) * 0x9e3779b97f4a7c15ull) >> 56);
+      while (table[slot] >= 0 && starts[table[slot]] != lo) slot = (slot + 1) & (TABLE - 1);
+      int32_t u = table[slot];
+      if (u < 0) {
+        u = unique++;
+        table[slot] = (int8_t)u;
+        starts[u] = lo;
+        ends[u] = spans[k].hi;
+      } else if (spans[k].hi > ends[u]) {
+        ends[u] = spans[k].hi;
+      }
+      spans[k].index = u;
+    }
+    for (int32_t u = 0; u < unique; ++u) keys[u] = starts[u] << KEY_SHIFT | (uint64_t)u;
+    for (int32_t i = 1; i < unique; ++i) {
+      uint64_t x = keys[i];
+      int32_t j = i;
+      for (; j > 0 && keys[j - 1] > x; --j) keys[j] = keys[j - 1];
+      keys[j] = x;
+    }
+    for (int32_t i = 0; i < unique; ++i) {
+      int32_t u = (int32_t)(keys[i] & ((1u << KEY_SHIFT) - 1));
+      if (r >= 0 && starts[u] < end) {
+        if (ends[u] > end) end = ends[u];
+      } else {
+        m->regions[++r] = (tpu_memo_region_t){starts[u], -1};
+        end = ends[u];
+      }
+      region_of[u] = r;
+    }
+    for (int64_t k = 0; k < count; ++k) spans[k].index = region_of[spans[k].index];
+  } else {
+    tpu_memo_span_t* s = m->sorted;
+    for (int64_t k = 0; k < count; ++k) s[k] = (tpu_memo_span_t){spans[k].lo, spans[k].hi, 0, (int32_t)k};
+    qsort(s, (size_t)count, sizeof(*s), cmp_span);
+    for (int64_t i = 0; i < count; ++i) {
+      if (r >= 0 && s[i].lo < end) {
+        if (s[i].hi > end) end = s[i].hi;
+      } else {
+        m->regions[++r] = (tpu_memo_region_t){s[i].lo, -1};
+        end = s[i].hi;
+      }
+      spans[s[i].index].index = r;
+    }
+  }
+  int32_t next_id = 0;
+  uint64_t hash = *h;
+  for (int64_t k = 0; k < count; ++k) {
+    tpu_memo_region_t* region = &m->regions[m->spans[k].index];
+    if (region->id < 0) region->id = next_id++;
+    uint64_t* w = &m->next[m->spans[k].word];
+    *w = (uint64_t)(region->id + 1) << 40 | (*w - region->start);
+    hash = (hash ^ *w) * PRIME;
+  }
+  *h = hash;
+}
+
+/* ---- the signature --------------------------------------------------------------- */
+
+/* One pass over the recording writes every word, the addresses raw, and
+ * notes each address's byte range; canonicalize then rewrites the
+ * addresses. The hash covers what differs between recordings of one op
+ * sequence (addresses, scalars, attribute values, the node count); a hash
+ * match is confirmed word for word (tpu_flush_memo_find). */
 bool tpu_flush_memo_sign(tpu_flush_memo_t* m, const tpu_graph_t* graph,
                          const tpu_free_record_t* frees, int32_t free_count,
                          const uint64_t* live_addr, const uint64_t* live_size, int32_t live,
@@ -193,53 +246,69 @@ bool tpu_flush_memo_sign(tpu_flush_memo_t* m, const tpu_graph_t* graph,
   m->next_len = 0;
   m->next_valid = false;
   int32_t n = tpu_graph_node_count(graph);
-  int64_t spans = 0;
-  bool ok = true;
-  for (int32_t i = 0; ok && i < n; ++i) {
-    const tpu_node_t* node = tpu_graph_node(graph, i);
-    for (int32_t k = 0; ok && k < node->num_inputs; ++k)
-      if (node->inputs[k].kind == TPU_VALUE_VIEW) ok = add_view(m, &spans, &node->inputs[k].u.view);
-    for (int32_t o = 0; ok && o < node->num_outputs; ++o)
-      ok = add_view(m, &spans, &node->outputs[o]);
-  }
-  for (int32_t f = 0; ok && f < free_count; ++f) ok = add_span(m, &spans, frees[f].lo, frees[f].hi);
-  for (int32_t b = 0; ok && b < live; ++b)
-    ok = add_span(m, &spans, live_addr[b], live_addr[b] + live_size[b]);
   int64_t inputs, outputs;
   tpu_graph_operand_counts(graph, &inputs, &outputs);
   enum { VIEW_WORDS = 3 + 2 * TPU_MAX_DIMS, ATTR_WORDS = 2 + TPU_MAX_STR / 8 + TPU_MAX_INTS };
-  ok = ok && reserve(m, 4 + (int64_t)n * (2 + TPU_MAX_ATTRS * ATTR_WORDS) +
-                            (inputs + outputs) * VIEW_WORDS + 3 * (int64_t)free_count +
-                            2 * (int64_t)live);
-  if (!ok) return false;
-  merge_regions(m, spans);
-  ok = put(m, settings) && put(m, (uint64_t)n);
-  for (int32_t i = 0; ok && i < n; ++i) {
+  if (!reserve(m,
+               4 + (int64_t)n * (2 + TPU_MAX_ATTRS * ATTR_WORDS) + (inputs + outputs) * VIEW_WORDS +
+                   3 * (int64_t)free_count + 2 * (int64_t)live,
+               inputs + outputs + free_count + live))
+    return false;
+  uint64_t h = 1469598103934665603ull;
+  int64_t spans = 0;
+  put(m, settings);
+  put(m, (uint64_t)n);
+  h = (h ^ settings ^ (uint64_t)n << 8) * PRIME;
+  for (int32_t i = 0; i < n; ++i) {
     const tpu_node_t* node = tpu_graph_node(graph, i);
-    ok = put(m, (uint64_t)(uint32_t)node->op | (uint64_t)(uint32_t)node->num_inputs << 32) &&
-         put(m, (uint64_t)(uint32_t)node->num_outputs | (uint64_t)(uint32_t)node->num_attrs << 32);
-    for (int32_t k = 0; ok && k < node->num_inputs; ++k) {
+    put(m, (uint64_t)(uint32_t)node->op | (uint64_t)(uint32_t)node->num_inputs << 32);
+    put(m, (uint64_t)(uint32_t)node->num_outputs | (uint64_t)(uint32_t)node->num_attrs << 32);
+    for (int32_t k = 0; k < node->num_inputs; ++k) {
       const tpu_value_t* v = &node->inputs[k];
-      ok = put(m, (uint64_t)v->kind);
-      if (ok && v->kind == TPU_VALUE_VIEW) ok = put_view(m, &v->u.view);
-      if (ok && v->kind == TPU_VALUE_SCALAR)
-        ok = put(m, (uint64_t)(uint32_t)v->u.scalar.dtype | (uint64_t)v->u.scalar.is_tensor << 32) &&
-             put(m, tpu_dtype_is_floating(v->u.scalar.dtype) ? bits_of(v->u.scalar.v.f)
-                                                              : (uint64_t)v->u.scalar.v.i);
+      put(m, (uint64_t)v->kind);
+      if (v->kind == TPU_VALUE_VIEW) {
+        put_view(m, &spans, &v->u.view);
+      } else if (v->kind == TPU_VALUE_SCALAR) {
+        uint64_t value = tpu_dtype_is_floating(v->u.scalar.dtype) ? bits_of(v->u.scalar.v.f)
+                                                                  : (uint64_t)v->u.scalar.v.i;
+        put(m, (uint64_t)(uint32_t)v->u.scalar.dtype | (uint64_t)v->u.scalar.is_tensor << 32);
+        put(m, value);
+        h = (h ^ value) * PRIME;
+      }
     }
-    for (int32_t o = 0; ok && o < node->num_outputs; ++o) ok = put_view(m, &node->outputs[o]);
-    for (int32_t a = 0; ok && a < node->num_attrs; ++a) ok = put_attr(m, &node->attrs[a]);
+    for (int32_t o = 0; o < node->num_outputs; ++o) put_view(m, &spans, &node->outputs[o]);
+    for (int32_t a = 0; a < node->num_attrs; ++a) put_attr(m, &h, &node->attrs[a]);
   }
-  ok = ok && put(m, (uint64_t)free_count);
-  for (int32_t f = 0; ok && f < free_count; ++f)
-    ok = put(m, canonical(m, frees[f].lo)) && put(m, frees[f].hi - frees[f].lo) &&
-         put(m, (uint64_t)(uint32_t)frees[f].point | (uint64_t)frees[f].provisional << 32);
-  ok = ok && put(m, (uint64_t)live);
-  for (int32_t b = 0; ok && b < live; ++b)
-    ok = put(m, canonical(m, live_addr[b])) && put(m, live_size[b]);
-  m->next_hash = ok ? hash_words(m->next, m->next_len) : 0;
-  m->next_valid = ok;
-  return ok;
+  put(m, (uint64_t)free_count);
+  for (int32_t f = 0; f < free_count; ++f) {
+    put_address(m, &spans, frees[f].lo, frees[f].lo, frees[f].hi);
+    put(m, frees[f].hi - frees[f].lo);
+    put(m, (uint64_t)(uint32_t)frees[f].point | (uint64_t)frees[f].provisional << 32);
+  }
+  put(m, (uint64_t)live);
+  for (int32_t b = 0; b < live; ++b) {
+    put_address(m, &spans, live_addr[b], live_addr[b], live_addr[b] + live_size[b]);
+    put(m, live_size[b]);
+  }
+  canonicalize(m, spans, &h);
+  m->next_hash = (h ^ (uint64_t)m->next_len) * PRIME;
+  m->next_valid = true;
+  return true;
+}
+
+void tpu_flush_memo_free(tpu_flush_memo_t* m) {
+  for (int i = 0; i < TPU_MEMO_ENTRIES; ++i) {
+    tpu_program_release(m->entries[i].program);
+    free(m->entries[i].key);
+    free(m->entries[i].order);
+  }
+  free(m->next);
+  free(m->spans);
+  free(m->sorted);
+  free(m->regions);
+  free(m->live_addr);
+  free(m->live_size);
+  memset(m, 0, sizeof(*m));
 }
 
 const tpu_flush_memo_entry_t* tpu_flush_memo_find(tpu_flush_memo_t* m) {

@@ -38,14 +38,17 @@ typedef struct tpu_flush_memo {
   uint64_t next_hash;
   bool next_valid;               /* built completely (no allocation failed) */
   uint64_t clock;
-  uint64_t* spans;               /* canonical addresses (flush_memo.c): byte */
-  int32_t* span_ids;             /* ranges merged into regions, each region's */
-  int64_t span_cap;              /* id by first use (grown as needed) */
-  int32_t region_count, next_id;
+  struct tpu_memo_span* spans;   /* canonical addresses (flush_memo.c): each */
+  struct tpu_memo_span* sorted;  /* address's byte range and word, the ranges */
+  struct tpu_memo_region* regions; /* sorted and merged into regions, each */
+  int64_t span_cap;              /* region's id by first use (grown as needed) */
   uint64_t* live_addr;           /* the stream's live provisional blocks, */
   uint64_t* live_size;           /* read at each flush (room for live_cap, */
   int32_t live_cap;              /* grown to hold them all) */
 } tpu_flush_memo_t;
+
+/* Frees what the memo holds (entries, programs, arrays); *m is then empty. */
+void tpu_flush_memo_free(tpu_flush_memo_t* m);
 
 /* Builds the signature of a recording (its nodes, free records, live
  * provisional blocks and the compiler's switches, with addresses made
