@@ -229,7 +229,7 @@ def test_split_foreach_chains_and_writes_each_tensor():
         torch.testing.assert_close(x, y, rtol=0, atol=0)
 
 
-def test_no_reorder_with_random_ops_or_other_mutations():
+def test_no_reorder_with_random_ops_other_mutations_or_returned_inputs():
     def with_random(g, phs):
         (a,) = phs
         r = g.call_function(aten.rand_like.default, (a,))
@@ -241,7 +241,12 @@ def test_no_reorder_with_random_ops_or_other_mutations():
         g.call_function(aten.add_.Tensor, (b, 1.0))
         g.call_function(aten.copy_.default, (a, g.call_function(aten.mul.Tensor, (a, b))))
         g.output(())
-    for build, example in ((with_random, [torch.randn(3)]), (with_inplace, [torch.randn(3), torch.randn(3)])):
+    def returns_input(g, phs):
+        (a,) = phs
+        g.call_function(aten.copy_.default, (a, g.call_function(aten.mul.Scalar, (a, 2.0))))
+        g.output((a,))
+    for build, example in ((with_random, [torch.randn(3)]), (with_inplace, [torch.randn(3), torch.randn(3)]),
+                           (returns_input, [torch.randn(3)])):
         gm = _graph(build, example)
         before = [n.target for n in gm.graph.nodes]
         assert _rewrite(gm) == (0, False, 0)

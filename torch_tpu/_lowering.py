@@ -274,6 +274,8 @@ def chain_by_parameter(gm) -> bool:
         return False
     # a copy_ into an input waits for every other reader of that input
     gate = {c: _aliasing_readers(c.args[0], set()) - {c} for c in copies}
+    if any(r.op != "call_function" for g in gate.values() for r in g):
+        return False  # an input the graph also returns: keep the traced order
     waiting = {}  # node -> copies whose gate or source includes it
     for c in copies:
         for d in gate[c] | {c.args[1]}:
