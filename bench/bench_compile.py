@@ -9,7 +9,10 @@ HF generate() with a KV cache (the compiled columns compile the model's
 forward with dynamic=True), and the elementwise chains; plus (here) 5. HF
 generate() with a static KV cache, 6. a training step of a ~100M-parameter
 Llama-shaped model (--quick: batch 1, seq 128) and 7. workloads 1 and 2
-under bf16 autocast.
+under bf16 autocast. In the training rows both compiled columns compile the
+model and AdamW's step (``torch.compile(opt.step)`` with the column's
+backend; --optimizer eager: AdamW runs eagerly, in strict eager for the
+compiled tpu column).
 
 Also reported per workload: cold compile time of the compiled tpu column and
 of Inductor (first call minus best call: Dynamo, AOTAutograd and the
@@ -40,6 +43,7 @@ TORCHINDUCTOR_CACHE_DIR per workload, cold then warm) for comparison.
 Writes bench/results/compile.json (or compile_startup.json with --startup).
 Usage: python bench/bench_compile.py [--quick | --smoke] [--rounds N] [--min-time S]
        [--only 1,2,3,4,5,6,7] [--columns compiled,defer,strict,cpu,inductor[,compiled_op]] [--threads T]
+       [--optimizer compiled|eager]
        [--inductor-cache] [--tpu-cache] [--out PATH]
        python bench/bench_compile.py --startup [--quick | --smoke] [--only ...]
        [--startup-columns compiled,inductor] [--startup-repeats R] [--steady-calls N]
@@ -253,7 +257,8 @@ def startup_child(a, size, sz):
 def startup_process(a, size, i, col, env, what):
     """One --startup-child process for workload i and column col; its JSON."""
     cmd = [sys.executable, os.path.abspath(__file__), "--startup-child", str(i), "--startup-column", col,
-           "--only", a.only, "--inductor-cache", "--steady-calls", str(a.steady_calls)]
+           "--only", a.only, "--inductor-cache", "--steady-calls", str(a.steady_calls),
+           "--optimizer", a.optimizer]
     if size != "default":
         cmd.append("--" + size)
     if a.threads:
@@ -330,6 +335,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--min-time", type=float, default=None)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--optimizer", choices=("compiled", "eager"), default="compiled",
+                    help="training rows (2, 6, 7): the compiled columns also compile AdamW's step "
+                         "(torch.compile(opt.step), the column's backend), or run it eagerly "
+                         "(strict eager for compiled tpu)")
     ap.add_argument("--only", default="1,2,3,4,5,6,7")
     ap.add_argument("--columns", default=",".join(COLUMNS))
     ap.add_argument("--inductor-cache", action="store_true",
@@ -348,6 +357,7 @@ def main():
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     a.out_given = a.out is not None
+    bd.COMPILE_OPTIMIZER_STEP[0] = a.optimizer == "compiled"
     if a.out is None:
         a.out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "compile.json")
     size = "smoke" if a.smoke else "quick" if a.quick else "default"
@@ -371,7 +381,9 @@ def main():
     assert "cpu" in cols, "the CPU eager column is the reference of the output checks"
     work = workloads(a.only, size, sz)
     print(f"threads: torch {torch.get_num_threads()}, tpu pool {pool}; sizes: {size}; best of >= "
-          f"{rounds} alternating rounds (up to 25 until each column ran {min_time} s)", flush=True)
+          f"{rounds} alternating rounds (up to 25 until each column ran {min_time} s); training rows: "
+          f"optimizer step {a.optimizer} in the compiled columns; load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
 
     rows, t0 = [], time.perf_counter()
     for w in work:
@@ -418,14 +430,17 @@ def main():
         f"{k.replace('_over_', '/')} {bd.cell(v, two)}" for k, v in summary.items()))
     fbs = {f"{r['workload']} [{c}]": r["columns"][c]["fallbacks"] for r in rows
            for c in ("compiled", "strict", "defer") if r["columns"].get(c) and r["columns"][c]["fallbacks"]}
-    print(f"\ntpu CPU fallbacks: {fbs or 'none'}; {elapsed:.0f} s")
+    load = os.getloadavg()
+    print(f"\ntpu CPU fallbacks: {fbs or 'none'}; {elapsed:.0f} s; load average at the end "
+          f"{' '.join(f'{x:.2f}' for x in load)}")
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump({"size": size, "sizes": sz, "min_rounds": rounds, "min_time_s": min_time,
                    "columns": list(shown), "columns_run": cols, "torch": torch.__version__,
-                   "inductor_cache": a.inductor_cache,
+                   "inductor_cache": a.inductor_cache, "optimizer": a.optimizer,
                    "threads": {"torch_cpu": torch.get_num_threads(), "tpu_pool": pool},
-                   "seconds": elapsed, "rows": rows, "geomean": summary}, f, indent=1, default=str)
+                   "seconds": elapsed, "load_average_end": load, "rows": rows, "geomean": summary},
+                  f, indent=1, default=str)
     print("wrote", a.out)
 
 

@@ -90,6 +90,10 @@ SIZES = {  # smoke also shrinks the models: GPT-2 64 wide / vocab 256, Llama 2 l
 # Columns running a torch.compile'd model: column -> (device, backend).
 # bench_compile.py adds its compiled-tpu column here.
 COMPILED_COLUMNS = {"inductor": ("cpu", "inductor")}
+# Whether the compiled columns' training step also compiles the optimizer
+# step (torch.compile(opt.step, backend=...)): bench_compile.py turns it on
+# (its --optimizer eager turns it off); here every column's AdamW runs eagerly.
+COMPILE_OPTIMIZER_STEP = [False]
 
 
 def device_of(col):
@@ -234,6 +238,8 @@ def llama_train_workload(batch, seq, cfg, autocast=False):
         m = copy.deepcopy(base).to(device_of(col)).train()
         opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
         f, x = (compiled(m, col=col) if col in COMPILED_COLUMNS else m), ids.to(device_of(col))
+        step = (compiled(opt.step, col=col) if col in COMPILED_COLUMNS and COMPILE_OPTIMIZER_STEP[0]
+                else opt.step)
 
         def run():
             if autocast:
@@ -242,7 +248,7 @@ def llama_train_workload(batch, seq, cfg, autocast=False):
             else:
                 loss = f(input_ids=x, labels=x).loss
             loss.backward()
-            opt.step()
+            step()
             opt.zero_grad(set_to_none=True)
             return (loss.detach(),)
         return run
