@@ -124,46 +124,53 @@ static void run_compare(size_t i, const char* what, const tpu_op_def_t* def, tpu
 }
 
 /* Whether a case is a 1x1 convolution with no padding and one group with
- * TORCH_TPU_CONV_GEMM on: one of the GEMM paths' (never the primitives'):
- * conv_mxu_1x1.c's (per-image GEMMs) for NCHW at stride 1 with
- * TPU_CONV_GEMM_MIN_POSITIONS or more positions, else conv_mxu_rows.c's
- * (one GEMM with the positions as rows). */
+ * TORCH_TPU_CONV_GEMM on, which products of it run as GEMMs: all three on
+ * conv_mxu_1x1.c's per-image GEMMs (NCHW at stride 1 with
+ * TPU_CONV_GEMM_MIN_POSITIONS or more positions); else the forward and
+ * input gradient as one GEMM with the positions as rows (conv_mxu_rows.c)
+ * where the operand they read has dense channels (channels_last, or one
+ * position; both read operands have the case's layout) or the stride is not
+ * 1; the rest on the primitives. */
+enum { PRIMITIVES, PER_IMAGE, ROWS };
+
 static bool one_by_one(const mxu_case_t* c) {
   bool pw = c->groups == 1 && c->pad == 0 && tpu_config_bool(TPU_CONFIG_CONV_GEMM);
   for (int d = 0; d < c->nsp; ++d) pw = pw && c->k[d] == 1;
   return pw;
 }
 
-static bool per_image_gemm(const mxu_case_t* c) {
+static int path_of(const mxu_case_t* c) {
+  if (!one_by_one(c)) return PRIMITIVES;
   int64_t positions = 1;
   for (int d = 0; d < c->nsp; ++d) positions *= c->size[d];
-  return one_by_one(c) && c->stride == 1 && c->layout == TT_CONTIG &&
-         positions >= TPU_CONV_GEMM_MIN_POSITIONS;
-}
-
-/* Whether the forward (fwd) or the input gradient splits over the pool:
- * on the primitives over the images (2 or more); on conv_mxu_1x1.c's
- * per-image GEMMs over the images too, or one image over the 32 or more
- * channels it writes; conv_mxu_rows.c's one GEMM never. */
-static bool images_split(const mxu_case_t* c, bool fwd) {
-  if (!split_on()) return false;
-  if (one_by_one(c)) return per_image_gemm(c) && (c->n >= 2 || (fwd ? c->cout : c->cin) >= 32);
-  return c->n >= 2;
+  if (c->stride == 1 && c->layout == TT_CONTIG && positions >= TPU_CONV_GEMM_MIN_POSITIONS)
+    return PER_IMAGE;
+  bool dense = c->layout == TT_CHANNELS_LAST || (c->layout == TT_CONTIG && positions == 1);
+  return c->stride != 1 || dense ? ROWS : PRIMITIVES; /* ROWS: not the weight gradient */
 }
 
 /* Whether conv_mxu_rows.c splits a product's GEMM over the pool: into row
- * blocks of 32 or more, two or more of them. Its rows: the grid positions
- * (Y's: the output's, or a transposed convolution's input's) of all images
- * for the forward and the input gradient (weight: false), Y's channels
- * for the weight gradient. */
-static bool rows_split(const mxu_case_t* c, bool weight) {
-  if (!split_on() || !one_by_one(c) || per_image_gemm(c)) return false;
+ * blocks of 32 or more, two or more of them; its rows are the grid
+ * positions (Y's: the output's, or a transposed convolution's input's) of
+ * all images. */
+static bool rows_split(const mxu_case_t* c) {
   int64_t rows = c->n;
   for (int d = 0; d < c->nsp; ++d)
     rows *= c->transposed ? c->size[d] : (c->size[d] - 1) / c->stride + 1;
-  if (weight) rows = c->transposed ? c->cin : c->cout;
   int64_t parts = rows / 32 < tpu_parallel_threads() ? rows / 32 : tpu_parallel_threads();
   return parts >= 2;
+}
+
+/* Whether the forward (fwd) or the input gradient splits over the pool:
+ * on the primitives and conv_mxu_1x1.c's per-image GEMMs over the images
+ * (2 or more), the latter with one image over the 32 or more channels it
+ * writes; conv_mxu_rows.c's GEMM over its rows. */
+static bool images_split(const mxu_case_t* c, bool fwd) {
+  if (!split_on()) return false;
+  int path = path_of(c);
+  if (path == PER_IMAGE) return c->n >= 2 || (fwd ? c->cout : c->cin) >= 32;
+  if (path == ROWS) return rows_split(c);
+  return c->n >= 2;
 }
 
 static void run_case(size_t i, const mxu_case_t* c, bool bias_override, const int64_t* mask) {
@@ -198,7 +205,7 @@ static void run_case(size_t i, const mxu_case_t* c, bool bias_override, const in
   if (mask[0] || mask[1] || mask[2])
   {
     /* split over the images where there are two or more */
-    uint64_t sp = !declined && (images_split(c, true) || rows_split(c, false));
+    uint64_t sp = !declined && images_split(c, true);
     run_compare(i, "forward", fwd, &node, &out, &want, 1, on, declined ? 0 : 1, declined ? 1 : 0,
                 sp, sp);
   }
@@ -221,11 +228,8 @@ static void run_case(size_t i, const mxu_case_t* c, bool bias_override, const in
   /* the input gradient split over the images, the weight gradient over
    * channels (where it has 32 or more) or a group at a time */
   uint64_t w_declined = mask[1] && c->w_declined, ran = (mask[0] != 0) + (mask[1] != 0) - w_declined;
-  uint64_t lo = (mask[0] && (images_split(c, false) || rows_split(c, false))) +
-                (mask[1] && c->w_by_group);
+  uint64_t lo = (mask[0] && images_split(c, false)) + (mask[1] && c->w_by_group);
   uint64_t hi = lo + (mask[1] && !c->w_by_group && !c->w_declined && split_on());
-  if (one_by_one(c) && !per_image_gemm(c)) /* the rows path: exactly */
-    lo = hi = (mask[0] && rows_split(c, false)) + (mask[1] && rows_split(c, true));
   run_compare(i, "backward", bwd, &bn, outs, wants, 3, on, ran, w_declined, lo, hi);
   for (int k = 0; k < 3; ++k) tt_free(&outs[k]), tt_free(&wants[k]);
   tt_free(&go), tt_free(&out), tt_free(&want);
@@ -293,13 +297,15 @@ TEST(conv_mxu_float32_stays_on_its_path) {
 /* 1x1 convolutions with no padding and one group run as GEMMs: on the
  * operands' NCHW layout per image (conv_mxu_1x1.c: stride 1, images of
  * TPU_CONV_GEMM_MIN_POSITIONS or more positions), else as one GEMM with the
- * grid positions as rows (conv_mxu_rows.c: small images, stride 2, other
- * layouts). Forward, input and weight gradients (with the bias's) against
+ * grid positions as rows (conv_mxu_rows.c: the forward and input gradient
+ * at stride 2 or of channels_last operands; the rest, small NCHW images at
+ * stride 1 and those weight gradients, on the primitives). Forward, input
+ * and weight gradients (with the bias's) against
  * the reference, odd channel counts and positions (not multiples of the
  * kernels' 16/32 or of a column block), batches of 1 (split over
  * positions) and 3 (uneven image parts), with and without a bias; the
- * unit's conv_gemm counter must show that a GEMM path ran all three
- * products, and its conv_split counter which one (run_compare). */
+ * unit's conv_gemm counter must show which products ran as GEMMs, and its
+ * conv_split counter on which path (run_compare). */
 static const mxu_case_t k_pointwise[] = {
     {2, 1, 17, 33, 1, {19, 21}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
     {2, 3, 24, 40, 1, {23, 17}, {1, 1}, 1, 0, 1, 0, false, false, TT_CONTIG, false, false},
@@ -311,8 +317,8 @@ static const mxu_case_t k_pointwise[] = {
     {3, 2, 32, 16, 1, {8, 7, 7}, {1, 1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
     /* transposed 1x1 (no bias): its forward is the input-gradient GEMM */
     {2, 2, 48, 20, 1, {20, 20}, {1, 1}, 1, 0, 1, 0, true, false, TT_CONTIG, false, false},
-    /* positions as rows: small images (NCHW, gathered), padded strides and
-     * permutations (gathered), channels_last (in place) */
+    /* small images, padded strides and permutations at stride 1: the
+     * primitives; channels_last: positions as rows (in place) */
     {2, 3, 24, 40, 1, {7, 9}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
     {2, 1, 96, 40, 1, {7, 7}, {1, 1}, 1, 0, 1, 0, false, false, TT_CONTIG, false, false},
     {2, 2, 24, 40, 1, {20, 20}, {1, 1}, 1, 0, 1, 0, false, true, TT_PADDED, false, false},
@@ -343,7 +349,8 @@ static void pointwise_cases(bool gemm_on) {
     tpu_mxu_get_info(&before);
     run_case(100 + i, c, false, all);
     tpu_mxu_get_info(&after);
-    uint64_t want = gemm_on ? 3 : 0;
+    int path = path_of(c);
+    uint64_t want = !gemm_on ? 0 : path == PER_IMAGE ? 3 : path == ROWS ? 2 : 0;
     if (after.conv_gemm - before.conv_gemm != want)
       tpu_test_fail(__FILE__, __LINE__, "pointwise case %zu: %llu products as GEMMs (want %llu)",
                     i, (unsigned long long)(after.conv_gemm - before.conv_gemm),

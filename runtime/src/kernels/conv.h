@@ -125,23 +125,23 @@ typedef enum conv_dir { CONV_DIR_Y, CONV_DIR_X, CONV_DIR_W } conv_dir_t;
  * tpu_mxu_info_t (conv_gemm, conv_split) when it ran; the caller counts
  * convs. */
 bool tpu_conv_mxu_1x1_fits(const conv_args_t* a);
-/* Positions per image below which the path leaves a product to
- * conv_mxu_rows.c (per-image GEMMs lost to the primitives there: ResNet-50's
- * 1x1 layers at 14x14 and 7x7). */
+/* Positions per image below which the path leaves a product to the
+ * primitives (per-image GEMMs lost to them there: ResNet-50's 1x1 layers at
+ * 14x14 and 7x7). */
 #define TPU_CONV_GEMM_MIN_POSITIONS 384
 tpu_status_t tpu_conv_mxu_1x1(int dir, const tpu_view_t* x, const tpu_view_t* w,
                               const tpu_view_t* y, const tpu_view_t* bias, bool* out_done);
 
 /* 1x1 convolutions as one GEMM with the grid positions of all images as
  * rows (conv_mxu_rows.c), tried by tpu_conv_mxu after tpu_conv_mxu_1x1
- * and before the primitives: what that path leaves (images of fewer than
- * TPU_CONV_GEMM_MIN_POSITIONS positions, any stride, any layout, e.g.
- * channels_last). fits: a bfloat16 1x1 kernel, no padding, one group;
- * TORCH_TPU_CONV_GEMM not 0. tpu_conv_mxu_rows runs product `dir` as
- * tpu_conv_mxu_1x1 does (same operands, bias and outputs; `a` for the
- * geometry; `graph`: the node's, for the weight cache, or NULL), *out_done
- * false (TPU_OK) when the unit declined its GEMM; counted in conv_gemm
- * when it ran. */
+ * and before the primitives. fits: a bfloat16 1x1 kernel, no padding, one
+ * group; TORCH_TPU_CONV_GEMM not 0. tpu_conv_mxu_rows runs product `dir`
+ * as tpu_conv_mxu_1x1 does (same operands, bias and outputs; `a` for the
+ * geometry; `graph`: the node's, for the weight cache, or NULL) when it is
+ * the forward or the input gradient and the operand it reads has dense
+ * channels (channels_last) or the stride is not 1; else, or when the unit
+ * declined its GEMM, *out_done false (TPU_OK). Counted in conv_gemm (and
+ * conv_split) when it ran. */
 bool tpu_conv_mxu_rows_fits(const conv_args_t* a);
 tpu_status_t tpu_conv_mxu_rows(const conv_args_t* a, int dir, const tpu_view_t* x,
                                const tpu_view_t* w, const tpu_view_t* y, const tpu_view_t* bias,

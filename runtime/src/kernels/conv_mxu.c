@@ -31,9 +31,10 @@
  *
  * 1x1 products with no padding and one group do not come here: they run
  * as GEMMs, on NCHW operands of 384+ positions per image where they lie
- * (conv_mxu_1x1.c, no reorder), else as one GEMM with the grid positions
- * as rows (conv_mxu_rows.c: small images, stride 2, channels_last), and
- * fall back here only where the unit declines their GEMM.
+ * (conv_mxu_1x1.c, no reorder), or (forward and input gradient at stride
+ * 2 or on channels_last operands) as one GEMM with the grid positions as
+ * rows (conv_mxu_rows.c); the rest of them (small NCHW images at stride 1,
+ * those weight gradients) and what the unit declines come here.
  *
  * Layouts: each primitive is asked for with its layouts left to oneDNN
  * (format "any"), which on AVX512-BF16 gives the blocked (nChw16c) JIT
@@ -650,7 +651,7 @@ static tpu_status_t run_dir(const conv_args_t* a, int dir, const tpu_view_t* x,
       return TPU_OK;
     }
   }
-  /* what that path leaves (small images, stride 2, channels_last): one GEMM
+  /* the forward and input gradient at stride 2 or of channels_last operands: one GEMM
    * with the grid positions as rows (conv_mxu_rows.c) */
   if (tpu_conv_mxu_rows_fits(a)) {
     TPU_RETURN_IF_ERROR(tpu_conv_mxu_rows(a, dir, x, w, y, b, graph, out_done));

@@ -5,44 +5,42 @@
  * stride, reads X only at the grid's positions (image position = grid
  * position * stride). Laid out with the R = N * P grid positions of all
  * images as rows and the channels as columns, Xr [R, cx] and Yr [R, cy],
- * its three products are single GEMMs:
+ * its forward and input gradient are single GEMMs:
  *   CONV_Y  Yr  = Xr · Wᵀ        (+ bias[co] on column co, in the kernel)
  *   CONV_X  dXr = dYr · W        (image positions off the grid: zero)
- *   CONV_W  dW  = dYc · Xr       with dYc = dYrᵀ [cy, R] (the bias
- *                                gradient: dYc's rows summed)
- * with W the [cy, cx] matrix of the weight. In CONV_Y and CONV_X the right
- * factor is the weight (Wᵀ or W as a strided view of it), so the unit
- * multiplies it in its blocked layout from the weight cache (mxu_pack.h:
- * from its second sighting, while nothing writes it), where the per-image
- * GEMMs of conv_mxu_1x1.c, with the image as the right factor, have the
- * kernel lay out an activation on every call; one GEMM over all images
- * also gives the kernel R rows to block instead of P.
+ * with W the [cy, cx] matrix of the weight. The right factor is the weight
+ * (Wᵀ or W as a strided view of it), so the unit multiplies it in its
+ * blocked layout from the weight cache (mxu_pack.h: from its second
+ * sighting, while nothing writes it), where the per-image GEMMs of
+ * conv_mxu_1x1.c, with the image as the right factor, have the kernel lay
+ * out an activation on every call; one GEMM over all images also gives the
+ * kernel R rows to block instead of P.
  *
  * Layout: an operand whose channels are dense and whose grid positions are
- * evenly spaced across all images (channels_last at stride 1, where the
- * caller's output is channels_last too) is that matrix already and is read
- * or written in place; any other (NCHW, a stride-2 subsample) is gathered
- * into a dense scratch matrix and, written, scattered back: for NCHW a
- * transpose, in 16 x 16 tiles in AVX2 registers where 16 grid positions
- * are one dense run (the unit runs only on AVX512-BF16 CPUs); the copies
- * split over the compute pool. CONV_W gathers dYc channel-major (row copies
- * for NCHW) and X as rows where its channels are dense, else channel-major
- * too, read as the GEMM's transposed right factor.
+ * evenly spaced across all images (channels_last at stride 1) is that
+ * matrix already and is read or written in place; any other (NCHW, a
+ * stride-2 subsample) is gathered into a dense scratch matrix and, written,
+ * scattered back: for NCHW a transpose, in 16 x 16 tiles in AVX2 registers
+ * where 16 grid positions are one dense run (the unit runs only on
+ * AVX512-BF16 CPUs); the copies split over the compute pool.
  *
  * Threads: each GEMM splits into blocks of its rows (16-multiples, 32 or
  * more each) over the compute pool, one single-threaded GEMM per part
  * (mxu_gemm_t.serial), as conv_mxu_1x1.c splits; counted in conv_split.
  * TORCH_TPU_CONV_SPLIT=0 (or a pool of one) runs it on the unit's OpenMP
- * team instead. A part of CONV_W lays out its own copy of X for the kernel.
+ * team instead.
  *
  * Which problems: tpu_conv_mxu tries conv_mxu_1x1.c first (NCHW, stride 1,
- * 384+ positions per image, where per-image GEMMs on the tensors in place
- * measured faster) and this path next, for what that one leaves: smaller
- * images, stride 2 (ResNet's downsampling 1x1), channels_last and other
- * layouts. Measured against oneDNN's convolution primitives (which it
- * replaces there) in bench/RESULTS.md (issue 21). TORCH_TPU_CONV_GEMM=0
- * turns it off with the other path; a product run here counts in
- * tpu_mxu_info_t's conv_gemm.
+ * 384+ positions per image) and this path next, for the forward and input
+ * gradient whose operand read (X, or dY) has dense channels
+ * (channels_last, or one position) or whose grid is strided (ResNet's
+ * stride-2 projection). The rest goes to oneDNN's primitives: NCHW at
+ * stride 1 below 384 positions, where the transposes in and out cost more
+ * than the primitives' blocked reorders (0.64-0.94x at ResNet-50's 14x14
+ * and 7x7 layers, load 5.7), and every weight gradient (dW = dYrᵀ Xr as one
+ * GEMM measured 0.67-0.90x: bench/RESULTS.md, issue 21).
+ * TORCH_TPU_CONV_GEMM=0 turns it off with the other path; a product run
+ * here counts in tpu_mxu_info_t's conv_gemm.
  */
 #include <immintrin.h>
 #include <stdlib.h>
@@ -120,7 +118,6 @@ static const int64_t k_ones[3] = {1, 1, 1};
 typedef enum move_kind {
   TO_ROWS,   /* m [R, C] (row-major) <- the side */
   FROM_ROWS, /* the side <- m [R, C] */
-  TO_COLS,   /* m [C, R] (channel-major) <- the side */
 } move_kind_t;
 
 typedef struct move_job {
@@ -175,18 +172,6 @@ static void move_piece(const move_job_t* j, int64_t i) {
   int64_t p1 = p0 + ROW_BLOCK < j->P ? p0 + ROW_BLOCK : j->P, C = s->c;
   uint16_t* img = s->base + n * s->sn;
   int64_t r0 = n * j->P;
-  if (j->kind == TO_COLS) {
-    bool run = dense_run(s->off, p0, p1); /* dense positions: copies */
-    for (int64_t c = 0; c < C; ++c) {
-      const uint16_t* src = img + c * s->sc;
-      uint16_t* dst = j->m + c * j->R + r0;
-      if (run)
-        memcpy(dst + p0, src + s->off[p0], (size_t)(p1 - p0) * sizeof *dst);
-      else
-        for (int64_t p = p0; p < p1; ++p) dst[p] = src[s->off[p]];
-    }
-    return;
-  }
   bool to = j->kind == TO_ROWS;
   if (s->sc == 1 || C == 1) {
     for (int64_t p = p0; p < p1; ++p) {
@@ -393,65 +378,6 @@ static tpu_status_t run_x(const rows_problem_t* pb, const tpu_view_t* x, const t
   return st;
 }
 
-/* The bias gradient: dYc's rows [begin, end) summed (in double). */
-typedef struct bias_job {
-  const uint16_t* yc;
-  int64_t R;
-  const tpu_view_t* bias;
-} bias_job_t;
-
-static void bias_run(void* arg, int64_t begin, int64_t end) {
-  const bias_job_t* j = (const bias_job_t*)arg;
-  uint16_t* bp = (uint16_t*)tpu_view_ptr(j->bias);
-  for (int64_t i = begin; i < end; ++i) {
-    double sum = 0.0;
-    for (int64_t r = 0; r < j->R; ++r) sum += tpu_bf16_to_f32(j->yc[i * j->R + r]);
-    bp[i * j->bias->strides[0]] = tpu_f32_to_bf16((float)sum);
-  }
-}
-
-static tpu_status_t run_w(const rows_problem_t* pb, const tpu_view_t* w, const tpu_view_t* bias,
-                          bool* out_done) {
-  int64_t R = pb->R, cy = pb->y.c, cx = pb->x.c;
-  size_t yb = (size_t)(cy * R) * sizeof(uint16_t);
-  uint16_t* yc = tpu_scratch_alloc(yb ? yb : 1); /* dYc [cy, R] */
-  uint16_t* xm = NULL;
-  float* acc = NULL;
-  tpu_status_t st = yc ? TPU_OK : no_scratch(yb);
-  tpu_view_t b;
-  if (st == TPU_OK) {
-    move(pb, &pb->y, yc, TO_COLS);
-    if (pb->x.sc == 1 || cx == 1) { /* X as rows [R, cx] */
-      st = rows_of(pb, &pb->x, true, &xm, &b);
-    } else { /* X as channel-major [cx, R], read transposed */
-      size_t xb = (size_t)(cx * R) * sizeof(uint16_t);
-      xm = tpu_scratch_alloc(xb ? xb : 1);
-      if (!xm) st = no_scratch(xb);
-      if (xm) move(pb, &pb->x, xm, TO_COLS);
-      b = mat(xm, TPU_DTYPE_BF16, R, cx, 1, R);
-    }
-  }
-  size_t ab = (size_t)(cy * cx) * sizeof(float);
-  if (st == TPU_OK && !(acc = tpu_scratch_alloc(ab ? ab : 1))) st = no_scratch(ab);
-  if (st == TPU_OK) {
-    tpu_view_t a = mat(yc, TPU_DTYPE_BF16, cy, R, R, 1);
-    tpu_view_t c = mat(acc, TPU_DTYPE_F32, cy, cx, cx, 1);
-    st = run_gemm(a, b, c, NULL, NULL, out_done); /* activations: never cached */
-  }
-  if (st == TPU_OK && *out_done) {
-    uint16_t* wp = (uint16_t*)tpu_view_ptr(w);
-    for (int64_t i = 0; i < cy; ++i)
-      for (int64_t k = 0; k < cx; ++k)
-        wp[i * w->strides[0] + k * w->strides[1]] = tpu_f32_to_bf16(acc[i * cx + k]);
-    if (bias) {
-      bias_job_t j = {yc, R, bias};
-      tpu_parallel_for(cy, 8, bias_run, &j);
-    }
-  }
-  tpu_scratch_free(yc), tpu_scratch_free(xm), tpu_scratch_free(acc);
-  return st;
-}
-
 bool tpu_conv_mxu_rows_fits(const conv_args_t* a) {
   const conv_geom_t* g = &a->g;
   if (g->groups != 1 || a->dtype != TPU_DTYPE_BF16 || !tpu_config_bool(TPU_CONFIG_CONV_GEMM)) return false;
@@ -483,15 +409,23 @@ tpu_status_t tpu_conv_mxu_rows(const conv_args_t* a, int dir, const tpu_view_t* 
     free(pb.x.off);
     return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matrix unit: no memory for a plan");
   }
+  /* Which products (see the top): the forward and input gradient where
+   * the operand they read has dense channels or the grid is strided */
+  bool strided = false;
+  for (int d = 0; d < pb.nsp; ++d) strided = strided || pb.step[d] != 1;
+  const side_t* in = dir == CONV_DIR_Y ? &pb.x : &pb.y;
+  if (dir == CONV_DIR_W || (!strided && in->sc != 1 && in->c != 1)) {
+    free(pb.x.off), free(pb.y.off);
+    return TPU_OK;
+  }
   /* CONV_X writes X; where X has positions off the grid it is zeroed and
    * the product scattered into it, so never written in place */
   if (dir == CONV_DIR_X) {
     for (int d = 0; d < pb.nsp; ++d)
       if (pb.step[d] != 1 || x->sizes[2 + d] != pb.grid[d]) pb.x.direct = false;
   }
-  tpu_status_t st = dir == CONV_DIR_Y   ? run_y(&pb, w, bias, graph, out_done)
-                    : dir == CONV_DIR_X ? run_x(&pb, x, w, graph, out_done)
-                                        : run_w(&pb, w, bias, out_done);
+  tpu_status_t st = dir == CONV_DIR_Y ? run_y(&pb, w, bias, graph, out_done)
+                                      : run_x(&pb, x, w, graph, out_done);
   free(pb.x.off), free(pb.y.off);
   if (st == TPU_OK && *out_done) tpu_mxu_count_conv_gemm();
   return st;
