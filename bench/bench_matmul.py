@@ -35,7 +35,7 @@ average, torch_tpu.matrix_unit()), the table, matrix_unit() again (its
 counts show which path ran), and writes bench/results/matmul.json.
 Usage: python bench/bench_matmul.py [--quick] [--rounds N] [--model auto|transformers|nn]
                                     [--no-model] [--no-conv] [--conv-only] [--conv-split-ab]
-                                    [--conv-gemm-ab] [--out PATH]
+                                    [--conv-gemm-ab] [--conv-1x1] [--out PATH]
   --quick: 5 rounds, skips the 2048^3 GEMM and batch 8 (about 1-2 minutes).
 """
 import argparse
@@ -420,6 +420,66 @@ def run_convs(rounds, split_ab=False, gemm_ab=False):
     return rows
 
 
+# ResNet-50's 1x1 convolutions beyond the bottleneck rows above, bfloat16,
+# batch 4 (C_in, C_out, H=W of the input, stride, memory format): the
+# stride-2 downsampling projections of stages 2-4 in NCHW, and 1x1 layers in
+# channels_last (stride 1 and 2).
+RESNET_1X1_EXTRA = [(256, 512, 56, 2, "nchw"), (512, 1024, 28, 2, "nchw"),
+                    (1024, 2048, 14, 2, "nchw"), (256, 1024, 14, 1, "nchw"),
+                    (512, 2048, 7, 1, "nchw"),
+                    (256, 64, 56, 1, "channels_last"), (1024, 256, 14, 1, "channels_last"),
+                    (2048, 512, 7, 1, "channels_last"), (512, 1024, 28, 2, "channels_last")]
+
+
+def run_convs_1x1(rounds, gemm_ab=False):
+    """RESNET_1X1_EXTRA in bfloat16: forward, input gradient, weight gradient;
+    gemm_ab also times the tpu with TORCH_TPU_CONV_GEMM=0 (tpu_prims)."""
+    rows = []
+    dt = torch.bfloat16
+    for pass_name, mask in CONV_PASSES.items():
+        total = {"tpu": 0.0, "cpu": 0.0, "tpu_prims": 0.0}
+        for ci, co, hw, st, fmt in RESNET_1X1_EXTRA:
+            mf = torch.channels_last if fmt == "channels_last" else torch.contiguous_format
+            g = torch.Generator().manual_seed(ci + co + st)
+            ho = (hw - 1) // st + 1
+            x = torch.randn(CONV_BATCH, ci, hw, hw, generator=g).to(dt).to(memory_format=mf)
+            w = (torch.randn(co, ci, 1, 1, generator=g) * 0.05).to(dt).to(memory_format=mf)
+            go = torch.randn(CONV_BATCH, co, ho, ho, generator=g).to(dt).to(memory_format=mf)
+            xs, ws, gos = ({d: t.to(d) for d in DEVICES} for t in (x, w, go))
+            if mask is None:
+                calls = {d: (lambda d=d: F.conv2d(xs[d], ws[d], stride=st)) for d in DEVICES}
+            else:
+                calls = {d: (lambda d=d: torch.ops.aten.convolution_backward(
+                    gos[d], xs[d], ws[d], None, [st, st], [0, 0], [1, 1], False, [0, 0], 1,
+                    mask)) for d in DEVICES}
+            if gemm_ab:
+                calls["tpu_prims"] = with_setting(calls["tpu"], "TORCH_TPU_CONV_GEMM", "0")
+            times = compare_spread(calls, rounds)
+            r = row_from(f"conv1x1 {pass_name} {ci}->{co} s{st} {hw}x{hw} {fmt} N{CONV_BATCH}",
+                         "bfloat16", times, 2 * CONV_BATCH * co * ci * ho * ho)
+            rows.append(r)
+            print_row(r)
+            for d in DEVICES:
+                total[d] += r[f"{d}_min_ms"]
+            if "tpu_prims" in times:
+                tt = [t * 1e3 for t in times["tpu_prims"]]
+                r["tpu_prims_min_ms"], r["tpu_prims_median_ms"] = min(tt), statistics.median(tt)
+                r["tpu_prims_all_ms"] = tt
+                total["tpu_prims"] += min(tt)
+                print(f"{'  the same, tpu 1x1 GEMM path off':{W}} {'bfloat16':>13} "
+                      f"{min(tt):9.3f} {statistics.median(tt):9.3f}  x(gemm) "
+                      f"{min(tt) / r['tpu_min_ms']:.2f} min {statistics.median(tt) / r['tpu_median_ms']:.2f} median", flush=True)
+        print(f"  resnet-50 1x1 extra convs {pass_name}, bfloat16, sum of mins: "
+              f"tpu {total['tpu']:.1f} ms, cpu {total['cpu']:.1f} ms, "
+              f"x {total['cpu'] / total['tpu']:.2f}"
+              + (f"; tpu GEMM path off {total['tpu_prims']:.1f} ms" if gemm_ab else ""), flush=True)
+        rows.append({"case": f"resnet-50 1x1 extra convs {pass_name} (sum of mins)",
+                     "dtype": "bfloat16", "tpu_ms": total["tpu"], "cpu_ms": total["cpu"],
+                     "x": total["cpu"] / total["tpu"],
+                     **({"tpu_prims_ms": total["tpu_prims"]} if gemm_ab else {})})
+    return rows
+
+
 def run_train(rounds):
     """A Llama-shaped training step (transformers LlamaForCausalLM: hidden
     512, 4 layers, 8 heads / 4 KV heads, MLP 1376, vocab 8000; batch 4 x
@@ -494,6 +554,10 @@ def main():
                     help="bfloat16 1x1 convolutions also with the tpu's 1x1 GEMM path off "
                          "(TORCH_TPU_CONV_GEMM=0: oneDNN's convolution primitives), in the "
                          "same alternating rounds")
+    ap.add_argument("--conv-1x1", action="store_true",
+                    help="also ResNet-50's other 1x1 convolutions in bfloat16 (stride-2 "
+                         "downsampling, 14x14/7x7 expansions, channels_last); with "
+                         "--conv-gemm-ab also with the 1x1 GEMM paths off")
     ap.add_argument("--out", default=None, help="JSON path (default bench/results/matmul.json)")
     a = ap.parse_args()
     rounds = a.rounds or (5 if a.quick else 7)
@@ -523,6 +587,8 @@ def main():
         rows += run_train(rounds)
     if not a.no_conv:
         rows += run_convs(rounds, a.conv_split_ab, a.conv_gemm_ab)
+    if a.conv_1x1:
+        rows += run_convs_1x1(rounds, a.conv_gemm_ab)
     load_end = os.getloadavg()
     mu_after = matrix_unit_info()
     print(f"loadavg at end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}; "

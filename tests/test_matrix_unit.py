@@ -340,10 +340,14 @@ def test_bfloat16_conv_split_over_the_pool_and_unsplit_match_cpu():
             assert after["conv_split"] == before["conv_split"] + split_ran
 
 
-# 1x1 convolutions (stride 1, no padding, one group) on NCHW tensors of 384 or
-# more positions run as GEMMs where the tensors lie (conv_gemm counts them):
-# odd channel counts and positions, batch 1 (split over channels) and 3, with
-# and without a bias; smaller images stay on oneDNN's convolution primitives.
+# 1x1 convolutions (no padding, one group) run as GEMMs (conv_gemm counts
+# them): on NCHW tensors of 384 or more positions where the tensors lie, per
+# image, all three products (conv_mxu_1x1.c); on channels_last tensors the
+# forward and input gradient as one GEMM with the positions as rows
+# (conv_mxu_rows.c); smaller NCHW images and the rest on oneDNN's
+# convolution primitives, as with TORCH_TPU_CONV_GEMM=0. Odd channel counts
+# and positions, batch 1 (split over channels) and 3, with and without a
+# bias.
 POINTWISE_CASES = [(1, 17, 33, 19, 21, True), (3, 24, 40, 23, 17, False),
                    (3, 64, 48, 20, 21, True), (1, 256, 64, 28, 28, False),
                    (2, 5, 7, 20, 20, True), (2, 24, 40, 7, 9, True)]
@@ -358,7 +362,7 @@ def test_bfloat16_conv1x1_runs_as_gemm_and_matches_cpu(case, path):
     w = (torch.randn(co, ci, 1, 1, generator=g) / ci ** 0.5).bfloat16()
     b = torch.randn(co, generator=g).bfloat16() if with_bias else None
     gy = torch.randn(n, co, h, w_, generator=g).bfloat16()
-    if path == "channels_last":  # not the GEMM path's layout: the primitives
+    if path == "channels_last":  # the rows path's (in place where it can)
         x = x.contiguous(memory_format=torch.channels_last)
         gy = gy.contiguous(memory_format=torch.channels_last)
     env = {"gemm_unsplit": ("TORCH_TPU_CONV_SPLIT", "0"),
@@ -386,12 +390,67 @@ def test_bfloat16_conv1x1_runs_as_gemm_and_matches_cpu(case, path):
     if after["bfloat16"]:
         assert after["convs"] == before["convs"] + 3
         assert after["conv_declined"] == before["conv_declined"]
-        gemm = 3 if path in ("gemm", "gemm_unsplit") and h * w_ >= 384 else 0
+        gemm = {"gemm": 3 if h * w_ >= 384 else 0, "gemm_unsplit": 3 if h * w_ >= 384 else 0,
+                "channels_last": 2}.get(path, 0)
         assert after["conv_gemm"] == before["conv_gemm"] + gemm
         if path == "gemm_unsplit":
             assert after["conv_split"] == before["conv_split"]
     else:
         assert after["convs"] == before["convs"]
+
+
+# Strided 1x1 convolutions (ResNet's downsampling projection), NCHW and
+# channels_last, 1-D/2-D/3-D, and transposed ones with output padding (the
+# input gradient's positions off the grid are zero): the forward and input
+# gradient as one GEMM with the grid positions as rows (conv_mxu_rows.c),
+# the weight gradient on the primitives, all against CPU.
+STRIDED_1X1_CASES = [(2, 24, 40, (9, 11), 2, False, True, False),
+                     (1, 33, 17, (15, 13), 2, True, False, False),
+                     (3, 32, 48, (14, 14), 2, True, True, False),
+                     (2, 16, 24, (31,), 2, False, True, False),
+                     (2, 16, 24, (5, 6, 7), 2, True, True, False),
+                     (2, 16, 24, (9, 9), 3, False, False, False),
+                     (2, 24, 16, (6, 7), 2, False, False, True),
+                     (1, 24, 16, (5, 4), 2, True, False, True)]
+
+
+@pytest.mark.parametrize("case", STRIDED_1X1_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_bfloat16_strided_and_channels_last_conv1x1_run_as_gemm_and_match_cpu(case):
+    n, ci, co, size, stride, channels_last, with_bias, transposed = case
+    nsp = len(size)
+    g = torch.Generator().manual_seed(ci * co + sum(size))
+    x = torch.randn(n, ci, *size, generator=g).bfloat16()
+    wshape = (ci, co) if transposed else (co, ci)
+    w = (torch.randn(*wshape, *([1] * nsp), generator=g) / ci ** 0.5).bfloat16()
+    b = torch.randn(co, generator=g).bfloat16() if with_bias else None
+    if channels_last:
+        fmt = torch.channels_last if nsp == 2 else torch.channels_last_3d
+        x = x.contiguous(memory_format=fmt)
+    opad = [1] * nsp if transposed else [0] * nsp
+
+    def conv(xd, wd, bd):
+        return torch.ops.aten.convolution(xd, wd, bd, [stride] * nsp, [0] * nsp, [1] * nsp,
+                                          transposed, opad, 1)
+
+    results = {}
+    before = torch_tpu.matrix_unit()
+    for dev in ("tpu", "cpu"):
+        xd = x.to(dev).requires_grad_()
+        wd = w.to(dev).requires_grad_()
+        bd = b.to(dev).requires_grad_() if with_bias else None
+        y = conv(xd, wd, bd)
+        gy = torch.randn(y.shape, generator=torch.Generator().manual_seed(5)).bfloat16()
+        y.backward(gy.to(dev))
+        results[dev] = [y.detach(), xd.grad, wd.grad] + ([bd.grad] if with_bias else [])
+    torch.tpu.synchronize()
+    after = torch_tpu.matrix_unit()
+    for got, want in zip(results["tpu"], results["cpu"]):
+        assert got.dtype == torch.bfloat16
+        _conv_close(got, want)
+    if after["bfloat16"]:
+        assert after["convs"] == before["convs"] + 3
+        assert after["conv_declined"] == before["conv_declined"]
+        assert after["conv_gemm"] == before["conv_gemm"] + 2
 
 
 def test_bfloat16_conv1d_conv3d_and_transposed_match_cpu():

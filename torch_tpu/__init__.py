@@ -115,8 +115,8 @@ def matrix_unit() -> dict:
     bfloat16 convolution products (forward, input or weight gradient) it ran
     ('convs') or declined ('conv_declined'), how many of those it ran split
     over the compute pool's threads ('conv_split') and how many of those
-    were 1x1 products run as GEMMs on the tensors' NCHW layout, without a
-    reorder ('conv_gemm'; their GEMMs count in 'gemms' too), and its weight
+    were 1x1 products run as GEMMs instead of oneDNN's convolution
+    primitives ('conv_gemm'; their GEMMs count in 'gemms' too), and its weight
     cache ('weight_cache': see weight_cache_stats)."""
     info = dict(_C.matrix_unit())
     info["weight_cache"] = weight_cache_stats()

@@ -36,6 +36,8 @@ typedef enum tt_layout {
   TT_GAPS,       /* every stride doubled (a [..., ::2] slice): dims still merge */
   TT_PADDED,     /* innermost stride 2 and each dim padded by one: no dims merge */
   TT_BROADCAST,  /* dim 0 expanded (stride 0) when it has more than one element */
+  TT_CHANNELS_LAST, /* dim 1 innermost, then the last dims, dim 0 outermost
+                     * (PyTorch's channels_last / channels_last_3d) */
 } tt_layout_t;
 
 typedef struct tt {
@@ -53,6 +55,11 @@ static inline tt_t tt_make(tpu_dtype_t dtype, int32_t ndim, const int64_t* sizes
   int32_t order[TPU_MAX_DIMS]; /* memory order, innermost first */
   for (int32_t k = 0; k < ndim; ++k) order[k] = layout == TT_REVERSED ? k : ndim - 1 - k;
   if (layout == TT_TRANSPOSED && ndim >= 2) order[0] = ndim - 2, order[1] = ndim - 1;
+  if (layout == TT_CHANNELS_LAST && ndim >= 3) {
+    order[0] = 1;
+    for (int32_t k = 1; k < ndim - 1; ++k) order[k] = ndim - k;
+    order[ndim - 1] = 0;
+  }
   int64_t stride = layout == TT_PADDED ? 2 : 1, span = 1;
   for (int32_t k = 0; k < ndim; ++k) {
     int32_t d = order[k];

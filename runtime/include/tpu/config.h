@@ -55,7 +55,7 @@ typedef enum tpu_config_kind {
   X(CONV_SPLIT, "TORCH_TPU_CONV_SPLIT", BOOL, "1", 0, 0, NULL,                                      \
     "0: convolutions run on one oneDNN team instead of split over the compute pool")               \
   X(CONV_GEMM, "TORCH_TPU_CONV_GEMM", BOOL, "1", 0, 0, NULL,                                        \
-    "0: bfloat16 1x1 convolutions run on oneDNN's primitives, not as GEMMs on NCHW")               \
+    "0: bfloat16 1x1 convolutions run on oneDNN's primitives, not as GEMMs")                       \
   X(GEMM_EPILOGUE, "TORCH_TPU_GEMM_EPILOGUE", BOOL, "1", 0, 0, NULL,                                \
     "0: pointwise work after a GEMM is not folded into it (initial value)")                        \
   X(FUSION_DIRECT, "TORCH_TPU_FUSION_DIRECT", BOOL, "1", 0, 0, NULL,                                \

@@ -64,8 +64,10 @@ typedef struct tpu_mxu_info {
   uint64_t conv_declined; /* bfloat16 ones offered to it that ran on the float32 path */
   uint64_t conv_split; /* of `convs`, those split over the compute pool's threads
                         * (images, channels or groups), one primitive each */
-  uint64_t conv_gemm;  /* of `convs`, 1x1 ones run as GEMMs on the tensors' own
-                        * (NCHW) layout, no reorder (their GEMMs count in `gemms`) */
+  uint64_t conv_gemm;  /* of `convs`, 1x1 ones run as GEMMs (no padding, one
+                        * group), not on the primitives: per image on NCHW
+                        * tensors where they lie, or one GEMM with the
+                        * positions as rows (their GEMMs count in `gemms`) */
 } tpu_mxu_info_t;
 void tpu_mxu_get_info(tpu_mxu_info_t* out_info);
 

@@ -111,7 +111,8 @@ tpu_status_t tpu_conv_mxu(const conv_args_t* a, const tpu_node_t* node, const tp
 typedef enum conv_dir { CONV_DIR_Y, CONV_DIR_X, CONV_DIR_W } conv_dir_t;
 
 /* 1x1 convolutions as GEMMs on the operands' own layout (conv_mxu_1x1.c),
- * tried by tpu_conv_mxu before oneDNN's convolution primitives.
+ * tried by tpu_conv_mxu first (then conv_mxu_rows.c, then oneDNN's
+ * convolution primitives).
  * fits: the geometry is the path's (a bfloat16 1x1 kernel, stride 1, no
  * padding, one group; TORCH_TPU_CONV_GEMM not 0).
  * tpu_conv_mxu_1x1 runs product `dir` on X, W, Y (and the bias: added for
@@ -125,9 +126,25 @@ typedef enum conv_dir { CONV_DIR_Y, CONV_DIR_X, CONV_DIR_W } conv_dir_t;
  * convs. */
 bool tpu_conv_mxu_1x1_fits(const conv_args_t* a);
 /* Positions per image below which the path leaves a product to the
- * primitives (they won there: ResNet-50's 1x1 layers at 14x14 and 7x7). */
+ * primitives (per-image GEMMs lost to them there: ResNet-50's 1x1 layers at
+ * 14x14 and 7x7). */
 #define TPU_CONV_GEMM_MIN_POSITIONS 384
 tpu_status_t tpu_conv_mxu_1x1(int dir, const tpu_view_t* x, const tpu_view_t* w,
                               const tpu_view_t* y, const tpu_view_t* bias, bool* out_done);
+
+/* 1x1 convolutions as one GEMM with the grid positions of all images as
+ * rows (conv_mxu_rows.c), tried by tpu_conv_mxu after tpu_conv_mxu_1x1
+ * and before the primitives. fits: a bfloat16 1x1 kernel, no padding, one
+ * group; TORCH_TPU_CONV_GEMM not 0. tpu_conv_mxu_rows runs product `dir`
+ * as tpu_conv_mxu_1x1 does (same operands, bias and outputs; `a` for the
+ * geometry; `graph`: the node's, for the weight cache, or NULL) when it is
+ * the forward or the input gradient and the operand it reads has dense
+ * channels (channels_last) or the stride is not 1; else, or when the unit
+ * declined its GEMM, *out_done false (TPU_OK). Counted in conv_gemm (and
+ * conv_split) when it ran. */
+bool tpu_conv_mxu_rows_fits(const conv_args_t* a);
+tpu_status_t tpu_conv_mxu_rows(const conv_args_t* a, int dir, const tpu_view_t* x,
+                               const tpu_view_t* w, const tpu_view_t* y, const tpu_view_t* bias,
+                               const tpu_graph_t* graph, bool* out_done);
 
 #endif /* TPU_KERNELS_CONV_H_ */

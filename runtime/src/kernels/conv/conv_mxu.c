@@ -29,10 +29,12 @@
  * groups side by side on the pool; declined only when those have none
  * either. Empty problems are not offered.
  *
- * 1x1 products with stride 1, no padding and one group on NCHW operands
- * do not come here: they run as GEMMs on the operands where they lie
- * (conv_mxu_1x1.c, no reorder), and fall back here only where that path
- * does not take them.
+ * 1x1 products with no padding and one group do not come here: they run
+ * as GEMMs, on NCHW operands of 384+ positions per image where they lie
+ * (conv_mxu_1x1.c, no reorder), or (forward and input gradient at stride
+ * 2 or on channels_last operands) as one GEMM with the grid positions as
+ * rows (conv_mxu_rows.c); the rest of them (small NCHW images at stride 1,
+ * those weight gradients) and what the unit declines come here.
  *
  * Layouts: each primitive is asked for with its layouts left to oneDNN
  * (format "any"), which on AVX512-BF16 gives the blocked (nChw16c) JIT
@@ -644,6 +646,15 @@ static tpu_status_t run_dir(const conv_args_t* a, int dir, const tpu_view_t* x,
   /* a 1x1 product as GEMMs on the operands' layout (conv_mxu_1x1.c) */
   if (tpu_conv_mxu_1x1_fits(a)) {
     TPU_RETURN_IF_ERROR(tpu_conv_mxu_1x1(dir, x, w, y, b, out_done));
+    if (*out_done) {
+      tpu_mxu_count_conv(true);
+      return TPU_OK;
+    }
+  }
+  /* the forward and input gradient at stride 2 or of channels_last operands: one GEMM
+   * with the grid positions as rows (conv_mxu_rows.c) */
+  if (tpu_conv_mxu_rows_fits(a)) {
+    TPU_RETURN_IF_ERROR(tpu_conv_mxu_rows(a, dir, x, w, y, b, graph, out_done));
     if (*out_done) {
       tpu_mxu_count_conv(true);
       return TPU_OK;

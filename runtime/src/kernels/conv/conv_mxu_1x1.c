@@ -22,16 +22,19 @@
  * geometry, whose X and Y have their spatial dims collapsing into one dense
  * run (NCHW, any batch and channel strides) of at least
  * TPU_CONV_GEMM_MIN_POSITIONS positions; the weight any strides (the unit
- * copies a weight with neither dense rows nor columns). Others (stride 2,
- * padding, groups, channels_last, small images) return not done and go to
- * conv_mxu.c's primitives. Why the size: measured side by side on
+ * copies a weight with neither dense rows nor columns). Others return not
+ * done: the forward and input gradient at stride 2 or of channels_last
+ * operands go to conv_mxu_rows.c (one GEMM with the positions as rows),
+ * the rest to conv_mxu.c's primitives. Why the size: measured side by side on
  * ResNet-50's 1x1 layers at batch 4 (Zen 4, AVX512-BF16, 2 cores, load
  * 13), primitives' time / GEMMs' (min) for forward, input and weight
  * gradient: 1.16-1.39 at 56x56, 1.10-1.14 at 28x28, but 0.90-0.92 at
  * 14x14 and 0.65-0.78 (forward, input gradient) at 7x7, where each image's
  * GEMM lays out its operands for the kernel (the input gradient's Wᵀ, 1M
  * elements against 49 positions) while the primitives read their blocked
- * weight from the weight cache. TORCH_TPU_CONV_GEMM=0 turns this path off
+ * weight from the weight cache (conv_mxu_rows.c's one GEMM against the
+ * cached weight lost there too, 0.64-0.94x, for the transposes NCHW needs).
+ * TORCH_TPU_CONV_GEMM=0 turns this path off
  * (read per call, for side-by-side measurements).
  *
  * Threads: as conv_mxu.c splits its primitives, over the compute pool with

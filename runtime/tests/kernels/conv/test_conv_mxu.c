@@ -123,20 +123,54 @@ static void run_compare(size_t i, const char* what, const tpu_op_def_t* def, tpu
   }
 }
 
+/* Whether a case is a 1x1 convolution with no padding and one group with
+ * TORCH_TPU_CONV_GEMM on, which products of it run as GEMMs: all three on
+ * conv_mxu_1x1.c's per-image GEMMs (NCHW at stride 1 with
+ * TPU_CONV_GEMM_MIN_POSITIONS or more positions); else the forward and
+ * input gradient as one GEMM with the positions as rows (conv_mxu_rows.c)
+ * where the operand they read has dense channels (channels_last, or one
+ * position; both read operands have the case's layout) or the stride is not
+ * 1; the rest on the primitives. */
+enum { PRIMITIVES, PER_IMAGE, ROWS };
+
+static bool one_by_one(const mxu_case_t* c) {
+  bool pw = c->groups == 1 && c->pad == 0 && tpu_config_bool(TPU_CONFIG_CONV_GEMM);
+  for (int d = 0; d < c->nsp; ++d) pw = pw && c->k[d] == 1;
+  return pw;
+}
+
+static int path_of(const mxu_case_t* c) {
+  if (!one_by_one(c)) return PRIMITIVES;
+  int64_t positions = 1;
+  for (int d = 0; d < c->nsp; ++d) positions *= c->size[d];
+  if (c->stride == 1 && c->layout == TT_CONTIG && positions >= TPU_CONV_GEMM_MIN_POSITIONS)
+    return PER_IMAGE;
+  bool dense = c->layout == TT_CHANNELS_LAST || (c->layout == TT_CONTIG && positions == 1);
+  return c->stride != 1 || dense ? ROWS : PRIMITIVES; /* ROWS: not the weight gradient */
+}
+
+/* Whether conv_mxu_rows.c splits a product's GEMM over the pool: into row
+ * blocks of 32 or more, two or more of them; its rows are the grid
+ * positions (Y's: the output's, or a transposed convolution's input's) of
+ * all images. */
+static bool rows_split(const mxu_case_t* c) {
+  int64_t rows = c->n;
+  for (int d = 0; d < c->nsp; ++d)
+    rows *= c->transposed ? c->size[d] : (c->size[d] - 1) / c->stride + 1;
+  int64_t parts = rows / 32 < tpu_parallel_threads() ? rows / 32 : tpu_parallel_threads();
+  return parts >= 2;
+}
+
 /* Whether the forward (fwd) or the input gradient splits over the pool:
- * over the images (2 or more); one image does too on the 1x1 GEMM path
- * (conv_mxu_1x1.c: stride 1, no padding, one group, NCHW operands of
- * TPU_CONV_GEMM_MIN_POSITIONS or more positions, TORCH_TPU_CONV_GEMM not
- * 0), over the 32 or more channels it writes. */
+ * on the primitives and conv_mxu_1x1.c's per-image GEMMs over the images
+ * (2 or more), the latter with one image over the 32 or more channels it
+ * writes; conv_mxu_rows.c's GEMM over its rows. */
 static bool images_split(const mxu_case_t* c, bool fwd) {
   if (!split_on()) return false;
-  if (c->n >= 2) return true;
-  bool pw = c->groups == 1 && c->stride == 1 && c->pad == 0 && c->layout == TT_CONTIG &&
-            tpu_config_bool(TPU_CONFIG_CONV_GEMM);
-  int64_t positions = 1;
-  for (int d = 0; d < c->nsp; ++d) pw = pw && c->k[d] == 1, positions *= c->size[d];
-  return c->n == 1 && pw && positions >= TPU_CONV_GEMM_MIN_POSITIONS &&
-         (fwd ? c->cout : c->cin) >= 32;
+  int path = path_of(c);
+  if (path == PER_IMAGE) return c->n >= 2 || (fwd ? c->cout : c->cin) >= 32;
+  if (path == ROWS) return rows_split(c);
+  return c->n >= 2;
 }
 
 static void run_case(size_t i, const mxu_case_t* c, bool bias_override, const int64_t* mask) {
@@ -150,7 +184,8 @@ static void run_case(size_t i, const mxu_case_t* c, bool bias_override, const in
   ws[0] = c->transposed ? c->cin : c->cout;
   ws[1] = c->transposed ? c->cout / c->groups : c->cin / c->groups;
   for (int d = 0; d < c->nsp; ++d) xs[2 + d] = c->size[d], ws[2 + d] = c->k[d];
-  tt_layout_t ol = c->layout == TT_CONTIG ? TT_CONTIG : TT_PADDED;
+  tt_layout_t ol =
+      c->layout == TT_CONTIG || c->layout == TT_CHANNELS_LAST ? c->layout : TT_PADDED;
   tt_t x = tt_make(dt, nd, xs, c->layout), w = tt_make(dt, nd, ws, c->layout);
   tt_t b = tt_make(dt, 1, &c->cout, TT_PADDED);
   tt_fill(&x.view, -1, 1, 0), tt_fill(&w.view, -1, 1, 0), tt_fill(&b.view, -1, 1, 0);
@@ -259,16 +294,18 @@ TEST(conv_mxu_float32_stays_on_its_path) {
   tt_free(&x), tt_free(&w), tt_free(&out), tt_free(&want);
 }
 
-/* 1x1 convolutions with stride 1, no padding and one group run as GEMMs on
- * the operands' NCHW layout (conv_mxu_1x1.c): forward, input and weight
- * gradients (with the bias's) against the reference, odd channel counts
- * and positions (not multiples of the kernels' 16/32 or of a column
- * block), batches of 1 (split over positions) and 3 (uneven image parts),
- * with and without a bias; the unit's conv_gemm counter must show that the
- * GEMM path ran all three products. Small images and operands whose
- * spatial dims are not one dense run (padded strides, channels_last-like
- * permutations) go to the convolution primitives instead, with the same
- * results. */
+/* 1x1 convolutions with no padding and one group run as GEMMs: on the
+ * operands' NCHW layout per image (conv_mxu_1x1.c: stride 1, images of
+ * TPU_CONV_GEMM_MIN_POSITIONS or more positions), else as one GEMM with the
+ * grid positions as rows (conv_mxu_rows.c: the forward and input gradient
+ * at stride 2 or of channels_last operands; the rest, small NCHW images at
+ * stride 1 and those weight gradients, on the primitives). Forward, input
+ * and weight gradients (with the bias's) against
+ * the reference, odd channel counts and positions (not multiples of the
+ * kernels' 16/32 or of a column block), batches of 1 (split over
+ * positions) and 3 (uneven image parts), with and without a bias; the
+ * unit's conv_gemm counter must show which products ran as GEMMs, and its
+ * conv_split counter on which path (run_compare). */
 static const mxu_case_t k_pointwise[] = {
     {2, 1, 17, 33, 1, {19, 21}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
     {2, 3, 24, 40, 1, {23, 17}, {1, 1}, 1, 0, 1, 0, false, false, TT_CONTIG, false, false},
@@ -280,11 +317,28 @@ static const mxu_case_t k_pointwise[] = {
     {3, 2, 32, 16, 1, {8, 7, 7}, {1, 1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
     /* transposed 1x1 (no bias): its forward is the input-gradient GEMM */
     {2, 2, 48, 20, 1, {20, 20}, {1, 1}, 1, 0, 1, 0, true, false, TT_CONTIG, false, false},
-    /* not the GEMM path's: the primitives (small images, padded strides,
-     * channels_last-like permutations) */
+    /* small images, padded strides and permutations at stride 1: the
+     * primitives; channels_last: positions as rows (in place) */
     {2, 3, 24, 40, 1, {7, 9}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
+    {2, 1, 96, 40, 1, {7, 7}, {1, 1}, 1, 0, 1, 0, false, false, TT_CONTIG, false, false},
     {2, 2, 24, 40, 1, {20, 20}, {1, 1}, 1, 0, 1, 0, false, true, TT_PADDED, false, false},
     {2, 2, 24, 40, 1, {20, 20}, {1, 1}, 1, 0, 1, 0, false, true, TT_REVERSED, false, false},
+    {2, 2, 24, 40, 1, {20, 20}, {1, 1}, 1, 0, 1, 0, false, true, TT_CHANNELS_LAST, false, false},
+    {2, 1, 33, 17, 1, {9, 13}, {1, 1}, 1, 0, 1, 0, false, false, TT_CHANNELS_LAST, false, false},
+    /* one position per image: rows are images */
+    {2, 3, 20, 12, 1, {1, 1}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
+    /* stride 2 (a strided subsample; the input gradient zero off the grid),
+     * NCHW and channels_last, odd images, 1-D, 2-D, 3-D */
+    {2, 3, 24, 40, 1, {9, 11}, {1, 1}, 2, 0, 1, 0, false, true, TT_CONTIG, false, false},
+    {2, 1, 17, 33, 1, {15, 13}, {1, 1}, 2, 0, 1, 0, false, false, TT_CONTIG, false, false},
+    {2, 2, 33, 17, 1, {11, 10}, {1, 1}, 2, 0, 1, 0, false, true, TT_CHANNELS_LAST, false, false},
+    {2, 1, 40, 24, 1, {23, 21}, {1, 1}, 2, 0, 1, 0, false, false, TT_CHANNELS_LAST, false, false},
+    {1, 2, 16, 12, 1, {31}, {1}, 2, 0, 1, 0, false, true, TT_CONTIG, false, false},
+    {3, 2, 16, 24, 1, {5, 6, 7}, {1, 1, 1}, 2, 0, 1, 0, false, true, TT_CHANNELS_LAST, false, false},
+    {2, 2, 16, 24, 1, {9, 9}, {1, 1}, 3, 0, 1, 0, false, false, TT_PADDED, false, false},
+    /* transposed, stride 2 with output padding (positions off the grid) */
+    {2, 2, 16, 24, 1, {6, 7}, {1, 1}, 2, 0, 1, 1, true, false, TT_CONTIG, false, false},
+    {2, 1, 24, 16, 1, {5, 4}, {1, 1}, 2, 0, 1, 0, true, false, TT_CHANNELS_LAST, false, false},
 };
 
 static void pointwise_cases(bool gemm_on) {
@@ -295,10 +349,8 @@ static void pointwise_cases(bool gemm_on) {
     tpu_mxu_get_info(&before);
     run_case(100 + i, c, false, all);
     tpu_mxu_get_info(&after);
-    int64_t positions = 1;
-    for (int d = 0; d < c->nsp; ++d) positions *= c->size[d];
-    uint64_t want =
-        gemm_on && c->layout == TT_CONTIG && positions >= TPU_CONV_GEMM_MIN_POSITIONS ? 3 : 0;
+    int path = path_of(c);
+    uint64_t want = !gemm_on ? 0 : path == PER_IMAGE ? 3 : path == ROWS ? 2 : 0;
     if (after.conv_gemm - before.conv_gemm != want)
       tpu_test_fail(__FILE__, __LINE__, "pointwise case %zu: %llu products as GEMMs (want %llu)",
                     i, (unsigned long long)(after.conv_gemm - before.conv_gemm),
