@@ -487,8 +487,8 @@ def main():
     summary["inductor_over_cpu"] = geomean([ratio(r, "inductor", "cpu") for r in rows])
     elapsed = time.perf_counter() - t_start
 
-    print(f"\nthroughput (higher is better); peak = tpu max_memory_allocated over one call "
-          f"(after reset_peak_memory_stats; includes weights)\n")
+    print("\nthroughput (higher is better); peak = tpu max_memory_allocated over one call "
+          "(after reset_peak_memory_stats; includes weights)\n")
     print("| # | workload | unit | " + " | ".join(TITLES[c] for c in COLUMNS) +
           " | DEFER/strict | DEFER/Inductor | peak MiB strict | peak MiB DEFER | Inductor compile s |")
     print("|---" * 12 + "|")
