@@ -82,16 +82,10 @@ static bool as_images(const tpu_view_t* v, img_mat_t* out) {
   return true;
 }
 
-/* A 3-D [1, rows, cols] view at element offset `off` of base `addr`. */
+/* mxu_matrix at element offset `off` of base `addr`. */
 static tpu_view_t mat(uint64_t addr, tpu_dtype_t dt, int64_t off, int64_t rows, int64_t cols,
                       int64_t rs, int64_t cs) {
-  tpu_view_t v;
-  memset(&v, 0, sizeof v);
-  v.addr = addr + (uint64_t)(off * (int64_t)tpu_dtype_size(dt));
-  v.dtype = dt, v.ndim = 3;
-  v.sizes[0] = 1, v.sizes[1] = rows, v.sizes[2] = cols;
-  v.strides[0] = rows * cols, v.strides[1] = rs, v.strides[2] = cs;
-  return v;
+  return mxu_matrix(addr + (uint64_t)(off * (int64_t)tpu_dtype_size(dt)), dt, rows, cols, rs, cs);
 }
 
 /* One problem, and the pieces of work its parts take. */
@@ -109,9 +103,9 @@ typedef struct pw_problem {
    * takes a block of a transposed matrix's rows only whole), else NULL */
   uint16_t* wt;
   /* parts: `per_image` row blocks of each image's output (CONV_Y / CONV_X)
-   * or of the sum (CONV_W), `rows` rows in `blocks` blocks of 16; CONV_W
+   * or of the sum (CONV_W), over `rows` rows (mxu_row_part); CONV_W
    * with a bias: one more part, the bias gradient */
-  int64_t per_image, rows, blocks, count;
+  int64_t per_image, rows, count;
   bool serial;
   tpu_status_t* status; /* per part */
   bool* done;           /* per part: the unit ran its GEMMs */
@@ -208,9 +202,8 @@ static void run_part(pw_problem_t* pb, int64_t i) {
     run_bias_grad(pb);
     return;
   }
-  int64_t j = i % pb->per_image;
-  int64_t r0 = pb->blocks * j / pb->per_image * 16,
-          r1 = j + 1 == pb->per_image ? pb->rows : pb->blocks * (j + 1) / pb->per_image * 16;
+  int64_t r0, r1;
+  mxu_row_part(pb->rows, pb->per_image, i % pb->per_image, &r0, &r1);
   if (pb->dir == CONV_DIR_W)
     pb->status[i] = run_weight_rows(pb, r0, r1, &pb->done[i]);
   else
@@ -251,16 +244,15 @@ tpu_status_t tpu_conv_mxu_1x1(int dir, const tpu_view_t* x, const tpu_view_t* w,
   pb->rows = dir == CONV_DIR_Y ? pb->y.c
              : dir == CONV_DIR_X ? pb->x.c
              : pb->transposed ? pb->x.c : pb->y.c;
-  pb->blocks = pb->rows / 16;
+  int64_t blocks = pb->rows / 16;
   /* CONV_Y / CONV_X: one part per image, and fewer images than threads
    * in blocks of rows too (32 or more); the weight gradient: blocks of
    * rows */
   bool by_rows = dir == CONV_DIR_W || pb->n < threads;
   int64_t want = dir == CONV_DIR_W ? threads : (threads + pb->n - 1) / pb->n;
-  pb->per_image = by_rows && threads > 1 && pb->blocks >= 2
-                      ? (pb->blocks < want ? pb->blocks : want)
+  pb->per_image = by_rows && threads > 1 && blocks >= 2
+                      ? (blocks < want ? blocks : want)
                       : 1;
-  if (pb->per_image == 1) pb->blocks = 1;
   int64_t units;
   if (dir != CONV_DIR_W) {
     units = pb->n * pb->per_image;

@@ -93,15 +93,10 @@ static bool side_init(side_t* s, const tpu_view_t* v, int nsp, const int64_t* gr
   return true;
 }
 
-/* A 3-D [1, rows, cols] bfloat16/float32 view of `p`. */
+/* mxu_matrix of the elements at `p`. */
 static tpu_view_t mat(void* p, tpu_dtype_t dt, int64_t rows, int64_t cols, int64_t rs,
                       int64_t cs) {
-  tpu_view_t v;
-  memset(&v, 0, sizeof v);
-  v.addr = (uint64_t)(uintptr_t)p, v.dtype = dt, v.ndim = 3;
-  v.sizes[0] = 1, v.sizes[1] = rows, v.sizes[2] = cols;
-  v.strides[0] = rows * cols, v.strides[1] = rs, v.strides[2] = cs;
-  return v;
+  return mxu_matrix((uint64_t)(uintptr_t)p, dt, rows, cols, rs, cs);
 }
 
 /* ---- gathers and scatters ------------------------------------------------ */
@@ -269,10 +264,8 @@ static tpu_view_t row_block(tpu_view_t v, int64_t r0, int64_t r1) {
 static void split_run(void* arg, int64_t begin, int64_t end) {
   split_job_t* j = (split_job_t*)arg;
   for (int64_t i = begin; i < end; ++i) {
-    /* blocks of 16 rows, the last part the rest */
-    int64_t blocks = j->rows / 16;
-    int64_t r0 = blocks * i / j->parts * 16,
-            r1 = i + 1 == j->parts ? j->rows : blocks * (i + 1) / j->parts * 16;
+    int64_t r0, r1;
+    mxu_row_part(j->rows, j->parts, i, &r0, &r1);
     mxu_gemm_t g = j->g;
     g.a = row_block(g.a, r0, r1), g.c = row_block(g.c, r0, r1);
     g.serial = true;

@@ -48,10 +48,30 @@ typedef struct mxu_gemm {
   bool has_bias;
   tpu_view_t bias;
   /* Run on the calling thread alone (one part of a product the caller has
-   * split over the compute pool itself: conv_mxu_1x1.c), not on an OpenMP
+   * split over the compute pool itself: conv_mxu_1x1.c, conv_mxu_rows.c), not on an OpenMP
    * team with the pool claimed. */
   bool serial;
 } mxu_gemm_t;
+
+/* The [1, rows, cols] view of a matrix at `addr` with row stride rs and
+ * column stride cs (elements), as a GEMM here takes one. */
+static inline tpu_view_t mxu_matrix(uint64_t addr, tpu_dtype_t dtype, int64_t rows, int64_t cols,
+                                    int64_t rs, int64_t cs) {
+  tpu_view_t v = {.addr = addr, .dtype = dtype, .ndim = 3};
+  v.sizes[0] = 1, v.sizes[1] = rows, v.sizes[2] = cols;
+  v.strides[0] = rows * cols, v.strides[1] = rs, v.strides[2] = cs;
+  return v;
+}
+
+/* Part i of `parts` over `rows` rows, for a caller that splits a product by
+ * rows over the compute pool: whole blocks of 16 rows, the last part the
+ * rest; rows [*out_r0, *out_r1). */
+static inline void mxu_row_part(int64_t rows, int64_t parts, int64_t i, int64_t* out_r0,
+                                int64_t* out_r1) {
+  int64_t blocks = rows / 16;
+  *out_r0 = blocks * i / parts * 16;
+  *out_r1 = i + 1 == parts ? rows : blocks * (i + 1) / parts * 16;
+}
 
 /* True when the unit computes GEMMs of `dtype` operands on this CPU
  * (bfloat16: AMX or AVX512-BF16; float32: AVX-512, 2-D B only). */
@@ -75,7 +95,7 @@ tpu_status_t tpu_mxu_gemm(const mxu_gemm_t* g, bool* out_done);
 dnnl_engine_t tpu_mxu_engine(void);
 void tpu_mxu_count_conv(bool ran);
 void tpu_mxu_count_conv_split(void);
-/* A 1x1 product run as GEMMs on the caller's layout (conv_mxu_1x1.c),
+/* A 1x1 product run as GEMMs (conv_mxu_1x1.c, conv_mxu_rows.c),
  * counted in convs too (tpu_mxu_info_t's conv_gemm). */
 void tpu_mxu_count_conv_gemm(void);
 
