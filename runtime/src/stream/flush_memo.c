@@ -151,6 +151,20 @@ static int cmp_span(const void* a, const void* b) {
   return (x > y) - (x < y);
 }
 
+/* With spans taken in order of start: opens a region at `lo`, or extends
+ * the last one (index *r, end *end) when `lo` falls inside it; returns the
+ * span's region. */
+static inline int32_t merge_span(tpu_flush_memo_t* m, int32_t* r, uint64_t* end, uint64_t lo,
+                                 uint64_t hi) {
+  if (*r >= 0 && lo < *end) {
+    if (hi > *end) *end = hi;
+  } else {
+    m->regions[++*r] = (tpu_memo_region_t){lo, -1};
+    *end = hi;
+  }
+  return *r;
+}
+
 /* Sorts the spans by start, merges those that meet into regions (each
  * span's `index` becomes its region), and rewrites each address word as
  * (its region's id + 1) << 40 | its offset in the region, the ids given in
@@ -197,28 +211,15 @@ static void canonicalize(tpu_flush_memo_t* m, int64_t count, uint64_t* h) {
     }
     for (int32_t i = 0; i < unique; ++i) {
       int32_t u = (int32_t)(keys[i] & ((1u << KEY_SHIFT) - 1));
-      if (r >= 0 && starts[u] < end) {
-        if (ends[u] > end) end = ends[u];
-      } else {
-        m->regions[++r] = (tpu_memo_region_t){starts[u], -1};
-        end = ends[u];
-      }
-      region_of[u] = r;
+      region_of[u] = merge_span(m, &r, &end, starts[u], ends[u]);
     }
     for (int64_t k = 0; k < count; ++k) spans[k].index = region_of[spans[k].index];
   } else {
     tpu_memo_span_t* s = m->sorted;
     for (int64_t k = 0; k < count; ++k) s[k] = (tpu_memo_span_t){spans[k].lo, spans[k].hi, 0, (int32_t)k};
     qsort(s, (size_t)count, sizeof(*s), cmp_span);
-    for (int64_t i = 0; i < count; ++i) {
-      if (r >= 0 && s[i].lo < end) {
-        if (s[i].hi > end) end = s[i].hi;
-      } else {
-        m->regions[++r] = (tpu_memo_region_t){s[i].lo, -1};
-        end = s[i].hi;
-      }
-      spans[s[i].index].index = r;
-    }
+    for (int64_t i = 0; i < count; ++i)
+      spans[s[i].index].index = merge_span(m, &r, &end, s[i].lo, s[i].hi);
   }
   int32_t next_id = 0;
   uint64_t hash = *h;
