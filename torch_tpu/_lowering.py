@@ -99,7 +99,8 @@ def views_to_reshapes(gm) -> None:
 # ---- foreach graphs: per-tensor chains -------------------------------------------------------
 
 
-def _foreach_split_table():
+@functools.lru_cache(maxsize=1)
+def _foreach_table():
     """{foreach overload: (per-tensor overload, how)}: how names the per-element
     call: "unary" f(x_i); "scalar" f(x_i, s); "scalars" f(x_i, s_i); "list"
     f(x_i, y_i, *rest); "tensor" f(x_i, t, *rest); "ternary" f(x_i, y_i, z_i)
@@ -134,11 +135,6 @@ def _foreach_split_table():
     return t
 
 
-@functools.lru_cache(maxsize=1)
-def _foreach_table():
-    return _foreach_split_table()
-
-
 def _schema_values(node):
     """The node's arguments in its schema's order, defaults filled in."""
     out = []
@@ -154,7 +150,7 @@ def _schema_values(node):
     return out
 
 
-def _element_call(how, one, v, i):
+def _element_call(how, v, i):
     """(args, kwargs) of the per-tensor call for element i."""
     if how == "unary":
         return (v[0][i],), {}
@@ -205,7 +201,7 @@ def split_foreach(gm) -> int:
         with graph.inserting_before(node):
             parts = []
             for i in range(n):
-                args, kwargs = _element_call(how, one, v, i)
+                args, kwargs = _element_call(how, v, i)
                 p = graph.call_function(one, args, kwargs)
                 if isinstance(vals, (list, tuple)) and i < len(vals):
                     p.meta["val"] = vals[i]
