@@ -43,14 +43,6 @@ static const tpu_view_t* in_view(const tpu_node_t* node, int32_t i) {
 
 static bool is_index_dtype(tpu_dtype_t d) { return d == TPU_DTYPE_I64 || d == TPU_DTYPE_I32; }
 
-static const char* fmt_shape(char* buf, size_t cap, const tpu_view_t* v) {
-  size_t n = (size_t)snprintf(buf, cap, "[");
-  for (int32_t d = 0; d < v->ndim && n < cap; ++d)
-    n += (size_t)snprintf(buf + n, cap - n, d ? ", %lld" : "%lld", (long long)v->sizes[d]);
-  if (n < cap) snprintf(buf + n, cap - n, "]");
-  return buf;
-}
-
 /* Size along d, treating a 0-dim tensor as [1]. */
 static int64_t size_at(const tpu_view_t* v, int32_t d) { return v->ndim ? v->sizes[d] : 1; }
 static int32_t rank1(const tpu_view_t* v) { return v->ndim ? v->ndim : 1; }
@@ -142,7 +134,7 @@ static tpu_status_t check_scatter_gather(const ix_args_t* a) {
     bool bad_src = src && size_at(index, d) > size_at(src, d);
     if (!bad_self && !bad_src) continue;
     char bi[160], bs[160], bsrc[160];
-    fmt_shape(bi, sizeof bi, index), fmt_shape(bs, sizeof bs, self);
+    ku_format_sizes(index, bi, sizeof bi), ku_format_sizes(self, bs, sizeof bs);
     if (gather)
       return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
                              "Size does not match at dimension %d expected index %s to be no "
@@ -152,7 +144,7 @@ static tpu_status_t check_scatter_gather(const ix_args_t* a) {
       return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
                              "Expected index %s to be no larger than self %s apart from "
                              "dimension %d and to be no larger size than src %s",
-                             bi, bs, a->dim, fmt_shape(bsrc, sizeof bsrc, src));
+                             bi, bs, a->dim, ku_format_sizes(src, bsrc, sizeof bsrc));
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
                            "Expected index %s to be no larger than self %s apart from dimension %d",
                            bi, bs, a->dim);

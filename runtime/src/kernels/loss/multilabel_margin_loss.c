@@ -40,14 +40,6 @@ typedef struct mlm_args {
   tpu_view_t shape[2];
 } mlm_args_t;
 
-/* PyTorch's spelling of a size list: "[3, 4]". */
-static void mlm_sizes(const tpu_view_t* v, char* buf, size_t cap) {
-  size_t k = (size_t)snprintf(buf, cap, "[");
-  for (int32_t d = 0; d < v->ndim && k < cap; ++d)
-    k += (size_t)snprintf(buf + k, cap - k, d ? ", %lld" : "%lld", (long long)v->sizes[d]);
-  if (k < cap) snprintf(buf + k, cap - k, "]");
-}
-
 /* PyTorch's ScalarType names, for its "expected scalar type" message. */
 static const char* mlm_type_name(tpu_dtype_t d) {
   switch (d) {
@@ -76,8 +68,8 @@ static tpu_status_t mlm_parse(const tpu_op_def_t* def, const tpu_node_t* node, m
   a->reduction = tpu_attr_int(ku_attr(def, node, "reduction"), MLM_MEAN);
   const tpu_view_t *x = a->x, *t = a->t;
   char xs[160], ts[160];
-  mlm_sizes(x, xs, sizeof(xs));
-  mlm_sizes(t, ts, sizeof(ts));
+  ku_format_sizes(x, xs, sizeof(xs));
+  ku_format_sizes(t, ts, sizeof(ts));
   if (!((x->ndim == 2 && x->sizes[1] != 0) || (x->ndim == 1 && x->sizes[0] != 0) || x->ndim == 0))
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
                            "Expected non-empty vector or matrix with optional 0-dim batch size, "
@@ -108,7 +100,7 @@ static tpu_status_t mlm_parse(const tpu_op_def_t* def, const tpu_node_t* node, m
   if (a->backward) {
     if (!views_same_shape(a->ist, t)) {
       char is[160];
-      mlm_sizes(a->ist, is, sizeof(is));
+      ku_format_sizes(a->ist, is, sizeof(is));
       return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
                              "Expected tensor for argument #3 'target' to have the same size as "
                              "tensor for argument #5 'is_target'; but %s does not equal %s "

@@ -46,13 +46,6 @@ typedef struct fmp_args {
   tpu_view_t shape[2];
 } fmp_args_t;
 
-static void fmp_sizes(const tpu_view_t* v, char* buf, size_t cap) {
-  size_t k = (size_t)snprintf(buf, cap, "[");
-  for (int32_t d = 0; d < v->ndim && k < cap; ++d)
-    k += (size_t)snprintf(buf + k, cap - k, d ? ", %lld" : "%lld", (long long)v->sizes[d]);
-  if (k < cap) snprintf(buf + k, cap - k, "]");
-}
-
 #define FMP_FAIL(...) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, __VA_ARGS__)
 
 static tpu_status_t fmp_parse(const tpu_op_def_t* def, const tpu_node_t* node, fmp_args_t* a) {
@@ -84,7 +77,7 @@ static tpu_status_t fmp_parse(const tpu_op_def_t* def, const tpu_node_t* node, f
   }
   const tpu_view_t* x = a->x;
   char xs[200];
-  fmp_sizes(x, xs, sizeof(xs));
+  ku_format_sizes(x, xs, sizeof(xs));
   if (!bwd && !kpos) {
     if (sd == 2)
       FMP_FAIL("fractional_max_pool2d(): kernel size should be greater than zero, but got "
@@ -124,7 +117,7 @@ static tpu_status_t fmp_parse(const tpu_op_def_t* def, const tpu_node_t* node, f
   for (int32_t s = 0; s < sd; ++s)
     if (a->osz[s] < 0) {
       char os[200];
-      fmp_sizes(o, os, sizeof(os));
+      ku_format_sizes(o, os, sizeof(os));
       FMP_FAIL("Trying to create tensor with negative dimension %lld: %s", (long long)a->osz[s],
                os);
     }
