@@ -192,6 +192,21 @@ bool add_tensor_input(Call& call, const at::Tensor& t) {
                   t.device());
 }
 
+// A device tensor with a lazy conjugate or negative bit: PyTorch's Conjugate
+// and Negative fallbacks pass such tensors through to a few ops that resolve
+// the bits themselves (mm, addmm, bmm, baddbmm, dot, vdot). Its values are
+// materialised on the device (resolve_conj / resolve_neg, native) into a
+// tensor kept in `held` until the node is submitted, as add_host_ints_input
+// keeps its copies; any other input is bound as it is.
+bool add_resolved_input(Call& call, const at::Tensor& t, std::vector<at::Tensor>& held) {
+  if (t.defined() && t.device().type() == c10::DeviceType::PrivateUse1 &&
+      (t.is_conj() || t.is_neg())) {
+    held.push_back(t.resolve_conj().resolve_neg());
+    return add_tensor_input(call, held.back());
+  }
+  return add_tensor_input(call, t);
+}
+
 // An input marked '^' (an int list, or an integer tensor PyTorch reads on the
 // host): a device tensor of ours is bound as it is; an int list or a host
 // tensor becomes a device int64 copy, kept in `held` until the node is
@@ -665,7 +680,8 @@ void boxed_call(Binding* b, const c10::OperatorHandle& op, torch::jit::Stack* st
   std::optional<at::Generator> gen;
   const at::Tensor* given[kMaxOutputs] = {};
   at::Tensor fresh[kMaxOutputs];
-  std::vector<at::Tensor> held;  // device copies of host int inputs ('^'), alive until submitted
+  std::vector<at::Tensor> held;  // device copies of host int inputs ('^') and of conj/neg
+                                 // views, alive until submitted
   bool native = true;
 
   // Pass 1: the device of the call.
@@ -701,7 +717,7 @@ void boxed_call(Binding* b, const c10::OperatorHandle& op, torch::jit::Stack* st
           native = add_host_ints_input(call, iv, held);
           break;
         }
-        native = iv.isTensor() ? add_tensor_input(call, iv.toTensor())
+        native = iv.isTensor() ? add_resolved_input(call, iv.toTensor(), held)
                  : iv.isNone() ? add_tensor_input(call, at::Tensor())
                                : add_scalar_input(call, iv);
         break;

@@ -68,6 +68,17 @@ TABLE = {
         special.scaled_modified_bessel_k1 special.spherical_bessel_j0 special.airy_ai
         igamma igammac angle frexp clamp_min clamp_max
         logspace arange tril_indices triu_indices isin _segment_reduce""")),
+    # Complex64/complex128 math (elementwise complex_math.c, sum/mean,
+    # matmul_complex.c, cat). addmm, baddbmm and lerp are not listed: their
+    # samples pass complex Python numbers (alpha, beta, weight), which the
+    # runtime's real scalars do not hold, so those samples fall back.
+    "complex": Family(keys=_w("""
+        abs acos acosh add addcdiv addcmul addmm.decomposed addmv angle asin asinh atan atanh
+        bmm cat conj_physical cos cosh div.no_rounding_mode dot dstack einsum eq exp exp2 expm1
+        float_power hstack inner kron linalg.vecdot log log10 log1p log2 masked_fill matmul mean
+        mm mul mv ne neg outer pow reciprocal rsqrt rsub sgn sigmoid sin sinh sqrt square stack
+        sub sum tan tanh tensordot true_divide vdot vstack where"""),
+        dtypes=(torch.complex64, torch.complex128)),
     "conv": Family(names=_w("""
         nn.functional.conv1d nn.functional.conv2d nn.functional.conv3d
         nn.functional.conv_transpose1d nn.functional.conv_transpose2d

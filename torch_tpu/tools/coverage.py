@@ -291,6 +291,13 @@ class _Mover:
         if obj.layout != torch.strided:
             return obj.to(TPU)  # (raises: tpu has strided tensors only)
         src = obj.detach()
+        # The lazy conjugate and negative bits are metadata, not storage:
+        # move the stored values and set the bits again on the tpu view.
+        conj, neg = src.is_conj(), src.is_neg()
+        if conj:
+            src = src.conj()
+        if neg:
+            src = torch._neg_view(src)
         st = src.untyped_storage()
         key = (st.data_ptr(), st.nbytes(), src.dtype)
         base = self.storages.get(key) if key[0] else None
@@ -309,6 +316,10 @@ class _Mover:
             if key[0]:
                 self.storages[key] = base
             t = base.as_strided(src.size(), src.stride(), src.storage_offset())
+        if neg:
+            t = torch._neg_view(t)
+        if conj:
+            t = t.conj()
         if obj.requires_grad:
             t.requires_grad_(True)
         return t

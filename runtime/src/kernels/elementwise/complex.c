@@ -1,21 +1,23 @@
-/* complex.c — elementwise ops whose math is complex: the complex
- * product (mul's complex path) and polar form. RoPE, as Llama-style models
+/* complex.c — elementwise ops on complex operands: the executor of the
+ * elementwise rows' complex math (tpu_ew_cx_*), and the ops whose math is
+ * complex by definition, polar and complex. RoPE, as Llama-style models
  * write it, is view_as_complex, polar, a complex mul and view_as_real; the
- * views are metadata, so these two kernels make it native.
+ * views are metadata, so these make it native.
  *
- * mul's row (op_table.c) takes complex operands two ways. A complex
- * input 0 times real operands is real-linear and runs on real views
- * (TPU_OP_COMPLEX_AS_REAL, in the registry); every other complex mul — a
- * complex other, or a real self times a complex other — reaches the row's
- * functions here, which hand real nodes on to the elementwise executor and
- * run complex ones themselves.
+ * An elementwise row takes complex operands when its impl has a `cx`
+ * function (elementwise.h; the functions are in complex_math.c): the row
+ * functions of executor.c hand any node with a complex operand to the ones
+ * here. mul's row also runs a complex input 0 times real operands on real
+ * views (TPU_OP_COMPLEX_AS_REAL, in the registry), which never reach here.
  *
- * Values follow PyTorch CPU: operands are promoted to the result dtype
- * (complex64 or complex128)
- * and the product is (ac - bd) + (ad + bc)i in that dtype's part type. A real
- * operand is a complex one with a zero imaginary part. Inputs broadcast
- * right-aligned to the output's shape; the output must not partly overlap an
- * input (exactly one of them is fine: in-place mul_).
+ * Values follow PyTorch CPU: the result dtype is the promotion of the
+ * operands (complex64 or complex128; real and bool operands have imaginary
+ * part 0, Python numbers are real), abs and angle give its part dtype, eq
+ * and ne bool. The math runs in double complex and is rounded once at the
+ * store. Inputs broadcast right-aligned to the output's shape; the output
+ * must not partly overlap an input (exactly one of them is fine: in place),
+ * nor be broadcast. An out= of another dtype than the result (PyTorch casts
+ * or raises) is left to the CPU fallback.
  */
 #include <math.h>
 #include <string.h>
@@ -23,21 +25,14 @@
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/common/kernel_util.h"
 
-/* ---- operands ----------------------------------------------------------------- */
+/* ---- the executor ----------------------------------------------------------- */
 
-/* An operand of a complex kernel: a view broadcast to the output's shape, or
- * a real number. */
-typedef struct cx_operand {
-  bool is_view;
-  tpu_view_t view; /* broadcast to the output's shape */
-  double value;    /* a number's value (real) */
-} cx_operand_t;
+/* Elements a run computes at a time: operands in stack arrays. */
+#define CX_RUN 128
 
-/* A complex product's result dtype: complex64 or complex128 (the runtime has
- * no complex32; such tensors never reach it). */
 static bool cx_result_ok(tpu_dtype_t d) { return d == TPU_DTYPE_C64 || d == TPU_DTYPE_C128; }
 
-static bool node_has_complex_view(const tpu_node_t* node) {
+bool tpu_ew_node_is_complex(const tpu_node_t* node) {
   for (int32_t i = 0; i < node->num_inputs; ++i)
     if (node->inputs[i].kind == TPU_VALUE_VIEW && tpu_dtype_is_complex(node->inputs[i].u.view.dtype))
       return true;
@@ -46,133 +41,97 @@ static bool node_has_complex_view(const tpu_node_t* node) {
   return false;
 }
 
-/* Reads element `off` (in elements of v's dtype) of a complex or real view. */
-static inline void cx_load(const tpu_view_t* v, const char* base, int64_t off, double* re,
-                           double* im) {
-  switch (v->dtype) {
-    case TPU_DTYPE_C64: {
-      const float* p = (const float*)base + 2 * off;
-      *re = p[0];
-      *im = p[1];
-      return;
-    }
-    case TPU_DTYPE_C128: {
-      const double* p = (const double*)base + 2 * off;
-      *re = p[0];
-      *im = p[1];
-      return;
-    }
-    default: {
-      double x;
-      tpu_convert(&x, TPU_DTYPE_F64, 1, base + off * (int64_t)tpu_dtype_size(v->dtype), v->dtype,
-                  1, 1);
-      *re = x;
-      *im = 0;
-      return;
-    }
-  }
+static tpu_status_t cx_refuse(const tpu_op_def_t* def, const char* why) {
+  return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: %s on complex operands", def->name, why);
 }
 
-/* ---- the product ------------------------------------------------------------ */
-
-typedef struct cx_mul_job {
-  walk_t walk; /* view 0: the output; views 1, 2: self and other when they are views */
-  const tpu_view_t* out;
-  const cx_operand_t* a;
-  const cx_operand_t* b;
-  const char *abase, *bbase;
-  char* obase;
-} cx_mul_job_t;
-
-/* Both complex64 tensors, the common case (RoPE): float math, as PyTorch's
- * complex<float> product. */
-static void cx_mul_run_c64(const cx_mul_job_t* j, const int64_t* offs, const int64_t* steps,
-                           int64_t n) {
-  float* o = (float*)j->obase + 2 * offs[0];
-  const float* a = (const float*)j->abase + 2 * offs[1];
-  const float* b = (const float*)j->bbase + 2 * offs[2];
-  const int64_t so = 2 * steps[0], sa = 2 * steps[1], sb = 2 * steps[2];
-  for (int64_t e = 0; e < n; ++e) {
-    float ar = a[e * sa], ai = a[e * sa + 1], br = b[e * sb], bi = b[e * sb + 1];
-    o[e * so] = ar * br - ai * bi;
-    o[e * so + 1] = ar * bi + ai * br;
+/* The complex node's dtypes and parameters: plan->common is the complex
+ * dtype the math rounds to, plan->result the output's. */
+static tpu_status_t cx_plan(const tpu_op_def_t* def, const tpu_node_t* node, tpu_ew_plan_t* plan) {
+  const tpu_ew_impl_t* impl = (const tpu_ew_impl_t*)def->impl;
+  if (!impl || !impl->cx) return cx_refuse(def, "no complex kernel");
+  int32_t nin = node->num_inputs;
+  if (nin < 1 || nin > TPU_EW_MAX_INPUTS || nin != tpu_spec_count(def->inputs))
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: expected %d inputs, got %d", def->name,
+                           tpu_spec_count(def->inputs), nin);
+  memset(plan, 0, sizeof(*plan));
+  plan->impl = impl;
+  tpu_value_t promoted[TPU_EW_MAX_INPUTS];
+  int32_t np = 0;
+  for (int32_t k = 0; k < nin; ++k) {
+    const tpu_value_t* v = &node->inputs[k];
+    if ((impl->bool_in >> k & 1) &&
+        (v->kind != TPU_VALUE_VIEW || v->u.view.dtype != TPU_DTYPE_BOOL))
+      return cx_refuse(def, "a non-bool condition");
+    if ((impl->promote == 0 || (impl->promote >> k & 1)) && v->kind != TPU_VALUE_NONE)
+      promoted[np++] = *v;
   }
-}
-
-static void cx_mul_run(void* arg, const int64_t* offs, const int64_t* steps, int64_t n,
-                       int64_t first) {
-  (void)first;
-  const cx_mul_job_t* j = (const cx_mul_job_t*)arg;
-  if (j->out->dtype == TPU_DTYPE_C64 && j->a->is_view && j->b->is_view &&
-      j->a->view.dtype == TPU_DTYPE_C64 && j->b->view.dtype == TPU_DTYPE_C64) {
-    cx_mul_run_c64(j, offs, steps, n);
-    return;
+  if (np == 0) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: no operands", def->name);
+  tpu_dtype_t rt = tpu_result_type(promoted, np);
+  if (!cx_result_ok(rt)) return cx_refuse(def, tpu_dtype_name(rt));
+  for (int32_t k = 0; k < nin; ++k) {
+    const tpu_value_t* v = &node->inputs[k];
+    if ((impl->flags & TPU_EW_SAME_DTYPE) && v->kind == TPU_VALUE_VIEW && v->u.view.dtype != rt)
+      return cx_refuse(def, "inputs of different dtypes");
+    if ((impl->flags & TPU_EW_VALUE_0DIM) && k == nin - 1 && v->kind == TPU_VALUE_VIEW &&
+        v->u.view.ndim != 0)
+      return cx_refuse(def, "a value tensor with dims");
+    if ((impl->flags & TPU_EW_NO_BOOL) && v->kind != TPU_VALUE_NONE &&
+        (v->kind == TPU_VALUE_VIEW ? v->u.view.dtype : v->u.scalar.dtype) == TPU_DTYPE_BOOL)
+      return cx_refuse(def, "a bool operand");
   }
-  const bool single = j->out->dtype == TPU_DTYPE_C64;
-  for (int64_t e = 0; e < n; ++e) {
-    double ar = j->a->value, ai = 0, br = j->b->value, bi = 0;
-    if (j->a->is_view) cx_load(&j->a->view, j->abase, offs[1] + e * steps[1], &ar, &ai);
-    if (j->b->is_view) cx_load(&j->b->view, j->bbase, offs[2] + e * steps[2], &br, &bi);
-    int64_t oo = offs[0] + e * steps[0];
-    if (single) { /* operands rounded to complex64 first, float math */
-      float fr = (float)ar, fi = (float)ai, gr = (float)br, gi = (float)bi;
-      float* o = (float*)j->obase + 2 * oo;
-      o[0] = fr * gr - fi * gi;
-      o[1] = fr * gi + fi * gr;
-    } else {
-      double* o = (double*)j->obase + 2 * oo;
-      o[0] = ar * br - ai * bi;
-      o[1] = ar * bi + ai * br;
+  switch (impl->rule) {
+    case TPU_EW_PROMOTE:
+    case TPU_EW_FLOAT:
+      plan->result = rt;
+      break;
+    case TPU_EW_DIV: {
+      /* a rounding mode: PyTorch refuses it for complex ("div_trunc_cpu"
+       * not implemented): the fallback raises that */
+      if (node->num_attrs >= 1 && node->attrs[0].kind != TPU_ATTR_NONE)
+        return cx_refuse(def, "a rounding mode");
+      plan->result = rt;
+      break;
     }
+    case TPU_EW_BOOL_OUT:
+      plan->result = TPU_DTYPE_BOOL;
+      break;
+    case TPU_EW_FIRST: /* masked_fill: self's dtype */
+      if (node->inputs[0].kind != TPU_VALUE_VIEW || node->inputs[0].u.view.dtype != rt)
+        return cx_refuse(def, "a self of another dtype");
+      plan->result = rt;
+      break;
   }
-}
-
-static void cx_mul_chunk(void* arg, int64_t begin, int64_t end) {
-  cx_mul_job_t* j = (cx_mul_job_t*)arg;
-  walk_range(&j->walk, begin, end, cx_mul_run, j);
-}
-
-/* Operand i of a complex node: a view broadcast to `shape`, or a number. */
-static tpu_status_t cx_operand(const tpu_op_def_t* def, const tpu_node_t* node, int32_t i,
-                               const tpu_view_t* shape, cx_operand_t* out) {
-  memset(out, 0, sizeof(*out));
-  const tpu_value_t* v = &node->inputs[i];
-  if (v->kind == TPU_VALUE_SCALAR) {
-    out->value = tpu_dtype_is_floating(v->u.scalar.dtype) ? v->u.scalar.v.f
-                                                          : (double)v->u.scalar.v.i;
-    return TPU_OK;
-  }
-  if (v->kind != TPU_VALUE_VIEW)
-    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: operand %d is absent", def->name, i);
-  out->is_view = true;
-  if (!view_expand(&v->u.view, shape->ndim, shape->sizes, &out->view))
-    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: operand %d does not broadcast",
-                           def->name, i);
+  if (impl->flags & TPU_EW_CX_PART) plan->result = tpu_dtype_part(rt);
+  /* number attrs (alpha, value) are read against the part dtype: a real
+   * number scales both parts */
+  plan->common = tpu_dtype_part(rt);
+  TPU_RETURN_IF_ERROR(tpu_ew_parse_params(def, node, plan));
+  plan->common = rt;
+  plan->params.mode = rt == TPU_DTYPE_C64 ? TPU_EW_CX_SINGLE : TPU_EW_CX_DOUBLE;
   return TPU_OK;
 }
 
-/* The complex node's output metadata: broadcast shape, result dtype. */
-static tpu_status_t cx_mul_infer(const tpu_op_def_t* def, const tpu_node_t* node,
-                                 tpu_view_t* out) {
+tpu_status_t tpu_ew_cx_infer(const tpu_op_def_t* def, const tpu_node_t* node,
+                             tpu_view_t* out_views) {
+  tpu_ew_plan_t plan;
+  TPU_RETURN_IF_ERROR(cx_plan(def, node, &plan));
+  tpu_view_t* out = &out_views[0];
   memset(out, 0, sizeof(*out));
   TPU_RETURN_IF_ERROR(tpu_broadcast_shapes(node->inputs, node->num_inputs, out->sizes, &out->ndim));
-  out->dtype = tpu_result_type(node->inputs, node->num_inputs);
-  if (!cx_result_ok(out->dtype))
-    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: %s result", def->name,
-                           tpu_dtype_name(out->dtype));
+  out->dtype = plan.result;
   tpu_view_set_contiguous(out);
   return TPU_OK;
 }
 
-static tpu_status_t cx_mul_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+tpu_status_t tpu_ew_cx_check(const tpu_op_def_t* def, const tpu_node_t* node) {
   tpu_view_t want;
-  TPU_RETURN_IF_ERROR(cx_mul_infer(def, node, &want));
+  TPU_RETURN_IF_ERROR(tpu_ew_cx_infer(def, node, &want));
+  if (node->num_outputs != 1)
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: expected 1 output", def->name);
   const tpu_view_t* out = &node->outputs[0];
-  /* out= / in-place: PyTorch casts the complex result to out's dtype; only
-   * a complex out of the result dtype runs here (a real out= is an error
-   * there, a wider one rare: both fall back). */
   if (out->dtype != want.dtype)
-    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: %s output of a %s product", def->name,
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: %s output of a %s result", def->name,
                            tpu_dtype_name(out->dtype), tpu_dtype_name(want.dtype));
   if (!views_same_shape(out, &want))
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: output shape does not match",
@@ -195,62 +154,117 @@ static tpu_status_t cx_mul_check(const tpu_op_def_t* def, const tpu_node_t* node
   return TPU_OK;
 }
 
-static tpu_status_t cx_mul_kernel(const tpu_op_def_t* def, const tpu_node_t* node) {
-  TPU_RETURN_IF_ERROR(cx_mul_check(def, node));
+typedef struct cx_job {
+  walk_t walk; /* view 0: the output; view k + 1: input k (a number or absent: stride 0) */
+  int32_t nin;
+  tpu_ew_cx_fn fn;
+  tpu_ew_params_t params;
+  char* out;
+  tpu_dtype_t out_dtype;
+  const char* base[TPU_EW_MAX_INPUTS]; /* NULL: a number (value) or absent (kind) */
+  tpu_dtype_t dtype[TPU_EW_MAX_INPUTS];
+  tpu_value_kind_t kind[TPU_EW_MAX_INPUTS];
+  tpu_ew_cx_t value[TPU_EW_MAX_INPUTS];
+} cx_job_t;
+
+static void cx_run(void* arg, const int64_t* offs, const int64_t* steps, int64_t n,
+                   int64_t first) {
+  (void)first;
+  const cx_job_t* j = (const cx_job_t*)arg;
+  tpu_ew_cx_t in[TPU_EW_MAX_INPUTS][CX_RUN], res[CX_RUN];
+  const tpu_ew_cx_t* ins[TPU_EW_MAX_INPUTS];
+  for (int32_t k = 0; k < j->nin; ++k) {
+    ins[k] = j->kind[k] == TPU_VALUE_NONE ? NULL : in[k];
+    if (j->kind[k] == TPU_VALUE_SCALAR)
+      for (int64_t e = 0; e < CX_RUN; ++e) in[k][e] = j->value[k];
+  }
+  const int64_t osize = (int64_t)tpu_dtype_size(j->out_dtype);
+  for (int64_t done = 0; done < n; done += CX_RUN) {
+    int64_t m = n - done < CX_RUN ? n - done : CX_RUN;
+    for (int32_t k = 0; k < j->nin; ++k) {
+      if (j->kind[k] != TPU_VALUE_VIEW) continue;
+      int64_t esize = (int64_t)tpu_dtype_size(j->dtype[k]);
+      tpu_convert(in[k], TPU_DTYPE_C128, 1,
+                  j->base[k] + (offs[k + 1] + done * steps[k + 1]) * esize, j->dtype[k],
+                  steps[k + 1], m);
+    }
+    j->fn(res, ins, m, &j->params);
+    tpu_convert(j->out + (offs[0] + done * steps[0]) * osize, j->out_dtype, steps[0], res,
+                TPU_DTYPE_C128, 1, m);
+  }
+}
+
+static void cx_chunk(void* arg, int64_t begin, int64_t end) {
+  cx_job_t* j = (cx_job_t*)arg;
+  walk_range(&j->walk, begin, end, cx_run, j);
+}
+
+tpu_status_t tpu_ew_cx_kernel(const tpu_op_def_t* def, const tpu_node_t* node) {
+  TPU_RETURN_IF_ERROR(tpu_ew_cx_check(def, node));
+  tpu_ew_plan_t plan;
+  TPU_RETURN_IF_ERROR(cx_plan(def, node, &plan));
   const tpu_view_t* out = &node->outputs[0];
-  cx_operand_t a, b;
-  TPU_RETURN_IF_ERROR(cx_operand(def, node, 0, out, &a));
-  TPU_RETURN_IF_ERROR(cx_operand(def, node, 1, out, &b));
-  cx_mul_job_t j;
+  cx_job_t j;
   memset(&j, 0, sizeof(j));
-  tpu_view_t zero = *out; /* a number's stand-in in the walk: stride 0 */
+  j.nin = node->num_inputs;
+  j.fn = plan.impl->cx;
+  j.params = plan.params;
+  j.out = (char*)tpu_view_ptr(out);
+  j.out_dtype = out->dtype;
+  tpu_view_t expanded[TPU_EW_MAX_INPUTS];
+  tpu_view_t zero = *out; /* a number's or an absent input's stand-in in the walk */
   for (int32_t d = 0; d < zero.ndim; ++d) zero.strides[d] = 0;
-  const tpu_view_t* views[3] = {out, a.is_view ? &a.view : &zero, b.is_view ? &b.view : &zero};
-  walk_init_views(&j.walk, 3, views);
-  j.out = out;
-  j.a = &a;
-  j.b = &b;
-  j.obase = (char*)tpu_view_ptr(out);
-  j.abase = a.is_view ? (const char*)tpu_view_ptr(&a.view) : NULL;
-  j.bbase = b.is_view ? (const char*)tpu_view_ptr(&b.view) : NULL;
-  tpu_parallel_for(j.walk.numel, WALK_GRAIN / 4, cx_mul_chunk, &j);
+  const tpu_view_t* views[1 + TPU_EW_MAX_INPUTS] = {out};
+  for (int32_t k = 0; k < j.nin; ++k) {
+    const tpu_value_t* v = &node->inputs[k];
+    j.kind[k] = v->kind;
+    views[k + 1] = &zero;
+    if (v->kind == TPU_VALUE_SCALAR) {
+      double x = tpu_dtype_is_floating(v->u.scalar.dtype) ? v->u.scalar.v.f
+                                                          : (double)v->u.scalar.v.i;
+      j.value[k] = x; /* rounded as the common dtype's part would hold it */
+      if (plan.common == TPU_DTYPE_C64) j.value[k] = (float)x;
+    } else if (v->kind == TPU_VALUE_VIEW) {
+      if (!view_expand(&v->u.view, out->ndim, out->sizes, &expanded[k]))
+        return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: operand %d does not broadcast",
+                               def->name, k);
+      views[k + 1] = &expanded[k];
+      j.base[k] = (const char*)tpu_view_ptr(&expanded[k]);
+      j.dtype[k] = expanded[k].dtype;
+    }
+  }
+  walk_init_views(&j.walk, 1 + j.nin, views);
+  tpu_parallel_for(j.walk.numel, WALK_GRAIN / 16, cx_chunk, &j);
   return TPU_OK;
 }
 
-/* ---- mul's row functions ------------------------------------------------------ */
+/* ---- polar and complex -------------------------------------------------------- */
 
-tpu_status_t tpu_ew_mul_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
-                               tpu_exec_ctx_t* ctx) {
-  if (node_has_complex_view(node)) return cx_mul_kernel(def, node);
-  return tpu_ew_kernel(def, node, ctx);
-}
+/* Two real tensors make one complex tensor:
+ *   polar(abs, angle) = abs * (cos(angle) + i sin(angle)),
+ *   complex(real, imag) = real + i imag.
+ * Both operands are float or double tensors of one dtype (PyTorch's rule:
+ * others raise there, through the fallback), broadcast; the output is the
+ * matching complex dtype. The row's impl says which. */
+typedef struct pair_spec {
+  bool polar;
+} pair_spec_t;
 
-tpu_status_t tpu_ew_mul_infer(const tpu_op_def_t* def, const tpu_node_t* node,
-                              tpu_view_t* out_views) {
-  if (node_has_complex_view(node)) return cx_mul_infer(def, node, &out_views[0]);
-  return tpu_ew_infer(def, node, out_views);
-}
+static const pair_spec_t k_polar = {.polar = true};
+static const pair_spec_t k_complex = {.polar = false};
 
-tpu_status_t tpu_ew_mul_check(const tpu_op_def_t* def, const tpu_node_t* node) {
-  if (node_has_complex_view(node)) return cx_mul_check(def, node);
-  return tpu_ew_check(def, node);
-}
-
-/* ---- polar ------------------------------------------------------------------ */
-
-/* polar(abs, angle) = abs * (cos(angle) + i sin(angle)): abs and angle are
- * float or double tensors of one dtype (PyTorch's rule), broadcast; the
- * output is the matching complex dtype. */
-static tpu_status_t polar_infer(const tpu_op_def_t* def, const tpu_node_t* node,
-                                tpu_view_t* out) {
-  const tpu_view_t* a = ku_input(def, node, "abs");
-  const tpu_view_t* t = ku_input(def, node, "angle");
-  if (!a || !t) return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "polar: number operands");
+static tpu_status_t pair_infer(const tpu_op_def_t* def, const tpu_node_t* node,
+                               tpu_view_t* out) {
+  if (node->num_inputs != 2 || node->inputs[0].kind != TPU_VALUE_VIEW ||
+      node->inputs[1].kind != TPU_VALUE_VIEW)
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: number operands", def->name);
+  const tpu_view_t* a = &node->inputs[0].u.view;
+  const tpu_view_t* b = &node->inputs[1].u.view;
   /* PyTorch: "Expected object of scalar type Float but got scalar type
    * Double": mismatched or non-float dtypes raise there (fallback). */
-  if (a->dtype != t->dtype || (a->dtype != TPU_DTYPE_F32 && a->dtype != TPU_DTYPE_F64))
-    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "polar: %s and %s operands",
-                           tpu_dtype_name(a->dtype), tpu_dtype_name(t->dtype));
+  if (a->dtype != b->dtype || (a->dtype != TPU_DTYPE_F32 && a->dtype != TPU_DTYPE_F64))
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: %s and %s operands", def->name,
+                           tpu_dtype_name(a->dtype), tpu_dtype_name(b->dtype));
   memset(out, 0, sizeof(*out));
   TPU_RETURN_IF_ERROR(ku_unimplemented(tpu_broadcast_shapes(node->inputs, 2, out->sizes, &out->ndim)));
   out->dtype = tpu_dtype_to_complex(a->dtype);
@@ -258,82 +272,85 @@ static tpu_status_t polar_infer(const tpu_op_def_t* def, const tpu_node_t* node,
   return TPU_OK;
 }
 
-static tpu_status_t polar_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+static tpu_status_t pair_check(const tpu_op_def_t* def, const tpu_node_t* node) {
   tpu_view_t want;
-  TPU_RETURN_IF_ERROR(polar_infer(def, node, &want));
+  TPU_RETURN_IF_ERROR(pair_infer(def, node, &want));
   const tpu_view_t* out = &node->outputs[0];
   if (out->dtype != want.dtype)
-    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "polar: %s output", tpu_dtype_name(out->dtype));
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: %s output", def->name,
+                           tpu_dtype_name(out->dtype));
   if (!views_same_shape(out, &want))
-    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "polar: output shape does not match");
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: output shape does not match",
+                           def->name);
   for (int32_t i = 0; i < 2; ++i)
     if (views_overlap(out, &node->inputs[i].u.view))
-      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "polar: output overlaps an input");
+      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: output overlaps an input", def->name);
   for (int32_t d = 0; d < out->ndim; ++d)
     if (out->strides[d] == 0 && out->sizes[d] > 1)
-      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "polar: broadcast output");
+      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: broadcast output", def->name);
   return TPU_OK;
 }
 
-typedef struct polar_job {
-  walk_t walk; /* views: out, abs, angle */
+typedef struct pair_job {
+  walk_t walk; /* views: out, a, b */
+  bool polar;
   tpu_dtype_t part;
-  char *out;
-  const char *abs, *angle;
-} polar_job_t;
+  char* out;
+  const char *a, *b;
+} pair_job_t;
 
-static void polar_run(void* arg, const int64_t* offs, const int64_t* steps, int64_t n,
-                      int64_t first) {
+#define PAIR_RUN(T, COS, SIN)                                                   \
+  do {                                                                          \
+    T* o = (T*)j->out + 2 * offs[0];                                            \
+    const T* x = (const T*)j->a + offs[1];                                      \
+    const T* y = (const T*)j->b + offs[2];                                      \
+    for (int64_t e = 0; e < n; ++e) {                                           \
+      T u = x[e * steps[1]], v = y[e * steps[2]];                               \
+      o[2 * e * steps[0]] = j->polar ? u * COS(v) : u;                          \
+      o[2 * e * steps[0] + 1] = j->polar ? u * SIN(v) : v;                      \
+    }                                                                           \
+  } while (0)
+
+static void pair_run(void* arg, const int64_t* offs, const int64_t* steps, int64_t n,
+                     int64_t first) {
   (void)first;
-  const polar_job_t* j = (const polar_job_t*)arg;
-  if (j->part == TPU_DTYPE_F32) {
-    float* o = (float*)j->out + 2 * offs[0];
-    const float* r = (const float*)j->abs + offs[1];
-    const float* t = (const float*)j->angle + offs[2];
-    for (int64_t e = 0; e < n; ++e) {
-      float x = r[e * steps[1]], a = t[e * steps[2]];
-      o[2 * e * steps[0]] = x * cosf(a);
-      o[2 * e * steps[0] + 1] = x * sinf(a);
-    }
-  } else {
-    double* o = (double*)j->out + 2 * offs[0];
-    const double* r = (const double*)j->abs + offs[1];
-    const double* t = (const double*)j->angle + offs[2];
-    for (int64_t e = 0; e < n; ++e) {
-      double x = r[e * steps[1]], a = t[e * steps[2]];
-      o[2 * e * steps[0]] = x * cos(a);
-      o[2 * e * steps[0] + 1] = x * sin(a);
-    }
-  }
+  const pair_job_t* j = (const pair_job_t*)arg;
+  if (j->part == TPU_DTYPE_F32)
+    PAIR_RUN(float, cosf, sinf);
+  else
+    PAIR_RUN(double, cos, sin);
 }
 
-static void polar_chunk(void* arg, int64_t begin, int64_t end) {
-  polar_job_t* j = (polar_job_t*)arg;
-  walk_range(&j->walk, begin, end, polar_run, j);
+static void pair_chunk(void* arg, int64_t begin, int64_t end) {
+  pair_job_t* j = (pair_job_t*)arg;
+  walk_range(&j->walk, begin, end, pair_run, j);
 }
 
-static tpu_status_t polar_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
-                                 tpu_exec_ctx_t* ctx) {
+static tpu_status_t pair_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                tpu_exec_ctx_t* ctx) {
   (void)ctx;
-  TPU_RETURN_IF_ERROR(polar_check(def, node));
+  TPU_RETURN_IF_ERROR(pair_check(def, node));
   const tpu_view_t* out = &node->outputs[0];
-  tpu_view_t a, t;
-  view_expand(ku_input(def, node, "abs"), out->ndim, out->sizes, &a);
-  view_expand(ku_input(def, node, "angle"), out->ndim, out->sizes, &t);
-  polar_job_t j;
-  const tpu_view_t* views[3] = {out, &a, &t};
+  tpu_view_t a, b;
+  view_expand(&node->inputs[0].u.view, out->ndim, out->sizes, &a);
+  view_expand(&node->inputs[1].u.view, out->ndim, out->sizes, &b);
+  pair_job_t j;
+  const tpu_view_t* views[3] = {out, &a, &b};
   walk_init_views(&j.walk, 3, views);
+  j.polar = ((const pair_spec_t*)def->impl)->polar;
   j.part = a.dtype;
   j.out = (char*)tpu_view_ptr(out);
-  j.abs = (const char*)tpu_view_ptr(&a);
-  j.angle = (const char*)tpu_view_ptr(&t);
-  tpu_parallel_for(j.walk.numel, WALK_GRAIN / 8, polar_chunk, &j);
+  j.a = (const char*)tpu_view_ptr(&a);
+  j.b = (const char*)tpu_view_ptr(&b);
+  tpu_parallel_for(j.walk.numel, WALK_GRAIN / 8, pair_chunk, &j);
   return TPU_OK;
 }
 
 static const tpu_op_def_t g_rows[] = {
-    {"polar", "abs,angle", "", "out", "polar polar.out", polar_kernel, polar_infer, polar_check,
-     NULL, TPU_OP_COMPLEX},
+    {"polar", "abs,angle", "", "out", "polar polar.out", pair_kernel, pair_infer, pair_check,
+     &k_polar, TPU_OP_COMPLEX},
+    {"complex", "real,imag", "", "out", "complex complex.out", pair_kernel, pair_infer,
+     pair_check, &k_complex, TPU_OP_COMPLEX},
 };
 
 const tpu_op_family_t tpu_family_elementwise_complex = {

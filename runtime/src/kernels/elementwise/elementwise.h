@@ -80,6 +80,9 @@ enum tpu_ew_flags {
   TPU_EW_ALPHA = 1 << 3,
   /* No operand may be bool, tensor or number (sub: PyTorch refuses it). */
   TPU_EW_NO_BOOL = 1 << 4,
+  /* On complex operands the result is real, of their part dtype (abs,
+   * angle); the impl's cx function writes it as the real part. */
+  TPU_EW_CX_PART = 1 << 5,
 };
 
 /* Op-specific validation and parameter setup, after the generic parsing
@@ -88,6 +91,33 @@ enum tpu_ew_flags {
  * exact error) and INVALID_ARGUMENT for ones that are plainly malformed. */
 typedef tpu_status_t (*tpu_ew_prepare_fn)(const tpu_node_t* node, tpu_dtype_t common,
                                           tpu_ew_params_t* params);
+
+/* Complex math (complex.c runs it, complex_math.c defines it). A node with a
+ * complex operand (tpu/dtype.h: complex64, complex128) runs on its impl's
+ * `cx` function: every operand is converted to double complex (a real one
+ * has imaginary part 0, a bool condition is 1 or 0), the function computes
+ * out[0..n) from in[k][0..n) (NULL for an absent optional input), and the
+ * result is rounded once to the result dtype (a real or bool result is the
+ * real part); params->mode says which precision the math rounds to. An impl without one leaves complex nodes to the CPU fallback
+ * (UNIMPLEMENTED). */
+typedef double _Complex tpu_ew_cx_t;
+/* params->mode of a complex node: its math rounds to complex64 (ops that
+ * must follow PyTorch's float math read it) or to complex128. */
+enum { TPU_EW_CX_DOUBLE = 0, TPU_EW_CX_SINGLE = 1 };
+typedef void (*tpu_ew_cx_fn)(tpu_ew_cx_t* out, const tpu_ew_cx_t* const* in, int64_t n,
+                             const tpu_ew_params_t* params);
+
+/* The ops with complex math, one tpu_ew_cx_<op> each. */
+#define TPU_EW_CX_LIST(X)                                                                      \
+  X(add) X(sub) X(rsub) X(mul) X(div) X(pow) X(neg) X(reciprocal) X(abs) X(angle) X(sgn) X(exp) \
+  X(exp2) X(expm1) X(log) X(log2) X(log10) X(log1p) X(sqrt) X(rsqrt) X(sigmoid) X(sin) X(cos)   \
+  X(tan) X(asin) X(acos) X(atan) X(sinh) X(cosh) X(tanh) X(asinh) X(acosh) X(atanh) X(eq)     \
+  X(ne) X(where) X(masked_fill) X(lerp) X(addcmul) X(addcdiv)
+#define TPU_EW_CX_DECLARE(op)                                                           \
+  void tpu_ew_cx_##op(tpu_ew_cx_t* out, const tpu_ew_cx_t* const* in, int64_t n, \
+                      const tpu_ew_params_t* params);
+TPU_EW_CX_LIST(TPU_EW_CX_DECLARE)
+#undef TPU_EW_CX_DECLARE
 
 typedef struct tpu_ew_impl {
   tpu_ew_rule_t rule;
@@ -100,6 +130,7 @@ typedef struct tpu_ew_impl {
   double dflt[TPU_EW_MAX_PARAMS]; /* values of absent (None) number attrs */
   tpu_ew_prepare_fn prepare;      /* optional */
   tpu_ew_tile_fn fn[TPU_COMPUTE_COUNT];
+  tpu_ew_cx_fn cx; /* complex operands; NULL: they fall back */
 } tpu_ew_impl_t;
 
 /* A node resolved against its impl: dtypes, tile function, parameters. */
@@ -118,13 +149,17 @@ tpu_status_t tpu_ew_plan(const tpu_op_def_t* def, const tpu_node_t* node, tpu_ew
 tpu_status_t tpu_ew_kernel(const tpu_op_def_t* def, const tpu_node_t* node, tpu_exec_ctx_t* ctx);
 tpu_status_t tpu_ew_infer(const tpu_op_def_t* def, const tpu_node_t* node, tpu_view_t* out_views);
 tpu_status_t tpu_ew_check(const tpu_op_def_t* def, const tpu_node_t* node);
-/* mul's row functions (complex.c): a complex product there, the
- * functions above for real nodes. */
-tpu_status_t tpu_ew_mul_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
-                               tpu_exec_ctx_t* ctx);
-tpu_status_t tpu_ew_mul_infer(const tpu_op_def_t* def, const tpu_node_t* node,
-                              tpu_view_t* out_views);
-tpu_status_t tpu_ew_mul_check(const tpu_op_def_t* def, const tpu_node_t* node);
+/* The same three for a node with a complex operand (complex.c; the
+ * functions above hand such nodes on to these). */
+bool tpu_ew_node_is_complex(const tpu_node_t* node);
+tpu_status_t tpu_ew_cx_kernel(const tpu_op_def_t* def, const tpu_node_t* node);
+tpu_status_t tpu_ew_cx_infer(const tpu_op_def_t* def, const tpu_node_t* node,
+                             tpu_view_t* out_views);
+tpu_status_t tpu_ew_cx_check(const tpu_op_def_t* def, const tpu_node_t* node);
+/* The impl's number attrs read into plan->params (plan->impl and
+ * plan->common set), with PyTorch's range checks. */
+tpu_status_t tpu_ew_parse_params(const tpu_op_def_t* def, const tpu_node_t* node,
+                                 tpu_ew_plan_t* plan);
 
 /* dst = src converted to dst's dtype, src broadcast to dst's shape (any
  * dtype pair, any strides; a same-dtype copy moves bits unchanged). */

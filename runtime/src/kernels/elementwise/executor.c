@@ -59,6 +59,7 @@ double tpu_ew_dtype_max(tpu_dtype_t dtype) {
 }
 
 bool tpu_ew_scalar_fits(const tpu_scalar_t* s, tpu_dtype_t dtype) {
+  if (tpu_dtype_is_complex(dtype)) dtype = tpu_dtype_part(dtype); /* the real part's range */
   if (dtype < 0 || dtype >= TPU_DTYPE_COUNT || dtype == TPU_DTYPE_BOOL) return true;
   bool from_float = tpu_dtype_is_floating(s->dtype);
   double v = from_float ? s->v.f : (double)s->v.i;
@@ -105,8 +106,8 @@ static tpu_status_t ew_unsupported(const tpu_op_def_t* def, const char* why, tpu
 }
 
 /* Reads the impl's number attrs into the params, with PyTorch's checks. */
-static tpu_status_t ew_parse_params(const tpu_op_def_t* def, const tpu_node_t* node,
-                                    tpu_ew_plan_t* plan) {
+tpu_status_t tpu_ew_parse_params(const tpu_op_def_t* def, const tpu_node_t* node,
+                                 tpu_ew_plan_t* plan) {
   const tpu_ew_impl_t* impl = plan->impl;
   for (int32_t j = 0; j < impl->num_params; ++j) {
     const tpu_attr_t* a = j < node->num_attrs ? &node->attrs[j] : NULL;
@@ -197,7 +198,7 @@ tpu_status_t tpu_ew_plan(const tpu_op_def_t* def, const tpu_node_t* node, tpu_ew
   plan->ct = tpu_dtype_compute(plan->common);
   plan->fn = impl->fn[plan->ct];
   if (!plan->fn) return ew_unsupported(def, "dtype", plan->common);
-  TPU_RETURN_IF_ERROR(ew_parse_params(def, node, plan));
+  TPU_RETURN_IF_ERROR(tpu_ew_parse_params(def, node, plan));
   return impl->prepare ? impl->prepare(node, plan->common, &plan->params) : TPU_OK;
 }
 
@@ -622,6 +623,7 @@ static tpu_status_t ew_run(const tpu_view_t* const* views, int32_t nops, tpu_ew_
 
 tpu_status_t tpu_ew_kernel(const tpu_op_def_t* def, const tpu_node_t* node, tpu_exec_ctx_t* ctx) {
   (void)ctx;
+  if (tpu_ew_node_is_complex(node)) return tpu_ew_cx_kernel(def, node);
   tpu_ew_plan_t plan;
   TPU_RETURN_IF_ERROR(tpu_ew_plan(def, node, &plan));
   if (node->num_outputs != 1)
@@ -677,6 +679,7 @@ tpu_status_t tpu_ew_kernel(const tpu_op_def_t* def, const tpu_node_t* node, tpu_
 }
 
 tpu_status_t tpu_ew_infer(const tpu_op_def_t* def, const tpu_node_t* node, tpu_view_t* out_views) {
+  if (tpu_ew_node_is_complex(node)) return tpu_ew_cx_infer(def, node, out_views);
   tpu_ew_plan_t plan;
   TPU_RETURN_IF_ERROR(tpu_ew_plan(def, node, &plan));
   tpu_view_t* out = &out_views[0];
@@ -689,6 +692,7 @@ tpu_status_t tpu_ew_infer(const tpu_op_def_t* def, const tpu_node_t* node, tpu_v
 }
 
 tpu_status_t tpu_ew_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  if (tpu_ew_node_is_complex(node)) return tpu_ew_cx_check(def, node);
   tpu_ew_plan_t plan;
   return tpu_ew_plan(def, node, &plan);
 }

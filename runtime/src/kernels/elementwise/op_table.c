@@ -463,23 +463,24 @@ static tpu_status_t prep_leaky_bw(const tpu_node_t* node, tpu_dtype_t common, tp
 #define EW_ALPHA .flags = TPU_EW_OPMATH_SCALAR | TPU_EW_ALPHA, .num_params = 1, \
                  .checked_params = 1, .dflt = {1}
 
-EW_IMPL(k_add, PROMOTE, EW_A(ew_add), EW_ALPHA)
+EW_IMPL(k_add, PROMOTE, EW_A(ew_add), EW_ALPHA, .cx = tpu_ew_cx_add)
 EW_IMPL(k_sub, PROMOTE, EW_N(ew_sub), .flags = TPU_EW_OPMATH_SCALAR | TPU_EW_ALPHA | TPU_EW_NO_BOOL,
-        .num_params = 1, .checked_params = 1, .dflt = {1})
+        .num_params = 1, .checked_params = 1, .dflt = {1}, .cx = tpu_ew_cx_sub)
 EW_IMPL(k_rsub, PROMOTE, EW_N(ew_rsub), .flags = TPU_EW_OPMATH_SCALAR | TPU_EW_ALPHA | TPU_EW_NO_BOOL,
-        .num_params = 1, .checked_params = 1, .dflt = {1})
-EW_IMPL(k_mul, PROMOTE, EW_A(ew_mul), .flags = TPU_EW_OPMATH_SCALAR)
-EW_IMPL(k_div, DIV, EW_N(ew_div), .flags = TPU_EW_OPMATH_SCALAR, .prepare = prep_div)
+        .num_params = 1, .checked_params = 1, .dflt = {1}, .cx = tpu_ew_cx_rsub)
+EW_IMPL(k_mul, PROMOTE, EW_A(ew_mul), .flags = TPU_EW_OPMATH_SCALAR, .cx = tpu_ew_cx_mul)
+EW_IMPL(k_div, DIV, EW_N(ew_div), .flags = TPU_EW_OPMATH_SCALAR, .prepare = prep_div,
+        .cx = tpu_ew_cx_div)
 EW_IMPL(k_remainder, PROMOTE, EW_N(ew_remainder))
 EW_IMPL(k_fmod, PROMOTE, EW_N(ew_fmod))
-EW_IMPL(k_pow, PROMOTE, EW_N(ew_pow), .checked = 2, .prepare = prep_pow)
+EW_IMPL(k_pow, PROMOTE, EW_N(ew_pow), .checked = 2, .prepare = prep_pow, .cx = tpu_ew_cx_pow)
 EW_IMPL(k_maximum, PROMOTE, EW_A(ew_maximum))
 EW_IMPL(k_minimum, PROMOTE, EW_A(ew_minimum))
 EW_IMPL(k_clamp, PROMOTE, EW_N(ew_clamp), .checked = 6, .prepare = prep_clamp)
 EW_IMPL(k_clamp_min, PROMOTE, EW_A(ew_maximum), .checked = 2, .prepare = prep_clamp_bound)
 EW_IMPL(k_clamp_max, PROMOTE, EW_A(ew_minimum), .checked = 2, .prepare = prep_clamp_bound)
-EW_IMPL(k_neg, PROMOTE, EW_N(ew_neg))
-EW_IMPL(k_abs, PROMOTE, EW_N(ew_abs))
+EW_IMPL(k_neg, PROMOTE, EW_N(ew_neg), .cx = tpu_ew_cx_neg)
+EW_IMPL(k_abs, PROMOTE, EW_N(ew_abs), .cx = tpu_ew_cx_abs, .flags = TPU_EW_CX_PART)
 EW_IMPL(k_sign, PROMOTE, EW_A(ew_sign))
 EW_IMPL(k_floor, PROMOTE, EW_FNS(NULL, ew_ident_I64, ew_floor_F32, ew_floor_F64))
 EW_IMPL(k_ceil, PROMOTE, EW_FNS(NULL, ew_ident_I64, ew_ceil_F32, ew_ceil_F64))
@@ -496,7 +497,7 @@ EW_IMPL(k_leaky_relu, PROMOTE, EW_F(ew_leaky_relu), .num_params = 1, .dflt = {0.
 EW_IMPL(k_elu, PROMOTE, EW_F(ew_elu), .num_params = 3, .dflt = {1, 1, 1})
 EW_IMPL(k_logical_not, BOOL_OUT, EW_A(ew_logical_not))
 EW_IMPL(k_bitwise_not, PROMOTE, EW_BI(ew_bitwise_not))
-#define EW_FLOAT_UNARY(op) EW_IMPL(k_##op, FLOAT, EW_F(ew_##op))
+#define EW_FLOAT_UNARY(op) EW_IMPL(k_##op, FLOAT, EW_F(ew_##op), .cx = tpu_ew_cx_##op)
 EW_FLOAT_UNARY(exp)
 EW_FLOAT_UNARY(exp2)
 EW_FLOAT_UNARY(expm1)
@@ -512,10 +513,10 @@ EW_FLOAT_UNARY(cos)
 EW_FLOAT_UNARY(tan)
 EW_FLOAT_UNARY(tanh)
 EW_FLOAT_UNARY(sigmoid)
-EW_FLOAT_UNARY(erf)
+EW_IMPL(k_erf, FLOAT, EW_F(ew_erf)) /* no complex erf (PyTorch has none) */
 #define EW_PRED_IMPL(op) EW_IMPL(k_##op, BOOL_OUT, EW_A(ew_##op))
-EW_PRED_IMPL(eq)
-EW_PRED_IMPL(ne)
+EW_IMPL(k_eq, BOOL_OUT, EW_A(ew_eq), .cx = tpu_ew_cx_eq)
+EW_IMPL(k_ne, BOOL_OUT, EW_A(ew_ne), .cx = tpu_ew_cx_ne)
 EW_PRED_IMPL(lt)
 EW_PRED_IMPL(le)
 EW_PRED_IMPL(gt)
@@ -526,13 +527,16 @@ EW_PRED_IMPL(logical_xor)
 EW_IMPL(k_bitwise_and, PROMOTE, EW_BI(ew_bitwise_and))
 EW_IMPL(k_bitwise_or, PROMOTE, EW_BI(ew_bitwise_or))
 EW_IMPL(k_bitwise_xor, PROMOTE, EW_BI(ew_bitwise_xor))
-EW_IMPL(k_where, PROMOTE, EW_A(ew_where), .promote = 6, .bool_in = 1, .checked = 6)
+EW_IMPL(k_where, PROMOTE, EW_A(ew_where), .promote = 6, .bool_in = 1, .checked = 6,
+        .cx = tpu_ew_cx_where)
 EW_IMPL(k_masked_fill, FIRST, EW_A(ew_masked_fill), .bool_in = 2, .checked = 4,
-        .flags = TPU_EW_VALUE_0DIM)
-EW_IMPL(k_lerp, PROMOTE, EW_F(ew_lerp), .flags = TPU_EW_SAME_DTYPE | TPU_EW_OPMATH_SCALAR)
-EW_IMPL(k_addcmul, PROMOTE, EW_N(ew_addcmul), .num_params = 1, .checked_params = 1, .dflt = {1})
+        .flags = TPU_EW_VALUE_0DIM, .cx = tpu_ew_cx_masked_fill)
+EW_IMPL(k_lerp, PROMOTE, EW_F(ew_lerp), .flags = TPU_EW_SAME_DTYPE | TPU_EW_OPMATH_SCALAR,
+        .cx = tpu_ew_cx_lerp)
+EW_IMPL(k_addcmul, PROMOTE, EW_N(ew_addcmul), .num_params = 1, .checked_params = 1, .dflt = {1},
+        .cx = tpu_ew_cx_addcmul)
 EW_IMPL(k_addcdiv, PROMOTE, EW_F(ew_addcdiv), .num_params = 1, .checked_params = 1,
-        .dflt = {1}, .prepare = prep_addcdiv)
+        .dflt = {1}, .prepare = prep_addcdiv, .cx = tpu_ew_cx_addcdiv)
 EW_IMPL(k_gelu_backward, PROMOTE, EW_F(ew_gelu_backward), .prepare = prep_gelu)
 EW_IMPL(k_silu_backward, PROMOTE, EW_F(ew_silu_backward))
 EW_IMPL(k_sigmoid_backward, PROMOTE, EW_F(ew_sigmoid_backward))
@@ -558,8 +562,8 @@ static const tpu_op_def_t g_rows[] = {
      * products in complex.c; uint16/32/64 products wrap as their
      * signed twins' do, bit for bit */
     {"mul", "self,other", "", "out",
-     "mul.Tensor mul.Scalar mul.out mul.Scalar_out mul_.Tensor mul_.Scalar", tpu_ew_mul_kernel,
-     tpu_ew_mul_infer, tpu_ew_mul_check, &k_mul,
+     "mul.Tensor mul.Scalar mul.out mul.Scalar_out mul_.Tensor mul_.Scalar", tpu_ew_kernel,
+     tpu_ew_infer, tpu_ew_check, &k_mul,
      TPU_OP_OWN_OVERLAP_CHECK | TPU_OP_POINTWISE | TPU_OP_COMPLEX_AS_REAL | TPU_OP_COMPLEX |
          TPU_OP_UNSIGNED_AS_SIGNED},
     EW_ROW("div", "self,other", "rounding_mode", "out",

@@ -664,7 +664,8 @@ static const tpu_op_def_t k_ops[] = {
     IX_ROW("embedding_dense_backward", "grad_output,indices",
            "num_weights,padding_idx,scale_grad_by_freq",
            "embedding_dense_backward embedding_dense_backward.out", k_embedding),
-    IX_ROW_F("cat", "tensors*", "dim", "cat cat.out", k_cat, TPU_OP_OUT_NO_OVERLAP),
+    /* complex too: cat converts each input into its slice (view_copy) */
+    IX_ROW_F("cat", "tensors*", "dim", "cat cat.out", k_cat, TPU_OP_OUT_NO_OVERLAP | TPU_OP_COMPLEX),
 };
 
 const tpu_op_family_t tpu_family_index = {"index", k_ops,

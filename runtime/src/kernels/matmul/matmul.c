@@ -179,7 +179,7 @@ tpu_status_t tpu_mm_problem(const tpu_op_def_t* def, const tpu_node_t* node,
                                        MM_PRECISION_HIGHEST);
   if (p->precision < MM_PRECISION_HIGHEST || p->precision > MM_PRECISION_MEDIUM)
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "matmul_precision must be 0, 1 or 2");
-  bool floating = tpu_dtype_is_floating(dtype);
+  bool floating = tpu_dtype_is_floating(dtype) || tpu_dtype_is_complex(dtype);
   p->has_bias = s->has_bias && (floating ? p->beta != 0.0 : p->ibeta != 0);
   if (p->has_bias) {
     tpu_view_t expanded;
@@ -608,6 +608,7 @@ static tpu_status_t mm_run(const tpu_op_def_t* def, const tpu_node_t* node,
 
 static tpu_status_t matmul_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                   tpu_exec_ctx_t* ctx) {
+  if (tpu_mm_is_complex(node)) return tpu_mm_cx_kernel(def, node);
   bool ran;
   return mm_run(def, node, NULL, ctx, &ran);
 }
@@ -634,6 +635,7 @@ static tpu_status_t matmul_infer(const tpu_op_def_t* def, const tpu_node_t* node
 /* Native: one dtype for every operand, not bool, floats only with BLAS and
  * with dims that fit its 32-bit integers. */
 static tpu_status_t matmul_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  if (tpu_mm_is_complex(node)) return tpu_mm_cx_check(def, node);
   int32_t ndim;
   int64_t sizes[TPU_MAX_DIMS];
   tpu_dtype_t dtype;
@@ -662,9 +664,9 @@ static const mm_spec_t k_mm = {false, 2, 2}, k_bmm = {false, 3, 3}, k_addmm = {t
   {name, inputs, attrs, "out", aten, matmul_kernel, matmul_infer, matmul_check, &spec, flags}
 /* GEMMs (a 2-D or batched 3-D C) take epilogues; mv, addmv and dot do not. */
 #define MM_ROW(name, inputs, attrs, aten, spec) \
-  MM_ROW_FLAGS(name, inputs, attrs, aten, spec, TPU_OP_HEAVY | TPU_OP_EPILOGUE)
+  MM_ROW_FLAGS(name, inputs, attrs, aten, spec, TPU_OP_HEAVY | TPU_OP_EPILOGUE | TPU_OP_COMPLEX)
 #define MV_ROW(name, inputs, attrs, aten, spec) \
-  MM_ROW_FLAGS(name, inputs, attrs, aten, spec, TPU_OP_HEAVY)
+  MM_ROW_FLAGS(name, inputs, attrs, aten, spec, TPU_OP_HEAVY | TPU_OP_COMPLEX)
 
 static const tpu_op_def_t k_ops[] = {
     MM_ROW("mm", "self,mat2", "matmul_precision", "mm mm.out", k_mm),
@@ -677,7 +679,7 @@ static const tpu_op_def_t k_ops[] = {
     MV_ROW("addmv", "self,mat,vec", "beta,alpha,matmul_precision", "addmv addmv_ addmv.out",
            k_addmv),
     MV_ROW("dot", "self,tensor", "matmul_precision", "dot dot.out", k_dot),
-    /* vdot conjugates self: the same as dot for the (real) dtypes the runtime has. */
+    /* vdot conjugates self (complex operands: matmul_complex.c). */
     MV_ROW("vdot", "self,other", "matmul_precision", "vdot vdot.out", k_dot),
 };
 

@@ -93,4 +93,10 @@ int tpu_mm_gemv_set_level(int level);
 /* Plain reference: triple loop, double (or wrapping int64) accumulation. */
 tpu_status_t tpu_matmul_reference(const tpu_op_def_t* def, const tpu_node_t* node);
 
+/* Complex operands (matmul_complex.c): the family's row functions hand a
+ * node with a complex input to these (cgemm / zgemm per matrix). */
+bool tpu_mm_is_complex(const tpu_node_t* node);
+tpu_status_t tpu_mm_cx_check(const tpu_op_def_t* def, const tpu_node_t* node);
+tpu_status_t tpu_mm_cx_kernel(const tpu_op_def_t* def, const tpu_node_t* node);
+
 #endif /* TPU_KERNELS_MATMUL_H_ */

@@ -209,6 +209,7 @@ tpu_status_t tpu_reduce_check_outputs(const reduce_args_t* a, const tpu_node_t* 
 
 static tpu_status_t reduce_infer(const tpu_op_def_t* def, const tpu_node_t* node,
                                  tpu_view_t* out_views) {
+  if (tpu_reduce_is_complex(node)) return tpu_reduce_cx_infer(def, node, out_views);
   reduce_args_t a;
   TPU_RETURN_IF_ERROR(ku_unimplemented(tpu_reduce_parse(def, node, &a)));
   for (int32_t i = 0; i < a.num_outputs; ++i) out_views[i] = a.shape[i];
@@ -217,6 +218,7 @@ static tpu_status_t reduce_infer(const tpu_op_def_t* def, const tpu_node_t* node
 
 /* Argument errors fall back (see ku_unimplemented), so PyTorch raises its own. */
 static tpu_status_t reduce_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  if (tpu_reduce_is_complex(node)) return tpu_reduce_cx_check(def, node);
   reduce_args_t a;
   TPU_RETURN_IF_ERROR(ku_unimplemented(tpu_reduce_parse(def, node, &a)));
   /* aminmax's out= must have self's dtype (PyTorch raises; the CPU fallback does). */
@@ -767,6 +769,7 @@ static void combine_work(void* arg, int64_t begin, int64_t end) {
 
 static tpu_status_t reduce_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                   tpu_exec_ctx_t* ctx) {
+  if (tpu_reduce_is_complex(node)) return tpu_reduce_cx_kernel(def, node, ctx);
   reduce_args_t a;
   TPU_RETURN_IF_ERROR(tpu_reduce_parse(def, node, &a));
   TPU_RETURN_IF_ERROR(tpu_reduce_check_outputs(&a, node));
@@ -866,15 +869,19 @@ static const reduce_impl_t k_aminmax = {RACC_MINMAX, ROUT_MINMAX, true, "aminmax
 #define ROW(name, attrs, outputs, aten, impl)                                              \
   {name, "self", attrs, outputs, aten, reduce_kernel, reduce_infer, reduce_check, &impl, 0, \
    reduce_rows}
+/* ... taking complex input too (sum, mean: reduce_complex.c). */
+#define ROW_CX(name, attrs, outputs, aten, impl)                                          \
+  {name, "self", attrs, outputs, aten, reduce_kernel, reduce_infer, reduce_check, &impl, \
+   TPU_OP_COMPLEX, reduce_rows}
 
 /* Rows whose ATen schemas have different argument subsets are separate rows
  * (sum.dim_IntList has dim/keepdim, sum.default has not); one kernel serves
  * both, reading absent attrs as their defaults. */
 static const tpu_op_def_t k_rows[] = {
-    ROW("sum", "dim,keepdim,dtype", "out", "sum.dim_IntList sum.IntList_out", k_sum),
-    ROW("sum_all", "dtype", "out", "sum.default sum.out", k_sum),
-    ROW("mean", "dim,keepdim,dtype", "out", "mean.dim mean.out", k_mean),
-    ROW("mean_all", "dtype", "out", "mean.default mean.dtype_out", k_mean),
+    ROW_CX("sum", "dim,keepdim,dtype", "out", "sum.dim_IntList sum.IntList_out", k_sum),
+    ROW_CX("sum_all", "dtype", "out", "sum.default sum.out", k_sum),
+    ROW_CX("mean", "dim,keepdim,dtype", "out", "mean.dim mean.out", k_mean),
+    ROW_CX("mean_all", "dtype", "out", "mean.default mean.dtype_out", k_mean),
     ROW("prod", "dim,keepdim,dtype", "out", "prod.dim_int prod.int_out", k_prod),
     ROW("prod_all", "dtype", "out", "prod.default prod.out", k_prod),
     ROW("amax", "dim,keepdim", "out", "amax.default amax.out", k_amax),

@@ -91,4 +91,14 @@ tpu_status_t tpu_reduce_reference(const tpu_op_def_t* def, const tpu_node_t* nod
 
 extern const tpu_op_family_t tpu_family_reduce;
 
+/* Complex sum and mean (reduce_complex.c): the rows that take complex
+ * input hand such nodes to these, which run the real row on the input's
+ * (..., 2) real view. */
+bool tpu_reduce_is_complex(const tpu_node_t* node);
+tpu_status_t tpu_reduce_cx_infer(const tpu_op_def_t* def, const tpu_node_t* node,
+                                 tpu_view_t* out_views);
+tpu_status_t tpu_reduce_cx_check(const tpu_op_def_t* def, const tpu_node_t* node);
+tpu_status_t tpu_reduce_cx_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
+                                  tpu_exec_ctx_t* ctx);
+
 #endif /* TPU_KERNELS_REDUCE_H_ */

@@ -2,6 +2,7 @@
  * polar, table-driven against a plain double-precision reference: dtypes,
  * broadcasting, strided layouts, real and number operands, in-place, and the
  * checks that send other forms to the CPU fallback. */
+#include <complex.h>
 #include <math.h>
 #include <string.h>
 
@@ -254,4 +255,211 @@ TEST(elementwise_complex_gather_as_bits) {
   tt_free(&idx);
   tt_free(&o);
   tt_free(&w);
+}
+
+/* ---- the complex math of the elementwise rows (complex_math.c) ----------------- */
+
+/* A plain reference per op: C99's functions over double complex. */
+typedef double _Complex cxd;
+typedef cxd (*cx_ref_fn)(const cxd* in);
+
+static cxd r_add(const cxd* x) { return x[0] + x[1]; }
+static cxd r_sub(const cxd* x) { return x[0] - x[1]; }
+static cxd r_rsub(const cxd* x) { return x[1] - x[0]; }
+static cxd r_mul(const cxd* x) { return x[0] * x[1]; }
+static cxd r_div(const cxd* x) { return x[0] / x[1]; }
+static cxd r_pow(const cxd* x) { return cpow(x[0], x[1]); }
+static cxd r_eq(const cxd* x) { return x[0] == x[1]; }
+static cxd r_ne(const cxd* x) { return x[0] != x[1]; }
+static cxd r_neg(const cxd* x) { return -x[0]; }
+static cxd r_reciprocal(const cxd* x) { return 1 / x[0]; }
+static cxd r_abs(const cxd* x) { return cabs(x[0]); }
+static cxd r_angle(const cxd* x) { return carg(x[0]); }
+static cxd r_sgn(const cxd* x) { return x[0] / cabs(x[0]); }
+static cxd r_exp(const cxd* x) { return cexp(x[0]); }
+static cxd r_exp2(const cxd* x) { return cpow(2, x[0]); }
+static cxd r_expm1(const cxd* x) { return cexp(x[0]) - 1; }
+static cxd r_log(const cxd* x) { return clog(x[0]); }
+static cxd r_log2(const cxd* x) { return clog(x[0]) / log(2); }
+static cxd r_log10(const cxd* x) { return clog(x[0]) / log(10); }
+static cxd r_log1p(const cxd* x) { return clog(1 + x[0]); }
+static cxd r_sqrt(const cxd* x) { return csqrt(x[0]); }
+static cxd r_rsqrt(const cxd* x) { return 1 / csqrt(x[0]); }
+static cxd r_sigmoid(const cxd* x) { return 1 / (1 + cexp(-x[0])); }
+static cxd r_sin(const cxd* x) { return csin(x[0]); }
+static cxd r_cos(const cxd* x) { return ccos(x[0]); }
+static cxd r_tan(const cxd* x) { return ctan(x[0]); }
+static cxd r_asin(const cxd* x) { return casin(x[0]); }
+static cxd r_acos(const cxd* x) { return cacos(x[0]); }
+static cxd r_atan(const cxd* x) { return catan(x[0]); }
+static cxd r_sinh(const cxd* x) { return csinh(x[0]); }
+static cxd r_cosh(const cxd* x) { return ccosh(x[0]); }
+static cxd r_tanh(const cxd* x) { return ctanh(x[0]); }
+static cxd r_asinh(const cxd* x) { return casinh(x[0]); }
+static cxd r_acosh(const cxd* x) { return cacosh(x[0]); }
+static cxd r_atanh(const cxd* x) { return catanh(x[0]); }
+static cxd r_where(const cxd* x) { return creal(x[0]) != 0 ? x[1] : x[2]; }
+static cxd r_lerp(const cxd* x) { return x[0] + x[2] * (x[1] - x[0]); }
+static cxd r_addcmul(const cxd* x) { return x[0] + x[1] * x[2]; }
+static cxd r_addcdiv(const cxd* x) { return x[0] + x[1] / x[2]; }
+
+typedef struct cx_op_case {
+  const char* op;
+  int32_t nin;
+  cx_ref_fn ref;
+  int32_t result; /* 0: the complex dtype, 1: its part dtype, 2: bool */
+} cx_op_case_t;
+
+#define CXU(op) {#op, 1, r_##op, 0}
+static const cx_op_case_t g_cx_ops[] = {
+    {"add", 2, r_add, 0}, {"sub", 2, r_sub, 0}, {"rsub", 2, r_rsub, 0}, {"mul", 2, r_mul, 0},
+    {"div", 2, r_div, 0}, {"pow", 2, r_pow, 0}, {"eq", 2, r_eq, 2},     {"ne", 2, r_ne, 2},
+    {"abs", 1, r_abs, 1}, {"angle", 1, r_angle, 1}, CXU(neg), CXU(reciprocal), CXU(sgn),
+    CXU(exp), CXU(exp2), CXU(expm1), CXU(log), CXU(log2), CXU(log10), CXU(log1p), CXU(sqrt),
+    CXU(rsqrt), CXU(sigmoid), CXU(sin), CXU(cos), CXU(tan), CXU(asin), CXU(acos), CXU(atan),
+    CXU(sinh), CXU(cosh), CXU(tanh), CXU(asinh), CXU(acosh), CXU(atanh),
+    {"where", 3, r_where, 0}, {"lerp", 3, r_lerp, 0}, {"addcmul", 3, r_addcmul, 0},
+    {"addcdiv", 3, r_addcdiv, 0},
+};
+
+/* Parts are compared relative to the whole value's magnitude `scale` (a
+ * complex64 pow, in float math as PyTorch's, errs relative to |w|). */
+static bool cx_close(double g, double w, double scale, double tol) {
+  if (isnan(w) || isnan(g)) return isnan(w) && isnan(g);
+  if (isinf(w) || isinf(g)) return g == w;
+  return fabs(g - w) <= tol * (1 + scale);
+}
+
+/* Every op with complex math, complex64 and complex128, against the
+ * reference: strided and broadcast operands, a real operand mixed in (its
+ * imaginary part 0), the result dtype each op promises. */
+TEST(elementwise_complex_math_matches_reference) {
+  const tpu_dtype_t cds[2] = {TPU_DTYPE_C64, TPU_DTYPE_C128};
+  for (size_t c = 0; c < sizeof(g_cx_ops) / sizeof(g_cx_ops[0]); ++c) {
+    const cx_op_case_t* k = &g_cx_ops[c];
+    const tpu_op_def_t* def = tt_def(k->op);
+    for (int t = 0; t < 2; ++t) {
+      int64_t full[2] = {5, 6}, row[1] = {6};
+      tt_t in[3];
+      tpu_value_t vals[3];
+      for (int32_t i = 0; i < k->nin; ++i) {
+        bool cond = strcmp(k->op, "where") == 0 && i == 0;
+        /* operand 1 a broadcast row; lerp's weight real (its dtype must
+         * match in PyTorch, so complex too); operand 2 of addcmul real */
+        tpu_dtype_t d = cond ? TPU_DTYPE_BOOL
+                        : (i == 2 && strcmp(k->op, "addcmul") == 0) ? TPU_DTYPE_F32
+                                                                     : cds[t];
+        in[i] = i == 1 ? tt_make(d, 1, row, TT_GAPS)
+                       : tt_make(d, 2, full, i == 0 ? TT_TRANSPOSED : TT_CONTIG);
+        if (cond)
+          tt_fill_ints(&in[i].view, 3, 0, 1);
+        else
+          cx_fill(&in[i].view);
+        vals[i] = tt_value(&in[i].view);
+      }
+      tpu_attr_t none[4] = {tt_none(), tt_none(), tt_none(), tt_none()}; /* defaults */
+      tpu_node_t node = tt_node(vals, k->nin, NULL, 0, none, tpu_spec_count(def->attrs));
+      node.op = tpu_op_lookup(k->op);
+      node.num_outputs = 1;
+      tpu_view_t shape;
+      CHECK_OK(tpu_op_infer(&node, &shape));
+      tpu_dtype_t want = k->result == 0   ? cds[t]
+                         : k->result == 1 ? tpu_dtype_part(cds[t])
+                                          : TPU_DTYPE_BOOL;
+      if (shape.dtype != want)
+        tpu_test_fail(__FILE__, __LINE__, "%s: result %s, want %s", k->op,
+                      tpu_dtype_name(shape.dtype), tpu_dtype_name(want));
+      tt_t o = tt_like(&shape, TT_PADDED);
+      node.outputs = &o.view;
+      CHECK_OK(tpu_op_check(&node));
+      tpu_exec_ctx_t ctx = {0};
+      CHECK_OK(tpu_node_execute(&node, &ctx));
+      double tol = t == 0 ? 2e-6 : 1e-12;
+      for (int64_t e = 0; e < 30; ++e) {
+        cxd x[3];
+        for (int32_t i = 0; i < k->nin; ++i) {
+          double re, im;
+          cx_get(&in[i].view, bcast_index(&o.view, &in[i].view, e), &re, &im);
+          x[i] = CMPLX(re, im);
+        }
+        if (t == 0) /* complex64 operands were rounded to float */
+          for (int32_t i = 0; i < k->nin; ++i) x[i] = CMPLX((float)creal(x[i]), (float)cimag(x[i]));
+        cxd w = k->ref(x);
+        double gr, gi;
+        cx_get(&o.view, e, &gr, &gi);
+        double scale = isfinite(cabs(w)) ? cabs(w) : 0;
+        if (!cx_close(gr, creal(w), scale, tol) ||
+            (k->result == 0 && !cx_close(gi, cimag(w), scale, tol)))
+          tpu_test_fail(__FILE__, __LINE__, "%s %s element %lld: (%g, %g) want (%g, %g)", k->op,
+                        tpu_dtype_name(cds[t]), (long long)e, gr, gi, creal(w), cimag(w));
+      }
+      for (int32_t i = 0; i < k->nin; ++i) tt_free(&in[i]);
+      tt_free(&o);
+    }
+  }
+}
+
+/* Forms the complex math refuses with UNIMPLEMENTED (the CPU fallback then
+ * runs or raises them as PyTorch does): an op without complex math (erf), a
+ * real out= of a complex result, div with a rounding mode. */
+TEST(elementwise_complex_math_refusals) {
+  int64_t s[1] = {8};
+  tt_t x = tt_make(TPU_DTYPE_C64, 1, s, TT_CONTIG), y = tt_make(TPU_DTYPE_C64, 1, s, TT_CONTIG);
+  tt_t real_out = tt_make(TPU_DTYPE_F32, 1, s, TT_CONTIG);
+  cx_fill(&x.view);
+  cx_fill(&y.view);
+  tpu_value_t in[2] = {tt_value(&x.view), tt_value(&y.view)};
+  tpu_node_t node = tt_node(in, 1, &y.view, 1, NULL, 0);
+  node.op = tpu_op_lookup("erf");
+  CHECK(tt_code(tpu_op_check(&node)) == TPU_CODE_UNIMPLEMENTED);
+  tpu_attr_t alpha = tt_none();
+  node = tt_node(in, 2, &real_out.view, 1, &alpha, 1);
+  node.op = tpu_op_lookup("add");
+  CHECK(tt_code(tpu_op_check(&node)) == TPU_CODE_UNIMPLEMENTED);
+  tt_t o = tt_make(TPU_DTYPE_C64, 1, s, TT_CONTIG);
+  tpu_attr_t mode = {.kind = TPU_ATTR_STR, .u.str = "floor"};
+  node = tt_node(in, 2, &o.view, 1, &mode, 1);
+  node.op = tpu_op_lookup("div");
+  CHECK(tt_code(tpu_op_check(&node)) == TPU_CODE_UNIMPLEMENTED);
+  /* abs of complex64 is float32: its out= takes that */
+  node = tt_node(in, 1, &real_out.view, 1, NULL, 0);
+  node.op = tpu_op_lookup("abs");
+  CHECK_OK(tpu_op_check(&node));
+  tt_free(&x);
+  tt_free(&y);
+  tt_free(&real_out);
+  tt_free(&o);
+}
+
+/* complex(real, imag) and its dtype rule. */
+TEST(elementwise_complex_from_parts) {
+  int64_t s[2] = {4, 3}, s1 = 3;
+  tt_t r = tt_make(TPU_DTYPE_F64, 2, s, TT_TRANSPOSED), i = tt_make(TPU_DTYPE_F64, 1, &s1, TT_GAPS);
+  tt_fill(&r.view, -3, 3, 0);
+  tt_fill(&i.view, -3, 3, 0);
+  tpu_value_t in[2] = {tt_value(&r.view), tt_value(&i.view)};
+  tpu_node_t node = tt_node(in, 2, NULL, 0, NULL, 0);
+  node.op = tpu_op_lookup("complex");
+  node.num_outputs = 1;
+  tpu_view_t shape;
+  CHECK_OK(tpu_op_infer(&node, &shape));
+  CHECK(shape.dtype == TPU_DTYPE_C128 && shape.ndim == 2);
+  tt_t o = tt_like(&shape, TT_GAPS);
+  node.outputs = &o.view;
+  CHECK_OK(tpu_op_check(&node));
+  tpu_exec_ctx_t ctx = {0};
+  CHECK_OK(tpu_node_execute(&node, &ctx));
+  for (int64_t e = 0; e < 12; ++e) {
+    double gr, gi;
+    cx_get(&o.view, e, &gr, &gi);
+    CHECK(gr == tt_get(&r.view, e) && gi == tt_get(&i.view, e % 3));
+  }
+  tt_t f = tt_make(TPU_DTYPE_F32, 1, &s1, TT_CONTIG); /* float64 with float32: PyTorch raises */
+  in[1] = tt_value(&f.view);
+  node.outputs = NULL;
+  CHECK(tt_code(tpu_op_infer(&node, &shape)) == TPU_CODE_UNIMPLEMENTED);
+  tt_free(&r);
+  tt_free(&i);
+  tt_free(&o);
+  tt_free(&f);
 }
