@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import TPU0, assert_same, make
+from conftest import TPU0, assert_same, make, no_fallback
 
 
 def grads_of(model):
@@ -264,3 +264,29 @@ def test_module_to_tpu_keeps_tied_weights():
     m(x.to("tpu")).pow(2).mean().backward()
     ref(x).pow(2).mean().backward()
     assert_same(m.emb.weight.grad, ref.emb.weight.grad, atol=1e-6, rtol=1e-5)
+
+
+def test_transformer_gradients_as_accurate_as_cpu():
+    """nn.Transformer (encoder-decoder, causal target mask, float32): every
+    parameter's gradient is within 2x of CPU float32's distance from a
+    float64 reference (issue 27 measured 4x on in_proj_weight; now
+    0.6-0.9x, the worst parameter 0.86x here)."""
+    torch.manual_seed(0)
+    m = torch.nn.Transformer(d_model=64, nhead=4, num_encoder_layers=2, num_decoder_layers=2,
+                             dim_feedforward=128, dropout=0.0)
+    src, tgt = torch.randn(10, 3, 64), torch.randn(9, 3, 64)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(9)
+
+    def grads(dev, dt):
+        mm = copy.deepcopy(m).to(dev, dt)
+        out = mm(src.to(dev, dt), tgt.to(dev, dt), tgt_mask=mask.to(dev, dt), tgt_is_causal=True)
+        out.square().sum().backward()
+        return {n: p.grad.detach().cpu().double() for n, p in mm.named_parameters()}
+
+    ref, cpu = grads("cpu", torch.float64), grads("cpu", torch.float32)
+    with no_fallback():
+        tpu = grads("tpu", torch.float32)
+    worse = {n: ((tpu[n] - ref[n]).abs().max().item(), (cpu[n] - ref[n]).abs().max().item())
+             for n in ref}
+    bad = {n: e for n, e in worse.items() if e[0] > 2 * e[1] + 1e-7}
+    assert not bad, bad
