@@ -55,6 +55,7 @@ struct Binding {
   std::vector<ArgRole> args;
   int num_inputs = 0, num_attrs = 0, num_outputs = 0;
   bool inplace = false, has_out = false;
+  int self_input = -1;  // in-place: the input that self also binds (-1: none)
   bool mutates_input = false;  // some input is marked '!' in the row
   int seed_attr = -1, offset_attr = -1;
   int sync_attr = -1;         // "sync_size": filled from the count row's result
@@ -440,17 +441,46 @@ bool sync_count(Binding* b, Call& call, tpu_node_t& node) {
 
 enum class Outcome { Done, NeedMeta, Fallback };
 
+bool same_view(const tpu_view_t& a, const tpu_view_t& b) {
+  if (a.addr != b.addr || a.dtype != b.dtype || a.ndim != b.ndim) return false;
+  for (int d = 0; d < a.ndim; ++d)
+    if (a.sizes[d] != b.sizes[d] || a.strides[d] != b.strides[d]) return false;
+  return true;
+}
+
+// The input that an in-place overload of `def` binds to self (addmm_: input
+// 0), or -1 when the row has no in-place overload. Scans the bindings: only
+// called when an out= overlaps an input.
+int inplace_self_input(const tpu_op_def_t* def) {
+  for (const Binding& b : g_bindings)
+    if (b.def == def && b.inplace && b.self_input >= 0) return b.self_input;
+  return -1;
+}
+
 // An out= tensor that shares memory with an input: a kernel would read what
 // it has already written, so such calls go to the CPU, which computes them
 // from copies. Rows that check overlap themselves (TPU_OP_OWN_OVERLAP_CHECK:
 // elementwise, as TensorIterator does) and ops PyTorch refuses it for
-// (TPU_OP_OUT_NO_OVERLAP, raised in tpu_op_check) stay native.
-bool out_overlaps_input(const Binding* b, const Call& call, const tpu_view_t& out) {
+// (TPU_OP_OUT_NO_OVERLAP, raised in tpu_op_check) stay native, and so does
+// an out= that is exactly the input the row's in-place overload writes and
+// already has the result's shape `want` (addmm(c, a, b, out=c) is addmm_:
+// the kernel takes that aliasing; a resize would move the input's memory).
+bool out_overlaps_input(const Binding* b, const Call& call, const tpu_view_t& out,
+                        const tpu_view_t& want) {
   if (b->def->flags & (TPU_OP_OUT_NO_OVERLAP | TPU_OP_OWN_OVERLAP_CHECK)) return false;
-  for (int i = 0; i < call.num_inputs; ++i)
-    if (call.inputs[i].kind == TPU_VALUE_VIEW &&
-        tpu_views_may_overlap(&call.inputs[i].u.view, &out))
-      return true;
+  int self = -2;  // not looked up yet
+  for (int i = 0; i < call.num_inputs; ++i) {
+    if (call.inputs[i].kind != TPU_VALUE_VIEW ||
+        !tpu_views_may_overlap(&call.inputs[i].u.view, &out))
+      continue;
+    bool sized = out.ndim == want.ndim &&
+                 std::equal(out.sizes, out.sizes + out.ndim, want.sizes);
+    if (sized && same_view(call.inputs[i].u.view, out)) {
+      if (self == -2) self = inplace_self_input(b->def);
+      if (i == self) continue;
+    }
+    return true;
+  }
   return false;
 }
 
@@ -517,7 +547,7 @@ Outcome run_native(Binding* b, Call& call, const at::Tensor* const* given, at::T
                     "performing the operation.");
         tpu_view_t before;
         if (out.numel() > 0 && make_view(out, &before)) {
-          if (out_overlaps_input(b, call, before)) return Outcome::Fallback;
+          if (out_overlaps_input(b, call, before, want)) return Outcome::Fallback;
           // PyTorch checks these before resizing: test the out= tensor as given.
           tpu_view_t saved = call.outputs[k];
           call.outputs[k] = before;
@@ -994,6 +1024,7 @@ std::string bind_one(const std::string& aten, tpu_op_id_t id, Binding& b) {
       b.inplace = true;
       if (in_idx >= 0) {
         r.also_input = true;
+        b.self_input = in_idx;
         inputs_seen.push_back(in_idx);
       }
     } else if (arg.type()->kind() == c10::TypeKind::GeneratorType ||
