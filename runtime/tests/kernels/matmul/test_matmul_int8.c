@@ -251,6 +251,7 @@ static void check_w8(const w8_case_t* c, size_t index, int level) {
   tt_t s = tt_make(c->dtype, 1, ss, TT_CONTIG), out = tt_make(c->dtype, 2, cs, TT_CONTIG);
   tt_fill_ints(&a.view, 3 + index, -4, 4);
   tt_fill_ints(&b.view, 5 + index, -128, 127);
+  for (int64_t e = 0; e < c->n * c->k; e += 5) tt_set(&b.view, e, e % 2 ? 127 : -128); /* extremes */
   tt_fill_ints(&s.view, 7 + index, -3, 3);
   tt_fill_value(&out.view, NAN);
   tpu_view_t av = a.view, sv = s.view;
