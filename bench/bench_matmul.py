@@ -35,7 +35,7 @@ average, torch_tpu.matrix_unit()), the table, matrix_unit() again (its
 counts show which path ran), and writes bench/results/matmul.json.
 Usage: python bench/bench_matmul.py [--quick] [--rounds N] [--model auto|transformers|nn]
                                     [--no-model] [--no-conv] [--conv-only] [--conv-split-ab]
-                                    [--conv-gemm-ab] [--conv-1x1] [--out PATH]
+                                    [--conv-gemm-ab] [--conv-1x1] [--int8-only] [--out PATH]
   --quick: 5 rounds, skips the 2048^3 GEMM and batch 8 (about 1-2 minutes).
 """
 import argparse
@@ -547,6 +547,8 @@ def main():
     ap.add_argument("--no-conv", action="store_true", help="no ResNet-50 convolutions")
     ap.add_argument("--conv-only", action="store_true",
                     help="only the ResNet-50 convolutions (no GEMM, int8 or model rows)")
+    ap.add_argument("--int8-only", action="store_true",
+                    help="only the int8 rows (torch._int_mm, aten._weight_int8pack_mm)")
     ap.add_argument("--conv-split-ab", action="store_true",
                     help="bfloat16 convolutions also with the tpu's split over the pool off "
                          "(TORCH_TPU_CONV_SPLIT=0), in the same alternating rounds")
@@ -577,15 +579,15 @@ def main():
           f"GF/s from min; x = cpu_ms / tpu_ms (>1: tpu faster)")
     print(HEADER)
     t0 = time.perf_counter()
-    rows = [] if a.conv_only else run_gemms(a.quick, rounds)
+    rows = [] if a.conv_only or a.int8_only else run_gemms(a.quick, rounds)
     if not a.conv_only:
         rows += run_int8(rounds)
     model_label = None
-    if not a.no_model and not a.conv_only:
+    if not a.no_model and not a.conv_only and not a.int8_only:
         mrows, model_label = run_models(a.model, batches, rounds)
         rows += mrows
         rows += run_train(rounds)
-    if not a.no_conv:
+    if not a.no_conv and not a.int8_only:
         rows += run_convs(rounds, a.conv_split_ab, a.conv_gemm_ab)
     if a.conv_1x1:
         rows += run_convs_1x1(rounds, a.conv_gemm_ab)

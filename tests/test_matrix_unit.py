@@ -144,9 +144,14 @@ def test_int_mm_matches_cpu_exactly(m, k, n, a_dtype):
     # (ONEDNN_MAX_CPU_ISA=AVX2), so it is no reference there
     want = (a.long() @ b.long()).int()
     before = torch_tpu.fallback_counts().get("aten::_int_mm", 0)
-    got = torch._int_mm(a.tpu(), b.tpu())
-    assert got.dtype == torch.int32 and got.device.type == "tpu"
-    assert torch.equal(got.cpu(), want)
+    at, btpu = a.tpu(), b.tpu()
+    hits = torch_tpu.weight_cache_stats()["hits"]
+    for _ in range(3):  # mat2 read plain, then laid out blocked and kept, then cached
+        got = torch._int_mm(at, btpu)
+        assert got.dtype == torch.int32 and got.device.type == "tpu"
+        assert torch.equal(got.cpu(), want)
+    if torch_tpu.matrix_unit()["int8"]:
+        assert torch_tpu.weight_cache_stats()["hits"] > hits
     bt = b.t().contiguous().t()  # a column-major mat2
     assert torch.equal(torch._int_mm(a.tpu(), bt.tpu()).cpu(), want)
     assert torch_tpu.fallback_counts().get("aten::_int_mm", 0) == before

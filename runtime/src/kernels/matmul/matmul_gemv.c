@@ -270,6 +270,37 @@ GEMV_AVX512 static void dot_i8_avx512(const float* x, int64_t k, const int8_t* m
   }
 }
 
+/* Eight columns at once (the decode path's inner loop): each x vector is
+ * loaded once for eight weight rows, eight independent sums hide the FMA
+ * latency, and each column's stream is prefetched I8_PREFETCH bytes ahead
+ * (measured on one Zen 4 core streaming a [25128, 768] int8 weight from
+ * memory: 3.3 ms with the four-column kernel, 3.0 ms here). Each column's
+ * sum is computed exactly as dot_i8_avx512 computes it (the same lanes, the
+ * same order, the k tail masked), so the results are the same bits. */
+#define I8_PREFETCH 512
+GEMV_AVX512 static void dot8_i8_avx512(const float* x, int64_t k, const int8_t* m, int64_t sj,
+                                       float* acc) {
+  __m512 s[8];
+  for (int c = 0; c < 8; ++c) s[c] = _mm512_setzero_ps();
+  int64_t full = k / 16 * 16, i = 0;
+  for (; i < full; i += 16) {
+    __m512 xv = _mm512_loadu_ps(x + i);
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      const int8_t* p = m + c * sj + i;
+      _mm_prefetch((const char*)p + I8_PREFETCH, _MM_HINT_T0);
+      __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)));
+      s[c] = _mm512_fmadd_ps(xv, w, s[c]);
+    }
+  }
+  if (i < k) {
+    __mmask16 mask = tail16(k - i);
+    __m512 xv = _mm512_maskz_loadu_ps(mask, x + i);
+    for (int c = 0; c < 8; ++c) s[c] = _mm512_fmadd_ps(xv, widen16_i8(mask, m + c * sj + i), s[c]);
+  }
+  for (int c = 0; c < 8; ++c) acc[c] = _mm512_reduce_add_ps(s[c]);
+}
+
 GEMV_AVX2 static inline __m256 widen8_i8(const int8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));
 }
@@ -322,7 +353,12 @@ void tpu_mm_dot_i8(const float* x, int64_t k, const int8_t* m, int64_t sj, int64
   void (*fn)(const float*, int64_t, const int8_t*, int64_t, int, float*) = dot_i8_plain;
 #ifdef GEMV_X86
   int level = gemv_level();
-  if (level == 2) fn = dot_i8_avx512;
+  if (level == 2) {
+    int64_t eights = cols / 8 * 8;
+    for (int64_t c = 0; c < eights; c += 8) dot8_i8_avx512(x, k, m + c * sj, sj, acc + c);
+    m += eights * sj, acc += eights, cols -= eights;
+    fn = dot_i8_avx512;
+  }
   if (level == 1) fn = dot_i8_avx2;
 #endif
   for (int64_t c = 0; c < cols; c += GEMV_ROWS)

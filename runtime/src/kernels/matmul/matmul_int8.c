@@ -36,7 +36,9 @@
 #include "kernels/common/view_walk.h"
 
 #define I8_COLS 128 /* output channels per unit: 128 x k int8 of weight */
-#define I8_ROWS 64  /* rows of self per unit */
+/* rows of self per unit: a GEMM unit widens its block of the weight once
+ * for all of them (at 64, a 128-row product widened each block twice) */
+#define I8_ROWS 256
 /* From this many rows a unit widens its block of the weight to float32 once
  * and runs one sgemm (compute-bound, like any GEMM); below, each row is a
  * set of dot products that stream the block (memory-bound). */
@@ -141,11 +143,13 @@ static void int_mm_rows(void* arg, int64_t begin, int64_t end) {
   free(x);
 }
 
-static tpu_status_t int_mm(const i8_args_t* a, const tpu_view_t* c) {
+static tpu_status_t int_mm(const i8_args_t* a, const tpu_view_t* c, const tpu_graph_t* graph) {
   if (a->m * a->n == 0) return TPU_OK;
   if (a->k > 0 && tpu_mxu_supports_int8() && !views_overlap(c, a->a) &&
       !views_overlap(c, a->b)) {
-    mxu_gemm_t g = {batch_of_one(a->a), batch_of_one(a->b), batch_of_one(c), 1.0f, 0.0f};
+    /* with the graph, a mat2 read again unchanged (a weight) is laid out
+     * blocked once and kept by the weight cache (mxu_pack.h) */
+    mxu_gemm_t g = {batch_of_one(a->a), batch_of_one(a->b), batch_of_one(c), 1.0f, 0.0f, graph};
     bool done = false;
     TPU_RETURN_IF_ERROR(tpu_mxu_gemm(&g, &done));
     if (done) return TPU_OK;
@@ -251,7 +255,6 @@ static tpu_status_t weight_int8pack_mm(const i8_args_t* a, const tpu_view_t* c) 
 
 static tpu_status_t i8_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                               tpu_exec_ctx_t* ctx) {
-  (void)ctx;
   i8_args_t a = {0};
   TPU_RETURN_IF_ERROR(i8_parse(def, node, &a));
   if (node->num_outputs != 1) return bad("missing output");
@@ -261,7 +264,7 @@ static tpu_status_t i8_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   if (views_overlap(c, a.a) || views_overlap(c, a.b) ||
       (a.scales && views_overlap(c, a.scales)))
     return bad("out overlaps an input");
-  return ((const i8_spec_t*)def->impl)->kind == I8_INT_MM ? int_mm(&a, c)
+  return ((const i8_spec_t*)def->impl)->kind == I8_INT_MM ? int_mm(&a, c, ctx ? ctx->graph : NULL)
                                                           : weight_int8pack_mm(&a, c);
 }
 

@@ -247,10 +247,11 @@ static dnnl_primitive_t gemm_primitive(const mxu_gemm_t* g, bool blocked, dnnl_m
 /* ---- execution --------------------------------------------------------------- */
 
 typedef struct mxu_run {
-  dnnl_primitive_t prim;
+  dnnl_primitive_t prim; /* built for a team of `team` threads */
+  int team;
   const mxu_gemm_t* g;
-  const dnnl_memory_desc_t* blocked; /* B's layout for the kernel, or NULL: B as it is */
-  bool cacheable;                    /* the weight cache may keep B's blocked form */
+  dnnl_memory_desc_t* blocked; /* B's layout for the kernel, or NULL: B as it is */
+  bool cacheable;              /* the weight cache may keep B's blocked form */
   dnnl_status_t status;
   tpu_status_t pack_status; /* laying out B failed */
 } mxu_run_t;
@@ -266,6 +267,19 @@ static void run_on(void* arg, int threads) {
   dnnl_memory_t bias_mem = NULL;
   mxu_packed_t* packed = NULL;
   omp_set_num_threads(threads);
+  if (threads != r->team) {
+    /* the pool was busy: a primitive built for the whole pool would fork
+     * a team of that size anyway (oneDNN fixes the count when it builds
+     * one), so it is rebuilt for this team (a lookup when the primitive
+     * cache has it) */
+    tpu_status_t st;
+    dnnl_primitive_t p = gemm_primitive(g, r->blocked != NULL, r->blocked, &st);
+    tpu_status_free(st);
+    if (p) {
+      dnnl_primitive_destroy(r->prim);
+      r->prim = p, r->team = threads;
+    }
+  }
   r->status = dnnl_stream_create(&stream, g_mxu.engine, dnnl_stream_default_flags);
   for (int i = 0; i < 3 && r->status == dnnl_success; ++i) {
     dnnl_memory_desc_t md;
@@ -333,24 +347,35 @@ static tpu_status_t dense_copy(tpu_view_t src, bool fill, void** out_scratch,
  * form may be cached. */
 static tpu_status_t run_gemm(const mxu_gemm_t* g, bool b_own, bool* out_done) {
   tpu_status_t st;
-  bool matrix = b_is_matrix(&g->b) && g->a.dtype != TPU_DTYPE_I8 && g->a.dtype != TPU_DTYPE_U8;
+  bool matrix = b_is_matrix(&g->b);
   bool cacheable =
       matrix && b_own && g->graph && !tpu_weight_cache_graph_writes(g->graph, &g->b);
-  /* the layout of B (mxu_pack.h): float32 always blocked, bfloat16 once B
-   * was seen before */
+  /* the layout of B (mxu_pack.h): float32 always blocked; bfloat16 and int8
+   * once B was seen before. An int8 B laid out blocked carries the s8 x s8
+   * compensation, so the kernel neither copies nor sums it per call:
+   * 128x768 @ 768x3072 0.71 against 0.86 ms on 2 threads (issue 21's
+   * notes in bench/RESULTS.md); int8 sums are exact in either layout. */
   bool blocked = matrix && (g->a.dtype == TPU_DTYPE_F32 || (cacheable && mxu_pack_seen(&g->b)));
   dnnl_memory_desc_t bmd;
+  /* built for the team it will run on: oneDNN takes a primitive's thread
+   * count from the calling thread's OpenMP setting when it builds it, and
+   * an earlier serial run on this thread (conv_mxu.c's split, a busy pool)
+   * leaves that at 1, which made the next GEMMs here run on one thread
+   * (test_matmul_int8.c); run_on rebuilds it if the pool is busy */
+  int team = g->serial ? 1 : tpu_parallel_threads();
+  omp_set_num_threads(team > 0 ? team : 1);
   dnnl_primitive_t prim = gemm_primitive(g, blocked, &bmd, &st);
   if (!prim) {
     if (st == TPU_OK) atomic_fetch_add(&g_mxu.declined, 1);
     return st;
   }
-  mxu_run_t run = {prim, g, blocked ? &bmd : NULL, blocked && cacheable, dnnl_success, TPU_OK};
+  mxu_run_t run = {prim, team > 0 ? team : 1, g, blocked ? &bmd : NULL, blocked && cacheable,
+                   dnnl_success, TPU_OK};
   if (g->serial)
     run_on(&run, 1);
   else
     tpu_parallel_exclusive(run_on, &run);
-  dnnl_primitive_destroy(prim);
+  dnnl_primitive_destroy(run.prim);
   if (run.pack_status != TPU_OK) return run.pack_status;
   if (run.status != dnnl_success)
     return tpu_status_make(

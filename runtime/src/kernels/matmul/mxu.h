@@ -18,13 +18,14 @@
  * before it is written.
  *
  * A B whose batch is 1 or broadcast (a weight, typically) is multiplied in
- * the kernel's blocked layout (bfloat16: from its second sighting on), kept
+ * the kernel's blocked layout (bfloat16 and int8: from its second sighting on), kept
  * by the weight cache while it is read again unchanged (mxu_pack.h).
  *
  * Threads: a GEMM claims the compute pool's cores (tpu_parallel_exclusive)
  * and runs on an OpenMP team of that many threads (the OpenMP runtime is the
  * process's one libgomp, which PyTorch's CPU kernels use too); when the pool
- * is busy (another stream's kernel) it runs on one thread.
+ * is busy (another stream's kernel) it runs on one thread. Its primitive is
+ * built for that team's size (oneDNN fixes the count when it builds one).
  */
 #ifndef TPU_KERNELS_MXU_H_
 #define TPU_KERNELS_MXU_H_

@@ -2,7 +2,12 @@
  * aten._weight_int8pack_mm against plain loops over every layout, size tail
  * and dtype the kernels split on, at each gemv kernel level this CPU has;
  * and the argument checks. */
+#include <dirent.h>
+#include <pthread.h>
+
 #include "kernels/matmul/matmul.h"
+#include "kernels/matmul/mxu.h"
+#include "kernel.h"
 #include "kernel_test_util.h"
 #include "tpu/runtime.h"
 
@@ -66,6 +71,159 @@ TEST(int_mm_matches_plain_sums) {
   else CHECK(after.gemms == before.gemms);
 }
 
+/* _int_mm run in a graph, as the host driver runs it: mat2 read again is
+ * laid out blocked once (with the s8 x s8 compensation for an int8 self)
+ * and then read from the weight cache. Each product is exact: int8 and
+ * uint8 selves over one cached mat2 (their blocked layouts differ), int8
+ * extremes, odd k, n not a multiple of the kernel's 16/64-column blocks. */
+typedef struct int_mm_cached_case {
+  int64_t m, k, n;
+  bool extremes; /* self and mat2 from {-128, 127} (self uint8: {0, 255}) */
+} int_mm_cached_case_t;
+
+static const int_mm_cached_case_t k_int_mm_cached[] = {
+    {64, 96, 80, false}, {5, 131, 67, true}, {128, 768, 200, false}, {1, 17, 3, true},
+};
+
+static void fill_extremes(const tpu_view_t* v, uint64_t seed, int64_t lo, int64_t hi) {
+  tt_fill_ints(v, seed, 0, 1);
+  for (int64_t i = 0; i < tpu_view_numel(v); ++i) tt_set(v, i, tt_get(v, i) ? hi : lo);
+}
+
+/* The last nonzero got - want over C (0: exact). */
+static int64_t int_mm_error(const tt_t* a, const tt_t* b, const tt_t* out, int64_t m, int64_t k,
+                            int64_t n) {
+  int64_t worst = 0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t want = 0;
+      for (int64_t kk = 0; kk < k; ++kk)
+        want += (int64_t)tt_get(&a->view, i * k + kk) * (int64_t)tt_get(&b->view, kk * n + j);
+      int64_t d = (int64_t)tt_get(&out->view, i * n + j) - want;
+      if (d != 0) worst = d;
+    }
+  return worst;
+}
+
+TEST(int_mm_reads_a_cached_mat2_exactly) {
+  const tpu_op_def_t* def = tt_def("int_mm");
+  if (!def) return;
+  tpu_mxu_info_t info;
+  tpu_mxu_get_info(&info);
+  for (size_t ci = 0; ci < sizeof(k_int_mm_cached) / sizeof(k_int_mm_cached[0]); ++ci) {
+    const int_mm_cached_case_t* c = &k_int_mm_cached[ci];
+    tpu_weight_cache_clear();
+    int64_t as[2] = {c->m, c->k}, bs[2] = {c->k, c->n}, cs[2] = {c->m, c->n};
+    tt_t b = tt_make(TPU_DTYPE_I8, 2, bs, TT_CONTIG);
+    if (c->extremes) fill_extremes(&b.view, 40 + ci, -128, 127);
+    else tt_fill_ints(&b.view, 40 + ci, -128, 127);
+    for (int u = 0; u < 2; ++u) { /* int8 self, then uint8 self over the same mat2 */
+      tpu_dtype_t ad = u ? TPU_DTYPE_U8 : TPU_DTYPE_I8;
+      int64_t lo = u ? 0 : -128, hi = u ? 255 : 127;
+      tt_t a = tt_make(ad, 2, as, TT_CONTIG), out = tt_make(TPU_DTYPE_I32, 2, cs, TT_CONTIG);
+      if (c->extremes) fill_extremes(&a.view, 50 + ci, lo, hi);
+      else tt_fill_ints(&a.view, 50 + ci, lo, hi);
+      tpu_value_t in[2] = {tt_value(&a.view), tt_value(&b.view)};
+      tpu_node_t node = tt_node(in, 2, &out.view, 1, NULL, 0);
+      node.op = tpu_op_lookup("int_mm");
+      tpu_graph_t* graph = NULL;
+      CHECK_OK(tpu_graph_from_node(&node, &graph));
+      tpu_exec_ctx_t ctx = {.graph = graph};
+      tpu_weight_cache_stats_t s0, s1;
+      tpu_weight_cache_get_stats(&s0);
+      for (int run = 0; run < 3; ++run) { /* plain, laid out and kept, from the cache */
+        tt_fill_value(&out.view, 12345);
+        CHECK_OK(def->kernel(def, &node, &ctx));
+        int64_t err = int_mm_error(&a, &b, &out, c->m, c->k, c->n);
+        if (err != 0)
+          tpu_test_fail(__FILE__, __LINE__, "cached _int_mm case %zu (%s self, run %d): off by %lld",
+                        ci, tpu_dtype_name(ad), run, (long long)err);
+      }
+      tpu_weight_cache_get_stats(&s1);
+      /* where the unit takes int8, the third run read the cache */
+      if (info.int8) CHECK(s1.hits >= s0.hits + 1 && s1.packs >= s0.packs + 1);
+      else CHECK(s1.hits == s0.hits && s1.packs == s0.packs);
+      tpu_graph_release(graph);
+      tt_free(&a);
+      tt_free(&out);
+    }
+    tt_free(&b);
+  }
+  tpu_weight_cache_clear();
+}
+
+/* A GEMM on the unit runs on a team of the pool's size even when the
+ * calling thread's OpenMP setting was left at 1 (a serial run before it:
+ * conv_mxu.c's split, a busy pool): oneDNN fixes a primitive's thread count
+ * when it is built, from that setting, and a primitive built for one thread
+ * forks no team at all. Counted on a fresh thread (its own OpenMP team):
+ * the product must add the team's worker threads to the process. Exact
+ * sums either way: int8 extremes, odd k, n off the kernel's blocks. */
+void omp_set_num_threads(int threads); /* libgomp's (see mxu.c) */
+
+static int process_threads(void) {
+  int n = 0;
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return -1;
+  for (struct dirent* e; (e = readdir(d)) != NULL;) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+typedef struct team_probe {
+  int before, after;
+  int64_t err;
+  tpu_status_code_t code;
+} team_probe_t;
+
+static void pool_noop(void* arg, int64_t begin, int64_t end) { (void)arg, (void)begin, (void)end; }
+
+static void* team_probe_run(void* arg) {
+  team_probe_t* t = (team_probe_t*)arg;
+  const tpu_op_def_t* def = tt_def("int_mm");
+  int64_t m = 96, k = 257, n = 200, as[2] = {m, k}, bs[2] = {k, n}, cs[2] = {m, n};
+  tt_t a = tt_make(TPU_DTYPE_I8, 2, as, TT_CONTIG), b = tt_make(TPU_DTYPE_I8, 2, bs, TT_CONTIG);
+  tt_t out = tt_make(TPU_DTYPE_I32, 2, cs, TT_CONTIG);
+  tt_fill_ints(&a.view, 21, 0, 1);
+  tt_fill_ints(&b.view, 22, 0, 1);
+  for (int64_t i = 0; i < m * k; ++i) tt_set(&a.view, i, tt_get(&a.view, i) ? 127 : -128);
+  for (int64_t i = 0; i < k * n; ++i) tt_set(&b.view, i, tt_get(&b.view, i) ? 127 : -128);
+  tpu_value_t in[2] = {tt_value(&a.view), tt_value(&b.view)};
+  tpu_node_t node = tt_node(in, 2, &out.view, 1, NULL, 0);
+  node.op = tpu_op_lookup("int_mm");
+  tpu_parallel_for(4, 1, pool_noop, NULL); /* the pool's workers exist before the count */
+  omp_set_num_threads(1);
+  t->before = process_threads();
+  tpu_status_t st = tt_run(def->kernel, def, &node);
+  t->after = process_threads();
+  t->code = tpu_status_code(st);
+  tpu_status_free(st);
+  t->err = 0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t want = 0;
+      for (int64_t kk = 0; kk < k; ++kk)
+        want += (int64_t)tt_get(&a.view, i * k + kk) * (int64_t)tt_get(&b.view, kk * n + j);
+      if ((int64_t)tt_get(&out.view, i * n + j) != want) t->err = 1;
+    }
+  tt_free(&a), tt_free(&b), tt_free(&out);
+  return NULL;
+}
+
+TEST(int_mm_runs_on_the_pools_team_after_a_serial_run) {
+  if (!tt_def("int_mm")) return;
+  tpu_mxu_info_t info;
+  tpu_mxu_get_info(&info);
+  team_probe_t t = {0};
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, team_probe_run, &t) == 0);
+  pthread_join(th, NULL);
+  CHECK(t.code == TPU_CODE_OK);
+  CHECK(t.err == 0);
+  if (info.int8 && tpu_parallel_threads() > 1 && t.before > 0)
+    CHECK(t.after >= t.before + tpu_parallel_threads() - 1);
+}
+
 typedef struct w8_case {
   tpu_dtype_t dtype;
   int64_t m, k, n;
@@ -77,7 +235,9 @@ static const w8_case_t k_w8[] = {
     {TPU_DTYPE_F32, 1, 64, 48, 0, 1},
     {TPU_DTYPE_BF16, 1, 768, 1037, 0, 1},   /* a decode step: column blocks, tails */
     {TPU_DTYPE_F16, 3, 37, 300, 5, 2},      /* k tail, padded rows, strided scales */
-    {TPU_DTYPE_BF16, 70, 45, 130, 0, 1},    /* more rows than a unit's block */
+    {TPU_DTYPE_BF16, 70, 45, 130, 0, 1},    /* GEMM units, n tail */
+    {TPU_DTYPE_BF16, 300, 20, 140, 3, 1},   /* more rows than a unit's block */
+    {TPU_DTYPE_F32, 7, 33, 27, 0, 1},       /* the most rows of the dot path */
     {TPU_DTYPE_F32, 130, 16, 129, 1, 3},
     {TPU_DTYPE_F16, 2, 1, 5, 0, 1},
 };
@@ -91,6 +251,7 @@ static void check_w8(const w8_case_t* c, size_t index, int level) {
   tt_t s = tt_make(c->dtype, 1, ss, TT_CONTIG), out = tt_make(c->dtype, 2, cs, TT_CONTIG);
   tt_fill_ints(&a.view, 3 + index, -4, 4);
   tt_fill_ints(&b.view, 5 + index, -128, 127);
+  for (int64_t e = 0; e < c->n * c->k; e += 5) tt_set(&b.view, e, e % 2 ? 127 : -128); /* extremes */
   tt_fill_ints(&s.view, 7 + index, -3, 3);
   tt_fill_value(&out.view, NAN);
   tpu_view_t av = a.view, sv = s.view;
