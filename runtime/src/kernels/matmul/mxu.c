@@ -33,9 +33,10 @@
 #include "kernels/common/view_walk.h"
 
 /* libgomp's, the OpenMP runtime of Debian's oneDNN build (and of PyTorch):
- * the number of threads the calling thread's next parallel region gets. It
- * is declared here because the fuzzing build's clang ships no omp.h. */
+ * the number of threads the calling thread's next parallel region gets, set
+ * and read. Declared here because the fuzzing build's clang ships no omp.h. */
 void omp_set_num_threads(int threads);
+int omp_get_max_threads(void);
 
 static struct {
   dnnl_engine_t engine;
@@ -344,8 +345,9 @@ static tpu_status_t dense_copy(tpu_view_t src, bool fill, void** out_scratch,
 }
 
 /* `b_own`: B is the caller's view (not a scratch copy), so its blocked
- * form may be cached. */
-static tpu_status_t run_gemm(const mxu_gemm_t* g, bool b_own, bool* out_done) {
+ * form may be cached. Sets the calling thread's OpenMP team size (run_gemm
+ * restores it). */
+static tpu_status_t run_gemm_on_team(const mxu_gemm_t* g, bool b_own, bool* out_done) {
   tpu_status_t st;
   bool matrix = b_is_matrix(&g->b);
   bool cacheable =
@@ -384,6 +386,16 @@ static tpu_status_t run_gemm(const mxu_gemm_t* g, bool b_own, bool* out_done) {
   atomic_fetch_add(&g_mxu.gemms, 1);
   *out_done = true;
   return TPU_OK;
+}
+
+/* run_gemm_on_team, leaving the calling thread's OpenMP setting as it was:
+ * a small command may run on the submitting thread, PyTorch's own, whose
+ * CPU kernels size their teams from that setting. */
+static tpu_status_t run_gemm(const mxu_gemm_t* g, bool b_own, bool* out_done) {
+  int prev = omp_get_max_threads();
+  tpu_status_t st = run_gemm_on_team(g, b_own, out_done);
+  omp_set_num_threads(prev);
+  return st;
 }
 
 tpu_status_t tpu_mxu_gemm(const mxu_gemm_t* g, bool* out_done) {
