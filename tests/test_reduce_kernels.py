@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import torch_tpu
+from conftest import no_fallback
 
 
 
@@ -249,3 +250,21 @@ def test_histc_integer_inputs_count_like_float(dtype):
     got = torch.histc(x.to("tpu"), bins=8, min=0, max=7)
     assert got.dtype == dtype
     assert torch.equal(got.cpu().double(), torch.histc(x.double(), bins=8, min=0, max=7))
+
+
+def test_hash_tensor_matches_cpu_bits_and_errors():
+    """hash_tensor: xor of the elements' float64/int64 bit patterns, a uint64
+    result, over all dims or some; uint32 input raises as on the CPU."""
+    torch.manual_seed(0)
+    x = torch.randn(6, 5, 7)
+    with no_fallback():
+        got = [torch.hash_tensor(x.to("tpu")).cpu(),
+               torch.hash_tensor(x.to("tpu"), dim=(0, 2), keepdim=True).cpu(),
+               torch.hash_tensor(x.to(torch.int16).to("tpu"), dim=1).cpu()]
+    want = [torch.hash_tensor(x), torch.hash_tensor(x, dim=(0, 2), keepdim=True),
+            torch.hash_tensor(x.to(torch.int16), dim=1)]
+    for g, w in zip(got, want):
+        assert g.dtype == torch.uint64 and g.shape == w.shape
+        assert torch.equal(g.view(torch.int64), w.view(torch.int64))
+    with pytest.raises(NotImplementedError):
+        torch.hash_tensor(x.to(torch.uint32).to("tpu"))

@@ -1,7 +1,8 @@
 /* reduce.c — reductions over dims: sum, mean, prod, amax/amin, max/min
  * (values, or values and indices), argmax/argmin, all/any, var/std and
  * var_mean/std_mean, nansum, count_nonzero, vector norms of any order
- * (linalg_vector_norm, norm), logsumexp and aminmax, with PyTorch CPU
+ * (linalg_vector_norm, norm), logsumexp, aminmax and hash_tensor (xor of
+ * the elements' float64 or int64 bit patterns, a uint64 result), with PyTorch CPU
  * semantics (dtype argument, keepdim,
  * empty dim list, integer sums in int64 with wrap-around, NaN propagation,
  * first index among equal extrema).
@@ -124,6 +125,16 @@ tpu_status_t tpu_reduce_parse(const tpu_op_def_t* def, const tpu_node_t* node,
     case ROUT_MINMAX:
       a->num_outputs = 2;
       break;
+    case ROUT_BITS:
+      /* mode 0 (xor) is the only one, and the CPU has no uint16/32/64
+       * kernel; PyTorch raises for those (the fallback) */
+      if (tpu_dtype_is_wide_unsigned(in->dtype))
+        TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "hash_tensor of %s", tpu_dtype_name(in->dtype));
+      if (tpu_attr_int(ku_attr(def, node, "mode"), 0) != 0)
+        TPU_KERNEL_FAIL(TPU_CODE_UNIMPLEMENTED, "hash_tensor: mode %lld",
+                        (long long)tpu_attr_int(ku_attr(def, node, "mode"), 0));
+      value = TPU_DTYPE_U64;
+      break;
     case ROUT_VALUE_INDEX:
       second = TPU_DTYPE_I64;
       a->num_outputs = 2;
@@ -185,6 +196,8 @@ tpu_compute_type_t tpu_reduce_domain(const reduce_args_t* a, tpu_dtype_t out_dty
     case RACC_ANY:
     case RACC_NONZERO:
       return TPU_COMPUTE_B8;
+    case RACC_XOR: /* floats upcast to float64, the rest to int64 */
+      return tpu_dtype_is_floating(a->in->dtype) ? TPU_COMPUTE_F64 : TPU_COMPUTE_I64;
     default:
       return TPU_COMPUTE_F64;
   }
@@ -199,6 +212,7 @@ tpu_status_t tpu_reduce_check_outputs(const reduce_args_t* a, const tpu_node_t* 
     if (!views_same_shape(o, &a->shape[i]))
       TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "output %d has the wrong shape", i);
     bool needs_float = a->impl->out >= ROUT_MEAN && a->impl->out != ROUT_MINMAX &&
+                       a->impl->out != ROUT_BITS &&
                        !(i == 1 && a->impl->out == ROUT_VALUE_INDEX);
     if (needs_float && !tpu_dtype_is_floating(o->dtype))
       TPU_KERNEL_FAIL(TPU_CODE_INVALID_ARGUMENT, "output %d must be floating, got %s", i,
@@ -298,6 +312,15 @@ static inline void step_nansum_f(rstate_t* s, double x, int64_t k) {
   if (x == x) s->f += x;
 }
 static inline void step_nz_b(rstate_t* s, uint8_t x, int64_t k) { s->i += x; }
+/* hash_tensor: the bits of the float64 or int64 value, xor-ed into i. */
+static inline void step_xor_f(rstate_t* s, double x, int64_t k) {
+  uint64_t bits;
+  memcpy(&bits, &x, sizeof(bits));
+  s->i = (int64_t)((uint64_t)s->i ^ bits);
+}
+static inline void step_xor_i(rstate_t* s, int64_t x, int64_t k) {
+  s->i = (int64_t)((uint64_t)s->i ^ (uint64_t)x);
+}
 /* Norms accumulate in f; normp's order sits in m2 (set by the kernel). */
 static inline void step_norm0_f(rstate_t* s, double x, int64_t k) { s->f += x != 0.0; }
 static inline void step_norm1_f(rstate_t* s, double x, int64_t k) { s->f += fabs(x); }
@@ -354,6 +377,8 @@ static inline void comb_lse_fast(rstate_t* a, const rstate_t* b) { comb_lse_f(a,
 
 /* Combines take the state of a later chunk b into a. */
 static inline void comb_sum_f(rstate_t* a, const rstate_t* b) { a->f += b->f; }
+static inline void comb_xor_f(rstate_t* a, const rstate_t* b) { step_xor_i(a, b->i, 0); }
+static inline void comb_xor_i(rstate_t* a, const rstate_t* b) { step_xor_i(a, b->i, 0); }
 static inline void comb_sum_i(rstate_t* a, const rstate_t* b) { step_sum_i(a, b->i, 0); }
 static inline void comb_prod_f(rstate_t* a, const rstate_t* b) { a->f *= b->f; }
 static inline void comb_prod_i(rstate_t* a, const rstate_t* b) { step_prod_i(a, b->i, 0); }
@@ -436,7 +461,9 @@ static inline void comb_mom_f(rstate_t* a, const rstate_t* b) { /* Chan et al. *
   X(minmax_f, double, F64, 0.0, 0, 0, GENERIC)  \
   X(minmax_i, int64_t, I64, 0.0, 0, 0, GENERIC) \
   X(lse_f, double, F64, 0.0, 0, 0, CUSTOM)      \
-  X(lse_fast, double, F64, 0.0, 0, 0, CUSTOM)
+  X(lse_fast, double, F64, 0.0, 0, 0, CUSTOM)    \
+  X(xor_f, double, F64, 0.0, 0, 0, GENERIC)     \
+  X(xor_i, int64_t, I64, 0.0, 0, 0, GENERIC)
 
 /* run: one state over n consecutive values (reduced indices k, k+1, ...);
  * col: n states, one value each, all at reduced index k. */
@@ -601,6 +628,7 @@ static const acc_ops_t* acc_for(const reduce_args_t* a, tpu_compute_type_t dom,
       [RACC_NANSUM] = {[TPU_COMPUTE_I64] = ACC_sum_i, [TPU_COMPUTE_F64] = ACC_nansum_f},
       [RACC_NONZERO] = {[TPU_COMPUTE_B8] = ACC_nz_b},
       [RACC_MINMAX] = {[TPU_COMPUTE_I64] = ACC_minmax_i, [TPU_COMPUTE_F64] = ACC_minmax_f},
+      [RACC_XOR] = {[TPU_COMPUTE_I64] = ACC_xor_i, [TPU_COMPUTE_F64] = ACC_xor_f},
   };
   return &g_accs[map[acc][dom]];
 }
@@ -713,6 +741,8 @@ static void finish(const plan_t* p, const int64_t* offs, int64_t cnt, const rsta
       v.f[j] = (o == 0.0 || o == 1.0 || isinf(o)) ? f : o == 2.0 ? sqrt(f) : pow(f, 1.0 / o);
     } else if (p->out == ROUT_LSE) {
       v.f[j] = st[j].n > 0 ? st[j].f + log(st[j].m2) : -INFINITY;
+    } else if (p->out == ROUT_BITS) {
+      v.i[j] = st[j].i;
     } else if (p->out == ROUT_MINMAX) {
       if (fdom)
         v.f[j] = st[j].f, second.f[j] = st[j].hi;
@@ -725,7 +755,8 @@ static void finish(const plan_t* p, const int64_t* offs, int64_t cnt, const rsta
       second.f[j] = st[j].n > 0 ? st[j].f : NAN;
     }
   }
-  if ((p->out <= ROUT_INDEX || p->out == ROUT_MINMAX) && !fdom) type[0] = TPU_DTYPE_I64;
+  if (((p->out <= ROUT_INDEX || p->out == ROUT_MINMAX) && !fdom) || p->out == ROUT_BITS)
+    type[0] = TPU_DTYPE_I64; /* ROUT_BITS: int64 -> uint64 keeps the bits */
   if (p->out == ROUT_INDEX) src[0] = idx, type[0] = TPU_DTYPE_I64;
   if (p->out == ROUT_VAR_MEAN || p->out == ROUT_STD_MEAN) src[1] = &second, type[1] = TPU_DTYPE_F64;
   if (p->out == ROUT_MINMAX) src[1] = &second, type[1] = type[0];
@@ -865,6 +896,7 @@ static const reduce_impl_t k_count_nonzero = {RACC_NONZERO, ROUT_VALUE, true, "c
 static const reduce_impl_t k_norm = {RACC_NORM, ROUT_NORM, true, "norm"};
 static const reduce_impl_t k_logsumexp = {RACC_LSE, ROUT_LSE, true, "logsumexp"};
 static const reduce_impl_t k_aminmax = {RACC_MINMAX, ROUT_MINMAX, true, "aminmax"};
+static const reduce_impl_t k_hash = {RACC_XOR, ROUT_BITS, true, "hash_tensor"};
 
 #define ROW(name, attrs, outputs, aten, impl)                                              \
   {name, "self", attrs, outputs, aten, reduce_kernel, reduce_infer, reduce_check, &impl, 0, \
@@ -915,6 +947,9 @@ static const tpu_op_def_t k_rows[] = {
         "norm.Scalar norm.Scalar_out norm.ScalarOpt_dtype norm.ScalarOpt_dtype_out", k_norm),
     ROW("logsumexp", "dim,keepdim", "out", "logsumexp logsumexp.out", k_logsumexp),
     ROW("aminmax", "dim,keepdim", "min,max", "aminmax aminmax.out", k_aminmax),
+    /* a uint64 result (TPU_OP_UNSIGNED: tpu_convert writes it) */
+    {"hash_tensor", "self", "dim,keepdim,mode", "out", "hash_tensor hash_tensor.out",
+     reduce_kernel, reduce_infer, reduce_check, &k_hash, TPU_OP_UNSIGNED, reduce_rows},
 };
 
 const tpu_op_family_t tpu_family_reduce = {"reduce", k_rows,

@@ -27,6 +27,7 @@ typedef enum reduce_acc {
   RACC_NORM,    /* vector p-norm: the order is reduce_args_t.ord */
   RACC_LSE,     /* logsumexp: running shift and sum of exp(x - shift) */
   RACC_MINMAX,  /* aminmax: min and max */
+  RACC_XOR,     /* hash_tensor: xor of the elements' 64-bit patterns (as float64 or int64) */
   RACC_COUNT,
 } reduce_acc_t;
 
@@ -42,6 +43,7 @@ typedef enum reduce_out {
   ROUT_NORM,        /* sum of |x|^p to the power 1/p (by order) */
   ROUT_LSE,         /* shift + log(sum) */
   ROUT_MINMAX,      /* min, max */
+  ROUT_BITS,        /* the state's 64 bits, as uint64 (hash_tensor) */
 } reduce_out_t;
 
 typedef struct reduce_impl {

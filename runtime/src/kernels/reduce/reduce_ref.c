@@ -124,6 +124,19 @@ static ref_result_t reduce_one(const ref_walk_t* w, tpu_compute_type_t dom) {
       r.f = log(sum) + m;
       break;
     }
+    case RACC_XOR:
+      for (int64_t k = 0; k < n; ++k) {
+        int64_t off = walk_offset(w, k);
+        uint64_t bits;
+        if (dom == TPU_COMPUTE_F64) {
+          double x = view_get_f64(in, off);
+          memcpy(&bits, &x, sizeof(bits));
+        } else {
+          bits = (uint64_t)view_get_i64(in, off);
+        }
+        r.i = (int64_t)((uint64_t)r.i ^ bits);
+      }
+      break;
     case RACC_MINMAX:
       for (int64_t k = 0; k < n; ++k) {
         int64_t off = walk_offset(w, k);
@@ -192,6 +205,11 @@ tpu_status_t tpu_reduce_reference(const tpu_op_def_t* def, const tpu_node_t* nod
       case ROUT_INDEX:
         view_set_i64(out0, off0, r.idx);
         break;
+      case ROUT_BITS: {
+        int64_t bits = r.i; /* int64 -> uint64 keeps the bits */
+        tpu_convert(view_at(out0, off0), out0->dtype, 1, &bits, TPU_DTYPE_I64, 1, 1);
+        break;
+      }
       case ROUT_MEAN:
         view_set_f64(out0, off0, r.f / (double)a.n);
         break;

@@ -125,6 +125,10 @@ static const reduce_case_t k_cases[] = {
     {"std", F16, 2, {9, 40}, TT_CONTIG, DIM_INTS, 0, {0}, false, NONE_DT, NAN, 0, false},
     {"var_mean", F32, 3, {4, 5, 6}, TT_CONTIG, DIM_INTS, 2, {0, 2}, false, NONE_DT, NAN, 0, true},
     {"std_mean", F64, 2, {70000, 2}, TT_CONTIG, DIM_INTS, 1, {0}, false, NONE_DT, 0.0, 0, false},
+    {"hash_tensor", F32, 3, {3, 4, 5}, TT_REVERSED, DIM_INTS, 1, {1}, false, NONE_DT, NAN, 0, true},
+    {"hash_tensor", F64, 2, {4, 70000}, TT_CONTIG, DIM_INTS, 1, {1}, true, NONE_DT, NAN, 0, false},
+    {"hash_tensor", I32, 2, {9, 31}, TT_GAPS, DIM_INTS, 0, {0}, false, NONE_DT, NAN, 0, false},
+    {"hash_tensor", BF16, 2, {64, 33}, TT_CONTIG, DIM_INTS, 1, {0}, false, NONE_DT, NAN, 0, false},
 };
 
 /* Attributes in the row's order, from a case. */
@@ -360,4 +364,55 @@ TEST(reduce_infer_and_check) {
   tt_free(&xi);
   tt_free(&xb);
   tt_free(&e);
+}
+
+/* hash_tensor's exact bits (tt_compare reads through double): the xor of
+ * the elements' float64 or int64 patterns, values from PyTorch CPU. */
+TEST(reduce_hash_tensor_bits) {
+  static const struct {
+    tpu_dtype_t dtype;
+    int64_t n;
+    double values[3];
+    uint64_t want;
+  } cases[] = {
+      {F32, 3, {1.0, 2.0, -0.5}, 13839561654909534208ull},
+      {I8, 3, {1, -2, 3}, 18446744073709551612ull},
+      {BF16, 2, {1, 2}, 9218868437227405312ull},
+      {BOOL, 3, {1, 0, 1}, 0},
+  };
+  const tpu_op_def_t* def = tt_def("hash_tensor");
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); ++c) {
+    tt_t in = tt_make(cases[c].dtype, 1, &cases[c].n, TT_CONTIG);
+    for (int64_t k = 0; k < cases[c].n; ++k) tt_set(&in.view, k, cases[c].values[k]);
+    tpu_value_t inputs[1] = {tt_value(&in.view)};
+    tpu_attr_t attrs[3] = {tt_none(), tt_none(), tt_none()};
+    tpu_node_t node = tt_node(inputs, 1, NULL, 0, attrs, 3);
+    node.op = tpu_op_lookup("hash_tensor");
+    node.num_outputs = 1;
+    tpu_view_t shape;
+    CHECK_OK(tpu_op_infer(&node, &shape));
+    CHECK(shape.dtype == TPU_DTYPE_U64 && shape.ndim == 0);
+    tt_t o = tt_like(&shape, TT_CONTIG);
+    node.outputs = &o.view;
+    CHECK_OK(tpu_op_check(&node));
+    CHECK_OK(tt_run(def->kernel, def, &node));
+    uint64_t got;
+    memcpy(&got, tpu_view_ptr(&o.view), sizeof(got));
+    if (got != cases[c].want)
+      tpu_test_fail(__FILE__, __LINE__, "case %zu: %llu, want %llu", c, (unsigned long long)got,
+                    (unsigned long long)cases[c].want);
+    tt_free(&o);
+    tt_free(&in);
+  }
+  /* mode 1 does not exist: PyTorch raises (the fallback) */
+  int64_t n = 2;
+  tt_t in = tt_make(F32, 1, &n, TT_CONTIG);
+  tpu_value_t inputs[1] = {tt_value(&in.view)};
+  tpu_attr_t attrs[3] = {tt_none(), tt_none(), tt_int(1)};
+  tpu_node_t node = tt_node(inputs, 1, NULL, 0, attrs, 3);
+  node.op = tpu_op_lookup("hash_tensor");
+  node.num_outputs = 1;
+  tpu_view_t shape;
+  CHECK(tt_code(tpu_op_infer(&node, &shape)) == TPU_CODE_UNIMPLEMENTED);
+  tt_free(&in);
 }
