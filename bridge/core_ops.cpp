@@ -325,6 +325,28 @@ TORCH_LIBRARY_IMPL(aten, Negative, m) {
   m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
+// Sparse layouts (COO, CSR, CSC, BSR, BSC) are not implemented on tpu: its
+// tensors are strided (docs/architecture.md, "Limits"). Every op that reaches
+// tpu's sparse dispatch keys (making a sparse tensor on tpu, or running on
+// one) raises NotImplementedError here, naming the op and what to do, in
+// place of PyTorch's "Could not run ... with arguments from the 'Sparsetpu'
+// backend".
+void refuse_sparse(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  (void)stack;
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_tpu: ", op.schema().operator_name(),
+                              " reached tpu's sparse backend: sparse tensors are not supported "
+                              "on tpu, whose tensors are strided. Keep sparse tensors on the "
+                              "CPU, or convert them with .to_dense() before moving them to tpu.");
+}
+
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_sparse>());
+}
+
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_sparse>());
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));

@@ -312,3 +312,20 @@ def test_convolution_native_with_gradients():
     native = torch_tpu.native_counts()
     assert native.get("convolution.default", 0) >= 1
     assert native.get("convolution_backward.default", 0) >= 1
+
+
+def test_sparse_tensors_raise_naming_the_op():
+    """Sparse layouts are not supported on tpu (a decision, docs/architecture.md):
+    making a sparse tensor on tpu, or running an op on one, raises
+    NotImplementedError naming the op, not PyTorch's generic dispatcher
+    error; the same data as a dense tensor runs."""
+    i, v = torch.tensor([[0, 1, 1], [2, 0, 2]]), torch.tensor([3.0, 4.0, 5.0])
+    s = torch.sparse_coo_tensor(i, v, (2, 3))
+    attempts = [lambda: s.to("tpu"),
+                lambda: torch.sparse_coo_tensor(i.to("tpu"), v.to("tpu"), (2, 3)),
+                lambda: s.to_sparse_csr().to("tpu").to_dense(),
+                lambda: torch.ones(3, 3, device="tpu").to_sparse()]
+    for f in attempts:
+        with pytest.raises(NotImplementedError, match="sparse tensors are not supported on tpu"):
+            f()
+    torch.testing.assert_close(s.to_dense().to("tpu").sum(1).cpu(), s.to_dense().sum(1))
