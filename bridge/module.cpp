@@ -163,6 +163,7 @@ PYBIND11_MODULE(_C, m) {
     d["programs_compiled"] = s.programs_compiled;
     d["cache_hits"] = s.cache_hits;
     d["flush_repeats"] = s.flush_repeats;
+    d["flush_repeats_raw"] = s.flush_repeats_raw;
     d["fused_kernels"] = s.fused_kernels;
     d["fused_nodes"] = s.fused_nodes;
     d["elided_buffers"] = s.elided_buffers;

@@ -3,7 +3,8 @@ flushes the same recording again (same ops, attributes, scalars, shapes and
 aliasing, wherever the allocator put the tensors) reuses the node order,
 program and memory estimate of the last time instead of running the fusion
 compiler's front end; anything else is compiled as before. Counted by
-defer_metrics()["flush_repeats"]. The test command's DEFER_AND_FUSE pass also
+defer_metrics()["flush_repeats"] (those found by the raw signature, the
+addresses as they are, by "flush_repeats_raw"). The test command's DEFER_AND_FUSE pass also
 checks every repeat against the full front end (TORCH_TPU_DEFER_MEMO_CHECK=1)."""
 import pytest
 import torch
@@ -40,6 +41,28 @@ def test_a_repeated_step_skips_the_front_end_and_computes_the_same():
     assert flushes == 60 and repeats >= 60 - 8, (flushes, repeats)
     assert after["programs_compiled"] - before["programs_compiled"] <= 1
     assert got == pytest.approx([want] * 60, rel=1e-5, abs=1e-5)
+
+
+def test_the_decode_loop_settles_on_raw_repeats():
+    """Issue 30's loop comes back to the same few placements: once each was
+    seen, every flush is found by its raw signature (defer_metrics()
+    ["flush_repeats_raw"]), the addresses not made canonical, and the
+    results stay strict eager's."""
+    g = torch.Generator().manual_seed(1)
+    q, kc = torch.randn(1, 8, 1, 64, generator=g), torch.randn(1, 8, 16, 64, generator=g)
+    want = _decode_step(q, kc, kc.clone()).item()
+    args = (q.to("tpu"), kc.to("tpu"), kc.clone().to("tpu"))
+    with torch_tpu.eager_mode(DEFER):
+        for _ in range(40):
+            _decode_step(*args).item()
+        before = _metrics()
+        got = [_decode_step(*args).item() for _ in range(100)]
+        after = _metrics()
+    flushes = after["flushes"] - before["flushes"]
+    raw = after["flush_repeats_raw"] - before["flush_repeats_raw"]
+    assert flushes == 100 and raw == 100, (flushes, raw)
+    assert after["flush_repeats"] - before["flush_repeats"] == 100
+    assert got == pytest.approx([want] * 100, rel=1e-5, abs=1e-5)
 
 
 def test_a_new_scalar_is_no_repeat_and_is_used():

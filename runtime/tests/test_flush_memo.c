@@ -2,7 +2,9 @@
  * same recording at other addresses signs the same; another alias pattern,
  * scalar, shape or free record signs differently; a near miss (one stride,
  * dtype, size, scalar or attribute changed, nothing else) is never found; a
- * stored entry is found and the least recently used one is replaced. */
+ * stored entry is found and the least recently used one is replaced; a raw
+ * signature (addresses as they are) finds an entry only where the full
+ * path would, and never once the entry was replaced or the cache cleared. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +12,7 @@
 #include "stream/internal.h"
 #include "test.h"
 #include "tpu/ops.h"
+#include "tpu/program_cache.h"
 
 static tpu_view_t vec(uint64_t addr, int64_t n) {
   tpu_view_t v = {.addr = addr, .dtype = TPU_DTYPE_F32, .ndim = 1};
@@ -246,6 +249,72 @@ TEST(flush_memo_never_reuses_a_near_miss) {
   CHECK(tpu_flush_memo_sign(&m, other, NULL, 0, NULL, NULL, 0, 1));
   CHECK(tpu_flush_memo_find(&m) == NULL);
   tpu_graph_release(other);
+  tpu_flush_memo_free(&m);
+  tpu_program_release(p);
+}
+
+/* tpu_flush_memo_lookup: the same words again are found by the raw
+ * signature; the recording elsewhere through the full path (then raw too);
+ * a near miss, another live block or setting not at all; an entry replaced
+ * since, or of a cleared cache, is never reached through its raw slot. */
+TEST(flush_memo_raw_signature_finds_only_what_the_full_path_would) {
+  const near_t base = {vec(0x0, 64), vec(0x10000, 64), vec(0x20000, 64), 1.0};
+  tpu_flush_memo_t m = {0};
+  tpu_graph_t* g = near_graph(&base, 0x100000);
+  tpu_fusion_analysis_t* a = NULL;
+  tpu_program_t* p = NULL;
+  bool hit = false, fast = true;
+  CHECK_OK(tpu_fusion_analyse(g, NULL, 0, &a));
+  CHECK_OK(tpu_program_cache_get(g, a, &p, &hit));
+  tpu_fusion_analysis_free(a);
+  CHECK(tpu_flush_memo_lookup(&m, g, NULL, 0, NULL, NULL, 0, 0, &fast) == NULL && !fast);
+  tpu_flush_memo_store(&m, NULL, 2, p, 7);
+  const tpu_flush_memo_entry_t* e = tpu_flush_memo_lookup(&m, g, NULL, 0, NULL, NULL, 0, 0, &fast);
+  CHECK(e && fast && e->program == p && e->extra == 7);
+  tpu_graph_release(g);
+  tpu_graph_t* moved = near_graph(&base, 0x1100000);
+  e = tpu_flush_memo_lookup(&m, moved, NULL, 0, NULL, NULL, 0, 0, &fast);
+  CHECK(e && !fast && e->extra == 7);
+  e = tpu_flush_memo_lookup(&m, moved, NULL, 0, NULL, NULL, 0, 0, &fast);
+  CHECK(e && fast && e->extra == 7);
+  tpu_graph_release(moved);
+  near_t variants[4];
+  for (int k = 0; k < 4; ++k) variants[k] = base;
+  variants[0].x.strides[0] = 2;
+  variants[1].alpha = 1.0000000000000002;
+  variants[2].y.addr = 0x0;
+  variants[3].out.sizes[0] = 63;
+  /* each near miss right after finds of the base there: still no find */
+  tpu_graph_t* again = near_graph(&base, 0x100000);
+  for (int k = 0; k < 4; ++k) {
+    for (int twice = 0; twice < 2; ++twice) {
+      e = tpu_flush_memo_lookup(&m, again, NULL, 0, NULL, NULL, 0, 0, &fast);
+      CHECK(e && fast && e->extra == 7);
+    }
+    tpu_graph_t* gk = near_graph(&variants[k], 0x100000);
+    CHECK(tpu_flush_memo_lookup(&m, gk, NULL, 0, NULL, NULL, 0, 0, &fast) == NULL && !fast);
+    tpu_graph_release(gk);
+  }
+  tpu_graph_release(again);
+  uint64_t live_addr = 0x100000 + 128, live_size = 64;
+  g = near_graph(&base, 0x100000);
+  CHECK(tpu_flush_memo_lookup(&m, g, NULL, 0, &live_addr, &live_size, 1, 0, &fast) == NULL);
+  CHECK(tpu_flush_memo_lookup(&m, g, NULL, 0, NULL, NULL, 0, 1, &fast) == NULL && !fast);
+  /* every entry replaced by other recordings: the raw slots lead nowhere */
+  for (int k = 0; k < TPU_MEMO_ENTRIES; ++k) {
+    tpu_graph_t* gk = two_nodes(0x100000, 0x200000, 0x300000, 10.0 + k);
+    CHECK(tpu_flush_memo_lookup(&m, gk, NULL, 0, NULL, NULL, 0, 0, &fast) == NULL);
+    tpu_flush_memo_store(&m, NULL, 2, p, 100 + k);
+    tpu_graph_release(gk);
+  }
+  CHECK(tpu_flush_memo_lookup(&m, g, NULL, 0, NULL, NULL, 0, 0, &fast) == NULL && !fast);
+  tpu_flush_memo_store(&m, NULL, 2, p, 8);
+  e = tpu_flush_memo_lookup(&m, g, NULL, 0, NULL, NULL, 0, 0, &fast);
+  CHECK(e && fast && e->extra == 8);
+  /* a cleared program cache retires the entry, raw slot and all */
+  CHECK_OK(tpu_program_cache_clear());
+  CHECK(tpu_flush_memo_lookup(&m, g, NULL, 0, NULL, NULL, 0, 0, &fast) == NULL && !fast);
+  tpu_graph_release(g);
   tpu_flush_memo_free(&m);
   tpu_program_release(p);
 }

@@ -108,6 +108,8 @@ typedef struct tpu_defer_metrics {
   int64_t cache_hits;        /* flushes that reused a cached program */
   int64_t flush_repeats;     /* of those: the stream's last recording again, so the
                                 compiler's front end did not run (flush_memo.c) */
+  int64_t flush_repeats_raw; /* of those: the very words (addresses as they are) of a
+                                recording seen before, not made canonical */
   int64_t fused_kernels;     /* groups of >= 2 nodes run tile by tile */
   int64_t fused_nodes;       /* nodes inside those groups */
   int64_t elided_buffers;    /* intermediates never written to memory */

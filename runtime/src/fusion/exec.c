@@ -292,7 +292,15 @@ static void run_tile(tiled_run_t* r, int64_t index, const tile_t* tile, uint8_t*
   tpu_view_t outputs[MAX_NODE_OUTPUTS];
   for (int32_t i = r->group->first; i < r->group->first + r->group->count; ++i) {
     const tpu_node_t* node = tpu_graph_node(r->graph, i);
-    tpu_node_t tn = *node;
+    /* The node on the tile's views: its attributes copied, the unused ones
+     * of the node's ~800 bytes not (a decode step's small groups run one
+     * tile, and the copy was a good part of it). */
+    tpu_node_t tn;
+    tn.op = node->op;
+    tn.num_inputs = node->num_inputs;
+    tn.num_outputs = node->num_outputs;
+    tn.num_attrs = node->num_attrs;
+    memcpy(tn.attrs, node->attrs, sizeof(tpu_attr_t) * (size_t)node->num_attrs);
     if (r->group->kind == TPU_GROUP_ROWS) {
       rows_views(r, tile, scratch, i, inputs, outputs);
     } else {
@@ -676,14 +684,21 @@ static void run_rows_direct(void* arg, int64_t begin, int64_t end) {
   free(scratch);
 }
 
+/* Scratch up to this size lives on the stack of the thread running the
+ * tiles: a decode step's small groups need about a kilobyte, just above
+ * what malloc serves from its per-thread cache, and a malloc and free of
+ * it cost more than the group's arithmetic. */
+#define STACK_SCRATCH 8192
+
 static void run_tiles(void* arg, int64_t begin, int64_t end) {
   tiled_run_t* r = arg;
+  _Alignas(SCRATCH_ALIGN) uint8_t local[STACK_SCRATCH];
   uint8_t* scratch = NULL;
   size_t bytes = r->direct
                      ? (size_t)(r->group->slots + r->scalars) * DIRECT_BLOCK * sizeof(float)
                      : (size_t)r->group->slots * (size_t)r->slot_bytes;
   if (bytes) {
-    scratch = malloc(bytes);
+    scratch = bytes <= sizeof(local) ? local : malloc(bytes);
     if (!scratch) {
       set_error(r, -1, begin,
                 tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "fusion scratch allocation failed"));
@@ -704,7 +719,7 @@ static void run_tiles(void* arg, int64_t begin, int64_t end) {
     if (r->direct) run_tile_direct(r, i, &tile, (float*)scratch);
     else run_tile(r, i, &tile, scratch);
   }
-  free(scratch);
+  if (scratch != local) free(scratch);
 }
 
 /* Runs a tiled or row-tiled group over every tile (or row): r holds the

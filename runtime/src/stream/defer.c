@@ -437,10 +437,10 @@ static tpu_status_t read_live_blocks(tpu_stream_t* stream, int32_t* out_live) {
 
 /* The compiler's front end for a flushed recording: compile_recording, or,
  * when the stream flushed the same recording before, what it gave then
- * (*out_repeat; flush_memo.c). */
+ * (*out_repeat; *out_fast when found by the raw signature: flush_memo.c). */
 static tpu_status_t front_end(tpu_stream_t* stream, tpu_graph_t** graph, int32_t free_count,
                               tpu_program_t** out_program, bool* out_hit, bool* out_repeat,
-                              int64_t* out_extra) {
+                              bool* out_fast, int64_t* out_extra) {
   tpu_pending_t* pd = &stream->pending;
   tpu_flush_memo_t* memo = &pd->memo;
   int32_t n = tpu_graph_node_count(*graph);
@@ -449,10 +449,9 @@ static tpu_status_t front_end(tpu_stream_t* stream, tpu_graph_t** graph, int32_t
   bool memo_on = !atomic_load(&pd->capturing); /* a capture notes its own graphs */
   uint64_t settings = (uint64_t)schedule() | (uint64_t)tpu_fusion_epilogues_enabled() << 1;
   const tpu_flush_memo_entry_t* seen =
-      memo_on && tpu_flush_memo_sign(memo, *graph, pd->frees, free_count, memo->live_addr,
-                                     memo->live_size, live, settings)
-          ? tpu_flush_memo_find(memo)
-          : NULL;
+      memo_on ? tpu_flush_memo_lookup(memo, *graph, pd->frees, free_count, memo->live_addr,
+                                      memo->live_size, live, settings, out_fast)
+              : NULL;
   if (seen) {
     *out_repeat = true;
     if (memo_check()) TPU_RETURN_IF_ERROR(check_repeat(stream, seen, *graph, free_count, live));
@@ -494,9 +493,9 @@ static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason
   pd->free_count = 0;
 
   tpu_program_t* program = NULL;
-  bool hit = false, repeat = false;
+  bool hit = false, repeat = false, fast = false;
   int64_t extra = 0;
-  tpu_status_t s = front_end(stream, &graph, free_count, &program, &hit, &repeat, &extra);
+  tpu_status_t s = front_end(stream, &graph, free_count, &program, &hit, &repeat, &fast, &extra);
   tpu_allocator_commit(stream->chip->allocator, stream->index, extra);
   if (s != TPU_OK) {
     tpu_graph_release(graph);
@@ -528,6 +527,7 @@ static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason
   if (hit) m->cache_hits++;
   else m->programs_compiled++;
   if (repeat) m->flush_repeats++;
+  if (fast) m->flush_repeats_raw++;
   m->fused_kernels += fused_kernels;
   m->fused_nodes += fused_nodes;
   m->gemm_epilogues += gemm_epilogues;

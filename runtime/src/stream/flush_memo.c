@@ -27,6 +27,17 @@
  * run in full (defer.c). Clearing the program cache (torch.tpu._clear_cache)
  * retires every entry: the next flush compiles.
  *
+ * Making the addresses canonical is a third of a repeat's cost, and a loop
+ * comes back to the same few placements: so a flush first writes the raw
+ * signature (the same words, the addresses as they are) and looks it up
+ * among the raw signatures filed for the entries (TPU_MEMO_RAW slots, each
+ * naming its entry by index and stamp). The canonical signature is a
+ * function of the raw words (each address's byte range comes from the view
+ * or record the words hold), so equal raw words find the entry the full
+ * path would; any difference falls to the full path, which files the raw
+ * signature for the entry it finds or stores (defer metric
+ * `flush_repeats_raw` counts the raw finds).
+ *
  * Owned by the stream's pending state and used under its lock. */
 #include <stdlib.h>
 #include <string.h>
@@ -73,7 +84,7 @@ static bool reserve(tpu_flush_memo_t* m, int64_t words, int64_t spans) {
   return true;
 }
 
-static inline void put(tpu_flush_memo_t* m, uint64_t word) { m->next[m->next_len++] = word; }
+static const uint64_t PRIME = 1099511628211ull;
 
 static uint64_t bits_of(double f) {
   uint64_t u;
@@ -81,54 +92,73 @@ static uint64_t bits_of(double f) {
   return u;
 }
 
-/* The raw address, made canonical by canonicalize once all are written. */
-static inline void put_address(tpu_flush_memo_t* m, int64_t* count, uint64_t addr, uint64_t lo,
-                               uint64_t hi) {
-  tpu_memo_span_t* s = &m->spans[(*count)++];
-  s->lo = lo;
-  s->hi = hi > lo ? hi : lo + 1;
-  s->word = m->next_len;
-  put(m, addr);
+/* A signature being written: the next word, the hash so far and, for a
+ * canonical signature, the addresses noted. A local of write_signature,
+ * kept in registers by the helpers below (inlined); written through
+ * m->next and m->next_len instead, both were reloaded for every word. */
+#define SIG_INLINE static inline __attribute__((always_inline))
+typedef struct sig_writer {
+  uint64_t* w;    /* the next word */
+  uint64_t* base; /* the first word */
+  tpu_memo_span_t* spans;
+  int64_t count;  /* spans noted */
+  uint64_t h;
+  bool raw;       /* addresses stay as they are, and go into h */
+} sig_writer_t;
+
+SIG_INLINE void put(sig_writer_t* s, uint64_t word) { *s->w++ = word; }
+
+/* The raw address, made canonical by canonicalize once all are written;
+ * in a raw signature it stays as it is and goes into the hash instead, and
+ * no span is noted. */
+SIG_INLINE void put_address(sig_writer_t* s, uint64_t addr, uint64_t lo, uint64_t hi) {
+  if (s->raw) {
+    s->h = (s->h ^ addr) * PRIME;
+  } else {
+    tpu_memo_span_t* sp = &s->spans[s->count++];
+    sp->lo = lo;
+    sp->hi = hi > lo ? hi : lo + 1;
+    sp->word = s->w - s->base;
+  }
+  put(s, addr);
 }
 
-static inline void put_view(tpu_flush_memo_t* m, int64_t* count, const tpu_view_t* v) {
-  uint64_t lo, hi;
-  tpu_view_bytes(v, &lo, &hi);
-  put_address(m, count, v->addr, lo, hi);
-  put(m, (uint64_t)(uint32_t)v->dtype | (uint64_t)v->ndim << 32);
+SIG_INLINE void put_view(sig_writer_t* s, const tpu_view_t* v) {
+  uint64_t lo = 0, hi = 0;
+  if (!s->raw) tpu_view_bytes(v, &lo, &hi);
+  put_address(s, v->addr, lo, hi);
+  put(s, (uint64_t)(uint32_t)v->dtype | (uint64_t)v->ndim << 32);
   int32_t nd = v->ndim < 0 ? 0 : v->ndim > TPU_MAX_DIMS ? TPU_MAX_DIMS : v->ndim;
-  uint64_t* w = m->next + m->next_len;
+  uint64_t* w = s->w;
   for (int32_t d = 0; d < nd; ++d) {
     w[2 * d] = (uint64_t)v->sizes[d];
     w[2 * d + 1] = (uint64_t)v->strides[d];
   }
-  m->next_len += 2 * nd;
+  s->w = w + 2 * nd;
 }
 
-static const uint64_t PRIME = 1099511628211ull;
-
-/* The attribute's words; its value also goes into the hash (*h). */
-static void put_attr(tpu_flush_memo_t* m, uint64_t* h, const tpu_attr_t* a) {
-  put(m, (uint64_t)(uint32_t)a->kind | (uint64_t)(uint32_t)a->count << 32);
+/* The attribute's words; its value also goes into the hash. */
+SIG_INLINE void put_attr(sig_writer_t* s, const tpu_attr_t* a) {
+  put(s, (uint64_t)(uint32_t)a->kind | (uint64_t)(uint32_t)a->count << 32);
   uint64_t value = 0;
   switch (a->kind) {
     case TPU_ATTR_INT:
     case TPU_ATTR_BOOL:
       value = (uint64_t)a->u.i;
-      put(m, value);
+      put(s, value);
       break;
     case TPU_ATTR_FLOAT:
       value = bits_of(a->u.f);
-      put(m, value);
+      put(s, value);
       break;
     case TPU_ATTR_DTYPE:
       value = (uint64_t)(uint32_t)a->u.dtype;
-      put(m, value);
+      put(s, value);
       break;
     case TPU_ATTR_INTS: {
       int32_t count = a->count < 0 ? 0 : a->count > TPU_MAX_INTS ? TPU_MAX_INTS : a->count;
       for (int32_t k = 0; k < count; ++k) {
-        put(m, (uint64_t)a->u.ints[k]);
+        put(s, (uint64_t)a->u.ints[k]);
         value = value * 31 + (uint64_t)a->u.ints[k];
       }
       break;
@@ -136,14 +166,14 @@ static void put_attr(tpu_flush_memo_t* m, uint64_t* h, const tpu_attr_t* a) {
     case TPU_ATTR_STR: {
       uint64_t w[TPU_MAX_STR / sizeof(uint64_t) + 1] = {0};
       memcpy(w, a->u.str, strnlen(a->u.str, TPU_MAX_STR));
-      for (size_t k = 0; k < sizeof(w) / sizeof(w[0]); ++k) put(m, w[k]);
+      for (size_t k = 0; k < sizeof(w) / sizeof(w[0]); ++k) put(s, w[k]);
       value = w[0];
       break;
     }
     case TPU_ATTR_NONE:
       break;
   }
-  *h = (*h ^ value) * PRIME;
+  s->h = (s->h ^ value) * PRIME;
 }
 
 static int cmp_span(const void* a, const void* b) {
@@ -235,15 +265,16 @@ static void canonicalize(tpu_flush_memo_t* m, int64_t count, uint64_t* h) {
 
 /* ---- the signature --------------------------------------------------------------- */
 
-/* One pass over the recording writes every word, the addresses raw, and
- * notes each address's byte range; canonicalize then rewrites the
- * addresses. The hash covers what differs between recordings of one op
- * sequence (addresses, scalars, attribute values, the node count); a hash
- * match is confirmed word for word (tpu_flush_memo_find). */
-bool tpu_flush_memo_sign(tpu_flush_memo_t* m, const tpu_graph_t* graph,
-                         const tpu_free_record_t* frees, int32_t free_count,
-                         const uint64_t* live_addr, const uint64_t* live_size, int32_t live,
-                         uint64_t settings) {
+/* One pass over the recording writes every word into m->next, the
+ * addresses raw. For a canonical signature (!raw) it notes each address's
+ * byte range, and canonicalize then rewrites the addresses; the hash covers
+ * what differs between recordings of one op sequence (addresses, scalars,
+ * attribute values, the node count). A raw signature (`raw`) keeps the
+ * addresses as they are, in the hash too. False when out of memory. */
+static bool write_signature(tpu_flush_memo_t* m, const tpu_graph_t* graph,
+                            const tpu_free_record_t* frees, int32_t free_count,
+                            const uint64_t* live_addr, const uint64_t* live_size, int32_t live,
+                            uint64_t settings, bool raw, uint64_t* out_hash) {
   m->next_len = 0;
   m->next_valid = false;
   int32_t n = tpu_graph_node_count(graph);
@@ -253,48 +284,151 @@ bool tpu_flush_memo_sign(tpu_flush_memo_t* m, const tpu_graph_t* graph,
   if (!reserve(m,
                4 + (int64_t)n * (2 + TPU_MAX_ATTRS * ATTR_WORDS) + (inputs + outputs) * VIEW_WORDS +
                    3 * (int64_t)free_count + 2 * (int64_t)live,
-               inputs + outputs + free_count + live))
+               raw ? 0 : inputs + outputs + free_count + live))
     return false;
-  uint64_t h = 1469598103934665603ull;
-  int64_t spans = 0;
-  put(m, settings);
-  put(m, (uint64_t)n);
-  h = (h ^ settings ^ (uint64_t)n << 8) * PRIME;
+  sig_writer_t sw = {.w = m->next, .base = m->next, .spans = m->spans, .count = 0,
+                     .h = 1469598103934665603ull, .raw = raw};
+  sig_writer_t* s = &sw;
+  put(s, settings);
+  put(s, (uint64_t)n);
+  s->h = (s->h ^ settings ^ (uint64_t)n << 8) * PRIME;
   for (int32_t i = 0; i < n; ++i) {
     const tpu_node_t* node = tpu_graph_node(graph, i);
-    put(m, (uint64_t)(uint32_t)node->op | (uint64_t)(uint32_t)node->num_inputs << 32);
-    put(m, (uint64_t)(uint32_t)node->num_outputs | (uint64_t)(uint32_t)node->num_attrs << 32);
+    put(s, (uint64_t)(uint32_t)node->op | (uint64_t)(uint32_t)node->num_inputs << 32);
+    put(s, (uint64_t)(uint32_t)node->num_outputs | (uint64_t)(uint32_t)node->num_attrs << 32);
     for (int32_t k = 0; k < node->num_inputs; ++k) {
       const tpu_value_t* v = &node->inputs[k];
-      put(m, (uint64_t)v->kind);
+      put(s, (uint64_t)v->kind);
       if (v->kind == TPU_VALUE_VIEW) {
-        put_view(m, &spans, &v->u.view);
+        put_view(s, &v->u.view);
       } else if (v->kind == TPU_VALUE_SCALAR) {
         uint64_t value = tpu_dtype_is_floating(v->u.scalar.dtype) ? bits_of(v->u.scalar.v.f)
                                                                   : (uint64_t)v->u.scalar.v.i;
-        put(m, (uint64_t)(uint32_t)v->u.scalar.dtype | (uint64_t)v->u.scalar.is_tensor << 32);
-        put(m, value);
-        h = (h ^ value) * PRIME;
+        put(s, (uint64_t)(uint32_t)v->u.scalar.dtype | (uint64_t)v->u.scalar.is_tensor << 32);
+        put(s, value);
+        s->h = (s->h ^ value) * PRIME;
       }
     }
-    for (int32_t o = 0; o < node->num_outputs; ++o) put_view(m, &spans, &node->outputs[o]);
-    for (int32_t a = 0; a < node->num_attrs; ++a) put_attr(m, &h, &node->attrs[a]);
+    for (int32_t o = 0; o < node->num_outputs; ++o) put_view(s, &node->outputs[o]);
+    for (int32_t a = 0; a < node->num_attrs; ++a) put_attr(s, &node->attrs[a]);
   }
-  put(m, (uint64_t)free_count);
+  put(s, (uint64_t)free_count);
   for (int32_t f = 0; f < free_count; ++f) {
-    put_address(m, &spans, frees[f].lo, frees[f].lo, frees[f].hi);
-    put(m, frees[f].hi - frees[f].lo);
-    put(m, (uint64_t)(uint32_t)frees[f].point | (uint64_t)frees[f].provisional << 32);
+    put_address(s, frees[f].lo, frees[f].lo, frees[f].hi);
+    put(s, frees[f].hi - frees[f].lo);
+    put(s, (uint64_t)(uint32_t)frees[f].point | (uint64_t)frees[f].provisional << 32);
   }
-  put(m, (uint64_t)live);
+  put(s, (uint64_t)live);
   for (int32_t b = 0; b < live; ++b) {
-    put_address(m, &spans, live_addr[b], live_addr[b], live_addr[b] + live_size[b]);
-    put(m, live_size[b]);
+    put_address(s, live_addr[b], live_addr[b], live_addr[b] + live_size[b]);
+    put(s, live_size[b]);
   }
-  canonicalize(m, spans, &h);
-  m->next_hash = (h ^ (uint64_t)m->next_len) * PRIME;
+  m->next_len = s->w - s->base;
+  uint64_t h = s->h;
+  if (!raw) canonicalize(m, s->count, &h);
+  *out_hash = (h ^ (uint64_t)m->next_len) * PRIME;
+  return true;
+}
+
+bool tpu_flush_memo_sign(tpu_flush_memo_t* m, const tpu_graph_t* graph,
+                         const tpu_free_record_t* frees, int32_t free_count,
+                         const uint64_t* live_addr, const uint64_t* live_size, int32_t live,
+                         uint64_t settings) {
+  uint64_t hash = 0;
+  if (!write_signature(m, graph, frees, free_count, live_addr, live_size, live, settings, false,
+                       &hash))
+    return false;
+  m->next_hash = hash;
   m->next_valid = true;
   return true;
+}
+
+/* ---- the raw signatures ------------------------------------------------------------ */
+
+/* Whether raw slot r still stands for a live entry: the one it was made
+ * for (not replaced since: the same stamp), of the program cache's
+ * current generation. */
+static tpu_flush_memo_entry_t* raw_target(tpu_flush_memo_t* m, const tpu_flush_memo_raw_t* r,
+                                          uint64_t generation) {
+  if (!r->key || r->entry < 0) return NULL;
+  tpu_flush_memo_entry_t* e = &m->entries[r->entry];
+  return e->program && e->stamp == r->stamp && e->generation == generation ? e : NULL;
+}
+
+/* Files the raw signature kept by the last lookup (m->raw) as a way to
+ * entry e, in a slot that stands for nothing any more or else the least
+ * recently used one; its buffer is taken, not copied. */
+static void raw_remember(tpu_flush_memo_t* m, const tpu_flush_memo_entry_t* e) {
+  if (!m->raw_valid) return;
+  m->raw_valid = false;
+  uint64_t generation = tpu_program_cache_generation();
+  tpu_flush_memo_raw_t* r = &m->raw_slots[0];
+  for (int i = 0; i < TPU_MEMO_RAW; ++i) {
+    tpu_flush_memo_raw_t* c = &m->raw_slots[i];
+    if (!raw_target(m, c, generation)) {
+      r = c;
+      break;
+    }
+    if (c->used < r->used) r = c;
+  }
+  uint64_t* key = r->key;
+  int64_t cap = r->key_cap;
+  r->key = m->raw;
+  r->key_cap = m->raw_cap;
+  r->key_len = m->raw_len;
+  r->hash = m->raw_hash;
+  r->entry = (int32_t)(e - m->entries);
+  r->stamp = e->stamp;
+  r->used = ++m->clock;
+  m->raw = key;
+  m->raw_cap = cap;
+  m->raw_len = 0;
+}
+
+const tpu_flush_memo_entry_t* tpu_flush_memo_lookup(tpu_flush_memo_t* m,
+                                                    const tpu_graph_t* graph,
+                                                    const tpu_free_record_t* frees,
+                                                    int32_t free_count, const uint64_t* live_addr,
+                                                    const uint64_t* live_size, int32_t live,
+                                                    uint64_t settings, bool* out_fast) {
+  *out_fast = false;
+  m->raw_valid = false;
+  uint64_t hash = 0;
+  if (!write_signature(m, graph, frees, free_count, live_addr, live_size, live, settings, true,
+                       &hash))
+    return NULL;
+  uint64_t generation = tpu_program_cache_generation();
+  for (int i = 0; i < TPU_MEMO_RAW; ++i) {
+    tpu_flush_memo_raw_t* r = &m->raw_slots[i];
+    if (r->hash != hash || r->key_len != m->next_len || !r->key ||
+        memcmp(r->key, m->next, sizeof(uint64_t) * (size_t)r->key_len) != 0)
+      continue;
+    tpu_flush_memo_entry_t* e = raw_target(m, r, generation);
+    if (!e) continue;
+    r->used = e->used = ++m->clock;
+    m->next_len = 0;
+    *out_fast = true;
+    return e;
+  }
+  /* Kept (the buffers swapped) for raw_remember; the canonical signature
+   * is then written into the other buffer. */
+  uint64_t* words = m->raw;
+  int64_t cap = m->raw_cap;
+  m->raw = m->next;
+  m->raw_cap = m->next_cap;
+  m->raw_len = m->next_len;
+  m->raw_hash = hash;
+  m->raw_valid = true;
+  m->next = words;
+  m->next_cap = cap;
+  m->next_len = 0;
+  if (!tpu_flush_memo_sign(m, graph, frees, free_count, live_addr, live_size, live, settings)) {
+    m->raw_valid = false;
+    return NULL;
+  }
+  const tpu_flush_memo_entry_t* e = tpu_flush_memo_find(m);
+  if (e) raw_remember(m, e);
+  return e;
 }
 
 void tpu_flush_memo_free(tpu_flush_memo_t* m) {
@@ -303,6 +437,8 @@ void tpu_flush_memo_free(tpu_flush_memo_t* m) {
     free(m->entries[i].key);
     free(m->entries[i].order);
   }
+  for (int i = 0; i < TPU_MEMO_RAW; ++i) free(m->raw_slots[i].key);
+  free(m->raw);
   free(m->next);
   free(m->spans);
   free(m->sorted);
@@ -358,4 +494,6 @@ void tpu_flush_memo_store(tpu_flush_memo_t* m, const int32_t* order, int32_t n,
   e->extra = extra;
   e->used = ++m->clock;
   e->generation = tpu_program_cache_generation();
+  e->stamp = ++m->stores;
+  raw_remember(m, e);
 }

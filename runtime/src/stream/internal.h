@@ -29,7 +29,22 @@ typedef struct tpu_flush_memo_entry {
   int64_t extra;                 /* the memory estimate (defer.c's peak_extra) */
   uint64_t used;                 /* when last matched or stored (LRU) */
   uint64_t generation;           /* the program cache's when stored: a clear drops it */
+  uint64_t stamp;                /* which store filled it (a raw slot names it so) */
 } tpu_flush_memo_entry_t;
+
+/* A way to an entry by a recording's raw signature (its addresses as they
+ * are, not made canonical), kept when that recording was found or stored:
+ * the placements a loop cycles through each get one. Valid while the entry
+ * holds what it held then (the same stamp and cache generation). */
+#define TPU_MEMO_RAW 16
+typedef struct tpu_flush_memo_raw {
+  uint64_t* key; /* the raw signature, or NULL: an empty slot */
+  int64_t key_len, key_cap;
+  uint64_t hash;
+  int32_t entry;  /* index into entries */
+  uint64_t stamp; /* the entry's when filed */
+  uint64_t used;  /* when last matched or filed (LRU) */
+} tpu_flush_memo_raw_t;
 
 typedef struct tpu_flush_memo {
   tpu_flush_memo_entry_t entries[TPU_MEMO_ENTRIES];
@@ -38,6 +53,12 @@ typedef struct tpu_flush_memo {
   uint64_t next_hash;
   bool next_valid;               /* built completely (no allocation failed) */
   uint64_t clock;
+  uint64_t stores;               /* entries filled so far (their stamps) */
+  tpu_flush_memo_raw_t raw_slots[TPU_MEMO_RAW];
+  uint64_t* raw;                 /* the last lookup's raw signature, kept */
+  int64_t raw_len, raw_cap;      /* (raw_valid) until its entry is known */
+  uint64_t raw_hash;
+  bool raw_valid;
   struct tpu_memo_span* spans;   /* canonical addresses (flush_memo.c): each */
   struct tpu_memo_span* sorted;  /* address's byte range and word, the ranges */
   struct tpu_memo_region* regions; /* sorted and merged into regions, each */
@@ -60,9 +81,21 @@ bool tpu_flush_memo_sign(tpu_flush_memo_t* m, const tpu_graph_t* graph,
                          uint64_t settings);
 /* The entry whose signature is the one just built, or NULL. */
 const tpu_flush_memo_entry_t* tpu_flush_memo_find(tpu_flush_memo_t* m);
+/* The entry for a recording, or NULL: first by its raw signature (a slot
+ * filed for the same words, addresses as they are: *out_fast set, nothing
+ * made canonical), else as tpu_flush_memo_sign and tpu_flush_memo_find
+ * (the raw signature is then filed for the entry found, or for the one
+ * tpu_flush_memo_store fills next). */
+const tpu_flush_memo_entry_t* tpu_flush_memo_lookup(tpu_flush_memo_t* m,
+                                                    const tpu_graph_t* graph,
+                                                    const struct tpu_free_record* frees,
+                                                    int32_t free_count, const uint64_t* live_addr,
+                                                    const uint64_t* live_size, int32_t live,
+                                                    uint64_t settings, bool* out_fast);
 /* Keeps the signature just built with what was compiled for it (the
  * scheduled order: n entries, or NULL when unmoved; the program, retained;
- * the estimate) in place of the least recently used entry. Without a
+ * the estimate) in place of the least recently used entry, and files the
+ * last lookup's raw signature for it. Without a
  * complete signature, or out of memory, nothing is kept. */
 void tpu_flush_memo_store(tpu_flush_memo_t* m, const int32_t* order, int32_t n,
                           struct tpu_program* program, int64_t extra);
