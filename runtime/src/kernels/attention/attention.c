@@ -620,13 +620,15 @@ static tpu_status_t attn_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
 static const int k_backward_flag = 1;
 
 static const tpu_op_def_t k_ops[] = {
-    {"sdpa_flash", "query,key,value,attn_bias?",
-     "dropout_p,is_causal,return_debug_mask,scale,seed,offset", "output,logsumexp", NULL,
-     attn_kernel, attn_infer, attn_check, NULL, TPU_OP_HEAVY},
-    {"sdpa_flash_backward", "grad_out,query,key,value,attn_bias?,out,logsumexp",
-     "grad_input_mask,dropout_p,is_causal,scale,seed,offset",
-     "grad_query,grad_key,grad_value,grad_attn_bias", NULL, attn_kernel, attn_infer, attn_check,
-     &k_backward_flag, TPU_OP_HEAVY},
+    {.name = "sdpa_flash", .inputs = "query,key,value,attn_bias?",
+     .attrs = "dropout_p,is_causal,return_debug_mask,scale,seed,offset",
+     .outputs = "output,logsumexp", .aten = NULL, .kernel = attn_kernel, .infer = attn_infer,
+     .check = attn_check, .impl = NULL, .flags = TPU_OP_HEAVY},
+    {.name = "sdpa_flash_backward", .inputs = "grad_out,query,key,value,attn_bias?,out,logsumexp",
+     .attrs = "grad_input_mask,dropout_p,is_causal,scale,seed,offset",
+     .outputs = "grad_query,grad_key,grad_value,grad_attn_bias", .aten = NULL,
+     .kernel = attn_kernel, .infer = attn_infer, .check = attn_check, .impl = &k_backward_flag,
+     .flags = TPU_OP_HEAVY},
 };
 
 const tpu_op_family_t tpu_family_attention = {"attention", k_ops,

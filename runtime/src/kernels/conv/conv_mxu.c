@@ -130,7 +130,7 @@ static struct {
   conv_plan_t* plans[PLAN_CACHE];
   int count;
   uint64_t clock;
-} g_plans = {PTHREAD_MUTEX_INITIALIZER};
+} g_plans = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void plan_release(conv_plan_t* p) {
   if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return;

@@ -180,12 +180,13 @@ static tpu_status_t update_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
 /* ---- the op table ------------------------------------------------------------------- */
 
 static const tpu_op_def_t k_rows[] = {
-    {"amp_unscale", "self*!,found_inf!,inv_scale", "", "",
-     "_amp_foreach_non_finite_check_and_unscale_", unscale_kernel, NULL, unscale_check, NULL,
-     TPU_OP_FOREACH, NULL},
-    {"amp_update_scale", "self,growth_tracker!,found_inf",
-     "scale_growth_factor,scale_backoff_factor,growth_interval", "out", "_amp_update_scale_",
-     update_kernel, NULL, update_check, NULL, 0, NULL},
+    {.name = "amp_unscale", .inputs = "self*!,found_inf!,inv_scale", .attrs = "", .outputs = "",
+     .aten = "_amp_foreach_non_finite_check_and_unscale_", .kernel = unscale_kernel, .infer = NULL,
+     .check = unscale_check, .impl = NULL, .flags = TPU_OP_FOREACH, .rows = NULL},
+    {.name = "amp_update_scale", .inputs = "self,growth_tracker!,found_inf",
+     .attrs = "scale_growth_factor,scale_backoff_factor,growth_interval", .outputs = "out",
+     .aten = "_amp_update_scale_", .kernel = update_kernel, .infer = NULL, .check = update_check,
+     .impl = NULL, .flags = 0, .rows = NULL},
 };
 
 const tpu_op_family_t tpu_family_amp_scale = {"amp_scale", k_rows,

@@ -52,8 +52,9 @@ static tpu_status_t assert_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
 }
 
 static const tpu_op_def_t g_rows[] = {
-    {"assert_async", "self", "assert_msg", "", "_assert_async _assert_async.msg", assert_kernel,
-     assert_infer, assert_check, NULL, 0},
+    {.name = "assert_async", .inputs = "self", .attrs = "assert_msg", .outputs = "",
+     .aten = "_assert_async _assert_async.msg", .kernel = assert_kernel, .infer = assert_infer,
+     .check = assert_check, .impl = NULL, .flags = 0},
 };
 
 const tpu_op_family_t tpu_family_assert_async = {"assert_async", g_rows,

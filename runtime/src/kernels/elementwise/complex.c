@@ -347,10 +347,12 @@ static tpu_status_t pair_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
 }
 
 static const tpu_op_def_t g_rows[] = {
-    {"polar", "abs,angle", "", "out", "polar polar.out", pair_kernel, pair_infer, pair_check,
-     &k_polar, TPU_OP_COMPLEX},
-    {"complex", "real,imag", "", "out", "complex complex.out", pair_kernel, pair_infer,
-     pair_check, &k_complex, TPU_OP_COMPLEX},
+    {.name = "polar", .inputs = "abs,angle", .attrs = "", .outputs = "out",
+     .aten = "polar polar.out", .kernel = pair_kernel, .infer = pair_infer, .check = pair_check,
+     .impl = &k_polar, .flags = TPU_OP_COMPLEX},
+    {.name = "complex", .inputs = "real,imag", .attrs = "", .outputs = "out",
+     .aten = "complex complex.out", .kernel = pair_kernel, .infer = pair_infer,
+     .check = pair_check, .impl = &k_complex, .flags = TPU_OP_COMPLEX},
 };
 
 const tpu_op_family_t tpu_family_elementwise_complex = {

@@ -585,8 +585,9 @@ static tpu_status_t sp_frexp_kernel(const tpu_op_def_t* def, const tpu_node_t* n
   #idunder ".Tensor " #idunder ".Scalar"
 
 static const tpu_op_def_t g_rows[] = {
-    {"addr", "self,vec1,vec2", "beta,alpha", "out", "addr addr.out addr_", sp_addr_kernel,
-     sp_addr_infer, sp_addr_check, &k_addr},
+    {.name = "addr", .inputs = "self,vec1,vec2", .attrs = "beta,alpha", .outputs = "out",
+     .aten = "addr addr.out addr_", .kernel = sp_addr_kernel, .infer = sp_addr_infer,
+     .check = sp_addr_check, .impl = &k_addr},
     SP_UNARY_ROW("acos", SP_ATEN3(acos), k_acos),
     SP_UNARY_ROW("asin", SP_ATEN3(asin), k_asin),
     SP_UNARY_ROW("atan", SP_ATEN3(atan), k_atan),
@@ -615,8 +616,9 @@ static const tpu_op_def_t g_rows[] = {
     SP_UNARY_ROW("frac", SP_ATEN3(frac), k_frac),
     SP_UNARY_ROW("sgn", SP_ATEN3(sgn), k_sgn),
     SP_UNARY_ROW("angle", "angle angle.out", k_angle),
-    {"frexp", "self", "", "mantissa,exponent", "frexp.Tensor frexp.Tensor_out", sp_frexp_kernel,
-     sp_frexp_infer, sp_frexp_check, NULL},
+    {.name = "frexp", .inputs = "self", .attrs = "", .outputs = "mantissa,exponent",
+     .aten = "frexp.Tensor frexp.Tensor_out", .kernel = sp_frexp_kernel, .infer = sp_frexp_infer,
+     .check = sp_frexp_check, .impl = NULL},
     EW_ROW("polygamma", "self", "n", "out", "polygamma polygamma.out", k_polygamma),
     EW_ROW("logit", "self", "eps", "out", "logit logit.out logit_", k_logit),
     EW_BACKWARD_ROW(logit_backward, "grad_output,self", "eps"),

@@ -209,14 +209,18 @@ static tpu_status_t conj_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
 static const fft_impl_t k_r2c = {FFT_R2C}, k_c2c = {FFT_C2C}, k_c2r = {FFT_C2R};
 
 static const tpu_op_def_t k_rows[] = {
-    {"fft_r2c", "self", "dim,normalization,onesided", "out", "_fft_r2c _fft_r2c.out", fft_kernel,
-     fft_infer, fft_check, &k_r2c, TPU_OP_COMPLEX},
-    {"fft_c2c", "self", "dim,normalization,forward", "out", "_fft_c2c _fft_c2c.out", fft_kernel,
-     fft_infer, fft_check, &k_c2c, TPU_OP_COMPLEX},
-    {"fft_c2r", "self", "dim,normalization,last_dim_size", "out", "_fft_c2r _fft_c2r.out",
-     fft_kernel, fft_infer, fft_check, &k_c2r, TPU_OP_COMPLEX},
-    {"conj_physical", "self", "", "out", "_conj_physical conj_physical.out conj_physical_",
-     conj_kernel, conj_infer, conj_check, NULL, TPU_OP_COMPLEX},
+    {.name = "fft_r2c", .inputs = "self", .attrs = "dim,normalization,onesided", .outputs = "out",
+     .aten = "_fft_r2c _fft_r2c.out", .kernel = fft_kernel, .infer = fft_infer, .check = fft_check,
+     .impl = &k_r2c, .flags = TPU_OP_COMPLEX},
+    {.name = "fft_c2c", .inputs = "self", .attrs = "dim,normalization,forward", .outputs = "out",
+     .aten = "_fft_c2c _fft_c2c.out", .kernel = fft_kernel, .infer = fft_infer, .check = fft_check,
+     .impl = &k_c2c, .flags = TPU_OP_COMPLEX},
+    {.name = "fft_c2r", .inputs = "self", .attrs = "dim,normalization,last_dim_size",
+     .outputs = "out", .aten = "_fft_c2r _fft_c2r.out", .kernel = fft_kernel, .infer = fft_infer,
+     .check = fft_check, .impl = &k_c2r, .flags = TPU_OP_COMPLEX},
+    {.name = "conj_physical", .inputs = "self", .attrs = "", .outputs = "out",
+     .aten = "_conj_physical conj_physical.out conj_physical_", .kernel = conj_kernel,
+     .infer = conj_infer, .check = conj_check, .impl = NULL, .flags = TPU_OP_COMPLEX},
 };
 
 const tpu_op_family_t tpu_family_fft = {"fft", k_rows,

@@ -854,8 +854,9 @@ static const ax_spec_t k_index = {AX_INDEX, 0}, k_index_put = {AX_INDEX_PUT, 0},
                        k_masked_select_count = {AX_COUNT, AX_MASKED_SELECT},
                        k_repeat = {AX_REPEAT, 0}, k_repeat_count = {AX_COUNT, AX_REPEAT};
 
-#define AX_ROW_F(name, inputs, attrs, aten, spec, flags) \
-  {name, inputs, attrs, "out", aten, ax_kernel, ax_infer, ax_check, &spec, flags}
+#define AX_ROW_F(name_, inputs_, attrs_, aten_, spec, flags_) \
+  {.name = name_, .inputs = inputs_, .attrs = attrs_, .outputs = "out", .aten = aten_, \
+   .kernel = ax_kernel, .infer = ax_infer, .check = ax_check, .impl = &spec, .flags = flags_}
 #define AX_ROW(name, inputs, attrs, aten, spec) AX_ROW_F(name, inputs, attrs, aten, spec, 0)
 
 static const tpu_op_def_t k_ops[] = {

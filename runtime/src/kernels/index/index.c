@@ -644,8 +644,10 @@ static const ix_spec_t k_select = {IX_INDEX_SELECT}, k_gather = {IX_GATHER},
                        k_scatter_add = {IX_SCATTER_ADD}, k_index_add = {IX_INDEX_ADD},
                        k_embedding = {IX_EMBEDDING_BACKWARD}, k_cat = {IX_CAT};
 
-#define IX_ROW_F(name, inputs, attrs, aten, spec, flags) \
-  {name, inputs, attrs, "out", aten, index_kernel, index_infer, index_check, &spec, flags}
+#define IX_ROW_F(name_, inputs_, attrs_, aten_, spec, flags_) \
+  {.name = name_, .inputs = inputs_, .attrs = attrs_, .outputs = "out", .aten = aten_, \
+   .kernel = index_kernel, .infer = index_infer, .check = index_check, .impl = &spec, \
+   .flags = flags_}
 #define IX_ROW(name, inputs, attrs, aten, spec) IX_ROW_F(name, inputs, attrs, aten, spec, 0)
 
 static const tpu_op_def_t k_ops[] = {

@@ -698,8 +698,9 @@ static tpu_status_t sg_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   return st;
 }
 
-#define SR_ROW(name, inputs, attrs, aten, spec) \
-  {name, inputs, attrs, "out", aten, sr_kernel, sr_infer, sr_check, &spec}
+#define SR_ROW(name_, inputs_, attrs_, aten_, spec) \
+  {.name = name_, .inputs = inputs_, .attrs = attrs_, .outputs = "out", .aten = aten_, \
+   .kernel = sr_kernel, .infer = sr_infer, .check = sr_check, .impl = &spec}
 
 static const tpu_op_def_t k_ops[] = {
     SR_ROW("scatter_reduce", "self,index,src", "dim,reduce,include_self",
@@ -710,10 +711,14 @@ static const tpu_op_def_t k_ops[] = {
            "scatter.value_reduce scatter_.value_reduce scatter.value_reduce_out", k_value),
     SR_ROW("index_reduce", "self,index,source", "dim,reduce,include_self",
            "index_reduce index_reduce_ index_reduce.out", k_index_reduce),
-    {"segment_reduce", "data,lengths?,offsets?", "reduce,axis,unsafe,initial", "out",
-     "segment_reduce segment_reduce.out", sg_kernel, sg_infer, sg_check, NULL},
-    {"segment_reduce_backward", "grad,output,data,lengths?,offsets?", "reduce,axis,initial", "out",
-     "_segment_reduce_backward _segment_reduce_backward.out", sg_kernel, sg_infer, sg_check, NULL},
+    {.name = "segment_reduce", .inputs = "data,lengths?,offsets?",
+     .attrs = "reduce,axis,unsafe,initial", .outputs = "out",
+     .aten = "segment_reduce segment_reduce.out", .kernel = sg_kernel, .infer = sg_infer,
+     .check = sg_check, .impl = NULL},
+    {.name = "segment_reduce_backward", .inputs = "grad,output,data,lengths?,offsets?",
+     .attrs = "reduce,axis,initial", .outputs = "out",
+     .aten = "_segment_reduce_backward _segment_reduce_backward.out", .kernel = sg_kernel,
+     .infer = sg_infer, .check = sg_check, .impl = NULL},
 };
 
 const tpu_op_family_t tpu_family_scatter_reduce = {"scatter_reduce", k_ops,

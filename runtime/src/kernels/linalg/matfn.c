@@ -397,13 +397,14 @@ static tpu_status_t ls_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
 }
 
 static const tpu_op_def_t k_rows[] = {
-    {"linalg_matrix_exp", "self", "", "out", "linalg_matrix_exp linalg_matrix_exp.out",
-     expm_kernel, NULL, expm_check},
-    {"linalg_lstsq", "self,b", "rcond,driver,sync_size",
-     "solution,residuals,rank,singular_values", "linalg_lstsq linalg_lstsq.out", ls_kernel,
-     ls_infer, ls_check},
-    {"linalg_lstsq_count", "self,b", "rcond,driver,sync_size", "count", "", ls_kernel, ls_infer,
-     ls_check},
+    {.name = "linalg_matrix_exp", .inputs = "self", .attrs = "", .outputs = "out",
+     .aten = "linalg_matrix_exp linalg_matrix_exp.out", .kernel = expm_kernel, .infer = NULL,
+     .check = expm_check},
+    {.name = "linalg_lstsq", .inputs = "self,b", .attrs = "rcond,driver,sync_size",
+     .outputs = "solution,residuals,rank,singular_values", .aten = "linalg_lstsq linalg_lstsq.out",
+     .kernel = ls_kernel, .infer = ls_infer, .check = ls_check},
+    {.name = "linalg_lstsq_count", .inputs = "self,b", .attrs = "rcond,driver,sync_size",
+     .outputs = "count", .aten = "", .kernel = ls_kernel, .infer = ls_infer, .check = ls_check},
 };
 
 const tpu_op_family_t tpu_family_linalg_matfn = {"linalg_matfn", k_rows,

@@ -274,11 +274,14 @@ static tpu_status_t addbmm_check(const tpu_op_def_t* def, const tpu_node_t* node
 }
 
 static const tpu_op_def_t k_rows[] = {
-    {"trace", "self", "", "out", "trace trace.out", trace_kernel, NULL, trace_check},
-    {"linalg_cross", "self,other", "dim", "out", "linalg_cross linalg_cross.out", cross_kernel,
-     NULL, cross_check},
-    {"addbmm", "self,batch1,batch2", "beta,alpha", "out", "addbmm addbmm_ addbmm.out",
-     addbmm_kernel, NULL, addbmm_check},
+    {.name = "trace", .inputs = "self", .attrs = "", .outputs = "out", .aten = "trace trace.out",
+     .kernel = trace_kernel, .infer = NULL, .check = trace_check},
+    {.name = "linalg_cross", .inputs = "self,other", .attrs = "dim", .outputs = "out",
+     .aten = "linalg_cross linalg_cross.out", .kernel = cross_kernel, .infer = NULL,
+     .check = cross_check},
+    {.name = "addbmm", .inputs = "self,batch1,batch2", .attrs = "beta,alpha", .outputs = "out",
+     .aten = "addbmm addbmm_ addbmm.out", .kernel = addbmm_kernel, .infer = NULL,
+     .check = addbmm_check},
 };
 
 const tpu_op_family_t tpu_family_linalg_simple = {"linalg_simple", k_rows,

@@ -542,17 +542,18 @@ tpu_status_t tpu_ctc_loss_reference(const tpu_op_def_t* def, const tpu_node_t* n
 static const int k_fwd = CTC_FORWARD, k_bwd = CTC_BACKWARD, k_count = CTC_COUNT;
 
 static const tpu_op_def_t k_rows[] = {
-    {"_ctc_loss", "log_probs,targets,input_lengths^,target_lengths^",
-     "blank,zero_infinity,sync_size", "out0,out1",
-     "_ctc_loss _ctc_loss.out _ctc_loss.Tensor _ctc_loss.Tensor_out", ctc_kernel, ctc_infer,
-     ctc_check, &k_fwd},
-    {"_ctc_loss_count", "log_probs,targets,input_lengths^,target_lengths^",
-     "blank,zero_infinity,sync_size", "out", "", ctc_kernel, ctc_infer, ctc_check, &k_count},
-    {"_ctc_loss_backward",
-     "grad,log_probs,targets,input_lengths^,target_lengths^,neg_log_likelihood,log_alpha",
-     "blank,zero_infinity", "out",
-     "_ctc_loss_backward _ctc_loss_backward.out _ctc_loss_backward.Tensor", ctc_kernel,
-     ctc_infer, ctc_check, &k_bwd},
+    {.name = "_ctc_loss", .inputs = "log_probs,targets,input_lengths^,target_lengths^",
+     .attrs = "blank,zero_infinity,sync_size", .outputs = "out0,out1",
+     .aten = "_ctc_loss _ctc_loss.out _ctc_loss.Tensor _ctc_loss.Tensor_out", .kernel = ctc_kernel,
+     .infer = ctc_infer, .check = ctc_check, .impl = &k_fwd},
+    {.name = "_ctc_loss_count", .inputs = "log_probs,targets,input_lengths^,target_lengths^",
+     .attrs = "blank,zero_infinity,sync_size", .outputs = "out", .aten = "", .kernel = ctc_kernel,
+     .infer = ctc_infer, .check = ctc_check, .impl = &k_count},
+    {.name = "_ctc_loss_backward",
+     .inputs = "grad,log_probs,targets,input_lengths^,target_lengths^,neg_log_likelihood,log_alpha",
+     .attrs = "blank,zero_infinity", .outputs = "out",
+     .aten = "_ctc_loss_backward _ctc_loss_backward.out _ctc_loss_backward.Tensor",
+     .kernel = ctc_kernel, .infer = ctc_infer, .check = ctc_check, .impl = &k_bwd},
 };
 
 const tpu_op_family_t tpu_family_ctc_loss = {"ctc_loss", k_rows,

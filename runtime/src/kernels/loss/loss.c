@@ -282,12 +282,15 @@ static const loss_impl_t k_bwd = {true, false};
 static const loss_impl_t k_fwd2d = {false, true};
 static const loss_impl_t k_bwd2d = {true, true};
 
-#define FWD_ROW(name, aten, impl)                                                          \
-  {name, "self,target,weight?", "reduction,ignore_index", "output,total_weight", aten,      \
-   loss_kernel, loss_infer, loss_check, &impl}
-#define BWD_ROW(name, aten, impl)                                                          \
-  {name, "grad_output,self,target,weight?,total_weight", "reduction,ignore_index",          \
-   "grad_input", aten, loss_kernel, loss_infer, loss_check, &impl, 0, loss_rows}
+#define FWD_ROW(name_, aten_, impl_)                                                          \
+  {.name = name_, .inputs = "self,target,weight?", .attrs = "reduction,ignore_index", \
+   .outputs = "output,total_weight", .aten = aten_, .kernel = loss_kernel, .infer = loss_infer, \
+   .check = loss_check, .impl = &impl_}
+#define BWD_ROW(name_, aten_, impl_)                                                          \
+  {.name = name_, .inputs = "grad_output,self,target,weight?,total_weight", \
+   .attrs = "reduction,ignore_index", .outputs = "grad_input", .aten = aten_, \
+   .kernel = loss_kernel, .infer = loss_infer, .check = loss_check, .impl = &impl_, .flags = 0, \
+   .rows = loss_rows}
 
 static const tpu_op_def_t k_rows[] = {
     FWD_ROW("nll_loss_forward", "nll_loss_forward.default nll_loss_forward.output", k_fwd),

@@ -278,11 +278,13 @@ tpu_status_t tpu_margin_reference(const tpu_op_def_t* def, const tpu_node_t* nod
 static const int k_bwd = 1;
 
 static const tpu_op_def_t k_rows[] = {
-    {"multi_margin_loss", "self,target,weight?", "p,margin,reduction", "out",
-     "multi_margin_loss multi_margin_loss.out", ml_kernel, ml_infer, ml_check, NULL},
-    {"multi_margin_loss_backward", "grad_output,self,target,weight?", "p,margin,reduction",
-     "grad_input", "multi_margin_loss_backward multi_margin_loss_backward.grad_input", ml_kernel,
-     ml_infer, ml_check, &k_bwd},
+    {.name = "multi_margin_loss", .inputs = "self,target,weight?", .attrs = "p,margin,reduction",
+     .outputs = "out", .aten = "multi_margin_loss multi_margin_loss.out", .kernel = ml_kernel,
+     .infer = ml_infer, .check = ml_check, .impl = NULL},
+    {.name = "multi_margin_loss_backward", .inputs = "grad_output,self,target,weight?",
+     .attrs = "p,margin,reduction", .outputs = "grad_input",
+     .aten = "multi_margin_loss_backward multi_margin_loss_backward.grad_input",
+     .kernel = ml_kernel, .infer = ml_infer, .check = ml_check, .impl = &k_bwd},
 };
 
 const tpu_op_family_t tpu_family_margin_loss = {"margin_loss", k_rows,

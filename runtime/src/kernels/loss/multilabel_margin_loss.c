@@ -335,13 +335,14 @@ tpu_status_t tpu_multilabel_margin_reference(const tpu_op_def_t* def, const tpu_
 static const int k_bwd = 1;
 
 static const tpu_op_def_t k_rows[] = {
-    {"multilabel_margin_loss_forward", "self,target", "reduction", "output,is_target",
-     "multilabel_margin_loss_forward multilabel_margin_loss_forward.output", mlm_kernel,
-     mlm_infer, mlm_check, NULL},
-    {"multilabel_margin_loss_backward", "grad_output,self,target,is_target", "reduction",
-     "grad_input",
-     "multilabel_margin_loss_backward multilabel_margin_loss_backward.grad_input", mlm_kernel,
-     mlm_infer, mlm_check, &k_bwd},
+    {.name = "multilabel_margin_loss_forward", .inputs = "self,target", .attrs = "reduction",
+     .outputs = "output,is_target",
+     .aten = "multilabel_margin_loss_forward multilabel_margin_loss_forward.output",
+     .kernel = mlm_kernel, .infer = mlm_infer, .check = mlm_check, .impl = NULL},
+    {.name = "multilabel_margin_loss_backward", .inputs = "grad_output,self,target,is_target",
+     .attrs = "reduction", .outputs = "grad_input",
+     .aten = "multilabel_margin_loss_backward multilabel_margin_loss_backward.grad_input",
+     .kernel = mlm_kernel, .infer = mlm_infer, .check = mlm_check, .impl = &k_bwd},
 };
 
 const tpu_op_family_t tpu_family_multilabel_margin_loss = {

@@ -209,8 +209,9 @@ static const pl_impl_t k_sl1 = {PL_SMOOTH_L1, false}, k_sl1_b = {PL_SMOOTH_L1, t
 static const pl_impl_t k_hub = {PL_HUBER, false}, k_hub_b = {PL_HUBER, true};
 static const pl_impl_t k_bce = {PL_BCE, false}, k_bce_b = {PL_BCE, true};
 
-#define PL_ROW(name, in, attrs, out, aten, impl) \
-  {name, in, attrs, out, aten, pl_kernel, pl_infer, pl_check, &impl}
+#define PL_ROW(name_, in, attrs_, out, aten_, impl_) \
+  {.name = name_, .inputs = in, .attrs = attrs_, .outputs = out, .aten = aten_, .kernel = pl_kernel, \
+   .infer = pl_infer, .check = pl_check, .impl = &impl_}
 
 static const tpu_op_def_t k_rows[] = {
     PL_ROW("mse_loss", "self,target", "reduction", "out", "mse_loss mse_loss.out", k_mse),

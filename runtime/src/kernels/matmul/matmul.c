@@ -478,8 +478,8 @@ static tpu_status_t run_on_mxu(const mm_problem_t* p, bool* out_done) {
       (p->precision != MM_PRECISION_HIGHEST || p->m < 2 || p->n < 2 ||
        p->m * p->n * p->k < MM_SMALL_WORK || (p->b.sizes[0] > 1 && p->b.strides[0] != 0)))
     return TPU_OK;
-  mxu_gemm_t g = {p->a, p->b, p->c, (float)p->alpha, p->has_bias ? (float)p->beta : 0.0f,
-                  p->graph};
+  mxu_gemm_t g = {.a = p->a, .b = p->b, .c = p->c, .alpha = (float)p->alpha,
+                  .beta = p->has_bias ? (float)p->beta : 0.0f, .graph = p->graph};
   /* A Linear's bias (a dense row vector, beta = alpha = 1, C row-major)
    * goes into the kernel; any other addend is copied into C and summed. */
   const tpu_view_t* bv = &p->bias;
@@ -549,8 +549,8 @@ static tpu_status_t run_f32_on_mxu(const mm_problem_t* p, bool* out_done) {
     for (int i = three ? 0 : 2; i < 3 && st == TPU_OK; ++i) {
       bool first = i == (three ? 0 : 2), done = false;
       /* graph NULL: B is this call's scratch, never cached */
-      mxu_gemm_t g = {*pass[i][0], *pass[i][1], p->c, (float)p->alpha,
-                      first ? (p->has_bias ? (float)p->beta : 0.0f) : 1.0f, NULL};
+      mxu_gemm_t g = {.a = *pass[i][0], .b = *pass[i][1], .c = p->c, .alpha = (float)p->alpha,
+                      .beta = first ? (p->has_bias ? (float)p->beta : 0.0f) : 1.0f};
       st = tpu_mxu_gemm(&g, &done);
       if (st == TPU_OK && !done && !first)
         st = tpu_status_make(TPU_CODE_INTERNAL, "matrix unit declined a bfloat16x3 pass");
@@ -660,8 +660,10 @@ static const mm_spec_t k_mm = {false, 2, 2}, k_bmm = {false, 3, 3}, k_addmm = {t
                        k_baddbmm = {true, 3, 3}, k_mv = {false, 2, 1}, k_addmv = {true, 2, 1},
                        k_dot = {false, 1, 1};
 
-#define MM_ROW_FLAGS(name, inputs, attrs, aten, spec, flags) \
-  {name, inputs, attrs, "out", aten, matmul_kernel, matmul_infer, matmul_check, &spec, flags}
+#define MM_ROW_FLAGS(name_, inputs_, attrs_, aten_, spec, flags_) \
+  {.name = name_, .inputs = inputs_, .attrs = attrs_, .outputs = "out", .aten = aten_, \
+   .kernel = matmul_kernel, .infer = matmul_infer, .check = matmul_check, .impl = &spec, \
+   .flags = flags_}
 /* GEMMs (a 2-D or batched 3-D C) take epilogues; mv, addmv and dot do not. */
 #define MM_ROW(name, inputs, attrs, aten, spec) \
   MM_ROW_FLAGS(name, inputs, attrs, aten, spec, TPU_OP_HEAVY | TPU_OP_EPILOGUE | TPU_OP_COMPLEX)

@@ -149,7 +149,8 @@ static tpu_status_t int_mm(const i8_args_t* a, const tpu_view_t* c, const tpu_gr
       !views_overlap(c, a->b)) {
     /* with the graph, a mat2 read again unchanged (a weight) is laid out
      * blocked once and kept by the weight cache (mxu_pack.h) */
-    mxu_gemm_t g = {batch_of_one(a->a), batch_of_one(a->b), batch_of_one(c), 1.0f, 0.0f, graph};
+    mxu_gemm_t g = {.a = batch_of_one(a->a), .b = batch_of_one(a->b), .c = batch_of_one(c),
+                    .alpha = 1.0f, .graph = graph};
     bool done = false;
     TPU_RETURN_IF_ERROR(tpu_mxu_gemm(&g, &done));
     if (done) return TPU_OK;
@@ -240,7 +241,8 @@ static tpu_status_t weight_int8pack_mm(const i8_args_t* a, const tpu_view_t* c) 
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, blas_init);
 #endif
-  w8_job_t j = {a, x, scales, c, (a->n + I8_COLS - 1) / I8_COLS};
+  w8_job_t j = {.a = a, .x = x, .scales = scales, .c = c,
+                .cblocks = (a->n + I8_COLS - 1) / I8_COLS};
   atomic_init(&j.failed, 0);
   int64_t units = (a->m + I8_ROWS - 1) / I8_ROWS * j.cblocks;
   int64_t unit_work = I8_COLS * (a->m < I8_ROWS ? a->m : I8_ROWS) * (a->k > 0 ? a->k : 1);
@@ -286,10 +288,12 @@ static tpu_status_t i8_check(const tpu_op_def_t* def, const tpu_node_t* node) {
 static const i8_spec_t k_int_mm = {I8_INT_MM}, k_weight_pack = {I8_WEIGHT_PACK};
 
 static const tpu_op_def_t k_rows[] = {
-    {"int_mm", "self,mat2", "", "out", "_int_mm _int_mm.out", i8_kernel, i8_infer, i8_check,
-     &k_int_mm, TPU_OP_HEAVY},
-    {"weight_int8pack_mm", "self,mat2,scales", "", "out", "_weight_int8pack_mm", i8_kernel,
-     i8_infer, i8_check, &k_weight_pack, TPU_OP_HEAVY},
+    {.name = "int_mm", .inputs = "self,mat2", .attrs = "", .outputs = "out",
+     .aten = "_int_mm _int_mm.out", .kernel = i8_kernel, .infer = i8_infer, .check = i8_check,
+     .impl = &k_int_mm, .flags = TPU_OP_HEAVY},
+    {.name = "weight_int8pack_mm", .inputs = "self,mat2,scales", .attrs = "", .outputs = "out",
+     .aten = "_weight_int8pack_mm", .kernel = i8_kernel, .infer = i8_infer, .check = i8_check,
+     .impl = &k_weight_pack, .flags = TPU_OP_HEAVY},
 };
 
 const tpu_op_family_t tpu_family_matmul_int8 = {"matmul_int8", k_rows,

@@ -483,8 +483,9 @@ static const pad_impl_t k_repl[3][2] = {{{PAD_REPLICATE, 1, false}, {PAD_REPLICA
                                         {{PAD_REPLICATE, 2, false}, {PAD_REPLICATE, 2, true}},
                                         {{PAD_REPLICATE, 3, false}, {PAD_REPLICATE, 3, true}}};
 
-#define PROW(name, in, outs, aten, impl) \
-  {name, in, "padding", outs, aten, pad_kernel, NULL, pad_check, impl}
+#define PROW(name_, in, outs, aten_, impl_) \
+  {.name = name_, .inputs = in, .attrs = "padding", .outputs = outs, .aten = aten_, \
+   .kernel = pad_kernel, .infer = NULL, .check = pad_check, .impl = impl_}
 #define PAD_PAIR(kind, n, tab)                                                                  \
   PROW(#kind "_pad" #n "d", "self", "out", #kind "_pad" #n "d.default " #kind "_pad" #n "d.out", \
        &tab[n - 1][0]),                                                                         \
@@ -493,9 +494,9 @@ static const pad_impl_t k_repl[3][2] = {{{PAD_REPLICATE, 1, false}, {PAD_REPLICA
            &tab[n - 1][1])
 
 static const tpu_op_def_t k_rows[] = {
-    {"constant_pad_nd", "self", "pad,value", "out",
-     "constant_pad_nd.default constant_pad_nd.out", pad_kernel, NULL, pad_check, &k_const,
-     TPU_OP_COMPLEX}, /* complex: storage moves and a (value, 0) border */
+    {.name = "constant_pad_nd", .inputs = "self", .attrs = "pad,value", .outputs = "out",
+     .aten = "constant_pad_nd.default constant_pad_nd.out", .kernel = pad_kernel, .infer = NULL,
+     .check = pad_check, .impl = &k_const, .flags = TPU_OP_COMPLEX}, /* complex: storage moves and a (value, 0) border */
     PAD_PAIR(reflection, 1, k_refl),  PAD_PAIR(reflection, 2, k_refl),
     PAD_PAIR(reflection, 3, k_refl),  PAD_PAIR(replication, 1, k_repl),
     PAD_PAIR(replication, 2, k_repl), PAD_PAIR(replication, 3, k_repl),

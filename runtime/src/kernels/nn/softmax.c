@@ -400,8 +400,10 @@ static tpu_status_t try_fast_rows(const softmax_args_t* a, const tpu_view_t* out
   bool halves = half && half_view(x) && half_view(out) && (!g || half_view(g));
   if (!f32 && !halves) return TPU_OK;
   if (views_overlap(out, x) || (g && views_overlap(out, g))) return TPU_OK;
-  fast_plan_t p = {(const float*)tpu_view_ptr(x), g ? (const float*)tpu_view_ptr(g) : NULL,
-                   (float*)tpu_view_ptr(out), x->sizes[a->dim], a->impl->log, x, g, out};
+  fast_plan_t p = {.x = (const float*)tpu_view_ptr(x),
+                   .g = g ? (const float*)tpu_view_ptr(g) : NULL,
+                   .y = (float*)tpu_view_ptr(out), .len = x->sizes[a->dim], .log_ = a->impl->log,
+                   .hx = x, .hg = g, .hy = out};
   atomic_init(&p.no_memory, 0);
   int64_t rows = tpu_view_numel(x) / p.len;
   if (!g && tpu_softmax_rows512_ok()) {
@@ -472,16 +474,21 @@ static const softmax_impl_t k_softmax_bwd = {false, true};
 static const softmax_impl_t k_log_softmax_bwd = {true, true};
 
 static const tpu_op_def_t k_rows[] = {
-    {"softmax", "self", "dim,half_to_float", "out", "_softmax.default _softmax.out",
-     softmax_kernel, softmax_infer, softmax_check, &k_softmax, 0, softmax_rows},
-    {"log_softmax", "self", "dim,half_to_float", "out", "_log_softmax.default _log_softmax.out",
-     softmax_kernel, softmax_infer, softmax_check, &k_log_softmax, 0, softmax_rows},
-    {"softmax_backward", "grad_output,output", "dim,input_dtype", "grad_input",
-     "_softmax_backward_data.default _softmax_backward_data.out", softmax_kernel, softmax_infer,
-     softmax_check, &k_softmax_bwd, 0, softmax_rows},
-    {"log_softmax_backward", "grad_output,output", "dim,input_dtype", "out",
-     "_log_softmax_backward_data.default _log_softmax_backward_data.out", softmax_kernel,
-     softmax_infer, softmax_check, &k_log_softmax_bwd, 0, softmax_rows},
+    {.name = "softmax", .inputs = "self", .attrs = "dim,half_to_float", .outputs = "out",
+     .aten = "_softmax.default _softmax.out", .kernel = softmax_kernel, .infer = softmax_infer,
+     .check = softmax_check, .impl = &k_softmax, .flags = 0, .rows = softmax_rows},
+    {.name = "log_softmax", .inputs = "self", .attrs = "dim,half_to_float", .outputs = "out",
+     .aten = "_log_softmax.default _log_softmax.out", .kernel = softmax_kernel,
+     .infer = softmax_infer, .check = softmax_check, .impl = &k_log_softmax, .flags = 0,
+     .rows = softmax_rows},
+    {.name = "softmax_backward", .inputs = "grad_output,output", .attrs = "dim,input_dtype",
+     .outputs = "grad_input", .aten = "_softmax_backward_data.default _softmax_backward_data.out",
+     .kernel = softmax_kernel, .infer = softmax_infer, .check = softmax_check,
+     .impl = &k_softmax_bwd, .flags = 0, .rows = softmax_rows},
+    {.name = "log_softmax_backward", .inputs = "grad_output,output", .attrs = "dim,input_dtype",
+     .outputs = "out", .aten = "_log_softmax_backward_data.default _log_softmax_backward_data.out",
+     .kernel = softmax_kernel, .infer = softmax_infer, .check = softmax_check,
+     .impl = &k_log_softmax_bwd, .flags = 0, .rows = softmax_rows},
 };
 
 const tpu_op_family_t tpu_family_softmax = {"softmax", k_rows,

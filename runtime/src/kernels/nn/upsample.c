@@ -771,12 +771,13 @@ IMPL(a2, AA_LINEAR, 2)
 IMPL(b2, AA_CUBIC, 2)
 
 #define ATTRS "output_size,input_size,align_corners,scales,scales_d,scales_h,scales_w"
-#define ROWS(name, aten, impl)                                                                  \
-  {name, "self", ATTRS, "out", aten ".default " aten ".out", up_kernel, up_infer, up_check,     \
-   &impl##_f},                                                                                  \
-      {name "_backward", "grad_output", ATTRS, "grad_input",                                    \
-       aten "_backward.default " aten "_backward.grad_input", up_kernel, up_infer, up_check,    \
-       &impl##_b}
+#define ROWS(name_, aten_, impl_)                                                          \
+  {.name = name_, .inputs = "self", .attrs = ATTRS, .outputs = "out",                     \
+   .aten = aten_ ".default " aten_ ".out", .kernel = up_kernel, .infer = up_infer,         \
+   .check = up_check, .impl = &impl_##_f},                                                \
+      {.name = name_ "_backward", .inputs = "grad_output", .attrs = ATTRS,                 \
+       .outputs = "grad_input", .aten = aten_ "_backward.default " aten_ "_backward.grad_input", \
+       .kernel = up_kernel, .infer = up_infer, .check = up_check, .impl = &impl_##_b}
 
 static const tpu_op_def_t k_rows[] = {
     ROWS("upsample_nearest1d", "upsample_nearest1d", n1),

@@ -275,11 +275,13 @@ static const bn_impl_t k_fwd = {false, 1, true};
 static const bn_impl_t k_bwd = {true, 1, true};
 
 static const tpu_op_def_t k_rows[] = {
-    {"group_norm", "input,weight?,bias?", "N,C,HxW,group,eps", "out0,out1,out2",
-     "native_group_norm.default native_group_norm.out", gn_kernel, gn_infer, gn_check, &k_fwd},
-    {"group_norm_backward", "grad_out,input,mean,rstd,weight?", "N,C,HxW,group,output_mask",
-     "out0,out1,out2", "native_group_norm_backward.default native_group_norm_backward.out",
-     gn_kernel, gn_infer, gn_check, &k_bwd},
+    {.name = "group_norm", .inputs = "input,weight?,bias?", .attrs = "N,C,HxW,group,eps",
+     .outputs = "out0,out1,out2", .aten = "native_group_norm.default native_group_norm.out",
+     .kernel = gn_kernel, .infer = gn_infer, .check = gn_check, .impl = &k_fwd},
+    {.name = "group_norm_backward", .inputs = "grad_out,input,mean,rstd,weight?",
+     .attrs = "N,C,HxW,group,output_mask", .outputs = "out0,out1,out2",
+     .aten = "native_group_norm_backward.default native_group_norm_backward.out",
+     .kernel = gn_kernel, .infer = gn_infer, .check = gn_check, .impl = &k_bwd},
 };
 
 const tpu_op_family_t tpu_family_group_norm = {"group_norm", k_rows,

@@ -236,10 +236,12 @@ tpu_status_t tpu_weight_norm_reference(const tpu_op_def_t* def, const tpu_node_t
 }
 
 static const tpu_op_def_t k_rows[] = {
-    {"weight_norm", "v,g", "dim", "w,norm", "_weight_norm_interface", wn_kernel, wn_infer,
-     wn_check, NULL},
-    {"weight_norm_backward", "grad_w,saved_v,saved_g,saved_norms", "dim", "grad_v,grad_g",
-     "_weight_norm_interface_backward", wn_kernel, wn_infer, wn_check, NULL},
+    {.name = "weight_norm", .inputs = "v,g", .attrs = "dim", .outputs = "w,norm",
+     .aten = "_weight_norm_interface", .kernel = wn_kernel, .infer = wn_infer, .check = wn_check,
+     .impl = NULL},
+    {.name = "weight_norm_backward", .inputs = "grad_w,saved_v,saved_g,saved_norms",
+     .attrs = "dim", .outputs = "grad_v,grad_g", .aten = "_weight_norm_interface_backward",
+     .kernel = wn_kernel, .infer = wn_infer, .check = wn_check, .impl = NULL},
 };
 
 const tpu_op_family_t tpu_family_weight_norm = {"weight_norm", k_rows,

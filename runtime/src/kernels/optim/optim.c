@@ -226,10 +226,12 @@ static tpu_status_t adam_check(const tpu_op_def_t* def, const tpu_node_t* node) 
 static const int k_adamw = 1; /* impl: non-NULL for the AdamW row */
 
 static const tpu_op_def_t k_rows[] = {
-    {"fused_adam", OPT_INPUTS, OPT_ATTRS, "", "_fused_adam_ _fused_adam_.tensor_lr", adam_kernel,
-     NULL, adam_check, NULL, TPU_OP_FOREACH, NULL},
-    {"fused_adamw", OPT_INPUTS, OPT_ATTRS, "", "_fused_adamw_ _fused_adamw_.tensor_lr",
-     adam_kernel, NULL, adam_check, &k_adamw, TPU_OP_FOREACH, NULL},
+    {.name = "fused_adam", .inputs = OPT_INPUTS, .attrs = OPT_ATTRS, .outputs = "",
+     .aten = "_fused_adam_ _fused_adam_.tensor_lr", .kernel = adam_kernel, .infer = NULL,
+     .check = adam_check, .impl = NULL, .flags = TPU_OP_FOREACH, .rows = NULL},
+    {.name = "fused_adamw", .inputs = OPT_INPUTS, .attrs = OPT_ATTRS, .outputs = "",
+     .aten = "_fused_adamw_ _fused_adamw_.tensor_lr", .kernel = adam_kernel, .infer = NULL,
+     .check = adam_check, .impl = &k_adamw, .flags = TPU_OP_FOREACH, .rows = NULL},
 };
 
 const tpu_op_family_t tpu_family_optim = {"optim", k_rows,

@@ -420,18 +420,22 @@ tpu_status_t tpu_fractional_max_pool_reference(const tpu_op_def_t* def, const tp
 static const fmp_impl_t k_f2 = {2, false}, k_b2 = {2, true}, k_f3 = {3, false}, k_b3 = {3, true};
 
 static const tpu_op_def_t k_rows[] = {
-    {"fractional_max_pool2d", "self,random_samples", "kernel_size,output_size", "output,indices",
-     "fractional_max_pool2d fractional_max_pool2d.output", fmp_kernel, fmp_infer, fmp_check,
-     &k_f2},
-    {"fractional_max_pool2d_backward", "grad_output,self,indices", "kernel_size,output_size",
-     "grad_input", "fractional_max_pool2d_backward fractional_max_pool2d_backward.grad_input",
-     fmp_kernel, fmp_infer, fmp_check, &k_b2},
-    {"fractional_max_pool3d", "self,random_samples", "kernel_size,output_size", "output,indices",
-     "fractional_max_pool3d fractional_max_pool3d.output", fmp_kernel, fmp_infer, fmp_check,
-     &k_f3},
-    {"fractional_max_pool3d_backward", "grad_output,self,indices", "kernel_size,output_size",
-     "grad_input", "fractional_max_pool3d_backward fractional_max_pool3d_backward.grad_input",
-     fmp_kernel, fmp_infer, fmp_check, &k_b3},
+    {.name = "fractional_max_pool2d", .inputs = "self,random_samples",
+     .attrs = "kernel_size,output_size", .outputs = "output,indices",
+     .aten = "fractional_max_pool2d fractional_max_pool2d.output", .kernel = fmp_kernel,
+     .infer = fmp_infer, .check = fmp_check, .impl = &k_f2},
+    {.name = "fractional_max_pool2d_backward", .inputs = "grad_output,self,indices",
+     .attrs = "kernel_size,output_size", .outputs = "grad_input",
+     .aten = "fractional_max_pool2d_backward fractional_max_pool2d_backward.grad_input",
+     .kernel = fmp_kernel, .infer = fmp_infer, .check = fmp_check, .impl = &k_b2},
+    {.name = "fractional_max_pool3d", .inputs = "self,random_samples",
+     .attrs = "kernel_size,output_size", .outputs = "output,indices",
+     .aten = "fractional_max_pool3d fractional_max_pool3d.output", .kernel = fmp_kernel,
+     .infer = fmp_infer, .check = fmp_check, .impl = &k_f3},
+    {.name = "fractional_max_pool3d_backward", .inputs = "grad_output,self,indices",
+     .attrs = "kernel_size,output_size", .outputs = "grad_input",
+     .aten = "fractional_max_pool3d_backward fractional_max_pool3d_backward.grad_input",
+     .kernel = fmp_kernel, .infer = fmp_infer, .check = fmp_check, .impl = &k_b3},
 };
 
 const tpu_op_family_t tpu_family_fractional_max_pool = {

@@ -836,16 +836,19 @@ static const pool_impl_t k_unpool2 = {POOL_MAX, 2, false}, k_unpool3 = {POOL_MAX
 
 #define MAXA "kernel_size,stride,padding,dilation,ceil_mode"
 #define AVGA "kernel_size,stride,padding,ceil_mode,count_include_pad,divisor_override"
-#define ROW(name, in, attrs, outs, aten, impl) \
-  {name, in, attrs, outs, aten, pool_kernel, NULL, pool_check, impl}
+#define ROW(name_, in, attrs_, outs, aten_, impl_) \
+  {.name = name_, .inputs = in, .attrs = attrs_, .outputs = outs, .aten = aten_, \
+   .kernel = pool_kernel, .infer = NULL, .check = pool_check, .impl = impl_}
 
 static const tpu_op_def_t k_rows[] = {
-    {"max_pool2d", "self", MAXA, "out,indices",
-     "max_pool2d_with_indices.default max_pool2d_with_indices.out", pool_kernel,
-     max_pool2d_errors, pool_check, &k_max2},
-    {"max_pool2d_backward", "grad_output,self,indices", MAXA, "grad_input",
-     "max_pool2d_with_indices_backward.default max_pool2d_with_indices_backward.grad_input",
-     pool_kernel, max_pool2d_backward_errors, pool_check, &k_max2b},
+    {.name = "max_pool2d", .inputs = "self", .attrs = MAXA, .outputs = "out,indices",
+     .aten = "max_pool2d_with_indices.default max_pool2d_with_indices.out", .kernel = pool_kernel,
+     .infer = max_pool2d_errors, .check = pool_check, .impl = &k_max2},
+    {.name = "max_pool2d_backward", .inputs = "grad_output,self,indices", .attrs = MAXA,
+     .outputs = "grad_input",
+     .aten = "max_pool2d_with_indices_backward.default max_pool2d_with_indices_backward.grad_input",
+     .kernel = pool_kernel, .infer = max_pool2d_backward_errors, .check = pool_check,
+     .impl = &k_max2b},
     ROW("max_pool3d", "self", MAXA, "out,indices",
         "max_pool3d_with_indices.default max_pool3d_with_indices.out", &k_max3),
     ROW("max_pool3d_backward", "grad_output,self,indices", MAXA, "grad_input",
@@ -875,10 +878,12 @@ static const tpu_op_def_t k_rows[] = {
     ROW("adaptive_max_pool3d_backward", "grad_output,self,indices", "", "grad_input",
         "adaptive_max_pool3d_backward.default adaptive_max_pool3d_backward.grad_input",
         &k_amax3b),
-    {"max_unpool2d", "self,indices", "output_size", "out", "max_unpool2d.default max_unpool2d.out",
-     unpool_kernel, NULL, unpool_check, &k_unpool2},
-    {"max_unpool3d", "self,indices", "output_size,stride,padding", "out",
-     "max_unpool3d.default max_unpool3d.out", unpool_kernel, NULL, unpool_check, &k_unpool3},
+    {.name = "max_unpool2d", .inputs = "self,indices", .attrs = "output_size", .outputs = "out",
+     .aten = "max_unpool2d.default max_unpool2d.out", .kernel = unpool_kernel, .infer = NULL,
+     .check = unpool_check, .impl = &k_unpool2},
+    {.name = "max_unpool3d", .inputs = "self,indices", .attrs = "output_size,stride,padding",
+     .outputs = "out", .aten = "max_unpool3d.default max_unpool3d.out", .kernel = unpool_kernel,
+     .infer = NULL, .check = unpool_check, .impl = &k_unpool3},
 };
 
 const tpu_op_family_t tpu_family_pool = {"pool", k_rows,

@@ -587,8 +587,9 @@ static const rng_spec_t k_uniform = {RNG_UNIFORM, RANGE_DEFAULT},
                         k_poisson = {RNG_POISSON, RANGE_DEFAULT},
                         k_gamma = {RNG_GAMMA, RANGE_DEFAULT};
 
-#define RNG_ROW(name, inputs, attrs, outputs, aten, spec) \
-  {name, inputs, attrs, outputs, aten, random_kernel, random_infer, random_check, &spec}
+#define RNG_ROW(name_, inputs_, attrs_, outputs_, aten_, spec) \
+  {.name = name_, .inputs = inputs_, .attrs = attrs_, .outputs = outputs_, .aten = aten_, \
+   .kernel = random_kernel, .infer = random_infer, .check = random_check, .impl = &spec}
 
 static const tpu_op_def_t k_ops[] = {
     RNG_ROW("uniform", "self", "from,to,seed,offset", "out", "uniform_ uniform uniform.out",

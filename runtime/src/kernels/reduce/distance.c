@@ -366,8 +366,9 @@ static tpu_status_t distance_check(const tpu_op_def_t* def, const tpu_node_t* no
 static const dist_spec_t k_cdist = {DIST_CDIST}, k_cdist_bwd = {DIST_CDIST_BACKWARD},
                          k_pdist = {DIST_PDIST}, k_pdist_bwd = {DIST_PDIST_BACKWARD};
 
-#define DIST_ROW(name, inputs, attrs, aten, spec) \
-  {name, inputs, attrs, "out", aten, distance_kernel, distance_infer, distance_check, &spec}
+#define DIST_ROW(name_, inputs_, attrs_, aten_, spec) \
+  {.name = name_, .inputs = inputs_, .attrs = attrs_, .outputs = "out", .aten = aten_, \
+   .kernel = distance_kernel, .infer = distance_infer, .check = distance_check, .impl = &spec}
 
 static const tpu_op_def_t k_rows[] = {
     DIST_ROW("cdist_forward", "x1,x2", "p,compute_mode", "_cdist_forward _cdist_forward.out",

@@ -898,13 +898,15 @@ static const reduce_impl_t k_logsumexp = {RACC_LSE, ROUT_LSE, true, "logsumexp"}
 static const reduce_impl_t k_aminmax = {RACC_MINMAX, ROUT_MINMAX, true, "aminmax"};
 static const reduce_impl_t k_hash = {RACC_XOR, ROUT_BITS, true, "hash_tensor"};
 
-#define ROW(name, attrs, outputs, aten, impl)                                              \
-  {name, "self", attrs, outputs, aten, reduce_kernel, reduce_infer, reduce_check, &impl, 0, \
-   reduce_rows}
+#define ROW(name_, attrs_, outputs_, aten_, impl_)                                              \
+  {.name = name_, .inputs = "self", .attrs = attrs_, .outputs = outputs_, .aten = aten_, \
+   .kernel = reduce_kernel, .infer = reduce_infer, .check = reduce_check, .impl = &impl_, \
+   .flags = 0, .rows = reduce_rows}
 /* ... taking complex input too (sum, mean: reduce_complex.c). */
-#define ROW_CX(name, attrs, outputs, aten, impl)                                          \
-  {name, "self", attrs, outputs, aten, reduce_kernel, reduce_infer, reduce_check, &impl, \
-   TPU_OP_COMPLEX, reduce_rows}
+#define ROW_CX(name_, attrs_, outputs_, aten_, impl_)                                          \
+  {.name = name_, .inputs = "self", .attrs = attrs_, .outputs = outputs_, .aten = aten_, \
+   .kernel = reduce_kernel, .infer = reduce_infer, .check = reduce_check, .impl = &impl_, \
+   .flags = TPU_OP_COMPLEX, .rows = reduce_rows}
 
 /* Rows whose ATen schemas have different argument subsets are separate rows
  * (sum.dim_IntList has dim/keepdim, sum.default has not); one kernel serves
@@ -948,8 +950,9 @@ static const tpu_op_def_t k_rows[] = {
     ROW("logsumexp", "dim,keepdim", "out", "logsumexp logsumexp.out", k_logsumexp),
     ROW("aminmax", "dim,keepdim", "min,max", "aminmax aminmax.out", k_aminmax),
     /* a uint64 result (TPU_OP_UNSIGNED: tpu_convert writes it) */
-    {"hash_tensor", "self", "dim,keepdim,mode", "out", "hash_tensor hash_tensor.out",
-     reduce_kernel, reduce_infer, reduce_check, &k_hash, TPU_OP_UNSIGNED, reduce_rows},
+    {.name = "hash_tensor", .inputs = "self", .attrs = "dim,keepdim,mode", .outputs = "out",
+     .aten = "hash_tensor hash_tensor.out", .kernel = reduce_kernel, .infer = reduce_infer,
+     .check = reduce_check, .impl = &k_hash, .flags = TPU_OP_UNSIGNED, .rows = reduce_rows},
 };
 
 const tpu_op_family_t tpu_family_reduce = {"reduce", k_rows,

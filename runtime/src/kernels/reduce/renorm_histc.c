@@ -275,10 +275,12 @@ static tpu_status_t histc_check(const tpu_op_def_t* def, const tpu_node_t* node)
 }
 
 static const tpu_op_def_t k_rows[] = {
-    {"renorm", "self", "p,dim,maxnorm", "out", "renorm renorm.out renorm_", renorm_kernel,
-     renorm_infer, renorm_check, NULL},
-    {"histc", "self", "bins,min,max", "out", "histc histc.out", histc_kernel, histc_infer,
-     histc_check, NULL},
+    {.name = "renorm", .inputs = "self", .attrs = "p,dim,maxnorm", .outputs = "out",
+     .aten = "renorm renorm.out renorm_", .kernel = renorm_kernel, .infer = renorm_infer,
+     .check = renorm_check, .impl = NULL},
+    {.name = "histc", .inputs = "self", .attrs = "bins,min,max", .outputs = "out",
+     .aten = "histc histc.out", .kernel = histc_kernel, .infer = histc_infer, .check = histc_check,
+     .impl = NULL},
 };
 
 const tpu_op_family_t tpu_family_renorm_histc = {"renorm_histc", k_rows,

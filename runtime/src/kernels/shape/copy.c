@@ -105,12 +105,16 @@ static tpu_status_t zero_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
 }
 
 static const tpu_op_def_t g_rows[] = {
-    {"zero", "self", "", "out", "zero_ zero zero.out", zero_kernel, like_input0_infer, NULL, NULL,
-     TPU_OP_COMPLEX_AS_REAL | TPU_OP_UNSIGNED},
-    {"copy", "src", "", "out", "", copy_kernel, like_input0_infer, NULL, NULL, TPU_OP_UNSIGNED},
-    {"fill", "self,value#", "", "out",
-     "fill.Scalar fill.Tensor fill.Scalar_out fill.Tensor_out fill_.Scalar fill_.Tensor",
-     fill_kernel, fill_infer, fill_check, NULL, TPU_OP_UNSIGNED},
+    {.name = "zero", .inputs = "self", .attrs = "", .outputs = "out",
+     .aten = "zero_ zero zero.out", .kernel = zero_kernel, .infer = like_input0_infer,
+     .check = NULL, .impl = NULL, .flags = TPU_OP_COMPLEX_AS_REAL | TPU_OP_UNSIGNED},
+    {.name = "copy", .inputs = "src", .attrs = "", .outputs = "out", .aten = "",
+     .kernel = copy_kernel, .infer = like_input0_infer, .check = NULL, .impl = NULL,
+     .flags = TPU_OP_UNSIGNED},
+    {.name = "fill", .inputs = "self,value#", .attrs = "", .outputs = "out",
+     .aten = "fill.Scalar fill.Tensor fill.Scalar_out fill.Tensor_out fill_.Scalar fill_.Tensor",
+     .kernel = fill_kernel, .infer = fill_infer, .check = fill_check, .impl = NULL,
+     .flags = TPU_OP_UNSIGNED},
 };
 
 const tpu_op_family_t tpu_family_copy = {"copy", g_rows,

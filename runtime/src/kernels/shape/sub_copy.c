@@ -154,10 +154,12 @@ static tpu_status_t nc_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
 }
 
 static const tpu_op_def_t k_rows[] = {
-    {"narrow_copy", "self", "dim,start,length", "out", "narrow_copy narrow_copy.out", nc_kernel,
-     nc_infer, nc_check, NULL},
-    {"channel_shuffle", "self", "groups", "out", "channel_shuffle channel_shuffle.out", cs_kernel,
-     cs_infer, cs_check, NULL},
+    {.name = "narrow_copy", .inputs = "self", .attrs = "dim,start,length", .outputs = "out",
+     .aten = "narrow_copy narrow_copy.out", .kernel = nc_kernel, .infer = nc_infer,
+     .check = nc_check, .impl = NULL},
+    {.name = "channel_shuffle", .inputs = "self", .attrs = "groups", .outputs = "out",
+     .aten = "channel_shuffle channel_shuffle.out", .kernel = cs_kernel, .infer = cs_infer,
+     .check = cs_check, .impl = NULL},
 };
 
 const tpu_op_family_t tpu_family_sub_copy = {

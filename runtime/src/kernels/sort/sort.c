@@ -864,8 +864,9 @@ static const sort_impl_t k_sort = {SK_SORT}, k_topk = {SK_TOPK}, k_kth = {SK_KTH
                          k_nanmedian_all = {SK_NANMEDIAN_ALL}, k_search = {SK_SEARCH},
                          k_bucketize = {SK_BUCKETIZE};
 
-#define DIM_ROW_F(name, attrs, outs, aten, impl, flags) \
-  {name, "self", attrs, outs, aten, sort_kernel, sort_infer, sort_check, impl, flags}
+#define DIM_ROW_F(name_, attrs_, outs, aten_, impl_, flags_) \
+  {.name = name_, .inputs = "self", .attrs = attrs_, .outputs = outs, .aten = aten_, \
+   .kernel = sort_kernel, .infer = sort_infer, .check = sort_check, .impl = impl_, .flags = flags_}
 #define DIM_ROW(name, attrs, outs, aten, impl) DIM_ROW_F(name, attrs, outs, aten, impl, 0)
 
 static const tpu_op_def_t k_rows[] = {
@@ -881,16 +882,19 @@ static const tpu_op_def_t k_rows[] = {
     DIM_ROW("mode", "dim,keepdim", "values,indices", "mode mode.values", &k_mode),
     DIM_ROW("median", "", "out", "median.default median.out", &k_median_all),
     DIM_ROW("nanmedian", "", "out", "nanmedian.default nanmedian.out", &k_nanmedian_all),
-    {"searchsorted", "sorted_sequence,self#,sorter?", "out_int32,right,side", "out",
-     "searchsorted.Tensor searchsorted.Tensor_out searchsorted.Scalar searchsorted.Scalar_out",
-     search_kernel, search_infer, search_check, &k_search},
-    {"bucketize", "self#,boundaries", "out_int32,right", "out",
-     "bucketize.Tensor bucketize.Tensor_out bucketize.Scalar", search_kernel, search_infer,
-     search_check, &k_bucketize},
-    {"randperm", "", "n,seed,offset", "out", "randperm.generator_out", perm_kernel, perm_infer,
-     perm_check, NULL},
-    {"multinomial", "self", "num_samples,replacement,seed,offset", "out",
-     "multinomial multinomial.out", multi_kernel, multi_infer, multi_check, NULL},
+    {.name = "searchsorted", .inputs = "sorted_sequence,self#,sorter?",
+     .attrs = "out_int32,right,side", .outputs = "out",
+     .aten = "searchsorted.Tensor searchsorted.Tensor_out searchsorted.Scalar searchsorted.Scalar_out",
+     .kernel = search_kernel, .infer = search_infer, .check = search_check, .impl = &k_search},
+    {.name = "bucketize", .inputs = "self#,boundaries", .attrs = "out_int32,right",
+     .outputs = "out", .aten = "bucketize.Tensor bucketize.Tensor_out bucketize.Scalar",
+     .kernel = search_kernel, .infer = search_infer, .check = search_check, .impl = &k_bucketize},
+    {.name = "randperm", .inputs = "", .attrs = "n,seed,offset", .outputs = "out",
+     .aten = "randperm.generator_out", .kernel = perm_kernel, .infer = perm_infer,
+     .check = perm_check, .impl = NULL},
+    {.name = "multinomial", .inputs = "self", .attrs = "num_samples,replacement,seed,offset",
+     .outputs = "out", .aten = "multinomial multinomial.out", .kernel = multi_kernel,
+     .infer = multi_infer, .check = multi_check, .impl = NULL},
 };
 
 const tpu_op_family_t tpu_family_sort = {"sort", k_rows,

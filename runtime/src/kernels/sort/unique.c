@@ -881,8 +881,9 @@ static const uq_impl_t k_unique = {UQ_UNIQUE, false}, k_unique_count = {UQ_UNIQU
                        k_bincount = {UQ_BINCOUNT, false}, k_bincount_count = {UQ_BINCOUNT, true},
                        k_dim = {UQ_DIM, false}, k_dim_count = {UQ_DIM, true};
 
-#define UQ_ROW(name, inputs, attrs, outputs, aten, impl) \
-  {name, inputs, attrs, outputs, aten, uq_kernel, uq_infer, uq_check, &impl}
+#define UQ_ROW(name_, inputs_, attrs_, outputs_, aten_, impl_) \
+  {.name = name_, .inputs = inputs_, .attrs = attrs_, .outputs = outputs_, .aten = aten_, \
+   .kernel = uq_kernel, .infer = uq_infer, .check = uq_check, .impl = &impl_}
 
 static const tpu_op_def_t k_rows[] = {
     UQ_ROW("unique", "self", "sorted,return_inverse,return_counts,sync_size",
@@ -900,12 +901,17 @@ static const tpu_op_def_t k_rows[] = {
     UQ_ROW("bincount", "self,weights?", "minlength,sync_size", "out", "bincount", k_bincount),
     UQ_ROW("bincount_count", "self,weights?", "minlength,sync_size", "count", "",
            k_bincount_count),
-    {"isin", "elements,test_elements", "assume_unique,invert", "out",
-     "isin.Tensor_Tensor isin.Tensor_Tensor_out", isin_kernel, isin_infer, isin_check, NULL},
-    {"isin_tensor_scalar", "elements,test_element#", "assume_unique,invert", "out",
-     "isin.Tensor_Scalar isin.Tensor_Scalar_out", isin_kernel, isin_infer, isin_check, NULL},
-    {"isin_scalar_tensor", "element#,test_elements", "assume_unique,invert", "out",
-     "isin.Scalar_Tensor isin.Scalar_Tensor_out", isin_kernel, isin_infer, isin_check, NULL},
+    {.name = "isin", .inputs = "elements,test_elements", .attrs = "assume_unique,invert",
+     .outputs = "out", .aten = "isin.Tensor_Tensor isin.Tensor_Tensor_out", .kernel = isin_kernel,
+     .infer = isin_infer, .check = isin_check, .impl = NULL},
+    {.name = "isin_tensor_scalar", .inputs = "elements,test_element#",
+     .attrs = "assume_unique,invert", .outputs = "out",
+     .aten = "isin.Tensor_Scalar isin.Tensor_Scalar_out", .kernel = isin_kernel,
+     .infer = isin_infer, .check = isin_check, .impl = NULL},
+    {.name = "isin_scalar_tensor", .inputs = "element#,test_elements",
+     .attrs = "assume_unique,invert", .outputs = "out",
+     .aten = "isin.Scalar_Tensor isin.Scalar_Tensor_out", .kernel = isin_kernel,
+     .infer = isin_infer, .check = isin_check, .impl = NULL},
 };
 
 const tpu_op_family_t tpu_family_unique
