@@ -92,6 +92,37 @@ def test_chains_match_strict_and_fuse(fn, shapes):
     assert m["elided_buffers"] >= 1, m
 
 
+def _roof_gelu(x, g):
+    return x + 0.5 * F.gelu(x * 1.7 + 0.1)
+
+
+def _roof_gelu_tanh(x, g):
+    return x + 0.5 * F.gelu(x * 1.7 + 0.1, approximate="tanh")
+
+
+def _roof_rms_silu(x, g):
+    return F.rms_norm(x, (x.shape[-1],)) * F.silu(g)
+
+
+@pytest.mark.parametrize("fn", [_roof_gelu, _roof_gelu_tanh, _roof_rms_silu])
+@pytest.mark.parametrize("rows", [37, 3100])
+def test_roof_chains_match_strict(fn, rows):
+    """bench_roof.py's chains (scalar mul and add, gelu, rms_norm, silu): one
+    fused program, bit-identical to strict eager. 3100 rows of 1024 puts
+    over 32 MiB of operands in the group, so its output is written with
+    streaming stores where the last-level cache is 32 MiB or less."""
+    x, g = make((rows, 1024), seed=0), make((rows, 1024), seed=1)
+    dx, dg = x.to(TPU), g.to(TPU)
+    strict = fn(dx, dg).cpu()
+    torch_tpu.reset_defer_metrics()
+    with torch_tpu.set_eager_mode(DEFER):
+        deferred = fn(dx, dg).cpu()
+    assert_same(deferred, strict, exact=True)
+    assert_same(deferred, fn(x, g), atol=1e-5, rtol=1e-5)
+    m = torch_tpu.defer_metrics()
+    assert m["fused_kernels"] == 1 and m["fused_nodes"] >= 3, m
+
+
 def _llama_rmsnorm(x, w):
     h = x.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fusion/fusion.h"
 #include "test.h"
 #include "tpu/defer.h"
 #include "tpu/ops.h"
@@ -122,11 +123,25 @@ static void strict_then_deferred(program_fn program, int64_t rows, int64_t cols,
  * too short for it (the node-by-node path); one long row split into tiles. */
 static const int64_t k_chain_shapes[][2] = {{67, 301}, {5, 1300}, {3000, 7}, {1, 70001}};
 
+/* stream: with streaming stores for every direct group (exec.c), which the
+ * chains' sizes are far too small to get otherwise. */
 TEST(defer_fused_chain_matches_strict_and_elides) {
-  for (size_t c = 0; c < sizeof(k_chain_shapes) / sizeof(k_chain_shapes[0]); ++c) {
-    const int64_t rows = k_chain_shapes[c][0], cols = k_chain_shapes[c][1];
+  for (size_t c = 0; c < 2 * sizeof(k_chain_shapes) / sizeof(k_chain_shapes[0]); ++c) {
+    const size_t nshapes = sizeof(k_chain_shapes) / sizeof(k_chain_shapes[0]);
+    const int64_t rows = k_chain_shapes[c % nshapes][0], cols = k_chain_shapes[c % nshapes][1];
+    const bool stream = c >= nshapes;
+    tpu_fusion_set_stream_min_bytes(stream ? 0 : -1);
     float *hx, *hb, *strict, *fused;
+    tpu_fusion_path_counts_t before, after;
+    tpu_fusion_get_path_counts(&before);
     strict_then_deferred(chain, rows, cols, 1, &hx, &hb, &strict, &fused);
+    tpu_fusion_get_path_counts(&after);
+    /* mul, add, relu and sub all on the direct path where the rows are long enough */
+    bool direct = cols >= 64;
+    CHECK(after.direct_tiled - before.direct_tiled == (direct ? 1 : 0));
+    CHECK(after.node_by_node - before.node_by_node == (direct ? 0 : 1));
+    CHECK(after.streamed - before.streamed == (direct && stream ? 1 : 0));
+    tpu_fusion_set_stream_min_bytes(-1);
     for (int64_t i = 0; i < rows * cols; ++i) {
       float want = hx[i] * 2 + hb[i % cols];
       want = (want < 0 ? 0 : want) - hx[i];
@@ -204,12 +219,23 @@ static float* norm_rows(tpu_stream_t* st, int64_t rows, int64_t cols, const floa
 static const int64_t k_norm_shapes[][2] = {{33, 64}, {7, 1300}, {1, 9000}};
 
 TEST(defer_fused_norm_rows_match_strict) {
-  for (int rms = 0; rms < 2; ++rms)
+  for (int variant = 0; variant < 4; ++variant) /* 2, 3: with streaming stores */
     for (size_t c = 0; c < sizeof(k_norm_shapes) / sizeof(k_norm_shapes[0]); ++c) {
       const int64_t rows = k_norm_shapes[c][0], cols = k_norm_shapes[c][1];
+      const int rms = variant & 1;
+      const bool stream = variant >= 2;
       g_rms = rms != 0;
+      tpu_fusion_set_stream_min_bytes(stream ? 0 : -1);
       float *hx, *hb, *strict, *fused;
+      tpu_fusion_path_counts_t before, after;
+      tpu_fusion_get_path_counts(&before);
       strict_then_deferred(norm_rows, rows, cols, 2, &hx, &hb, &strict, &fused);
+      tpu_fusion_get_path_counts(&after);
+      tpu_fusion_set_stream_min_bytes(-1);
+      /* the norm and the mul after it, row by row */
+      CHECK(after.direct_rows - before.direct_rows == 1);
+      CHECK(after.node_by_node == before.node_by_node);
+      CHECK(after.streamed - before.streamed == (stream ? 1 : 0));
       for (int64_t r = 0; r < rows; ++r) { /* the reference, in double */
         double mean = 0, var = 0;
         for (int64_t k = 0; k < cols; ++k) mean += (double)hx[r * cols + k] + hb[k];

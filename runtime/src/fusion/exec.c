@@ -21,6 +21,14 @@
  * in row-sized slots. The node-by-node path stays for every other group,
  * and for groups whose plans fail (it reports their errors).
  *
+ * Streaming stores: when a direct group's memory operands together exceed
+ * the last-level cache (stream_min_bytes), its outputs would leave the
+ * cache before anything reads them, so each block (row) of a memory output
+ * is computed into a staging slot in L1 and written with non-temporal
+ * stores: the cache lines are not read first (no write-allocate traffic,
+ * a quarter to a third of such a group's DRAM traffic). The values are the
+ * same bits either way.
+ *
  * Errors follow strict eager's contract (a failing op's error is recorded,
  * every later op still runs): a node that fails on a tile or a row records
  * its error and the tile goes on with the group's next node, every tile
@@ -37,6 +45,11 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
+#if defined(__x86_64__) || defined(__SSE__)
+#include <xmmintrin.h>
+#define EXEC_HAVE_STREAM 1
+#endif
 
 #include "tpu/config.h"
 #include "fusion/analysis.h"
@@ -49,6 +62,12 @@
 #define MAX_NODE_INPUTS 16
 #define MAX_NODE_OUTPUTS 4
 #define DIRECT_BLOCK 512
+/* Scratch slots lie SLOT_PAD floats more than a block (a row) apart: slots
+ * a multiple of 4 KiB apart make a node's loads from one and stores to
+ * another alias in the core's store-to-load check (4K aliasing), which cost
+ * the row path's mul of two 1024-float slots about as much as silu. */
+#define SLOT_PAD 16
+#define DIRECT_STRIDE (DIRECT_BLOCK + SLOT_PAD)
 #define DIRECT_MIN_ROW 64 /* shorter tile rows take the node-by-node path */
 #define ROWS_DIRECT_MAX 16384 /* longer rows take the node-by-node path */
 #define SCRATCH_ALIGN 64
@@ -201,6 +220,56 @@ typedef struct rows_plan {
   rows_node_t nodes[TPU_FUSION_MAX_GROUP];
 } rows_plan_t;
 
+/* tpu_fusion_get_path_counts's counters. */
+static _Atomic int64_t g_direct_tiled, g_direct_rows, g_node_by_node, g_streamed;
+
+/* The bytes of memory operands above which a direct group streams its
+ * outputs (see the top): the size of the level-3 cache cpu0 shares, as
+ * Linux's sysfs gives it (32 MiB where it does not). Not glibc's
+ * sysconf(_SC_LEVEL3_CACHE_SIZE): in this project's VMs on AMD EPYC it
+ * says 320 MiB for a 32 MiB cache. */
+static _Atomic int64_t g_stream_min_bytes, g_stream_override = -1;
+static void stream_init(void) {
+  int64_t bytes = (int64_t)32 << 20;
+  FILE* f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+  if (f) {
+    long kib = 0;
+    char unit = 0;
+    if (fscanf(f, "%ld%c", &kib, &unit) == 2 && kib > 0 && unit == 'K') bytes = (int64_t)kib << 10;
+    fclose(f);
+  }
+  g_stream_min_bytes = bytes;
+}
+static int64_t stream_min_bytes(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, stream_init);
+  int64_t o = atomic_load_explicit(&g_stream_override, memory_order_relaxed);
+  return o >= 0 ? o : g_stream_min_bytes;
+}
+
+void tpu_fusion_set_stream_min_bytes(int64_t bytes) {
+  atomic_store_explicit(&g_stream_override, bytes < 0 ? -1 : bytes, memory_order_relaxed);
+}
+
+/* dst[0, n) = src[0, n) with non-temporal stores where dst is 16-byte
+ * aligned (plain stores for the unaligned head and the tail). */
+static void stream_floats(float* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+#ifdef EXEC_HAVE_STREAM
+  for (; i < n && ((uintptr_t)(dst + i) & 15u) != 0; ++i) dst[i] = src[i];
+  for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
+#endif
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
+/* Orders a thread's streaming stores before whatever it publishes next
+ * (the pool's end of a chunk). */
+static void stream_fence(void) {
+#ifdef EXEC_HAVE_STREAM
+  _mm_sfence();
+#endif
+}
+
 typedef struct tiled_run {
   const tpu_program_t* program;
   const tpu_program_group_t* group;
@@ -210,6 +279,7 @@ typedef struct tiled_run {
   int64_t slot_bytes; /* per scratch slot */
   uint32_t row_inputs[TPU_FUSION_MAX_GROUP]; /* row groups: per node, its `rows` mask */
   bool direct;                                /* the direct path (see the top) */
+  bool stream;                                /* direct: streaming stores (see the top) */
   rows_plan_t* rows;                          /* a row group's direct path, or NULL */
   int32_t scalars;                            /* number slots of the direct path */
   direct_node_t dn[TPU_FUSION_MAX_GROUP];
@@ -404,12 +474,14 @@ static bool direct_plan(tiled_run_t* r) {
 }
 
 /* Runs tile `index` on the direct path. `slots` holds the group's scratch
- * slots and then its number slots, DIRECT_BLOCK floats each. A node that
- * fails on a block records its error and the next node runs. */
+ * slots and then its number slots, DIRECT_STRIDE floats apart, then (when
+ * streaming) a staging block. A node that fails on a block records its
+ * error and the next node runs. */
 static void run_tile_direct(tiled_run_t* r, int64_t index, const tile_t* tile, float* slots) {
   const tiling_t* t = &r->tiling;
   const int32_t first = r->group->first, count = r->group->count, last = t->ndim - 1;
-  float* numbers = slots + (size_t)r->group->slots * DIRECT_BLOCK;
+  float* numbers = slots + (size_t)r->group->slots * DIRECT_STRIDE;
+  float* stage = numbers + (size_t)r->scalars * DIRECT_STRIDE; /* r->stream: one block */
   /* Per node, the tile's part of each memory operand: its first element and
    * its strides over the tile's leading dims (the last dim has stride 1). */
   typedef struct {
@@ -445,23 +517,28 @@ static void run_tile_direct(tiled_run_t* r, int64_t index, const tile_t* tile, f
         for (int32_t k = 0; k < d->nin; ++k) {
           if (d->src[k] == DIRECT_SLOT || d->src[k] == DIRECT_NUMBER) {
             float* base = d->src[k] == DIRECT_SLOT ? slots : numbers;
-            in[k] = base + (size_t)d->slot[k] * DIRECT_BLOCK;
+            in[k] = base + (size_t)d->slot[k] * DIRECT_STRIDE;
           } else if (d->src[k] == DIRECT_MEMORY) {
             int64_t off = c0;
             for (int32_t dd = 0; dd < last; ++dd) off += idx[dd] * in_m[i][k].strides[dd];
             in[k] = (const float*)in_m[i][k].base + off;
           }
         }
-        float* out;
+        float *out, *mem = NULL;
         if (d->out_slot >= 0) {
-          out = slots + (size_t)d->out_slot * DIRECT_BLOCK;
+          out = slots + (size_t)d->out_slot * DIRECT_STRIDE;
         } else {
           int64_t off = c0;
           for (int32_t dd = 0; dd < last; ++dd) off += idx[dd] * out_m[i].strides[dd];
           out = (float*)out_m[i].base + off;
+          if (r->stream) {
+            mem = out;
+            out = stage;
+          }
         }
         if (d->fn(out, in, n, &d->params)) /* recorded; the tile goes on */
           set_error(r, first + i, index, direct_error(r, first + i));
+        if (mem) stream_floats(mem, stage, n);
       }
     }
     for (int32_t dd = last - 1; dd >= 0; --dd) { /* the next row of the tile */
@@ -619,15 +696,18 @@ static bool rows_plan(tiled_run_t* r, rows_plan_t* rp) {
 }
 
 /* Rows [begin, end) of a row group on the direct path: per row, each node
- * over the whole row; row-sized scratch slots, then DIRECT_BLOCK-sized
- * number slots. */
+ * over the whole row; row-sized scratch slots (SLOT_PAD floats apart), then
+ * number slots DIRECT_STRIDE floats apart, then (streaming) a staging row. */
 static void run_rows_direct(void* arg, int64_t begin, int64_t end) {
   tiled_run_t* r = arg;
   const rows_plan_t* rp = r->rows;
   const int64_t n = rp->n;
   const int32_t count = r->group->count;
-  size_t slot_floats = (size_t)r->group->slots * (size_t)n;
-  size_t bytes = (slot_floats + (size_t)r->scalars * DIRECT_BLOCK) * sizeof(float);
+  const size_t stride = ((size_t)n + 15u) / 16u * 16u + SLOT_PAD; /* floats per slot */
+  size_t slot_floats = (size_t)r->group->slots * stride;
+  size_t stage_floats = r->stream ? (size_t)n : 0; /* one row, for streaming stores */
+  size_t bytes =
+      (slot_floats + (size_t)r->scalars * DIRECT_STRIDE + stage_floats) * sizeof(float);
   float* scratch = NULL;
   if (bytes) {
     scratch = aligned_alloc(SCRATCH_ALIGN, (bytes + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN);
@@ -638,11 +718,12 @@ static void run_rows_direct(void* arg, int64_t begin, int64_t end) {
     }
   }
   float* numbers = scratch ? scratch + slot_floats : NULL; /* no slots, no numbers: none */
+  float* stage = r->stream ? scratch + slot_floats + (size_t)r->scalars * DIRECT_STRIDE : NULL;
   for (int32_t i = 0; i < count; ++i)
     for (int32_t k = 0; k < rp->nodes[i].d.nin; ++k)
       if (rp->nodes[i].d.src[k] == DIRECT_NUMBER)
         for (int32_t e = 0; e < DIRECT_BLOCK; ++e)
-          numbers[(size_t)rp->nodes[i].d.slot[k] * DIRECT_BLOCK + e] = rp->nodes[i].d.scalar[k];
+          numbers[(size_t)rp->nodes[i].d.slot[k] * DIRECT_STRIDE + e] = rp->nodes[i].d.scalar[k];
   int64_t idx[TPU_MAX_DIMS] = {0};
   for (int64_t rest = begin, d = rp->ndim - 1; d >= 0; --d) {
     idx[d] = rest % rp->sizes[d];
@@ -652,12 +733,17 @@ static void run_rows_direct(void* arg, int64_t begin, int64_t end) {
     for (int32_t i = 0; i < count; ++i) {
       const rows_node_t* rn = &rp->nodes[i];
       const direct_node_t* d = &rn->d;
-      float* out = d->out_slot >= 0 ? scratch + (size_t)d->out_slot * (size_t)n
+      float* out = d->out_slot >= 0 ? scratch + (size_t)d->out_slot * stride
                                     : (float*)row_at(&rn->out, idx, rp->ndim);
+      float* mem = NULL; /* streaming: the row's memory output, computed in stage */
+      if (stage && d->out_slot < 0) {
+        mem = out;
+        out = stage;
+      }
       const float* in[TPU_EW_MAX_INPUTS] = {0};
       for (int32_t k = 0; k < d->nin; ++k) {
-        if (d->src[k] == DIRECT_SLOT) in[k] = scratch + (size_t)d->slot[k] * (size_t)n;
-        else if (d->src[k] == DIRECT_NUMBER) in[k] = numbers + (size_t)d->slot[k] * DIRECT_BLOCK;
+        if (d->src[k] == DIRECT_SLOT) in[k] = scratch + (size_t)d->slot[k] * stride;
+        else if (d->src[k] == DIRECT_NUMBER) in[k] = numbers + (size_t)d->slot[k] * DIRECT_STRIDE;
         else if (d->src[k] == DIRECT_MEMORY) in[k] = (const float*)row_at(&rn->in[k], idx, rp->ndim);
       }
       if (rn->norm) {
@@ -665,6 +751,7 @@ static void run_rows_direct(void* arg, int64_t begin, int64_t end) {
         tpu_norm_row_f32(&rn->nr, in[0], out, &mean, &rstd);
         if (rn->stat[0].base) *(float*)row_at(&rn->stat[0], idx, rp->ndim) = (float)mean;
         if (rn->stat[1].base) *(float*)row_at(&rn->stat[1], idx, rp->ndim) = (float)rstd;
+        if (mem) stream_floats(mem, stage, n);
         continue;
       }
       for (int64_t c0 = 0; c0 < n; c0 += DIRECT_BLOCK) {
@@ -675,12 +762,14 @@ static void run_rows_direct(void* arg, int64_t begin, int64_t end) {
         if (d->fn(out + c0, block, len, &d->params)) /* recorded; the row goes on */
           set_error(r, r->group->first + i, row, direct_error(r, r->group->first + i));
       }
+      if (mem) stream_floats(mem, stage, n);
     }
     for (int32_t d = rp->ndim - 1; d >= 0; --d) { /* the next row */
       if (++idx[d] < rp->sizes[d]) break;
       idx[d] = 0;
     }
   }
+  if (stage) stream_fence();
   free(scratch);
 }
 
@@ -694,9 +783,9 @@ static void run_tiles(void* arg, int64_t begin, int64_t end) {
   tiled_run_t* r = arg;
   _Alignas(SCRATCH_ALIGN) uint8_t local[STACK_SCRATCH];
   uint8_t* scratch = NULL;
-  size_t bytes = r->direct
-                     ? (size_t)(r->group->slots + r->scalars) * DIRECT_BLOCK * sizeof(float)
-                     : (size_t)r->group->slots * (size_t)r->slot_bytes;
+  size_t bytes = r->direct ? (size_t)(r->group->slots + r->scalars + (r->stream ? 1 : 0)) *
+                                 DIRECT_STRIDE * sizeof(float)
+                           : (size_t)r->group->slots * (size_t)r->slot_bytes;
   if (bytes) {
     scratch = bytes <= sizeof(local) ? local : malloc(bytes);
     if (!scratch) {
@@ -706,12 +795,12 @@ static void run_tiles(void* arg, int64_t begin, int64_t end) {
     }
   }
   if (r->direct) { /* the number slots, filled once */
-    float* numbers = (float*)scratch + (size_t)r->group->slots * DIRECT_BLOCK;
+    float* numbers = (float*)scratch + (size_t)r->group->slots * DIRECT_STRIDE;
     for (int32_t i = 0; i < r->group->count; ++i)
       for (int32_t k = 0; k < r->dn[i].nin; ++k)
         if (r->dn[i].src[k] == DIRECT_NUMBER)
           for (int32_t e = 0; e < DIRECT_BLOCK; ++e)
-            numbers[(size_t)r->dn[i].slot[k] * DIRECT_BLOCK + e] = r->dn[i].scalar[k];
+            numbers[(size_t)r->dn[i].slot[k] * DIRECT_STRIDE + e] = r->dn[i].scalar[k];
   }
   for (int64_t i = begin; i < end; ++i) { /* every tile, failing or not */
     tile_t tile;
@@ -719,7 +808,26 @@ static void run_tiles(void* arg, int64_t begin, int64_t end) {
     if (r->direct) run_tile_direct(r, i, &tile, (float*)scratch);
     else run_tile(r, i, &tile, scratch);
   }
+  if (r->stream) stream_fence();
   if (scratch != local) free(scratch);
+}
+
+/* The bytes of the group's operands in memory (not in scratch slots), each
+ * operand counted once per node that reads or writes it. */
+static int64_t group_memory_bytes(const tiled_run_t* r) {
+  const tpu_program_t* p = r->program;
+  int64_t bytes = 0;
+  for (int32_t i = r->group->first; i < r->group->first + r->group->count; ++i) {
+    const tpu_node_t* node = tpu_graph_node(r->graph, i);
+    for (int32_t o = 0; o < node->num_outputs; ++o)
+      if (p->out_slot[p->out_base[i] + o] < 0 && !tpu_view_is_absent(&node->outputs[o]))
+        bytes += tpu_view_numel(&node->outputs[o]) * (int64_t)tpu_dtype_size(node->outputs[o].dtype);
+    for (int32_t k = 0; k < node->num_inputs; ++k)
+      if (node->inputs[k].kind == TPU_VALUE_VIEW && p->in_slot[p->in_base[i] + k] < 0)
+        bytes += tpu_view_numel(&node->inputs[k].u.view) *
+                 (int64_t)tpu_dtype_size(node->inputs[k].u.view.dtype);
+  }
+  return bytes;
 }
 
 /* Runs a tiled or row-tiled group over every tile (or row): r holds the
@@ -757,12 +865,17 @@ static void run_fused(tiled_run_t* r) {
     bool direct = rp && rows_plan(r, rp);
     if (direct) {
       r->rows = rp;
+      r->stream = group_memory_bytes(r) > stream_min_bytes();
+      if (r->stream) atomic_fetch_add_explicit(&g_streamed, 1, memory_order_relaxed);
       tpu_parallel_for(nrows, TILE_ELEMENTS / rp->n > 0 ? TILE_ELEMENTS / rp->n : 1,
                        run_rows_direct, r);
       r->rows = NULL;
     }
     free(rp);
-    if (direct) return;
+    if (direct) {
+      atomic_fetch_add_explicit(&g_direct_rows, 1, memory_order_relaxed);
+      return;
+    }
     tiling_init(lead->outputs[0].sizes, grp->rows, widest, &r->tiling);
     int64_t rows_per_tile = r->tiling.split < 0 ? nrows : r->tiling.chunk;
     for (int32_t d = r->tiling.split + 1; d < grp->rows && r->tiling.split >= 0; ++d)
@@ -772,8 +885,20 @@ static void run_fused(tiled_run_t* r) {
     tiling_init(lead->outputs[0].sizes, lead->outputs[0].ndim, 1, &r->tiling);
     r->slot_bytes = TILE_ELEMENTS * 8;
     r->direct = direct_enabled() && direct_plan(r);
+    r->stream = r->direct && group_memory_bytes(r) > stream_min_bytes();
+    if (r->stream) atomic_fetch_add_explicit(&g_streamed, 1, memory_order_relaxed);
   }
+  atomic_fetch_add_explicit(r->direct ? &g_direct_tiled : &g_node_by_node, 1,
+                            memory_order_relaxed);
   tpu_parallel_for(r->tiling.tiles, 1, run_tiles, r);
+}
+
+
+void tpu_fusion_get_path_counts(tpu_fusion_path_counts_t* out_counts) {
+  out_counts->direct_tiled = atomic_load_explicit(&g_direct_tiled, memory_order_relaxed);
+  out_counts->direct_rows = atomic_load_explicit(&g_direct_rows, memory_order_relaxed);
+  out_counts->node_by_node = atomic_load_explicit(&g_node_by_node, memory_order_relaxed);
+  out_counts->streamed = atomic_load_explicit(&g_streamed, memory_order_relaxed);
 }
 
 /* Keeps the first error of a run in *first and frees the later ones. */
@@ -835,6 +960,7 @@ tpu_status_t tpu_program_run(const tpu_program_t* p, const tpu_graph_t* graph,
     memset(&r.tiling, 0, sizeof(r.tiling));
     r.slot_bytes = 0;
     r.direct = false;
+    r.stream = false;
     r.rows = NULL;
     r.scalars = 0;
     tpu_group_error_init(&r.err);

@@ -182,4 +182,24 @@ uint64_t tpu_program_cache_generation(void);
 tpu_status_t tpu_program_run(const tpu_program_t* program, const tpu_graph_t* graph,
                              tpu_exec_ctx_t* ctx);
 
+/* How tpu_program_run has run tiled and row groups since the process
+ * started (every thread, every chip): on the direct path (exec.c's top) or
+ * node by node. A group whose nodes the direct path cannot take (an op
+ * without a float32 tile function, a strided operand) counts as node by
+ * node, so a test can tell which path a program took. */
+typedef struct tpu_fusion_path_counts {
+  int64_t direct_tiled; /* tiled groups run block by block */
+  int64_t direct_rows;  /* row groups run row by row */
+  int64_t node_by_node; /* tiled and row groups run node by node over tiles */
+  int64_t streamed;     /* of the direct ones: outputs written with streaming stores */
+} tpu_fusion_path_counts_t;
+
+void tpu_fusion_get_path_counts(tpu_fusion_path_counts_t* out_counts);
+
+/* The bytes of memory operands above which a direct group writes its
+ * outputs with streaming (non-temporal) stores: the level-3 cache's size
+ * unless set here (tests: 0 streams every direct group; < 0 restores the
+ * default). */
+void tpu_fusion_set_stream_min_bytes(int64_t bytes);
+
 #endif /* TPU_FUSION_H_ */
