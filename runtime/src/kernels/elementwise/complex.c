@@ -51,23 +51,16 @@ static tpu_status_t cx_plan(const tpu_op_def_t* def, const tpu_node_t* node, tpu
   const tpu_ew_impl_t* impl = (const tpu_ew_impl_t*)def->impl;
   if (!impl || !impl->cx) return cx_refuse(def, "no complex kernel");
   int32_t nin = node->num_inputs;
-  if (nin < 1 || nin > TPU_EW_MAX_INPUTS || nin != tpu_spec_count(def->inputs))
-    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: expected %d inputs, got %d", def->name,
-                           tpu_spec_count(def->inputs), nin);
   memset(plan, 0, sizeof(*plan));
   plan->impl = impl;
-  tpu_value_t promoted[TPU_EW_MAX_INPUTS];
-  int32_t np = 0;
+  tpu_dtype_t rt;
+  TPU_RETURN_IF_ERROR(tpu_ew_promote(def, node, &rt));
   for (int32_t k = 0; k < nin; ++k) {
     const tpu_value_t* v = &node->inputs[k];
     if ((impl->bool_in >> k & 1) &&
         (v->kind != TPU_VALUE_VIEW || v->u.view.dtype != TPU_DTYPE_BOOL))
       return cx_refuse(def, "a non-bool condition");
-    if ((impl->promote == 0 || (impl->promote >> k & 1)) && v->kind != TPU_VALUE_NONE)
-      promoted[np++] = *v;
   }
-  if (np == 0) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: no operands", def->name);
-  tpu_dtype_t rt = tpu_result_type(promoted, np);
   if (!cx_result_ok(rt)) return cx_refuse(def, tpu_dtype_name(rt));
   for (int32_t k = 0; k < nin; ++k) {
     const tpu_value_t* v = &node->inputs[k];

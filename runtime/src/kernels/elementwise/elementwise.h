@@ -144,6 +144,10 @@ typedef struct tpu_ew_plan {
 } tpu_ew_plan_t;
 
 tpu_status_t tpu_ew_plan(const tpu_op_def_t* def, const tpu_node_t* node, tpu_ew_plan_t* plan);
+/* The dtype the node's promoted inputs (the impl's `promote` set) give
+ * (tpu_result_type); INVALID_ARGUMENT for a wrong input count or none. */
+tpu_status_t tpu_ew_promote(const tpu_op_def_t* def, const tpu_node_t* node,
+                            tpu_dtype_t* out_dtype);
 
 /* The row functions of every elementwise op. */
 tpu_status_t tpu_ew_kernel(const tpu_op_def_t* def, const tpu_node_t* node, tpu_exec_ctx_t* ctx);

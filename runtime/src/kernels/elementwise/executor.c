@@ -139,21 +139,30 @@ tpu_status_t tpu_ew_parse_params(const tpu_op_def_t* def, const tpu_node_t* node
   return TPU_OK;
 }
 
-tpu_status_t tpu_ew_plan(const tpu_op_def_t* def, const tpu_node_t* node, tpu_ew_plan_t* plan) {
+tpu_status_t tpu_ew_promote(const tpu_op_def_t* def, const tpu_node_t* node,
+                            tpu_dtype_t* out_dtype) {
   const tpu_ew_impl_t* impl = (const tpu_ew_impl_t*)def->impl;
   int32_t nin = node->num_inputs;
   if (nin < 1 || nin > TPU_EW_MAX_INPUTS || nin != tpu_spec_count(def->inputs))
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: expected %d inputs, got %d", def->name,
                            tpu_spec_count(def->inputs), nin);
-  memset(plan, 0, sizeof(*plan));
-  plan->impl = impl;
   tpu_value_t promoted[TPU_EW_MAX_INPUTS];
   int32_t np = 0;
   for (int32_t k = 0; k < nin; ++k)
     if ((impl->promote == 0 || (impl->promote >> k & 1)) && node->inputs[k].kind != TPU_VALUE_NONE)
       promoted[np++] = node->inputs[k];
   if (np == 0) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: no operands", def->name);
-  tpu_dtype_t rt = tpu_result_type(promoted, np);
+  *out_dtype = tpu_result_type(promoted, np);
+  return TPU_OK;
+}
+
+tpu_status_t tpu_ew_plan(const tpu_op_def_t* def, const tpu_node_t* node, tpu_ew_plan_t* plan) {
+  const tpu_ew_impl_t* impl = (const tpu_ew_impl_t*)def->impl;
+  int32_t nin = node->num_inputs;
+  memset(plan, 0, sizeof(*plan));
+  plan->impl = impl;
+  tpu_dtype_t rt;
+  TPU_RETURN_IF_ERROR(tpu_ew_promote(def, node, &rt));
   tpu_dtype_t as_float = tpu_dtype_is_floating(rt) ? rt : TPU_DTYPE_F32;
   switch (impl->rule) {
     case TPU_EW_PROMOTE:

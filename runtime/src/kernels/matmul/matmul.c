@@ -632,27 +632,36 @@ static tpu_status_t matmul_infer(const tpu_op_def_t* def, const tpu_node_t* node
   return TPU_OK;
 }
 
+tpu_status_t tpu_mm_blas_shape(const tpu_op_def_t* def, const tpu_node_t* node,
+                               tpu_dtype_t* out_dtype) {
+  int32_t ndim;
+  int64_t sizes[TPU_MAX_DIMS];
+  TPU_RETURN_IF_ERROR(tpu_mm_result(def, node, &ndim, sizes, out_dtype));
+  for (int32_t i = 0; i < node->num_inputs; ++i)
+    if (node->inputs[i].u.view.dtype != *out_dtype)
+      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: mixed dtypes", def->name);
+  for (int32_t d = 0; d < ndim; ++d)
+    if (sizes[d] > INT_MAX)
+      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: dimension too large for BLAS", def->name);
+  for (int32_t i = 0; i < node->num_inputs; ++i) {
+    const tpu_view_t* v = &node->inputs[i].u.view;
+    for (int32_t d = 0; d < v->ndim; ++d)
+      if (v->sizes[d] > INT_MAX)
+        return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: dimension too large for BLAS",
+                               def->name);
+  }
+  return TPU_OK;
+}
+
 /* Native: one dtype for every operand, not bool, floats only with BLAS and
  * with dims that fit its 32-bit integers. */
 static tpu_status_t matmul_check(const tpu_op_def_t* def, const tpu_node_t* node) {
   if (tpu_mm_is_complex(node)) return tpu_mm_cx_check(def, node);
-  int32_t ndim;
-  int64_t sizes[TPU_MAX_DIMS];
   tpu_dtype_t dtype;
-  TPU_RETURN_IF_ERROR(tpu_mm_result(def, node, &ndim, sizes, &dtype));
-  for (int32_t i = 0; i < node->num_inputs; ++i)
-    if (node->inputs[i].u.view.dtype != dtype)
-      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "mixed dtypes");
+  TPU_RETURN_IF_ERROR(tpu_mm_blas_shape(def, node, &dtype));
   tpu_compute_type_t ct = tpu_dtype_compute(dtype);
   if (ct == TPU_COMPUTE_B8 || (ct != TPU_COMPUTE_I64 && !k_blas[ct]))
     return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "matmul of %s", tpu_dtype_name(dtype));
-  const tpu_view_t* a = &node->inputs[spec_of(def)->has_bias ? 1 : 0].u.view;
-  for (int32_t d = 0; d < a->ndim; ++d)
-    if (a->sizes[d] > INT_MAX)
-      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "dimension too large for BLAS");
-  for (int32_t d = 0; d < ndim; ++d)
-    if (sizes[d] > INT_MAX)
-      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "dimension too large for BLAS");
   return TPU_OK;
 }
 

@@ -41,6 +41,12 @@ typedef struct mm_problem {
 tpu_status_t tpu_mm_result(const tpu_op_def_t* def, const tpu_node_t* node, int32_t* ndim,
                            int64_t* sizes, tpu_dtype_t* dtype);
 
+/* tpu_mm_result, then what BLAS needs of the node: every operand of the
+ * result's dtype (*out_dtype) and every dim of the factors and the result
+ * within int; UNIMPLEMENTED (the CPU fallback) otherwise. */
+tpu_status_t tpu_mm_blas_shape(const tpu_op_def_t* def, const tpu_node_t* node,
+                               tpu_dtype_t* out_dtype);
+
 /* Builds the problem of a node writing `out` (validated against the result). */
 tpu_status_t tpu_mm_problem(const tpu_op_def_t* def, const tpu_node_t* node,
                             const tpu_view_t* out, mm_problem_t* p);

@@ -9,7 +9,6 @@
  * factor is left to the CPU fallback, as are mixed dtypes and builds
  * without BLAS.
  */
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,23 +30,8 @@ tpu_status_t tpu_mm_cx_check(const tpu_op_def_t* def, const tpu_node_t* node) {
 #ifndef TPU_HAVE_OPENBLAS
   return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: complex operands without BLAS", def->name);
 #else
-  int32_t ndim;
-  int64_t sizes[TPU_MAX_DIMS];
   tpu_dtype_t dtype;
-  TPU_RETURN_IF_ERROR(tpu_mm_result(def, node, &ndim, sizes, &dtype));
-  for (int32_t i = 0; i < node->num_inputs; ++i)
-    if (node->inputs[i].u.view.dtype != dtype)
-      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: mixed dtypes", def->name);
-  for (int32_t d = 0; d < ndim; ++d)
-    if (sizes[d] > INT_MAX)
-      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: dimension too large for BLAS", def->name);
-  for (int32_t i = 0; i < node->num_inputs; ++i) {
-    const tpu_view_t* a = &node->inputs[i].u.view;
-    for (int32_t d = 0; d < a->ndim; ++d)
-      if (a->sizes[d] > INT_MAX)
-        return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: dimension too large for BLAS",
-                               def->name);
-  }
+  TPU_RETURN_IF_ERROR(tpu_mm_blas_shape(def, node, &dtype));
   if (!node->outputs) return TPU_OK;
   const tpu_view_t* out = &node->outputs[0];
   if (out->dtype != dtype)
