@@ -10,6 +10,12 @@
 #include "kernels/fft/fft.h"
 #include "test.h"
 
+/* C11's CMPLX where <complex.h> lacks it (glibc defines it for GCC >= 4.7
+ * only; clang reports 4.2). */
+#ifndef CMPLX
+#define CMPLX(re, im) ((double)(re) + (double)(im) * (double _Complex)_Complex_I)
+#endif
+
 /* A view's element k as (re, im); real views have im 0. */
 static void cx_get(const tpu_view_t* v, int64_t k, double* re, double* im) {
   tpu_view_t r = fft_part_view(v, 0);

@@ -10,6 +10,12 @@
 #include "kernels/fft/fft.h"
 #include "test.h"
 
+/* C11's CMPLX where <complex.h> lacks it (glibc defines it for GCC >= 4.7
+ * only; clang reports 4.2). */
+#ifndef CMPLX
+#define CMPLX(re, im) ((double)(re) + (double)(im) * (double _Complex)_Complex_I)
+#endif
+
 static double _Complex cget(const tpu_view_t* v, int64_t k) {
   tpu_view_t re = fft_part_view(v, 0), im = fft_part_view(v, 1);
   return CMPLX(tt_get(&re, k), tt_get(&im, k));
