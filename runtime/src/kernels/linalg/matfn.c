@@ -46,11 +46,14 @@ static bool expm(const la_impl_t* im, double* a, int64_t n, double* t, int* ipiv
     for (int64_t r = 0; r < n; ++r) s += fabs(a[c * n + r]);
     if (s > norm || s != s) norm = s;
   }
-  if (norm != norm) { /* NaN in: NaN out, as PyTorch */
+  /* NaN in: NaN out, as PyTorch. An infinite entry too: no scaling brings
+   * it under theta_13 (the squaring count would overflow int); PyTorch's
+   * own result there is overflow debris (inf, 0 or NaN by case). */
+  if (norm != norm || isinf(norm)) {
     for (int64_t e = 0; e < nn; ++e) a[e] = NAN;
     return true;
   }
-  int s = 0;
+  int s = 0; /* squarings: enough to bring the norm under theta_13 */
   if (norm > k_theta13) s = (int)ceil(log2(norm / k_theta13));
   if (s > 0) {
     double f = ldexp(1.0, -s);
