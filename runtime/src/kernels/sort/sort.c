@@ -800,6 +800,10 @@ static tpu_status_t multi_kernel(const tpu_op_def_t* def, const tpu_node_t* node
   uint64_t seed = (uint64_t)tpu_attr_int(ku_attr(def, node, "seed"), 0);
   uint64_t offset = (uint64_t)tpu_attr_int(ku_attr(def, node, "offset"), 0);
   int64_t n = a.cats, ns = a.samples;
+  /* No rows: nothing to draw, and num_samples alone (unbounded by any view
+   * then) must not size the scratch (the fuzzer asked for 2^40 samples of
+   * zero rows). */
+  if (tpu_view_numel(o) == 0) return TPU_OK;
   double* p = malloc(sizeof(double) * (size_t)n);
   kv_f64* kv = malloc(sizeof(kv_f64) * (size_t)n);
   int64_t* res = malloc(sizeof(int64_t) * (size_t)ns);
