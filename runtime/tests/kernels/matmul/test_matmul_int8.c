@@ -140,8 +140,13 @@ TEST(int_mm_reads_a_cached_mat2_exactly) {
                         ci, tpu_dtype_name(ad), run, (long long)err);
       }
       tpu_weight_cache_get_stats(&s1);
-      /* where the unit takes int8, the third run read the cache */
-      if (info.int8) CHECK(s1.hits >= s0.hits + 1 && s1.packs >= s0.packs + 1);
+      /* where the unit takes int8, the third run read the cache; the int8
+       * self laid mat2 out (the cache was cleared), the uint8 self laid it
+       * out again where its layout differs (AVX512-VNNI: the s8 x s8
+       * compensation) or read the int8 self's copy (AMX-INT8: one layout) */
+      if (info.int8)
+        CHECK(s1.hits >= s0.hits + 1 && s1.packs <= s0.packs + 1 &&
+              (u == 1 || s1.packs == s0.packs + 1));
       else CHECK(s1.hits == s0.hits && s1.packs == s0.packs);
       tpu_graph_release(graph);
       tt_free(&a);
