@@ -8,10 +8,11 @@ the entry's samples through the coverage tool's comparison
 with its tolerances) and requires
 
 * the verdict "pass" (every sample ran and matched), or one of the verdicts
-  the family allows: "unchecked" for random ops (op_db compares no values:
-  the samples ran on both sides, shapes and dtypes matched), and for a few
-  families "cpu-error-skipped" (the CPU itself raises on every sample: the
-  pair is skipped, not passed);
+  the family allows: "pass-property" for random ops (values not comparable;
+  determinism under torch.manual_seed, support and distribution against the
+  CPU's checked instead, see torch_tpu/tools/coverage_props.py), and for a
+  few families "cpu-error-skipped" (the CPU itself raises on every sample:
+  the pair is skipped, not passed);
 * zero CPU fallbacks while the samples ran.
 
 Entries are matched by ``coverage.op_key`` (``name`` or
@@ -143,8 +144,9 @@ TABLE = {
         normal normal.number_mean normal.in_place bernoulli uniform exponential geometric
         cauchy log_normal randn randn_like rand_like randint randint_like"""),
         dtypes=FLOATS + (torch.int64, torch.int32, torch.uint8, torch.bool),
-        allow=("unchecked",)),
-    "multinomial": Family(keys=("multinomial",), dtypes=FLOATS, allow=("unchecked",)),
+        allow=(coverage.PASS_PROPERTY,)),
+    "multinomial": Family(keys=("multinomial",), dtypes=FLOATS,
+                          allow=(coverage.PASS_PROPERTY,)),
     "rsub_vdot_round_scatter": Family(keys=_w("""
         rsub __rsub__ vdot linalg.vecdot round.decimals_3 round.decimals_neg_3
         round.decimals_0 gather scatter""")),

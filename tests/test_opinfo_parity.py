@@ -212,3 +212,152 @@ def test_samples_keep_layout_and_aliasing():
     assert tv.untyped_storage().data_ptr() == tb.untyped_storage().data_ptr()  # one storage
     assert dev == "tpu" and kw["device"].type == "tpu"
     assert torch.equal(tv.cpu(), view) and torch.equal(te.cpu(), expanded)
+
+
+# ---- property checks (random and uninitialised outputs) can fail -------------------------
+
+
+def _prop(fn, sample, key):
+    """The verdict of check_sample on fn for a sample, judged as op_db's `key`."""
+    return coverage.check_sample(fn, sample, policy="none", prop=key)[:2]
+
+
+def _on_tpu(t):
+    return t.device.type == "tpu"
+
+
+def test_property_check_passes_real_random_and_empty_ops():
+    x = torch.empty(10, 10)
+    assert _prop(torch.Tensor.uniform_, _sample(x, args=(-2, 3)), "uniform")[0] == \
+        coverage.PASS_PROPERTY
+    assert _prop(torch.bernoulli, _sample(torch.rand(6, 7)), "bernoulli")[0] == \
+        coverage.PASS_PROPERTY
+    assert _prop(torch.empty_strided, _sample((5, 5), args=((1, 5),),
+                                              kwargs={"device": "cpu"}),
+                 "empty_strided")[0] == coverage.PASS_PROPERTY
+
+
+def test_property_check_fails_values_outside_the_support():
+    def uniform_off(t, lo, hi):  # tpu shifts its draws past `hi`
+        r = t.uniform_(lo, hi)
+        return r + (hi - lo) if _on_tpu(r) else r
+    status, msg = _prop(uniform_off, _sample(torch.empty(50), args=(0, 1)), "uniform")
+    assert status == "fail" and "outside" in msg, msg
+
+    def bernoulli_two(p):  # tpu gives 2 where it should give 1
+        r = torch.bernoulli(p)
+        return r * 2 if _on_tpu(r) else r
+    status, msg = _prop(bernoulli_two, _sample(torch.full((20,), 0.5)), "bernoulli")
+    assert status == "fail" and "not 0 or 1" in msg, msg
+
+    def randint_high(high, size, device=None):  # tpu reaches `high` itself
+        r = torch.randint(high, size, device=device)
+        return r + 1 if _on_tpu(r) else r
+    status, msg = _prop(randint_high, _sample(4, args=((30,),), kwargs={"device": "cpu"}),
+                        "randint")
+    assert status == "fail" and "[0, 4)" in msg, msg
+
+    def dropout_wrong_scale(t, p, training):  # kept values x / p instead of x / (1 - p)
+        r = torch.nn.functional.dropout(t, p, training)
+        return r * (1 - p) / p if _on_tpu(r) else r
+    status, msg = _prop(dropout_wrong_scale,
+                        _sample(torch.randn(8, 8), args=(0.25, True)), "nn.functional.dropout")
+    assert status == "fail" and "neither dropped nor" in msg, msg
+
+    def dropout2d_elementwise(t, p, training):  # tpu drops elements, not channels
+        f = torch.nn.functional
+        return f.dropout(t, p, training) if _on_tpu(t) else f.dropout2d(t, p, training)
+    status, msg = _prop(dropout2d_elementwise,
+                        _sample(torch.randn(2, 6, 4, 4), args=(0.5, True)),
+                        "nn.functional.dropout2d")
+    assert status == "fail" and "partly dropped" in msg, msg
+
+    def multinomial_repeats(p, n, replacement=False):  # tpu draws with replacement
+        return torch.multinomial(p, n, replacement=replacement or _on_tpu(p))
+    status, msg = _prop(multinomial_repeats, _sample(torch.ones(2, 4), args=(4,)),
+                        "multinomial")
+    assert status == "fail" and "repeated" in msg, msg
+
+
+def test_property_check_fails_a_result_the_seed_does_not_decide():
+    gen = torch.Generator().manual_seed(0)
+
+    def unseeded(t, lo, hi):  # tpu draws from a generator torch.manual_seed leaves alone
+        if _on_tpu(t):
+            return (torch.rand(t.shape, generator=gen) * (hi - lo) + lo).to(t.device)
+        return t.uniform_(lo, hi)
+    status, msg = _prop(unseeded, _sample(torch.empty(40), args=(0, 1)), "uniform")
+    assert status == "fail" and "not deterministic" in msg, msg
+
+
+def test_property_check_fails_a_wrong_distribution():
+    def uniform_half(t, lo, hi):  # in [lo, hi), but only its lower half
+        return t.uniform_(lo, (lo + hi) / 2) if _on_tpu(t) else t.uniform_(lo, hi)
+    status, msg = _prop(uniform_half, _sample(torch.empty(100), args=(0, 1)), "uniform")
+    assert status == "fail" and "KS" in msg, msg
+
+    def dropout_most(t, p, training):  # 0 or x / (1 - p), but drops 90%, not p = 50%
+        if not _on_tpu(t):
+            return torch.nn.functional.dropout(t, p, training)
+        keep = (torch.rand(t.shape) >= 0.9).to(t.device)
+        return torch.where(keep, t / (1 - p), torch.zeros_like(t))
+    status, msg = _prop(dropout_most, _sample(torch.randn(10, 10), args=(0.5, True)),
+                        "nn.functional.dropout")
+    assert status == "fail" and ("KS" in msg or "mean" in msg), msg
+
+    def normal_shifted(mean, std):  # finite, deterministic, one sigma off
+        r = torch.normal(mean, std)
+        return r + std if _on_tpu(r) else r
+    status, msg = _prop(normal_shifted, _sample(torch.zeros(10, 10), args=(torch.ones(10, 10),)),
+                        "normal")
+    assert status == "fail" and ("KS" in msg or "mean" in msg), msg
+
+
+def test_property_check_fails_wrong_metadata_of_empty_outputs():
+    def strided_ignored(size, stride, **kw):  # tpu ignores the strides asked for
+        return torch.empty(size, **kw) if kw["device"] == "tpu" else \
+            torch.empty_strided(size, stride, **kw)
+    status, msg = _prop(strided_ignored, _sample((5, 5), args=((1, 5),),
+                                                 kwargs={"device": "cpu"}), "empty_strided")
+    assert status == "fail" and "strides" in msg, msg
+
+    def like_contiguous(t):  # tpu drops preserve_format's strides
+        return torch.empty_like(t, memory_format=torch.contiguous_format) if _on_tpu(t) \
+            else torch.empty_like(t)
+    status, msg = _prop(like_contiguous, _sample(torch.empty(4, 6).t()), "empty_like")
+    assert status == "fail" and "strides" in msg, msg
+
+    def grad_lost(size, **kw):
+        return torch.empty(size, **{**kw, "requires_grad": kw["device"] != "tpu"})
+    status, msg = _prop(grad_lost, _sample((3,), kwargs={"device": "cpu",
+                                                         "dtype": torch.float32}), "empty")
+    assert status == "fail" and "requires_grad" in msg, msg
+
+
+def test_property_rule_the_cpu_breaks_leaves_the_pair_unchecked():
+    doubled = lambda p: torch.bernoulli(p) * 2  # noqa: E731  (both sides: the rule is wrong)
+    status, msg = _prop(doubled, _sample(torch.full((20,), 0.5)), "bernoulli")
+    assert status == "unchecked" and "CPU" in msg, msg
+
+
+def test_totals_count_property_passes_as_passing():
+    pairs = [dict(status=s, fallbacks={}) for s in ("pass", coverage.PASS_PROPERTY,
+                                                    "unchecked", "fail")]
+    t = coverage.totals([{"op": "x", "category": "other", "pairs": pairs, "errors": None}])
+    assert (t["pass"], t["pass_property"], t["unchecked"], t["fail"]) == (2, 1, 1, 1)
+    assert any("pass (property):" in ln and " 1 " in ln for ln in coverage.total_lines(t))
+
+
+def test_property_of_narrowing_conversions_ignores_only_what_does_not_fit():
+    x = torch.tensor([1.7, -2.5, 300.0, float("inf")])
+
+    def off_where_undefined(t):  # 300 and inf do not fit int8: any value will do
+        r = t.char()
+        return torch.where(t.abs() > 127, torch.full_like(r, 5), r) if _on_tpu(t) else r
+    assert _prop(off_where_undefined, _sample(x), "char")[0] == coverage.PASS_PROPERTY
+
+    def off_where_defined(t):  # -2.5 fits: it must give -2
+        r = t.char()
+        return r + (t < 0).char() if _on_tpu(t) else r
+    status, msg = _prop(off_where_defined, _sample(x), "char")
+    assert status == "fail" and "fit differ" in msg, msg

@@ -21,10 +21,17 @@ Statuses of an (op, dtype) pair:
 - ``fail``: some sample gave a different result on tpu (values, shape,
   dtype, or a result tensor that does not live on tpu).
 - ``error``: some sample raised on tpu where the CPU did not.
+- ``pass-property`` (reported as "pass (property)", counted as passing):
+  the values cannot be compared (random or uninitialised output) and tpu
+  keeps what the op promises instead: metadata for uninitialised outputs;
+  determinism under ``torch.manual_seed``, the support of every value and a
+  distribution that agrees with the CPU's for random ones (see
+  :mod:`torch_tpu.tools.coverage_props`).
 - ``unchecked``: ran on tpu with matching shapes and dtypes, values not
-  comparable: the op_db marks the op's output as random or uninitialised,
-  or the op draws random numbers (tpu's generator is not the CPU's), or the
-  op_db says some inputs have undefined results and those differ.
+  comparable and no property check for the op: the op_db marks the op's
+  output as random or uninitialised, or the op draws random numbers (tpu's
+  generator is not the CPU's), or the op_db says some inputs have undefined
+  results and those differ.
 - ``cpu-error-skipped``: every sample raised on the CPU (nothing to compare).
 - ``crash`` / ``timeout``: the worker process died (twice) or stalled there.
 
@@ -74,6 +81,7 @@ TOLERANCES = {
 }
 
 DEFAULT_SAMPLES = 8
+PASS_PROPERTY = "pass-property"  # values not comparable; the op's promises checked instead
 TPU = torch.device("tpu")
 
 
@@ -605,7 +613,28 @@ def _run_tpu(op, sample, keep_args_on_cpu=False):
     return actual, devices, fallbacks, True
 
 
-def check_sample(op, sample, policy="compare"):
+def _property(prop, op, sample, spare, fallbacks):
+    """The property check of ``prop`` (an op_db key with a check in
+    coverage_props) as a check_sample verdict."""
+    from torch_tpu.tools import coverage_props
+    mode = torch_tpu._C.fallback_mode()
+    torch_tpu.set_fallback_mode("silent")
+    # the check reseeds both generators many times: later samples (and ops)
+    # see the state they would have seen without it
+    states = torch.random.get_rng_state(), torch.tpu.get_rng_state()
+    try:
+        status, msg = coverage_props.check(op, sample, spare, prop)
+    except Exception as e:  # noqa: BLE001
+        _sync_clean()
+        return "error", "property check: " + _err(e), fallbacks
+    finally:
+        torch_tpu.set_fallback_mode(mode)
+        torch.random.set_rng_state(states[0])
+        torch.tpu.set_rng_state(states[1])
+    return status, msg, fallbacks
+
+
+def check_sample(op, sample, policy="compare", prop=None):
     """Runs one sample on the CPU and on tpu and compares. Returns
     ``(status, message, fallbacks)``; status is one of
 
@@ -614,6 +643,9 @@ def check_sample(op, sample, policy="compare"):
     - "unchecked": values not compared, because ``policy`` is "none", or the
       values differ but the op draws random numbers (on the CPU it moves the
       generator's state), or policy is "soft" and the values differ (shapes and dtypes match);
+    - where ``prop`` (the op's op_db key) has a property check
+      (:mod:`torch_tpu.tools.coverage_props`), those cases give its verdict
+      instead: "pass-property", "fail" or "unchecked";
     - "cpu-error" (the CPU raises: nothing to compare) or "cpu-only" (the
       sample has neither a tensor nor a device argument: nothing on tpu).
 
@@ -657,7 +689,11 @@ def check_sample(op, sample, policy="compare"):
     except Exception as e:  # noqa: BLE001
         return "error", "comparing: " + _err(e), fallbacks
     if policy == "none":
-        return ("fail", msg, fallbacks) if msg else ("unchecked", None, fallbacks)
+        if msg:
+            return "fail", msg, fallbacks
+        if prop:
+            return _property(prop, op, sample, spare, fallbacks)
+        return "unchecked", None, fallbacks
     if not msg:
         return "pass", None, fallbacks
     if compare(actual, expected, values=False):
@@ -676,6 +712,8 @@ def check_sample(op, sample, policy="compare"):
         if as_close_as_cpu(actual, expected, exact, tensor_scale=True, dtypes=f32):
             return "pass", None, fallbacks
     if policy == "soft":
+        if prop:
+            return _property(prop, op, sample, spare, fallbacks)
         return "unchecked", f"values differ where the op_db allows it: {msg}", fallbacks
     # Does the op draw random numbers (then values are not comparable: tpu's
     # generator is Philox, the CPU's is a Mersenne twister)? Run it on the CPU
@@ -693,10 +731,12 @@ def check_sample(op, sample, policy="compare"):
         state = torch.random.get_rng_state()
         torch.manual_seed = seed
         try:
-            _run_cpu(op, sample, *spare)
+            _run_cpu(op, sample, *_clone(spare))
         finally:
             torch.manual_seed = real_seed
         if seeded or not torch.equal(state, torch.random.get_rng_state()):
+            if prop:
+                return _property(prop, op, sample, spare, fallbacks)
             return "unchecked", f"the op draws random numbers: {msg}", fallbacks
     except Exception:  # noqa: BLE001
         pass
@@ -710,7 +750,9 @@ def check_pair(op, dtype, cap=DEFAULT_SAMPLES):
     rec = {"op": op_key(op), "dtype": dtype_name(dtype), "category": category(op),
            "status": None, "samples": 0, "cpu_ran": 0, "passed": 0, "fallbacks": {},
            "message": None, "seconds": 0.0}
+    from torch_tpu.tools import coverage_props
     policy, reason = compare_policy(op, dtype)
+    prop = rec["op"] if coverage_props.has_check(rec["op"]) else None
     if policy == "none":
         rec["note"] = f"values not compared (op_db: {reason})"
     try:
@@ -723,14 +765,14 @@ def check_pair(op, dtype, cap=DEFAULT_SAMPLES):
     first = {}
     fallbacks = collections.Counter()
     for k, s in enumerate(todo):
-        status, msg, fb = check_sample(op, s, policy)
+        status, msg, fb = check_sample(op, s, policy, prop)
         counts[status] += 1
         fallbacks.update(fb)
         if msg and status not in first:
             first[status] = f"sample {k}: {msg}"
     rec["samples"] = len(todo)
     rec["cpu_ran"] = len(todo) - counts["cpu-error"] - counts["cpu-only"]
-    rec["passed"] = counts["pass"]
+    rec["passed"] = counts["pass"] + counts[PASS_PROPERTY]
     rec["fallbacks"] = dict(fallbacks)
     if counts["error"]:
         rec["status"], rec["message"] = "error", first["error"]
@@ -742,6 +784,9 @@ def check_pair(op, dtype, cap=DEFAULT_SAMPLES):
     elif counts["unchecked"]:
         rec["status"] = "unchecked"
         rec["message"] = first.get("unchecked")
+    elif counts[PASS_PROPERTY]:
+        rec["status"] = PASS_PROPERTY
+        rec["note"] = coverage_props.note(rec["op"])
     else:
         rec["status"] = "pass"
     rec["seconds"] = round(time.perf_counter() - t0, 4)
@@ -828,12 +873,13 @@ def check_op(op, dtypes=None, cap=DEFAULT_SAMPLES, errors=True, on_pair=None, sk
 def op_line(res):
     """One summary line for an op."""
     c = collections.Counter(p["status"] for p in res["pairs"])
-    nofb = sum(1 for p in res["pairs"] if p["status"] == "pass" and not p["fallbacks"])
+    nofb = sum(1 for p in res["pairs"]
+               if p["status"] in ("pass", PASS_PROPERTY) and not p["fallbacks"])
     t = sum(p["seconds"] for p in res["pairs"])
     parts = [f"{res['op']:<44} pairs {len(res['pairs']):2d}",
              f"pass {c['pass']:2d} (native {nofb:2d})",
              f"fail {c['fail']:2d}", f"error {c['error']:2d}"]
-    for s in ("unchecked", "cpu-error-skipped", "crash", "timeout"):
+    for s in (PASS_PROPERTY, "unchecked", "cpu-error-skipped", "crash", "timeout"):
         if c[s]:
             parts.append(f"{s} {c[s]}")
     e = res.get("errors")
@@ -1094,9 +1140,11 @@ def totals(results):
     def count(pairs):
         c = collections.Counter(p["status"] for p in pairs)
         ran = sum(1 for p in pairs if p["status"] != "cpu-error-skipped")
-        return {"pairs": len(pairs), "ran_on_cpu": ran, "pass": c["pass"],
+        passing = ("pass", PASS_PROPERTY)
+        return {"pairs": len(pairs), "ran_on_cpu": ran,
+                "pass": c["pass"] + c[PASS_PROPERTY], "pass_property": c[PASS_PROPERTY],
                 "pass_no_fallback": sum(1 for p in pairs
-                                        if p["status"] == "pass" and not p["fallbacks"]),
+                                        if p["status"] in passing and not p["fallbacks"]),
                 "fail": c["fail"], "error": c["error"], "unchecked": c["unchecked"],
                 "unchecked_no_fallback": sum(1 for p in pairs if p["status"] == "unchecked"
                                              and not p["fallbacks"]),
@@ -1224,13 +1272,16 @@ def total_lines(t, elapsed=None):
         f"(op, dtype) pairs run on CPU: {t['ran_on_cpu']} "
         f"({t['ops']} OpInfos, {t['pairs']} pairs, {t['cpu_error_skipped']} skipped: "
         f"every sample raised on the CPU)",
-        f"passing on tpu:               {t['pass']} ({pct(t['pass'], t['ran_on_cpu'])})",
+        f"passing on tpu:               {t['pass']} ({pct(t['pass'], t['ran_on_cpu'])}; "
+        f"{t.get('pass_property', 0)} of them by property check)",
+        f"  pass (property):            {t.get('pass_property', 0)} (random, uninitialised or "
+        f"partly undefined output: the op's promises checked instead of values)",
         f"passing with no fallback:     {t['pass_no_fallback']} "
         f"({pct(t['pass_no_fallback'], t['ran_on_cpu'])})",
         f"failing:                      {t['fail'] + t['error'] + t['crash'] + t['timeout']} "
         f"(wrong result {t['fail']}, error on tpu {t['error']}, crash {t['crash']}, "
         f"timeout {t['timeout']})",
-        f"unchecked (random/uninitialised output, ran): {t['unchecked']} "
+        f"unchecked (random/uninitialised output, no property check, ran): {t['unchecked']} "
         f"(no fallback {t['unchecked_no_fallback']})",
         f"error inputs: tpu raises the CPU's exception type for "
         f"{t['error_inputs']['same_type']}/{t['error_inputs']['cpu_raised']} "
@@ -1250,12 +1301,28 @@ def write_markdown(path, results, t, command, elapsed, cap):
          f"compares them (see `torch_tpu/tools/coverage.py` for statuses and tolerances: "
          f"float16 atol=rtol=1e-3, bfloat16 atol=1e-3 rtol=1.6e-2, float32 1e-5, "
          f"float64 1e-7, integers and bool exact). Dtypes: {dts}.", "",
+         "Pairs whose output is random or uninitialised cannot be compared value by value. "
+         "Where the tool knows what the op promises (`torch_tpu/tools/coverage_props.py`) "
+         "they are checked by property and reported as \"pass (property)\", counted as "
+         "passing: uninitialised outputs (empty, empty_like, empty_strided, ...) must match "
+         "the CPU's shape, dtype, layout, strides, storage offset and requires_grad and live "
+         "on tpu; random outputs (rand-like factories, bernoulli, dropout variants, normal, "
+         "multinomial, ...) must be identical twice under the same `torch.manual_seed`, keep "
+         "every value of every draw in the op's support (bernoulli in {0, 1}, randint in "
+         "[low, high), dropout 0 or x/(1-p), multinomial valid indices, ...), and pooled draws "
+         "with the sample's own arguments must agree with the CPU's pooled draws (two-sample "
+         "Kolmogorov-Smirnov test and z-test of the means, 5 sigma); float to narrower integer "
+         "conversions (byte, char, ...), undefined where a value does not fit, must equal the "
+         "CPU's wherever it fits. Pairs of random or uninitialised output with no such check "
+         "stay \"unchecked\".", "",
          "## Totals", "", "```", *total_lines(t), "```", "",
-         "| category | pairs run on CPU | pass | pass, no fallback | fail | error | unchecked |",
-         "|---|---:|---:|---:|---:|---:|---:|"]
+         "| category | pairs run on CPU | pass | of which pass (property) | "
+         "pass, no fallback | fail | error | unchecked |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for k, c in t["by_category"].items():
-        L.append(f"| {k} | {c['ran_on_cpu']} | {c['pass']} | {c['pass_no_fallback']} | "
-                 f"{c['fail']} | {c['error'] + c['crash'] + c['timeout']} | {c['unchecked']} |")
+        L.append(f"| {k} | {c['ran_on_cpu']} | {c['pass']} | {c.get('pass_property', 0)} | "
+                 f"{c['pass_no_fallback']} | {c['fail']} | "
+                 f"{c['error'] + c['crash'] + c['timeout']} | {c['unchecked']} |")
     core = core_op_table(results)
     served = collections.Counter(r[1] for r in core)
     clean = sum(1 for r in core if r[1] != "fallback" and not r[2])
@@ -1289,10 +1356,11 @@ def write_markdown(path, results, t, command, elapsed, cap):
     for r in results:
         for p in r["pairs"]:
             fb = "fb" if p["fallbacks"] else ""
-            msg = p["message"] if p["status"] != "pass" else ""
+            msg = p["message"] if p["status"] not in ("pass", PASS_PROPERTY) else ""
             if not msg and p.get("note"):
                 msg = p["note"]
-            L.append(f"| {r['op']} | {r['category']} | {p['dtype']} | {p['status']} | "
+            status = "pass (property)" if p["status"] == PASS_PROPERTY else p["status"]
+            L.append(f"| {r['op']} | {r['category']} | {p['dtype']} | {status} | "
                      f"{p['passed']}/{p['cpu_ran']} | {fb} | {p['seconds']:.2f} | "
                      f"{_md_escape(msg)[:240]} |")
     L += ["", "## Error inputs", "",
@@ -1370,9 +1438,11 @@ def main(argv=None):
     print()
     for line in total_lines(t, elapsed):
         print(line)
-    print("\nby category (run on CPU / pass / pass no fallback / fail / error):")
+    print("\nby category (run on CPU / pass / of which property / pass no fallback / fail / "
+          "error):")
     for k, c in t["by_category"].items():
-        print(f"  {k:<20} {c['ran_on_cpu']:5d} {c['pass']:5d} {c['pass_no_fallback']:5d} "
+        print(f"  {k:<20} {c['ran_on_cpu']:5d} {c['pass']:5d} {c['pass_property']:5d} "
+              f"{c['pass_no_fallback']:5d} "
               f"{c['fail']:5d} {c['error'] + c['crash'] + c['timeout']:5d}")
     command = "python -m torch_tpu.tools.coverage " + " ".join(
         a for a in (argv if argv is not None else sys.argv[1:]))
