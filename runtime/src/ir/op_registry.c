@@ -51,6 +51,7 @@
   X(linalg_simple)      \
   X(linalg_decomp)      \
   X(linalg_matfn)       \
+  X(linalg_eig)         \
   X(fft)                \
   X(rnn_cell)           \
   X(optim)              \
