@@ -52,6 +52,7 @@
   X(linalg_decomp)      \
   X(linalg_matfn)       \
   X(linalg_eig)         \
+  X(histogram)          \
   X(fft)                \
   X(rnn_cell)           \
   X(optim)              \
