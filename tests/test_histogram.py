@@ -102,11 +102,29 @@ def test_histogram_bad_arguments_raise_like_cpu(call):
     assert str(cpu_err.value).split("\n")[0] in str(tpu_err.value)
 
 
-def test_histogram_range_still_falls_back():
-    """A `range` (float[]) is not bound yet: the call takes the counted fallback."""
-    x = _x((50,), torch.float32)
-    torch_tpu.reset_counts()
-    h, e = torch.histogram(x.to("tpu"), bins=5, range=(-1.0, 1.0))
-    ch, ce = torch.histogram(x, bins=5, range=(-1.0, 1.0))
-    assert torch.equal(h.cpu(), ch) and torch.equal(e.cpu(), ce)
-    assert torch_tpu.fallback_counts().get("aten::histogram.bin_ct", 0) == 1
+@pytest.mark.parametrize("rng", [(-1.0, 1.0), (0.0, 0.0), (-0.3, 2.7), (5.0, 9.0)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_histogram_range_native(rng, dtype):
+    """`range` (a float[] argument, bound as a FLOATS attr): samples outside it are
+    skipped, an empty range widens by 0.5, and non-finite samples need no range check."""
+    x = torch.cat([_x((200,), dtype), torch.tensor([float("inf"), float("nan")], dtype=dtype)])
+    for kw in ({}, {"weight": _x((202,), dtype, 7).abs(), "density": True}):
+        h, e = torch.histogram(x, bins=6, range=rng, **kw)
+        with no_fallback():
+            th, te = torch.histogram(x.to("tpu"), bins=6, range=rng,
+                                     **{k: _to(v) for k, v in kw.items()})
+            th, te = th.cpu(), te.cpu()
+        assert torch.equal(te, e)
+        torch.testing.assert_close(th, h, equal_nan=True, rtol=0 if not kw else None,
+                                   atol=0 if not kw else None)
+
+
+@pytest.mark.parametrize("rng", [(1.0, 0.0), (0.0, float("inf")), (0.0, 1.0, 2.0)], ids=str)
+def test_histogram_bad_range_raises_like_cpu(rng):
+    x = torch.randn(20)
+    with pytest.raises(Exception) as cpu_err:
+        torch.histogram(x, bins=3, range=rng)
+    with pytest.raises(Exception) as tpu_err:
+        torch.histogram(x.to("tpu"), bins=3, range=rng)
+    assert type(tpu_err.value) is type(cpu_err.value)
+    assert str(cpu_err.value).split("\n")[0] in str(tpu_err.value)

@@ -4,7 +4,7 @@
  *   histogram.bins_tensor(self, bins, weight=None, density)          -> (hist, bin_edges)
  *
  * As ATen's histogramdd CPU kernel (every element of self is one sample):
- * - bin_ct: the outer edges are `range` when given, else self's min and max
+ * - bin_ct: the outer edges are `range` when given (a FLOATS attr), else self's min and max
  *   (0 and 1 for an empty self); a non-finite range fails with PyTorch's message,
  *   an empty one widens to [x - 0.5, x + 0.5]. bin_edges = linspace(lo, hi, bins + 1)
  *   computed in self's dtype as ATen's linspace does (fma(step, i, start) below the
@@ -17,8 +17,8 @@
  * Samples outside [edges[0], edges[last]] and NaN are skipped; the last bin includes
  * its right edge. hist counts (or sums weight) in double, stored once in self's dtype;
  * density divides by the total and by each bin's width. float32 and float64; other
- * dtypes, a `range` (a float list, which the bridge does not bind yet) and out=
- * tensors of another dtype take the CPU fallback.
+ * dtypes, a `range` PyTorch rejects and out= tensors of another dtype take the
+ * CPU fallback (which raises or casts as PyTorch does).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -118,8 +118,12 @@ static tpu_status_t hist_check_inputs(const tpu_op_def_t* def, const tpu_node_t*
   if (w && (w->dtype != x->dtype || tpu_view_numel(w) != tpu_view_numel(x)))
     UNIMPL("%s: weight unlike self", def->name);
   if (is_bin_ct(def)) {
+    /* a range PyTorch rejects (not two finite floats, min > max): the CPU raises */
     const tpu_attr_t* r = ku_attr(def, node, "range");
-    if (r && r->kind != TPU_ATTR_NONE) UNIMPL("%s: a range", def->name);
+    if (r && r->kind != TPU_ATTR_NONE &&
+        !(r->kind == TPU_ATTR_FLOATS && r->count == 2 && isfinite(r->u.floats[0]) &&
+          isfinite(r->u.floats[1]) && r->u.floats[0] <= r->u.floats[1]))
+      UNIMPL("%s: this range", def->name);
     if (num_bins(def, node) < 1) UNIMPL("%s: bins must be > 0", def->name);
   } else {
     const tpu_view_t* b = ku_input(def, node, "bins");
@@ -174,8 +178,11 @@ static tpu_status_t hist_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   tpu_status_t st = TPU_OK;
   if (linear) {
     double lo = 0.0, hi = 1.0; /* an empty self: [0, 1], as the CPU */
-    if (n > 0) lo = hi = xs[0];
-    for (int64_t k = 1; k < n; ++k) { /* aminmax: NaN propagates */
+    const tpu_attr_t* r = ku_attr(def, node, "range");
+    bool ranged = r && r->kind == TPU_ATTR_FLOATS;
+    if (ranged) lo = r->u.floats[0], hi = r->u.floats[1];
+    if (n > 0 && !ranged) lo = hi = xs[0];
+    for (int64_t k = 1; k < n && !ranged; ++k) { /* aminmax: NaN propagates */
       if (isnan(xs[k]) || isnan(lo)) {
         lo = hi = NAN;
         break;
@@ -183,7 +190,7 @@ static tpu_status_t hist_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
       lo = xs[k] < lo ? xs[k] : lo;
       hi = xs[k] > hi ? xs[k] : hi;
     }
-    if (n > 0 && isnan(xs[0])) lo = hi = NAN;
+    if (n > 0 && !ranged && isnan(xs[0])) lo = hi = NAN;
     if (!isfinite(lo) || !isfinite(hi)) {
       st = tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
                            "torch.histogramdd: dimension 0's range [%g, %g] is not finite", lo,

@@ -99,6 +99,31 @@ TEST(histogram_samples_on_linspace_edges) {
   tt_free(&x), tt_free(&h), tt_free(&e), tt_free(&e2);
 }
 
+/* range as a FLOATS attr: the edges span it, samples outside (inf, NaN too) skipped;
+ * the node validates (count within TPU_MAX_INTS). */
+TEST(histogram_range) {
+  int64_t xs[1] = {6}, hs[1] = {4}, es[1] = {5};
+  tt_t x = tt_make(TPU_DTYPE_F64, 1, xs, TT_CONTIG), h = tt_make(TPU_DTYPE_F64, 1, hs, TT_CONTIG);
+  tt_t e = tt_make(TPU_DTYPE_F64, 1, es, TT_CONTIG);
+  const double v[6] = {-1, 0, 1.5, 2, INFINITY, NAN}, want[4] = {1, 0, 0, 2};
+  for (int64_t i = 0; i < 6; ++i) tt_set(&x.view, i, v[i]);
+  tpu_value_t in[2] = {tt_value(&x.view), {.kind = TPU_VALUE_NONE}};
+  tpu_attr_t fr = {.kind = TPU_ATTR_FLOATS, .count = 2, .u.floats = {0.0, 2.0}};
+  tpu_attr_t at[3] = {tt_int(4), fr, tt_bool(false)};
+  tpu_view_t out[2] = {h.view, e.view};
+  tpu_node_t node = tt_node(in, 2, out, 2, at, 3);
+  node.op = tpu_op_lookup("histogram");
+  CHECK_OK(tpu_node_validate(&node, false));
+  CHECK_OK(tpu_op_check(&node));
+  const tpu_op_def_t* def = tt_def("histogram");
+  CHECK_OK(tt_run(def->kernel, def, &node));
+  for (int64_t i = 0; i < 4; ++i) CHECK(tt_get(&h.view, i) == want[i]);
+  for (int64_t i = 0; i < 5; ++i) CHECK(tt_get(&e.view, i) == 0.5 * (double)i);
+  node.attrs[1].count = TPU_MAX_INTS + 1;
+  CHECK(tt_code(tpu_node_validate(&node, false)) == TPU_CODE_INVALID_ARGUMENT);
+  tt_free(&x), tt_free(&h), tt_free(&e);
+}
+
 TEST(histogram_errors_and_refusals) {
   int64_t xs[1] = {3}, hs[1] = {2}, es[1] = {3};
   tt_t x = tt_make(TPU_DTYPE_F64, 1, xs, TT_CONTIG), h = tt_make(TPU_DTYPE_F64, 1, hs, TT_CONTIG);
@@ -123,7 +148,12 @@ TEST(histogram_errors_and_refusals) {
   tpu_attr_t ranged[3] = {tt_int(2), tt_ints(2, r2), tt_bool(false)};
   tpu_node_t nr = tt_node(in, 2, out, 2, ranged, 3);
   nr.op = node.op;
-  CHECK(tt_code(def->check(def, &nr)) == TPU_CODE_UNIMPLEMENTED);
+  CHECK(tt_code(def->check(def, &nr)) == TPU_CODE_UNIMPLEMENTED); /* an int list */
+  tpu_attr_t fr = {.kind = TPU_ATTR_FLOATS, .count = 2, .u.floats = {1.0, 0.5}};
+  tpu_attr_t backwards[3] = {tt_int(2), fr, tt_bool(false)};
+  tpu_node_t nb = tt_node(in, 2, out, 2, backwards, 3);
+  nb.op = node.op;
+  CHECK(tt_code(def->check(def, &nb)) == TPU_CODE_UNIMPLEMENTED); /* min > max */
   tpu_value_t inh[2] = {tt_value(&xh.view), {.kind = TPU_VALUE_NONE}};
   tpu_node_t nh = tt_node(inh, 2, out, 2, at, 3);
   nh.op = node.op;
