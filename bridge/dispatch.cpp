@@ -295,6 +295,12 @@ bool to_attr(const c10::IValue& iv, bool is_dtype, tpu_attr_t* a) {
     a->kind = TPU_ATTR_INTS;
     a->count = (int32_t)values.size();
     for (size_t i = 0; i < values.size(); ++i) a->u.ints[i] = values[i];
+  } else if (iv.isDoubleList()) {
+    c10::List<double> values = iv.toDoubleList();
+    if (values.size() > TPU_MAX_INTS) return false;
+    a->kind = TPU_ATTR_FLOATS;
+    a->count = (int32_t)values.size();
+    for (size_t i = 0; i < values.size(); ++i) a->u.floats[i] = values.get(i);
   } else if (iv.isString()) {
     const auto& s = iv.toStringRef();
     if (s.size() + 1 > TPU_MAX_STR) return false;

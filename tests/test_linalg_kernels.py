@@ -230,3 +230,118 @@ def test_empty_and_scalar_shapes():
         torch.testing.assert_close(torch.linalg.det(a.to("tpu")).cpu(), torch.linalg.det(a))
         torch.testing.assert_close(torch.linalg.svdvals(a.to("tpu")).cpu(), torch.linalg.svdvals(a))
     assert torch_tpu.fallback_counts() == {}
+
+
+# ---- eig / eigvals (geev; runtime/src/kernels/linalg/eig.c) ----------------------------
+
+def _eig_in(shape, dtype, seed=3):
+    return _mat(*shape, dtype=dtype, seed=seed)
+
+
+EIG_CASES = {  # name: (make input on the CPU)
+    "square": lambda dt: _eig_in((5, 5), dt),
+    "batched": lambda dt: _eig_in((2, 3, 6, 6), dt),
+    "one_by_one": lambda dt: _eig_in((4, 1, 1), dt),
+    "empty_matrix": lambda dt: _eig_in((0, 0), dt),
+    "empty_batch": lambda dt: _eig_in((0, 3, 3), dt),
+    "zero_size_batch": lambda dt: _eig_in((2, 0, 0), dt),
+    "transposed_slices": lambda dt: _eig_in((3, 8, 8), dt)[:, ::2, ::2].mT,
+    "expanded": lambda dt: _eig_in((4, 4), dt).expand(3, 4, 4),
+    "rotation": lambda dt: torch.tensor([[0.0, -1.0], [1.0, 0.0]]).to(dt),  # eigenvalues ±i
+    "triangular": lambda dt: torch.tensor([[2.0, 1.0, 4.0], [0.0, -3.0, 5.0],
+                                           [0.0, 0.0, 0.5]]).to(dt),
+}
+EIG_DTYPES = [torch.float32, torch.float64, torch.complex64, torch.complex128]
+
+
+def _phase_fixed(v, ref):
+    """v's columns times the unit factor that makes the component where ref's column is
+    largest real and positive (eigenvectors are unique up to such a factor)."""
+    if v.numel() == 0:
+        return v
+    k = ref.abs().argmax(dim=-2, keepdim=True)
+    p = v.gather(-2, k)
+    return v * (p.abs() / p)
+
+
+@pytest.mark.parametrize("dtype", EIG_DTYPES, ids=str)
+@pytest.mark.parametrize("name", sorted(EIG_CASES))
+def test_eig_matches_cpu(name, dtype):
+    """linalg.eig / eigvals run natively and agree with the CPU: eigenvalues in the
+    same order, eigenvectors up to a unit factor per column (real input: a complex
+    pair's sign can differ, see eig.c), A V = V diag(w), CPU's column-major layout."""
+    a = EIG_CASES[name](dtype)
+    w, v = torch.linalg.eig(a)
+    ta = a.to("tpu")
+    tw, tv = _no_fallback(lambda: torch.linalg.eig(ta))
+    tvals = _no_fallback(lambda: torch.linalg.eigvals(ta))
+    tw, tv, tvals = tw.cpu(), tv.cpu(), tvals.cpu()
+    assert tw.dtype == w.dtype and tv.dtype == v.dtype and tvals.dtype == w.dtype
+    assert tw.shape == w.shape and tv.shape == v.shape and tvals.shape == w.shape
+    assert tv.stride() == v.stride()
+    torch.testing.assert_close(tw, w)
+    torch.testing.assert_close(tvals, w)
+    torch.testing.assert_close(_phase_fixed(tv, v), _phase_fixed(v, v))
+    ca = a.to(w.dtype)
+    torch.testing.assert_close(ca @ tv, tv * tw.unsqueeze(-2), atol=1e-4, rtol=1e-4)
+    if v.numel():
+        torch.testing.assert_close(torch.linalg.vector_norm(tv, dim=-2),
+                                   torch.ones(tw.shape, dtype=tw.real.dtype))
+
+
+def test_eig_real_pair_eigenvectors_are_conjugate():
+    """Real input: a complex pair's eigenvectors are conjugates, built from geev's
+    two real columns (a wrong pairing would fail A V = V diag(w))."""
+    a = torch.tensor([[1.0, -2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 3.0]], dtype=torch.float64)
+    w, v = _no_fallback(lambda: torch.linalg.eig(a.to("tpu")))
+    w, v = w.cpu(), v.cpu()
+    torch.testing.assert_close(w, torch.linalg.eig(a)[0])
+    pair = (w.imag != 0).nonzero().flatten().tolist()
+    assert len(pair) == 2
+    torch.testing.assert_close(v[:, pair[0]], v[:, pair[1]].conj())
+    torch.testing.assert_close(a.to(v.dtype) @ v, v * w)
+
+
+def test_eig_out_variants():
+    a = _eig_in((3, 4, 4), torch.float64)
+    w = torch.empty(3, 4, dtype=torch.complex128, device="tpu")
+    v = torch.empty(0, dtype=torch.complex128, device="tpu")
+    vals = torch.empty(0, dtype=torch.complex128, device="tpu")
+    _no_fallback(lambda: torch.linalg.eig(a.to("tpu"), out=(w, v)))
+    _no_fallback(lambda: torch.linalg.eigvals(a.to("tpu"), out=vals))
+    cw, cv = torch.linalg.eig(a)
+    torch.testing.assert_close(w.cpu(), cw)
+    torch.testing.assert_close(vals.cpu(), cw)
+    torch.testing.assert_close(_phase_fixed(v.cpu(), cv), _phase_fixed(cv, cv))
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_eig_nonfinite_input(bad):
+    """linalg.eig raises CPU's RuntimeError for an inf or NaN anywhere in the batch;
+    eigvals (which does not check on the CPU, where some such inputs crash MKL)
+    gives NaN eigenvalues for that matrix only."""
+    a = torch.eye(3, dtype=torch.float64).repeat(2, 1, 1)
+    a[1, 2, 0] = bad
+    with pytest.raises(RuntimeError) as cpu_err:
+        torch.linalg.eig(a)
+    with pytest.raises(RuntimeError) as tpu_err:
+        torch.linalg.eig(a.to("tpu"))[0].cpu()
+    assert str(cpu_err.value) in str(tpu_err.value)
+    vals = _no_fallback(lambda: torch.linalg.eigvals(a.to("tpu"))).cpu()
+    torch.testing.assert_close(vals[0], torch.ones(3, dtype=torch.complex128))
+    assert vals[1].real.isnan().all() and vals[1].imag.isnan().all()
+
+
+@pytest.mark.parametrize("make", [lambda: torch.randn(2, 3), lambda: torch.randn(3),
+                                  lambda: torch.eye(3, dtype=torch.float16),
+                                  lambda: torch.eye(3, dtype=torch.int32)],
+                         ids=["non_square", "vector", "float16", "int32"])
+def test_eig_bad_input_raises_like_cpu(make):
+    a = make()
+    for fn in (torch.linalg.eig, torch.linalg.eigvals):
+        with pytest.raises(Exception) as cpu_err:
+            fn(a)
+        with pytest.raises(Exception) as tpu_err:
+            fn(a.to("tpu"))
+        assert type(tpu_err.value) is type(cpu_err.value)
+        assert str(cpu_err.value).split("\n")[0] in str(tpu_err.value)

@@ -114,16 +114,18 @@ typedef enum tpu_attr_kind {
   TPU_ATTR_INTS,
   TPU_ATTR_DTYPE,
   TPU_ATTR_STR,
+  TPU_ATTR_FLOATS, /* a float list (float[]), up to TPU_MAX_INTS doubles */
 } tpu_attr_kind_t;
 
 typedef struct tpu_attr {
   tpu_attr_kind_t kind;
-  int32_t count; /* for INTS */
+  int32_t count; /* for INTS and FLOATS */
   union {
     int64_t i;       /* INT, BOOL (0/1) */
     double f;        /* FLOAT */
     tpu_dtype_t dtype;
     int64_t ints[TPU_MAX_INTS];
+    double floats[TPU_MAX_INTS];
     char str[TPU_MAX_STR];
   } u;
 } tpu_attr_t;

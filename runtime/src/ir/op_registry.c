@@ -51,6 +51,8 @@
   X(linalg_simple)      \
   X(linalg_decomp)      \
   X(linalg_matfn)       \
+  X(linalg_eig)         \
+  X(histogram)          \
   X(fft)                \
   X(rnn_cell)           \
   X(optim)              \

@@ -150,6 +150,10 @@ static tpu_status_t validate_attr(const tpu_op_def_t* def, const tpu_attr_t* a, 
           return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: attr %d holds %lld", def->name, k,
                                  (long long)a->u.ints[i]);
       return TPU_OK;
+    case TPU_ATTR_FLOATS:
+      if (a->count < 0 || a->count > TPU_MAX_INTS)
+        return invalid(def, "%s %d: float list length out of range", "attr", k);
+      return TPU_OK;
     case TPU_ATTR_DTYPE:
       if (a->u.dtype < 0 || a->u.dtype >= TPU_DTYPE_COUNT)
         return invalid(def, "%s %d has a dtype outside the enum", "attr", k);

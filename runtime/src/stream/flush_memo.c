@@ -163,6 +163,14 @@ SIG_INLINE void put_attr(sig_writer_t* s, const tpu_attr_t* a) {
       }
       break;
     }
+    case TPU_ATTR_FLOATS: {
+      int32_t count = a->count < 0 ? 0 : a->count > TPU_MAX_INTS ? TPU_MAX_INTS : a->count;
+      for (int32_t k = 0; k < count; ++k) {
+        put(s, bits_of(a->u.floats[k]));
+        value = value * 31 + bits_of(a->u.floats[k]);
+      }
+      break;
+    }
     case TPU_ATTR_STR: {
       uint64_t w[TPU_MAX_STR / sizeof(uint64_t) + 1] = {0};
       memcpy(w, a->u.str, strnlen(a->u.str, TPU_MAX_STR));
