@@ -148,3 +148,41 @@ def test_a_near_miss_is_no_repeat_and_is_used():
     torch.testing.assert_close(plain, (base * 2.0 + 1.0).sum(0))
     torch.testing.assert_close(transposed, (base.t() * 2.0 + 1.0).sum(0))
     torch.testing.assert_close(wide, (base.double().t() * 2.0 + 1.0).sum(0))
+
+
+def test_kept_node_plans_serve_only_their_own_recording():
+    """A memo entry keeps its elementwise nodes' plans (the kernel's dtypes,
+    tile function and parameters: runtime/src/fusion/node_plans.c) and a
+    repeat runs with them. Steps that differ only in div's rounding mode,
+    in the operands' dtype or in a 0-dim operand are other recordings: each
+    computes its own result, however often they alternate (a floor plan
+    reused for a true division would floor). With
+    TORCH_TPU_DEFER_MEMO_CHECK=1 every repeat's plans are also checked
+    against plans made afresh."""
+    x = torch.tensor([7.0, -7.0, 5.0, -5.0, 9.0, 1.0, -1.0, 3.0] * 32)
+    y = torch.tensor([2.0, 2.0, 3.0, 3.0, 4.0, 2.0, 2.0, 2.0] * 32)
+    pairs = {"f32": (x, y), "i32": (x.int(), y.int()), "f64": (x.double(), y.double())}
+    dev = {k: (a.to("tpu"), b.to("tpu")) for k, (a, b) in pairs.items()}
+    zero_dim = torch.tensor(2.0, dtype=torch.float64)
+    zero_dim_t = zero_dim.to("tpu")
+
+    def step(a, b, mode, z):
+        return ((torch.div(a, b, rounding_mode=mode) * z) + 1).cpu()
+
+    # Per dtype, six recordings in turn, three rounds: fewer than the memo's
+    # entries, so from the second round on each step repeats one stored
+    # before the other five (its plans must be its own, not the last made).
+    cases = [(k, mode, z) for k in pairs for _ in range(3) for mode in (None, "floor", "trunc")
+             for z in (3, "0d")]
+    with torch_tpu.eager_mode(DEFER):
+        before = _metrics()
+        for k, mode, z in cases:
+            for _ in range(2):
+                a, b = dev[k]
+                got = step(a, b, mode, zero_dim_t if z == "0d" else z)
+                want = step(*pairs[k], mode, zero_dim if z == "0d" else z)
+                assert got.dtype == want.dtype, (k, mode, z)
+                torch.testing.assert_close(got, want, rtol=0, atol=0, msg=str((k, mode, z)))
+        after = _metrics()
+    repeats = after["flush_repeats"] - before["flush_repeats"]
+    assert repeats >= len(cases) * 2 - 3 * 6 * 2, repeats  # all but each dtype's first round

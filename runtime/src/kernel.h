@@ -84,6 +84,10 @@ void tpu_value_to_view(const tpu_value_t* value, tpu_dtype_t dtype, uint64_t* st
  * node of a TPU_OP_COMPLEX_AS_REAL row), the error annotated with the op and
  * chip. The queue and the fusion interpreter both run nodes through it. */
 tpu_status_t tpu_node_execute(const tpu_node_t* node, tpu_exec_ctx_t* ctx);
+/* Whether tpu_node_execute hands the node to its row's kernel as it is:
+ * true when no operand, output or dtype attr is complex or a wide unsigned
+ * dtype (those a row flag may rewrite first). */
+bool tpu_node_runs_as_is(const tpu_node_t* node);
 
 /* Records (profiler.c, when ctx->profile) one device event for nodes
  * [first, first + count) of `graph`, run from start_ns to end_ns: an op's

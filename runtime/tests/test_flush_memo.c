@@ -4,7 +4,10 @@
  * dtype, size, scalar or attribute changed, nothing else) is never found; a
  * stored entry is found and the least recently used one is replaced; a raw
  * signature (addresses as they are) finds an entry only where the full
- * path would, and never once the entry was replaced or the cache cleared. */
+ * path would, and never once the entry was replaced or the cache cleared;
+ * the nodes' plans an entry keeps are a repeat's and no other's. */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,7 +112,7 @@ TEST(flush_memo_finds_and_replaces_the_least_recent) {
     tpu_graph_t* gk = two_nodes(0x100000, 0x200000, 0x300000, 10.0 + k);
     CHECK(tpu_flush_memo_sign(&m, gk, NULL, 0, NULL, NULL, 0, 0));
     CHECK(tpu_flush_memo_find(&m) == NULL);
-    tpu_flush_memo_store(&m, NULL, 2, p, 100 + k);
+    tpu_flush_memo_store(&m, NULL, 2, p, NULL, 100 + k);
     tpu_graph_release(gk);
     if (k == 2) { /* touch entry 0 so that entry 1 is the least recent */
       tpu_graph_t* g0 = two_nodes(0x400000, 0x500000, 0x600000, 10.0);
@@ -224,7 +227,7 @@ TEST(flush_memo_never_reuses_a_near_miss) {
   CHECK_OK(tpu_program_cache_get(g, a, &p, &hit));
   tpu_fusion_analysis_free(a);
   CHECK(tpu_flush_memo_sign(&m, g, NULL, 0, NULL, NULL, 0, 0));
-  tpu_flush_memo_store(&m, NULL, 2, p, 7);
+  tpu_flush_memo_store(&m, NULL, 2, p, NULL, 7);
   tpu_graph_release(g);
   for (int k = 0; k < 8; ++k) {
     tpu_graph_t* gk = near_graph(&variants[k], 0x100000);
@@ -268,7 +271,7 @@ TEST(flush_memo_raw_signature_finds_only_what_the_full_path_would) {
   CHECK_OK(tpu_program_cache_get(g, a, &p, &hit));
   tpu_fusion_analysis_free(a);
   CHECK(tpu_flush_memo_lookup(&m, g, NULL, 0, NULL, NULL, 0, 0, &fast) == NULL && !fast);
-  tpu_flush_memo_store(&m, NULL, 2, p, 7);
+  tpu_flush_memo_store(&m, NULL, 2, p, NULL, 7);
   const tpu_flush_memo_entry_t* e = tpu_flush_memo_lookup(&m, g, NULL, 0, NULL, NULL, 0, 0, &fast);
   CHECK(e && fast && e->program == p && e->extra == 7);
   tpu_graph_release(g);
@@ -304,11 +307,11 @@ TEST(flush_memo_raw_signature_finds_only_what_the_full_path_would) {
   for (int k = 0; k < TPU_MEMO_ENTRIES; ++k) {
     tpu_graph_t* gk = two_nodes(0x100000, 0x200000, 0x300000, 10.0 + k);
     CHECK(tpu_flush_memo_lookup(&m, gk, NULL, 0, NULL, NULL, 0, 0, &fast) == NULL);
-    tpu_flush_memo_store(&m, NULL, 2, p, 100 + k);
+    tpu_flush_memo_store(&m, NULL, 2, p, NULL, 100 + k);
     tpu_graph_release(gk);
   }
   CHECK(tpu_flush_memo_lookup(&m, g, NULL, 0, NULL, NULL, 0, 0, &fast) == NULL && !fast);
-  tpu_flush_memo_store(&m, NULL, 2, p, 8);
+  tpu_flush_memo_store(&m, NULL, 2, p, NULL, 8);
   e = tpu_flush_memo_lookup(&m, g, NULL, 0, NULL, NULL, 0, 0, &fast);
   CHECK(e && fast && e->extra == 8);
   /* a cleared program cache retires the entry, raw slot and all */
@@ -317,4 +320,79 @@ TEST(flush_memo_raw_signature_finds_only_what_the_full_path_would) {
   tpu_graph_release(g);
   tpu_flush_memo_free(&m);
   tpu_program_release(p);
+}
+
+/* out = x / y (float32, 8 elements) with rounding_mode `mode` (NULL: none). */
+static tpu_graph_t* div_graph(const float* x, const float* y, float* out, const char* mode,
+                              tpu_dtype_t dtype) {
+  tpu_graph_t* g = NULL;
+  CHECK_OK(tpu_graph_create(&g));
+  tpu_value_t in[2] = {{.kind = TPU_VALUE_VIEW, .u.view = vec((uint64_t)(uintptr_t)x, 8)},
+                       {.kind = TPU_VALUE_VIEW, .u.view = vec((uint64_t)(uintptr_t)y, 8)}};
+  in[0].u.view.dtype = in[1].u.view.dtype = dtype;
+  tpu_view_t o = vec((uint64_t)(uintptr_t)out, 8);
+  o.dtype = dtype;
+  tpu_attr_t attr = {.kind = TPU_ATTR_NONE};
+  if (mode) {
+    attr.kind = TPU_ATTR_STR;
+    snprintf(attr.u.str, sizeof(attr.u.str), "%s", mode);
+  }
+  CHECK_OK(tpu_graph_add_node(g, tpu_op_lookup("div"), in, 2, &o, 1, &attr, 1));
+  return g;
+}
+
+/* The nodes' plans a memo entry keeps (fusion/node_plans.c): the same for
+ * a recording at other addresses, another for another attribute or dtype
+ * (tpu_node_plans_check finds the node), none for a complex node; and a
+ * run of the program takes the attached plan instead of planning, so a
+ * plan reused blindly would be wrong (a floor division's plan on a true
+ * division gives floor's results): the memo must never hit such a pair. */
+TEST(flush_memo_node_plans_are_kept_per_recording_and_used) {
+  float x[8] = {7, -7, 5, -5, 9, 1, -1, 3}, y[8] = {2, 2, 3, 3, 4, 2, 2, 2};
+  float out[8], x2[8], y2[8], out2[8];
+  memcpy(x2, x, sizeof(x));
+  memcpy(y2, y, sizeof(y));
+  tpu_graph_t* plain = div_graph(x, y, out, NULL, TPU_DTYPE_F32);
+  tpu_graph_t* moved = div_graph(x2, y2, out2, NULL, TPU_DTYPE_F32);
+  tpu_graph_t* floored = div_graph(x, y, out, "floor", TPU_DTYPE_F32);
+  tpu_graph_t* wide = div_graph(x, y, out, NULL, TPU_DTYPE_F64);
+  tpu_node_plans_t* plans = tpu_node_plans_make(plain);
+  tpu_node_plans_t* floor_plans = tpu_node_plans_make(floored);
+  CHECK(plans && floor_plans);
+  CHECK((tpu_node_plans_planned(plans)) == (1));
+  CHECK(tpu_node_plans_ew(plans, 0) != NULL && tpu_node_plans_ew(plans, 1) == NULL);
+  CHECK((tpu_node_plans_check(plans, plain)) == (-1));
+  CHECK((tpu_node_plans_check(plans, moved)) == (-1));
+  CHECK((tpu_node_plans_check(plans, floored)) == (0));
+  CHECK((tpu_node_plans_check(plans, wide)) == (0));
+  CHECK((tpu_node_plans_check(floor_plans, plain)) == (0));
+  CHECK((tpu_node_plans_check(NULL, plain)) == (0)); /* a plannable node without a plan */
+  tpu_graph_t* complex_g = div_graph(x, y, out, NULL, TPU_DTYPE_C64);
+  CHECK(tpu_node_plans_make(complex_g) == NULL);
+  CHECK((tpu_node_plans_check(NULL, complex_g)) == (-1));
+  tpu_graph_release(complex_g);
+
+  tpu_fusion_analysis_t* a = NULL;
+  tpu_program_t* p = NULL;
+  bool hit = false;
+  CHECK_OK(tpu_fusion_analyse(moved, NULL, 0, &a));
+  CHECK_OK(tpu_program_cache_get(moved, a, &p, &hit));
+  tpu_fusion_analysis_free(a);
+  tpu_exec_ctx_t ctx = {0};
+  /* its own plans, attached (as a memo hit does): true division */
+  tpu_node_plans_attach(moved, plans);
+  CHECK(tpu_node_plans_of(moved) == plans);
+  CHECK_OK(tpu_program_run(p, moved, &ctx));
+  for (int i = 0; i < 8; ++i) CHECK((out2[i]) == (x[i] / y[i]));
+  /* the floor division's plans on the same recording: the run takes them */
+  tpu_node_plans_attach(moved, floor_plans);
+  CHECK_OK(tpu_program_run(p, moved, &ctx));
+  for (int i = 0; i < 8; ++i) CHECK((out2[i]) == (floorf(x[i] / y[i])));
+  tpu_program_release(p);
+  tpu_node_plans_release(plans); /* the graphs hold their own references */
+  tpu_node_plans_release(floor_plans);
+  tpu_graph_release(plain);
+  tpu_graph_release(moved);
+  tpu_graph_release(floored);
+  tpu_graph_release(wide);
 }

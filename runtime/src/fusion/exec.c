@@ -29,6 +29,10 @@
  * a quarter to a third of such a group's DRAM traffic). The values are the
  * same bits either way.
  *
+ * A repeat of a flushed recording (a flush memo hit) carries the plans
+ * kept for its nodes (node_plans.c): its single nodes, the nodes of its
+ * row tiles and the direct path then skip tpu_ew_plan.
+ *
  * Errors follow strict eager's contract (a failing op's error is recorded,
  * every later op still runs): a node that fails on a tile or a row records
  * its error and the tile goes on with the group's next node, every tile
@@ -274,6 +278,7 @@ typedef struct tiled_run {
   const tpu_program_t* program;
   const tpu_program_group_t* group;
   const tpu_graph_t* graph;
+  const tpu_node_plans_t* plans; /* kept with a flush memo entry, or NULL */
   tpu_exec_ctx_t* ctx;
   tiling_t tiling;
   int64_t slot_bytes; /* per scratch slot */
@@ -320,6 +325,19 @@ static void set_error(tiled_run_t* r, int32_t node, int64_t at, tpu_status_t s) 
 static tpu_status_t direct_error(const tiled_run_t* r, int32_t i) {
   return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "in op '%s' on tpu:%d: ZeroDivisionError",
                          tpu_op_def(tpu_graph_node(r->graph, i)->op)->name, r->ctx->chip_index);
+}
+
+/* Runs a node as tpu_node_execute does, with its elementwise plan when
+ * one was kept for it (`plan`: NULL, else made for a node equal to this
+ * one but for addresses and, in row tiles, sizes: node_plans.c). */
+static tpu_status_t run_node(const tpu_node_t* node, const tpu_ew_plan_t* plan,
+                             tpu_exec_ctx_t* ctx) {
+  if (!plan) return tpu_node_execute(node, ctx);
+  const tpu_op_def_t* def = tpu_op_def(node->op);
+  tpu_status_t s = tpu_ew_kernel_planned(def, node, plan);
+  if (s != TPU_OK)
+    return tpu_status_annotate(s, "in op '%s' on tpu:%d", def->name, ctx->chip_index);
+  return TPU_OK;
 }
 
 /* Node i's views for one tile of a row-tiled group. */
@@ -395,7 +413,12 @@ static void run_tile(tiled_run_t* r, int64_t index, const tile_t* tile, uint8_t*
     }
     tn.inputs = inputs;
     tn.outputs = outputs;
-    tpu_status_t s = tpu_node_execute(&tn, r->ctx);
+    /* A row tile keeps every operand's dims and dtype, so the node's plan
+     * holds; a pointwise tile may give a 0-dim operand dims (slice_view),
+     * which changes type promotion: its nodes plan for themselves. */
+    const tpu_ew_plan_t* plan =
+        r->group->kind == TPU_GROUP_ROWS ? tpu_node_plans_ew(r->plans, i) : NULL;
+    tpu_status_t s = run_node(&tn, plan, r->ctx);
     if (s != TPU_OK) set_error(r, i, index, s);
   }
 }
@@ -422,11 +445,13 @@ static bool direct_node(const tpu_program_t* p, const tpu_graph_t* graph, int32_
       node->num_inputs > TPU_EW_MAX_INPUTS)
     return false;
   tpu_ew_plan_t plan;
-  tpu_status_t s = tpu_ew_plan(def, node, &plan);
+  const tpu_ew_plan_t* kept = tpu_node_plans_ew(tpu_node_plans_of(graph), i);
+  tpu_status_t s = kept ? TPU_OK : tpu_ew_plan(def, node, &plan);
   if (s != TPU_OK) {
     tpu_status_free(s);
     return false;
   }
+  if (kept) plan = *kept;
   if (plan.ct != TPU_COMPUTE_F32 || plan.common != TPU_DTYPE_F32 ||
       plan.result != TPU_DTYPE_F32 || plan.impl->bool_in ||
       (plan.impl->flags & TPU_EW_VALUE_0DIM) || !plan.fn)
@@ -857,7 +882,8 @@ static void run_fused(tiled_run_t* r) {
       const tpu_op_def_t* def = tpu_op_def(node->op);
       uint32_t* mask = &r->row_inputs[i - grp->first];
       *mask = 0;
-      if (!(def->flags & TPU_OP_POINTWISE)) def->rows(def, node, mask);
+      if (!(def->flags & TPU_OP_POINTWISE) && !tpu_node_plans_rows(r->plans, i, mask))
+        def->rows(def, node, mask);
     }
     /* Without memory for a row plan the group takes the node-by-node path. */
     rows_plan_t* rp =
@@ -919,12 +945,13 @@ tpu_status_t tpu_program_run(const tpu_program_t* p, const tpu_graph_t* graph,
     }
     return first;
   }
+  const tpu_node_plans_t* plans = tpu_node_plans_of(graph); /* a memo hit's */
   for (int32_t g = 0; g < p->group_count; ++g) {
     const tpu_program_group_t* grp = &p->groups[g];
     int64_t t0 = ctx->profile ? tpu_profiler_now_ns() : 0;
     if (grp->kind == TPU_GROUP_SINGLE) {
       for (int32_t i = grp->first; i < grp->first + grp->count; ++i) {
-        keep_first(&first, tpu_node_execute(tpu_graph_node(graph, i), ctx));
+        keep_first(&first, run_node(tpu_graph_node(graph, i), tpu_node_plans_ew(plans, i), ctx));
         if (ctx->profile) {
           int64_t t1 = tpu_profiler_now_ns();
           tpu_prof_record_nodes(ctx, graph, i, 1, false, t0, t1);
@@ -956,6 +983,7 @@ tpu_status_t tpu_program_run(const tpu_program_t* p, const tpu_graph_t* graph,
     r.program = p;
     r.group = grp;
     r.graph = graph;
+    r.plans = plans;
     r.ctx = ctx;
     memset(&r.tiling, 0, sizeof(r.tiling));
     r.slot_bytes = 0;

@@ -182,6 +182,36 @@ uint64_t tpu_program_cache_generation(void);
 tpu_status_t tpu_program_run(const tpu_program_t* program, const tpu_graph_t* graph,
                              tpu_exec_ctx_t* ctx);
 
+/* Per-node kernel plans (node_plans.c) that a flush memo entry keeps for
+ * its recording and attaches to each repeat's graph (ir/attach.h), so
+ * tpu_program_run skips the kernels' planning: for now the elementwise
+ * plans (tpu_ew_plan) and row-local nodes' row inputs, which hold no
+ * address and depend on nothing a memo hit may change. Counted by
+ * references, read-only once made. */
+typedef struct tpu_node_plans tpu_node_plans_t;
+/* The plans of the graph's nodes, in its order; NULL when no node has one
+ * (or out of memory: the kernels then plan as before). The caller owns
+ * the reference. */
+tpu_node_plans_t* tpu_node_plans_make(const tpu_graph_t* graph);
+tpu_node_plans_t* tpu_node_plans_retain(tpu_node_plans_t* plans);
+void tpu_node_plans_release(tpu_node_plans_t* plans); /* NULL is fine */
+/* Attaches a reference of `plans` (NULL: nothing) to the graph. */
+void tpu_node_plans_attach(tpu_graph_t* graph, tpu_node_plans_t* plans);
+/* The plans attached to the graph (borrowed), or NULL. */
+const tpu_node_plans_t* tpu_node_plans_of(const tpu_graph_t* graph);
+/* Node i's elementwise plan, or NULL (none kept: the kernel plans). */
+struct tpu_ew_plan;
+const struct tpu_ew_plan* tpu_node_plans_ew(const tpu_node_plans_t* plans, int32_t node);
+/* Node i's row inputs (what its row's `rows` function puts in
+ * *out_mask) when kept: true; false, *out_mask untouched, when not. */
+bool tpu_node_plans_rows(const tpu_node_plans_t* plans, int32_t node, uint32_t* out_mask);
+/* How many nodes have something kept. */
+int32_t tpu_node_plans_planned(const tpu_node_plans_t* plans);
+/* The first node of `graph` whose plan made now differs from the one kept
+ * in `plans` (or one that has a plan in only one of them), -1 when none:
+ * the flush memo's check (TORCH_TPU_DEFER_MEMO_CHECK). */
+int32_t tpu_node_plans_check(const tpu_node_plans_t* plans, const tpu_graph_t* graph);
+
 /* How tpu_program_run has run tiled and row groups since the process
  * started (every thread, every chip): on the direct path (exec.c's top) or
  * node by node. A group whose nodes the direct path cannot take (an op

@@ -3,6 +3,7 @@
  * pointers redone whenever an array moves), so appending never invalidates
  * what a node describes. */
 #include "tpu/ir.h"
+#include "ir/attach.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -31,6 +32,8 @@ struct tpu_graph {
   int64_t input_count, input_capacity;
   tpu_view_t* outputs;
   int64_t output_count, output_capacity;
+  const void* attached; /* tpu_graph_attach: owned, released by attached_release */
+  void (*attached_release)(const void*);
   node_slot_t inline_nodes[INLINE_NODES];
   tpu_value_t inline_inputs[INLINE_INPUTS];
   tpu_view_t inline_outputs[INLINE_OUTPUTS];
@@ -111,6 +114,8 @@ static void set_inline(tpu_graph_t* g) {
 }
 
 static void set_empty(tpu_graph_t* g) {
+  g->attached = NULL;
+  g->attached_release = NULL;
   g->node_count = 0;
   g->input_count = 0;
   g->output_count = 0;
@@ -164,6 +169,7 @@ tpu_status_t tpu_graph_create_reserved(int32_t nodes, int64_t inputs, int64_t ou
 
 void tpu_graph_release(tpu_graph_t* graph) {
   if (!graph) return;
+  tpu_graph_attach(graph, NULL, NULL);
   bool all_inline = graph->nodes == graph->inline_nodes && graph->inputs == graph->inline_inputs &&
                     graph->outputs == graph->inline_outputs;
   if (!all_inline && array_bytes(graph) <= GROWN_BYTES) {
@@ -344,6 +350,16 @@ tpu_status_t tpu_graph_permute(tpu_graph_t* graph, const int32_t* order) {
     free(seen);
   }
   return s;
+}
+
+void tpu_graph_attach(tpu_graph_t* graph, const void* data, void (*release)(const void*)) {
+  if (graph->attached_release) graph->attached_release(graph->attached);
+  graph->attached = release ? data : NULL;
+  graph->attached_release = release;
+}
+
+const void* tpu_graph_attachment(const tpu_graph_t* graph, void (*release)(const void*)) {
+  return release && graph->attached_release == release ? graph->attached : NULL;
 }
 
 int32_t tpu_graph_node_count(const tpu_graph_t* graph) { return graph->node_count; }

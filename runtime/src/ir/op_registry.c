@@ -412,6 +412,10 @@ static bool as_bits_row(const tpu_op_def_t* def, const tpu_node_t* node, bool ou
          (has_complex(node, outputs) || has_unsigned(node, outputs));
 }
 
+bool tpu_node_runs_as_is(const tpu_node_t* node) {
+  return !has_complex(node, true) && !has_unsigned(node, true);
+}
+
 tpu_status_t tpu_node_execute(const tpu_node_t* node, tpu_exec_ctx_t* ctx) {
   const tpu_op_def_t* def = tpu_op_def(node->op);
   tpu_node_t real_node; /* a real-linear op on complex operands: on their real views */

@@ -376,7 +376,8 @@ static tpu_status_t compile_recording(tpu_stream_t* stream, tpu_graph_t** graph,
 }
 
 /* A memo hit against the front end run in full on a copy of the recording
- * (memo_check): the same order, program structure and estimate, or an
+ * (memo_check): the same order, program structure, estimate and node
+ * plans (those of the copy, in the program's order), or an
  * INTERNAL error naming what differs. The hit is then used as without the
  * check, so the check runs the reuse path too. */
 static tpu_status_t check_repeat(tpu_stream_t* stream, const tpu_flush_memo_entry_t* seen,
@@ -399,6 +400,7 @@ static tpu_status_t check_repeat(tpu_stream_t* stream, const tpu_flush_memo_entr
             ? "node order"
         : program->hash != seen->program->hash ? "program"
         : extra != seen->extra                 ? "memory estimate"
+        : tpu_node_plans_check(seen->plans, copy) >= 0 ? "node plan"
                                                : NULL;
     if (differs)
       s = tpu_status_make(TPU_CODE_INTERNAL,
@@ -456,6 +458,9 @@ static tpu_status_t front_end(tpu_stream_t* stream, tpu_graph_t** graph, int32_t
     *out_repeat = true;
     if (memo_check()) TPU_RETURN_IF_ERROR(check_repeat(stream, seen, *graph, free_count, live));
     if (seen->order) TPU_RETURN_IF_ERROR(tpu_graph_permute(*graph, seen->order));
+    /* Made for a recording equal to this one but for addresses, in the
+     * program's order: the repeat's run skips the kernels' planning. */
+    tpu_node_plans_attach(*graph, seen->plans);
     tpu_program_retain(seen->program);
     tpu_program_cache_note_read(seen->program);
     *out_program = seen->program;
@@ -469,7 +474,8 @@ static tpu_status_t front_end(tpu_stream_t* stream, tpu_graph_t** graph, int32_t
                                      out_program, out_hit, out_extra);
   /* without the order (out of memory) a repeat could not be replayed */
   if (s == TPU_OK && memo_on && (!schedule() || order))
-    tpu_flush_memo_store(memo, moved ? order : NULL, n, *out_program, *out_extra);
+    tpu_flush_memo_store(memo, moved ? order : NULL, n, *out_program,
+                         tpu_node_plans_make(*graph), *out_extra);
   free(order);
   return s;
 }

@@ -15,7 +15,9 @@
  * tensors elsewhere each time, and the step still repeats.
  *
  * The memo keeps a recording's signature and what the compiler made of it:
- * the node order, the program (retained) and the estimate. A flush whose
+ * the node order, the program (retained), the nodes' kernel plans
+ * (node_plans.c: what a kernel works out from everything but addresses,
+ * so a repeat's run skips it) and the estimate. A flush whose
  * signature is the same word for word reuses them; any difference (another
  * shape, a new scalar value, one node more, an alias the last one did not
  * have) runs the front end as before and takes the least recently used of
@@ -442,6 +444,7 @@ const tpu_flush_memo_entry_t* tpu_flush_memo_lookup(tpu_flush_memo_t* m,
 void tpu_flush_memo_free(tpu_flush_memo_t* m) {
   for (int i = 0; i < TPU_MEMO_ENTRIES; ++i) {
     tpu_program_release(m->entries[i].program);
+    tpu_node_plans_release(m->entries[i].plans);
     free(m->entries[i].key);
     free(m->entries[i].order);
   }
@@ -471,8 +474,11 @@ const tpu_flush_memo_entry_t* tpu_flush_memo_find(tpu_flush_memo_t* m) {
 }
 
 void tpu_flush_memo_store(tpu_flush_memo_t* m, const int32_t* order, int32_t n,
-                          tpu_program_t* program, int64_t extra) {
-  if (!m->next_valid || !program) return;
+                          tpu_program_t* program, tpu_node_plans_t* plans, int64_t extra) {
+  if (!m->next_valid || !program) {
+    tpu_node_plans_release(plans);
+    return;
+  }
   tpu_flush_memo_entry_t* e = &m->entries[0];
   for (int i = 1; i < TPU_MEMO_ENTRIES; ++i)
     if (!m->entries[i].program || (e->program && m->entries[i].used < e->used))
@@ -480,10 +486,15 @@ void tpu_flush_memo_store(tpu_flush_memo_t* m, const int32_t* order, int32_t n,
   int32_t* kept = NULL;
   if (order) {
     kept = malloc(sizeof(int32_t) * (size_t)n);
-    if (!kept) return;
+    if (!kept) {
+      tpu_node_plans_release(plans);
+      return;
+    }
     memcpy(kept, order, sizeof(int32_t) * (size_t)n);
   }
   tpu_program_release(e->program);
+  tpu_node_plans_release(e->plans);
+  e->plans = plans;
   free(e->order);
   e->order = kept;
   e->order_len = order ? n : 0;

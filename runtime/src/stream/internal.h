@@ -26,6 +26,7 @@ typedef struct tpu_flush_memo_entry {
   int32_t* order;                /* the scheduled order, or NULL when unmoved */
   int32_t order_len;
   struct tpu_program* program;   /* retained, or NULL: an empty entry */
+  struct tpu_node_plans* plans;  /* the nodes' kernel plans (fusion.h), owned; NULL: none */
   int64_t extra;                 /* the memory estimate (defer.c's peak_extra) */
   uint64_t used;                 /* when last matched or stored (LRU) */
   uint64_t generation;           /* the program cache's when stored: a clear drops it */
@@ -94,11 +95,13 @@ const tpu_flush_memo_entry_t* tpu_flush_memo_lookup(tpu_flush_memo_t* m,
                                                     uint64_t settings, bool* out_fast);
 /* Keeps the signature just built with what was compiled for it (the
  * scheduled order: n entries, or NULL when unmoved; the program, retained;
- * the estimate) in place of the least recently used entry, and files the
- * last lookup's raw signature for it. Without a
- * complete signature, or out of memory, nothing is kept. */
+ * the nodes' plans, taken: released if nothing is kept; the estimate) in
+ * place of the least recently used entry, and files the last lookup's raw
+ * signature for it. Without a complete signature, or out of memory,
+ * nothing is kept. */
 void tpu_flush_memo_store(tpu_flush_memo_t* m, const int32_t* order, int32_t n,
-                          struct tpu_program* program, int64_t extra);
+                          struct tpu_program* program, struct tpu_node_plans* plans,
+                          int64_t extra);
 
 /* Deferred work of a stream (defer.c), under `mu`. */
 typedef struct tpu_pending {

@@ -151,6 +151,12 @@ tpu_status_t tpu_ew_promote(const tpu_op_def_t* def, const tpu_node_t* node,
 
 /* The row functions of every elementwise op. */
 tpu_status_t tpu_ew_kernel(const tpu_op_def_t* def, const tpu_node_t* node, tpu_exec_ctx_t* ctx);
+/* tpu_ew_kernel with the plan tpu_ew_plan gave for this node or for one
+ * equal to it but for addresses and shapes (the fusion interpreter's
+ * per-node plans: fusion.h): the node must not be complex, nor of an impl
+ * with TPU_EW_VALUE_0DIM (whose plan reads a shape). Borrows both. */
+tpu_status_t tpu_ew_kernel_planned(const tpu_op_def_t* def, const tpu_node_t* node,
+                                   const tpu_ew_plan_t* plan);
 tpu_status_t tpu_ew_infer(const tpu_op_def_t* def, const tpu_node_t* node, tpu_view_t* out_views);
 tpu_status_t tpu_ew_check(const tpu_op_def_t* def, const tpu_node_t* node);
 /* The same three for a node with a complex operand (complex.c; the

@@ -582,10 +582,13 @@ static void ew_operand_init(ew_exec_t* e, int32_t k, const tpu_view_t* v, tpu_co
  * views[1..nops) (inputs, NULL when absent). cts[k] is the compute type the
  * tile function sees for operand k; vias[k] a dtype its values are rounded
  * to on the way (PyTorch casts inputs to the common dtype and computes the
- * result in it before casting to the output's dtype), or INVALID. */
-static tpu_status_t ew_run(const tpu_view_t* const* views, int32_t nops, tpu_ew_tile_fn fn,
-                           const tpu_ew_params_t* params, const tpu_compute_type_t* cts,
-                           const tpu_dtype_t* vias) {
+ * result in it before casting to the output's dtype), or INVALID.
+ * Inlined into its callers (tpu_ew_kernel, the planned kernel, the copy):
+ * called out of line, strict eager's path paid ~30 instructions a node
+ * more. */
+static inline __attribute__((always_inline)) tpu_status_t ew_run(
+    const tpu_view_t* const* views, int32_t nops, tpu_ew_tile_fn fn,
+    const tpu_ew_params_t* params, const tpu_compute_type_t* cts, const tpu_dtype_t* vias) {
   ew_exec_t e;
   TPU_RETURN_IF_ERROR(ew_layout_init(&e.L, views, nops));
   for (int32_t k = 1; k < nops; ++k)
@@ -630,41 +633,39 @@ static tpu_status_t ew_run(const tpu_view_t* const* views, int32_t nops, tpu_ew_
 
 /* ---- row functions --------------------------------------------------------- */
 
-tpu_status_t tpu_ew_kernel(const tpu_op_def_t* def, const tpu_node_t* node, tpu_exec_ctx_t* ctx) {
-  (void)ctx;
-  if (tpu_ew_node_is_complex(node)) return tpu_ew_cx_kernel(def, node);
-  tpu_ew_plan_t plan;
-  TPU_RETURN_IF_ERROR(tpu_ew_plan(def, node, &plan));
+/* The kernel after planning: the node (not complex) with its plan. */
+static inline __attribute__((always_inline)) tpu_status_t ew_run_planned(
+    const tpu_op_def_t* def, const tpu_node_t* node, const tpu_ew_plan_t* plan) {
   if (node->num_outputs != 1)
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: expected 1 output", def->name);
   const tpu_view_t* out = &node->outputs[0];
-  if (!ew_can_cast(plan.result, out->dtype))
+  if (!ew_can_cast(plan->result, out->dtype))
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT,
                            "result type %s can't be cast to the desired output type %s",
-                           tpu_dtype_name(plan.result), tpu_dtype_name(out->dtype));
-  const tpu_ew_impl_t* impl = plan.impl;
+                           tpu_dtype_name(plan->result), tpu_dtype_name(out->dtype));
+  const tpu_ew_impl_t* impl = plan->impl;
   uint64_t storage[TPU_EW_MAX_INPUTS];
   tpu_view_t scalars[TPU_EW_MAX_INPUTS];
   const tpu_view_t* views[EW_MAX_OPS] = {out};
   tpu_compute_type_t cts[EW_MAX_OPS];
-  cts[0] = impl->rule == TPU_EW_BOOL_OUT ? TPU_COMPUTE_B8 : plan.ct;
+  cts[0] = impl->rule == TPU_EW_BOOL_OUT ? TPU_COMPUTE_B8 : plan->ct;
   /* Python numbers become constants of the common dtype (PyTorch casts
    * them), or of the compute type for opmath ops on half tensors. */
-  tpu_dtype_t scalar_dtype = ((impl->flags & TPU_EW_OPMATH_SCALAR) && ew_is_half(plan.common))
-                                 ? tpu_compute_storage_dtype(plan.ct)
-                                 : plan.common;
+  tpu_dtype_t scalar_dtype = ((impl->flags & TPU_EW_OPMATH_SCALAR) && ew_is_half(plan->common))
+                                 ? tpu_compute_storage_dtype(plan->ct)
+                                 : plan->common;
   for (int32_t k = 0; k < node->num_inputs; ++k) {
     const tpu_value_t* v = &node->inputs[k];
-    cts[k + 1] = (impl->bool_in >> k & 1) ? TPU_COMPUTE_B8 : plan.ct;
+    cts[k + 1] = (impl->bool_in >> k & 1) ? TPU_COMPUTE_B8 : plan->ct;
     bool value = (impl->flags & TPU_EW_VALUE_0DIM) && k == node->num_inputs - 1;
     if (v->kind == TPU_VALUE_VIEW && value) {
       /* A 0-dim value tensor is read first, as PyTorch's value.item() (it
        * may be an element of the output). */
       storage[k] = 0;
-      tpu_convert(&storage[k], plan.common, 1, tpu_view_ptr(&v->u.view), v->u.view.dtype, 1, 1);
+      tpu_convert(&storage[k], plan->common, 1, tpu_view_ptr(&v->u.view), v->u.view.dtype, 1, 1);
       memset(&scalars[k], 0, sizeof(scalars[k]));
       scalars[k].addr = (uint64_t)(uintptr_t)&storage[k];
-      scalars[k].dtype = plan.common;
+      scalars[k].dtype = plan->common;
       views[k + 1] = &scalars[k];
     } else if (v->kind == TPU_VALUE_VIEW) {
       views[k + 1] = &v->u.view;
@@ -679,12 +680,25 @@ tpu_status_t tpu_ew_kernel(const tpu_op_def_t* def, const tpu_node_t* node, tpu_
    * leave it as the result dtype (vias only matter when those are narrower
    * than the compute type). Python numbers were converted above. */
   tpu_dtype_t vias[EW_MAX_OPS];
-  vias[0] = out->dtype != plan.result ? plan.result : TPU_DTYPE_INVALID;
+  vias[0] = out->dtype != plan->result ? plan->result : TPU_DTYPE_INVALID;
   for (int32_t k = 0; k < node->num_inputs; ++k)
     vias[k + 1] = (node->inputs[k].kind == TPU_VALUE_VIEW && !(impl->bool_in >> k & 1))
-                      ? plan.common
+                      ? plan->common
                       : TPU_DTYPE_INVALID;
-  return ew_run(views, 1 + node->num_inputs, plan.fn, &plan.params, cts, vias);
+  return ew_run(views, 1 + node->num_inputs, plan->fn, &plan->params, cts, vias);
+}
+
+tpu_status_t tpu_ew_kernel(const tpu_op_def_t* def, const tpu_node_t* node, tpu_exec_ctx_t* ctx) {
+  (void)ctx;
+  if (tpu_ew_node_is_complex(node)) return tpu_ew_cx_kernel(def, node);
+  tpu_ew_plan_t plan;
+  TPU_RETURN_IF_ERROR(tpu_ew_plan(def, node, &plan));
+  return ew_run_planned(def, node, &plan);
+}
+
+tpu_status_t tpu_ew_kernel_planned(const tpu_op_def_t* def, const tpu_node_t* node,
+                                   const tpu_ew_plan_t* plan) {
+  return ew_run_planned(def, node, plan);
 }
 
 tpu_status_t tpu_ew_infer(const tpu_op_def_t* def, const tpu_node_t* node, tpu_view_t* out_views) {
