@@ -53,7 +53,7 @@
 /* A blocked copy of a B operand; reference-counted (the cache holds one
  * reference while it lists it). */
 typedef struct mxu_packed {
-  dnnl_memory_desc_t md; /* its layout */
+  dnnl_memory_desc_t md; /* its layout (owned) */
   void* data;            /* owned */
   atomic_int refs;
 } mxu_packed_t;
@@ -64,8 +64,8 @@ typedef struct mxu_packed {
  * was seen before; without, laid out for this GEMM only. *out_packed is a new reference
  * (mxu_packed_release). OUT_OF_MEMORY or INTERNAL on failure. Called with
  * the pool's threads claimed (the reorder is parallel). */
-tpu_status_t mxu_pack_get(const tpu_view_t* b, const dnnl_memory_desc_t* plain,
-                          const dnnl_memory_desc_t* want, bool cacheable, dnnl_engine_t engine,
+tpu_status_t mxu_pack_get(const tpu_view_t* b, const_dnnl_memory_desc_t plain,
+                          const_dnnl_memory_desc_t want, bool cacheable, dnnl_engine_t engine,
                           dnnl_stream_t stream, mxu_packed_t** out_packed);
 
 void mxu_packed_release(mxu_packed_t* packed);
