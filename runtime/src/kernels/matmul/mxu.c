@@ -5,10 +5,13 @@
  * oneDNN 2.6 brgemm 1,650 / 2,370 / 1,500 (2 OpenMP threads); MKL 2026.2's
  * cblas_gemm_bf16bf16f32 990 / 1,100 / 1,680 (sequential, 2 threads over
  * column halves), about the same with its packed-B API; our earlier path
- * (widen to float32, OpenBLAS sgemm) 207 / 239 / 290. oneDNN has no float16
- * kernels in 2.6 (float16 keeps the float32 path), and on a CPU without
- * AVX512-BF16 its bfloat16 matmul is a slower float32 GEMM than ours, so the
- * unit is on only where the CPU has AVX512-BF16 or AMX (bench/RESULTS.md).
+ * (widen to float32, OpenBLAS sgemm) 207 / 239 / 290. The unit now runs on
+ * oneDNN 3.2 (PyPI's onednn-cpu-gomp), level with 2.6 on bfloat16 and
+ * float32 and with float16 kernels on AVX512-FP16 that 2.6 lacked (float16
+ * 0.63-0.82x PyTorch CPU on 2.6's float32 path, 0.85-1.08x on the unit).
+ * On a CPU without AVX512-BF16 its bfloat16 matmul is a slower float32 GEMM
+ * than ours, so the unit is on only where the CPU has AVX512-BF16 or AMX
+ * (bench/RESULTS.md).
  *
  * Each GEMM builds its descriptors and asks for the primitive: oneDNN's
  * primitive cache (1,024 entries, least recently used evicted) makes the

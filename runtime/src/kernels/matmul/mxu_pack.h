@@ -14,7 +14,7 @@
  * on plain and blocked B agree anyway, and the plain one is slow).
  * bfloat16 and int8 read a B seen for the first time as it is (plain), and
  * the blocked form from the second sighting on (int8's carries the s8 x s8
- * compensation; oneDNN 2.6's reorder into it is slow: 17-120 ms for a
+ * compensation; oneDNN 2.6's reorder into it was slow: 17-120 ms for a
  * 768x3072 weight on the loaded 2-core machine, once per cached weight): laying out a one-shot B (an
  * autocast copy of a weight, a weight an optimizer step just changed, an
  * activation) costs up to as much as the AMX product, so the plain kernel
