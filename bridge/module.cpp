@@ -84,6 +84,7 @@ PYBIND11_MODULE(_C, m) {
     d["bfloat16"] = info.bfloat16;
     d["float32"] = info.float32;
     d["int8"] = info.int8;
+    d["float16"] = info.float16;
     d["gemms"] = info.gemms;
     d["declined"] = info.declined;
     d["convs"] = info.convs;

@@ -39,23 +39,26 @@ def test_matrix_unit_reports_itself():
     else:
         assert mu["isa"].startswith("off") and not mu["bfloat16"] and not mu["float32"]
     assert mu["float32"] == ("avx512f" in flags)
+    # float16 on oneDNN's AVX512-FP16 brgemm (Sapphire Rapids and later)
+    assert mu["float16"] == ("avx512_fp16" in flags and mu["bfloat16"])
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape", [(64, 96, 80), (130, 257, 33), (7, 3, 500)])
-def test_bfloat16_mm_runs_on_the_unit_and_matches_cpu(shape):
+def test_half_mm_runs_on_the_unit_and_matches_cpu(shape, dtype):
     m, k, n = shape
     g = torch.Generator().manual_seed(m + k + n)
-    a = torch.randn(m, k, generator=g).bfloat16()
-    b = torch.randn(n, k, generator=g).bfloat16()
-    bias = torch.randn(n, generator=g).bfloat16()
+    a = torch.randn(m, k, generator=g).to(dtype)
+    b = torch.randn(n, k, generator=g).to(dtype)
+    bias = torch.randn(n, generator=g).to(dtype)
     before = torch_tpu.matrix_unit()
     got = [a.tpu() @ b.tpu().t(), F.linear(a.tpu(), b.tpu(), bias.tpu()),
            torch.addmm(bias.tpu(), a.tpu(), b.tpu().t(), beta=0.5, alpha=2.0)]
     want = [a @ b.t(), F.linear(a, b, bias), torch.addmm(bias, a, b.t(), beta=0.5, alpha=2.0)]
     for x, y in zip(got, want):
-        _close(x, y, torch.bfloat16)
+        _close(x, y, dtype)
     after = torch_tpu.matrix_unit()
-    if after["bfloat16"]:
+    if after[str(dtype).split(".")[1]]:
         assert after["gemms"] == before["gemms"] + 3
         assert after["declined"] == before["declined"]
     else:

@@ -53,11 +53,12 @@ int tpu_compute_threads(void);
  * tiles, or AVX512-BF16 and VNNI), through oneDNN.
  * TORCH_TPU_MXU=0 turns it off (read once). The strings are static. */
 typedef struct tpu_mxu_info {
-  const char* library; /* "oneDNN 2.6.3" */
+  const char* library; /* "oneDNN 3.2.0" */
   const char* isa;     /* "amx_bf16", "avx512_bf16", or "off (why)" */
   bool bfloat16;       /* bfloat16 GEMMs run on the unit */
   bool float32;        /* float32 GEMMs of one B matrix do (AVX-512, "highest") */
   bool int8;           /* int8 GEMMs (torch._int_mm) run on it */
+  bool float16;        /* float16 GEMMs do (AVX512-FP16 brgemm, float32 sums) */
   uint64_t gemms;      /* GEMMs it ran since the process started */
   uint64_t declined;   /* GEMMs offered to it that ran on the float32 path */
   uint64_t convs;      /* convolution products (forward, input or weight gradient) it ran */

@@ -117,9 +117,9 @@ typedef struct conv_plan {
   /* per operand: the caller's layout, the primitive's, and the reorder
    * between them (caller -> primitive for inputs, back for outputs), NULL
    * when they are the same */
-  dnnl_memory_desc_t user[OP_COUNT], mine[OP_COUNT];
+  dnnl_memory_desc_t user[OP_COUNT], mine[OP_COUNT]; /* owned (NULL: none) */
   dnnl_primitive_t reorder[OP_COUNT];
-  dnnl_memory_desc_t pad; /* the primitive's scratchpad (size 0: none) */
+  dnnl_memory_desc_t pad; /* the primitive's scratchpad (size 0: none), owned */
   char impl[64];
   atomic_int refs;
   uint64_t used;
@@ -135,8 +135,12 @@ static struct {
 static void plan_release(conv_plan_t* p) {
   if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return;
   if (p->prim) dnnl_primitive_destroy(p->prim);
-  for (int i = 0; i < OP_COUNT; ++i)
+  for (int i = 0; i < OP_COUNT; ++i) {
     if (p->reorder[i]) dnnl_primitive_destroy(p->reorder[i]);
+    if (p->user[i]) dnnl_memory_desc_destroy(p->user[i]);
+    if (p->mine[i]) dnnl_memory_desc_destroy(p->mine[i]);
+  }
+  if (p->pad) dnnl_memory_desc_destroy(p->pad);
   free(p);
 }
 
@@ -173,22 +177,33 @@ static int op_dims(const plan_key_t* k, int op, const tpu_view_t* v, dnnl_dims_t
 }
 
 /* The caller's layout of operand `op` and the primitive's request ("any";
- * the bias plain). */
-static bool op_mds(const plan_key_t* k, int op, const tpu_view_t* v, dnnl_memory_desc_t* user,
-                   dnnl_memory_desc_t* any) {
+ * the bias plain), as new descriptors the caller destroys (left NULL on
+ * failure). */
+static bool op_mds(const plan_key_t* k, int op, const tpu_view_t* v, dnnl_memory_desc_t* out_user,
+                   dnnl_memory_desc_t* out_any) {
   dnnl_dims_t dims, strides;
   int nd = op_dims(k, op, v, dims, strides);
   dnnl_data_type_t dt = dt_of(k->dtype);
   for (int d = 0; d < nd; ++d)
     if (strides[d] < 0) return false;
-  if (dnnl_memory_desc_init_by_strides(user, nd, dims, dt, strides) != dnnl_success) return false;
-  return dnnl_memory_desc_init_by_tag(any, nd, dims, dt,
-                                      op == OP_B ? dnnl_a : dnnl_format_tag_any) == dnnl_success;
+  if (dnnl_memory_desc_create_with_strides(out_user, nd, dims, dt, strides) != dnnl_success) {
+    *out_user = NULL;
+    return false;
+  }
+  if (dnnl_memory_desc_create_with_tag(out_any, nd, dims, dt,
+                                       op == OP_B ? dnnl_a : dnnl_format_tag_any) != dnnl_success) {
+    *out_any = NULL;
+    return false;
+  }
+  return true;
 }
 
-/* oneDNN's convolution of `k`: the descriptor of direction `dir` on `md`. */
-static dnnl_status_t conv_desc(const plan_key_t* k, int dir, const dnnl_memory_desc_t* md,
-                               dnnl_convolution_desc_t* out) {
+/* oneDNN's convolution of `k` in direction `dir` on `md`: its primitive
+ * descriptor in *out_pd (`hint`: the forward's, for the backward ones). */
+static dnnl_status_t conv_pd(const plan_key_t* k, int dir, const dnnl_memory_desc_t* md,
+                             const_dnnl_primitive_desc_t hint, const_dnnl_primitive_attr_t attr,
+                             dnnl_primitive_desc_t* out_pd) {
+  dnnl_engine_t eng = tpu_mxu_engine();
   const conv_geom_t* g = &k->g;
   dnnl_dims_t stride, dil, pl, pr;
   for (int d = 0; d < k->nsp; ++d) {
@@ -200,16 +215,18 @@ static dnnl_status_t conv_desc(const plan_key_t* k, int dir, const dnnl_memory_d
     if ((g->S[e] + pl[d] + pr[d] - ker) / stride[d] + 1 != g->G[e])
       pr[d] = (g->G[e] - 1) * stride[d] + ker - g->S[e] - pl[d];
   }
-  const dnnl_memory_desc_t* b = k->bias ? &md[OP_B] : NULL;
+  const_dnnl_memory_desc_t b = k->bias ? md[OP_B] : NULL;
   if (dir == DIR_Y)
-    return dnnl_dilated_convolution_forward_desc_init(out, dnnl_forward_training,
-                                                      dnnl_convolution_direct, &md[OP_X],
-                                                      &md[OP_W], b, &md[OP_Y], stride, dil, pl, pr);
+    return dnnl_convolution_forward_primitive_desc_create(
+        out_pd, eng, dnnl_forward_training, dnnl_convolution_direct, md[OP_X], md[OP_W], b,
+        md[OP_Y], stride, dil, pl, pr, attr);
   if (dir == DIR_X)
-    return dnnl_dilated_convolution_backward_data_desc_init(
-        out, dnnl_convolution_direct, &md[OP_X], &md[OP_W], &md[OP_Y], stride, dil, pl, pr);
-  return dnnl_dilated_convolution_backward_weights_desc_init(
-      out, dnnl_convolution_direct, &md[OP_X], &md[OP_W], b, &md[OP_Y], stride, dil, pl, pr);
+    return dnnl_convolution_backward_data_primitive_desc_create(
+        out_pd, eng, dnnl_convolution_direct, md[OP_X], md[OP_W], md[OP_Y], stride, dil, pl, pr,
+        hint, attr);
+  return dnnl_convolution_backward_weights_primitive_desc_create(
+      out_pd, eng, dnnl_convolution_direct, md[OP_X], md[OP_W], b, md[OP_Y], stride, dil, pl, pr,
+      hint, attr);
 }
 
 /* oneDNN's direct JIT kernels ("jit_bf16:...", "jit_dw:...", "brgconv:...").
@@ -227,29 +244,29 @@ static bool impl_is_jit(const char* impl) {
 static tpu_status_t plan_build(conv_plan_t* p, const tpu_view_t* const* views) {
   const plan_key_t* k = &p->key;
   dnnl_engine_t eng = tpu_mxu_engine();
-  dnnl_memory_desc_t any[OP_COUNT];
-  memset(any, 0, sizeof any);
+  dnnl_memory_desc_t any[OP_COUNT] = {NULL};
   int nops = k->bias ? OP_COUNT : OP_B;
-  for (int i = 0; i < nops; ++i)
-    if (!op_mds(k, i, views[i], &p->user[i], &any[i])) return TPU_OK;
-  dnnl_convolution_desc_t fwd, desc;
+  bool described = true;
+  for (int i = 0; i < nops && described; ++i)
+    described = op_mds(k, i, views[i], &p->user[i], &any[i]);
   dnnl_primitive_desc_t hint = NULL, pd = NULL;
-  dnnl_status_t s = dnnl_success;
-  if (k->dir != DIR_Y) {
+  dnnl_status_t s = described ? dnnl_success : dnnl_unimplemented;
+  if (s == dnnl_success && k->dir != DIR_Y) {
     /* the forward, as the backward primitives' hint (no bias needed) */
     plan_key_t fk = *k;
     fk.bias = false;
-    s = conv_desc(&fk, DIR_Y, any, &fwd);
-    if (s == dnnl_success) s = dnnl_primitive_desc_create(&hint, &fwd, NULL, eng, NULL);
+    s = conv_pd(&fk, DIR_Y, any, NULL, NULL, &hint);
   }
   /* the scratchpad is ours (tpu_scratch_alloc, per run): parts of a split
    * problem run one plan on several threads at once */
   dnnl_primitive_attr_t attr = NULL;
   if (s == dnnl_success) s = dnnl_primitive_attr_create(&attr);
   if (s == dnnl_success) s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-  if (s == dnnl_success) s = conv_desc(k, k->dir, any, &desc);
-  if (s == dnnl_success) s = dnnl_primitive_desc_create(&pd, &desc, attr, eng, hint);
+  if (s == dnnl_success) s = conv_pd(k, k->dir, any, hint, attr, &pd);
   if (attr) dnnl_primitive_attr_destroy(attr);
+  for (int i = 0; i < OP_COUNT; ++i)
+    if (any[i]) dnnl_memory_desc_destroy(any[i]);
+  if (!described) return TPU_OK;
   const char* impl = NULL;
   if (s == dnnl_success) dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
   snprintf(p->impl, sizeof p->impl, "%s", impl ? impl : "none");
@@ -261,17 +278,20 @@ static tpu_status_t plan_build(conv_plan_t* p, const tpu_view_t* const* views) {
         {dnnl_query_src_md, dnnl_query_diff_weights_md, dnnl_query_diff_dst_md,
          dnnl_query_diff_weights_md}};
     /* the bias is weights #1 */
-    for (int i = 0; i < nops; ++i)
-      p->mine[i] = *dnnl_primitive_desc_query_md(pd, (dnnl_query_t)q[k->dir][i], i == OP_B);
-    p->pad = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    for (int i = 0; i < nops && s == dnnl_success; ++i)
+      s = dnnl_memory_desc_clone(
+          &p->mine[i], dnnl_primitive_desc_query_md(pd, (dnnl_query_t)q[k->dir][i], i == OP_B));
+    if (s == dnnl_success)
+      s = dnnl_memory_desc_clone(&p->pad,
+                                 dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
     /* outputs: Y (forward), X (backward data), W and B (backward weights) */
     for (int i = 0; i < nops && s == dnnl_success; ++i) {
-      if (dnnl_memory_desc_equal(&p->user[i], &p->mine[i])) continue;
+      if (dnnl_memory_desc_equal(p->user[i], p->mine[i])) continue;
       bool out = (k->dir == DIR_Y && i == OP_Y) || (k->dir == DIR_X && i == OP_X) ||
                  (k->dir == DIR_W && (i == OP_W || i == OP_B));
       dnnl_primitive_desc_t rpd = NULL;
-      s = out ? dnnl_reorder_primitive_desc_create(&rpd, &p->mine[i], eng, &p->user[i], eng, NULL)
-              : dnnl_reorder_primitive_desc_create(&rpd, &p->user[i], eng, &p->mine[i], eng, NULL);
+      s = out ? dnnl_reorder_primitive_desc_create(&rpd, p->mine[i], eng, p->user[i], eng, NULL)
+              : dnnl_reorder_primitive_desc_create(&rpd, p->user[i], eng, p->mine[i], eng, NULL);
       if (s == dnnl_success) s = dnnl_primitive_create(&p->reorder[i], rpd);
       if (rpd) dnnl_primitive_desc_destroy(rpd);
     }
@@ -359,7 +379,7 @@ static tpu_status_t weight_blocked(const conv_plan_t* p, const tpu_view_t* w, bo
   int64_t rows = key.sizes[0], numel = tpu_view_numel(&key);
   key.ndim = 3, key.sizes[0] = 1, key.sizes[1] = rows, key.sizes[2] = rows ? numel / rows : 0;
   key.strides[0] = numel, key.strides[2] = 1, key.strides[1] = key.sizes[2];
-  TPU_RETURN_IF_ERROR(mxu_pack_get(&key, &p->user[OP_W], &p->mine[OP_W], cacheable,
+  TPU_RETURN_IF_ERROR(mxu_pack_get(&key, p->user[OP_W], p->mine[OP_W], cacheable,
                                    tpu_mxu_engine(), stream, out_packed));
   *out_data = (*out_packed)->data;
   return TPU_OK;
@@ -382,33 +402,33 @@ static void run_plan(conv_exec_t* e, const conv_plan_t* p, const tpu_view_t* con
   for (int i = 0; i < nops && s == dnnl_success; ++i) {
     void* ptr = tpu_view_ptr(views[i]);
     if (!p->reorder[i]) {
-      s = dnnl_memory_create(&mine[i], &p->mine[i], eng, ptr);
+      s = dnnl_memory_create(&mine[i], p->mine[i], eng, ptr);
       continue;
     }
     if (i == OP_W && dir != DIR_W) { /* a weight read: blocked, maybe cached */
       if (!w_data)
         e->pack_status = weight_blocked(p, views[i], e->cache_w, stream, &packed, &w_data);
       if (e->pack_status != TPU_OK) break;
-      s = dnnl_memory_create(&mine[i], &p->mine[i], eng, w_data);
+      s = dnnl_memory_create(&mine[i], p->mine[i], eng, w_data);
       continue;
     }
-    size_t bytes = dnnl_memory_desc_get_size(&p->mine[i]);
+    size_t bytes = dnnl_memory_desc_get_size(p->mine[i]);
     scratch[i] = tpu_scratch_alloc(bytes ? bytes : 1);
     if (!scratch[i]) {
       s = dnnl_out_of_memory;
       break;
     }
-    s = dnnl_memory_create(&user[i], &p->user[i], eng, ptr);
-    if (s == dnnl_success) s = dnnl_memory_create(&mine[i], &p->mine[i], eng, scratch[i]);
+    s = dnnl_memory_create(&user[i], p->user[i], eng, ptr);
+    if (s == dnnl_success) s = dnnl_memory_create(&mine[i], p->mine[i], eng, scratch[i]);
     if (s == dnnl_success && !is_output(dir, i)) {
       dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, user[i]}, {DNNL_ARG_TO, mine[i]}};
       s = dnnl_primitive_execute(p->reorder[i], stream, 2, args);
     }
   }
-  size_t pad_bytes = dnnl_memory_desc_get_size(&p->pad);
+  size_t pad_bytes = dnnl_memory_desc_get_size(p->pad);
   if (s == dnnl_success && e->pack_status == TPU_OK && pad_bytes) {
     pad_data = tpu_scratch_alloc(pad_bytes);
-    s = pad_data ? dnnl_memory_create(&pad, &p->pad, eng, pad_data) : dnnl_out_of_memory;
+    s = pad_data ? dnnl_memory_create(&pad, p->pad, eng, pad_data) : dnnl_out_of_memory;
   }
   if (s == dnnl_success && e->pack_status == TPU_OK) {
     dnnl_exec_arg_t args[OP_COUNT + 1];

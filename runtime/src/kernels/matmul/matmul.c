@@ -5,7 +5,8 @@
  *   float16 / bfloat16 one row or column of C: a gemv that streams the
  *                      matrix once (matmul_gemv.c),
  *   bfloat16           the matrix unit (mxu.h: oneDNN on AMX or AVX512-BF16,
- *                      float32 accumulation), where the CPU has one; float32
+ *                      float32 accumulation), where the CPU has one (float16
+ *                      too, on AVX512-FP16); float32
  *                      too under torch.set_float32_matmul_precision("high":
  *                      bfloat16x3, "medium": one bfloat16 pass),
  *   float32            on AVX-512 CPUs, GEMMs of one B matrix (a weight) and
@@ -481,9 +482,11 @@ static tpu_status_t run_on_mxu(const mm_problem_t* p, bool* out_done) {
   mxu_gemm_t g = {.a = p->a, .b = p->b, .c = p->c, .alpha = (float)p->alpha,
                   .beta = p->has_bias ? (float)p->beta : 0.0f, .graph = p->graph};
   /* A Linear's bias (a dense row vector, beta = alpha = 1, C row-major)
-   * goes into the kernel; any other addend is copied into C and summed. */
+   * goes into the kernel; any other addend is copied into C and summed, as
+   * is a float16 bias (oneDNN 3.2's AVX512-FP16 kernel declines one). */
   const tpu_view_t* bv = &p->bias;
-  if (p->has_bias && p->beta == 1.0 && p->alpha == 1.0 && !views_same(bv, &p->c) &&
+  if (p->has_bias && p->dtype != TPU_DTYPE_F16 && p->beta == 1.0 && p->alpha == 1.0 &&
+      !views_same(bv, &p->c) &&
       (bv->sizes[0] == 1 || bv->strides[0] == 0) && (bv->sizes[1] == 1 || bv->strides[1] == 0) &&
       (bv->sizes[2] == 1 || bv->strides[2] == 1) && (p->c.sizes[2] == 1 || p->c.strides[2] == 1)) {
     g.has_bias = true, g.bias = *bv, g.beta = 0.0f;

@@ -5,10 +5,13 @@
  * oneDNN 2.6 brgemm 1,650 / 2,370 / 1,500 (2 OpenMP threads); MKL 2026.2's
  * cblas_gemm_bf16bf16f32 990 / 1,100 / 1,680 (sequential, 2 threads over
  * column halves), about the same with its packed-B API; our earlier path
- * (widen to float32, OpenBLAS sgemm) 207 / 239 / 290. oneDNN has no float16
- * kernels in 2.6 (float16 keeps the float32 path), and on a CPU without
- * AVX512-BF16 its bfloat16 matmul is a slower float32 GEMM than ours, so the
- * unit is on only where the CPU has AVX512-BF16 or AMX (bench/RESULTS.md).
+ * (widen to float32, OpenBLAS sgemm) 207 / 239 / 290. The unit now runs on
+ * oneDNN 3.2 (PyPI's onednn-cpu-gomp), level with 2.6 on bfloat16 and
+ * float32 and with float16 kernels on AVX512-FP16 that 2.6 lacked (float16
+ * 0.63-0.82x PyTorch CPU on 2.6's float32 path, 0.85-1.08x on the unit).
+ * On a CPU without AVX512-BF16 its bfloat16 matmul is a slower float32 GEMM
+ * than ours, so the unit is on only where the CPU has AVX512-BF16 or AMX
+ * (bench/RESULTS.md).
  *
  * Each GEMM builds its descriptors and asks for the primitive: oneDNN's
  * primitive cache (1,024 entries, least recently used evicted) makes the
@@ -42,6 +45,7 @@ static struct {
   dnnl_engine_t engine;
   bool bf16;     /* bfloat16 GEMMs run on the unit */
   bool f32;      /* float32 GEMMs with a 2-D B do (AVX-512 brgemm) */
+  bool f16;      /* float16 GEMMs do (AVX512-FP16: float32 sums) */
   bool int8;     /* int8 GEMMs do (AVX512-VNNI or AMX-INT8) */
   char isa[64];  /* the instruction set, or why the unit is off */
   char library[32];
@@ -75,6 +79,10 @@ static void mxu_init(void) {
   g_mxu.f32 = avx512;
   if (strncmp(g_mxu.isa, "avx512_f32", 10) == 0) return;
   g_mxu.bf16 = true;
+  /* float16: oneDNN's brgemm on AVX512-FP16 (Sapphire Rapids and later;
+   * AMX-FP16 where present) converts to float32 and sums there, rounding
+   * once at the store as PyTorch's CPU kernels do */
+  g_mxu.f16 = (isa & dnnl_cpu_isa_avx512_core_fp16) == dnnl_cpu_isa_avx512_core_fp16;
   /* Both ISAs above include AVX512-VNNI, whose int8 dot products sum in
    * int32 exactly; oneDNN's AVX2 / plain AVX-512 int8 kernels (vpmaddubsw)
    * saturate int16 partial sums, so the unit takes int8 only here. */
@@ -93,6 +101,7 @@ void tpu_mxu_get_info(tpu_mxu_info_t* out_info) {
   out_info->bfloat16 = g_mxu.bf16;
   out_info->float32 = g_mxu.f32;
   out_info->int8 = g_mxu.int8;
+  out_info->float16 = g_mxu.f16;
   out_info->gemms = atomic_load(&g_mxu.gemms);
   out_info->declined = atomic_load(&g_mxu.declined);
   out_info->convs = atomic_load(&g_mxu.convs);
@@ -114,7 +123,8 @@ void tpu_mxu_count_conv_gemm(void) { atomic_fetch_add(&g_mxu.conv_gemm, 1); }
 
 bool tpu_mxu_supports(tpu_dtype_t dtype) {
   mxu_once();
-  return (dtype == TPU_DTYPE_BF16 && g_mxu.bf16) || (dtype == TPU_DTYPE_F32 && g_mxu.f32);
+  return (dtype == TPU_DTYPE_BF16 && g_mxu.bf16) || (dtype == TPU_DTYPE_F16 && g_mxu.f16) ||
+         (dtype == TPU_DTYPE_F32 && g_mxu.f32);
 }
 
 bool tpu_mxu_supports_int8(void) {
@@ -128,7 +138,8 @@ static bool b_is_matrix(const tpu_view_t* b) { return b->sizes[0] == 1 || b->str
 /* The operand dtypes the unit takes: bfloat16 x bfloat16, float32 x
  * float32 -> float32 with a 2-D B, or int8/uint8 x int8. */
 static bool operands_supported(const mxu_gemm_t* g) {
-  if (g->a.dtype == TPU_DTYPE_BF16) return g->b.dtype == TPU_DTYPE_BF16 && tpu_mxu_supports(g->a.dtype);
+  if (g->a.dtype == TPU_DTYPE_BF16 || g->a.dtype == TPU_DTYPE_F16)
+    return g->b.dtype == g->a.dtype && tpu_mxu_supports(g->a.dtype);
   if (g->a.dtype == TPU_DTYPE_F32)
     return g->b.dtype == TPU_DTYPE_F32 && g->c.dtype == TPU_DTYPE_F32 && b_is_matrix(&g->b) &&
            tpu_mxu_supports(TPU_DTYPE_F32);
@@ -138,12 +149,15 @@ static bool operands_supported(const mxu_gemm_t* g) {
 
 /* ---- descriptors ------------------------------------------------------------ */
 
-/* A 3-D view as oneDNN's memory descriptor of `nd` dims (2: the view's
- * batch is 1 and is dropped). A broadcast batch (stride 0) is a batch of 1,
- * which matmul broadcasts; size-1 dims get the strides of a dense layout,
- * since only their extent matters. */
-static bool md_of(const tpu_view_t* v, int nd, dnnl_memory_desc_t* md) {
+/* A 3-D view as a new oneDNN memory descriptor of `nd` dims (2: the view's
+ * batch is 1 and is dropped), in *out_md (the caller destroys it). A
+ * broadcast batch (stride 0) is a batch of 1, which matmul broadcasts;
+ * size-1 dims get the strides of a dense layout, since only their extent
+ * matters. */
+static bool md_of(const tpu_view_t* v, int nd, dnnl_memory_desc_t* out_md) {
+  *out_md = NULL;
   dnnl_data_type_t dt = v->dtype == TPU_DTYPE_BF16  ? dnnl_bf16
+                        : v->dtype == TPU_DTYPE_F16 ? dnnl_f16
                         : v->dtype == TPU_DTYPE_F32 ? dnnl_f32
                         : v->dtype == TPU_DTYPE_I8  ? dnnl_s8
                         : v->dtype == TPU_DTYPE_U8  ? dnnl_u8
@@ -159,21 +173,35 @@ static bool md_of(const tpu_view_t* v, int nd, dnnl_memory_desc_t* md) {
     if (strides[d] < 0) return false;
     dense *= dims[d];
   }
-  return dnnl_memory_desc_init_by_strides(md, nd, dims + 3 - nd, dt, strides + 3 - nd) ==
-         dnnl_success;
+  if (dnnl_memory_desc_create_with_strides(out_md, nd, dims + 3 - nd, dt, strides + 3 - nd) ==
+      dnnl_success)
+    return true;
+  *out_md = NULL;
+  return false;
 }
 
-/* The bias row vector as a [1, (1,) n] descriptor. */
-static bool bias_md(const mxu_gemm_t* g, int nd, dnnl_memory_desc_t* md) {
+/* The bias row vector as a new [1, (1,) n] descriptor (the caller
+ * destroys it). */
+static bool bias_md(const mxu_gemm_t* g, int nd, dnnl_memory_desc_t* out_md) {
+  *out_md = NULL;
   tpu_view_t v = g->bias;
-  dnnl_data_type_t dt = v.dtype == TPU_DTYPE_BF16 ? dnnl_bf16 : v.dtype == TPU_DTYPE_F32 ? dnnl_f32
-                                                                                      : dnnl_data_type_undef;
+  dnnl_data_type_t dt = v.dtype == TPU_DTYPE_BF16  ? dnnl_bf16
+                        : v.dtype == TPU_DTYPE_F16 ? dnnl_f16
+                        : v.dtype == TPU_DTYPE_F32 ? dnnl_f32
+                                                   : dnnl_data_type_undef;
   if (dt == dnnl_data_type_undef || (v.sizes[0] != 1 && v.strides[0] != 0) ||
       (v.sizes[1] != 1 && v.strides[1] != 0) || g->c.sizes[2] != v.sizes[2])
     return false;
   dnnl_dims_t dims = {1, 1, v.sizes[2]};
-  return dnnl_memory_desc_init_by_tag(md, nd, dims + 3 - nd, dt, nd == 2 ? dnnl_ab : dnnl_abc) ==
-         dnnl_success;
+  if (dnnl_memory_desc_create_with_tag(out_md, nd, dims + 3 - nd, dt,
+                                       nd == 2 ? dnnl_ab : dnnl_abc) == dnnl_success)
+    return true;
+  *out_md = NULL;
+  return false;
+}
+
+static void md_destroy(dnnl_memory_desc_t md) {
+  if (md) dnnl_memory_desc_destroy(md);
 }
 
 /* 2 when every operand is one matrix (the batch folded into A's and C's
@@ -197,41 +225,56 @@ static bool fold_rows(tpu_view_t* v) {
 
 /* The primitive of `g`, or NULL when oneDNN has no brgemm kernel for it;
  * *out_status is set on an engine failure. With `blocked`, B is left to the
- * kernel's choice of layout, returned in *out_b. */
+ * kernel's choice of layout, returned in *out_b (a new descriptor the caller
+ * destroys; NULL with no primitive). alpha is an eltwise linear post-op and
+ * beta a sum post-op after it: C = beta*C + alpha*(A@B). */
 static dnnl_primitive_t gemm_primitive(const mxu_gemm_t* g, bool blocked, dnnl_memory_desc_t* out_b,
                                        tpu_status_t* out_status) {
   *out_status = TPU_OK;
-  dnnl_memory_desc_t a, b, c;
+  if (blocked) *out_b = NULL;
+  dnnl_memory_desc_t a = NULL, b = NULL, c = NULL, bias = NULL;
   int nd = gemm_ndims(g);
-  if (!md_of(&g->a, nd, &a) || !md_of(&g->b, nd, &b) || !md_of(&g->c, nd, &c)) return NULL;
-  dnnl_memory_desc_t bias;
-  if (g->has_bias && !bias_md(g, nd, &bias)) return NULL;
-  if (blocked &&
-      dnnl_memory_desc_init_by_tag(&b, nd, b.dims, b.data_type, dnnl_format_tag_any) != dnnl_success)
-    return NULL;
-  dnnl_matmul_desc_t desc;
-  if (dnnl_matmul_desc_init(&desc, &a, &b, g->has_bias ? &bias : NULL, &c) != dnnl_success)
-    return NULL;
   dnnl_primitive_attr_t attr = NULL;
   dnnl_post_ops_t ops = NULL;
   dnnl_primitive_desc_t pd = NULL;
   dnnl_primitive_t prim = NULL;
-  bool ok = dnnl_primitive_attr_create(&attr) == dnnl_success;
-  if (ok && g->alpha != 1.0f)
-    ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &g->alpha) == dnnl_success;
-  if (ok && g->beta != 0.0f) {
-    ok = dnnl_post_ops_create(&ops) == dnnl_success &&
-         dnnl_post_ops_append_sum(ops, g->beta) == dnnl_success &&
-         dnnl_primitive_attr_set_post_ops(attr, ops) == dnnl_success;
+  bool ok = md_of(&g->a, nd, &a) && md_of(&g->b, nd, &b) && md_of(&g->c, nd, &c) &&
+            (!g->has_bias || bias_md(g, nd, &bias));
+  if (ok && blocked) {
+    dnnl_dims_t dims;
+    const dnnl_dims_t* bd = NULL;
+    dnnl_data_type_t dt = dnnl_data_type_undef;
+    ok = dnnl_memory_desc_query(b, dnnl_query_dims, &bd) == dnnl_success &&
+         dnnl_memory_desc_query(b, dnnl_query_data_type, &dt) == dnnl_success;
+    if (ok) memcpy(dims, *bd, sizeof dims);
+    md_destroy(b);
+    b = NULL;
+    ok = ok && dnnl_memory_desc_create_with_tag(&b, nd, dims, dt, dnnl_format_tag_any) ==
+                   dnnl_success;
   }
-  if (ok && dnnl_primitive_desc_create(&pd, &desc, attr, g_mxu.engine, NULL) == dnnl_success) {
+  ok = ok && dnnl_primitive_attr_create(&attr) == dnnl_success;
+  if (ok && (g->alpha != 1.0f || g->beta != 0.0f)) {
+    ok = dnnl_post_ops_create(&ops) == dnnl_success;
+    if (ok && g->alpha != 1.0f)
+      ok = dnnl_post_ops_append_eltwise(ops, dnnl_eltwise_linear, g->alpha, 0.0f) == dnnl_success;
+    if (ok && g->beta != 0.0f)
+      ok = dnnl_post_ops_append_sum(ops, g->beta, 0, dnnl_data_type_undef) == dnnl_success;
+    ok = ok && dnnl_primitive_attr_set_post_ops(attr, ops) == dnnl_success;
+  }
+  if (ok && dnnl_matmul_primitive_desc_create(&pd, g_mxu.engine, a, b, bias, c, attr) ==
+                dnnl_success) {
     const char* impl = NULL;
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
-        impl && strncmp(impl, "brg:", 4) == 0) {
+        impl && strncmp(impl, "brg", 3) == 0) {
       dnnl_status_t s = dnnl_primitive_create(&prim, pd);
-      if (s == dnnl_success && blocked)
-        *out_b = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+      if (s == dnnl_success && blocked &&
+          dnnl_memory_desc_clone(out_b, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md,
+                                                                     0)) != dnnl_success) {
+        *out_b = NULL;
+        s = dnnl_out_of_memory;
+      }
       if (s != dnnl_success) {
+        if (prim) dnnl_primitive_destroy(prim);
         prim = NULL;
         *out_status = tpu_status_make(
             s == dnnl_out_of_memory ? TPU_CODE_OUT_OF_MEMORY : TPU_CODE_INTERNAL,
@@ -242,6 +285,7 @@ static dnnl_primitive_t gemm_primitive(const mxu_gemm_t* g, bool blocked, dnnl_m
   if (pd) dnnl_primitive_desc_destroy(pd);
   if (ops) dnnl_post_ops_destroy(ops);
   if (attr) dnnl_primitive_attr_destroy(attr);
+  md_destroy(a), md_destroy(b), md_destroy(c), md_destroy(bias);
   return prim;
 }
 
@@ -251,7 +295,7 @@ typedef struct mxu_run {
   dnnl_primitive_t prim; /* built for a team of `team` threads */
   int team;
   const mxu_gemm_t* g;
-  dnnl_memory_desc_t* blocked; /* B's layout for the kernel, or NULL: B as it is */
+  dnnl_memory_desc_t blocked; /* B's layout for the kernel (owned), or NULL: B as it is */
   bool cacheable;              /* the weight cache may keep B's blocked form */
   dnnl_status_t status;
   tpu_status_t pack_status; /* laying out B failed */
@@ -274,30 +318,39 @@ static void run_on(void* arg, int threads) {
      * one), so it is rebuilt for this team (a lookup when the primitive
      * cache has it) */
     tpu_status_t st;
-    dnnl_primitive_t p = gemm_primitive(g, r->blocked != NULL, r->blocked, &st);
+    dnnl_memory_desc_t layout = NULL;
+    dnnl_primitive_t p = gemm_primitive(g, r->blocked != NULL, &layout, &st);
     tpu_status_free(st);
     if (p) {
       dnnl_primitive_destroy(r->prim);
       r->prim = p, r->team = threads;
+      if (r->blocked) md_destroy(r->blocked), r->blocked = layout;
     }
   }
   r->status = dnnl_stream_create(&stream, g_mxu.engine, dnnl_stream_default_flags);
   for (int i = 0; i < 3 && r->status == dnnl_success; ++i) {
-    dnnl_memory_desc_t md;
-    md_of(views[i], gemm_ndims(g), &md);
-    if (i == 1 && r->blocked) {
-      r->pack_status = mxu_pack_get(&g->b, &md, r->blocked, r->cacheable, g_mxu.engine, stream,
-                                    &packed);
-      if (r->pack_status != TPU_OK) break;
-      r->status = dnnl_memory_create(&mem[i], r->blocked, g_mxu.engine, packed->data);
-      continue;
+    dnnl_memory_desc_t md = NULL;
+    if (!md_of(views[i], gemm_ndims(g), &md)) {
+      r->status = dnnl_out_of_memory;
+      break;
     }
-    r->status = dnnl_memory_create(&mem[i], &md, g_mxu.engine, view_base(views[i]));
+    if (i == 1 && r->blocked) {
+      r->pack_status = mxu_pack_get(&g->b, md, r->blocked, r->cacheable, g_mxu.engine, stream,
+                                    &packed);
+      if (r->pack_status == TPU_OK)
+        r->status = dnnl_memory_create(&mem[i], r->blocked, g_mxu.engine, packed->data);
+    } else {
+      r->status = dnnl_memory_create(&mem[i], md, g_mxu.engine, view_base(views[i]));
+    }
+    md_destroy(md);
+    if (r->pack_status != TPU_OK) break;
   }
   if (r->status == dnnl_success && r->pack_status == TPU_OK && g->has_bias) {
-    dnnl_memory_desc_t md;
-    bias_md(g, gemm_ndims(g), &md);
-    r->status = dnnl_memory_create(&bias_mem, &md, g_mxu.engine, view_base(&g->bias));
+    dnnl_memory_desc_t md = NULL;
+    r->status = bias_md(g, gemm_ndims(g), &md)
+                    ? dnnl_memory_create(&bias_mem, md, g_mxu.engine, view_base(&g->bias))
+                    : dnnl_out_of_memory;
+    md_destroy(md);
   }
   if (r->status == dnnl_success && r->pack_status == TPU_OK) {
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mem[0]},
@@ -358,7 +411,7 @@ static tpu_status_t run_gemm_on_team(const mxu_gemm_t* g, bool b_own, bool* out_
    * 128x768 @ 768x3072 0.71 against 0.86 ms on 2 threads (issue 21's
    * notes in bench/RESULTS.md); int8 sums are exact in either layout. */
   bool blocked = matrix && (g->a.dtype == TPU_DTYPE_F32 || (cacheable && mxu_pack_seen(&g->b)));
-  dnnl_memory_desc_t bmd;
+  dnnl_memory_desc_t bmd = NULL;
   /* built for the team it will run on: oneDNN takes a primitive's thread
    * count from the calling thread's OpenMP setting when it builds it, and
    * an earlier serial run on this thread (conv_mxu.c's split, a busy pool)
@@ -371,13 +424,14 @@ static tpu_status_t run_gemm_on_team(const mxu_gemm_t* g, bool b_own, bool* out_
     if (st == TPU_OK) atomic_fetch_add(&g_mxu.declined, 1);
     return st;
   }
-  mxu_run_t run = {prim, team > 0 ? team : 1, g, blocked ? &bmd : NULL, blocked && cacheable,
+  mxu_run_t run = {prim, team > 0 ? team : 1, g, blocked ? bmd : NULL, blocked && cacheable,
                    dnnl_success, TPU_OK};
   if (g->serial)
     run_on(&run, 1);
   else
     tpu_parallel_exclusive(run_on, &run);
   dnnl_primitive_destroy(run.prim);
+  md_destroy(run.blocked);
   if (run.pack_status != TPU_OK) return run.pack_status;
   if (run.status != dnnl_success)
     return tpu_status_make(

@@ -4,7 +4,8 @@
  * host driver's counterpart is the CPU's own matrix engine: AMX tiles where
  * the CPU has them (brgemm kernels on avx512_core_amx), else AVX512-BF16 dot
  * products (avx512_core_bf16), reached through oneDNN's matmul primitive
- * (oneDNN's C API; Debian's libdnnl 2.6). Without either instruction set the
+ * (oneDNN 3.2's C API, PyPI's onednn-cpu-gomp). float16 runs there too where
+ * the CPU has AVX512-FP16. Without either instruction set the
  * unit is absent and callers keep their own path (bfloat16 widened to
  * float32 for sgemm), which `tpu_mxu_info` reports.
  *

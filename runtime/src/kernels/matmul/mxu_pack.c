@@ -50,6 +50,7 @@ static size_t budget(void) {
 void mxu_packed_release(mxu_packed_t* p) {
   if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return;
   tpu_scratch_free(p->data);
+  dnnl_memory_desc_destroy(p->md);
   free(p);
 }
 
@@ -81,7 +82,7 @@ static int find_locked(const pack_key_t* k) {
 static void remove_locked(int i) {
   entry_t* e = &g_pack.items[i];
   if (e->packed) {
-    g_pack.bytes -= dnnl_memory_desc_get_size(&e->packed->md);
+    g_pack.bytes -= dnnl_memory_desc_get_size(e->packed->md);
     mxu_packed_release(e->packed);
   }
   int n = atomic_load(&g_pack.count) - 1;
@@ -132,7 +133,7 @@ static void insert_seen_locked(const pack_key_t* k, const tpu_view_t* b) {
 /* A cached copy of `k` in layout `want` (a new reference), or NULL; then
  * *out_id names the entry to fill (0: none, the view is new and now seen). */
 static mxu_packed_t* lookup(const pack_key_t* k, const tpu_view_t* b,
-                            const dnnl_memory_desc_t* want, uint64_t* out_id) {
+                            const_dnnl_memory_desc_t want, uint64_t* out_id) {
   *out_id = 0;
   mxu_packed_t* hit = NULL;
   pthread_mutex_lock(&g_pack.mu);
@@ -140,7 +141,7 @@ static mxu_packed_t* lookup(const pack_key_t* k, const tpu_view_t* b,
   if (i >= 0) {
     entry_t* e = &g_pack.items[i];
     e->used = ++g_pack.clock;
-    if (e->packed && dnnl_memory_desc_equal(&e->packed->md, want)) {
+    if (e->packed && dnnl_memory_desc_equal(e->packed->md, want)) {
       hit = packed_retain(e->packed);
       ++g_pack.hits;
     } else {
@@ -156,13 +157,13 @@ static mxu_packed_t* lookup(const pack_key_t* k, const tpu_view_t* b,
 /* Stores `p` in entry `id` if it is still listed (no write dropped it while
  * `p` was being laid out) and the budget has room. */
 static void store(uint64_t id, const pack_key_t* k, mxu_packed_t* p) {
-  size_t bytes = dnnl_memory_desc_get_size(&p->md);
+  size_t bytes = dnnl_memory_desc_get_size(p->md);
   pthread_mutex_lock(&g_pack.mu);
   int i = find_locked(k);
   if (i >= 0 && g_pack.items[i].id == id) {
     entry_t* e = &g_pack.items[i];
     if (e->packed) { /* another layout of the same view: replaced */
-      g_pack.bytes -= dnnl_memory_desc_get_size(&e->packed->md);
+      g_pack.bytes -= dnnl_memory_desc_get_size(e->packed->md);
       mxu_packed_release(e->packed);
       e->packed = NULL;
     }
@@ -189,8 +190,8 @@ bool mxu_pack_seen(const tpu_view_t* b) {
   return seen;
 }
 
-tpu_status_t mxu_pack_get(const tpu_view_t* b, const dnnl_memory_desc_t* plain,
-                          const dnnl_memory_desc_t* want, bool cacheable, dnnl_engine_t engine,
+tpu_status_t mxu_pack_get(const tpu_view_t* b, const_dnnl_memory_desc_t plain,
+                          const_dnnl_memory_desc_t want, bool cacheable, dnnl_engine_t engine,
                           dnnl_stream_t stream, mxu_packed_t** out_packed) {
   pack_key_t k = key_of(b);
   uint64_t id = 0;
@@ -205,14 +206,15 @@ tpu_status_t mxu_pack_get(const tpu_view_t* b, const dnnl_memory_desc_t* plain,
     return tpu_status_make(TPU_CODE_OUT_OF_MEMORY,
                            "matrix unit: no %zu bytes for a blocked weight", bytes);
   }
-  p->md = *want;
   p->data = data;
   atomic_init(&p->refs, 1);
 
   dnnl_primitive_desc_t pd = NULL;
   dnnl_primitive_t reorder = NULL;
   dnnl_memory_t from = NULL, to = NULL;
-  dnnl_status_t s = dnnl_reorder_primitive_desc_create(&pd, plain, engine, want, engine, NULL);
+  dnnl_status_t s = dnnl_memory_desc_clone(&p->md, want);
+  if (s == dnnl_success)
+    s = dnnl_reorder_primitive_desc_create(&pd, plain, engine, want, engine, NULL);
   if (s == dnnl_success) s = dnnl_primitive_create(&reorder, pd);
   if (s == dnnl_success) s = dnnl_memory_create(&from, plain, engine, (void*)(uintptr_t)b->addr);
   if (s == dnnl_success) s = dnnl_memory_create(&to, want, engine, data);
@@ -226,6 +228,7 @@ tpu_status_t mxu_pack_get(const tpu_view_t* b, const dnnl_memory_desc_t* plain,
   if (reorder) dnnl_primitive_destroy(reorder);
   if (pd) dnnl_primitive_desc_destroy(pd);
   if (s != dnnl_success) {
+    if (p->md) dnnl_memory_desc_destroy(p->md);
     tpu_scratch_free(data);
     free(p);
     return tpu_status_make(s == dnnl_out_of_memory ? TPU_CODE_OUT_OF_MEMORY : TPU_CODE_INTERNAL,

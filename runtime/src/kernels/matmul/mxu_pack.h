@@ -14,7 +14,7 @@
  * on plain and blocked B agree anyway, and the plain one is slow).
  * bfloat16 and int8 read a B seen for the first time as it is (plain), and
  * the blocked form from the second sighting on (int8's carries the s8 x s8
- * compensation; oneDNN 2.6's reorder into it is slow: 17-120 ms for a
+ * compensation; oneDNN 2.6's reorder into it was slow: 17-120 ms for a
  * 768x3072 weight on the loaded 2-core machine, once per cached weight): laying out a one-shot B (an
  * autocast copy of a weight, a weight an optimizer step just changed, an
  * activation) costs up to as much as the AMX product, so the plain kernel
@@ -53,7 +53,7 @@
 /* A blocked copy of a B operand; reference-counted (the cache holds one
  * reference while it lists it). */
 typedef struct mxu_packed {
-  dnnl_memory_desc_t md; /* its layout */
+  dnnl_memory_desc_t md; /* its layout (owned) */
   void* data;            /* owned */
   atomic_int refs;
 } mxu_packed_t;
@@ -64,8 +64,8 @@ typedef struct mxu_packed {
  * was seen before; without, laid out for this GEMM only. *out_packed is a new reference
  * (mxu_packed_release). OUT_OF_MEMORY or INTERNAL on failure. Called with
  * the pool's threads claimed (the reorder is parallel). */
-tpu_status_t mxu_pack_get(const tpu_view_t* b, const dnnl_memory_desc_t* plain,
-                          const dnnl_memory_desc_t* want, bool cacheable, dnnl_engine_t engine,
+tpu_status_t mxu_pack_get(const tpu_view_t* b, const_dnnl_memory_desc_t plain,
+                          const_dnnl_memory_desc_t want, bool cacheable, dnnl_engine_t engine,
                           dnnl_stream_t stream, mxu_packed_t** out_packed);
 
 void mxu_packed_release(mxu_packed_t* packed);

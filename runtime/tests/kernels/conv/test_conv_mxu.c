@@ -23,8 +23,9 @@ typedef struct mxu_case {
   int64_t stride, pad, dil, opad;
   bool transposed, bias;
   tt_layout_t layout;
-  /* What oneDNN 2.6 offers for the weight gradient on AVX512-BF16 without
-   * AMX (on AMX its brgemm convolutions take both, and it runs whole: amx):
+  /* What oneDNN offers for the weight gradient on AVX512-BF16 without AMX
+   * (2.6, measured on the Zen 4 machine; on AMX its brgemm convolutions take
+   * both, 2.6 and 3.2 alike, and it runs whole: amx):
    * only im2col + GEMM for the grouped weight gradient, which the unit runs
    * a group at a time (w_by_group); nor ungrouped (8 output channels):
    * declined (w_declined). */
