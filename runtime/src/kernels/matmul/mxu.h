@@ -33,6 +33,10 @@
 
 #include <oneapi/dnnl/dnnl.h>
 #include <stdbool.h>
+
+#if DNNL_VERSION_MAJOR < 3
+#error "the matrix unit is written against oneDNN 3's C API (requirements.txt)"
+#endif
 #include <stdint.h>
 
 #include "tpu/ir.h"
