@@ -100,7 +100,12 @@ static tpu_status_t fmp_parse(const tpu_op_def_t* def, const tpu_node_t* node, f
   for (int32_t s = 0; s < sd; ++s) {
     a->isz[s] = x->sizes[x->ndim - sd + s];
     a->in_plane *= a->isz[s];
-    a->out_plane *= a->osz[s] > 0 ? a->osz[s] : 0;
+    /* output_size is an attribute, not a validated view: its product (and
+     * the output's element count) must stay within what a view may index */
+    int64_t os = a->osz[s] > 0 ? a->osz[s] : 0;
+    if (__builtin_mul_overflow(a->out_plane, os, &a->out_plane) ||
+        a->out_plane > TPU_MAX_VIEW_ELEMENTS / (a->planes > 0 ? a->planes : 1))
+      FMP_FAIL("%s: output_size too large", fwd_name);
   }
   /* 2d allows the windows to reach the last input position; PyTorch's 3d
    * check is strict (out + k - 1 < in) */
