@@ -202,6 +202,24 @@ def test_dtypes_and_broadcasting_match_strict():
         assert_same(deferred, strict, exact=True)
 
 
+def test_broadcast_dims_with_nonzero_strides_match_cpu():
+    """A broadcast operand whose size-1 dims keep real strides (w.view(1, -1),
+    w[None], m[:1]) is read as broadcast on every fused path; the tiled
+    direct path once stepped by such a stride and read past the vector
+    (DoRA's magnitude scale in PEFT's backward)."""
+    g, w, m = make((32, 64), seed=1), make((64,), seed=2), make((32, 64), seed=3)
+    cases = {
+        "row_view": lambda g, w, m: (g * w.view(1, -1)) * g,
+        "row_index": lambda g, w, m: (g + w[None]).relu() * 2,
+        "first_row": lambda g, w, m: ((g - m[:1]) * 3).tanh(),
+    }
+    for name, f in cases.items():
+        want = f(g, w, m)
+        with torch_tpu.set_eager_mode(DEFER):
+            got = f(g.to(TPU), w.to(TPU), m.to(TPU)).cpu()
+        assert_same(got, want, atol=1e-6, rtol=1e-6)  # case: name
+
+
 # ---- flush triggers ---------------------------------------------------------------------
 
 

@@ -57,15 +57,21 @@ static void unary(tpu_stream_t* st, const char* op, const tpu_view_t* a, const t
   CHECK_OK(tpu_stream_submit_node(st, &node));
 }
 
+/* Whether chain() passes b as a contiguous [1, cols] view (row stride cols,
+ * as PyTorch's b.view(1, -1) gives) rather than as [cols]. */
+static bool g_chain_b_row;
+
 /* y = relu(x * 2 + b) - x, with x [rows, cols] and b [cols] broadcast; the
  * two intermediates are freed before the flush. Returns y on the host. */
 static float* chain(tpu_stream_t* st, int64_t rows, int64_t cols, const float* hx,
                     const float* hb) {
-  int64_t n = rows * cols, sz[2] = {rows, cols};
+  int64_t n = rows * cols, sz[2] = {rows, cols}, row_sz[2] = {1, cols};
   tpu_block_t *x, *b, *t1, *t2, *t3, *y;
   x = upload(st, hx, n);
   b = upload(st, hb, cols);
-  tpu_view_t vx = fview(tpu_block_addr(x), 2, sz), vb = fview(tpu_block_addr(b), 1, &cols);
+  tpu_view_t vx = fview(tpu_block_addr(x), 2, sz);
+  tpu_view_t vb = g_chain_b_row ? fview(tpu_block_addr(b), 2, row_sz)
+                                : fview(tpu_block_addr(b), 1, &cols);
   CHECK_OK(tpu_block_alloc(st, (size_t)n * 4, &t1));
   tpu_view_t v1 = fview(tpu_block_addr(t1), 2, sz);
   binary(st, "mul", &vx, NULL, 2.0, &v1);
@@ -124,12 +130,15 @@ static void strict_then_deferred(program_fn program, int64_t rows, int64_t cols,
 static const int64_t k_chain_shapes[][2] = {{67, 301}, {5, 1300}, {3000, 7}, {1, 70001}};
 
 /* stream: with streaming stores for every direct group (exec.c), which the
- * chains' sizes are far too small to get otherwise. */
+ * chains' sizes are far too small to get otherwise. b_row: b as a [1, cols]
+ * view whose size-1 dim has a nonzero stride, which every row must still
+ * read as row 0 (a regression: the tiled direct path once stepped by it). */
 TEST(defer_fused_chain_matches_strict_and_elides) {
-  for (size_t c = 0; c < 2 * sizeof(k_chain_shapes) / sizeof(k_chain_shapes[0]); ++c) {
-    const size_t nshapes = sizeof(k_chain_shapes) / sizeof(k_chain_shapes[0]);
+  const size_t nshapes = sizeof(k_chain_shapes) / sizeof(k_chain_shapes[0]);
+  for (size_t c = 0; c < 3 * nshapes; ++c) {
     const int64_t rows = k_chain_shapes[c % nshapes][0], cols = k_chain_shapes[c % nshapes][1];
-    const bool stream = c >= nshapes;
+    const bool stream = c >= nshapes && c < 2 * nshapes;
+    g_chain_b_row = c >= 2 * nshapes;
     tpu_fusion_set_stream_min_bytes(stream ? 0 : -1);
     float *hx, *hb, *strict, *fused;
     tpu_fusion_path_counts_t before, after;
@@ -142,6 +151,7 @@ TEST(defer_fused_chain_matches_strict_and_elides) {
     CHECK(after.node_by_node - before.node_by_node == (direct ? 0 : 1));
     CHECK(after.streamed - before.streamed == (direct && stream ? 1 : 0));
     tpu_fusion_set_stream_min_bytes(-1);
+    g_chain_b_row = false;
     for (int64_t i = 0; i < rows * cols; ++i) {
       float want = hx[i] * 2 + hb[i % cols];
       want = (want < 0 ? 0 : want) - hx[i];

@@ -508,7 +508,9 @@ static void run_tile_direct(tiled_run_t* r, int64_t index, const tile_t* tile, f
   float* numbers = slots + (size_t)r->group->slots * DIRECT_STRIDE;
   float* stage = numbers + (size_t)r->scalars * DIRECT_STRIDE; /* r->stream: one block */
   /* Per node, the tile's part of each memory operand: its first element and
-   * its strides over the tile's leading dims (the last dim has stride 1). */
+   * its strides over the tile's leading dims (the last dim has stride 1; a
+   * broadcast dim, of size 1 in the operand, steps by 0 whatever stride the
+   * view gives it: a [1, n] view of a vector keeps its row stride n). */
   typedef struct {
     char* base;
     int64_t strides[TPU_MAX_DIMS];
@@ -527,7 +529,8 @@ static void run_tile_direct(tiled_run_t* r, int64_t index, const tile_t* tile, f
       if (d->src[k] == DIRECT_MEMORY) {
         slice_view(t, tile, &node->inputs[k].u.view, &v);
         in_m[i][k].base = tpu_view_ptr(&v);
-        memcpy(in_m[i][k].strides, v.strides, sizeof(int64_t) * (size_t)t->ndim);
+        for (int32_t dd = 0; dd < t->ndim; ++dd)
+          in_m[i][k].strides[dd] = v.sizes[dd] == 1 ? 0 : v.strides[dd];
       }
   }
   int64_t rows = 1, cols = sizes[last];
