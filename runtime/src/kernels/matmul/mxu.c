@@ -149,20 +149,28 @@ static bool operands_supported(const mxu_gemm_t* g) {
 
 /* ---- descriptors ------------------------------------------------------------ */
 
+/* oneDNN's data type for a runtime dtype (undef: none the unit takes). */
+static dnnl_data_type_t dnnl_type_of(tpu_dtype_t dtype) {
+  switch (dtype) {
+  case TPU_DTYPE_BF16: return dnnl_bf16;
+  case TPU_DTYPE_F16: return dnnl_f16;
+  case TPU_DTYPE_F32: return dnnl_f32;
+  case TPU_DTYPE_I8: return dnnl_s8;
+  case TPU_DTYPE_U8: return dnnl_u8;
+  case TPU_DTYPE_I32: return dnnl_s32;
+  default: return dnnl_data_type_undef;
+  }
+}
+
 /* A 3-D view as a new oneDNN memory descriptor of `nd` dims (2: the view's
  * batch is 1 and is dropped), in *out_md (the caller destroys it). A
  * broadcast batch (stride 0) is a batch of 1, which matmul broadcasts;
  * size-1 dims get the strides of a dense layout, since only their extent
- * matters. */
-static bool md_of(const tpu_view_t* v, int nd, dnnl_memory_desc_t* out_md) {
+ * matters. With `any_layout` the descriptor has the view's dims and type
+ * but leaves the layout to the kernel (format tag any). */
+static bool md_of(const tpu_view_t* v, int nd, bool any_layout, dnnl_memory_desc_t* out_md) {
   *out_md = NULL;
-  dnnl_data_type_t dt = v->dtype == TPU_DTYPE_BF16  ? dnnl_bf16
-                        : v->dtype == TPU_DTYPE_F16 ? dnnl_f16
-                        : v->dtype == TPU_DTYPE_F32 ? dnnl_f32
-                        : v->dtype == TPU_DTYPE_I8  ? dnnl_s8
-                        : v->dtype == TPU_DTYPE_U8  ? dnnl_u8
-                        : v->dtype == TPU_DTYPE_I32 ? dnnl_s32
-                                                    : dnnl_data_type_undef;
+  dnnl_data_type_t dt = dnnl_type_of(v->dtype);
   if (dt == dnnl_data_type_undef) return false;
   dnnl_dims_t dims, strides;
   for (int d = 0; d < 3; ++d) dims[d] = v->sizes[d], strides[d] = v->strides[d];
@@ -173,9 +181,11 @@ static bool md_of(const tpu_view_t* v, int nd, dnnl_memory_desc_t* out_md) {
     if (strides[d] < 0) return false;
     dense *= dims[d];
   }
-  if (dnnl_memory_desc_create_with_strides(out_md, nd, dims + 3 - nd, dt, strides + 3 - nd) ==
-      dnnl_success)
-    return true;
+  dnnl_status_t s =
+      any_layout
+          ? dnnl_memory_desc_create_with_tag(out_md, nd, dims + 3 - nd, dt, dnnl_format_tag_any)
+          : dnnl_memory_desc_create_with_strides(out_md, nd, dims + 3 - nd, dt, strides + 3 - nd);
+  if (s == dnnl_success) return true;
   *out_md = NULL;
   return false;
 }
@@ -185,12 +195,10 @@ static bool md_of(const tpu_view_t* v, int nd, dnnl_memory_desc_t* out_md) {
 static bool bias_md(const mxu_gemm_t* g, int nd, dnnl_memory_desc_t* out_md) {
   *out_md = NULL;
   tpu_view_t v = g->bias;
-  dnnl_data_type_t dt = v.dtype == TPU_DTYPE_BF16  ? dnnl_bf16
-                        : v.dtype == TPU_DTYPE_F16 ? dnnl_f16
-                        : v.dtype == TPU_DTYPE_F32 ? dnnl_f32
-                                                   : dnnl_data_type_undef;
-  if (dt == dnnl_data_type_undef || (v.sizes[0] != 1 && v.strides[0] != 0) ||
-      (v.sizes[1] != 1 && v.strides[1] != 0) || g->c.sizes[2] != v.sizes[2])
+  dnnl_data_type_t dt = dnnl_type_of(v.dtype);
+  if ((dt != dnnl_bf16 && dt != dnnl_f16 && dt != dnnl_f32) ||
+      (v.sizes[0] != 1 && v.strides[0] != 0) || (v.sizes[1] != 1 && v.strides[1] != 0) ||
+      g->c.sizes[2] != v.sizes[2])
     return false;
   dnnl_dims_t dims = {1, 1, v.sizes[2]};
   if (dnnl_memory_desc_create_with_tag(out_md, nd, dims + 3 - nd, dt,
@@ -238,20 +246,8 @@ static dnnl_primitive_t gemm_primitive(const mxu_gemm_t* g, bool blocked, dnnl_m
   dnnl_post_ops_t ops = NULL;
   dnnl_primitive_desc_t pd = NULL;
   dnnl_primitive_t prim = NULL;
-  bool ok = md_of(&g->a, nd, &a) && md_of(&g->b, nd, &b) && md_of(&g->c, nd, &c) &&
-            (!g->has_bias || bias_md(g, nd, &bias));
-  if (ok && blocked) {
-    dnnl_dims_t dims;
-    const dnnl_dims_t* bd = NULL;
-    dnnl_data_type_t dt = dnnl_data_type_undef;
-    ok = dnnl_memory_desc_query(b, dnnl_query_dims, &bd) == dnnl_success &&
-         dnnl_memory_desc_query(b, dnnl_query_data_type, &dt) == dnnl_success;
-    if (ok) memcpy(dims, *bd, sizeof dims);
-    md_destroy(b);
-    b = NULL;
-    ok = ok && dnnl_memory_desc_create_with_tag(&b, nd, dims, dt, dnnl_format_tag_any) ==
-                   dnnl_success;
-  }
+  bool ok = md_of(&g->a, nd, false, &a) && md_of(&g->b, nd, blocked, &b) &&
+            md_of(&g->c, nd, false, &c) && (!g->has_bias || bias_md(g, nd, &bias));
   ok = ok && dnnl_primitive_attr_create(&attr) == dnnl_success;
   if (ok && (g->alpha != 1.0f || g->beta != 0.0f)) {
     ok = dnnl_post_ops_create(&ops) == dnnl_success;
@@ -330,7 +326,7 @@ static void run_on(void* arg, int threads) {
   r->status = dnnl_stream_create(&stream, g_mxu.engine, dnnl_stream_default_flags);
   for (int i = 0; i < 3 && r->status == dnnl_success; ++i) {
     dnnl_memory_desc_t md = NULL;
-    if (!md_of(views[i], gemm_ndims(g), &md)) {
+    if (!md_of(views[i], gemm_ndims(g), false, &md)) {
       r->status = dnnl_out_of_memory;
       break;
     }
