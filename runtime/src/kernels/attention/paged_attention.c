@@ -19,7 +19,7 @@
  * tile's contiguous dim (no reductions), which the compiler vectorises
  * (tpu_paged_attn_block: AVX-512, AVX2 and baseline clones).
  * The unit writes out = acc / l, rounded once to the query's dtype. Scratch
- * per chunk of units: O(R (D + Dv + bs) + bs (D + Dv)) floats.
+ * per chunk of units: O(R (D + Dv + bs) + bs (2 D + Dv)) floats.
  */
 #include "kernels/attention/paged_attention.h"
 
@@ -247,7 +247,7 @@ typedef struct pa_job {
 } pa_job_t;
 
 typedef struct pa_scratch {
-  float *q, *acc, *s, *kt, *v, *m, *l;
+  float *q, *acc, *s, *kt, *kraw, *v, *m, *l;
 } pa_scratch_t;
 
 /* Row `r` of the unit's queries is token i0 + r / G, head hk * G + r % G. */
@@ -277,9 +277,13 @@ static void load_block(const paged_attn_args_t* a, pa_scratch_t* w, int64_t blk,
     const char* v = (const char*)tpu_view_ptr(&a->vc) +
                     (blk * a->vc.strides[0] + jj * a->vc.strides[1] + hk * a->vc.strides[2]) *
                         (int64_t)es;
-    tpu_convert(w->kt + jj, TPU_DTYPE_F32, a->bs, k, a->dtype, a->kc.strides[3], a->D);
+    /* rows convert densely (tpu_convert's fast paths); the transpose below
+     * then moves float32 within L1 */
+    tpu_convert(w->kraw + jj * a->D, TPU_DTYPE_F32, 1, k, a->dtype, a->kc.strides[3], a->D);
     tpu_convert(w->v + jj * a->Dv, TPU_DTYPE_F32, 1, v, a->dtype, a->vc.strides[3], a->Dv);
   }
+  for (int64_t jj = 0; jj < n; ++jj)
+    for (int64_t d = 0; d < a->D; ++d) w->kt[d * a->bs + jj] = w->kraw[jj * a->D + d];
 }
 
 /* The online-softmax step of R query rows (row r at position p0 + r / G)
@@ -365,14 +369,15 @@ static void pa_chunk(void* arg, int64_t begin, int64_t end) {
   int64_t R = PA_QC * j->G;
   size_t nq = (size_t)(R * a->D), nacc = (size_t)(R * a->Dv), ns = (size_t)(R * a->bs);
   size_t nkt = (size_t)(a->D * a->bs), nv = (size_t)(a->bs * a->Dv);
-  size_t total = nq + nacc + ns + nkt + nv + 2 * (size_t)R;
+  size_t total = nq + nacc + ns + 2 * nkt + nv + 2 * (size_t)R;
   float* buf = tpu_scratch_alloc(sizeof(float) * (total > 0 ? total : 1));
   if (!buf) {
     atomic_store(&j->failed, 1);
     return;
   }
   pa_scratch_t w = {.q = buf};
-  w.acc = w.q + nq, w.s = w.acc + nacc, w.kt = w.s + ns, w.v = w.kt + nkt;
+  w.acc = w.q + nq, w.s = w.acc + nacc, w.kt = w.s + ns, w.kraw = w.kt + nkt;
+  w.v = w.kraw + nkt;
   w.m = w.v + nv, w.l = w.m + R;
   for (int64_t u = begin; u < end; ++u) {
     int64_t hk = u % a->Hkv, c = u / a->Hkv;
