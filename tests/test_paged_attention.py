@@ -242,6 +242,28 @@ def test_decode_loop_deferred():
         torch_tpu.set_global_eager_mode(prev)
 
 
+def test_recorded_as_graph_nodes_when_deferred():
+    """Under DEFER_AND_FUSE both ops join the pending graph (no flush of
+    their own); the first host read runs it."""
+    c = make_case(torch.float32, 16, 4, 2, 16, [(1, 20), (3, 9)], seed=15)
+    t = {k: v.to(TPU) for k, v in c.items()}
+    torch.tpu.synchronize()
+    with torch_tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE), no_fallback():
+        torch_tpu.reset_defer_metrics()
+        torch.ops.tpu.paged_kv_write_(t["new_key"], t["new_value"], t["key_cache"],
+                                      t["value_cache"], t["slots"])
+        out = torch.ops.tpu.paged_attention(t["query"], t["key_cache"], t["value_cache"],
+                                            t["qsl"], t["seq_lens"], t["table"], 0.5) + 1
+        m = torch_tpu.defer_metrics()
+        assert m["nodes_recorded"] == 3 and m["flushes"] == 0, m
+        out = out.cpu()
+    torch.ops.tpu.paged_kv_write_(c["new_key"], c["new_value"], c["key_cache"],
+                                  c["value_cache"], c["slots"])
+    ref = reference(c["query"], c["key_cache"], c["value_cache"], c["qsl"], c["seq_lens"],
+                    c["table"], 0.5) + 1
+    torch.testing.assert_close(out.double(), ref, **tol(torch.float32))
+
+
 def test_native_counts():
     c = make_case(torch.float32, 16, 2, 2, 16, [(1, 5)], seed=10)
     torch_tpu.reset_counts()
