@@ -86,6 +86,8 @@ from torch_tpu import integrations as _integrations  # noqa: E402
 
 _integrations.install()  # accelerate, safetensors: tpu support when they are imported
 
+from torch_tpu import paged_attention  # noqa: E402,F401  (torch.ops.tpu.paged_*: CPU, fake)
+
 
 def fallback_counts() -> dict:
     """Calls per ATen op that ran on the CPU because no native kernel took them."""

@@ -43,6 +43,7 @@
   X(renorm_histc)       \
   X(conv)               \
   X(attention)          \
+  X(paged_attention)    \
   X(pool)               \
   X(pad)                \
   X(weight_norm)        \
