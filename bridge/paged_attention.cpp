@@ -8,7 +8,7 @@
 // build one runtime node by name and submit it to the current stream like
 // dispatch.cpp: strict eager runs it as a graph of its own, DEFER_AND_FUSE
 // appends it to the pending graph (paged_kv_write's caches are '!' inputs,
-// so later readers order after the write). torch_tpu/ops/paged_attention.py
+// so later readers order after the write). torch_tpu/paged_attention.py
 // registers the CPU reference of the same schemas and the fake kernels.
 // Metadata errors (shapes, dtypes) raise at the call; errors found in the
 // data (a slot or table entry out of range, a sequence longer than its
