@@ -1,5 +1,11 @@
-/* defer.c — deferred execution: pending graphs per stream, flushes, metrics
- * and the cut log (see tpu/defer.h). */
+/* defer.c — deferred execution (see tpu/defer.h): the mode, metrics and the
+ * cut log, and each stream's pending state (tpu_pending_t, internal.h),
+ * which this file alone writes, under its lock, each time taken and
+ * released in one function here: recording and cuts, frees and
+ * allocations the allocator reports (tpu_defer_allocator_hooks), the
+ * capture's state, flushes (the driver's executable_prepare, then the
+ * allocator's commit with the driver's memory estimate) and the pending
+ * text (the driver's recording_text). */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -13,6 +19,7 @@
 #include "tpu/defer.h"
 #include "tpu/profiler.h"
 #include "tpu/ops.h"
+#include "tpu/program_cache.h"
 
 static const char* const g_reason_names[] = {
 #define TPU_FLUSH_NAME(e, s) s,
@@ -93,6 +100,13 @@ int32_t tpu_defer_get_cuts(tpu_defer_cut_t* out, int32_t capacity) {
   for (int32_t i = 0; i < n; ++i) out[i] = g_stats.cuts[(start + i) % TPU_DEFER_CUT_LOG];
   pthread_mutex_unlock(&g_stats.mu);
   return n;
+}
+
+/* ---- the pending state ----------------------------------------------------------- */
+
+void tpu_pending_init(tpu_pending_t* pd) {
+  memset(pd, 0, sizeof(*pd));
+  pthread_mutex_init(&pd->mu, NULL);
 }
 
 /* ---- recording ------------------------------------------------------------------- */
@@ -179,7 +193,7 @@ tpu_status_t tpu_defer_record(tpu_stream_t* stream, tpu_graph_t* graph) {
   int32_t n = tpu_graph_node_count(graph);
   s = recording_locked(stream, n > 0 ? tpu_graph_node(graph, 0) : NULL);
   if (s == TPU_OK) s = open_pending_locked(pd);
-  if (s == TPU_OK && atomic_load(&pd->capturing)) tpu_capture_note_record_locked(stream, graph);
+  if (s == TPU_OK && pd->capture) tpu_capture_note_record(pd->capture, graph);
   for (int32_t i = 0; i < n && s == TPU_OK; ++i)
     s = tpu_graph_append_from(pd->graph, graph, i);
   if (s == TPU_OK) s = recorded_locked(stream, n, n > 0 ? tpu_graph_node(graph, n - 1) : NULL);
@@ -193,10 +207,10 @@ tpu_status_t tpu_defer_record_node(tpu_stream_t* stream, const tpu_node_t* node)
   pthread_mutex_lock(&pd->mu);
   tpu_status_t s = recording_locked(stream, node);
   if (s == TPU_OK) s = open_pending_locked(pd);
-  if (s == TPU_OK && atomic_load(&pd->capturing)) { /* a capture notes graphs: this one's */
+  if (s == TPU_OK && pd->capture) { /* a capture notes graphs: this one's */
     tpu_graph_t* one = NULL;
     s = tpu_graph_from_node(node, &one);
-    if (s == TPU_OK) tpu_capture_note_record_locked(stream, one);
+    if (s == TPU_OK) tpu_capture_note_record(pd->capture, one);
     tpu_graph_release(one);
   }
   if (s == TPU_OK) s = tpu_graph_append(pd->graph, node);
@@ -212,9 +226,9 @@ bool tpu_defer_pending(tpu_stream_t* stream) {
   return any;
 }
 
-void tpu_defer_note_free_locked(tpu_stream_t* stream, uint64_t addr, uint64_t size,
-                                bool provisional) {
-  tpu_pending_t* pd = &stream->pending;
+/* A freed block (recorded when the stream has pending nodes); the caller
+ * holds pd->mu. `provisional` when its bytes were never counted. */
+static void note_free_locked(tpu_pending_t* pd, uint64_t addr, uint64_t size, bool provisional) {
   if (!pd->graph) return;
   if (pd->free_count == pd->free_capacity) {
     int32_t cap = pd->free_capacity ? pd->free_capacity * 2 : 64;
@@ -229,6 +243,84 @@ void tpu_defer_note_free_locked(tpu_stream_t* stream, uint64_t addr, uint64_t si
   if (pd->free_count < pd->free_capacity)
     pd->frees[pd->free_count++] =
         (tpu_free_record_t){addr, addr + size, tpu_graph_node_count(pd->graph), provisional};
+}
+
+/* ---- what the allocator reports ------------------------------------------------ */
+
+static void allocated(tpu_stream_t* stream, const tpu_block_t* block, uint64_t bytes) {
+  tpu_pending_t* pd = &stream->pending;
+  if (!atomic_load(&pd->capturing)) return;
+  pthread_mutex_lock(&pd->mu);
+  if (pd->capture) tpu_capture_note_alloc(pd->capture, block, bytes);
+  pthread_mutex_unlock(&pd->mu);
+}
+
+/* The pending lock is held from before the block can be reused (retire)
+ * until the free is recorded: no node writing a new tenant of the range
+ * can be recorded ahead of that record. */
+static void freeing(tpu_stream_t* stream, tpu_block_t* block,
+                    void (*retire)(tpu_block_t* block, tpu_freed_t* out)) {
+  tpu_pending_t* pd = &stream->pending;
+  pthread_mutex_lock(&pd->mu);
+  if (pd->capture) tpu_capture_note_free(pd->capture, block);
+  tpu_freed_t f;
+  retire(block, &f);
+  note_free_locked(pd, f.addr, f.size, f.provisional);
+  pthread_mutex_unlock(&pd->mu);
+}
+
+static tpu_status_t flush_for_free(tpu_stream_t* stream) {
+  return tpu_stream_flush(stream, TPU_FLUSH_EVENT, NULL);
+}
+
+const tpu_allocator_hooks_t tpu_defer_allocator_hooks = {
+    .deferring = tpu_defer_active,
+    .allocated = allocated,
+    .flush = flush_for_free,
+    .freeing = freeing,
+};
+
+/* ---- the capture's state ------------------------------------------------------------ */
+
+bool tpu_pending_capturing(tpu_stream_t* stream) {
+  return atomic_load(&stream->pending.capturing) != 0;
+}
+
+void tpu_pending_poison(tpu_stream_t* stream, const char* reason) {
+  const char* none = NULL;
+  atomic_compare_exchange_strong(&stream->pending.capture_poison, &none, reason);
+}
+
+bool tpu_pending_capture_attach(tpu_stream_t* stream, struct tpu_capture* capture) {
+  tpu_pending_t* pd = &stream->pending;
+  pthread_mutex_lock(&pd->mu);
+  bool free_now = pd->capture == NULL;
+  if (free_now) {
+    pd->capture = capture;
+    atomic_store(&pd->capture_poison, NULL);
+    atomic_store(&pd->capturing, 1);
+  }
+  pthread_mutex_unlock(&pd->mu);
+  return free_now;
+}
+
+struct tpu_capture* tpu_pending_capture_detach(tpu_stream_t* stream, const char** out_poison) {
+  tpu_pending_t* pd = &stream->pending;
+  pthread_mutex_lock(&pd->mu);
+  struct tpu_capture* c = pd->capture;
+  pd->capture = NULL;
+  atomic_store(&pd->capturing, 0);
+  *out_poison = atomic_exchange(&pd->capture_poison, NULL);
+  pthread_mutex_unlock(&pd->mu);
+  return c;
+}
+
+void tpu_pending_with_capture(tpu_stream_t* stream, void (*fn)(struct tpu_capture*, void*),
+                              void* arg) {
+  tpu_pending_t* pd = &stream->pending;
+  pthread_mutex_lock(&pd->mu);
+  if (pd->capture) fn(pd->capture, arg);
+  pthread_mutex_unlock(&pd->mu);
 }
 
 /* ---- flushing ------------------------------------------------------------------------- */
@@ -288,7 +380,7 @@ static tpu_status_t flush_locked(tpu_stream_t* stream, tpu_flush_reason_t reason
   /* A capture replays the cuts the node sequence makes, not the others. */
   if (graph && atomic_load(&pd->capturing) && reason != TPU_FLUSH_PIPELINE &&
       reason != TPU_FLUSH_SIZE_LIMIT)
-    tpu_capture_poison(stream, "a flush other than the pipeline and size-limit cuts");
+    tpu_pending_poison(stream, "a flush other than the pipeline and size-limit cuts");
   if (!graph) return TPU_OK; /* provisional blocks wait for the next graph */
   int64_t flush_start = tpu_profiler_enabled() ? tpu_profiler_now_ns() : 0;
   pd->graph = NULL;
@@ -388,4 +480,26 @@ tpu_status_t tpu_defer_flush_all(tpu_flush_reason_t reason, const char* detail) 
     }
   }
   return first;
+}
+
+/* ---- the pending text ------------------------------------------------------------- */
+
+tpu_status_t tpu_stream_pending_text(tpu_stream_t* stream, char** out_text) {
+  *out_text = NULL;
+  tpu_pending_t* pd = &stream->pending;
+  char* text = NULL;
+  pthread_mutex_lock(&pd->mu);
+  tpu_hal_recording_t rec = {.graph = pd->graph, .frees = pd->frees,
+                             .free_count = pd->free_count};
+  tpu_status_t s = pd->graph && tpu_graph_node_count(pd->graph) > 0
+                       ? tpu_hal()->recording_text(&rec, &text)
+                       : TPU_OK;
+  pthread_mutex_unlock(&pd->mu);
+  if (s != TPU_OK)
+    return tpu_status_annotate(s, "formatting tpu:%d stream %d's pending graph",
+                               tpu_chip_index(stream->chip), stream->index);
+  if (!text) text = calloc(1, 1);
+  if (!text) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "pending graph text: no memory");
+  *out_text = text;
+  return TPU_OK;
 }
