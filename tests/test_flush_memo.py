@@ -1,4 +1,4 @@
-"""DEFER_AND_FUSE's flush memo (runtime/src/stream/flush_memo.c): a stream that
+"""DEFER_AND_FUSE's flush memo (runtime/src/hal/flush_memo.c): a stream that
 flushes the same recording again (same ops, attributes, scalars, shapes and
 aliasing, wherever the allocator put the tensors) reuses the node order,
 program and memory estimate of the last time instead of running the fusion

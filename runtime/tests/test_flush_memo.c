@@ -1,4 +1,4 @@
-/* test_flush_memo.c — the flush memo's signature (src/flush_memo.c): the
+/* test_flush_memo.c — the flush memo's signature (src/hal/flush_memo.c): the
  * same recording at other addresses signs the same; another alias pattern,
  * scalar, shape or free record signs differently; a near miss (one stride,
  * dtype, size, scalar or attribute changed, nothing else) is never found; a
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "fusion/fusion.h"
-#include "stream/internal.h"
+#include "hal/flush_memo.h"
 #include "test.h"
 #include "tpu/ops.h"
 #include "tpu/program_cache.h"

@@ -1,6 +1,6 @@
 /* test_hal_conformance.c — the HAL conformance suite: one table of cases
  * (chips, memory, copies, submission order, events, host functions, bad
- * descriptors, asynchronous errors, graphs) run against every registered
+ * descriptors, asynchronous errors, graphs, executables) run against every registered
  * driver (tpu_hal_drivers), straight through the driver table with no
  * runtime above it. Device memory is only ever read back through D2H copies,
  * as it would have to be on hardware.
@@ -22,11 +22,13 @@ typedef struct traits {
   const char* name;
   /* EXEC runs graphs (else it records UNIMPLEMENTED on the queue). */
   bool runs_graphs;
+  /* executable_prepare returns an executable (else none: node by node). */
+  bool compiles;
 } traits_t;
 
 static const traits_t g_traits[] = {
-    {"host", .runs_graphs = true},
-    {"null", .runs_graphs = false},
+    {"host", .runs_graphs = true, .compiles = true},
+    {"null", .runs_graphs = false, .compiles = false},
 };
 
 #define CHIP_CAPACITY ((uint64_t)64 << 20)
@@ -610,6 +612,80 @@ static void queues_of_one_chip_run_concurrently(const tpu_hal_driver_t* d, const
   d->chip_close(chip);
 }
 
+/* executable_prepare hands back what the driver makes of a recording (y = x
+ * + 2, y a live provisional block): the same node, an executable or none as
+ * the driver's traits say, retainable; a memory estimate that counts the
+ * block the graph writes (all of it, whatever the driver keeps in scratch:
+ * y is alive after the graph); the text of it; and EXEC with that
+ * executable runs the graph as EXEC without one does. Preparing the same
+ * recording again with reuse gives an executable of the same structure. */
+static void prepare_gives_an_executable_exec_runs(const tpu_hal_driver_t* d, const traits_t* t) {
+  rig_t r;
+  if (!rig_open(d, &r)) {
+    rig_close(&r);
+    return;
+  }
+  HCHECK(d->executable_prepare != NULL && d->recording_text != NULL);
+  enum { N = 1000 };
+  float x[N], y[N];
+  for (int i = 0; i < N; ++i) x[i] = (float)i * 0.25f, y[i] = -1.0f;
+  uint64_t dx = 0, dy = 0;
+  HCHECK_OK(d->memory_map(r.chip, sizeof(x), &dx));
+  HCHECK_OK(d->memory_map(r.chip, sizeof(y), &dy));
+  HCHECK_OK(copy(&r, TPU_HAL_COPY_H2D, dx, hp(x), sizeof(x)));
+  HCHECK_OK(copy(&r, TPU_HAL_COPY_H2D, dy, hp(y), sizeof(y)));
+  tpu_value_t in[2] = {{.kind = TPU_VALUE_VIEW, .u.view = vec(dx, TPU_DTYPE_F32, N)},
+                       {.kind = TPU_VALUE_SCALAR,
+                        .u.scalar = {.dtype = TPU_DTYPE_F64, .v.f = 2.0}}};
+  tpu_view_t out = vec(dy, TPU_DTYPE_F32, N);
+  tpu_attr_t attrs[TPU_MAX_ATTRS] = {{0}};
+  uint64_t live_addr = dy, live_size = sizeof(y);
+  uint64_t hash = 0;
+  for (int round = 0; round < 2; ++round) {
+    tpu_graph_t* g = one_node("add", in, 2, &out, attrs, tpu_op_num_attrs(tpu_op_lookup("add")));
+    if (!g) break;
+    tpu_hal_recording_t rec = {.graph = g, .live_addr = &live_addr, .live_size = &live_size,
+                               .live = 1, .reuse = true};
+    char* text = NULL;
+    HCHECK_OK(d->recording_text(&rec, &text));
+    HCHECK(text != NULL && text[0] != '\0');
+    free(text);
+    HCHECK(rec.graph == g); /* recording_text changes nothing */
+    tpu_hal_prepared_t prep;
+    memset(&prep, 0x5a, sizeof(prep));
+    HCHECK_OK(d->executable_prepare(r.q, &rec, &prep));
+    HCHECK(rec.graph != NULL && tpu_graph_node_count(rec.graph) == 1);
+    HCHECK(prep.extra_bytes == (int64_t)sizeof(y));
+    HCHECK(prep.kernels == 1);
+    HCHECK((prep.executable != NULL) == t->compiles);
+    if (round == 0) hash = prep.hash;
+    else HCHECK(prep.hash == hash);
+    if (prep.executable) {
+      HCHECK(d->executable_retain && d->executable_release);
+      d->executable_retain(prep.executable); /* the extra reference goes again */
+      d->executable_release(prep.executable);
+    }
+    tpu_hal_command_t c = {.kind = TPU_HAL_CMD_EXEC};
+    c.u.exec.graph = rec.graph;
+    c.u.exec.executable = prep.executable;
+    HCHECK_OK(d->queue_submit(r.q, &c));
+    HCHECK_OK(copy(&r, TPU_HAL_COPY_D2H, hp(y), dy, sizeof(y)));
+    tpu_status_t s = d->queue_wait_idle(r.q);
+    int wrong = 0;
+    if (t->runs_graphs) {
+      HCHECK_OK(s);
+      for (int i = 0; i < N; ++i) wrong += y[i] != x[i] + 2.0f;
+    } else {
+      HCHECK_CODE(s, TPU_CODE_UNIMPLEMENTED);
+      for (int i = 0; i < N; ++i) wrong += y[i] != -1.0f;
+    }
+    HCHECK(wrong == 0);
+  }
+  d->memory_unmap(r.chip, dx, sizeof(x));
+  d->memory_unmap(r.chip, dy, sizeof(y));
+  rig_close(&r);
+}
+
 /* ---- the table ------------------------------------------------------------ */
 
 typedef void (*case_fn)(const tpu_hal_driver_t* d, const traits_t* t);
@@ -626,6 +702,7 @@ static const struct {
     {"events_record_wait_query", events_record_wait_query},
     {"bad_descriptors_return_a_status", bad_descriptors_return_a_status},
     {"exec_runs_a_graph", exec_runs_a_graph},
+    {"prepare_gives_an_executable_exec_runs", prepare_gives_an_executable_exec_runs},
     {"async_error_surfaces_at_sync", async_error_surfaces_at_sync},
     {"queues_of_one_chip_run_concurrently", queues_of_one_chip_run_concurrently},
 };

@@ -2,7 +2,8 @@
  *
  * In deferred mode a submitted graph is not queued: its nodes are appended
  * to the stream's pending graph. The pending graph is flushed — compiled by
- * the fusion compiler (src/fusion/) and queued as one command — when a value
+ * the driver (tpu/hal.h executable_prepare; the host driver's compiler is
+ * the fusion compiler, src/fusion/) and queued as one command — when a value
  * must exist or order must be kept:
  *   - any other work on the stream: copies (host reads such as .item(),
  *     .cpu(), printing, and host writes), host functions, event records and

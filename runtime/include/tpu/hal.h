@@ -15,21 +15,28 @@
  * queue_wait_idle (or queue_take_error): submission is asynchronous, so a
  * failure surfaces at synchronisation, and the commands after it still run.
  *
- * Executables are opaque, driver-owned and reference counted. An EXEC
- * command carries a graph and, optionally, the driver's executable for it;
- * without one the driver runs the graph's nodes one by one. Only the driver
- * that made an executable may be given it.
+ * Executables are opaque, driver-owned and reference counted. The runtime
+ * hands a driver a recording (a graph and the buffers freed while it was
+ * recorded: tpu_hal_recording_t) through executable_prepare and gets back
+ * the driver's executable for it, with what the runtime's allocator and
+ * metrics need to know of it (tpu_hal_prepared_t); it never sees how the
+ * executable was made. An EXEC command carries a graph and, optionally, the
+ * driver's executable for it; without one the driver runs the graph's nodes
+ * one by one. Only the driver that made an executable may be given it.
  *
  * Drivers (tpu_hal_drivers lists them; the conformance suite,
  * runtime/tests/test_hal_conformance.c, runs against each):
  *  - host (src/hal/host_driver.c): a software TPU computing on the host's
  *    cores. Its kernels (src/kernels/) and its compiler and executor
- *    (src/fusion/) are its private implementation; its executable is a
- *    fusion program (src/hal/host_driver.h).
+ *    (src/fusion/) are its private implementation; executable_prepare
+ *    compiles with the fusion compiler (src/hal/host_compile.c, with the
+ *    program cache and a per-queue memo of repeated recordings) and its
+ *    executable is a fusion program.
  *  - null (src/hal/null_driver.c): chips whose device memory is host
  *    memory; copies, events and host functions work, running on the
  *    submitting thread; it runs no graphs (every EXEC records UNIMPLEMENTED
- *    on its queue) and has no executables. It keeps the interface honest: a
+ *    on its queue) and has no executables: executable_prepare leaves the
+ *    recording as it is and returns none. It keeps the interface honest: a
  *    driver with no compiler and no kernels.
  */
 #ifndef TPU_HAL_H_
@@ -40,6 +47,7 @@
 #include <stdint.h>
 
 #include "tpu/ir.h"
+#include "tpu/recording.h"
 #include "tpu/status.h"
 
 #ifdef __cplusplus
@@ -123,6 +131,46 @@ typedef struct tpu_hal_command {
  * driver's queue_submit calls it first. */
 tpu_status_t tpu_hal_command_check(const tpu_hal_command_t* command);
 
+/* What the runtime hands executable_prepare: a recording of the deferred
+ * mode (tpu/defer.h) to compile. */
+typedef struct tpu_hal_recording {
+  /* The recorded nodes (non-NULL, the caller's). The driver may replace it
+   * by a graph of the same nodes in another order, releasing this one: the
+   * caller then submits (and releases) the graph it finds here. */
+  tpu_graph_t* graph;
+  /* Buffers freed while recording (free_count of them, the caller's); the
+   * driver may rewrite their points to match its reordering. */
+  tpu_free_record_t* frees;
+  int32_t free_count;
+  /* The recording's provisional blocks still alive (allocated while
+   * recording, never counted by the allocator): live of them, borrowed. */
+  const uint64_t* live_addr;
+  const uint64_t* live_size;
+  int32_t live;
+  /* The driver may reuse what it made for an equal recording earlier on the
+   * same queue, and keep this one for later (false: compile it afresh and
+   * keep nothing, as a capture needs). */
+  bool reuse;
+} tpu_hal_recording_t;
+
+/* What executable_prepare gives back. The counts feed tpu_defer_metrics_t;
+ * a driver without a compiler leaves them 0 (kernels: one per node). */
+typedef struct tpu_hal_prepared {
+  tpu_hal_executable_t* executable; /* one reference, the caller's; NULL: run node by node */
+  /* The most device memory running it holds on top of what the allocator
+   * counted before it (outputs written to memory, the provisional blocks
+   * and frees of the recording): the allocator raises its peak by this. */
+  int64_t extra_bytes;
+  uint64_t hash;   /* the executable's structure (0: none) */
+  int32_t kernels; /* what it launches */
+  bool cached;     /* taken from the driver's cache, not compiled */
+  bool repeat;     /* the same as an earlier recording on this queue (reuse) */
+  bool repeat_raw; /* ... found by the recording's raw addresses */
+  int64_t fused_kernels, fused_nodes;     /* kernels running several nodes, and their nodes */
+  int64_t gemm_epilogues, epilogue_nodes; /* GEMMs with an epilogue, and its nodes */
+  int64_t elided_buffers, elided_bytes;   /* intermediates never written to memory */
+} tpu_hal_prepared_t;
+
 typedef struct tpu_hal_driver {
   const char* name;
   int (*chip_count)(void);
@@ -185,9 +233,22 @@ typedef struct tpu_hal_driver {
    * when the event was created without timing. */
   int64_t (*event_time_ns)(tpu_hal_event_t* event);
 
-  /* Executables. Optional: NULL for a driver without a compiler, which is
-   * then only ever given EXEC commands without one. How an executable is
-   * made is the driver's own business (the host driver's: host_driver.h). */
+  /* Executables. executable_prepare is required: it makes the driver's
+   * executable for a recording to be run on `queue` (*out filled; on
+   * failure out->executable is NULL and the recording's graph is still the
+   * caller's to release). Calls for one queue must not overlap (the stream
+   * makes them under its lock); they may overlap submissions to it and
+   * calls for other queues. A driver without a compiler returns no
+   * executable. retain/release are optional: NULL for a driver that never
+   * returns an executable, which is then only ever given EXEC commands
+   * without one. */
+  tpu_status_t (*executable_prepare)(tpu_hal_queue_t* queue, tpu_hal_recording_t* recording,
+                                     tpu_hal_prepared_t* out);
+  /* Required: what executable_prepare would make of the recording, as text
+   * for a person (tpu_stream_pending_text), into *out_text (malloc'd, the
+   * caller's). Borrows the recording and changes nothing: no cache, no
+   * memo, the graph and free records left as they are. */
+  tpu_status_t (*recording_text)(const tpu_hal_recording_t* recording, char** out_text);
   void (*executable_retain)(tpu_hal_executable_t* executable);
   void (*executable_release)(tpu_hal_executable_t* executable); /* NULL is ignored */
 } tpu_hal_driver_t;

@@ -2,10 +2,11 @@
  * program the host driver runs.
  *
  * This is the host driver's compiler and executor, not part of the HAL: a
- * program is the host driver's executable (hal/host_driver.h wraps it for
- * the EXEC command), and only the host driver's queues run one
- * (tpu_program_run). The deferred mode (defer.c) calls the compiler
- * directly; under another driver it submits recordings without a program.
+ * program is the host driver's executable, made by its executable_prepare
+ * (hal/host_compile.c) from a recording the runtime hands it, and only the
+ * host driver's queues run one (tpu_program_run). Above the HAL only the
+ * GEMM-epilogue switch is reached (tpu_defer_set_gemm_epilogues and the
+ * deferred mode's epilogue window read it: tpu_fusion_epilogues_enabled).
  *
  * Passes, each a named phase followed by the verifier (fusion_verify):
  *   0. schedule  (schedule.c) the order the nodes run in: a pointwise
@@ -52,16 +53,10 @@
 
 #include "kernel.h"
 #include "tpu/ir.h"
+#include "tpu/recording.h"
 #include "tpu/status.h"
 
-/* Per graph: the freed-buffer records the fusion passes need. A record says
- * the byte range [lo, hi) was freed after the first `point` nodes had been
- * recorded. */
-typedef struct tpu_free_record {
-  uint64_t lo, hi;
-  int32_t point;
-  bool provisional; /* allocated while deferring: its bytes were never counted */
-} tpu_free_record_t;
+/* The freed-buffer records the passes read are tpu_free_record_t (tpu/recording.h). */
 
 /* Group kinds: one node run as strict eager runs it; a pointwise run over
  * one shape, cut into tiles of elements; a run of row-local and pointwise

@@ -14,11 +14,12 @@
  *  - Queues: one worker thread per queue runs commands in order; kernels
  *    split work over the shared compute pool (kernel.h).
  *  - Events: sequence counters with a timestamp of the last completion.
- *  - Executables: fusion programs (fusion.h), made by the deferred mode with
- *    the fusion compiler and handed over opaquely (host_driver.h); the
- *    handle is the program's address. An EXEC without one runs its graph
- *    node by node. The fusion executor and the kernels are this driver's
- *    implementation: no other layer runs a graph.
+ *  - Executables: fusion programs (fusion.h), made by executable_prepare
+ *    with the fusion compiler (host_compile.c; each queue keeps a memo of
+ *    its repeated recordings for it); the handle is the program's address.
+ *    An EXEC without one runs its graph node by node. The fusion compiler
+ *    and executor and the kernels are this driver's implementation: no
+ *    other layer compiles or runs a graph.
  * An error in a command is recorded on its queue (first one wins, named after
  * the op) and returned by the next queue_wait_idle, which clears it; the
  * commands after it, and the nodes after a failing one in the same graph or
@@ -37,7 +38,7 @@
 #include "kernel.h"
 #include "base/pool_spin.h"
 #include "base/spin.h"
-#include "host_driver.h"
+#include "hal/host_driver.h"
 #include "host_event.h"
 #include "tpu/config.h"
 #include "tpu/hal.h"
@@ -297,6 +298,10 @@ static tpu_program_t* program_of(tpu_hal_executable_t* executable) {
 static void host_executable_retain(tpu_hal_executable_t* e) { tpu_program_retain(program_of(e)); }
 static void host_executable_release(tpu_hal_executable_t* e) { tpu_program_release(program_of(e)); }
 
+/* The memo is the queue's; the compiler side is host_compile.c. */
+static tpu_status_t host_executable_prepare(tpu_hal_queue_t* q, tpu_hal_recording_t* rec,
+                                            tpu_hal_prepared_t* out);
+
 /* ---- queues --------------------------------------------------------------- */
 
 struct tpu_hal_queue {
@@ -313,6 +318,9 @@ struct tpu_hal_queue {
   int64_t poll_ns; /* how long the idle worker polls now (wait_for_work) */
   tpu_status_t error; /* first failure since the last wait_idle */
   tpu_hal_queue_stats_t stats; /* under mu */
+  /* The queue's repeated recordings: used only by executable_prepare,
+   * whose calls for one queue never overlap (tpu/hal.h); not under mu. */
+  tpu_flush_memo_t memo;
 };
 
 static void command_dispose(tpu_hal_command_t* cmd) {
@@ -500,6 +508,11 @@ static void* queue_main(void* arg) {
   return NULL;
 }
 
+static tpu_status_t host_executable_prepare(tpu_hal_queue_t* q, tpu_hal_recording_t* rec,
+                                            tpu_hal_prepared_t* out) {
+  return tpu_host_compile(&q->memo, rec, out);
+}
+
 static tpu_status_t host_queue_create(tpu_hal_chip_t* chip, tpu_hal_queue_t** out_queue) {
   tpu_hal_queue_t* q = calloc(1, sizeof(*q));
   if (!q) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "queue allocation failed");
@@ -527,6 +540,7 @@ static void host_queue_destroy(tpu_hal_queue_t* q) {
   pthread_mutex_unlock(&q->mu);
   pthread_join(q->thread, NULL);
   tpu_status_free(q->error);
+  tpu_flush_memo_free(&q->memo);
   free(q->ring);
   pthread_mutex_destroy(&q->mu);
   pthread_cond_destroy(&q->has_work);
@@ -717,6 +731,8 @@ const tpu_hal_driver_t tpu_host_driver = {
     .event_reached = tpu_host_event_reached,
     .event_wait = tpu_host_event_wait,
     .event_time_ns = tpu_host_event_time_ns,
+    .executable_prepare = host_executable_prepare,
+    .recording_text = tpu_host_recording_text,
     .executable_retain = host_executable_retain,
     .executable_release = host_executable_release,
 };

@@ -8,14 +8,17 @@
  *    submitted, so the queue is idle whenever no submit is under way;
  *    copies, events and host functions work.
  *  - EXEC: runs nothing. It records UNIMPLEMENTED on the queue, returned by
- *    the next queue_wait_idle like any asynchronous error; graphs are never
- *    given executables (no executable entries).
+ *    the next queue_wait_idle like any asynchronous error.
+ *  - Executables: none. executable_prepare leaves the recording as it is,
+ *    returns no executable (the graph runs node by node) and a memory
+ *    estimate that holds whatever the order (no retain/release entries).
  * Select it with TORCH_TPU_DRIVER=null: the runtime then starts, allocates,
  * copies and synchronises, and every op surfaces UNIMPLEMENTED at the
  * next synchronisation. The conformance suite runs against it. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -257,6 +260,29 @@ static void null_queue_add_stats(tpu_hal_queue_t* q, tpu_hal_queue_stats_t* out_
   pthread_mutex_unlock(&q->mu);
 }
 
+/* No compiler: the recording stays as it is and runs node by node (here:
+ * not at all). The memory estimate is the bound that holds for any order of
+ * running it: every provisional block, freed or alive, held at once. */
+static tpu_status_t null_executable_prepare(tpu_hal_queue_t* q, tpu_hal_recording_t* rec,
+                                            tpu_hal_prepared_t* out) {
+  (void)q;
+  *out = (tpu_hal_prepared_t){.kernels = tpu_graph_node_count(rec->graph)};
+  for (int32_t f = 0; f < rec->free_count; ++f)
+    if (rec->frees[f].provisional)
+      out->extra_bytes += (int64_t)(rec->frees[f].hi - rec->frees[f].lo);
+  for (int32_t b = 0; b < rec->live; ++b) out->extra_bytes += (int64_t)rec->live_size[b];
+  return TPU_OK;
+}
+
+static tpu_status_t null_recording_text(const tpu_hal_recording_t* rec, char** out_text) {
+  char* text = NULL;
+  if (asprintf(&text, "null driver: no compiler; %d nodes, each its own kernel\n",
+               (int)tpu_graph_node_count(rec->graph)) < 0)
+    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "recording text: no memory");
+  *out_text = text;
+  return TPU_OK;
+}
+
 const tpu_hal_driver_t tpu_null_driver = {
     .name = "null",
     .chip_count = null_chip_count,
@@ -280,4 +306,6 @@ const tpu_hal_driver_t tpu_null_driver = {
     .event_reached = tpu_host_event_reached,
     .event_wait = tpu_host_event_wait,
     .event_time_ns = tpu_host_event_time_ns,
+    .executable_prepare = null_executable_prepare,
+    .recording_text = null_recording_text,
 };

@@ -15,7 +15,14 @@
  * The segments are also kept on a list (through their first blocks), so
  * tpu_memory_snapshot can copy the whole layout, and a segment observer
  * (tpu_memory_set_segment_observer) hears each map and unmap.
- * Statistics follow c10::CachingDeviceAllocator::DeviceStats. */
+ * Statistics follow c10::CachingDeviceAllocator::DeviceStats; a block
+ * allocated while deferring is provisional, counted when the graph that
+ * writes it is flushed (tpu_allocator_commit, which also raises the peak by
+ * the driver's estimate for the flushed executable).
+ * The allocator knows nothing of the streams' pending state: it tells it of
+ * each allocation and free through the hooks given at creation
+ * (tpu_allocator_hooks_t, internal.h), and its lock is taken and released
+ * in one function here, never held across a hook. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +30,6 @@
 
 #include "stream/internal.h"
 #include "kernel.h"
-#include "tpu/defer.h"
 #include "tpu/profiler.h"
 
 #define ROUND 512u
@@ -61,6 +67,7 @@ typedef struct free_list {
 
 struct tpu_allocator {
   tpu_chip_t* chip;
+  const tpu_allocator_hooks_t* hooks; /* static */
   pthread_mutex_t mu;
   free_list_t free[TPU_POOL_COUNT]; /* index SMALL/LARGE used */
   tpu_block_t** waiting;            /* freed, awaiting other streams */
@@ -118,7 +125,6 @@ static void provisional_unlink(tpu_allocator_t* a, tpu_block_t* b) {
   if (b->prov_next) b->prov_next->prov_prev = b->prov_prev;
   b->prov_prev = b->prov_next = NULL;
   b->provisional = false;
-  atomic_fetch_sub(&a->chip->streams[b->stream].pending.provisional, 1);
 }
 
 static void commit_locked(tpu_allocator_t* a, int stream) {
@@ -193,10 +199,12 @@ static void fl_remove(free_list_t* fl, tpu_block_t* b) {
 
 /* ---- creation -------------------------------------------------------------------- */
 
-tpu_status_t tpu_allocator_create(tpu_chip_t* chip, tpu_allocator_t** out_allocator) {
+tpu_status_t tpu_allocator_create(tpu_chip_t* chip, const tpu_allocator_hooks_t* hooks,
+                                  tpu_allocator_t** out_allocator) {
   tpu_allocator_t* a = calloc(1, sizeof(*a));
   if (!a) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "allocator allocation failed");
   a->chip = chip;
+  a->hooks = hooks;
   pthread_mutex_init(&a->mu, NULL);
   *out_allocator = a;
   return TPU_OK;
@@ -233,6 +241,17 @@ static void release_cached(tpu_allocator_t* a) {
       release_segment(a, b);
     }
   }
+}
+
+void tpu_allocator_destroy(tpu_allocator_t* a) {
+  if (!a) return;
+  pthread_mutex_lock(&a->mu);
+  release_cached(a);
+  pthread_mutex_unlock(&a->mu);
+  for (int pool = 0; pool < TPU_POOL_COUNT; ++pool) free(a->free[pool].items);
+  free(a->waiting);
+  pthread_mutex_destroy(&a->mu);
+  free(a);
 }
 
 /* ---- freeing ------------------------------------------------------------------------- */
@@ -374,6 +393,16 @@ static void retire_locked(tpu_allocator_t* a, tpu_block_t* b) {
   finish_free(a, b);
 }
 
+/* The free hook's retire: the block goes back to the allocator (reusable
+ * from now on); *out says what it was. */
+static void retire(tpu_block_t* b, tpu_freed_t* out) {
+  tpu_allocator_t* a = b->owner;
+  pthread_mutex_lock(&a->mu);
+  *out = (tpu_freed_t){b->addr, b->size, b->provisional};
+  retire_locked(a, b);
+  pthread_mutex_unlock(&a->mu);
+}
+
 void tpu_block_free(tpu_block_t* b) {
   if (!b) return;
   tpu_allocator_t* a = b->owner;
@@ -386,22 +415,11 @@ void tpu_block_free(tpu_block_t* b) {
   uint32_t other_uses = b->stream_uses & ~(1u << b->stream);
   pthread_mutex_unlock(&a->mu);
   for (int s = 0; s < TPU_STREAMS_PER_CHIP; ++s)
-    if (other_uses & (1u << s))
-      tpu_status_free(tpu_stream_flush(&a->chip->streams[s], TPU_FLUSH_EVENT, NULL));
-  /* The stream's pending lock is held from before the block can be reused
-   * until its deferred work has heard of the free: no node writing a new
-   * tenant of the range can be recorded ahead of that record (the lock
-   * order is pending, then allocator, as on flush). */
-  tpu_stream_t* st = &a->chip->streams[b->stream];
-  pthread_mutex_lock(&st->pending.mu);
-  if (atomic_load(&st->pending.capturing)) tpu_capture_note_free_locked(st, b);
-  pthread_mutex_lock(&a->mu);
-  bool provisional = b->provisional;
-  uint64_t addr = b->addr, size = b->size;
-  retire_locked(a, b);
-  pthread_mutex_unlock(&a->mu);
-  tpu_defer_note_free_locked(st, addr, size, provisional);
-  pthread_mutex_unlock(&st->pending.mu);
+    if (other_uses & (1u << s)) tpu_status_free(a->hooks->flush(&a->chip->streams[s]));
+  /* The hook retires the block inside the stream's pending state, so that
+   * no node writing a new tenant of the range is recorded ahead of the
+   * free's record (defer.c). */
+  a->hooks->freeing(&a->chip->streams[b->stream], b, retire);
 }
 
 /* ---- allocation ---------------------------------------------------------------------- */
@@ -447,6 +465,7 @@ tpu_status_t tpu_block_alloc(tpu_stream_t* stream, size_t bytes, tpu_block_t** o
   if (bytes > (size_t)1 << 60) return oom_status(a, bytes);
   size_t size = (bytes + ROUND - 1) / ROUND * ROUND;
   int pool = size <= SMALL_LIMIT ? TPU_POOL_SMALL : TPU_POOL_LARGE;
+  bool provisional = a->hooks->deferring();
   pthread_mutex_lock(&a->mu);
   if (a->waiting_count) process_waiting(a);
   tpu_block_t* b = take_free(a, pool, stream->index, size);
@@ -517,19 +536,18 @@ tpu_status_t tpu_block_alloc(tpu_stream_t* stream, size_t bytes, tpu_block_t** o
   b->allocated = true;
   b->requested = bytes;
   b->stream_uses = 0;
-  if (tpu_defer_active()) {
+  if (provisional) {
     /* Counted when the graph that writes it is flushed (tpu/defer.h). */
     b->provisional = true;
     b->prov_prev = NULL;
     b->prov_next = a->provisional[b->stream];
     if (b->prov_next) b->prov_next->prov_prev = b;
     a->provisional[b->stream] = b;
-    atomic_fetch_add(&stream->pending.provisional, 1);
   } else {
     count_block(a, b, +1);
   }
   pthread_mutex_unlock(&a->mu);
-  if (atomic_load(&stream->pending.capturing)) tpu_capture_note_alloc(stream, b, bytes);
+  a->hooks->allocated(stream, b, bytes);
   prof_memory(a, TPU_PROF_ALLOC, stream->index, b->addr, b->size);
   *out_block = b;
   return TPU_OK;

@@ -1,8 +1,8 @@
 /* capture.c — capture a deferred region, replay it relocated (tpu/capture.h).
  *
- * While a stream captures, the allocator and the deferred recorder report to
- * it (internal.h): allocations, frees of the region's own blocks, and every
- * recorded graph, whose operand addresses are rewritten on the spot as
+ * While a stream captures, its pending state (defer.c) reports to it, under
+ * the pending lock (internal.h): allocations, frees of the region's own
+ * blocks, and every recorded graph, whose operand addresses are rewritten on the spot as
  * (space, offset) with space an input or one of the region's blocks. A block
  * is looked up among the live ones, newest first, so a range freed and
  * handed out again inside the region resolves to its current tenant.
@@ -82,7 +82,6 @@ void tpu_capture_release(tpu_capture_t* c) {
 
 tpu_status_t tpu_capture_begin(tpu_stream_t* stream, const uint64_t* input_addr,
                                const uint64_t* input_bytes, int32_t num_inputs) {
-  tpu_pending_t* pd = &stream->pending;
   tpu_capture_t* c = calloc(1, sizeof(*c));
   size_t n = num_inputs > 0 ? (size_t)num_inputs : 1;
   if (c) {
@@ -99,15 +98,7 @@ tpu_status_t tpu_capture_begin(tpu_stream_t* stream, const uint64_t* input_addr,
     c->input_addr[i] = input_addr[i];
     c->input_bytes[i] = input_bytes[i];
   }
-  pthread_mutex_lock(&pd->mu);
-  bool busy = pd->capture != NULL;
-  if (!busy) {
-    pd->capture = c;
-    atomic_store(&pd->capture_poison, NULL);
-    atomic_store(&pd->capturing, 1);
-  }
-  pthread_mutex_unlock(&pd->mu);
-  if (busy) {
+  if (!tpu_pending_capture_attach(stream, c)) {
     tpu_capture_release(c);
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "capture: the stream is already capturing");
   }
@@ -116,15 +107,10 @@ tpu_status_t tpu_capture_begin(tpu_stream_t* stream, const uint64_t* input_addr,
 
 tpu_status_t tpu_capture_end(tpu_stream_t* stream, tpu_capture_t** out_capture,
                              const char** out_reason) {
-  tpu_pending_t* pd = &stream->pending;
   *out_capture = NULL;
   *out_reason = NULL;
-  pthread_mutex_lock(&pd->mu);
-  tpu_capture_t* c = pd->capture;
-  pd->capture = NULL;
-  atomic_store(&pd->capturing, 0);
-  const char* poison = atomic_exchange(&pd->capture_poison, NULL);
-  pthread_mutex_unlock(&pd->mu);
+  const char* poison = NULL;
+  tpu_capture_t* c = tpu_pending_capture_detach(stream, &poison);
   if (!c) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "capture: the stream is not capturing");
   if (poison) fail(c, poison);
   c->live = malloc(sizeof(int32_t) * (size_t)(c->block_count + 1));
@@ -140,18 +126,10 @@ tpu_status_t tpu_capture_end(tpu_stream_t* stream, tpu_capture_t** out_capture,
   return TPU_OK;
 }
 
-/* ---- what the allocator and the recorder report -------------------------------- */
+/* ---- what the pending state reports -------------------------------------------- */
 
-void tpu_capture_poison(tpu_stream_t* stream, const char* reason) {
-  const char* none = NULL;
-  atomic_compare_exchange_strong(&stream->pending.capture_poison, &none, reason);
-}
-
-void tpu_capture_note_alloc(tpu_stream_t* stream, const tpu_block_t* block, uint64_t bytes) {
-  tpu_pending_t* pd = &stream->pending;
-  pthread_mutex_lock(&pd->mu);
-  tpu_capture_t* c = pd->capture;
-  if (c && !c->failed) {
+void tpu_capture_note_alloc(tpu_capture_t* c, const tpu_block_t* block, uint64_t bytes) {
+  if (!c->failed) {
     if (c->block_count == c->block_capacity) {
       int32_t cap = c->block_capacity ? c->block_capacity * 2 : 64;
       block_rec_t* b = realloc(c->blocks, sizeof(*b) * (size_t)cap);
@@ -170,12 +148,10 @@ void tpu_capture_note_alloc(tpu_stream_t* stream, const tpu_block_t* block, uint
           (block_rec_t){.block = block, .addr = tpu_block_addr(block), .bytes = bytes, .live = true};
     }
   }
-  pthread_mutex_unlock(&pd->mu);
 }
 
-void tpu_capture_note_free_locked(tpu_stream_t* stream, const tpu_block_t* block) {
-  tpu_capture_t* c = stream->pending.capture;
-  if (!c || c->failed) return;
+void tpu_capture_note_free(tpu_capture_t* c, const tpu_block_t* block) {
+  if (c->failed) return;
   /* Blocks from before the region (an input dying early) are not replayed:
    * the replay's caller holds its inputs. */
   for (int32_t k = c->block_count - 1; k >= 0; --k)
@@ -291,9 +267,8 @@ static tpu_status_t copy_nodes(const tpu_capture_t* c, const event_t* e, const u
   return copy_graph(c, e->graph, e->spaces, base, e, counters, out);
 }
 
-void tpu_capture_note_record_locked(tpu_stream_t* stream, const tpu_graph_t* graph) {
-  tpu_capture_t* c = stream->pending.capture;
-  if (!c || c->failed) return;
+void tpu_capture_note_record(tpu_capture_t* c, const tpu_graph_t* graph) {
+  if (c->failed) return;
   int32_t* spaces = malloc(sizeof(int32_t) * (size_t)(view_operands(graph) + 1));
   event_t* e = spaces ? push_event(c) : NULL;
   if (!e) {
@@ -320,20 +295,20 @@ void tpu_capture_note_record_locked(tpu_stream_t* stream, const tpu_graph_t* gra
   c->nodes += tpu_graph_node_count(graph);
 }
 
+static void mark_random(tpu_capture_t* c, void* arg) {
+  const int32_t* attrs = arg;
+  c->next_seed = attrs[0];
+  c->next_offset = attrs[1];
+}
+
 tpu_status_t tpu_capture_mark_random(tpu_stream_t* stream, int32_t seed_attr,
                                      int32_t offset_attr) {
   if (seed_attr < 0 || seed_attr >= TPU_MAX_ATTRS || offset_attr < 0 ||
       offset_attr >= TPU_MAX_ATTRS)
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "capture: attribute index out of range");
-  tpu_pending_t* pd = &stream->pending;
-  if (!atomic_load(&pd->capturing)) return TPU_OK;
-  pthread_mutex_lock(&pd->mu);
-  tpu_capture_t* c = pd->capture;
-  if (c) {
-    c->next_seed = seed_attr;
-    c->next_offset = offset_attr;
-  }
-  pthread_mutex_unlock(&pd->mu);
+  if (!tpu_pending_capturing(stream)) return TPU_OK;
+  int32_t attrs[2] = {seed_attr, offset_attr};
+  tpu_pending_with_capture(stream, mark_random, attrs);
   return TPU_OK;
 }
 

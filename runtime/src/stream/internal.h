@@ -1,5 +1,25 @@
-/* internal.h — runtime-private structures shared by runtime.c (chips,
- * streams, events), allocator.c (device memory) and host_memory.c. */
+/* internal.h — the stream layer's modules and what they offer each other.
+ *
+ *  runtime.c    chips, streams, events, submission (tpu/runtime.h); makes
+ *               each chip's allocator with the pending state's hooks.
+ *  defer.c      the pending state of each stream (tpu_pending_t) and its
+ *               lock: recording, cuts, flushes (the driver's
+ *               executable_prepare), the pending text; the only writer of
+ *               tpu_pending_t. Capture's state lives there too, set and
+ *               taken through its functions.
+ *  allocator.c  device memory and its statistics, the peak included (the
+ *               flush hands it the driver's estimate: tpu_allocator_commit).
+ *               It reports allocations and frees through hooks
+ *               (tpu_allocator_hooks_t) and names no other module's state.
+ *  capture.c    a captured region (tpu/capture.h): told of allocations,
+ *               frees and recordings by defer.c, under the pending lock.
+ *  host_memory.c pinned host memory.
+ *
+ * Locks: each is taken and released in one function of the module that
+ * owns it (chip->mu: runtime.c; pending.mu: defer.c; the allocator's:
+ * allocator.c). Order: pending, then allocator (a flush commits to the
+ * allocator under pending.mu; a free's hook holds pending.mu while the
+ * allocator retires the block). */
 #ifndef TPU_INTERNAL_H_
 #define TPU_INTERNAL_H_
 
@@ -13,103 +33,13 @@
 
 typedef struct tpu_allocator tpu_allocator_t;
 
-struct tpu_program;
-struct tpu_free_record;
-
-/* A stream's last flushes: each recording's signature and what the fusion
- * compiler made of it (flush_memo.c). Under the stream's pending.mu. */
-#define TPU_MEMO_ENTRIES 8
-typedef struct tpu_flush_memo_entry {
-  uint64_t* key;                 /* the recording's signature */
-  int64_t key_len, key_cap;
-  uint64_t hash;                 /* of the key */
-  int32_t* order;                /* the scheduled order, or NULL when unmoved */
-  int32_t order_len;
-  struct tpu_program* program;   /* retained, or NULL: an empty entry */
-  struct tpu_node_plans* plans;  /* the nodes' kernel plans (fusion.h), owned; NULL: none */
-  int64_t extra;                 /* the memory estimate (defer.c's peak_extra) */
-  uint64_t used;                 /* when last matched or stored (LRU) */
-  uint64_t generation;           /* the program cache's when stored: a clear drops it */
-  uint64_t stamp;                /* which store filled it (a raw slot names it so) */
-} tpu_flush_memo_entry_t;
-
-/* A way to an entry by a recording's raw signature (its addresses as they
- * are, not made canonical), kept when that recording was found or stored:
- * the placements a loop cycles through each get one. Valid while the entry
- * holds what it held then (the same stamp and cache generation). */
-#define TPU_MEMO_RAW 16
-typedef struct tpu_flush_memo_raw {
-  uint64_t* key; /* the raw signature, or NULL: an empty slot */
-  int64_t key_len, key_cap;
-  uint64_t hash;
-  int32_t entry;  /* index into entries */
-  uint64_t stamp; /* the entry's when filed */
-  uint64_t used;  /* when last matched or filed (LRU) */
-} tpu_flush_memo_raw_t;
-
-typedef struct tpu_flush_memo {
-  tpu_flush_memo_entry_t entries[TPU_MEMO_ENTRIES];
-  uint64_t* next;                /* the signature being compared */
-  int64_t next_len, next_cap;
-  uint64_t next_hash;
-  bool next_valid;               /* built completely (no allocation failed) */
-  uint64_t clock;
-  uint64_t stores;               /* entries filled so far (their stamps) */
-  tpu_flush_memo_raw_t raw_slots[TPU_MEMO_RAW];
-  uint64_t* raw;                 /* the last lookup's raw signature, kept */
-  int64_t raw_len, raw_cap;      /* (raw_valid) until its entry is known */
-  uint64_t raw_hash;
-  bool raw_valid;
-  struct tpu_memo_span* spans;   /* canonical addresses (flush_memo.c): each */
-  struct tpu_memo_span* sorted;  /* address's byte range and word, the ranges */
-  struct tpu_memo_region* regions; /* sorted and merged into regions, each */
-  int64_t span_cap;              /* region's id by first use (grown as needed) */
-  uint64_t* live_addr;           /* the stream's live provisional blocks, */
-  uint64_t* live_size;           /* read at each flush (room for live_cap, */
-  int32_t live_cap;              /* grown to hold them all) */
-} tpu_flush_memo_t;
-
-/* Frees what the memo holds (entries, programs, arrays); *m is then empty. */
-void tpu_flush_memo_free(tpu_flush_memo_t* m);
-
-/* Builds the signature of a recording (its nodes, free records, live
- * provisional blocks and the compiler's switches, with addresses made
- * relative to the memory regions they fall in) into m->next; false when
- * out of memory (then nothing matches). */
-bool tpu_flush_memo_sign(tpu_flush_memo_t* m, const tpu_graph_t* graph,
-                         const struct tpu_free_record* frees, int32_t free_count,
-                         const uint64_t* live_addr, const uint64_t* live_size, int32_t live,
-                         uint64_t settings);
-/* The entry whose signature is the one just built, or NULL. */
-const tpu_flush_memo_entry_t* tpu_flush_memo_find(tpu_flush_memo_t* m);
-/* The entry for a recording, or NULL: first by its raw signature (a slot
- * filed for the same words, addresses as they are: *out_fast set, nothing
- * made canonical), else as tpu_flush_memo_sign and tpu_flush_memo_find
- * (the raw signature is then filed for the entry found, or for the one
- * tpu_flush_memo_store fills next). */
-const tpu_flush_memo_entry_t* tpu_flush_memo_lookup(tpu_flush_memo_t* m,
-                                                    const tpu_graph_t* graph,
-                                                    const struct tpu_free_record* frees,
-                                                    int32_t free_count, const uint64_t* live_addr,
-                                                    const uint64_t* live_size, int32_t live,
-                                                    uint64_t settings, bool* out_fast);
-/* Keeps the signature just built with what was compiled for it (the
- * scheduled order: n entries, or NULL when unmoved; the program, retained;
- * the nodes' plans, taken: released if nothing is kept; the estimate) in
- * place of the least recently used entry, and files the last lookup's raw
- * signature for it. Without a complete signature, or out of memory,
- * nothing is kept. */
-void tpu_flush_memo_store(tpu_flush_memo_t* m, const int32_t* order, int32_t n,
-                          struct tpu_program* program, struct tpu_node_plans* plans,
-                          int64_t extra);
-
-/* Deferred work of a stream (defer.c), under `mu`. */
+/* Deferred work of a stream: written by defer.c alone, under `mu` (the
+ * atomics are also read without it). */
 typedef struct tpu_pending {
   pthread_mutex_t mu;
   tpu_graph_t* graph;          /* recorded nodes, or NULL */
   struct tpu_free_record* frees; /* buffers freed while recording */
   int32_t free_count, free_capacity;
-  _Atomic int provisional; /* live provisional blocks of the stream (allocator) */
   int64_t heavy_elements;  /* elements heavy nodes touched since the last cut */
   int32_t epilogue_window; /* pointwise nodes a due pipeline cut still waits for */
   int32_t last_nodes;      /* the last flushed graph's nodes and operands: */
@@ -117,7 +47,9 @@ typedef struct tpu_pending {
   struct tpu_capture* capture; /* the region being captured (capture.c), or NULL */
   _Atomic int capturing;       /* capture != NULL, read without the lock */
   _Atomic(const char*) capture_poison; /* why the capture cannot replay, or NULL */
-  tpu_flush_memo_t memo;       /* the last flush, for a loop that repeats it */
+  uint64_t* live_addr;         /* the live provisional blocks, read at each */
+  uint64_t* live_size;         /* flush (room for live_cap, grown to hold */
+  int32_t live_cap;            /* them all) */
 } tpu_pending_t;
 
 struct tpu_stream {
@@ -159,7 +91,39 @@ tpu_status_t tpu_stream_copy_queued(tpu_stream_t* stream, tpu_copy_kind_t kind, 
 tpu_status_t tpu_event_record_queued(tpu_event_t* event, tpu_stream_t* stream);
 
 /* allocator.c */
-tpu_status_t tpu_allocator_create(tpu_chip_t* chip, tpu_allocator_t** out_allocator);
+
+/* What a block's retirement tells the pending state (tpu_allocator_hooks_t). */
+typedef struct tpu_freed {
+  uint64_t addr, size;
+  bool provisional; /* its bytes were never counted */
+} tpu_freed_t;
+
+/* What the allocator tells the layer that owns the streams' pending state
+ * (defer.c's tpu_defer_allocator_hooks). Each is called with no allocator
+ * lock held and returns holding none. */
+typedef struct tpu_allocator_hooks {
+  /* Whether a block allocated now is provisional (deferring: counted when
+   * the graph that writes it is flushed). */
+  bool (*deferring)(void);
+  /* A block was allocated on `stream` (`bytes` asked for). */
+  void (*allocated)(tpu_stream_t* stream, const tpu_block_t* block, uint64_t bytes);
+  /* Another stream that used a block about to be freed: its deferred work
+   * goes to its queue first. */
+  tpu_status_t (*flush)(tpu_stream_t* stream);
+  /* A block of `stream` is freed: the hook calls retire(block, &freed),
+   * which gives the block back to the allocator (it may be reused at once),
+   * with whatever keeps a new tenant's nodes from being recorded before the
+   * free is noted, and then notes it. */
+  void (*freeing)(tpu_stream_t* stream, tpu_block_t* block,
+                  void (*retire)(tpu_block_t* block, tpu_freed_t* out));
+} tpu_allocator_hooks_t;
+
+tpu_status_t tpu_allocator_create(tpu_chip_t* chip, const tpu_allocator_hooks_t* hooks,
+                                  tpu_allocator_t** out_allocator);
+/* Returns every segment to the chip and frees the allocator, whose blocks
+ * must all have been freed (and none be awaiting another stream). Chips
+ * keep theirs for the process's life; tests make their own. */
+void tpu_allocator_destroy(tpu_allocator_t* allocator);
 /* Copies up to `capacity` of the stream's live provisional blocks (allocated
  * while deferring, not yet counted); returns how many there are, which may
  * exceed `capacity` (then the caller grows its arrays and asks again). */
@@ -170,18 +134,31 @@ int32_t tpu_allocator_provisional(tpu_allocator_t* allocator, int stream, uint64
  * stream's live provisional blocks in the statistics. */
 void tpu_allocator_commit(tpu_allocator_t* allocator, int stream, int64_t extra);
 
-/* defer.c */
+/* defer.c: the pending state's owner */
+/* Sets up a stream's pending state (empty, its lock made). */
+void tpu_pending_init(tpu_pending_t* pending);
+/* The allocator's hooks (above): a block's allocation and free go to the
+ * stream's pending state and capture. */
+extern const tpu_allocator_hooks_t tpu_defer_allocator_hooks;
 /* Appends a verified graph to the stream's pending graph (takes ownership). */
 tpu_status_t tpu_defer_record(tpu_stream_t* stream, tpu_graph_t* graph);
 /* Appends one verified node (copied; the caller keeps it). */
 tpu_status_t tpu_defer_record_node(tpu_stream_t* stream, const tpu_node_t* node);
 /* Whether the stream has recorded nodes. */
 bool tpu_defer_pending(tpu_stream_t* stream);
-/* The allocator reports a freed block to its stream (recorded when the
- * stream has pending nodes); the caller holds stream->pending.mu.
- * `provisional` when its bytes were never counted. */
-void tpu_defer_note_free_locked(tpu_stream_t* stream, uint64_t addr, uint64_t size,
-                                bool provisional);
+/* Whether the stream captures (lock-free). */
+bool tpu_pending_capturing(tpu_stream_t* stream);
+/* Something the replay could not reproduce happened on the stream; lock-free
+ * (`reason` static; the first one is kept). */
+void tpu_pending_poison(tpu_stream_t* stream, const char* reason);
+/* Makes `capture` the stream's (false, and nothing changes, when it already
+ * captures). */
+bool tpu_pending_capture_attach(tpu_stream_t* stream, struct tpu_capture* capture);
+/* Takes the stream's capture (NULL when none) and the first poison reason. */
+struct tpu_capture* tpu_pending_capture_detach(tpu_stream_t* stream, const char** out_poison);
+/* Calls fn(capture, arg) under the pending lock when the stream captures. */
+void tpu_pending_with_capture(tpu_stream_t* stream, void (*fn)(struct tpu_capture*, void*),
+                              void* arg);
 
 /* tpu_stream_flush for a caller that waits for the flushed work at once
  * (a host read, a synchronisation): the program is queued host_waits. */
@@ -191,16 +168,14 @@ tpu_status_t tpu_stream_flush_for_host(tpu_stream_t* stream, tpu_flush_reason_t 
  * command a capture allows. */
 bool tpu_defer_in_flush(void);
 
-/* capture.c: what a capturing stream is told (each a no-op when the stream
- * does not capture). */
-/* Something the replay could not reproduce happened on the stream; lock-free
- * (`reason` static). */
-void tpu_capture_poison(tpu_stream_t* stream, const char* reason);
-/* A block was allocated on the stream (takes pending.mu). */
-void tpu_capture_note_alloc(tpu_stream_t* stream, const tpu_block_t* block, uint64_t bytes);
-/* A block is being freed; the caller holds stream->pending.mu. */
-void tpu_capture_note_free_locked(tpu_stream_t* stream, const tpu_block_t* block);
-/* A graph is being recorded; the caller holds stream->pending.mu. */
-void tpu_capture_note_record_locked(tpu_stream_t* stream, const tpu_graph_t* graph);
+/* capture.c: what a capture is told, by defer.c under the stream's pending
+ * lock (each on the stream's capture, non-NULL). */
+/* A block was allocated on the stream. */
+void tpu_capture_note_alloc(struct tpu_capture* capture, const tpu_block_t* block,
+                            uint64_t bytes);
+/* A block is being freed. */
+void tpu_capture_note_free(struct tpu_capture* capture, const tpu_block_t* block);
+/* A graph is being recorded. */
+void tpu_capture_note_record(struct tpu_capture* capture, const tpu_graph_t* graph);
 
 #endif /* TPU_INTERNAL_H_ */

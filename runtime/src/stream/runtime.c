@@ -47,10 +47,10 @@ static void init_once(void) {
     for (int s = 0; s < TPU_STREAMS_PER_CHIP; ++s) {
       c->streams[s].chip = c;
       c->streams[s].index = s;
-      pthread_mutex_init(&c->streams[s].pending.mu, NULL);
+      tpu_pending_init(&c->streams[s].pending);
     }
     tpu_status_t s = g_rt.driver->chip_open(i, capacity, &c->hal);
-    if (s == TPU_OK) s = tpu_allocator_create(c, &c->allocator);
+    if (s == TPU_OK) s = tpu_allocator_create(c, &tpu_defer_allocator_hooks, &c->allocator);
     if (s != TPU_OK) {
       g_rt.init_status = tpu_status_annotate(s, "opening tpu:%d", i);
       free(c);
@@ -163,8 +163,8 @@ tpu_status_t tpu_stream_queue(tpu_stream_t* stream, tpu_hal_queue_t** out_queue)
 /* Queues a command; in launch-blocking mode waits for it and returns its
  * error at once. */
 tpu_status_t tpu_stream_enqueue(tpu_stream_t* stream, tpu_hal_command_t* cmd) {
-  if (atomic_load(&stream->pending.capturing) && !tpu_defer_in_flush())
-    tpu_capture_poison(stream, "a command queued outside the deferred graph (copy, event, strict op)");
+  if (tpu_pending_capturing(stream) && !tpu_defer_in_flush())
+    tpu_pending_poison(stream, "a command queued outside the deferred graph (copy, event, strict op)");
   tpu_hal_queue_t* q;
   tpu_status_t s = tpu_stream_queue(stream, &q);
   if (s != TPU_OK) {

@@ -1,5 +1,6 @@
-/* flush_memo.c — a stream's last flushes, kept so that a loop which records
- * the same graph every step skips the fusion compiler's front end.
+/* flush_memo.c — a host queue's last compiled recordings, kept so that a
+ * loop which records the same graph every step skips the fusion compiler's
+ * front end (flush_memo.h; host_compile.c uses it).
  *
  * A flush runs phase 0 (schedule), phase 1 (analysis and the structural
  * key), the program cache lookup and the memory estimate: ~5 µs for a
@@ -40,12 +41,13 @@
  * signature for the entry it finds or stores (defer metric
  * `flush_repeats_raw` counts the raw finds).
  *
- * Owned by the stream's pending state and used under its lock. */
+ * Owned by a host queue; used only by its executable_prepare calls, which
+ * never overlap (tpu/hal.h). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "fusion/fusion.h"
-#include "stream/internal.h"
+#include "hal/flush_memo.h"
 
 /* One address the signature holds: the bytes it stands for, and the word
  * it was written to (the raw address until the regions are known). */
@@ -454,8 +456,6 @@ void tpu_flush_memo_free(tpu_flush_memo_t* m) {
   free(m->spans);
   free(m->sorted);
   free(m->regions);
-  free(m->live_addr);
-  free(m->live_size);
   memset(m, 0, sizeof(*m));
 }
 
