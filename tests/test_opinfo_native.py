@@ -105,7 +105,7 @@ TABLE = {
         linalg.ldl_solve linalg.matrix_sqrth linalg.polar"""), dtypes=F32_F64),
     # Computed in float64 for float32 and float64 (kernels/linalg/matfn.c);
     # the half types go to the CPU.
-    "linalg_matrix_exp": Family(keys=("matrix_exp",), dtypes=F32_F64),
+    "linalg_matrix_exp": Family(keys=("matrix_exp",), dtypes=FLOATS),
     # geev (kernels/linalg/eig.c); complex input is native too (tests/test_linalg_kernels.py)
     "linalg_eig": Family(keys=_w("linalg.eig linalg.eigvals"), dtypes=F32_F64),
     "linalg_simple": Family(keys=_w("trace linalg.cross cross addbmm")),
