@@ -176,10 +176,15 @@ bool add_tensor_input(Call& call, const at::Tensor& t) {
   }
   if (t.device().is_cpu() && t.dim() == 0) {  // a number, or a zero-dim CPU tensor
     tpu_dtype_t dt = to_tpu_dtype(t.scalar_type());
-    if (dt == TPU_DTYPE_INVALID || tpu_dtype_is_complex(dt)) return false;  // scalars are real
+    if (dt == TPU_DTYPE_INVALID) return false;
     v.kind = TPU_VALUE_SCALAR;
     bool wrapped = t.unsafeGetTensorImpl()->is_wrapped_number();
     v.u.scalar.is_tensor = !wrapped;
+    if (tpu_dtype_is_complex(dt)) {  // held as (real, imaginary) doubles; a Python complex: C128
+      tpu_convert(v.u.scalar.v.c, TPU_DTYPE_C128, 1, t.const_data_ptr(), dt, 1, 1);
+      v.u.scalar.dtype = wrapped ? TPU_DTYPE_C128 : dt;
+      return true;
+    }
     // Read the host value in place (a CPU tensor's storage is host memory).
     bool floating = tpu_dtype_is_floating(dt);
     tpu_convert(&v.u.scalar.v, floating ? TPU_DTYPE_F64 : TPU_DTYPE_I64, 1, t.const_data_ptr(), dt,
@@ -248,8 +253,13 @@ bool add_scalar_input(Call& call, const c10::IValue& iv) {
   } else if (iv.isInt()) {
     v.u.scalar.dtype = TPU_DTYPE_I64;
     v.u.scalar.v.i = iv.toInt();
+  } else if (iv.isComplexDouble()) {  // rows without TPU_OP_COMPLEX_NUMBERS refuse it
+    c10::complex<double> z = iv.toComplexDouble();
+    v.u.scalar.dtype = TPU_DTYPE_C128;
+    v.u.scalar.v.c[0] = z.real();
+    v.u.scalar.v.c[1] = z.imag();
   } else {
-    return false;  // complex and symbolic numbers
+    return false;  // symbolic numbers
   }
   return true;
 }
@@ -279,6 +289,12 @@ bool to_attr(const c10::IValue& iv, bool is_dtype, tpu_attr_t* a) {
   } else if (iv.isDouble()) {
     a->kind = TPU_ATTR_FLOAT;
     a->u.f = iv.toDouble();
+  } else if (iv.isComplexDouble()) {  // alpha=2j: rows without TPU_OP_COMPLEX_NUMBERS refuse it
+    c10::complex<double> z = iv.toComplexDouble();
+    a->kind = TPU_ATTR_COMPLEX;
+    a->count = 2;
+    a->u.floats[0] = z.real();
+    a->u.floats[1] = z.imag();
   } else if (iv.isIntList() || iv.isSymIntList() || iv.isBoolList()) {
     std::vector<int64_t> values;
     if (iv.isBoolList()) {

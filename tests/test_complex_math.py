@@ -154,3 +154,118 @@ def test_complex_rope_written_with_complex_math_stays_native():
         got = (out_t.cpu(), xt.grad.cpu())
     torch.testing.assert_close(got[0], out)
     torch.testing.assert_close(got[1], xc.grad)
+
+
+# Complex Python numbers as operands: (name, fn) rows, each run on complex64,
+# complex128, and the real dtypes a complex number promotes (float32 ->
+# complex64, float64 -> complex128, int64 and bool -> complex64), as CPU does.
+CX_NUMBER_CASES = [
+    ("mul_1j", lambda a: a * 1j),
+    ("rmul", lambda a: (0.5 - 2j) * a),
+    ("add", lambda a: a + (2 + 3j)),
+    ("radd", lambda a: (2 + 3j) + a),
+    ("sub", lambda a: a - 1j),
+    ("rsub", lambda a: 1j - a),
+    ("div", lambda a: a / (1 + 1j)),
+    ("rdiv", lambda a: (1 + 1j) / (a + 3)),
+    ("pow", lambda a: (a + 3) ** (0.5 + 0.25j)),
+    ("eq", lambda a: torch.eq(a, 1j)),
+    ("ne", lambda a: torch.ne(a, 2 + 0j)),
+    ("where_other", lambda a: torch.where(a.real > 0, a, 1j)),
+    ("where_self", lambda a: torch.where(a.real > 0, -2j, a)),
+    ("zero_dim_cpu_tensor", lambda a: a * torch.tensor(1 - 1j, dtype=torch.complex128)),
+]
+CX_ALPHA_CASES = [
+    ("add_alpha", lambda a, b: torch.add(a, b, alpha=2j)),
+    ("sub_alpha", lambda a, b: torch.sub(a, b, alpha=1 - 0.5j)),
+    ("rsub_alpha", lambda a, b: torch.rsub(a, b, alpha=-3j)),
+    ("addcmul_value", lambda a, b: torch.addcmul(a, a, b, value=0.5j)),
+    ("addcdiv_value", lambda a, b: torch.addcdiv(a, a, b + 3, value=1 + 2j)),
+    ("add_inplace_alpha", lambda a, b: a.clone().add_(b, alpha=2j)),
+    ("mul_inplace", lambda a, b: a.clone().mul_(1j).sub_(1j)),
+]
+NUMBER_DTYPES = CDTYPES + [torch.float32, torch.float64, torch.int64, torch.bool]
+
+
+def _operand(dtype, seed):
+    if dtype.is_complex:
+        return _c((4, 5), dtype, seed)
+    if dtype == torch.bool:
+        return torch.arange(20).reshape(4, 5) % 3 == 0
+    if dtype == torch.int64:
+        return torch.arange(-10, 10).reshape(4, 5)
+    return _c((4, 5), torch.complex128, seed).real.to(dtype)
+
+
+def _tol_of(dtype):
+    return _tol(torch.complex64 if dtype in (torch.complex64, torch.float32, torch.int64,
+                                             torch.bool) else torch.complex128)
+
+
+@pytest.mark.parametrize("dtype", NUMBER_DTYPES)
+@pytest.mark.parametrize("name,fn", CX_NUMBER_CASES, ids=[c[0] for c in CX_NUMBER_CASES])
+def test_complex_number_operands_match_cpu(name, fn, dtype):
+    x = _operand(dtype, 20)
+    try:
+        want = fn(x)
+    except Exception as e:  # noqa: BLE001  (bool - 1j: CPU refuses; so must tpu)
+        with pytest.raises(type(e)):
+            fn(x.to("tpu")).cpu()
+        return
+    with no_fallback():
+        got = fn(x.to("tpu"))
+        got_cpu = got.cpu()
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    torch.testing.assert_close(got_cpu, want, equal_nan=True, **_tol_of(dtype))
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+@pytest.mark.parametrize("name,fn", CX_ALPHA_CASES, ids=[c[0] for c in CX_ALPHA_CASES])
+def test_complex_alpha_and_value_match_cpu(name, fn, dtype):
+    x, y = _c((4, 5), dtype, 21), _c((5,), dtype, 22)
+    _check(fn, x, y, dtype=dtype)
+
+
+def test_complex_numbers_refused_like_cpu():
+    """What CPU refuses raises the same error type on tpu (through the
+    fallback): a complex alpha with real tensors, ordering and clamping
+    complex values."""
+    from conftest import raised_type
+    x = torch.randn(3)
+    for fn in (lambda a: torch.add(a, a, alpha=2j),
+               lambda a: torch.lt(a.to(torch.complex64), 1j),
+               lambda a: torch.clamp(a.to(torch.complex64), min=1j)):
+        want, _ = raised_type(lambda: fn(x))
+        got, _ = raised_type(lambda: fn(x.to("tpu")))
+        assert want is not None and got is want
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+def test_complex_fill_forms_match_cpu(dtype):
+    """fill_, full and masked_fill with complex numbers, native; a complex
+    number into a real tensor raises as on the CPU."""
+    from conftest import raised_type
+    x = _c((3, 4), dtype, 23)
+    for fn in (lambda a: a.clone().fill_(2 - 1j),
+               lambda a: a[:, ::2].clone().fill_(3),
+               lambda a: torch.full(a.shape, 0.5j, dtype=a.dtype, device=a.device),
+               lambda a: a.masked_fill(a.real > 0, 1j)):
+        want = fn(x)
+        with no_fallback():
+            got = fn(x.to("tpu")).cpu()
+        torch.testing.assert_close(got, want)
+    want, _ = raised_type(lambda: torch.zeros(3).fill_(1j))
+    got, _ = raised_type(lambda: torch.zeros(3, device="tpu").fill_(1j))
+    assert want is RuntimeError and got is want
+
+
+def test_repeated_programs_read_each_complex_number():
+    """The same program recorded with different complex numbers (a loop):
+    each run reads its own number, both parts (DEFER_AND_FUSE's flush memo
+    signs them)."""
+    x = _c((8,), torch.complex64, 24)
+    xt = x.to("tpu")
+    with no_fallback():
+        got = [torch.add(xt * v, xt, alpha=v).cpu() for v in (1j, 2j, 1 + 2j, 1 + 3j)]
+    for g, v in zip(got, (1j, 2j, 1 + 2j, 1 + 3j)):
+        torch.testing.assert_close(g, torch.add(x * v, x, alpha=v))

@@ -149,3 +149,69 @@ def test_flex_attention_forward_backward(compiled, gqa):
     for a, b in ((qt, qc), (kt, kc), (vt, vc)):
         torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=1e-4, atol=1e-5)
     assert torch_tpu.integrations.status()["torch"].startswith("applied")
+
+
+# Complex scans, products and norms, table-driven against CPU: (name, fn)
+# rows run on complex64 and complex128; norms return the part dtype.
+def _cx(shape, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    re = torch.empty(shape, dtype=torch.float64).uniform_(-1.2, 1.2, generator=g)
+    im = torch.empty(shape, dtype=torch.float64).uniform_(-1.2, 1.2, generator=g)
+    return torch.complex(re, im).to(dtype)
+
+
+CX_REDUCTIONS = [
+    ("cumsum0", lambda a: torch.cumsum(a, 0)),
+    ("cumsum_last", lambda a: a.cumsum(-1)),
+    ("cumsum_strided", lambda a: a.transpose(0, 2).cumsum(1)),
+    ("cumsum_inplace", lambda a: a.clone().cumsum_(1)),
+    ("cumsum_dtype", lambda a: torch.cumsum(a, 1, dtype=torch.complex128)),
+    ("cumsum_real_to_complex", lambda a: torch.cumsum(a.real, 1, dtype=torch.complex64)),
+    ("cumprod", lambda a: torch.cumprod(a, 1)),
+    ("cumprod_last", lambda a: a.cumprod(-1)),
+    ("prod_all", lambda a: a.prod()),
+    ("prod_dim", lambda a: a.prod(1)),
+    ("prod_keepdim", lambda a: a.prod(-1, keepdim=True)),
+    ("prod_dtype", lambda a: a.prod(0, dtype=torch.complex128)),
+    ("vector_norm", lambda a: torch.linalg.vector_norm(a)),
+    ("vector_norm_dims", lambda a: torch.linalg.vector_norm(a, dim=(0, 2))),
+    ("vector_norm_ord1", lambda a: torch.linalg.vector_norm(a, 1, dim=-1)),
+    ("vector_norm_inf", lambda a: torch.linalg.vector_norm(a, float("inf"), dim=1)),
+    ("vector_norm_ninf", lambda a: torch.linalg.vector_norm(a, -float("inf"), dim=1)),
+    ("vector_norm_ord0", lambda a: torch.linalg.vector_norm(a, 0, dim=1)),
+    ("vector_norm_ord3", lambda a: torch.linalg.vector_norm(a, 3.5, dim=0, keepdim=True)),
+    ("norm", lambda a: a.norm()),
+    ("norm_p_dim", lambda a: torch.norm(a, p=1, dim=1)),
+    ("linalg_norm_vector", lambda a: torch.linalg.norm(a[0, 0])),
+    ("linalg_norm_fro", lambda a: torch.linalg.norm(a[0], "fro")),
+    ("linalg_norm_default", lambda a: torch.linalg.norm(a[0])),
+    ("abs_norm", lambda a: a.abs().pow(2).sum(-1).sqrt()),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("name,fn", CX_REDUCTIONS, ids=[c[0] for c in CX_REDUCTIONS])
+def test_complex_scans_products_norms_match_cpu(name, fn, dtype):
+    x = _cx((3, 4, 5), dtype, 30)
+    want = fn(x)
+    with no_fallback():
+        got = fn(x.to("tpu"))
+        got_cpu = got.cpu()
+    assert got.dtype == want.dtype and got.shape == want.shape
+    tol = dict(rtol=1e-5, atol=1e-5) if want.dtype in (torch.complex64, torch.float32) \
+        else dict(rtol=1e-11, atol=1e-11)
+    torch.testing.assert_close(got_cpu, want, **tol)
+
+
+def test_complex_scans_and_norms_out_and_empty():
+    x = _cx((4, 3), torch.complex64, 31)
+    with no_fallback():
+        out = torch.empty(4, 3, dtype=torch.complex64, device="tpu")
+        torch.cumsum(x.to("tpu"), 0, out=out)
+        n_out = torch.empty(3, device="tpu")
+        torch.linalg.vector_norm(x.to("tpu"), dim=0, out=n_out)
+        got = (out.cpu(), n_out.cpu(), torch.empty(0, 3, dtype=torch.complex128,
+                                                  device="tpu").prod(0).cpu())
+    torch.testing.assert_close(got[0], torch.cumsum(x, 0))
+    torch.testing.assert_close(got[1], torch.linalg.vector_norm(x, dim=0))
+    torch.testing.assert_close(got[2], torch.ones(3, dtype=torch.complex128))

@@ -105,7 +105,7 @@ TABLE = {
         linalg.ldl_solve linalg.matrix_sqrth linalg.polar"""), dtypes=F32_F64),
     # Computed in float64 for float32 and float64 (kernels/linalg/matfn.c);
     # the half types go to the CPU.
-    "linalg_matrix_exp": Family(keys=("matrix_exp",), dtypes=F32_F64),
+    "linalg_matrix_exp": Family(keys=("matrix_exp",), dtypes=FLOATS),
     # geev (kernels/linalg/eig.c); complex input is native too (tests/test_linalg_kernels.py)
     "linalg_eig": Family(keys=_w("linalg.eig linalg.eigvals"), dtypes=F32_F64),
     "linalg_simple": Family(keys=_w("trace linalg.cross cross addbmm")),
@@ -176,6 +176,13 @@ TABLE = {
         special.hermite_polynomial_h special.hermite_polynomial_he
         special.laguerre_polynomial_l special.legendre_polynomial_p""")),
     "unique_eye": Family(names=_w("eye unique unique_consecutive bincount")),
+    # complex64/complex128: Python complex numbers as operands (the samples'
+    # scalar forms), fill/full/where with complex values, complex scans,
+    # products and norms (norms give the part dtype)
+    "complex": Family(keys=_w("""
+        add sub mul rsub div.no_rounding_mode masked_fill fill full where sum mean prod
+        cumsum cumprod linalg.vector_norm norm norm.fro norm.inf"""),
+        dtypes=(torch.complex64, torch.complex128)),
 }
 
 

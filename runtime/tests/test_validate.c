@@ -89,17 +89,28 @@ TEST(validate_refuses_dtypes_outside_the_enum) {
   tt_free(&t);
 }
 
-TEST(validate_refuses_a_complex_scalar) {
+/* A complex number (scalar or TPU_ATTR_COMPLEX) reaches only rows flagged
+ * TPU_OP_COMPLEX_NUMBERS, and among them only kernels that read it: the
+ * others refuse it (UNIMPLEMENTED: the CPU fallback), never read its real
+ * part. A complex attr of other than 2 parts is malformed. */
+TEST(validate_refuses_a_complex_number_where_unread) {
   int64_t sz[1] = {2};
   tt_t t = tt_make(TPU_DTYPE_F32, 1, sz, TT_CONTIG);
   tpu_value_t s = {.kind = TPU_VALUE_SCALAR};
-  s.u.scalar.dtype = TPU_DTYPE_C128; /* 16 bytes of value: a scalar holds 8 */
+  s.u.scalar.dtype = TPU_DTYPE_C128;
+  s.u.scalar.v.c[0] = 1.0;
+  s.u.scalar.v.c[1] = 2.0;
   s.u.scalar.is_tensor = true;
   tpu_value_t in[1] = {s};
   tpu_view_t outs[1] = {t.view};
   outs[0].dtype = TPU_DTYPE_BOOL;
-  tpu_node_t isnan_node = node_of("isnan", in, 1, outs, NULL);
-  expect_refused(&isnan_node, TPU_CODE_INVALID_ARGUMENT);
+  tpu_node_t isnan_node = node_of("isnan", in, 1, outs, NULL); /* no complex kernel */
+  expect_refused(&isnan_node, TPU_CODE_UNIMPLEMENTED);
+  tpu_value_t ab[2] = {tt_value(&t.view), tt_value(&t.view)};
+  tpu_view_t sum[1] = {t.view};
+  tpu_attr_t alpha = {.kind = TPU_ATTR_COMPLEX, .count = 3};
+  tpu_node_t add = node_of("add", ab, 2, sum, &alpha);
+  expect_refused(&add, TPU_CODE_INVALID_ARGUMENT);
   tt_free(&t);
 }
 

@@ -84,17 +84,21 @@ typedef enum tpu_value_kind {
   TPU_VALUE_SCALAR,
 } tpu_value_kind_t;
 
-/* An immediate scalar. For a Python number, `dtype` is BOOL, I64 or F64
- * (the Python type: in type promotion it ranks below tensors). A zero-dim CPU
+/* An immediate scalar. For a Python number, `dtype` is BOOL, I64, F64 or
+ * C128 (the Python type: in type promotion it ranks below tensors, a float
+ * as the default dtype float32, a complex as complex64). A zero-dim CPU
  * tensor passed to a device op also travels as a scalar, with its own dtype
  * and `is_tensor` set (it ranks as a zero-dim tensor). Integers and bools are
- * held in `v.i`, floating values in `v.f`. */
+ * held in `v.i`, floating values in `v.f`, complex ones (C64, C128) in `v.c`
+ * (real, imaginary). Only rows flagged TPU_OP_COMPLEX_NUMBERS (tpu/ops.h)
+ * take a complex scalar; the others refuse it (UNIMPLEMENTED). */
 typedef struct tpu_scalar {
   tpu_dtype_t dtype;
   bool is_tensor;
   union {
     double f;
     int64_t i;
+    double c[2];
   } v;
 } tpu_scalar_t;
 
@@ -115,17 +119,21 @@ typedef enum tpu_attr_kind {
   TPU_ATTR_DTYPE,
   TPU_ATTR_STR,
   TPU_ATTR_FLOATS, /* a float list (float[]), up to TPU_MAX_INTS doubles */
+  /* a complex number (alpha=2j): real and imaginary parts in floats[0..1],
+   * count 2; only rows flagged TPU_OP_COMPLEX_NUMBERS (tpu/ops.h) take it,
+   * the others refuse it (UNIMPLEMENTED) */
+  TPU_ATTR_COMPLEX,
 } tpu_attr_kind_t;
 
 typedef struct tpu_attr {
   tpu_attr_kind_t kind;
-  int32_t count; /* for INTS and FLOATS */
+  int32_t count; /* for INTS, FLOATS and COMPLEX (2) */
   union {
     int64_t i;       /* INT, BOOL (0/1) */
     double f;        /* FLOAT */
     tpu_dtype_t dtype;
     int64_t ints[TPU_MAX_INTS];
-    double floats[TPU_MAX_INTS];
+    double floats[TPU_MAX_INTS]; /* FLOATS; COMPLEX: real, imaginary */
     char str[TPU_MAX_STR];
   } u;
 } tpu_attr_t;

@@ -96,6 +96,12 @@ struct tpu_op_def {
  * tpu_op_infer refuse such nodes (UNIMPLEMENTED: the CPU fallback runs
  * them), so kernels written for real dtypes never see a complex one. */
 #define TPU_OP_COMPLEX 4u
+/* The row reads complex Python numbers: complex scalar inputs (x * 1j) and
+ * complex number attrs (TPU_ATTR_COMPLEX: alpha=2j), as the elementwise
+ * rows' complex kernels do (with TPU_OP_COMPLEX). Every other row refuses
+ * them (UNIMPLEMENTED: the CPU fallback runs them), so a kernel that reads
+ * numbers as v.f / v.i or tpu_attr_float never sees a complex one. */
+#define TPU_OP_COMPLEX_NUMBERS 2048u
 /* The op is real-linear in input 0 (mul by a real factor, zero_): a node
  * whose input 0 is complex and whose other operands are real runs on real
  * views (tpu_node_complex_as_real): each complex view becomes its (..., 2)
@@ -220,7 +226,10 @@ tpu_status_t tpu_op_infer(const tpu_node_t* node, tpu_view_t* out_views);
 bool tpu_op_draws_random(const tpu_node_t* node);
 
 /* PyTorch's result_type over a node's inputs: dimensioned tensors outrank
- * zero-dim tensors, which outrank scalars, within the highest category. */
+ * zero-dim tensors, which outrank scalars, within the highest category
+ * (complex over floating keeps the floating value type: float64 and a
+ * complex number give complex128). INVALID when the result is a dtype tpu
+ * lacks (complex32: a half type and a complex operand). */
 tpu_dtype_t tpu_result_type(const tpu_value_t* inputs, int32_t count);
 
 /* Broadcasts input shapes (views and scalars) into out_sizes / *out_ndim. */

@@ -167,7 +167,8 @@ SIG_INLINE void put_attr(sig_writer_t* s, const tpu_attr_t* a) {
       }
       break;
     }
-    case TPU_ATTR_FLOATS: {
+    case TPU_ATTR_FLOATS:
+    case TPU_ATTR_COMPLEX: {
       int32_t count = a->count < 0 ? 0 : a->count > TPU_MAX_INTS ? TPU_MAX_INTS : a->count;
       for (int32_t k = 0; k < count; ++k) {
         put(s, bits_of(a->u.floats[k]));
@@ -314,10 +315,16 @@ static bool write_signature(tpu_flush_memo_t* m, const tpu_graph_t* graph,
       if (v->kind == TPU_VALUE_VIEW) {
         put_view(s, &v->u.view);
       } else if (v->kind == TPU_VALUE_SCALAR) {
-        uint64_t value = tpu_dtype_is_floating(v->u.scalar.dtype) ? bits_of(v->u.scalar.v.f)
-                                                                  : (uint64_t)v->u.scalar.v.i;
+        bool cx = tpu_dtype_is_complex(v->u.scalar.dtype); /* both parts */
+        uint64_t value = cx ? bits_of(v->u.scalar.v.c[0])
+                         : tpu_dtype_is_floating(v->u.scalar.dtype) ? bits_of(v->u.scalar.v.f)
+                                                                    : (uint64_t)v->u.scalar.v.i;
         put(s, (uint64_t)(uint32_t)v->u.scalar.dtype | (uint64_t)v->u.scalar.is_tensor << 32);
         put(s, value);
+        if (cx) {
+          put(s, bits_of(v->u.scalar.v.c[1]));
+          value = value * 31 + bits_of(v->u.scalar.v.c[1]);
+        }
         s->h = (s->h ^ value) * PRIME;
       }
     }

@@ -350,6 +350,8 @@ bool tpu_node_complex_as_real(const tpu_node_t* node, tpu_node_t* out, tpu_value
   *out = *node;
   for (int32_t i = 0; i < node->num_inputs; ++i) {
     inputs[i] = node->inputs[i];
+    if (inputs[i].kind == TPU_VALUE_SCALAR && tpu_dtype_is_complex(inputs[i].u.scalar.dtype))
+      return false; /* a complex number: not real-linear */
     if (inputs[i].kind != TPU_VALUE_VIEW) continue;
     if (i > 0 && tpu_dtype_is_complex(inputs[i].u.view.dtype)) return false;
     if (!view_as_real_pairs(&node->inputs[i].u.view, &inputs[i].u.view)) return false;
@@ -618,8 +620,11 @@ tpu_dtype_t tpu_result_type(const tpu_value_t* inputs, int32_t count) {
       d = v->u.scalar.dtype;
       slot = &zero_t;
     } else if (v->kind == TPU_VALUE_SCALAR) {
-      /* Python floats promote to the default dtype (float32) at most. */
-      d = v->u.scalar.dtype == TPU_DTYPE_F64 ? TPU_DTYPE_F32 : v->u.scalar.dtype;
+      /* Python floats promote to the default dtype (float32) at most,
+       * Python complex numbers to the default complex dtype (complex64). */
+      d = v->u.scalar.dtype == TPU_DTYPE_F64    ? TPU_DTYPE_F32
+          : v->u.scalar.dtype == TPU_DTYPE_C128 ? TPU_DTYPE_C64
+                                                : v->u.scalar.dtype;
       slot = &scalar_t;
     } else {
       continue;
@@ -632,6 +637,12 @@ tpu_dtype_t tpu_result_type(const tpu_value_t* inputs, int32_t count) {
     if (lower[k] == TPU_DTYPE_INVALID) continue;
     if (result == TPU_DTYPE_INVALID) {
       result = lower[k];
+    } else if (category(lower[k]) == 3 && category(result) == 2) {
+      /* complex over floating keeps the floating value type (c10's
+       * combine_categories): float64 * 1j is complex128; a half type's
+       * complex (complex32) is not a tpu dtype: INVALID */
+      result = tpu_dtype_to_complex(result);
+      if (result == TPU_DTYPE_INVALID) return TPU_DTYPE_INVALID;
     } else if (category(lower[k]) > category(result)) {
       /* A lower tier only matters when it is of a higher category; then the
        * result is its dtype (for scalars: the default of that category). */

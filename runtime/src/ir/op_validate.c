@@ -69,8 +69,9 @@ static tpu_status_t validate_scalar(const tpu_op_def_t* def, const tpu_scalar_t*
                                     int32_t index) {
   if (s->dtype < 0 || s->dtype >= TPU_DTYPE_COUNT)
     return invalid(def, "%s %d has a dtype outside the enum", "scalar input", index);
-  if (tpu_dtype_is_complex(s->dtype)) /* a scalar holds one real value */
-    return invalid(def, "%s %d is complex", "scalar input", index);
+  if (tpu_dtype_is_complex(s->dtype) && !(def->flags & TPU_OP_COMPLEX_NUMBERS))
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: input %d as a complex number", def->name,
+                           index);
   return TPU_OK;
 }
 
@@ -153,6 +154,12 @@ static tpu_status_t validate_attr(const tpu_op_def_t* def, const tpu_attr_t* a, 
     case TPU_ATTR_FLOATS:
       if (a->count < 0 || a->count > TPU_MAX_INTS)
         return invalid(def, "%s %d: float list length out of range", "attr", k);
+      return TPU_OK;
+    case TPU_ATTR_COMPLEX:
+      if (a->count != 2) return invalid(def, "%s %d: a complex number not of 2 parts", "attr", k);
+      if (!(def->flags & TPU_OP_COMPLEX_NUMBERS))
+        return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: attr %d as a complex number",
+                               def->name, k);
       return TPU_OK;
     case TPU_ATTR_DTYPE:
       if (a->u.dtype < 0 || a->u.dtype >= TPU_DTYPE_COUNT)

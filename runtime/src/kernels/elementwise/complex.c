@@ -12,8 +12,11 @@
  *
  * Values follow PyTorch CPU: the result dtype is the promotion of the
  * operands (complex64 or complex128; real and bool operands have imaginary
- * part 0, Python numbers are real), abs and angle give its part dtype, eq
- * and ne bool. The math runs in double complex and is rounded once at the
+ * part 0), abs and angle give its part dtype, eq
+ * and ne bool. Python numbers may be complex (x * 1j; alpha=2j on add, sub,
+ * rsub; value= on addcmul, addcdiv), and make a real tensor's result complex
+ * as on the CPU (float32 * 1j is complex64, float64 * 1j complex128; half
+ * types would give complex32, which tpu lacks: refused). The math runs in double complex and is rounded once at the
  * store. Inputs broadcast right-aligned to the output's shape; the output
  * must not partly overlap an input (exactly one of them is fine: in place),
  * nor be broadcast. An out= of another dtype than the result (PyTorch casts
@@ -27,15 +30,29 @@
 
 /* ---- the executor ----------------------------------------------------------- */
 
+/* re + i im (C11's CMPLX is not portable; complex_math.c says why). */
+static inline tpu_ew_cx_t cx_pair(double re, double im) {
+  union {
+    tpu_ew_cx_t z;
+    double p[2];
+  } u = {.p = {re, im}};
+  return u.z;
+}
+
 /* Elements a run computes at a time: operands in stack arrays. */
 #define CX_RUN 128
 
 static bool cx_result_ok(tpu_dtype_t d) { return d == TPU_DTYPE_C64 || d == TPU_DTYPE_C128; }
 
 bool tpu_ew_node_is_complex(const tpu_node_t* node) {
-  for (int32_t i = 0; i < node->num_inputs; ++i)
-    if (node->inputs[i].kind == TPU_VALUE_VIEW && tpu_dtype_is_complex(node->inputs[i].u.view.dtype))
+  for (int32_t i = 0; i < node->num_inputs; ++i) {
+    const tpu_value_t* v = &node->inputs[i];
+    if ((v->kind == TPU_VALUE_VIEW && tpu_dtype_is_complex(v->u.view.dtype)) ||
+        (v->kind == TPU_VALUE_SCALAR && tpu_dtype_is_complex(v->u.scalar.dtype)))
       return true;
+  }
+  for (int32_t a = 0; a < node->num_attrs && a < TPU_MAX_ATTRS; ++a)
+    if (node->attrs[a].kind == TPU_ATTR_COMPLEX) return true;
   for (int32_t o = 0; node->outputs && o < node->num_outputs; ++o)
     if (tpu_dtype_is_complex(node->outputs[o].dtype)) return true;
   return false;
@@ -97,9 +114,15 @@ static tpu_status_t cx_plan(const tpu_op_def_t* def, const tpu_node_t* node, tpu
   }
   if (impl->flags & TPU_EW_CX_PART) plan->result = tpu_dtype_part(rt);
   /* number attrs (alpha, value) are read against the part dtype: a real
-   * number scales both parts */
+   * number scales both parts; a complex one (alpha=2j) has its imaginary
+   * part in params.fi. Both rounded as the part dtype holds them. */
   plan->common = tpu_dtype_part(rt);
   TPU_RETURN_IF_ERROR(tpu_ew_parse_params(def, node, plan));
+  if (rt == TPU_DTYPE_C64)
+    for (int32_t j = 0; j < impl->num_params; ++j) {
+      plan->params.f[j] = (float)plan->params.f[j];
+      plan->params.fi[j] = (float)plan->params.fi[j];
+    }
   plan->common = rt;
   plan->params.mode = rt == TPU_DTYPE_C64 ? TPU_EW_CX_SINGLE : TPU_EW_CX_DOUBLE;
   return TPU_OK;
@@ -213,10 +236,16 @@ tpu_status_t tpu_ew_cx_kernel(const tpu_op_def_t* def, const tpu_node_t* node) {
     j.kind[k] = v->kind;
     views[k + 1] = &zero;
     if (v->kind == TPU_VALUE_SCALAR) {
-      double x = tpu_dtype_is_floating(v->u.scalar.dtype) ? v->u.scalar.v.f
-                                                          : (double)v->u.scalar.v.i;
-      j.value[k] = x; /* rounded as the common dtype's part would hold it */
-      if (plan.common == TPU_DTYPE_C64) j.value[k] = (float)x;
+      const tpu_scalar_t* s = &v->u.scalar;
+      bool cx = tpu_dtype_is_complex(s->dtype);
+      double re = cx ? s->v.c[0] : tpu_dtype_is_floating(s->dtype) ? s->v.f : (double)s->v.i;
+      double im = cx ? s->v.c[1] : 0.0;
+      /* rounded as the common dtype's parts would hold it */
+      if (plan.common == TPU_DTYPE_C64) {
+        re = (float)re;
+        im = (float)im;
+      }
+      j.value[k] = cx_pair(re, im);
     } else if (v->kind == TPU_VALUE_VIEW) {
       if (!view_expand(&v->u.view, out->ndim, out->sizes, &expanded[k]))
         return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: operand %d does not broadcast",

@@ -63,10 +63,16 @@ static inline cx cx_real(double r) { return cx_make(r, 0.0); }
 
 /* ---- arithmetic ------------------------------------------------------------ */
 
-/* add/sub/rsub: alpha is the number attr 0 (real). */
-CX_BINARY(add, x + p->f[0] * y)
-CX_BINARY(sub, x - p->f[0] * y)
-CX_BINARY(rsub, y - p->f[0] * x)
+/* A number attr: real part f, imaginary part fi (0 for a real number). A
+ * real one scales both parts as it is; a complex one by the product. */
+static inline cx cx_scale(const tpu_ew_params_t* p, int j, cx z) {
+  return p->fi[j] == 0.0 ? p->f[j] * z : cx_mul(cx_make(p->f[j], p->fi[j]), z);
+}
+
+/* add/sub/rsub: alpha is the number attr 0. */
+CX_BINARY(add, x + cx_scale(p, 0, y))
+CX_BINARY(sub, x - cx_scale(p, 0, y))
+CX_BINARY(rsub, y - cx_scale(p, 0, x))
 CX_BINARY(mul, cx_mul(x, y))
 CX_BINARY(div, x / y)
 CX_UNARY(neg, -z)
@@ -173,11 +179,11 @@ void tpu_ew_cx_lerp(cx* out, const cx* const* in, int64_t n, const tpu_ew_params
   }
 }
 
-/* addcmul/addcdiv(self, tensor1, tensor2, value): value is attr 0 (real). */
+/* addcmul/addcdiv(self, tensor1, tensor2, value): value is attr 0. */
 void tpu_ew_cx_addcmul(cx* out, const cx* const* in, int64_t n, const tpu_ew_params_t* p) {
-  for (int64_t i = 0; i < n; ++i) out[i] = in[0][i] + p->f[0] * cx_mul(in[1][i], in[2][i]);
+  for (int64_t i = 0; i < n; ++i) out[i] = in[0][i] + cx_scale(p, 0, cx_mul(in[1][i], in[2][i]));
 }
 
 void tpu_ew_cx_addcdiv(cx* out, const cx* const* in, int64_t n, const tpu_ew_params_t* p) {
-  for (int64_t i = 0; i < n; ++i) out[i] = in[0][i] + p->f[0] * (in[1][i] / in[2][i]);
+  for (int64_t i = 0; i < n; ++i) out[i] = in[0][i] + cx_scale(p, 0, in[1][i] / in[2][i]);
 }

@@ -46,6 +46,7 @@
  * an op-specific mode (rounding mode, approximation, exponent special case). */
 typedef struct tpu_ew_params {
   double f[TPU_EW_MAX_PARAMS];
+  double fi[TPU_EW_MAX_PARAMS]; /* a complex number attr's imaginary part (complex nodes) */
   int64_t i[TPU_EW_MAX_PARAMS];
   int32_t mode;
 } tpu_ew_params_t;

@@ -61,6 +61,13 @@ double tpu_ew_dtype_max(tpu_dtype_t dtype) {
 bool tpu_ew_scalar_fits(const tpu_scalar_t* s, tpu_dtype_t dtype) {
   if (tpu_dtype_is_complex(dtype)) dtype = tpu_dtype_part(dtype); /* the real part's range */
   if (dtype < 0 || dtype >= TPU_DTYPE_COUNT || dtype == TPU_DTYPE_BOOL) return true;
+  if (tpu_dtype_is_complex(s->dtype)) { /* each part as a float */
+    for (int p = 0; p < 2; ++p) {
+      tpu_scalar_t part = {.dtype = TPU_DTYPE_F64, .v.f = s->v.c[p]};
+      if (!tpu_ew_scalar_fits(&part, dtype)) return false;
+    }
+    return true;
+  }
   bool from_float = tpu_dtype_is_floating(s->dtype);
   double v = from_float ? s->v.f : (double)s->v.i;
   if (tpu_dtype_is_floating(dtype)) return isinf(v) || isnan(v) || fabs(v) <= g_info[dtype].fmax;
@@ -117,6 +124,10 @@ tpu_status_t tpu_ew_parse_params(const tpu_op_def_t* def, const tpu_node_t* node
       s.v.i = a->u.i;
     } else if (a && a->kind == TPU_ATTR_FLOAT) {
       s.v.f = a->u.f;
+    } else if (a && a->kind == TPU_ATTR_COMPLEX && tpu_dtype_is_complex(plan->result)) {
+      /* complex nodes only (cx_plan): the imaginary part beside f */
+      s.v.f = a->u.floats[0];
+      plan->params.fi[j] = a->u.floats[1];
     } else if (a && a->kind != TPU_ATTR_NONE) {
       return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: attr %d is not a number",
                              def->name, j);
@@ -153,6 +164,9 @@ tpu_status_t tpu_ew_promote(const tpu_op_def_t* def, const tpu_node_t* node,
       promoted[np++] = node->inputs[k];
   if (np == 0) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: no operands", def->name);
   *out_dtype = tpu_result_type(promoted, np);
+  if (*out_dtype == TPU_DTYPE_INVALID) /* complex32 (a half type and a complex operand) */
+    return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: a complex result of a half type",
+                           def->name);
   return TPU_OK;
 }
 

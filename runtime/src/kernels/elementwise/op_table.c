@@ -565,7 +565,7 @@ static const tpu_op_def_t g_rows[] = {
      .aten = "mul.Tensor mul.Scalar mul.out mul.Scalar_out mul_.Tensor mul_.Scalar",
      .kernel = tpu_ew_kernel, .infer = tpu_ew_infer, .check = tpu_ew_check, .impl = &k_mul,
      .flags = TPU_OP_OWN_OVERLAP_CHECK | TPU_OP_POINTWISE | TPU_OP_COMPLEX_AS_REAL | TPU_OP_COMPLEX |
-              TPU_OP_UNSIGNED_AS_SIGNED},
+              TPU_OP_COMPLEX_NUMBERS | TPU_OP_UNSIGNED_AS_SIGNED},
     EW_ROW("div", "self,other", "rounding_mode", "out",
            "div.Tensor div.Scalar div.Tensor_mode div.Scalar_mode div.out div.out_mode "
            "div.Scalar_out div.Scalar_mode_out div_.Tensor div_.Scalar div_.Tensor_mode "

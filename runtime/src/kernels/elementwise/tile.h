@@ -157,19 +157,21 @@ EW_FLOAT_HELPERS(double, d)
 #define EW_IMPL(var, RULE, ...) \
   static const tpu_ew_impl_t var = {.rule = TPU_EW_##RULE, .fn = __VA_ARGS__};
 
-/* Every elementwise row takes complex operands (TPU_OP_COMPLEX): the row
+/* Every elementwise row takes complex operands and complex Python numbers
+ * (TPU_OP_COMPLEX, TPU_OP_COMPLEX_NUMBERS): the row
  * functions run them through the impl's cx function, or refuse them when
  * it has none (elementwise.h). */
 #define EW_ROW(name_, inputs_, attrs_, outputs_, aten_, impl_) \
   {.name = name_, .inputs = inputs_, .attrs = attrs_, .outputs = outputs_, .aten = aten_, \
    .kernel = tpu_ew_kernel, .infer = tpu_ew_infer, .check = tpu_ew_check, .impl = &impl_, \
-   .flags = TPU_OP_OWN_OVERLAP_CHECK | TPU_OP_POINTWISE | TPU_OP_COMPLEX}
+   .flags = TPU_OP_OWN_OVERLAP_CHECK | TPU_OP_POINTWISE | TPU_OP_COMPLEX | TPU_OP_COMPLEX_NUMBERS}
 /* A row whose result bits do not depend on signedness: it takes uint16/32/64
  * as their signed twins (TPU_OP_UNSIGNED_AS_SIGNED, tpu/ops.h). */
 #define EW_ROW_BITS(name_, inputs_, attrs_, outputs_, aten_, impl_)                             \
   {.name = name_, .inputs = inputs_, .attrs = attrs_, .outputs = outputs_, .aten = aten_, \
    .kernel = tpu_ew_kernel, .infer = tpu_ew_infer, .check = tpu_ew_check, .impl = &impl_, \
-   .flags = TPU_OP_OWN_OVERLAP_CHECK | TPU_OP_POINTWISE | TPU_OP_COMPLEX | TPU_OP_UNSIGNED_AS_SIGNED}
+   .flags = TPU_OP_OWN_OVERLAP_CHECK | TPU_OP_POINTWISE | TPU_OP_COMPLEX | TPU_OP_COMPLEX_NUMBERS | \
+            TPU_OP_UNSIGNED_AS_SIGNED}
 /* name(self): functional, out= and in-place forms. */
 #define EW_UNARY_ROW(op) EW_ROW(#op, "self", "", "out", #op " " #op ".out " #op "_", k_##op)
 /* name.Tensor / name.Scalar (other a Python number), with out= and in-place. */

@@ -902,7 +902,7 @@ static const reduce_impl_t k_hash = {RACC_XOR, ROUT_BITS, true, "hash_tensor"};
   {.name = name_, .inputs = "self", .attrs = attrs_, .outputs = outputs_, .aten = aten_, \
    .kernel = reduce_kernel, .infer = reduce_infer, .check = reduce_check, .impl = &impl_, \
    .flags = 0, .rows = reduce_rows}
-/* ... taking complex input too (sum, mean: reduce_complex.c). */
+/* ... taking complex input too (sum, mean, prod, norms: reduce_complex.c). */
 #define ROW_CX(name_, attrs_, outputs_, aten_, impl_)                                          \
   {.name = name_, .inputs = "self", .attrs = attrs_, .outputs = outputs_, .aten = aten_, \
    .kernel = reduce_kernel, .infer = reduce_infer, .check = reduce_check, .impl = &impl_, \
@@ -916,8 +916,8 @@ static const tpu_op_def_t k_rows[] = {
     ROW_CX("sum_all", "dtype", "out", "sum.default sum.out", k_sum),
     ROW_CX("mean", "dim,keepdim,dtype", "out", "mean.dim mean.out", k_mean),
     ROW_CX("mean_all", "dtype", "out", "mean.default mean.dtype_out", k_mean),
-    ROW("prod", "dim,keepdim,dtype", "out", "prod.dim_int prod.int_out", k_prod),
-    ROW("prod_all", "dtype", "out", "prod.default prod.out", k_prod),
+    ROW_CX("prod", "dim,keepdim,dtype", "out", "prod.dim_int prod.int_out", k_prod),
+    ROW_CX("prod_all", "dtype", "out", "prod.default prod.out", k_prod),
     ROW("amax", "dim,keepdim", "out", "amax.default amax.out", k_amax),
     ROW("amin", "dim,keepdim", "out", "amin.default amin.out", k_amin),
     ROW("max_dim", "dim,keepdim", "max,max_values", "max.dim max.dim_max", k_max_dim),
@@ -941,11 +941,11 @@ static const tpu_op_def_t k_rows[] = {
         "count_nonzero count_nonzero.out count_nonzero.dim_IntList "
         "count_nonzero.dim_IntList_out",
         k_count_nonzero),
-    ROW("linalg_vector_norm", "ord,dim,keepdim,dtype", "out",
-        "linalg_vector_norm linalg_vector_norm.out", k_norm),
-    ROW("norm", "p,dim,keepdim,dtype", "out",
-        "norm.ScalarOpt_dim norm.out norm.ScalarOpt_dim_dtype norm.dtype_out", k_norm),
-    ROW("norm_all", "p,dtype", "out",
+    ROW_CX("linalg_vector_norm", "ord,dim,keepdim,dtype", "out",
+           "linalg_vector_norm linalg_vector_norm.out", k_norm),
+    ROW_CX("norm", "p,dim,keepdim,dtype", "out",
+           "norm.ScalarOpt_dim norm.out norm.ScalarOpt_dim_dtype norm.dtype_out", k_norm),
+    ROW_CX("norm_all", "p,dtype", "out",
         "norm.Scalar norm.Scalar_out norm.ScalarOpt_dtype norm.ScalarOpt_dtype_out", k_norm),
     ROW("logsumexp", "dim,keepdim", "out", "logsumexp logsumexp.out", k_logsumexp),
     ROW("aminmax", "dim,keepdim", "min,max", "aminmax aminmax.out", k_aminmax),

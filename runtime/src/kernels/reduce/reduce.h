@@ -93,9 +93,10 @@ tpu_status_t tpu_reduce_reference(const tpu_op_def_t* def, const tpu_node_t* nod
 
 extern const tpu_op_family_t tpu_family_reduce;
 
-/* Complex sum and mean (reduce_complex.c): the rows that take complex
- * input hand such nodes to these, which run the real row on the input's
- * (..., 2) real view. */
+/* Complex reductions (reduce_complex.c): the rows that take complex input
+ * hand such nodes to these; sum and mean run the real row on the input's
+ * (..., 2) real view, prod and the vector norms plain loops in double
+ * complex (norms written in the part dtype). */
 bool tpu_reduce_is_complex(const tpu_node_t* node);
 tpu_status_t tpu_reduce_cx_infer(const tpu_op_def_t* def, const tpu_node_t* node,
                                  tpu_view_t* out_views);

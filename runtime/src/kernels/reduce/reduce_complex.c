@@ -1,7 +1,8 @@
-/* reduce_complex.c — sum and mean of complex tensors: the same reduction of
- * the real family over the tensor's (..., 2) real view, with the pair dim
- * kept, so complex64 and complex128 accumulate as their parts do (in
- * double) and round once.
+/* reduce_complex.c — reductions of complex tensors.
+ *
+ * sum and mean: the same reduction of the real family over the tensor's
+ * (..., 2) real view, with the pair dim kept, so complex64 and complex128
+ * accumulate as their parts do (in double) and round once.
  *
  * The node is rewritten for the "sum" or "mean" row (the forms with dims):
  * the dims become an explicit list of the complex tensor's dims, made
@@ -11,7 +12,18 @@
  * input reduces a [1, 2] view over its leading dim). A real dtype argument
  * or a real out= (PyTorch raises or casts) is UNIMPLEMENTED: the CPU
  * fallback does what PyTorch does.
+ *
+ * prod and the vector norms (linalg_vector_norm, norm: any order): plain
+ * loops, one output at a time over its reduced elements in logical order
+ * (outputs spread over the compute pool), in double complex: the product
+ * is c10's schoolbook one, a norm is the real norm of |z| (hypot), written
+ * in the part dtype (complex64 -> float32), as PyTorch's. Shapes, dims and
+ * the order's rules come from tpu_reduce_parse on the input's part dtype. A
+ * dtype argument must be complex (prod: the result's; norms: its part is
+ * the result's); a real one is UNIMPLEMENTED (PyTorch raises).
  */
+#include <complex.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels/reduce/reduce.h"
@@ -104,8 +116,148 @@ static tpu_status_t rewrite(const tpu_op_def_t* def, const tpu_node_t* node, cx_
   return TPU_OK;
 }
 
+/* ---- prod and norms: plain loops ---------------------------------------------- */
+
+typedef struct cx_plain {
+  reduce_args_t a;   /* parsed on the part dtype's twin of the input */
+  tpu_view_t in;     /* the complex input */
+  tpu_dtype_t out_dtype;
+  bool prod;
+} cx_plain_t;
+
+static bool plain_acc(const tpu_op_def_t* def) {
+  reduce_acc_t acc = ((const reduce_impl_t*)def->impl)->acc;
+  return acc == RACC_PROD || acc == RACC_NORM;
+}
+
+static tpu_status_t plain_parse(const tpu_op_def_t* def, const tpu_node_t* node, cx_plain_t* c) {
+  memset(c, 0, sizeof(*c));
+  c->in = node->inputs[0].u.view;
+  c->prod = ((const reduce_impl_t*)def->impl)->acc == RACC_PROD;
+  tpu_node_t real = *node;
+  tpu_value_t in = node->inputs[0];
+  in.u.view.dtype = tpu_dtype_part(c->in.dtype);
+  real.inputs = &in;
+  int32_t di = tpu_spec_index(def->attrs, "dtype");
+  tpu_dtype_t want = TPU_DTYPE_INVALID;
+  if (di >= 0 && di < real.num_attrs && real.attrs[di].kind == TPU_ATTR_DTYPE) {
+    want = real.attrs[di].u.dtype;
+    if (!tpu_dtype_is_complex(want)) return refuse(def, "a real dtype argument");
+    real.attrs[di].kind = TPU_ATTR_NONE;
+  }
+  TPU_RETURN_IF_ERROR(ku_unimplemented(tpu_reduce_parse(def, &real, &c->a)));
+  c->a.in = &c->in;
+  if (want == TPU_DTYPE_INVALID) want = c->in.dtype;
+  c->out_dtype = c->prod ? want : tpu_dtype_part(want);
+  c->a.shape[0].dtype = c->out_dtype;
+  return TPU_OK;
+}
+
+typedef struct plain_job {
+  const cx_plain_t* c;
+  const tpu_view_t* out;
+} plain_job_t;
+
+static inline _Complex double load_cx(const tpu_view_t* v, int64_t off) {
+  _Complex double z;
+  tpu_convert(&z, TPU_DTYPE_C128, 1, view_at(v, off), v->dtype, 1, 1);
+  return z;
+}
+
+static double norm_of(const cx_plain_t* c, const tpu_view_t* in, int64_t base,
+                      const int64_t* red_sizes, const int64_t* red_strides, int32_t nred) {
+  double p = c->a.ord, acc = p == -INFINITY ? INFINITY : 0.0;
+  bool nan = false;
+  for (int64_t k = 0; k < c->a.n; ++k) {
+    int64_t off = base, r = k;
+    for (int32_t d = nred - 1; d >= 0; --d) {
+      off += (r % red_sizes[d]) * red_strides[d];
+      r /= red_sizes[d];
+    }
+    _Complex double z = load_cx(in, off);
+    double x = hypot(creal(z), cimag(z));
+    nan |= isnan(x);
+    if (p == 0.0) acc += x != 0.0;
+    else if (p == INFINITY) acc = x > acc ? x : acc;
+    else if (p == -INFINITY) acc = x < acc ? x : acc;
+    else if (p == 1.0) acc += x;
+    else if (p == 2.0) acc += x * x;
+    else acc += pow(x, p);
+  }
+  if (nan) return NAN;
+  if (p == 0.0 || isinf(p) || p == 1.0) return acc;
+  return p == 2.0 ? sqrt(acc) : pow(acc, 1.0 / p);
+}
+
+static void plain_chunk(void* arg, int64_t begin, int64_t end) {
+  const plain_job_t* j = (const plain_job_t*)arg;
+  const cx_plain_t* c = j->c;
+  const tpu_view_t* in = &c->in;
+  const tpu_view_t* out = j->out;
+  /* kept dims (logical order) with their output dims; reduced dims */
+  int64_t ksz[TPU_MAX_DIMS], kin[TPU_MAX_DIMS], kout[TPU_MAX_DIMS];
+  int64_t rsz[TPU_MAX_DIMS], rin[TPU_MAX_DIMS];
+  int32_t nk = 0, nr = 0, od = 0;
+  for (int32_t d = 0; d < in->ndim; ++d) {
+    if (c->a.reduced[d]) {
+      rsz[nr] = in->sizes[d], rin[nr++] = in->strides[d];
+      if (c->a.keepdim) od++;
+    } else {
+      ksz[nk] = in->sizes[d], kin[nk] = in->strides[d], kout[nk++] = out->strides[od++];
+    }
+  }
+  for (int64_t o = begin; o < end; ++o) {
+    int64_t ib = 0, ob = 0, r = o;
+    for (int32_t d = nk - 1; d >= 0; --d) {
+      ib += (r % ksz[d]) * kin[d];
+      ob += (r % ksz[d]) * kout[d];
+      r /= ksz[d];
+    }
+    if (c->prod) {
+      double re = 1.0, im = 0.0;
+      for (int64_t k = 0; k < c->a.n; ++k) {
+        int64_t off = ib, q = k;
+        for (int32_t d = nr - 1; d >= 0; --d) {
+          off += (q % rsz[d]) * rin[d];
+          q /= rsz[d];
+        }
+        _Complex double z = load_cx(in, off);
+        double a = creal(z), b = cimag(z), t = re * a - im * b; /* c10's product */
+        im = re * b + im * a;
+        re = t;
+      }
+      double pair[2] = {re, im};
+      tpu_convert(view_at(out, ob), out->dtype, 1, pair, TPU_DTYPE_C128, 1, 1);
+    } else {
+      double x = norm_of(c, in, ib, rsz, rin, nr);
+      tpu_convert(view_at(out, ob), out->dtype, 1, &x, TPU_DTYPE_F64, 1, 1);
+    }
+  }
+}
+
+static tpu_status_t plain_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  cx_plain_t c;
+  TPU_RETURN_IF_ERROR(plain_parse(def, node, &c));
+  if (node->num_outputs < 1) return refuse(def, "no output");
+  const tpu_view_t* out = &node->outputs[0];
+  if (!views_same_shape(out, &c.a.shape[0]))
+    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: output 0 has the wrong shape",
+                           def->name);
+  if (out->dtype != c.out_dtype) return refuse(def, "an output of another dtype");
+  if (tpu_views_may_overlap(out, &c.in)) return refuse(def, "an output overlapping the input");
+  return TPU_OK;
+}
+
+/* ---- the rows' entry points ---------------------------------------------------- */
+
 tpu_status_t tpu_reduce_cx_infer(const tpu_op_def_t* def, const tpu_node_t* node,
                                  tpu_view_t* out_views) {
+  if (plain_acc(def)) {
+    cx_plain_t c;
+    TPU_RETURN_IF_ERROR(plain_parse(def, node, &c));
+    out_views[0] = c.a.shape[0];
+    return TPU_OK;
+  }
   cx_reduction_t r;
   TPU_RETURN_IF_ERROR(rewrite(def, node, &r));
   TPU_RETURN_IF_ERROR(r.def->infer(r.def, &r.node, out_views));
@@ -117,6 +269,7 @@ tpu_status_t tpu_reduce_cx_infer(const tpu_op_def_t* def, const tpu_node_t* node
 }
 
 tpu_status_t tpu_reduce_cx_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  if (plain_acc(def)) return plain_check(def, node);
   cx_reduction_t r;
   TPU_RETURN_IF_ERROR(rewrite(def, node, &r));
   return r.def->check(r.def, &r.node);
@@ -124,6 +277,16 @@ tpu_status_t tpu_reduce_cx_check(const tpu_op_def_t* def, const tpu_node_t* node
 
 tpu_status_t tpu_reduce_cx_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                   tpu_exec_ctx_t* ctx) {
+  if (plain_acc(def)) {
+    TPU_RETURN_IF_ERROR(plain_check(def, node));
+    cx_plain_t c;
+    TPU_RETURN_IF_ERROR(plain_parse(def, node, &c));
+    plain_job_t j = {&c, &node->outputs[0]};
+    int64_t outs = tpu_view_numel(&c.a.shape[0]);
+    int64_t n = c.a.n > 0 ? c.a.n : 1;
+    tpu_parallel_for(outs, n >= 4096 ? 1 : 4096 / n, plain_chunk, &j);
+    return TPU_OK;
+  }
   cx_reduction_t r;
   TPU_RETURN_IF_ERROR(rewrite(def, node, &r));
   return r.def->kernel(r.def, &r.node, ctx);

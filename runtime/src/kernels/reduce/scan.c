@@ -16,7 +16,8 @@
  * inner loop runs over contiguous memory; otherwise each row is scanned in
  * CHUNK-element pieces gathered along dim. Work items (rows or lane blocks)
  * are spread over tpu_parallel_for. Per-type code is generated once per
- * accumulator type and picked from a table.
+ * accumulator type and picked from a table. Complex cumsum and cumprod
+ * (complex64/complex128, or a complex dtype=) take scan_cx below.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -146,7 +147,13 @@ tpu_status_t tpu_scan_parse(const tpu_op_def_t* def, const tpu_node_t* node, sca
   if (a->kind == SC_CUMSUM || a->kind == SC_CUMPROD) {
     const tpu_attr_t* dt = ku_attr(def, node, "dtype");
     if (dt && dt->kind == TPU_ATTR_DTYPE) out = dt->u.dtype;
-    else if (!tpu_dtype_is_floating(in->dtype)) out = TPU_DTYPE_I64;
+    else if (!tpu_dtype_is_floating(in->dtype) && !tpu_dtype_is_complex(in->dtype))
+      out = TPU_DTYPE_I64;
+    /* complex to real (PyTorch raises or casts): the fallback */
+    if (tpu_dtype_is_complex(in->dtype) && !tpu_dtype_is_complex(out))
+      return unimpl("a complex scan into a real dtype");
+  } else if (tpu_dtype_is_complex(in->dtype)) {
+    return unimpl("cummax, cummin, logcumsumexp of a complex tensor");
   }
   if (a->kind == SC_LOGCUMSUMEXP && !tpu_dtype_is_floating(in->dtype))
     return unimpl("logcumsumexp: no integer kernel on CPU");
@@ -155,6 +162,7 @@ tpu_status_t tpu_scan_parse(const tpu_op_def_t* def, const tpu_node_t* node, sca
   a->acc = tpu_dtype_size(out) == 2 && tpu_dtype_is_floating(out) ? TPU_DTYPE_F32 : k_acc_dtype[ct];
   if (a->kind == SC_CUMMAX || a->kind == SC_CUMMIN) a->acc = tpu_compute_storage_dtype(ct);
   if (a->acc == TPU_DTYPE_BOOL) a->acc = TPU_DTYPE_I64;
+  if (tpu_dtype_is_complex(out)) a->acc = TPU_DTYPE_C128; /* scan_cx */
   a->num_outputs = (a->kind == SC_CUMMAX || a->kind == SC_CUMMIN) ? 2 : 1;
   a->shape[0] = *in;
   a->shape[0].addr = 0;
@@ -252,6 +260,56 @@ static void scan_items(void* arg, int64_t begin, int64_t end) {
   free(acc);
 }
 
+/* ---- complex cumsum and cumprod ------------------------------------------------ */
+
+/* One row (the elements along dim) at a time, in double complex as the CPU's
+ * acc_type (complex<double>), each partial result rounded to the output's
+ * dtype as it is stored; the product is c10's schoolbook one. Rows are the
+ * index combinations of the other dims, spread over the compute pool. */
+typedef struct scan_cx_job {
+  const scan_args_t* a;
+  const tpu_view_t* out;
+} scan_cx_job_t;
+
+static void scan_cx_rows(void* arg, int64_t begin, int64_t end) {
+  const scan_cx_job_t* j = (const scan_cx_job_t*)arg;
+  const scan_args_t* a = j->a;
+  const tpu_view_t *in = a->in, *out = j->out;
+  bool prod = a->kind == SC_CUMPROD;
+  int64_t step_in = in->ndim ? in->strides[a->dim] : 0;
+  int64_t step_out = out->ndim ? out->strides[a->dim] : 0;
+  for (int64_t r = begin; r < end; ++r) {
+    int64_t ib = 0, ob = 0, q = r;
+    for (int32_t d = in->ndim - 1; d >= 0; --d) {
+      if (d == a->dim) continue;
+      ib += (q % in->sizes[d]) * in->strides[d];
+      ob += (q % in->sizes[d]) * out->strides[d];
+      q /= in->sizes[d];
+    }
+    double acc[2] = {prod ? 1.0 : 0.0, 0.0}, z[2];
+    for (int64_t i = 0; i < a->n; ++i) {
+      tpu_convert(z, TPU_DTYPE_C128, 1, view_at(in, ib + i * step_in), in->dtype, 1, 1);
+      if (prod) {
+        double re = acc[0] * z[0] - acc[1] * z[1];
+        acc[1] = acc[0] * z[1] + acc[1] * z[0];
+        acc[0] = re;
+      } else {
+        acc[0] += z[0];
+        acc[1] += z[1];
+      }
+      tpu_convert(view_at(out, ob + i * step_out), out->dtype, 1, acc, TPU_DTYPE_C128, 1, 1);
+    }
+  }
+}
+
+static tpu_status_t scan_cx_kernel(const scan_args_t* a, const tpu_view_t* out) {
+  int64_t rows = a->n > 0 ? tpu_view_numel(a->in) / a->n : 0;
+  if (rows == 0 || a->n == 0) return TPU_OK;
+  scan_cx_job_t j = {a, out};
+  tpu_parallel_for(rows, a->n >= 4096 ? 1 : 4096 / a->n, scan_cx_rows, &j);
+  return TPU_OK;
+}
+
 static tpu_status_t scan_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
                                 tpu_exec_ctx_t* ctx) {
   (void)ctx;
@@ -263,6 +321,7 @@ static tpu_status_t scan_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
     tpu_status_free(s);
     return e;
   }
+  if (a.acc == TPU_DTYPE_C128) return scan_cx_kernel(&a, &node->outputs[0]);
   const tpu_view_t* in = a.in;
   scan_plan_t p;
   memset(&p, 0, sizeof(p));
@@ -315,10 +374,10 @@ static const scan_impl_t k_cumsum = {SC_CUMSUM}, k_cumprod = {SC_CUMPROD},
 static const tpu_op_def_t k_rows[] = {
     {.name = "cumsum", .inputs = "self", .attrs = "dim,dtype", .outputs = "out",
      .aten = "cumsum cumsum.out cumsum_", .kernel = scan_kernel, .infer = scan_infer,
-     .check = scan_check, .impl = &k_cumsum},
+     .check = scan_check, .impl = &k_cumsum, .flags = TPU_OP_COMPLEX},
     {.name = "cumprod", .inputs = "self", .attrs = "dim,dtype", .outputs = "out",
      .aten = "cumprod cumprod.out cumprod_", .kernel = scan_kernel, .infer = scan_infer,
-     .check = scan_check, .impl = &k_cumprod},
+     .check = scan_check, .impl = &k_cumprod, .flags = TPU_OP_COMPLEX},
     {.name = "cummax_helper", .inputs = "self", .attrs = "dim", .outputs = "values,indices",
      .aten = "_cummax_helper", .kernel = scan_kernel, .infer = scan_infer, .check = scan_check,
      .impl = &k_cummax},

@@ -8,7 +8,8 @@
  * element after the other along dim, so results equal CPU's bit for bit;
  * logcumsumexp (floating only) likewise; cummax/cummin (_cummax_helper,
  * _cummin_helper) write values and the index of the last extremum (NaN
- * wins, ties take the later index).
+ * wins, ties take the later index). Complex cumsum/cumprod accumulate in
+ * double complex (CPU's complex<double> acc_type), acc = C128.
  */
 #ifndef TPU_KERNELS_SCAN_H_
 #define TPU_KERNELS_SCAN_H_
@@ -28,7 +29,7 @@ typedef struct scan_args {
   const tpu_view_t* in;
   int32_t dim; /* wrapped; 0 for a 0-dim input */
   int64_t n;   /* elements along dim */
-  tpu_dtype_t acc; /* storage dtype of the accumulator (I64, F32, F64) */
+  tpu_dtype_t acc; /* storage dtype of the accumulator (I64, F32, F64; C128: complex) */
   int32_t num_outputs;
   tpu_view_t shape[2];
 } scan_args_t;
