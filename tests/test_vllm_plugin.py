@@ -78,8 +78,11 @@ from vllm.platforms import current_platform
 model_dir, prompts, max_tokens = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 llm = LLM(model=model_dir, dtype="float32", max_model_len=128, block_size=16,
           enforce_eager=True, kv_cache_memory_bytes=1 << 22, max_num_seqs=4, seed=0)
-outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens,
-                                            ignore_eos=True))
+params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+outs = llm.generate(prompts, params)
+# Again: prefix caching now serves the prompts' full blocks, so prefill starts mid-sequence
+# (fewer new tokens than context), and the short prompts decode beside it.
+again = llm.generate(prompts[::-1], params)[::-1]
 runner = llm.llm_engine.model_executor.driver_worker.worker.model_runner
 ctx = llm.llm_engine.vllm_config.compilation_config.static_forward_context
 attn = [m for m in ctx.values() if hasattr(m, "impl")]
@@ -93,7 +96,9 @@ print("@@RESULT@@" + json.dumps(dict(
     kv_written=all(bool(kv.cpu().abs().sum() > 0) for kv in runner.kv_caches),
     impls=sorted({type(m.impl).__qualname__ for m in attn}),
     prompt_ids=[o.prompt_token_ids for o in outs],
-    tokens=[list(o.outputs[0].token_ids) for o in outs])), flush=True)
+    tokens=[list(o.outputs[0].token_ids) for o in outs],
+    cached=[o.num_cached_tokens for o in again],
+    tokens_again=[list(o.outputs[0].token_ids) for o in again])), flush=True)
 '''
 
 
@@ -134,3 +139,5 @@ def test_generate_matches_hf_cpu(tmp_path):
     assert r["kv_written"]
     assert r["prompt_ids"] == ref_prompt_ids
     assert r["tokens"] == ref
+    assert r["cached"][2] >= 16 and r["cached"][3] >= 32, r["cached"]
+    assert r["tokens_again"] == ref
