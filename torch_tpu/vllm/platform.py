@@ -37,6 +37,10 @@ class TpuPlatform(Platform):
         return [torch.float32, torch.bfloat16, torch.float16]
 
     @classmethod
+    def import_kernels(cls) -> None:
+        """vLLM's compiled kernels (vllm._C*) are CUDA or CPU builds; tpu runs none of them."""
+
+    @classmethod
     def get_device_name(cls, device_id: int = 0) -> str:
         return torch.tpu.get_device_name(device_id)
 
