@@ -1,0 +1,143 @@
+"""vLLM serving on tpu through the torch_tpu.vllm platform plugin (issue 26).
+
+A tiny random-weight LlamaForCausalLM and a word-level tokenizer are built
+locally (there is no model hub); vLLM's LLM.generate, greedy, on prompts of
+different lengths must give exactly the tokens HF generate gives on CPU.
+
+vLLM is not among the project's requirements (its wheels pin other torch and
+transformers versions), so the test is skipped where `vllm` cannot be found;
+to run it, put a vLLM install on PYTHONPATH, e.g. one made with
+`pip install --no-deps --target DIR vllm==0.33.0` plus the pure-Python
+dependencies listed in torch_tpu/vllm/__init__.py.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None,
+    reason="vLLM is not installed here (not a project requirement: its wheels pin another "
+           "torch and transformers); put an install on PYTHONPATH to run this test")
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+PROMPTS = [
+    "w7",
+    "w1 w2 w3",
+    " ".join(f"w{i}" for i in range(10, 30)),            # spans two 16-token blocks
+    " ".join(f"w{(7 * i) % 250}" for i in range(37)),    # three blocks
+]
+MAX_TOKENS = 20  # decoding crosses block boundaries
+
+
+def _make_model(path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    vocab.update({f"w{i}": 3 + i for i in range(253)})
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                                  eos_token="</s>")
+    tok.save_pretrained(path)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
+                      tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg).eval()
+    model.save_pretrained(path)
+    return tok, model
+
+
+def _hf_greedy(tok, model):
+    prompt_ids, out = [], []
+    for p in PROMPTS:
+        ids = tok(p, return_tensors="pt").input_ids
+        with torch.no_grad():
+            g = model.generate(ids, max_new_tokens=MAX_TOKENS, min_new_tokens=MAX_TOKENS,
+                               do_sample=False)
+        prompt_ids.append(ids[0].tolist())
+        out.append(g[0, ids.shape[1]:].tolist())
+    return prompt_ids, out
+
+
+_CHILD = '''
+import json, sys
+import torch
+from vllm import LLM, SamplingParams
+from vllm.platforms import current_platform
+
+model_dir, prompts, max_tokens = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+llm = LLM(model=model_dir, dtype="float32", max_model_len=128, block_size=16,
+          enforce_eager=True, kv_cache_memory_bytes=1 << 22, max_num_seqs=4, seed=0)
+params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+outs = llm.generate(prompts, params)
+# Again: prefix caching now serves the prompts' full blocks, so prefill starts mid-sequence
+# (fewer new tokens than context), and the short prompts decode beside it.
+again = llm.generate(prompts[::-1], params)[::-1]
+runner = llm.llm_engine.model_executor.driver_worker.worker.model_runner
+ctx = llm.llm_engine.vllm_config.compilation_config.static_forward_context
+attn = [m for m in ctx.values() if hasattr(m, "impl")]
+print("@@RESULT@@" + json.dumps(dict(
+    platform=type(current_platform).__qualname__,
+    device_type=current_platform.device_type,
+    dispatch_key=current_platform.dispatch_key,
+    dist_backend=current_platform.dist_backend,
+    param_devices=sorted({p.device.type for p in runner.model.parameters()}),
+    kv_devices=sorted({kv.device.type for kv in runner.kv_caches}),
+    kv_written=all(bool(kv.cpu().abs().sum() > 0) for kv in runner.kv_caches),
+    impls=sorted({type(m.impl).__qualname__ for m in attn}),
+    prompt_ids=[o.prompt_token_ids for o in outs],
+    tokens=[list(o.outputs[0].token_ids) for o in outs],
+    cached=[o.num_cached_tokens for o in again],
+    tokens_again=[list(o.outputs[0].token_ids) for o in again])), flush=True)
+'''
+
+
+def _entry_point_dir(path):
+    """A dist-info that declares the pyproject's vllm.platform_plugins entry point, for a
+    checkout that is not pip-installed."""
+    info = path / "torch_tpu_vllm_plugin-0.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch-tpu-vllm-plugin\n"
+                                   "Version: 0.0\n")
+    (info / "entry_points.txt").write_text("[vllm.platform_plugins]\n"
+                                           "tpu = torch_tpu.vllm:register\n")
+    return str(path)
+
+
+def test_generate_matches_hf_cpu(tmp_path):
+    model_dir = tmp_path / "tiny-llama"
+    tok, model = _make_model(model_dir)
+    ref_prompt_ids, ref = _hf_greedy(tok, model)
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [_entry_point_dir(tmp_path / "ep"), REPO] + env.get("PYTHONPATH", "").split(os.pathsep))
+    env["VLLM_PLUGINS"] = "tpu"                    # only our platform plugin
+    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"    # engine core in this process, to inspect it
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(_CHILD), str(model_dir),
+                        json.dumps(PROMPTS), str(MAX_TOKENS)],
+                       capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("@@RESULT@@")]
+    assert lines, f"child failed (rc={p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
+    r = json.loads(lines[0][len("@@RESULT@@"):])
+
+    assert r["platform"] == "TpuPlatform"
+    assert (r["device_type"], r["dispatch_key"], r["dist_backend"]) == \
+        ("tpu", "PrivateUse1", "tpu_dist")
+    assert r["param_devices"] == ["tpu"] and r["kv_devices"] == ["tpu"]
+    assert r["impls"] == ["TpuPagedAttentionImpl"]
+    assert r["kv_written"]
+    assert r["prompt_ids"] == ref_prompt_ids
+    assert r["tokens"] == ref
+    assert r["cached"][2] >= 16 and r["cached"][3] >= 32, r["cached"]
+    assert r["tokens_again"] == ref

@@ -1,0 +1,37 @@
+"""vLLM platform plugin for the tpu device (issue 26).
+
+vLLM (0.33) finds it through the ``vllm.platform_plugins`` entry point
+``tpu = torch_tpu.vllm:register`` (pyproject.toml); ``VLLM_PLUGINS=tpu``
+makes it the only plugin vLLM loads. The pieces, each vLLM's CPU one moved
+to the tpu device:
+
+- platform.py: ``TpuPlatform`` (device_type "tpu", dispatch key
+  PrivateUse1, dist backend tpu_dist, TPU_VISIBLE_CHIPS, memory from
+  torch.tpu), the config it forces (eager, no CUDA graphs, no async
+  scheduling, one chip), and the PyTorch stand-ins for the runner's Triton
+  kernels;
+- attention.py: ``TpuPagedAttentionBackend``, whose KV cache writes and
+  attention are torch.ops.tpu.paged_kv_write_ / paged_attention;
+- worker.py: ``TpuWorker`` and ``TpuModelRunner`` (model, inputs, KV cache
+  and sampler on tpu).
+
+vLLM is not a project requirement (its wheels pin other torch and
+transformers versions). A working install for torch 2.14.1 / transformers
+5.24: ``pip install --no-deps --target DIR vllm==0.33.0`` and, also with
+``--no-deps --target DIR``: cloudpickle cbor2 pyzmq openai_harmony openai
+httpx2 msgspec pybase64 cachetools uvloop py-cpuinfo prometheus_client
+xgrammar==0.2.8 apache-tvm-ffi==0.1.11 "fastapi<0.137" starlette
+partial-json-parser "llguidance<1.8" compressed-tensors==0.17.0 loguru;
+then PYTHONPATH=DIR. vLLM's compiled extensions (CUDA builds) are not
+loaded: nothing here needs them.
+"""
+
+
+def register():
+    """Entry point of vllm.platform_plugins: TpuPlatform's qualname, or None with no chip."""
+    import torch
+
+    import torch_tpu  # noqa: F401  (an import error is vLLM's to report)
+    if torch.tpu.device_count() < 1:
+        return None
+    return "torch_tpu.vllm.platform.TpuPlatform"
