@@ -19,6 +19,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 python -m pip install -q --disable-pip-version-check -r requirements.txt
+# vLLM and what its paths import, without its own pins (requirements-vllm.txt says why).
+python -m pip install -q --disable-pip-version-check --no-deps -r requirements-vllm.txt
 # Rebuilds incrementally (build/py keeps CMake's state).
 python -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
 python -c "import torch, torch_tpu; assert torch.tpu.is_available()"

@@ -15,15 +15,11 @@ to the tpu device:
 - worker.py: ``TpuWorker`` and ``TpuModelRunner`` (model, inputs, KV cache
   and sampler on tpu).
 
-vLLM is not a project requirement (its wheels pin other torch and
-transformers versions). A working install for torch 2.14.1 / transformers
-5.24: ``pip install --no-deps --target DIR vllm==0.33.0`` and, also with
-``--no-deps --target DIR``: cloudpickle cbor2 pyzmq openai_harmony openai
-httpx2 msgspec pybase64 cachetools uvloop py-cpuinfo prometheus_client
-xgrammar==0.2.8 apache-tvm-ffi==0.1.11 "fastapi<0.137" starlette
-partial-json-parser "llguidance<1.8" compressed-tensors==0.17.0 loguru;
-then PYTHONPATH=DIR. vLLM's compiled extensions (CUDA builds) are not
-loaded: nothing here needs them.
+Installation: scripts/setup.sh installs vLLM 0.33.0 and the packages its
+paths import from requirements-vllm.txt with --no-deps (vLLM's wheels pin
+torch 2.14.0, transformers < 5.21 and CUDA-only packages, which would
+replace this project's pins). vLLM's compiled extensions (CUDA builds) are
+not loaded: nothing here needs them.
 """
 
 
