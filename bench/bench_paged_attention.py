@@ -21,22 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_tpu  # noqa: F401
-
-
-def cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-            else:
-                return "unknown"
-    except OSError:
-        return "unknown"
-    # tpu_paged_attn_block's clones: x86-64-v4 (AVX-512), avx2, baseline
-    v4 = {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"} <= flags
-    return "x86-64-v4 (AVX-512)" if v4 else "avx2" if "avx2" in flags else "baseline (SSE2)"
+from bench_roof import simd_path  # the same clones (VM_SIMD_CLONES) as the paged kernel
 
 
 def make(B, ctx, Hq, Hkv, D, bs, dtype, seed=0):
@@ -84,7 +69,7 @@ def main():
     B, ctx, Hq, Hkv, D, bs = a.seqs, a.context, 32, 8, 128, a.block_size
     print(f"torch {torch.__version__}, torch CPU capability "
           f"{torch.backends.cpu.get_cpu_capability()}, torch threads {torch.get_num_threads()}; "
-          f"tpu kernel path {cpu_flags()}, pool threads {os.cpu_count()}")
+          f"tpu kernel path {simd_path()['tpu_ew_f32_clone']}, pool threads {os.cpu_count()}")
     print(f"decode step: {B} seqs x {ctx} context, Hq {Hq} / Hkv {Hkv} / D {D}, block {bs}")
     print("load average (start)", os.getloadavg())
     scale = D ** -0.5

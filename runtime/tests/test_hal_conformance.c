@@ -466,6 +466,23 @@ static tpu_status_t exec(rig_t* r, tpu_graph_t* g) {
   return r->d->queue_submit(r->q, &c);
 }
 
+/* y = x + 2 as one "add" node's operands over N floats: x[i] = i * step and
+ * y[i] = -1 uploaded to fresh mappings (*dx, *dy; 0 when a map failed). */
+static void add_two_operands(rig_t* r, int64_t n, float step, float* x, float* y, uint64_t* dx,
+                             uint64_t* dy, tpu_value_t in[2], tpu_view_t* out) {
+  size_t bytes = (size_t)n * sizeof(float);
+  for (int64_t i = 0; i < n; ++i) x[i] = (float)i * step, y[i] = -1.0f;
+  *dx = *dy = 0;
+  HCHECK_OK(r->d->memory_map(r->chip, bytes, dx));
+  HCHECK_OK(r->d->memory_map(r->chip, bytes, dy));
+  HCHECK_OK(copy(r, TPU_HAL_COPY_H2D, *dx, hp(x), bytes));
+  HCHECK_OK(copy(r, TPU_HAL_COPY_H2D, *dy, hp(y), bytes));
+  in[0] = (tpu_value_t){.kind = TPU_VALUE_VIEW, .u.view = vec(*dx, TPU_DTYPE_F32, n)};
+  in[1] = (tpu_value_t){.kind = TPU_VALUE_SCALAR,
+                        .u.scalar = {.dtype = TPU_DTYPE_F64, .v.f = 2.0}};
+  *out = vec(*dy, TPU_DTYPE_F32, n);
+}
+
 /* EXEC runs the graph (y = x + 2), or, on a driver that runs no graphs,
  * records UNIMPLEMENTED for the next synchronisation. */
 static void exec_runs_a_graph(const tpu_hal_driver_t* d, const traits_t* t) {
@@ -476,16 +493,10 @@ static void exec_runs_a_graph(const tpu_hal_driver_t* d, const traits_t* t) {
   }
   enum { N = 1000 };
   float x[N], y[N];
-  for (int i = 0; i < N; ++i) x[i] = (float)i * 0.5f, y[i] = -1.0f;
-  uint64_t dx = 0, dy = 0;
-  HCHECK_OK(d->memory_map(r.chip, sizeof(x), &dx));
-  HCHECK_OK(d->memory_map(r.chip, sizeof(y), &dy));
-  HCHECK_OK(copy(&r, TPU_HAL_COPY_H2D, dx, hp(x), sizeof(x)));
-  HCHECK_OK(copy(&r, TPU_HAL_COPY_H2D, dy, hp(y), sizeof(y)));
-  tpu_value_t in[2] = {{.kind = TPU_VALUE_VIEW, .u.view = vec(dx, TPU_DTYPE_F32, N)},
-                       {.kind = TPU_VALUE_SCALAR,
-                        .u.scalar = {.dtype = TPU_DTYPE_F64, .v.f = 2.0}}};
-  tpu_view_t out = vec(dy, TPU_DTYPE_F32, N);
+  uint64_t dx, dy;
+  tpu_value_t in[2];
+  tpu_view_t out;
+  add_two_operands(&r, N, 0.5f, x, y, &dx, &dy, in, &out);
   tpu_attr_t attrs[TPU_MAX_ATTRS] = {{0}};
   tpu_op_id_t add = tpu_op_lookup("add");
   tpu_graph_t* g = one_node("add", in, 2, &out, attrs, tpu_op_num_attrs(add));
@@ -628,16 +639,10 @@ static void prepare_gives_an_executable_exec_runs(const tpu_hal_driver_t* d, con
   HCHECK(d->executable_prepare != NULL && d->recording_text != NULL);
   enum { N = 1000 };
   float x[N], y[N];
-  for (int i = 0; i < N; ++i) x[i] = (float)i * 0.25f, y[i] = -1.0f;
-  uint64_t dx = 0, dy = 0;
-  HCHECK_OK(d->memory_map(r.chip, sizeof(x), &dx));
-  HCHECK_OK(d->memory_map(r.chip, sizeof(y), &dy));
-  HCHECK_OK(copy(&r, TPU_HAL_COPY_H2D, dx, hp(x), sizeof(x)));
-  HCHECK_OK(copy(&r, TPU_HAL_COPY_H2D, dy, hp(y), sizeof(y)));
-  tpu_value_t in[2] = {{.kind = TPU_VALUE_VIEW, .u.view = vec(dx, TPU_DTYPE_F32, N)},
-                       {.kind = TPU_VALUE_SCALAR,
-                        .u.scalar = {.dtype = TPU_DTYPE_F64, .v.f = 2.0}}};
-  tpu_view_t out = vec(dy, TPU_DTYPE_F32, N);
+  uint64_t dx, dy;
+  tpu_value_t in[2];
+  tpu_view_t out;
+  add_two_operands(&r, N, 0.25f, x, y, &dx, &dy, in, &out);
   tpu_attr_t attrs[TPU_MAX_ATTRS] = {{0}};
   uint64_t live_addr = dy, live_size = sizeof(y);
   uint64_t hash = 0;

@@ -8,6 +8,17 @@
 
 #include "kernels/attention/paged_attention.h"
 
+/* cache[blk, off, h, 0..n) = src[t, h, 0..n). */
+static void write_row(const tpu_view_t* cache, int64_t blk, int64_t off, int64_t h,
+                      const tpu_view_t* src, int64_t t, int64_t n) {
+  for (int64_t d = 0; d < n; ++d)
+    view_set_f64(cache,
+                 blk * cache->strides[0] + off * cache->strides[1] + h * cache->strides[2] +
+                     d * cache->strides[3],
+                 view_get_f64(src, t * src->strides[0] + h * src->strides[1] +
+                                       d * src->strides[2]));
+}
+
 tpu_status_t tpu_paged_write_reference(const tpu_op_def_t* def, const tpu_node_t* node) {
   paged_write_args_t a;
   TPU_RETURN_IF_ERROR(tpu_paged_write_parse(def, node, &a));
@@ -17,18 +28,8 @@ tpu_status_t tpu_paged_write_reference(const tpu_op_def_t* def, const tpu_node_t
     if (s < 0) continue;
     int64_t blk = s / a.bs, off = s % a.bs;
     for (int64_t h = 0; h < a.Hkv; ++h) {
-      for (int64_t d = 0; d < a.D; ++d)
-        view_set_f64(&a.key_cache,
-                     blk * a.key_cache.strides[0] + off * a.key_cache.strides[1] +
-                         h * a.key_cache.strides[2] + d * a.key_cache.strides[3],
-                     view_get_f64(&a.key, t * a.key.strides[0] + h * a.key.strides[1] +
-                                              d * a.key.strides[2]));
-      for (int64_t d = 0; d < a.Dv; ++d)
-        view_set_f64(&a.value_cache,
-                     blk * a.value_cache.strides[0] + off * a.value_cache.strides[1] +
-                         h * a.value_cache.strides[2] + d * a.value_cache.strides[3],
-                     view_get_f64(&a.value, t * a.value.strides[0] + h * a.value.strides[1] +
-                                                d * a.value.strides[2]));
+      write_row(&a.key_cache, blk, off, h, &a.key, t, a.D);
+      write_row(&a.value_cache, blk, off, h, &a.value, t, a.Dv);
     }
   }
   return TPU_OK;

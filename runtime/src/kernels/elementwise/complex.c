@@ -30,14 +30,6 @@
 
 /* ---- the executor ----------------------------------------------------------- */
 
-/* re + i im (C11's CMPLX is not portable; complex_math.c says why). */
-static inline tpu_ew_cx_t cx_pair(double re, double im) {
-  union {
-    tpu_ew_cx_t z;
-    double p[2];
-  } u = {.p = {re, im}};
-  return u.z;
-}
 
 /* Elements a run computes at a time: operands in stack arrays. */
 #define CX_RUN 128
@@ -245,7 +237,7 @@ tpu_status_t tpu_ew_cx_kernel(const tpu_op_def_t* def, const tpu_node_t* node) {
         re = (float)re;
         im = (float)im;
       }
-      j.value[k] = cx_pair(re, im);
+      j.value[k] = tpu_ew_cx_make(re, im);
     } else if (v->kind == TPU_VALUE_VIEW) {
       if (!view_expand(&v->u.view, out->ndim, out->sizes, &expanded[k]))
         return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: operand %d does not broadcast",

@@ -21,16 +21,6 @@
 
 typedef tpu_ew_cx_t cx;
 
-/* re + i im. C11's CMPLX is not portable: glibc's <complex.h> defines it
- * only for GCC >= 4.7, and clang reports itself as GCC 4.2 (the fuzzing
- * build). C11 lays a complex number out as its two parts. */
-static inline cx cx_make(double re, double im) {
-  union {
-    cx z;
-    double p[2];
-  } u = {.p = {re, im}};
-  return u.z;
-}
 
 #define CX_UNARY(op, EXPR)                                                                 \
   void tpu_ew_cx_##op(cx* out, const cx* const* in, int64_t n, const tpu_ew_params_t* p) { \
@@ -56,17 +46,17 @@ static inline cx cx_make(double re, double im) {
  * recovers infinities from NaN parts; PyTorch's does not). */
 static inline cx cx_mul(cx x, cx y) {
   double a = creal(x), b = cimag(x), c = creal(y), d = cimag(y);
-  return cx_make(a * c - b * d, a * d + b * c);
+  return tpu_ew_cx_make(a * c - b * d, a * d + b * c);
 }
 
-static inline cx cx_real(double r) { return cx_make(r, 0.0); }
+static inline cx cx_real(double r) { return tpu_ew_cx_make(r, 0.0); }
 
 /* ---- arithmetic ------------------------------------------------------------ */
 
 /* A number attr: real part f, imaginary part fi (0 for a real number). A
  * real one scales both parts as it is; a complex one by the product. */
 static inline cx cx_scale(const tpu_ew_params_t* p, int j, cx z) {
-  return p->fi[j] == 0.0 ? p->f[j] * z : cx_mul(cx_make(p->f[j], p->fi[j]), z);
+  return p->fi[j] == 0.0 ? p->f[j] * z : cx_mul(tpu_ew_cx_make(p->f[j], p->fi[j]), z);
 }
 
 /* add/sub/rsub: alpha is the number attr 0. */
@@ -119,7 +109,7 @@ CX_UNARY(exp2, cexp(z * M_LN2))
  * cancellation near 0. */
 static cx cx_expm1_1(cx z) {
   double x = creal(z), y = cimag(z), s = sin(0.5 * y);
-  return cx_make(expm1(x) * cos(y) - 2.0 * s * s, exp(x) * sin(y));
+  return tpu_ew_cx_make(expm1(x) * cos(y) - 2.0 * s * s, exp(x) * sin(y));
 }
 CX_UNARY(expm1, cx_expm1_1(z))
 CX_UNARY(log, clog(z))
@@ -129,7 +119,7 @@ CX_UNARY(log10, clog(z) / M_LN10)
  * small: |1 + z|^2 - 1 = 2x + x^2 + y^2. */
 static cx cx_log1p_1(cx z) {
   double x = creal(z), y = cimag(z);
-  if (cabs(z) < 0.5) return cx_make(0.5 * log1p(x * (2.0 + x) + y * y), atan2(y, 1.0 + x));
+  if (cabs(z) < 0.5) return tpu_ew_cx_make(0.5 * log1p(x * (2.0 + x) + y * y), atan2(y, 1.0 + x));
   return clog(1.0 + z);
 }
 CX_UNARY(log1p, cx_log1p_1(z))

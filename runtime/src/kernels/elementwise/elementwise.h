@@ -102,6 +102,17 @@ typedef tpu_status_t (*tpu_ew_prepare_fn)(const tpu_node_t* node, tpu_dtype_t co
  * real part); params->mode says which precision the math rounds to. An impl without one leaves complex nodes to the CPU fallback
  * (UNIMPLEMENTED). */
 typedef double _Complex tpu_ew_cx_t;
+
+/* re + i im. C11's CMPLX is not portable: glibc's <complex.h> defines it
+ * only for GCC >= 4.7, and clang reports itself as GCC 4.2 (the fuzzing
+ * build). C11 lays a complex number out as its two parts. */
+static inline tpu_ew_cx_t tpu_ew_cx_make(double re, double im) {
+  union {
+    tpu_ew_cx_t z;
+    double p[2];
+  } u = {.p = {re, im}};
+  return u.z;
+}
 /* params->mode of a complex node: its math rounds to complex64 (ops that
  * must follow PyTorch's float math read it) or to complex128. */
 enum { TPU_EW_CX_DOUBLE = 0, TPU_EW_CX_SINGLE = 1 };

@@ -164,17 +164,23 @@ static inline _Complex double load_cx(const tpu_view_t* v, int64_t off) {
   return z;
 }
 
+/* The element offset of the k-th reduced element (row-major over the
+ * reduced dims' sizes and strides) from base. */
+static inline int64_t reduced_offset(int64_t base, int64_t k, const int64_t* sizes,
+                                     const int64_t* strides, int32_t n) {
+  for (int32_t d = n - 1; d >= 0; --d) {
+    base += (k % sizes[d]) * strides[d];
+    k /= sizes[d];
+  }
+  return base;
+}
+
 static double norm_of(const cx_plain_t* c, const tpu_view_t* in, int64_t base,
                       const int64_t* red_sizes, const int64_t* red_strides, int32_t nred) {
   double p = c->a.ord, acc = p == -INFINITY ? INFINITY : 0.0;
   bool nan = false;
   for (int64_t k = 0; k < c->a.n; ++k) {
-    int64_t off = base, r = k;
-    for (int32_t d = nred - 1; d >= 0; --d) {
-      off += (r % red_sizes[d]) * red_strides[d];
-      r /= red_sizes[d];
-    }
-    _Complex double z = load_cx(in, off);
+    _Complex double z = load_cx(in, reduced_offset(base, k, red_sizes, red_strides, nred));
     double x = hypot(creal(z), cimag(z));
     nan |= isnan(x);
     if (p == 0.0) acc += x != 0.0;
@@ -216,12 +222,7 @@ static void plain_chunk(void* arg, int64_t begin, int64_t end) {
     if (c->prod) {
       double re = 1.0, im = 0.0;
       for (int64_t k = 0; k < c->a.n; ++k) {
-        int64_t off = ib, q = k;
-        for (int32_t d = nr - 1; d >= 0; --d) {
-          off += (q % rsz[d]) * rin[d];
-          q /= rsz[d];
-        }
-        _Complex double z = load_cx(in, off);
+        _Complex double z = load_cx(in, reduced_offset(ib, k, rsz, rin, nr));
         double a = creal(z), b = cimag(z), t = re * a - im * b; /* c10's product */
         im = re * b + im * a;
         re = t;
