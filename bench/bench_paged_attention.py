@@ -5,7 +5,7 @@ blocks, then F.scaled_dot_product_attention with grouped-query heads).
 
 Default: 32 sequences x 512 context tokens, Hq 32 / Hkv 8 / head 128,
 block size 16, shuffled block tables; bfloat16 and float32. Best of N
-rounds, tpu and CPU alternating so both see the same machine load; also
+rounds (and each side's min-max over them), tpu and CPU alternating so both see the same machine load; also
 the cache write of the step's 32 new tokens (paged_kv_write_ vs CPU
 index_put_). Prints the instruction path and the load average before and
 after: figures from a shared machine are only meaningful side by side.
@@ -50,13 +50,13 @@ def cpu_decode(c, scale, ctx):
                                           v.transpose(1, 2), scale=scale, enable_gqa=True)
 
 
-def best(fn, sync, results, key):
+def timed(fn, sync, results, key):
+    """Appends one call's seconds (synchronised) to results[key]."""
     sync()
     t0 = time.perf_counter()
     fn()
     sync()
-    t = time.perf_counter() - t0
-    results[key] = min(results.get(key, t), t)
+    results.setdefault(key, []).append(time.perf_counter() - t0)
 
 
 def main():
@@ -74,7 +74,8 @@ def main():
     print("load average (start)", os.getloadavg())
     scale = D ** -0.5
     tsync = torch.tpu.synchronize
-    print(f"{'dtype':>9} {'op':>16} {'tpu ms':>9} {'cpu ms':>9} {'cpu/tpu':>8}")
+    print(f"{'dtype':>9} {'op':>16} {'tpu ms':>9} {'cpu ms':>9} {'cpu/tpu':>8}   "
+          f"(best of the rounds; then min-max of each)")
     for dtype in (torch.bfloat16, torch.float32):
         c = make(B, ctx, Hq, Hkv, D, bs, dtype)
         t = {k: v.to("tpu") for k, v in c.items()}
@@ -98,12 +99,13 @@ def main():
         tsync()
         for _ in range(a.rounds):
             for key, fn in calls.items():
-                best(fn, tsync if key[1] == "tpu" else (lambda: None), res, key)
+                timed(fn, tsync if key[1] == "tpu" else (lambda: None), res, key)
         for op in ("attn", "write"):
-            tp, cp = res[(op, "tpu")] * 1e3, res[(op, "cpu")] * 1e3
+            tps, cps = ([x * 1e3 for x in res[(op, d)]] for d in ("tpu", "cpu"))
+            tp, cp = min(tps), min(cps)
             name = "paged_attention" if op == "attn" else "paged_kv_write_"
             print(f"{str(dtype).replace('torch.', ''):>9} {name:>16} {tp:9.3f} {cp:9.3f} "
-                  f"{cp / tp:8.2f}")
+                  f"{cp / tp:8.2f}   tpu {tp:.3f}-{max(tps):.3f}, cpu {cp:.3f}-{max(cps):.3f}")
         print(f"          max |tpu - cpu| of the attention output: {err:.2e}")
     print("load average (end)", os.getloadavg())
 
