@@ -226,6 +226,33 @@ static void unmap_keeps_neighbours_and_remap_reads_zeros(const tpu_hal_driver_t*
   rig_close(&r);
 }
 
+/* memory_released and caches_trim (optional) drop only what a driver
+ * derived from memory: the bytes stay, and the range stays mapped and
+ * usable. fuses_epilogues (optional) answers without side effects. */
+static void released_memory_keeps_its_bytes(const tpu_hal_driver_t* d, const traits_t* t) {
+  rig_t r;
+  if (!rig_open(d, &r)) {
+    rig_close(&r);
+    return;
+  }
+  enum { B = 4096 };
+  uint64_t seg = 0;
+  uint8_t src[B], back[B];
+  HCHECK_OK(d->memory_map(r.chip, B, &seg));
+  for (int j = 0; j < B; ++j) src[j] = (uint8_t)(j * 7 + 1);
+  if (seg) HCHECK_OK(copy(&r, TPU_HAL_COPY_H2D, seg, hp(src), B));
+  HCHECK_OK(d->queue_wait_idle(r.q));
+  if (seg && d->memory_released) d->memory_released(r.chip, seg + 256, B / 2);
+  if (d->caches_trim) d->caches_trim(r.chip);
+  if (d->fuses_epilogues) (void)d->fuses_epilogues();
+  memset(back, 0, B);
+  if (seg) HCHECK_OK(copy(&r, TPU_HAL_COPY_D2H, hp(back), seg, B));
+  HCHECK_OK(d->queue_wait_idle(r.q));
+  HCHECK(memcmp(back, src, B) == 0);
+  if (seg) d->memory_unmap(r.chip, seg, B);
+  rig_close(&r);
+}
+
 static void copies_round_trip(const tpu_hal_driver_t* d, const traits_t* t) {
   rig_t r;
   if (!rig_open(d, &r)) {
@@ -702,6 +729,7 @@ static const struct {
     {"chips_enumerate_open_close", chips_enumerate_open_close},
     {"memory_map_unmap_and_capacity", memory_map_unmap_and_capacity},
     {"copies_round_trip", copies_round_trip},
+    {"released_memory_keeps_its_bytes", released_memory_keeps_its_bytes},
     {"unmap_keeps_neighbours_and_remap_reads_zeros", unmap_keeps_neighbours_and_remap_reads_zeros},
     {"queue_runs_in_submission_order", queue_runs_in_submission_order},
     {"events_record_wait_query", events_record_wait_query},

@@ -86,9 +86,10 @@ void tpu_defer_set_thread(int mode);
 bool tpu_defer_active(void);
 /* Node limit of a pending graph (default 1024; TORCH_TPU_DEFER_MAX_NODES). */
 void tpu_defer_set_max_nodes(int32_t max_nodes);
-/* Whether the fusion compiler folds the pointwise consumers of a GEMM into
- * it (GEMM epilogues; default on, TORCH_TPU_GEMM_EPILOGUE=0 turns them off).
- * Programs compiled either way are cached apart. */
+/* Whether the host driver's fusion compiler folds the pointwise consumers
+ * of a GEMM into it (GEMM epilogues; default on, TORCH_TPU_GEMM_EPILOGUE=0
+ * turns them off). Programs compiled either way are cached apart. Other
+ * drivers ignore it. */
 void tpu_defer_set_gemm_epilogues(bool on);
 bool tpu_defer_gemm_epilogues(void);
 

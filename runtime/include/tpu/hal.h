@@ -200,6 +200,14 @@ typedef struct tpu_hal_driver {
   tpu_status_t (*memory_export)(tpu_hal_chip_t* chip, tpu_hal_memory_export_t* out);
   tpu_status_t (*memory_import)(const tpu_hal_memory_export_t* exp, const uint8_t** out_base);
   void (*memory_unimport)(const tpu_hal_memory_export_t* exp, const uint8_t* base);
+  /* Optional (NULL: the driver keeps nothing derived from the contents of
+   * device memory). memory_released: the runtime holds nothing in [addr,
+   * addr + bytes) any more (a tensor's block died; the range stays mapped),
+   * so the driver drops what it derived from those bytes (the host driver:
+   * the matrix unit's blocked copies of weights). caches_trim: drop every
+   * such copy (the runtime's empty_cache). */
+  void (*memory_released)(tpu_hal_chip_t* chip, uint64_t addr, uint64_t bytes);
+  void (*caches_trim)(tpu_hal_chip_t* chip);
 
   tpu_status_t (*queue_create)(tpu_hal_chip_t* chip, tpu_hal_queue_t** out_queue);
   /* Runs what is queued, then destroys the queue (NULL is ignored). */
@@ -249,6 +257,11 @@ typedef struct tpu_hal_driver {
    * caller's). Borrows the recording and changes nothing: no cache, no
    * memo, the graph and free records left as they are. */
   tpu_status_t (*recording_text)(const tpu_hal_recording_t* recording, char** out_text);
+  /* Optional (NULL: never): whether executable_prepare now folds the
+   * pointwise nodes that follow a node of a TPU_OP_EPILOGUE op into it, so
+   * the stream keeps recording for a few nodes after such a node before it
+   * cuts the recording there (tpu/defer.h's pipeline cut). */
+  bool (*fuses_epilogues)(void);
   void (*executable_retain)(tpu_hal_executable_t* executable);
   void (*executable_release)(tpu_hal_executable_t* executable); /* NULL is ignored */
 } tpu_hal_driver_t;

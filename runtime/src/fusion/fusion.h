@@ -4,9 +4,10 @@
  * This is the host driver's compiler and executor, not part of the HAL: a
  * program is the host driver's executable, made by its executable_prepare
  * (hal/host_compile.c) from a recording the runtime hands it, and only the
- * host driver's queues run one (tpu_program_run). Above the HAL only the
- * GEMM-epilogue switch is reached (tpu_defer_set_gemm_epilogues and the
- * deferred mode's epilogue window read it: tpu_fusion_epilogues_enabled).
+ * host driver's queues run one (tpu_program_run). Nothing above the HAL
+ * calls it: the GEMM-epilogue switch is tpu/defer.h's
+ * tpu_defer_set_gemm_epilogues (implemented in hal/host_compile.c), and the
+ * deferred mode's epilogue window asks the driver (fuses_epilogues).
  *
  * Passes, each a named phase followed by the verifier (fusion_verify):
  *   0. schedule  (schedule.c) the order the nodes run in: a pointwise

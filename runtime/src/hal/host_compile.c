@@ -15,6 +15,7 @@
 #include "hal/flush_memo.h"
 #include "hal/host_driver.h"
 #include "tpu/config.h"
+#include "tpu/defer.h"
 #include "tpu/program_cache.h"
 
 /* Phase 0 of the fusion compiler: on unless TORCH_TPU_DEFER_SCHEDULE=0. */
@@ -302,3 +303,7 @@ tpu_status_t tpu_host_recording_text(const tpu_hal_recording_t* rec, char** out_
   *out_text = text;
   return TPU_OK;
 }
+
+/* tpu/defer.h's switch of the host compiler's GEMM epilogues (fusion.h). */
+void tpu_defer_set_gemm_epilogues(bool on) { tpu_fusion_set_epilogues(on); }
+bool tpu_defer_gemm_epilogues(void) { return tpu_fusion_epilogues_enabled(); }

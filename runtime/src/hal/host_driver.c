@@ -44,6 +44,7 @@
 #include "tpu/hal.h"
 #include "tpu/ops.h"
 #include "tpu/profiler.h"
+#include "tpu/runtime.h"
 
 #define SEGMENT_ALIGN ((uint64_t)2 << 20)
 
@@ -703,6 +704,18 @@ static void host_queue_add_stats(tpu_hal_queue_t* q, tpu_hal_queue_stats_t* out_
   pthread_mutex_unlock(&q->mu);
 }
 
+/* The matrix unit's blocked weight copies are derived from device memory:
+ * a dead tensor's go, and empty_cache drops them all (mxu_pack.h). */
+static void host_memory_released(tpu_hal_chip_t* chip, uint64_t addr, uint64_t bytes) {
+  (void)chip;
+  tpu_weight_cache_note_write(addr, addr + bytes);
+}
+
+static void host_caches_trim(tpu_hal_chip_t* chip) {
+  (void)chip;
+  tpu_weight_cache_clear();
+}
+
 const tpu_hal_driver_t tpu_host_driver = {
     .name = "host",
     .chip_count = host_chip_count,
@@ -733,6 +746,9 @@ const tpu_hal_driver_t tpu_host_driver = {
     .event_time_ns = tpu_host_event_time_ns,
     .executable_prepare = host_executable_prepare,
     .recording_text = tpu_host_recording_text,
+    .fuses_epilogues = tpu_fusion_epilogues_enabled,
+    .memory_released = host_memory_released,
+    .caches_trim = host_caches_trim,
     .executable_retain = host_executable_retain,
     .executable_release = host_executable_release,
 };

@@ -29,7 +29,6 @@
 #include <string.h>
 
 #include "stream/internal.h"
-#include "kernel.h"
 #include "tpu/profiler.h"
 
 #define ROUND 512u
@@ -407,7 +406,8 @@ void tpu_block_free(tpu_block_t* b) {
   if (!b) return;
   tpu_allocator_t* a = b->owner;
   prof_memory(a, TPU_PROF_FREE, b->stream, b->addr, b->size);
-  tpu_weight_cache_note_write(b->addr, b->addr + b->size); /* a dead tensor's copies go */
+  if (tpu_hal()->memory_released) /* what the driver derived from a dead tensor goes */
+    tpu_hal()->memory_released(a->chip->hal, b->addr, b->size);
   /* Deferred work of other streams that used the block goes to their queues
    * first (flushing takes the allocator lock, so not under it); the events
    * recorded below then follow it. */
@@ -609,7 +609,7 @@ void tpu_memory_reset_accumulated(tpu_chip_t* chip) {
 
 void tpu_memory_empty_cache(tpu_chip_t* chip) {
   tpu_allocator_t* a = chip->allocator;
-  tpu_weight_cache_clear(); /* the matrix unit's blocked weights (host memory) */
+  if (tpu_hal()->caches_trim) tpu_hal()->caches_trim(a->chip->hal);
   pthread_mutex_lock(&a->mu);
   if (a->waiting_count) process_waiting(a);
   release_cached(a);

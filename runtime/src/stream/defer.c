@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "tpu/config.h"
-#include "fusion/fusion.h"
 #include "stream/internal.h"
 #include "tpu/defer.h"
 #include "tpu/profiler.h"
@@ -52,8 +51,6 @@ void tpu_defer_set_thread(int mode) { t_mode = mode < 0 ? -1 : mode ? 1 : 0; }
 bool tpu_defer_active(void) { return t_mode >= 0 ? t_mode == 1 : global_mode(); }
 
 void tpu_defer_set_max_nodes(int32_t max_nodes) { atomic_store(&g_max_nodes, max_nodes); }
-void tpu_defer_set_gemm_epilogues(bool on) { tpu_fusion_set_epilogues(on); }
-bool tpu_defer_gemm_epilogues(void) { return tpu_fusion_epilogues_enabled(); }
 
 static int32_t max_nodes(void) {
   int32_t m = atomic_load(&g_max_nodes);
@@ -166,7 +163,7 @@ static tpu_status_t recorded_locked(tpu_stream_t* stream, int32_t n, const tpu_n
   if (pd->epilogue_window > 0 && --pd->epilogue_window == 0)
     return flush_locked(stream, TPU_FLUSH_PIPELINE, NULL, false);
   if (heavy && pipeline() && pd->heavy_elements >= PIPELINE_MIN_ELEMENTS) {
-    if ((flags & TPU_OP_EPILOGUE) && tpu_fusion_epilogues_enabled()) {
+    if ((flags & TPU_OP_EPILOGUE) && tpu_hal()->fuses_epilogues && tpu_hal()->fuses_epilogues()) {
       pd->epilogue_window = EPILOGUE_WINDOW;
       return TPU_OK;
     }
