@@ -3,9 +3,10 @@
  * Kernels are the host driver's implementation (tpu/hal.h): only the host
  * driver's queues run them, through its executor (fusion/exec.c). The op
  * table's rows name them, so the table can be checked without a driver, but
- * nothing above the HAL runs a kernel. Two host-driver services are still
- * reached from above: the weight cache (allocator.c drops a freed block's
- * cached copies) and the compute pool's size (runtime.c).
+ * nothing above the HAL runs a kernel. One service is reached from above:
+ * the compute pool's size (runtime.c; the pool is base/pool.c's). The
+ * weight cache is reached only through the host driver's memory_released
+ * and caches_trim (tpu/hal.h).
  *
  * A kernel is a tpu_kernel_fn (tpu/ops.h): it reads its node's inputs and
  * attrs and writes its outputs through tpu_view_ptr(). It runs on a stream's
