@@ -2,8 +2,9 @@
 
 A tiny random-weight LlamaForCausalLM and a word-level tokenizer are built
 locally (there is no model hub); vLLM's LLM.generate, greedy, on prompts of
-different lengths must give exactly the tokens HF generate gives on CPU. The
-KV cache's default size follows torch_tpu/vllm/memory.py's rule.
+different lengths, and `vllm serve`'s /v1/completions must give exactly the
+tokens HF generate gives on CPU. The KV cache's default size follows
+torch_tpu/vllm/memory.py's rule.
 
 vLLM comes from requirements-vllm.txt, installed by scripts/setup.sh without
 its own pins (its wheels pin another torch and transformers), and the plugin's
@@ -13,9 +14,13 @@ entry point from pyproject.toml by the editable install of this checkout.
 import importlib.util
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import time
+import urllib.request
 
 import pytest
 import torch
@@ -147,6 +152,96 @@ def test_generate_matches_hf_cpu(tmp_path):
     assert r["tokens"] == ref
     assert r["cached"][2] >= 16 and r["cached"][3] >= 32, r["cached"]
     assert r["tokens_again"] == ref
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url, timeout=5):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.read().decode()
+
+
+SERVE_MAX_TOKENS = 8
+SERVE_UTILIZATION = 0.01   # a fraction the user gives is vLLM's rule (memory.py rule 2)
+SERVE_START_TIMEOUT_S = 300
+
+
+@needs_vllm
+def test_serve_completion_matches_hf_cpu(tmp_path):
+    """`vllm serve` as a user starts it (engine core in its own process, the default), one
+    OpenAI /v1/completions request with all prompts, greedy: tokens and text equal HF
+    generate on CPU; the KV cache is the fraction of the chip the user asked for."""
+    model_dir = tmp_path / "tiny-llama"
+    tok, model = _make_model(model_dir)
+    ref_prompt_ids, ref = _hf_greedy(tok, model, SERVE_MAX_TOKENS)
+
+    port = _free_port()
+    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir),
+           "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "tiny",
+           "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN),
+           "--max-num-seqs", str(MAX_NUM_SEQS), "--enforce-eager", "--seed", "0",
+           "--gpu-memory-utilization", str(SERVE_UTILIZATION)]
+    log_path = tmp_path / "serve.log"
+    base = f"http://127.0.0.1:{port}"
+    with open(log_path, "w") as log:
+        # Its own process group: the API server and its engine-core child end together.
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_env(), cwd=REPO,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + SERVE_START_TIMEOUT_S
+        while True:
+            assert proc.poll() is None, \
+                f"server exited (rc={proc.returncode}):\n{log_path.read_text()[-6000:]}"
+            assert time.monotonic() < deadline, \
+                f"no /health in {SERVE_START_TIMEOUT_S} s:\n{log_path.read_text()[-6000:]}"
+            try:
+                if _get(base + "/health", timeout=2)[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+
+        body = json.dumps(dict(model="tiny", prompt=PROMPTS, max_tokens=SERVE_MAX_TOKENS,
+                               temperature=0, ignore_eos=True, return_token_ids=True)).encode()
+        req = urllib.request.Request(base + "/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            assert r.status == 200
+            resp = json.loads(r.read())
+        metrics = _get(base + "/metrics")[1]
+    finally:
+        for sig, wait_s in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=wait_s)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+
+    choices = sorted(resp["choices"], key=lambda c: c["index"])
+    assert resp["object"] == "text_completion" and len(choices) == len(PROMPTS)
+    assert [c["prompt_token_ids"] for c in choices] == ref_prompt_ids
+    assert [c["token_ids"] for c in choices] == ref
+    # vLLM drops special tokens from text by default and detokenizes after the prompt, so
+    # this decoder-less word-level tokenizer's words come with a leading space.
+    assert [c["text"].split() for c in choices] == \
+        [tok.decode(t, skip_special_tokens=True).split() for t in ref]
+    assert resp["usage"]["completion_tokens"] == SERVE_MAX_TOKENS * len(PROMPTS)
+    # The user's fraction, not the default rule's 33 blocks: 0.01 of the chip less what the
+    # engine holds (weights, a few MiB of buffers) when it sizes the cache.
+    info = [ln for ln in metrics.splitlines() if ln.startswith("vllm:cache_config_info")]
+    assert info, metrics[-3000:]
+    blocks = int(info[0].split('num_gpu_blocks="')[1].split('"')[0])
+    total = torch.tpu.mem_get_info()[1]
+    assert (int(total * SERVE_UTILIZATION) - (64 << 20)) // BLOCK_BYTES <= blocks \
+        <= int(total * SERVE_UTILIZATION) // BLOCK_BYTES, blocks
 
 
 def test_kv_cache_rule():
