@@ -13,7 +13,10 @@ to the tpu device:
 - attention.py: ``TpuPagedAttentionBackend``, whose KV cache writes and
   attention are torch.ops.tpu.paged_kv_write_ / paged_attention;
 - worker.py: ``TpuWorker`` and ``TpuModelRunner`` (model, inputs, KV cache
-  and sampler on tpu).
+  and sampler on tpu);
+- memory.py: the KV cache's size when the user gives none (what
+  ``max_num_seqs`` requests of ``max_model_len`` tokens fill, not 0.92 of the
+  chip's memory, which on the software chip is the host's).
 
 Installation: scripts/setup.sh installs vLLM 0.33.0 and the packages its
 paths import from requirements-vllm.txt with --no-deps (vLLM's wheels pin

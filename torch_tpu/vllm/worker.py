@@ -7,12 +7,19 @@ import contextlib
 
 import torch
 
+from vllm.config.cache import CacheConfig
+from vllm.logger import init_logger
 from vllm.platforms import current_platform
 from vllm.utils.torch_utils import set_random_seed
+from vllm.v1.core.kv_cache_planning import max_memory_usage_bytes
 from vllm.v1.worker import cpu_model_runner as _cpu
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
 from vllm.v1.worker.worker_base import CompilationTimes
+
+from torch_tpu.vllm.memory import kv_cache_bytes
+
+logger = init_logger(__name__)
 
 
 class TpuModelRunner(_cpu.CPUModelRunner):
@@ -55,18 +62,22 @@ class TpuWorker(Worker):
         raise NotImplementedError("tpu: sleep mode is not supported")
 
     def determine_available_memory(self) -> int:
-        """Bytes for the KV cache: kv_cache_memory_bytes when given, else
-        gpu_memory_utilization of the chip's memory less what is in use."""
-        explicit = self.cache_config.kv_cache_memory_bytes
-        if explicit is not None:
-            return explicit
+        """Bytes for the KV cache, by torch_tpu/vllm/memory.py's rules: kv_cache_memory_bytes
+        when given, else a gpu_memory_utilization the user gave, else (the default) what
+        max_num_seqs requests of max_model_len tokens fill, capped by the default fraction."""
+        specs = list(self.model_runner.get_kv_cache_spec().values())
         free, total = torch.tpu.mem_get_info(self.device)
-        frac = self.cache_config.gpu_memory_utilization
-        budget = int(total * frac) - (total - free)
-        if budget <= 0:
-            raise ValueError(f"tpu: no memory left for the KV cache ({free} of {total} bytes "
-                             f"free, gpu_memory_utilization={frac})")
-        return budget
+        nbytes, rule = kv_cache_bytes(
+            explicit_bytes=self.cache_config.kv_cache_memory_bytes,
+            utilization=self.cache_config.gpu_memory_utilization,
+            default_utilization=CacheConfig.__pydantic_fields__["gpu_memory_utilization"].default,
+            free=free, total=total,
+            max_num_seqs=self.scheduler_config.max_num_seqs,
+            request_bytes=max_memory_usage_bytes(self.vllm_config, specs),
+            block_bytes=sum(spec.page_size_bytes for spec in specs))
+        logger.info("tpu: %.1f MiB for the KV cache (rule: %s; chip %.1f of %.1f GiB free)",
+                    nbytes / 2**20, rule, free / 2**30, total / 2**30)
+        return nbytes
 
     def compile_or_warm_up_model(self) -> CompilationTimes:
         # Eager only (TpuPlatform forces CompilationMode.NONE): nothing to compile.
