@@ -141,6 +141,7 @@ TABLE = {
         count_nonzero cdist nn.functional.pdist dist nn.functional.cosine_similarity
         nn.functional.pairwise_distance renorm histc sum mean prod amax amin"""),
         dtypes=FLOATS + (torch.int64, torch.int32, torch.uint8, torch.bool)),
+    "histogram": Family(keys=_w("histogram histogramdd"), dtypes=F32_F64),
     "hash": Family(keys=("hash_tensor",)),
     "random": Family(keys=_w("""
         normal normal.number_mean normal.in_place bernoulli uniform exponential geometric
