@@ -21,6 +21,14 @@
  * the order's rules come from tpu_reduce_parse on the input's part dtype. A
  * dtype argument must be complex (prod: the result's; norms: its part is
  * the result's); a real one is UNIMPLEMENTED (PyTorch raises).
+ *
+ * var and std (a real result, as PyTorch's): ATen's std_var_out takes the
+ * variance of the real parts and of the imaginary parts (with the same
+ * correction), each stored in the part dtype, adds them there and, for std,
+ * takes the square root there. Here each part's variance is a two-pass one
+ * in double (mean, then squared deviations; Welford's to rounding), then
+ * rounded, added and rooted in the part dtype as ATen does. var_mean and
+ * std_mean of a complex tensor (a complex mean besides) still take the CPU.
  */
 #include <complex.h>
 #include <math.h>
@@ -123,17 +131,20 @@ typedef struct cx_plain {
   tpu_view_t in;     /* the complex input */
   tpu_dtype_t out_dtype;
   bool prod;
+  reduce_out_t out; /* the row's output kind (ROUT_VAR, ROUT_STD: the moments) */
 } cx_plain_t;
 
 static bool plain_acc(const tpu_op_def_t* def) {
-  reduce_acc_t acc = ((const reduce_impl_t*)def->impl)->acc;
-  return acc == RACC_PROD || acc == RACC_NORM;
+  const reduce_impl_t* impl = (const reduce_impl_t*)def->impl;
+  return impl->acc == RACC_PROD || impl->acc == RACC_NORM ||
+         (impl->acc == RACC_MOMENTS && (impl->out == ROUT_VAR || impl->out == ROUT_STD));
 }
 
 static tpu_status_t plain_parse(const tpu_op_def_t* def, const tpu_node_t* node, cx_plain_t* c) {
   memset(c, 0, sizeof(*c));
   c->in = node->inputs[0].u.view;
   c->prod = ((const reduce_impl_t*)def->impl)->acc == RACC_PROD;
+  c->out = ((const reduce_impl_t*)def->impl)->out;
   tpu_node_t real = *node;
   tpu_value_t in = node->inputs[0];
   in.u.view.dtype = tpu_dtype_part(c->in.dtype);
@@ -195,6 +206,31 @@ static double norm_of(const cx_plain_t* c, const tpu_view_t* in, int64_t base,
   return p == 2.0 ? sqrt(acc) : pow(acc, 1.0 / p);
 }
 
+/* var or std of the reduced elements from base: var(real parts) + var(imag parts),
+ * each rounded to the part dtype, summed there (std: rooted there), as ATen. */
+static double moments_of(const cx_plain_t* c, const tpu_view_t* in, int64_t base,
+                         const int64_t* red_sizes, const int64_t* red_strides, int32_t nred) {
+  double mre = 0.0, mim = 0.0, m2re = 0.0, m2im = 0.0, n = (double)c->a.n;
+  for (int64_t k = 0; k < c->a.n; ++k) {
+    _Complex double z = load_cx(in, reduced_offset(base, k, red_sizes, red_strides, nred));
+    mre += creal(z), mim += cimag(z);
+  }
+  mre /= n, mim /= n; /* no elements: NaN, as the CPU's */
+  for (int64_t k = 0; k < c->a.n; ++k) {
+    _Complex double z = load_cx(in, reduced_offset(base, k, red_sizes, red_strides, nred));
+    double dr = creal(z) - mre, di = cimag(z) - mim;
+    m2re += dr * dr, m2im += di * di;
+  }
+  double div = n - c->a.correction > 0.0 ? n - c->a.correction : 0.0;
+  double vre = m2re / div, vim = m2im / div;
+  bool root = c->out == ROUT_STD;
+  if (c->out_dtype == TPU_DTYPE_F32) {
+    float v = (float)vre + (float)vim;
+    return root ? (double)sqrtf(v) : (double)v;
+  }
+  return root ? sqrt(vre + vim) : vre + vim;
+}
+
 static void plain_chunk(void* arg, int64_t begin, int64_t end) {
   const plain_job_t* j = (const plain_job_t*)arg;
   const cx_plain_t* c = j->c;
@@ -230,7 +266,8 @@ static void plain_chunk(void* arg, int64_t begin, int64_t end) {
       double pair[2] = {re, im};
       tpu_convert(view_at(out, ob), out->dtype, 1, pair, TPU_DTYPE_C128, 1, 1);
     } else {
-      double x = norm_of(c, in, ib, rsz, rin, nr);
+      double x = c->out == ROUT_VAR || c->out == ROUT_STD ? moments_of(c, in, ib, rsz, rin, nr)
+                                                          : norm_of(c, in, ib, rsz, rin, nr);
       tpu_convert(view_at(out, ob), out->dtype, 1, &x, TPU_DTYPE_F64, 1, 1);
     }
   }
