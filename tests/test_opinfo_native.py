@@ -73,7 +73,7 @@ TABLE = {
     # matmul_complex.c, cat). addmm, baddbmm and lerp are not listed: their
     # samples pass complex Python numbers (alpha, beta, weight), which the
     # runtime's real scalars do not hold, so those samples fall back.
-    "complex": Family(keys=_w("""
+    "complex_math": Family(keys=_w("""
         abs acos acosh add addcdiv addcmul addmm.decomposed addmv angle asin asinh atan atanh
         bmm cat conj_physical cos cosh div.no_rounding_mode dot dstack einsum eq exp exp2 expm1
         float_power hstack inner kron linalg.vecdot log log10 log1p log2 masked_fill matmul mean
