@@ -268,3 +268,20 @@ def test_complex_logcumsumexp_special_values_and_out():
         torch.testing.assert_close(got, torch.logcumsumexp(x, 1), equal_nan=True)
         torch.testing.assert_close(got0, torch.logcumsumexp(x, 0), equal_nan=True)
         assert empty.shape == (0, 3) and empty.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("fn,kw", [
+    (torch.var_mean, {}), (torch.std_mean, {}), (torch.var_mean, {"dim": 1}),
+    (torch.std_mean, {"dim": (0, 2), "keepdim": True}), (torch.var_mean, {"dim": -1, "correction": 0}),
+    (torch.std_mean, {"dim": 0, "correction": 4}),
+], ids=["var_mean", "std_mean", "var_mean_dim", "std_mean_dims_keepdim", "var_mean_corr0",
+        "std_mean_corr_big"])
+def test_complex_var_mean_std_mean_match_cpu(fn, kw, dtype):
+    x = _cx((3, 4, 5), dtype, 33) + (2 - 1j)
+    want = fn(x, **kw)
+    with no_fallback():
+        got = [t.cpu() for t in fn(x.to("tpu"), **kw)]
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g, w)

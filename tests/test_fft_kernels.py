@@ -88,21 +88,24 @@ def test_out_and_strides():
 
 def test_complex_math_still_falls_back():
     """Rows without complex support refuse complex operands (counted
-    fallback): complex matrix_exp and var_mean (the README's list of what
-    still falls back); logcumsumexp and var of complex input are native."""
+    fallback): complex matrix_exp and the SVD behind matrix norms (the
+    README's list of what still falls back); logcumsumexp and var/var_mean
+    of complex input are native."""
     x = torch.randn(5, dtype=torch.complex64)
     xt = x.to("tpu")
     torch_tpu.reset_counts()
     torch.testing.assert_close(torch.logcumsumexp(xt, 0).cpu(), torch.logcumsumexp(x, 0))
     torch.testing.assert_close(torch.var(xt, 0).cpu(), torch.var(x, 0))
+    torch.testing.assert_close(torch.var_mean(xt, 0)[1].cpu(), torch.var_mean(x, 0)[1])
     assert torch_tpu.fallback_counts() == {}
-    got = torch.var_mean(xt, 0)
-    torch.testing.assert_close(got[1].cpu(), torch.var_mean(x, 0)[1])
-    assert torch_tpu.fallback_counts().get("aten::var_mean.correction", 0) >= 1
+    m = x.reshape(1, 5) * x.reshape(5, 1)
+    got = torch.linalg.matrix_norm(m.to("tpu"), "nuc")
+    torch.testing.assert_close(got.cpu(), torch.linalg.matrix_norm(m, "nuc"))
+    assert torch_tpu.fallback_counts().get("aten::_linalg_svd", 0) >= 1
     with pytest.raises(NotImplementedError):
         torch_tpu.set_fallback_mode("error")
         try:
-            torch.linalg.matrix_exp(xt.reshape(1, 5) * xt.reshape(5, 1))
+            torch.linalg.matrix_exp(m.to("tpu"))
         finally:
             torch_tpu.set_fallback_mode("warn")
 

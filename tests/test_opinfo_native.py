@@ -183,7 +183,7 @@ TABLE = {
     "complex": Family(keys=_w("""
         add sub mul rsub div.no_rounding_mode masked_fill fill full where sum mean prod
         cumsum cumprod linalg.vector_norm norm norm.fro norm.inf var var.unbiased std
-        std.unbiased logcumsumexp"""),
+        std.unbiased var_mean var_mean.unbiased std_mean std_mean.unbiased logcumsumexp"""),
         dtypes=(torch.complex64, torch.complex128)),
 }
 

@@ -197,3 +197,44 @@ TEST(reduce_complex_var_std_match_reference) {
     tt_free(&o);
   }
 }
+
+/* var_mean / std_mean: the real var (std) and the complex mean of the parts. */
+TEST(reduce_complex_var_mean) {
+  int64_t s[2] = {4, 6}, r[1] = {1};
+  tt_t x = tt_make(TPU_DTYPE_C128, 2, s, TT_TRANSPOSED);
+  tpu_view_t re = fft_part_view(&x.view, 0), im = fft_part_view(&x.view, 1);
+  tt_fill(&re, -2, 2, 0);
+  tt_fill(&im, 1, 3, 0);
+  const char* ops[2] = {"var_mean", "std_mean"};
+  for (int k = 0; k < 2; ++k) {
+    tpu_attr_t attrs[3] = {tt_ints(1, r), tt_float(1.0), tt_bool(false)};
+    tpu_value_t in = tt_value(&x.view);
+    tpu_node_t node = tt_node(&in, 1, NULL, 0, attrs, 3);
+    node.op = tpu_op_lookup(ops[k]);
+    node.num_outputs = 2;
+    tpu_view_t shape[2];
+    CHECK_OK(tpu_op_infer(&node, shape));
+    CHECK(shape[0].dtype == TPU_DTYPE_F64 && shape[1].dtype == TPU_DTYPE_C128);
+    tt_t o0 = tt_like(&shape[0], TT_CONTIG), o1 = tt_like(&shape[1], TT_CONTIG);
+    tpu_view_t outs[2] = {o0.view, o1.view};
+    node.outputs = outs;
+    CHECK_OK(tpu_op_check(&node));
+    tpu_exec_ctx_t ctx = {0};
+    CHECK_OK(tpu_node_execute(&node, &ctx));
+    tpu_view_t mre = fft_part_view(&o1.view, 0), mim = fft_part_view(&o1.view, 1);
+    for (int64_t i = 0; i < 4; ++i) {
+      double sr = 0, si = 0, m2 = 0;
+      for (int64_t j = 0; j < 6; ++j) sr += tt_get(&re, i * 6 + j), si += tt_get(&im, i * 6 + j);
+      sr /= 6, si /= 6;
+      for (int64_t j = 0; j < 6; ++j) {
+        double dr = tt_get(&re, i * 6 + j) - sr, di = tt_get(&im, i * 6 + j) - si;
+        m2 += dr * dr + di * di;
+      }
+      double want = k ? sqrt(m2 / 5) : m2 / 5;
+      CHECK(fabs(tt_get(&o0.view, i) - want) <= 1e-12 * (1 + want));
+      CHECK(fabs(tt_get(&mre, i) - sr) <= 1e-12 && fabs(tt_get(&mim, i) - si) <= 1e-12);
+    }
+    tt_free(&o0), tt_free(&o1);
+  }
+  tt_free(&x);
+}
