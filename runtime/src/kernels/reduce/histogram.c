@@ -15,10 +15,10 @@
  * sample into the bin of every coordinate (a sample any coordinate of which is
  * outside its edges, or NaN, is skipped); hist has N dims, one per coordinate.
  * Arguments PyTorch rejects with a RuntimeError (bins < 1, a range of the wrong
- * length, min > max, non-finite, too few dims) fail INVALID_ARGUMENT with its message;
- * other dtypes, weights or bins tensors unlike self, more than TPU_MAX_DIMS dims
- * (a `range` for more than TPU_MAX_INTS / 2 dims) take the CPU fallback, which
- * raises PyTorch's error or computes.
+ * length, min > max, non-finite, too few dims, weights or bins tensors of another
+ * dtype or shape) fail INVALID_ARGUMENT with its message; a self of another dtype
+ * (PyTorch: NotImplementedError), more than TPU_MAX_DIMS dims (a `range` for more
+ * than TPU_MAX_INTS / 2 dims) take the CPU fallback, which raises or computes.
  *
  * As ATen's histogramdd CPU kernel (every element of self is one sample):
  * - bin_ct: the outer edges are `range` when given (a FLOATS attr), else self's min and max
@@ -367,6 +367,14 @@ static int64_t dd_bins(const tpu_op_def_t* def, const tpu_node_t* node, int64_t 
   return b && b->ndim == 1 ? b->sizes[0] - 1 : -1;
 }
 
+/* A view's sizes as PyTorch prints them: "[10, 2]". */
+static void dd_shape_str(const tpu_view_t* v, char* buf, size_t cap) {
+  size_t len = (size_t)snprintf(buf, cap, "[");
+  for (int32_t d = 0; d < v->ndim && len < cap; ++d)
+    len += (size_t)snprintf(buf + len, cap - len, d ? ", %lld" : "%lld", (long long)v->sizes[d]);
+  if (len < cap) snprintf(buf + len, cap - len, "]");
+}
+
 static tpu_status_t dd_check_inputs(const tpu_op_def_t* def, const tpu_node_t* node) {
   const tpu_view_t* x = ku_input(def, node, "self");
   if (!x) UNIMPL("%s: self", def->name);
@@ -377,12 +385,23 @@ static tpu_status_t dd_check_inputs(const tpu_op_def_t* def, const tpu_node_t* n
   int64_t given = 0;
   if (dd_tensors(def)) {
     given = node->num_inputs - 2;
-    if (given == n) /* CPU's checks in its order: these raise there */
-      for (int64_t d = 0; d < n; ++d) {
-        const tpu_view_t* b = dd_bins_tensor(node, d);
-        if (!b || b->dtype != x->dtype || b->ndim != 1 || b->sizes[0] < 1)
-          UNIMPL("%s: bins tensor %lld", def->name, (long long)d);
-      }
+    if (given != n)
+      BAD("torch.histogramdd: expected %lld sequences of bin edges for a %lld-dimensional "
+          "histogram but got %lld", (long long)n, (long long)n, (long long)given);
+    for (int64_t d = 0; d < n; ++d) {
+      const tpu_view_t* b = dd_bins_tensor(node, d);
+      if (!b) UNIMPL("%s: bins tensor %lld", def->name, (long long)d);
+      if (b->dtype != x->dtype)
+        BAD("torch.histogramdd: input tensor and bins tensors should have the same dtype, but "
+            "got input with dtype %s and bins for dimension %lld with dtype %s",
+            tpu_dtype_cpp_name(x->dtype), (long long)d, tpu_dtype_cpp_name(b->dtype));
+      if (b->ndim != 1)
+        BAD("torch.histogramdd: bins tensor should have one dimension, but got %d dimensions "
+            "in the bins tensor for dimension %lld", b->ndim, (long long)d);
+      if (b->sizes[0] < 1)
+        BAD("torch.histogramdd: bins tensor should have at least 1 element, but got 0 "
+            "elements in the bins tensor for dimension %lld", (long long)d);
+    }
   } else {
     const tpu_attr_t* b = ku_attr(def, node, "bins");
     if (!b || b->kind != TPU_ATTR_INTS) UNIMPL("%s: bins", def->name);
@@ -402,14 +421,22 @@ static tpu_status_t dd_check_inputs(const tpu_op_def_t* def, const tpu_node_t* n
       BAD("histogramdd: The size of bins must be equal to the innermost dimension of the "
           "input.");
   }
-  if (dd_tensors(def) && given != n)
-    BAD("torch.histogramdd: expected %lld sequences of bin edges for a %lld-dimensional "
-        "histogram but got %lld", (long long)n, (long long)n, (long long)given);
   const tpu_view_t* w = dd_weight(def, node);
   if (w) { /* of self's dtype and sizes but the last */
-    bool same = w->dtype == x->dtype && w->ndim == x->ndim - 1;
+    if (w->dtype != x->dtype)
+      BAD("torch.histogramdd: if weight tensor is provided, input tensor and weight tensor "
+          "should have the same dtype, but got input(%s), and weight(%s)",
+          tpu_dtype_cpp_name(x->dtype), tpu_dtype_cpp_name(w->dtype));
+    bool same = w->ndim == x->ndim - 1;
     for (int32_t d = 0; same && d < w->ndim; ++d) same = w->sizes[d] == x->sizes[d];
-    if (!same) UNIMPL("%s: weight unlike self", def->name);
+    if (!same) {
+      char xs[TPU_MAX_DIMS * 22 + 3], ws[TPU_MAX_DIMS * 22 + 3];
+      dd_shape_str(x, xs, sizeof(xs));
+      dd_shape_str(w, ws, sizeof(ws));
+      BAD("torch.histogramdd: if weight tensor is provided it should have the same shape as "
+          "the input tensor excluding its innermost dimension, but got input with shape %s and "
+          "weight with shape %s", xs, ws);
+    }
   }
   for (int64_t d = 0; d < n; ++d)
     if (dd_bins(def, node, d) < 1)

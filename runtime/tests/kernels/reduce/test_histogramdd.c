@@ -170,7 +170,7 @@ TEST(histogramdd_errors_and_refusals) {
   int64_t xs[2] = {3, 2}, hs[2] = {2, 2}, nb[2] = {2, 2}, zero[2] = {2, 0}, x1s[1] = {3};
   tt_t x = tt_make(TPU_DTYPE_F64, 2, xs, TT_CONTIG), h = tt_make(TPU_DTYPE_F64, 2, hs, TT_CONTIG);
   tt_t xh = tt_make(TPU_DTYPE_F16, 2, xs, TT_CONTIG), x1 = tt_make(TPU_DTYPE_F64, 1, x1s, TT_CONTIG);
-  tt_t w = tt_make(TPU_DTYPE_F64, 2, xs, TT_CONTIG);
+  tt_t w = tt_make(TPU_DTYPE_F64, 2, xs, TT_CONTIG), wf = tt_make(TPU_DTYPE_F32, 1, xs, TT_CONTIG);
   tt_set(&x.view, 3, NAN);
   const tpu_op_def_t* def = tt_def("histogramdd");
   tpu_value_t none = {.kind = TPU_VALUE_NONE};
@@ -203,7 +203,12 @@ TEST(histogramdd_errors_and_refusals) {
                "dimension 1's range [2, inf] is not finite");
   node.attrs[1] = tt_none();
   in[1] = tt_value(&w.view); /* weight of self's shape, not its shape less the last dim */
-  expect_error(def->check(def, &node), TPU_CODE_UNIMPLEMENTED, NULL);
+  expect_error(def->check(def, &node), TPU_CODE_INVALID_ARGUMENT,
+               "should have the same shape as the input tensor excluding its innermost "
+               "dimension, but got input with shape [3, 2] and weight with shape [3, 2]");
+  in[1] = tt_value(&wf.view);
+  expect_error(def->check(def, &node), TPU_CODE_INVALID_ARGUMENT,
+               "should have the same dtype, but got input(double), and weight(float)");
   in[1] = none;
   in[0] = tt_value(&xh.view);
   expect_error(def->check(def, &node), TPU_CODE_UNIMPLEMENTED, NULL);
@@ -233,5 +238,14 @@ TEST(histogramdd_errors_and_refusals) {
   expect_error(edef->check(edef, &enode), TPU_CODE_UNIMPLEMENTED, NULL);
   enode.attrs[1] = tt_int(0), enode.attrs[0] = tt_int(-2);
   expect_error(edef->check(edef, &enode), TPU_CODE_UNIMPLEMENTED, NULL);
+  tt_t bf = tt_make(TPU_DTYPE_F32, 1, nb, TT_CONTIG), b2 = tt_make(TPU_DTYPE_F64, 2, nb, TT_CONTIG);
+  tin[2] = tt_value(&bf.view);
+  expect_error(tdef->check(tdef, &tnode), TPU_CODE_INVALID_ARGUMENT,
+               "got input with dtype double and bins for dimension 1 with dtype float");
+  tin[2] = tt_value(&b2.view);
+  expect_error(tdef->check(tdef, &tnode), TPU_CODE_INVALID_ARGUMENT,
+               "bins tensor should have one dimension, but got 2 dimensions in the bins tensor "
+               "for dimension 1");
+  tt_free(&bf), tt_free(&b2), tt_free(&wf);
   tt_free(&x), tt_free(&h), tt_free(&xh), tt_free(&x1), tt_free(&w), tt_free(&b1);
 }
