@@ -179,11 +179,13 @@ TABLE = {
     "unique_eye": Family(names=_w("eye unique unique_consecutive bincount")),
     # complex64/complex128: Python complex numbers as operands (the samples'
     # scalar forms), fill/full/where with complex values, complex scans,
-    # products, norms and var/std (these give the part dtype), logcumsumexp
+    # products, norms and var/std (these give the part dtype), logcumsumexp,
+    # matrix_exp
     "complex": Family(keys=_w("""
         add sub mul rsub div.no_rounding_mode masked_fill fill full where sum mean prod
         cumsum cumprod linalg.vector_norm norm norm.fro norm.inf var var.unbiased std
-        std.unbiased var_mean var_mean.unbiased std_mean std_mean.unbiased logcumsumexp"""),
+        std.unbiased var_mean var_mean.unbiased std_mean std_mean.unbiased logcumsumexp
+        matrix_exp"""),
         dtypes=(torch.complex64, torch.complex128)),
 }
 
