@@ -70,11 +70,10 @@ TABLE = {
         igamma igammac angle frexp clamp_min clamp_max
         logspace arange tril_indices triu_indices isin _segment_reduce""")),
     # Complex64/complex128 math (elementwise complex_math.c, sum/mean,
-    # matmul_complex.c, cat). addmm, baddbmm and lerp are not listed: their
-    # samples pass complex Python numbers (alpha, beta, weight), which the
-    # runtime's real scalars do not hold, so those samples fall back.
+    # matmul_complex.c with complex alpha/beta too, cat). lerp is not listed:
+    # its samples pass a complex weight, which its row does not take.
     "complex_math": Family(keys=_w("""
-        abs acos acosh add addcdiv addcmul addmm.decomposed addmv angle asin asinh atan atanh
+        abs acos acosh add addcdiv addcmul addmm addmm.decomposed addmv baddbmm angle asin asinh atan atanh
         bmm cat conj_physical cos cosh div.no_rounding_mode dot dstack einsum eq exp exp2 expm1
         float_power hstack inner kron linalg.vecdot log log10 log1p log2 masked_fill matmul mean
         mm mul mv ne neg outer pow reciprocal rsqrt rsub sgn sigmoid sin sinh sqrt square stack
