@@ -1125,6 +1125,10 @@ void register_native_ops() {
 
 }  // namespace
 
+void counted_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  run_fallback(op, stack);
+}
+
 void count_native(const std::string& name) {
   std::lock_guard<std::mutex> lock(g_count_mu);
   g_native_counts[name]++;

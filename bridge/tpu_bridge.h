@@ -3,6 +3,8 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 #include <c10/core/Stream.h>
 
 #include <map>
@@ -81,6 +83,9 @@ void init_dispatch();
 void note_device_alloc(tpu_block_t* block, c10::DeviceIndex device, int stream, size_t requested);
 void note_device_free(tpu_block_t* block);
 void count_native(const std::string& name);
+// The counted CPU fallback (dispatch.cpp), for ops registered by hand
+// (histogram.cpp) whose arguments the runtime does not take.
+void counted_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 std::map<std::string, int64_t> native_counts();
 std::map<std::string, int64_t> fallback_counts();
 void reset_counts();

@@ -183,6 +183,15 @@ CX_ALPHA_CASES = [
     ("addcdiv_value", lambda a, b: torch.addcdiv(a, a, b + 3, value=1 + 2j)),
     ("add_inplace_alpha", lambda a, b: a.clone().add_(b, alpha=2j)),
     ("mul_inplace", lambda a, b: a.clone().mul_(1j).sub_(1j)),
+    # the matmul family's beta and alpha (matmul_complex.c); beta 0 ignores self
+    ("addmm_alpha_beta", lambda a, b: torch.addmm(a, a, torch.outer(b, b), beta=1 - 1j, alpha=2j)),
+    ("addmm_beta0", lambda a, b: torch.addmm(a / 0, a, torch.outer(b, b), beta=0, alpha=0.5j)),
+    ("addmm_inplace", lambda a, b: a.clone().addmm_(a, torch.outer(b, b), alpha=-1j)),
+    ("baddbmm_alpha_beta", lambda a, b: torch.baddbmm(a.expand(2, 4, 5), a.expand(2, 4, 5),
+                                                      torch.outer(b, b).expand(2, 5, 5),
+                                                      beta=2j, alpha=1 + 1j)),
+    ("addmv_alpha_beta", lambda a, b: torch.addmv(a[0], torch.outer(b, b), b, beta=0.5j,
+                                                  alpha=3j)),
 ]
 NUMBER_DTYPES = CDTYPES + [torch.float32, torch.float64, torch.int64, torch.bool]
 
@@ -233,6 +242,8 @@ def test_complex_numbers_refused_like_cpu():
     from conftest import raised_type
     x = torch.randn(3)
     for fn in (lambda a: torch.add(a, a, alpha=2j),
+               lambda a: torch.addmm(a.reshape(3, 1), a.reshape(3, 1), a.reshape(1, 3),
+                                     alpha=2j),
                lambda a: torch.lt(a.to(torch.complex64), 1j),
                lambda a: torch.clamp(a.to(torch.complex64), min=1j)):
         want, _ = raised_type(lambda: fn(x))

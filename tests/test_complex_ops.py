@@ -186,6 +186,22 @@ CX_REDUCTIONS = [
     ("linalg_norm_fro", lambda a: torch.linalg.norm(a[0], "fro")),
     ("linalg_norm_default", lambda a: torch.linalg.norm(a[0])),
     ("abs_norm", lambda a: a.abs().pow(2).sum(-1).sqrt()),
+    # var/std: var(real parts) + var(imag parts), a real result
+    ("var_all", lambda a: a.var()),
+    ("var_dim", lambda a: torch.var(a, 1)),
+    ("var_dims_keepdim", lambda a: a.var((0, 2), keepdim=True)),
+    ("var_correction0", lambda a: torch.var(a, -1, correction=0)),
+    ("var_correction_big", lambda a: torch.var(a, 0, correction=5)),  # n - c < 0: inf
+    ("var_strided", lambda a: a.transpose(0, 2).var(1)),
+    ("var_unbiased_false", lambda a: a.var(1, unbiased=False)),
+    ("std_all", lambda a: a.std()),
+    ("std_dim", lambda a: torch.std(a, 2)),
+    ("std_correction2", lambda a: a.std((1, 2), correction=2, keepdim=True)),
+    ("var_offset", lambda a: (a + (1e3 - 2e3j)).var(1)),  # a large mean: a two-pass sum
+    # logcumsumexp: CPU's complex _log_add_exp_helper, accumulated in complex128
+    ("logcumsumexp0", lambda a: torch.logcumsumexp(a * 3, 0)),
+    ("logcumsumexp_last", lambda a: (a * 5).logcumsumexp(-1)),
+    ("logcumsumexp_strided", lambda a: torch.logcumsumexp(a.transpose(0, 2), 1)),
 ]
 
 
@@ -215,3 +231,57 @@ def test_complex_scans_and_norms_out_and_empty():
     torch.testing.assert_close(got[0], torch.cumsum(x, 0))
     torch.testing.assert_close(got[1], torch.linalg.vector_norm(x, dim=0))
     torch.testing.assert_close(got[2], torch.ones(3, dtype=torch.complex128))
+
+
+def test_complex_var_std_out_empty_and_nan():
+    x = _cx((4, 3), torch.complex64, 32)
+    x[1, 2] = complex(float("nan"), 0.0)
+    with no_fallback():
+        v_out = torch.empty(3, device="tpu")
+        torch.var(x.to("tpu"), 0, out=v_out)
+        s_out = torch.empty(4, device="tpu")
+        torch.std(x.to("tpu"), 1, out=s_out)
+        empty = torch.empty(0, 3, dtype=torch.complex128, device="tpu")
+        got = (v_out.cpu(), s_out.cpu(), empty.var(0).cpu(), empty.std().cpu())
+    want = (torch.var(x, 0), torch.std(x, 1), torch.empty(0, 3, dtype=torch.complex128).var(0),
+            torch.empty(0, 3, dtype=torch.complex128).std())
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g, w, equal_nan=True)
+
+
+
+def test_complex_logcumsumexp_special_values_and_out():
+    inf, nan = float("inf"), float("nan")
+    rows = [[complex(-inf, 1), complex(-inf, 2), 0j, complex(2, 1)],
+            [complex(inf, 0.5), complex(inf, 0.5), complex(1, 2), 0j],
+            [complex(1, 1), complex(1, nan), complex(3, 0), 0j],
+            [complex(-inf, 0), complex(inf, 1), complex(-inf, 3), complex(5, -7)]]
+    for dtype in (torch.complex64, torch.complex128):
+        x = torch.tensor(rows, dtype=dtype)
+        with no_fallback():
+            got = torch.logcumsumexp(x.to("tpu"), 1).cpu()
+            out = torch.empty(4, 4, dtype=dtype, device="tpu")
+            torch.logcumsumexp(x.to("tpu"), 0, out=out)
+            got0 = out.cpu()
+            empty = torch.logcumsumexp(torch.empty(0, 3, dtype=dtype, device="tpu"), 0).cpu()
+        torch.testing.assert_close(got, torch.logcumsumexp(x, 1), equal_nan=True)
+        torch.testing.assert_close(got0, torch.logcumsumexp(x, 0), equal_nan=True)
+        assert empty.shape == (0, 3) and empty.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("fn,kw", [
+    (torch.var_mean, {}), (torch.std_mean, {}), (torch.var_mean, {"dim": 1}),
+    (torch.std_mean, {"dim": (0, 2), "keepdim": True}), (torch.var_mean, {"dim": -1, "correction": 0}),
+    (torch.std_mean, {"dim": 0, "correction": 4}),
+], ids=["var_mean", "std_mean", "var_mean_dim", "std_mean_dims_keepdim", "var_mean_corr0",
+        "std_mean_corr_big"])
+def test_complex_var_mean_std_mean_match_cpu(fn, kw, dtype):
+    x = _cx((3, 4, 5), dtype, 33) + (2 - 1j)
+    want = fn(x, **kw)
+    with no_fallback():
+        got = [t.cpu() for t in fn(x.to("tpu"), **kw)]
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g, w)

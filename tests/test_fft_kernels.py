@@ -88,18 +88,24 @@ def test_out_and_strides():
 
 def test_complex_math_still_falls_back():
     """Rows without complex support refuse complex operands (counted
-    fallback): logcumsumexp and var have no complex kernels (the README's
-    list of what still falls back)."""
+    fallback): the complex SVD behind matrix norms (the README's list of
+    what still falls back); logcumsumexp, var/var_mean and matrix_exp of
+    complex input are native."""
     x = torch.randn(5, dtype=torch.complex64)
     xt = x.to("tpu")
     torch_tpu.reset_counts()
-    got = torch.logcumsumexp(xt, 0).cpu()
-    torch.testing.assert_close(got, torch.logcumsumexp(x, 0))
-    assert torch_tpu.fallback_counts().get("aten::_logcumsumexp", 0) >= 1
+    torch.testing.assert_close(torch.logcumsumexp(xt, 0).cpu(), torch.logcumsumexp(x, 0))
+    torch.testing.assert_close(torch.var(xt, 0).cpu(), torch.var(x, 0))
+    torch.testing.assert_close(torch.var_mean(xt, 0)[1].cpu(), torch.var_mean(x, 0)[1])
+    assert torch_tpu.fallback_counts() == {}
+    m = x.reshape(1, 5) * x.reshape(5, 1)
+    got = torch.linalg.matrix_norm(m.to("tpu"), "nuc")
+    torch.testing.assert_close(got.cpu(), torch.linalg.matrix_norm(m, "nuc"))
+    assert torch_tpu.fallback_counts().get("aten::_linalg_svd", 0) >= 1
     with pytest.raises(NotImplementedError):
         torch_tpu.set_fallback_mode("error")
         try:
-            torch.var(xt, 0)
+            torch.linalg.svdvals(m.to("tpu"))
         finally:
             torch_tpu.set_fallback_mode("warn")
 

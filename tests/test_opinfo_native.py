@@ -70,11 +70,10 @@ TABLE = {
         igamma igammac angle frexp clamp_min clamp_max
         logspace arange tril_indices triu_indices isin _segment_reduce""")),
     # Complex64/complex128 math (elementwise complex_math.c, sum/mean,
-    # matmul_complex.c, cat). addmm, baddbmm and lerp are not listed: their
-    # samples pass complex Python numbers (alpha, beta, weight), which the
-    # runtime's real scalars do not hold, so those samples fall back.
-    "complex": Family(keys=_w("""
-        abs acos acosh add addcdiv addcmul addmm.decomposed addmv angle asin asinh atan atanh
+    # matmul_complex.c with complex alpha/beta too, cat). lerp is not listed:
+    # its samples pass a complex weight, which its row does not take.
+    "complex_math": Family(keys=_w("""
+        abs acos acosh add addcdiv addcmul addmm addmm.decomposed addmv baddbmm angle asin asinh atan atanh
         bmm cat conj_physical cos cosh div.no_rounding_mode dot dstack einsum eq exp exp2 expm1
         float_power hstack inner kron linalg.vecdot log log10 log1p log2 masked_fill matmul mean
         mm mul mv ne neg outer pow reciprocal rsqrt rsub sgn sigmoid sin sinh sqrt square stack
@@ -141,6 +140,7 @@ TABLE = {
         count_nonzero cdist nn.functional.pdist dist nn.functional.cosine_similarity
         nn.functional.pairwise_distance renorm histc sum mean prod amax amin"""),
         dtypes=FLOATS + (torch.int64, torch.int32, torch.uint8, torch.bool)),
+    "histogram": Family(keys=_w("histogram histogramdd"), dtypes=F32_F64),
     "hash": Family(keys=("hash_tensor",)),
     "random": Family(keys=_w("""
         normal normal.number_mean normal.in_place bernoulli uniform exponential geometric
@@ -178,10 +178,13 @@ TABLE = {
     "unique_eye": Family(names=_w("eye unique unique_consecutive bincount")),
     # complex64/complex128: Python complex numbers as operands (the samples'
     # scalar forms), fill/full/where with complex values, complex scans,
-    # products and norms (norms give the part dtype)
+    # products, norms and var/std (these give the part dtype), logcumsumexp,
+    # matrix_exp
     "complex": Family(keys=_w("""
         add sub mul rsub div.no_rounding_mode masked_fill fill full where sum mean prod
-        cumsum cumprod linalg.vector_norm norm norm.fro norm.inf"""),
+        cumsum cumprod linalg.vector_norm norm norm.fro norm.inf var var.unbiased std
+        std.unbiased var_mean var_mean.unbiased std_mean std_mean.unbiased logcumsumexp
+        matrix_exp"""),
         dtypes=(torch.complex64, torch.complex128)),
 }
 

@@ -71,6 +71,7 @@ PAIRS = [
     ("std", "float64"),
     ("max.reduction_with_dim", "float32"),
     ("logsumexp", "float32"),
+    ("histogramdd", "float32"), ("histogram", "float64"),
     # matmul
     ("mm", "float32"), ("mm", "bfloat16"), ("mm", "float64"),
     ("bmm", "float32"),

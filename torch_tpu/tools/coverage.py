@@ -504,9 +504,10 @@ def _clone(obj):
 
 _HALF = (torch.float16, torch.bfloat16)
 
-# Ops whose float32 CPU results lose about eps32 * (largest magnitude) in their
-# small elements (matrix_exp of the op_db's large-norm samples, where the CPU
-# works in float32): tpu computes them in float64, so where the two differ by
+# Ops whose float32 (and complex64) CPU results lose about eps32 * (largest
+# magnitude) in their small elements (matrix_exp of the op_db's large-norm
+# samples, where the CPU works in float32): tpu computes them in float64
+# (complex128), so where the two differ by
 # more than float32's tolerance the float64 computation decides, as for the
 # half types (tensor-scaled: the error scales with the result's largest entry).
 _EXACT_DECIDES_F32 = {"matrix_exp", "linalg.matrix_exp"}
@@ -521,8 +522,14 @@ def _upcast(obj, dtypes=_HALF):
     """obj with every tensor of `dtypes` (float16/bfloat16) as a float64 copy,
     every other tensor cloned (nested in lists, tuples, dicts)."""
     if isinstance(obj, torch.Tensor):
-        return obj.detach().double() if obj.dtype in dtypes else obj.detach().clone()
+        return _wide(obj.detach()) if obj.dtype in dtypes else obj.detach().clone()
     return _map_nested(obj, lambda o: _upcast(o, dtypes))
+
+
+def _wide(t):
+    """t as float64, or complex128 when complex (.double() would drop the
+    imaginary part)."""
+    return t.to(torch.complex128) if t.is_complex() else t.double()
 
 
 def _tensors(obj):
@@ -561,7 +568,7 @@ def as_close_as_cpu(actual, expected, exact, tensor_scale=False, dtypes=_HALF,
         if a.shape != e.shape or a.dtype != e.dtype or r.shape != e.shape:
             return False
         atol, rtol = tolerance(e.dtype)
-        a64, e64, r64 = a.double(), e.double(), r.double()
+        a64, e64, r64 = _wide(a), _wide(e), _wide(r)
         if cpu_overflows:  # the CPU's non-finite elements are infinitely wrong
             e64 = torch.where(~torch.isfinite(e64) & torch.isfinite(r64),
                               torch.full_like(e64, float("inf")), e64)
@@ -718,8 +725,8 @@ def check_sample(op, sample, policy="compare", prop=None):
         except Exception:  # noqa: BLE001  (no float64 kernel: the CPU's result decides)
             pass
     elif (hasattr(op, "variant_test_name") and op_key(op) in _EXACT_DECIDES_F32
-          and any(t.dtype == torch.float32 for t in _tensors(expected))):
-        f32 = (torch.float32,)
+          and any(t.dtype in (torch.float32, torch.complex64) for t in _tensors(expected))):
+        f32 = (torch.float32, torch.complex64)
         exact = _run_cpu(op, sample, *_upcast(spare, f32))
         if as_close_as_cpu(actual, expected, exact, tensor_scale=True, dtypes=f32):
             return "pass", None, fallbacks

@@ -22,6 +22,10 @@
  * kernel computes them in their own precision and overflows to inf/NaN where the
  * exact exponential is finite and representable (randn 3 x 3 matrices already),
  * so those results are checked against the float64 one, not against the CPU's.
+ * complex64 and complex128: exp(A + iB) = C + iD read off the exponential of the
+ * real 2n x 2n matrix [[A, -B], [B, A]] (= [[C, -D], [D, C]]), the same float64
+ * algorithm (its 1-norm bounds the complex one by at most a factor of 2, so at most
+ * one more squaring).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -91,6 +95,27 @@ static bool expm(const la_impl_t* im, double* a, int64_t n, double* t, int* ipiv
   return true;
 }
 
+/* complex input: m 0/2 the real/imaginary parts of A, 1/3 those of out; the work is
+ * the real 2n x 2n embedding (column-major, ld 2n). */
+static int expm_batch_cx(const la_job_t* j, int64_t b, char* ws) {
+  int64_t n = j->n, n2 = 2 * n;
+  if (n == 0) return 0;
+  double* a = (double*)ws;
+  double* t = a + n2 * n2;
+  int* ipiv = (int*)(t + 7 * n2 * n2);
+  int64_t in_off = la_off(&j->bt, &j->m[0], b), out_off = la_off(&j->bt, &j->m[1], b);
+  la_load(&j->m[0], in_off, a, TPU_DTYPE_F64, n2);              /* A, top left */
+  la_load(&j->m[2], in_off, a + n, TPU_DTYPE_F64, n2);          /* B, bottom left */
+  la_load(&j->m[0], in_off, a + n * n2 + n, TPU_DTYPE_F64, n2); /* A, bottom right */
+  for (int64_t c = 0; c < n; ++c)                               /* -B, top right */
+    for (int64_t r = 0; r < n; ++r) a[(n + c) * n2 + r] = -a[c * n2 + n + r];
+  if (!expm(j->im, a, n2, t, ipiv))
+    for (int64_t e = 0; e < n2 * n2; ++e) a[e] = NAN;
+  la_store(&j->m[1], out_off, a, TPU_DTYPE_F64, n2);     /* C, top left */
+  la_store(&j->m[3], out_off, a + n, TPU_DTYPE_F64, n2); /* D, bottom left */
+  return 0;
+}
+
 /* m: 0 A, 1 out (any floating dtype; the work is float64) */
 static int expm_batch(const la_job_t* j, int64_t b, char* ws) {
   int64_t n = j->n;
@@ -116,24 +141,41 @@ static tpu_status_t expm_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
   memset(&j, 0, sizeof(j));
   j.im = la_impl_for(TPU_DTYPE_F64);
   if (!j.im) return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "matrix_exp without LAPACK");
+  tpu_view_t parts[4]; /* complex: the real and imaginary parts of self and out */
+  bool cx = tpu_dtype_is_complex(a->dtype);
+  if (cx) {
+    if (o->dtype != a->dtype) BAD("matrix_exp: output of another dtype");
+    const tpu_view_t* vs[2] = {a, o};
+    for (int k = 0; k < 4; ++k) {
+      tpu_view_t* p = &parts[k];
+      *p = *vs[k % 2];
+      p->dtype = tpu_dtype_part(p->dtype);
+      for (int32_t d = 0; d < p->ndim; ++d) p->strides[d] *= 2;
+      if (k >= 2) p->addr += tpu_dtype_size(p->dtype);
+    }
+    j.m[2] = la_mat(&parts[2]), j.m[3] = la_mat(&parts[3]);
+    a = &parts[0], o = &parts[1];
+  }
   j.m[0] = la_mat(a), j.m[1] = la_mat(o);
   const la_mat_t* ms[1] = {&j.m[0]};
   la_bat_of(&j.bt, ms, 1);
   j.n = j.m[0].rows;
   if (j.m[0].cols != j.n || !la_shape_is(&j.m[1], &j.bt, j.n, j.n))
     BAD("matrix_exp: expects square matrices");
-  j.ws_bytes = (size_t)(8 * j.n * j.n) * sizeof(double) + (size_t)(j.n + 1) * sizeof(int) + 64;
-  j.fn = expm_batch;
-  j.work = 12 * j.n * j.n * j.n;
+  int64_t w = cx ? 2 * j.n : j.n; /* the order of the matrix exponentiated */
+  j.ws_bytes = (size_t)(8 * w * w) * sizeof(double) + (size_t)(w + 1) * sizeof(int) + 64;
+  j.fn = cx ? expm_batch_cx : expm_batch;
+  j.work = 12 * w * w * w;
   return la_run(&j);
 }
 
-/* floating (float16, bfloat16, float32, float64) square matrices (see the top of
- * the file). */
+/* floating (float16, bfloat16, float32, float64) and complex square matrices (see
+ * the top of the file). */
 static tpu_status_t expm_check(const tpu_op_def_t* def, const tpu_node_t* node) {
   const tpu_view_t* a = ku_input(def, node, "self");
-  if (!a || !tpu_dtype_is_floating(a->dtype) || a->ndim < 2 ||
-      a->sizes[a->ndim - 1] != a->sizes[a->ndim - 2] || a->sizes[a->ndim - 1] > 0x7fff)
+  if (!a || !(tpu_dtype_is_floating(a->dtype) || tpu_dtype_is_complex(a->dtype)) ||
+      a->ndim < 2 || a->sizes[a->ndim - 1] != a->sizes[a->ndim - 2] ||
+      a->sizes[a->ndim - 1] > 0x3fff)
     return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "matrix_exp of floating square matrices");
   for (int32_t i = 0; i < node->num_outputs; ++i)
     if (node->outputs[i].dtype != a->dtype)
@@ -406,7 +448,7 @@ static tpu_status_t ls_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
 static const tpu_op_def_t k_rows[] = {
     {.name = "linalg_matrix_exp", .inputs = "self", .attrs = "", .outputs = "out",
      .aten = "linalg_matrix_exp linalg_matrix_exp.out", .kernel = expm_kernel, .infer = NULL,
-     .check = expm_check},
+     .check = expm_check, .flags = TPU_OP_COMPLEX},
     {.name = "linalg_lstsq", .inputs = "self,b", .attrs = "rcond,driver,sync_size",
      .outputs = "solution,residuals,rank,singular_values", .aten = "linalg_lstsq linalg_lstsq.out",
      .kernel = ls_kernel, .infer = ls_infer, .check = ls_check},

@@ -175,13 +175,19 @@ tpu_status_t tpu_mm_problem(const tpu_op_def_t* def, const tpu_node_t* node,
   p->alpha = s->has_bias ? tpu_attr_float(alpha, 1.0) : 1.0;
   p->ibeta = s->has_bias ? tpu_attr_int(beta, 1) : 0;
   p->ialpha = s->has_bias ? tpu_attr_int(alpha, 1) : 1;
+  p->alpha_im = p->beta_im = 0.0; /* complex numbers (alpha=2j): complex operands only */
+  if (s->has_bias && beta && beta->kind == TPU_ATTR_COMPLEX)
+    p->beta = beta->u.floats[0], p->beta_im = beta->u.floats[1];
+  if (s->has_bias && alpha && alpha->kind == TPU_ATTR_COMPLEX)
+    p->alpha = alpha->u.floats[0], p->alpha_im = alpha->u.floats[1];
   int32_t pi = s->has_bias ? 2 : 0; /* "matmul_precision", after beta and alpha */
   p->precision = (int32_t)tpu_attr_int(node->num_attrs > pi ? &node->attrs[pi] : NULL,
                                        MM_PRECISION_HIGHEST);
   if (p->precision < MM_PRECISION_HIGHEST || p->precision > MM_PRECISION_MEDIUM)
     return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "matmul_precision must be 0, 1 or 2");
   bool floating = tpu_dtype_is_floating(dtype) || tpu_dtype_is_complex(dtype);
-  p->has_bias = s->has_bias && (floating ? p->beta != 0.0 : p->ibeta != 0);
+  p->has_bias =
+      s->has_bias && (floating ? p->beta != 0.0 || p->beta_im != 0.0 : p->ibeta != 0);
   if (p->has_bias) {
     tpu_view_t expanded;
     view_expand(&node->inputs[0].u.view, ndim, sizes, &expanded);
@@ -660,6 +666,10 @@ tpu_status_t tpu_mm_blas_shape(const tpu_op_def_t* def, const tpu_node_t* node,
  * with dims that fit its 32-bit integers. */
 static tpu_status_t matmul_check(const tpu_op_def_t* def, const tpu_node_t* node) {
   if (tpu_mm_is_complex(node)) return tpu_mm_cx_check(def, node);
+  for (int32_t i = 0; i < node->num_attrs; ++i) /* alpha=2j on real operands: CPU raises */
+    if (node->attrs[i].kind == TPU_ATTR_COMPLEX)
+      return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s: a complex scalar on real operands",
+                             def->name);
   tpu_dtype_t dtype;
   TPU_RETURN_IF_ERROR(tpu_mm_blas_shape(def, node, &dtype));
   tpu_compute_type_t ct = tpu_dtype_compute(dtype);
@@ -681,16 +691,22 @@ static const mm_spec_t k_mm = {false, 2, 2}, k_bmm = {false, 3, 3}, k_addmm = {t
   MM_ROW_FLAGS(name, inputs, attrs, aten, spec, TPU_OP_HEAVY | TPU_OP_EPILOGUE | TPU_OP_COMPLEX)
 #define MV_ROW(name, inputs, attrs, aten, spec) \
   MM_ROW_FLAGS(name, inputs, attrs, aten, spec, TPU_OP_HEAVY | TPU_OP_COMPLEX)
+/* ... with beta and alpha, which may be complex numbers (complex operands only). */
+#define MM_ROW_AB(name, inputs, attrs, aten, spec)                                         \
+  MM_ROW_FLAGS(name, inputs, attrs, aten, spec,                                            \
+               TPU_OP_HEAVY | TPU_OP_EPILOGUE | TPU_OP_COMPLEX | TPU_OP_COMPLEX_NUMBERS)
+#define MV_ROW_AB(name, inputs, attrs, aten, spec) \
+  MM_ROW_FLAGS(name, inputs, attrs, aten, spec, TPU_OP_HEAVY | TPU_OP_COMPLEX | TPU_OP_COMPLEX_NUMBERS)
 
 static const tpu_op_def_t k_ops[] = {
     MM_ROW("mm", "self,mat2", "matmul_precision", "mm mm.out", k_mm),
     MM_ROW("bmm", "self,mat2", "matmul_precision", "bmm bmm.out", k_bmm),
-    MM_ROW("addmm", "self,mat1,mat2", "beta,alpha,matmul_precision", "addmm addmm_ addmm.out",
+    MM_ROW_AB("addmm", "self,mat1,mat2", "beta,alpha,matmul_precision", "addmm addmm_ addmm.out",
            k_addmm),
-    MM_ROW("baddbmm", "self,batch1,batch2", "beta,alpha,matmul_precision",
+    MM_ROW_AB("baddbmm", "self,batch1,batch2", "beta,alpha,matmul_precision",
            "baddbmm baddbmm_ baddbmm.out", k_baddbmm),
     MV_ROW("mv", "self,vec", "matmul_precision", "mv mv.out", k_mv),
-    MV_ROW("addmv", "self,mat,vec", "beta,alpha,matmul_precision", "addmv addmv_ addmv.out",
+    MV_ROW_AB("addmv", "self,mat,vec", "beta,alpha,matmul_precision", "addmv addmv_ addmv.out",
            k_addmv),
     MV_ROW("dot", "self,tensor", "matmul_precision", "dot dot.out", k_dot),
     /* vdot conjugates self (complex operands: matmul_complex.c). */

@@ -31,7 +31,8 @@ typedef struct mm_problem {
   tpu_dtype_t dtype;          /* of A, B and bias */
   tpu_view_t a, b, c, bias;   /* [batch,m,k], [batch,k,n], [batch,m,n], [batch,m,n] */
   bool has_bias;              /* false also when beta == 0: self is then ignored */
-  double alpha, beta;         /* floating dtypes */
+  double alpha, beta;         /* floating dtypes (complex numbers: the real parts) */
+  double alpha_im, beta_im;   /* complex numbers' imaginary parts (complex operands only) */
   int32_t precision;          /* float32: MM_PRECISION_* (attr "matmul_precision") */
   int64_t ialpha, ibeta;      /* integer dtypes */
   const tpu_graph_t* graph;   /* the graph the node runs in (tpu_exec_ctx_t), or NULL */

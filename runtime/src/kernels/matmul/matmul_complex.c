@@ -3,8 +3,8 @@
  *
  * Each matrix of the batch is copied into dense row-major scratch and
  * multiplied by OpenBLAS cgemm / zgemm (scipy-openblas's symbols, one
- * thread as the real paths run it), with alpha and beta real (the runtime's
- * attrs); C is then copied into the output view. The bias is read into C before anything is written, so
+ * thread as the real paths run it), with alpha and beta the attrs (real, or
+ * complex numbers: alpha=2j); C is then copied into the output view. The bias is read into C before anything is written, so
  * the in-place forms (addmm_: out is self) work; an output overlapping a
  * factor is left to the CPU fallback, as are mixed dtypes and builds
  * without BLAS.
@@ -97,8 +97,10 @@ tpu_status_t tpu_mm_cx_kernel(const tpu_op_def_t* def, const tpu_node_t* node) {
                            def->name);
   }
   const bool conj_a = strcmp(def->name, "vdot") == 0;
-  const double alpha[2] = {p.alpha, 0}, beta[2] = {p.has_bias ? p.beta : 0.0, 0};
-  const float alpha_f[2] = {(float)p.alpha, 0}, beta_f[2] = {(float)beta[0], 0};
+  const double alpha[2] = {p.alpha, p.alpha_im};
+  const double beta[2] = {p.has_bias ? p.beta : 0.0, p.has_bias ? p.beta_im : 0.0};
+  const float alpha_f[2] = {(float)alpha[0], (float)alpha[1]};
+  const float beta_f[2] = {(float)beta[0], (float)beta[1]};
   const int lda = (int)(k > 0 ? k : 1), ldb = (int)(n > 0 ? n : 1), ldc = (int)(n > 0 ? n : 1);
   for (int64_t bi = 0; bi < p.batch; ++bi) {
     tpu_view_t da = dense(a, p.dtype, m, k), db = dense(b, p.dtype, k, n),

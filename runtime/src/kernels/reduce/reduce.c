@@ -902,7 +902,7 @@ static const reduce_impl_t k_hash = {RACC_XOR, ROUT_BITS, true, "hash_tensor"};
   {.name = name_, .inputs = "self", .attrs = attrs_, .outputs = outputs_, .aten = aten_, \
    .kernel = reduce_kernel, .infer = reduce_infer, .check = reduce_check, .impl = &impl_, \
    .flags = 0, .rows = reduce_rows}
-/* ... taking complex input too (sum, mean, prod, norms: reduce_complex.c). */
+/* ... taking complex input too (sum, mean, prod, norms, var/std(_mean): reduce_complex.c). */
 #define ROW_CX(name_, attrs_, outputs_, aten_, impl_)                                          \
   {.name = name_, .inputs = "self", .attrs = attrs_, .outputs = outputs_, .aten = aten_, \
    .kernel = reduce_kernel, .infer = reduce_infer, .check = reduce_check, .impl = &impl_, \
@@ -930,12 +930,12 @@ static const tpu_op_def_t k_rows[] = {
     ROW("all_all", "", "out", "all.default all.all_out", k_all),
     ROW("any", "dim,keepdim", "out", "any.dim any.out any.dims any.dims_out", k_any),
     ROW("any_all", "", "out", "any.default any.all_out", k_any),
-    ROW("var", "dim,correction,keepdim", "out", "var.correction var.correction_out", k_var),
-    ROW("std", "dim,correction,keepdim", "out", "std.correction std.correction_out", k_std),
-    ROW("var_mean", "dim,correction,keepdim", "out0,out1",
-        "var_mean.correction var_mean.correction_out", k_var_mean),
-    ROW("std_mean", "dim,correction,keepdim", "out0,out1",
-        "std_mean.correction std_mean.correction_out", k_std_mean),
+    ROW_CX("var", "dim,correction,keepdim", "out", "var.correction var.correction_out", k_var),
+    ROW_CX("std", "dim,correction,keepdim", "out", "std.correction std.correction_out", k_std),
+    ROW_CX("var_mean", "dim,correction,keepdim", "out0,out1",
+           "var_mean.correction var_mean.correction_out", k_var_mean),
+    ROW_CX("std_mean", "dim,correction,keepdim", "out0,out1",
+           "std_mean.correction std_mean.correction_out", k_std_mean),
     ROW("nansum", "dim,keepdim,dtype", "out", "nansum nansum.out", k_nansum),
     ROW("count_nonzero", "dim", "out",
         "count_nonzero count_nonzero.out count_nonzero.dim_IntList "

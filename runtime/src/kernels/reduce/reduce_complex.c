@@ -21,6 +21,15 @@
  * the order's rules come from tpu_reduce_parse on the input's part dtype. A
  * dtype argument must be complex (prod: the result's; norms: its part is
  * the result's); a real one is UNIMPLEMENTED (PyTorch raises).
+ *
+ * var and std (a real result, as PyTorch's): ATen's std_var_out takes the
+ * variance of the real parts and of the imaginary parts (with the same
+ * correction), each stored in the part dtype, adds them there and, for std,
+ * takes the square root there. Here each part's variance is a two-pass one
+ * in double (mean, then squared deviations; Welford's to rounding), then
+ * rounded, added and rooted in the part dtype as ATen does. var_mean and
+ * std_mean also write the mean, complex(mean of the real parts, mean of the
+ * imaginary parts), each part rounded to the part dtype.
  */
 #include <complex.h>
 #include <math.h>
@@ -123,17 +132,24 @@ typedef struct cx_plain {
   tpu_view_t in;     /* the complex input */
   tpu_dtype_t out_dtype;
   bool prod;
+  reduce_out_t out; /* the row's output kind (ROUT_VAR, ROUT_STD...: the moments) */
 } cx_plain_t;
 
+static bool is_moments(reduce_out_t out) {
+  return out == ROUT_VAR || out == ROUT_STD || out == ROUT_VAR_MEAN || out == ROUT_STD_MEAN;
+}
+
 static bool plain_acc(const tpu_op_def_t* def) {
-  reduce_acc_t acc = ((const reduce_impl_t*)def->impl)->acc;
-  return acc == RACC_PROD || acc == RACC_NORM;
+  const reduce_impl_t* impl = (const reduce_impl_t*)def->impl;
+  return impl->acc == RACC_PROD || impl->acc == RACC_NORM ||
+         (impl->acc == RACC_MOMENTS && is_moments(impl->out));
 }
 
 static tpu_status_t plain_parse(const tpu_op_def_t* def, const tpu_node_t* node, cx_plain_t* c) {
   memset(c, 0, sizeof(*c));
   c->in = node->inputs[0].u.view;
   c->prod = ((const reduce_impl_t*)def->impl)->acc == RACC_PROD;
+  c->out = ((const reduce_impl_t*)def->impl)->out;
   tpu_node_t real = *node;
   tpu_value_t in = node->inputs[0];
   in.u.view.dtype = tpu_dtype_part(c->in.dtype);
@@ -150,12 +166,14 @@ static tpu_status_t plain_parse(const tpu_op_def_t* def, const tpu_node_t* node,
   if (want == TPU_DTYPE_INVALID) want = c->in.dtype;
   c->out_dtype = c->prod ? want : tpu_dtype_part(want);
   c->a.shape[0].dtype = c->out_dtype;
+  c->a.shape[1].dtype = c->in.dtype; /* var_mean, std_mean: the complex mean */
   return TPU_OK;
 }
 
 typedef struct plain_job {
   const cx_plain_t* c;
   const tpu_view_t* out;
+  const tpu_view_t* mean; /* var_mean, std_mean: the second output; else NULL */
 } plain_job_t;
 
 static inline _Complex double load_cx(const tpu_view_t* v, int64_t off) {
@@ -195,13 +213,41 @@ static double norm_of(const cx_plain_t* c, const tpu_view_t* in, int64_t base,
   return p == 2.0 ? sqrt(acc) : pow(acc, 1.0 / p);
 }
 
+/* var or std of the reduced elements from base: var(real parts) + var(imag parts),
+ * each rounded to the part dtype, summed there (std: rooted there), as ATen; the
+ * parts' means in mean[2]. */
+static double moments_of(const cx_plain_t* c, const tpu_view_t* in, int64_t base,
+                         const int64_t* red_sizes, const int64_t* red_strides, int32_t nred,
+                         double* mean) {
+  double mre = 0.0, mim = 0.0, m2re = 0.0, m2im = 0.0, n = (double)c->a.n;
+  for (int64_t k = 0; k < c->a.n; ++k) {
+    _Complex double z = load_cx(in, reduced_offset(base, k, red_sizes, red_strides, nred));
+    mre += creal(z), mim += cimag(z);
+  }
+  mre /= n, mim /= n; /* no elements: NaN, as the CPU's */
+  mean[0] = mre, mean[1] = mim;
+  for (int64_t k = 0; k < c->a.n; ++k) {
+    _Complex double z = load_cx(in, reduced_offset(base, k, red_sizes, red_strides, nred));
+    double dr = creal(z) - mre, di = cimag(z) - mim;
+    m2re += dr * dr, m2im += di * di;
+  }
+  double div = n - c->a.correction > 0.0 ? n - c->a.correction : 0.0;
+  double vre = m2re / div, vim = m2im / div;
+  bool root = c->out == ROUT_STD || c->out == ROUT_STD_MEAN;
+  if (c->out_dtype == TPU_DTYPE_F32) {
+    float v = (float)vre + (float)vim;
+    return root ? (double)sqrtf(v) : (double)v;
+  }
+  return root ? sqrt(vre + vim) : vre + vim;
+}
+
 static void plain_chunk(void* arg, int64_t begin, int64_t end) {
   const plain_job_t* j = (const plain_job_t*)arg;
   const cx_plain_t* c = j->c;
   const tpu_view_t* in = &c->in;
   const tpu_view_t* out = j->out;
   /* kept dims (logical order) with their output dims; reduced dims */
-  int64_t ksz[TPU_MAX_DIMS], kin[TPU_MAX_DIMS], kout[TPU_MAX_DIMS];
+  int64_t ksz[TPU_MAX_DIMS], kin[TPU_MAX_DIMS], kout[TPU_MAX_DIMS], kmean[TPU_MAX_DIMS];
   int64_t rsz[TPU_MAX_DIMS], rin[TPU_MAX_DIMS];
   int32_t nk = 0, nr = 0, od = 0;
   for (int32_t d = 0; d < in->ndim; ++d) {
@@ -209,14 +255,16 @@ static void plain_chunk(void* arg, int64_t begin, int64_t end) {
       rsz[nr] = in->sizes[d], rin[nr++] = in->strides[d];
       if (c->a.keepdim) od++;
     } else {
+      kmean[nk] = j->mean ? j->mean->strides[od] : 0;
       ksz[nk] = in->sizes[d], kin[nk] = in->strides[d], kout[nk++] = out->strides[od++];
     }
   }
   for (int64_t o = begin; o < end; ++o) {
-    int64_t ib = 0, ob = 0, r = o;
+    int64_t ib = 0, ob = 0, mb = 0, r = o;
     for (int32_t d = nk - 1; d >= 0; --d) {
       ib += (r % ksz[d]) * kin[d];
       ob += (r % ksz[d]) * kout[d];
+      mb += (r % ksz[d]) * kmean[d];
       r /= ksz[d];
     }
     if (c->prod) {
@@ -230,8 +278,12 @@ static void plain_chunk(void* arg, int64_t begin, int64_t end) {
       double pair[2] = {re, im};
       tpu_convert(view_at(out, ob), out->dtype, 1, pair, TPU_DTYPE_C128, 1, 1);
     } else {
-      double x = norm_of(c, in, ib, rsz, rin, nr);
+      double mean[2];
+      double x = is_moments(c->out) ? moments_of(c, in, ib, rsz, rin, nr, mean)
+                                    : norm_of(c, in, ib, rsz, rin, nr);
       tpu_convert(view_at(out, ob), out->dtype, 1, &x, TPU_DTYPE_F64, 1, 1);
+      if (j->mean)
+        tpu_convert(view_at(j->mean, mb), j->mean->dtype, 1, mean, TPU_DTYPE_C128, 1, 1);
     }
   }
 }
@@ -239,13 +291,15 @@ static void plain_chunk(void* arg, int64_t begin, int64_t end) {
 static tpu_status_t plain_check(const tpu_op_def_t* def, const tpu_node_t* node) {
   cx_plain_t c;
   TPU_RETURN_IF_ERROR(plain_parse(def, node, &c));
-  if (node->num_outputs < 1) return refuse(def, "no output");
-  const tpu_view_t* out = &node->outputs[0];
-  if (!views_same_shape(out, &c.a.shape[0]))
-    return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: output 0 has the wrong shape",
-                           def->name);
-  if (out->dtype != c.out_dtype) return refuse(def, "an output of another dtype");
-  if (tpu_views_may_overlap(out, &c.in)) return refuse(def, "an output overlapping the input");
+  if (node->num_outputs < c.a.num_outputs) return refuse(def, "no output");
+  for (int32_t i = 0; i < c.a.num_outputs; ++i) {
+    const tpu_view_t* out = &node->outputs[i];
+    if (!views_same_shape(out, &c.a.shape[i]))
+      return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, "%s: output %d has the wrong shape",
+                             def->name, i);
+    if (out->dtype != c.a.shape[i].dtype) return refuse(def, "an output of another dtype");
+    if (tpu_views_may_overlap(out, &c.in)) return refuse(def, "an output overlapping the input");
+  }
   return TPU_OK;
 }
 
@@ -256,7 +310,7 @@ tpu_status_t tpu_reduce_cx_infer(const tpu_op_def_t* def, const tpu_node_t* node
   if (plain_acc(def)) {
     cx_plain_t c;
     TPU_RETURN_IF_ERROR(plain_parse(def, node, &c));
-    out_views[0] = c.a.shape[0];
+    for (int32_t i = 0; i < c.a.num_outputs; ++i) out_views[i] = c.a.shape[i];
     return TPU_OK;
   }
   cx_reduction_t r;
@@ -282,7 +336,7 @@ tpu_status_t tpu_reduce_cx_kernel(const tpu_op_def_t* def, const tpu_node_t* nod
     TPU_RETURN_IF_ERROR(plain_check(def, node));
     cx_plain_t c;
     TPU_RETURN_IF_ERROR(plain_parse(def, node, &c));
-    plain_job_t j = {&c, &node->outputs[0]};
+    plain_job_t j = {&c, &node->outputs[0], c.a.num_outputs == 2 ? &node->outputs[1] : NULL};
     int64_t outs = tpu_view_numel(&c.a.shape[0]);
     int64_t n = c.a.n > 0 ? c.a.n : 1;
     tpu_parallel_for(outs, n >= 4096 ? 1 : 4096 / n, plain_chunk, &j);

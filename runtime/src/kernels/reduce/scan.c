@@ -16,9 +16,11 @@
  * inner loop runs over contiguous memory; otherwise each row is scanned in
  * CHUNK-element pieces gathered along dim. Work items (rows or lane blocks)
  * are spread over tpu_parallel_for. Per-type code is generated once per
- * accumulator type and picked from a table. Complex cumsum and cumprod
- * (complex64/complex128, or a complex dtype=) take scan_cx below.
+ * accumulator type and picked from a table. Complex cumsum, cumprod
+ * (complex64/complex128, or a complex dtype=) and logcumsumexp take scan_cx
+ * below.
  */
+#include <complex.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,10 +154,11 @@ tpu_status_t tpu_scan_parse(const tpu_op_def_t* def, const tpu_node_t* node, sca
     /* complex to real (PyTorch raises or casts): the fallback */
     if (tpu_dtype_is_complex(in->dtype) && !tpu_dtype_is_complex(out))
       return unimpl("a complex scan into a real dtype");
-  } else if (tpu_dtype_is_complex(in->dtype)) {
-    return unimpl("cummax, cummin, logcumsumexp of a complex tensor");
+  } else if (tpu_dtype_is_complex(in->dtype) && a->kind != SC_LOGCUMSUMEXP) {
+    return unimpl("cummax, cummin of a complex tensor");
   }
-  if (a->kind == SC_LOGCUMSUMEXP && !tpu_dtype_is_floating(in->dtype))
+  if (a->kind == SC_LOGCUMSUMEXP && !tpu_dtype_is_floating(in->dtype) &&
+      !tpu_dtype_is_complex(in->dtype))
     return unimpl("logcumsumexp: no integer kernel on CPU");
   tpu_compute_type_t ct = tpu_dtype_compute(out);
   /* Half types accumulate in float32 (their compute type); float32 in float64. */
@@ -260,11 +263,38 @@ static void scan_items(void* arg, int64_t begin, int64_t end) {
   free(acc);
 }
 
-/* ---- complex cumsum and cumprod ------------------------------------------------ */
+/* ---- complex cumsum, cumprod and logcumsumexp ----------------------------------- */
+
+static inline bool cx_isnan(double complex z) { return isnan(creal(z)) || isnan(cimag(z)); }
+
+/* c10's complex log1p: log|1 + z| through log1p near 0 (underflow: x itself). */
+static double complex c10_log1p(double complex z) {
+  double x = creal(z), y = cimag(z), theta = atan2(y, x + 1.0);
+  if (cabs(z) < 0.5) {
+    double r = x * (2.0 + x) + y * y;
+    return r == 0 ? CMPLX(x, theta) : CMPLX(0.5 * log1p(r), theta);
+  }
+  return CMPLX(log(hypot(x + 1.0, y)), theta);
+}
+
+/* CPU's complex _log_add_exp_helper(x, y): min and max by real part (a NaN in
+ * either part wins, y's first), NaN infectious, equal infinite real parts
+ * special-cased, else log1p(exp(min - max)) + max. */
+static double complex lae_cx(double complex x, double complex y) {
+  double complex mn = y, mx = x;
+  if (cx_isnan(y)) mx = y;
+  else if (cx_isnan(x)) mn = x;
+  else if (creal(x) < creal(y)) mn = x, mx = y;
+  if (cx_isnan(mn)) return CMPLX(NAN, NAN);
+  if (!isfinite(creal(mn)) && creal(mn) == creal(mx))
+    return creal(mn) < 0 ? mn : clog(cexp(mn) + cexp(mx));
+  return c10_log1p(cexp(mn - mx)) + mx;
+}
 
 /* One row (the elements along dim) at a time, in double complex as the CPU's
  * acc_type (complex<double>), each partial result rounded to the output's
- * dtype as it is stored; the product is c10's schoolbook one. Rows are the
+ * dtype as it is stored; the product is c10's schoolbook one, logcumsumexp
+ * starts from (-inf, 0) and folds lae_cx(element, acc). Rows are the
  * index combinations of the other dims, spread over the compute pool. */
 typedef struct scan_cx_job {
   const scan_args_t* a;
@@ -275,7 +305,7 @@ static void scan_cx_rows(void* arg, int64_t begin, int64_t end) {
   const scan_cx_job_t* j = (const scan_cx_job_t*)arg;
   const scan_args_t* a = j->a;
   const tpu_view_t *in = a->in, *out = j->out;
-  bool prod = a->kind == SC_CUMPROD;
+  bool prod = a->kind == SC_CUMPROD, lse = a->kind == SC_LOGCUMSUMEXP;
   int64_t step_in = in->ndim ? in->strides[a->dim] : 0;
   int64_t step_out = out->ndim ? out->strides[a->dim] : 0;
   for (int64_t r = begin; r < end; ++r) {
@@ -286,10 +316,14 @@ static void scan_cx_rows(void* arg, int64_t begin, int64_t end) {
       ob += (q % in->sizes[d]) * out->strides[d];
       q /= in->sizes[d];
     }
-    double acc[2] = {prod ? 1.0 : 0.0, 0.0}, z[2];
+    double acc[2] = {prod ? 1.0 : lse ? -INFINITY : 0.0, 0.0}, z[2];
     for (int64_t i = 0; i < a->n; ++i) {
       tpu_convert(z, TPU_DTYPE_C128, 1, view_at(in, ib + i * step_in), in->dtype, 1, 1);
-      if (prod) {
+      if (lse) {
+        double complex r = lae_cx(CMPLX(z[0], z[1]), CMPLX(acc[0], acc[1]));
+        acc[0] = creal(r);
+        acc[1] = cimag(r);
+      } else if (prod) {
         double re = acc[0] * z[0] - acc[1] * z[1];
         acc[1] = acc[0] * z[1] + acc[1] * z[0];
         acc[0] = re;
@@ -386,7 +420,7 @@ static const tpu_op_def_t k_rows[] = {
      .impl = &k_cummin},
     {.name = "logcumsumexp", .inputs = "self", .attrs = "dim", .outputs = "out",
      .aten = "_logcumsumexp _logcumsumexp.out", .kernel = scan_kernel, .infer = scan_infer,
-     .check = scan_check, .impl = &k_lcse},
+     .check = scan_check, .impl = &k_lcse, .flags = TPU_OP_COMPLEX},
 };
 
 const tpu_op_family_t tpu_family_scan = {"scan", k_rows,

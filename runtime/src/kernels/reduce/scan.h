@@ -6,9 +6,9 @@
  * and bool inputs) and accumulate in PyTorch CPU's acc_type of it (float64
  * for float32 and float64, float32 for half types, int64 for integers), one
  * element after the other along dim, so results equal CPU's bit for bit;
- * logcumsumexp (floating only) likewise; cummax/cummin (_cummax_helper,
+ * logcumsumexp (floating and complex) likewise; cummax/cummin (_cummax_helper,
  * _cummin_helper) write values and the index of the last extremum (NaN
- * wins, ties take the later index). Complex cumsum/cumprod accumulate in
+ * wins, ties take the later index). Complex cumsum/cumprod/logcumsumexp accumulate in
  * double complex (CPU's complex<double> acc_type), acc = C128.
  */
 #ifndef TPU_KERNELS_SCAN_H_

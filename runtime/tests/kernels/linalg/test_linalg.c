@@ -10,8 +10,10 @@
  * elimination, Q·R = A with QᵀQ = I, U·S·Vᵀ = A, A·V = V·diag(w); plus info
  * outputs, and the checks' refusals (half and integer dtypes, check_errors).
  */
+#include <complex.h>
 #include <math.h>
 #include <string.h>
+#undef I /* the tests name identity matrices I; complex code says _Complex_I */
 
 #include "kernel_test_util.h"
 #include "kernels/linalg/linalg.h"
@@ -722,6 +724,81 @@ TEST(linalg_matrix_exp_reference) {
           if (!(worst <= cases[c].tol * big))
             tpu_test_fail(__FILE__, __LINE__, "matrix_exp %s scale %g n=%lld layout %zu: err %g, max %g",
                           tpu_dtype_name(dt), cases[c].scale, (long long)n, l, worst, big);
+        }
+        tt_free(&a), tt_free(&e);
+      }
+}
+
+/* The complex reference: ref_expm's Taylor series in long double complex. */
+static void ref_expm_cx(const long double complex* a, int64_t n, long double complex* r) {
+  long double complex x[36], t[36], u[36];
+  long double norm = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    long double c = 0;
+    for (int64_t i = 0; i < n; ++i) c += cabsl(a[i * n + j]);
+    if (c > norm) norm = c;
+  }
+  int s = 0;
+  while (ldexpl(norm, -s) > 0.5L) ++s;
+  for (int64_t k = 0; k < n * n; ++k) x[k] = a[k] * ldexpl(1.0L, -s);
+  for (int64_t k = 0; k < n * n; ++k) t[k] = r[k] = (k % (n + 1) == 0) ? 1.0L : 0.0L;
+  for (int m = 1; m <= 40; ++m) {
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        long double complex acc = 0;
+        for (int64_t k = 0; k < n; ++k) acc += t[i * n + k] * x[k * n + j];
+        u[i * n + j] = acc / m;
+      }
+    for (int64_t k = 0; k < n * n; ++k) t[k] = u[k], r[k] += u[k];
+  }
+  for (int q = 0; q < s; ++q) {
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        long double complex acc = 0;
+        for (int64_t k = 0; k < n; ++k) acc += r[i * n + k] * r[k * n + j];
+        u[i * n + j] = acc;
+      }
+    memcpy(r, u, sizeof(u[0]) * (size_t)(n * n));
+  }
+}
+
+TEST(linalg_matrix_exp_complex_reference) {
+  /* complex64 / complex128 through the real 2n x 2n embedding (kernels/linalg/
+   * matfn.c), computed in float64: within the result dtype's rounding of the
+   * exact exponential, norms ~0.2 to ~12, strided views. */
+  const tpu_dtype_t dts[2] = {TPU_DTYPE_C64, TPU_DTYPE_C128};
+  const double scales[3] = {0.1, 1.0, 3.0};
+  for (int d = 0; d < 2; ++d)
+    for (int sc = 0; sc < 3; ++sc)
+      for (int l = 0; l < 2; ++l) {
+        int64_t nb = 2, n = 4, sz[3] = {nb, n, n};
+        tt_t a = tt_make(dts[d], 3, sz, l ? TT_TRANSPOSED : TT_CONTIG);
+        tt_t e = tt_make(dts[d], 3, sz, l ? TT_CONTIG : TT_PADDED);
+        long double complex am[2][16], want[16];
+        for (int64_t k = 0; k < nb * n * n; ++k) {
+          double z[2] = {scales[sc] * (2 * tt_rand() - 1), scales[sc] * (2 * tt_rand() - 1)};
+          void* p = view_at(&a.view, tt_offset(&a.view, k));
+          tpu_convert(p, dts[d], 1, z, TPU_DTYPE_C128, 1, 1);
+          tpu_convert(z, TPU_DTYPE_C128, 1, p, dts[d], 1, 1); /* as stored */
+          am[k / 16][k % 16] = z[0] + z[1] * (long double complex)_Complex_I;
+        }
+        tpu_value_t in[1] = {tt_value(&a.view)};
+        CHECK_OK(run("linalg_matrix_exp", in, 1, &e.view, 1, NULL, 0));
+        for (int64_t b = 0; b < nb; ++b) {
+          ref_expm_cx(am[b], n, want);
+          double big = 0, worst = 0;
+          for (int64_t k = 0; k < 16; ++k) big = fmax(big, (double)cabsl(want[k]));
+          for (int64_t k = 0; k < 16; ++k) {
+            double g[2];
+            tpu_convert(g, TPU_DTYPE_C128, 1, view_at(&e.view, tt_offset(&e.view, b * 16 + k)),
+                        dts[d], 1, 1);
+            double err = (double)cabsl(g[0] + g[1] * (long double complex)_Complex_I - want[k]);
+            worst = err != err ? INFINITY : fmax(worst, err);
+          }
+          double tol = d == 0 ? 2e-7 : 1e-13;
+          if (!(worst <= tol * big))
+            tpu_test_fail(__FILE__, __LINE__, "matrix_exp %s scale %g layout %d: err %g, max %g",
+                          tpu_dtype_name(dts[d]), scales[sc], l, worst, big);
         }
         tt_free(&a), tt_free(&e);
       }

@@ -1,7 +1,8 @@
 /* test_matmul_complex.c — the matmul family on complex operands
- * (matmul_complex.c) against a plain triple loop: mm, bmm, addmm with beta
- * and alpha, mv, dot and vdot (self conjugated), strided factors, both
- * complex dtypes; and the forms left to the CPU fallback. */
+ * (matmul_complex.c) against a plain triple loop: mm, bmm, addmm, baddbmm
+ * and addmv with beta and alpha (real, or complex numbers: alpha=2j; a zero
+ * beta ignores self), mv, dot and vdot (self conjugated), strided factors,
+ * both complex dtypes; and the forms left to the CPU fallback. */
 #include <complex.h>
 #include <math.h>
 #include <string.h>
@@ -33,16 +34,28 @@ typedef struct cmm_case {
   int32_t ndim[3];         /* of each input */
   int64_t sizes[3][3];
   double beta, alpha;      /* the bias forms */
+  double beta_im, alpha_im; /* non-zero: complex number attrs */
 } cmm_case_t;
 
 static const cmm_case_t g_cases[] = {
-    {"mm", 2, {2, 2}, {{3, 4}, {4, 5}}, 0, 1},
-    {"bmm", 2, {3, 3}, {{2, 3, 4}, {2, 4, 2}}, 0, 1},
-    {"addmm", 3, {2, 2, 2}, {{3, 5}, {3, 4}, {4, 5}}, 0.5, 2},
-    {"mv", 2, {2, 1}, {{3, 4}, {4}}, 0, 1},
-    {"dot", 2, {1, 1}, {{6}, {6}}, 0, 1},
-    {"vdot", 2, {1, 1}, {{6}, {6}}, 0, 1},
+    {"mm", 2, {2, 2}, {{3, 4}, {4, 5}}, 0, 1, 0, 0},
+    {"bmm", 2, {3, 3}, {{2, 3, 4}, {2, 4, 2}}, 0, 1, 0, 0},
+    {"addmm", 3, {2, 2, 2}, {{3, 5}, {3, 4}, {4, 5}}, 0.5, 2, 0, 0},
+    {"mv", 2, {2, 1}, {{3, 4}, {4}}, 0, 1, 0, 0},
+    {"dot", 2, {1, 1}, {{6}, {6}}, 0, 1, 0, 0},
+    {"vdot", 2, {1, 1}, {{6}, {6}}, 0, 1, 0, 0},
+    {"addmm", 3, {2, 2, 2}, {{3, 5}, {3, 4}, {4, 5}}, 1, 0, -1, 2},
+    {"addmm", 3, {2, 2, 2}, {{3, 5}, {3, 4}, {4, 5}}, 0, 0, 0, 0.5}, /* beta 0: no bias */
+    {"baddbmm", 3, {3, 3, 3}, {{2, 3, 2}, {2, 3, 4}, {2, 4, 2}}, 0, 1, 2, -1},
+    {"addmv", 3, {1, 2, 1}, {{3}, {3, 4}, {4}}, 0.5, 0, 0.5, 3},
 };
+
+static tpu_attr_t number(double re, double im) {
+  if (im == 0) return tt_float(re);
+  return (tpu_attr_t){.kind = TPU_ATTR_COMPLEX, .count = 2, .u.floats = {re, im}};
+}
+
+static bool bias0(const cmm_case_t* k) { return k->nin == 3 && k->beta == 0 && k->beta_im == 0; }
 
 TEST(matmul_complex_matches_reference) {
   const tpu_dtype_t dts[2] = {TPU_DTYPE_C64, TPU_DTYPE_C128};
@@ -55,9 +68,11 @@ TEST(matmul_complex_matches_reference) {
       for (int32_t i = 0; i < k->nin; ++i) {
         in[i] = tt_make(dts[t], k->ndim[i], k->sizes[i], i == 1 ? TT_TRANSPOSED : TT_GAPS);
         cfill(&in[i].view);
+        if (i == 0 && bias0(k)) tt_fill_value(&in[i].view, NAN); /* ignored, as on CPU */
         vals[i] = tt_value(&in[i].view);
       }
-      tpu_attr_t attrs[3] = {tt_float(k->beta), tt_float(k->alpha), tt_none()};
+      tpu_attr_t attrs[3] = {number(k->beta, k->beta_im), number(k->alpha, k->alpha_im),
+                             tt_none()};
       bool bias = k->nin == 3;
       tpu_node_t node = bias ? tt_node(vals, 3, NULL, 0, attrs, 3)
                              : tt_node(vals, 2, NULL, 0, &attrs[2], 1);
@@ -89,7 +104,8 @@ TEST(matmul_complex_matches_reference) {
               w += x * cget(B, (bi * kk + l) * n + j);
             }
             int64_t e = (bi * m + i) * n + j;
-            if (bias) w = k->beta * cget(&in[0].view, e) + k->alpha * w;
+            double _Complex beta = CMPLX(k->beta, k->beta_im), alpha = CMPLX(k->alpha, k->alpha_im);
+            if (bias) w = (beta != 0 ? beta * cget(&in[0].view, e) : 0) + alpha * w;
             double _Complex g = cget(&o.view, e);
             if (cabs(g - w) > tol * (1 + cabs(w)))
               tpu_test_fail(__FILE__, __LINE__, "%s %s element %lld: (%g, %g) want (%g, %g)",
@@ -118,4 +134,16 @@ TEST(matmul_complex_refusals) {
   CHECK(tt_code(tpu_op_check(&node)) == TPU_CODE_UNIMPLEMENTED);
   tt_free(&a);
   tt_free(&b);
+}
+
+/* A complex number attr on real operands falls back (the CPU raises). */
+TEST(matmul_complex_number_on_real_refused) {
+  int64_t s[2] = {3, 3};
+  tt_t a = tt_make(TPU_DTYPE_F32, 2, s, TT_CONTIG), o = tt_make(TPU_DTYPE_F32, 2, s, TT_CONTIG);
+  tpu_attr_t attrs[3] = {tt_float(1), number(0, 2), tt_none()};
+  tpu_value_t in[3] = {tt_value(&a.view), tt_value(&a.view), tt_value(&a.view)};
+  tpu_node_t node = tt_node(in, 3, &o.view, 1, attrs, 3);
+  node.op = tpu_op_lookup("addmm");
+  CHECK(tt_code(tpu_op_check(&node)) == TPU_CODE_UNIMPLEMENTED);
+  tt_free(&a), tt_free(&o);
 }

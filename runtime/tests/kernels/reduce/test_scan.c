@@ -5,8 +5,13 @@
  * dims) and the reference; integer results and cummax/cummin must be equal,
  * floating ones within the dtype's tolerance (the reference sums in long
  * double). scan_pinned checks values of CPU's rounding order; scan_semantics
- * pins dtypes and fallbacks.
+ * pins dtypes and fallbacks; scan_logcumsumexp_complex checks complex
+ * logcumsumexp against a plain running sum of exponentials (exp of each
+ * result, as its imaginary part is only defined modulo 2 pi) and CPU's
+ * special values.
  */
+#include <complex.h>
+
 #include "kernels/reduce/scan.h"
 
 #include "kernel_test_util.h"
@@ -147,4 +152,63 @@ TEST(scan_semantics) {
   CHECK(shapes[0].dtype == F16 && shapes[1].dtype == I64);
   tt_free(&xi);
   tt_free(&xh);
+}
+
+TEST(scan_logcumsumexp_complex) {
+  const tpu_op_def_t* lc = tt_def("logcumsumexp");
+  const tpu_dtype_t dts[2] = {TPU_DTYPE_C64, TPU_DTYPE_C128};
+  for (int t = 0; t < 2; ++t)
+    for (int64_t dim = 0; dim < 2; ++dim) {
+      int64_t s[2] = {6, 7};
+      tt_t x = tt_make(dts[t], 2, s, TT_PADDED), y = tt_make(dts[t], 2, s, TT_CONTIG);
+      double* xr = malloc(sizeof(double) * 2 * 42);
+      for (int64_t k = 0; k < 42; ++k) {
+        xr[2 * k] = 4.0 * tt_rand() - 2.0, xr[2 * k + 1] = 8.0 * tt_rand() - 4.0;
+        tpu_convert(view_at(&x.view, tt_offset(&x.view, k)), dts[t], 1, &xr[2 * k],
+                    TPU_DTYPE_C128, 1, 1);
+        /* the reference reads the values as stored (complex64: rounded) */
+        tpu_convert(&xr[2 * k], TPU_DTYPE_C128, 1, view_at(&x.view, tt_offset(&x.view, k)),
+                    dts[t], 1, 1);
+      }
+      tpu_value_t in[1] = {tt_value(&x.view)};
+      tpu_attr_t at[1] = {tt_int(dim)};
+      tpu_node_t node = tt_node(in, 1, &y.view, 1, at, 1);
+      node.op = tpu_op_lookup("logcumsumexp");
+      CHECK_OK(tpu_op_check(&node));
+      CHECK_OK(tt_run(lc->kernel, lc, &node));
+      double tol = t == 0 ? 1e-5 : 1e-12;
+      for (int64_t k = 0; k < 42; ++k) {
+        int64_t i = k / 7, j = k % 7, n = dim == 0 ? i : j;
+        double complex want = 0;
+        for (int64_t m = 0; m <= n; ++m) {
+          int64_t e = dim == 0 ? m * 7 + j : i * 7 + m;
+          want += cexp(CMPLX(xr[2 * e], xr[2 * e + 1]));
+        }
+        double g[2];
+        tpu_convert(g, TPU_DTYPE_C128, 1, view_at(&y.view, tt_offset(&y.view, k)), dts[t], 1, 1);
+        double complex got = cexp(CMPLX(g[0], g[1]));
+        if (cabs(got - want) > tol * 10 * (1.0 + cabs(want)))
+          tpu_test_fail(__FILE__, __LINE__, "dtype %d dim %lld elem %lld: exp %g%+gi, want %g%+gi",
+                        dts[t], (long long)dim, (long long)k, creal(got), cimag(got),
+                        creal(want), cimag(want));
+      }
+      free(xr);
+      tt_free(&x), tt_free(&y);
+    }
+  /* CPU's special values: equal -inf real parts keep the first (an imaginary part
+   * that does not matter), equal +inf ones log(exp + exp), NaN in either part is
+   * infectious. */
+  const double v[5][2] = {{-INFINITY, 1.0}, {-INFINITY, 2.0}, {1.0, NAN}, {3.0, 0.0}, {0.0, 0.0}};
+  int64_t s1[1] = {5};
+  tt_t x = tt_make(TPU_DTYPE_C128, 1, s1, TT_CONTIG), y = tt_make(TPU_DTYPE_C128, 1, s1, TT_CONTIG);
+  memcpy(x.mem, v, sizeof(v));
+  tpu_value_t in[1] = {tt_value(&x.view)};
+  tpu_attr_t at[1] = {tt_int(0)};
+  tpu_node_t node = tt_node(in, 1, &y.view, 1, at, 1);
+  CHECK_OK(tt_run(lc->kernel, lc, &node));
+  const double* o = (const double*)y.mem;
+  CHECK(o[0] == -INFINITY && o[1] == 0.0); /* min of (-inf, 1) and the start (-inf, 0) */
+  CHECK(o[2] == -INFINITY && o[3] == 0.0);
+  for (int k = 2; k < 5; ++k) CHECK(isnan(o[2 * k]) && isnan(o[2 * k + 1]));
+  tt_free(&x), tt_free(&y);
 }
