@@ -356,10 +356,13 @@ def test_bfloat16_conv_split_over_the_pool_and_unsplit_match_cpu():
 # (conv_mxu_rows.c); smaller NCHW images and the rest on oneDNN's
 # convolution primitives, as with TORCH_TPU_CONV_GEMM=0. Odd channel counts
 # and positions, batch 1 (split over channels) and 3, with and without a
-# bias.
+# bias. ResNet-50's 56x56 layers (256->64, 64->256): where the CPU has AMX
+# their per-image forward and input-gradient GEMMs would miss the tiles, so
+# those run with the positions as rows on NCHW too (conv_mxu_rows.c).
 POINTWISE_CASES = [(1, 17, 33, 19, 21, True), (3, 24, 40, 23, 17, False),
                    (3, 64, 48, 20, 21, True), (1, 256, 64, 28, 28, False),
-                   (2, 5, 7, 20, 20, True), (2, 24, 40, 7, 9, True)]
+                   (2, 5, 7, 20, 20, True), (2, 24, 40, 7, 9, True),
+                   (2, 256, 64, 56, 56, True), (2, 64, 256, 56, 56, False)]
 
 
 @pytest.mark.parametrize("case", POINTWISE_CASES, ids=lambda c: "x".join(map(str, c)))

@@ -121,7 +121,10 @@ typedef enum conv_dir { CONV_DIR_Y, CONV_DIR_X, CONV_DIR_W } conv_dir_t;
  * *out_done false (TPU_OK) when the operands' layout is not the path's
  * (spatial dims not one dense run), the images have fewer than
  * TPU_CONV_GEMM_MIN_POSITIONS positions, or the unit declined a GEMM: the caller
- * then runs the product its own way, rewriting every output. Counted in
+ * then runs the product its own way, rewriting every output. *out_rows
+ * true (with *out_done false): the forward or input gradient's per-image
+ * GEMMs would miss the CPU's AMX tiles (mxu.h: tpu_mxu_gemm_on_tiles), so
+ * the caller should offer it to tpu_conv_mxu_rows with any_layout. Counted in
  * tpu_mxu_info_t (conv_gemm, conv_split) when it ran; the caller counts
  * convs. */
 bool tpu_conv_mxu_1x1_fits(const conv_args_t* a);
@@ -130,7 +133,8 @@ bool tpu_conv_mxu_1x1_fits(const conv_args_t* a);
  * 14x14 and 7x7). */
 #define TPU_CONV_GEMM_MIN_POSITIONS 384
 tpu_status_t tpu_conv_mxu_1x1(int dir, const tpu_view_t* x, const tpu_view_t* w,
-                              const tpu_view_t* y, const tpu_view_t* bias, bool* out_done);
+                              const tpu_view_t* y, const tpu_view_t* bias, bool* out_rows,
+                              bool* out_done);
 
 /* 1x1 convolutions as one GEMM with the grid positions of all images as
  * rows (conv_mxu_rows.c), tried by tpu_conv_mxu after tpu_conv_mxu_1x1
@@ -139,12 +143,13 @@ tpu_status_t tpu_conv_mxu_1x1(int dir, const tpu_view_t* x, const tpu_view_t* w,
  * as tpu_conv_mxu_1x1 does (same operands, bias and outputs; `a` for the
  * geometry; `graph`: the node's, for the weight cache, or NULL) when it is
  * the forward or the input gradient and the operand it reads has dense
- * channels (channels_last) or the stride is not 1; else, or when the unit
+ * channels (channels_last) or the stride is not 1 or `any_layout` (see
+ * tpu_conv_mxu_1x1's out_rows); else, or when the unit
  * declined its GEMM, *out_done false (TPU_OK). Counted in conv_gemm (and
  * conv_split) when it ran. */
 bool tpu_conv_mxu_rows_fits(const conv_args_t* a);
 tpu_status_t tpu_conv_mxu_rows(const conv_args_t* a, int dir, const tpu_view_t* x,
                                const tpu_view_t* w, const tpu_view_t* y, const tpu_view_t* bias,
-                               const tpu_graph_t* graph, bool* out_done);
+                               const tpu_graph_t* graph, bool any_layout, bool* out_done);
 
 #endif /* TPU_KERNELS_CONV_H_ */

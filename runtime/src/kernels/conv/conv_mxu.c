@@ -664,8 +664,9 @@ static tpu_status_t run_dir(const conv_args_t* a, int dir, const tpu_view_t* x,
     return TPU_OK;
   }
   /* a 1x1 product as GEMMs on the operands' layout (conv_mxu_1x1.c) */
+  bool rows_instead = false; /* its GEMMs would miss the AMX tiles: the rows path's */
   if (tpu_conv_mxu_1x1_fits(a)) {
-    TPU_RETURN_IF_ERROR(tpu_conv_mxu_1x1(dir, x, w, y, b, out_done));
+    TPU_RETURN_IF_ERROR(tpu_conv_mxu_1x1(dir, x, w, y, b, &rows_instead, out_done));
     if (*out_done) {
       tpu_mxu_count_conv(true);
       return TPU_OK;
@@ -674,7 +675,7 @@ static tpu_status_t run_dir(const conv_args_t* a, int dir, const tpu_view_t* x,
   /* the forward and input gradient at stride 2 or of channels_last operands: one GEMM
    * with the grid positions as rows (conv_mxu_rows.c) */
   if (tpu_conv_mxu_rows_fits(a)) {
-    TPU_RETURN_IF_ERROR(tpu_conv_mxu_rows(a, dir, x, w, y, b, graph, out_done));
+    TPU_RETURN_IF_ERROR(tpu_conv_mxu_rows(a, dir, x, w, y, b, graph, rows_instead, out_done));
     if (*out_done) {
       tpu_mxu_count_conv(true);
       return TPU_OK;

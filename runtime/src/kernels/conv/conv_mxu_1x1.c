@@ -34,6 +34,14 @@
  * elements against 49 positions) while the primitives read their blocked
  * weight from the weight cache (conv_mxu_rows.c's one GEMM against the
  * cached weight lost there too, 0.64-0.94x, for the transposes NCHW needs).
+ * One more hand-off: where the CPU has AMX tiles but oneDNN would run the
+ * forward's or input gradient's per-image GEMM on its AVX512-BF16 kernel
+ * (mxu.h: tpu_mxu_gemm_on_tiles; few input channels against many
+ * positions, e.g. [64, 256] @ [256, 3136] of ResNet-50's 56x56 layers,
+ * about 7x slower there), *out_rows tells the caller to run it on
+ * conv_mxu_rows.c instead, whose one GEMM over all images' positions
+ * stays on the tiles, transposes in and out included about 2.5x faster
+ * on those layers (batch 4, side by side: the commit's figures).
  * TORCH_TPU_CONV_GEMM=0 turns this path off
  * (read per call, for side-by-side measurements).
  *
@@ -121,20 +129,30 @@ static tpu_status_t gemm(const pw_problem_t* pb, tpu_view_t a, tpu_view_t b, tpu
   return tpu_mxu_gemm(&g, out_done);
 }
 
-/* CONV_Y / CONV_X: output channels [r0, r1) of image n. */
-static tpu_status_t run_image(pw_problem_t* pb, int64_t n, int64_t r0, int64_t r1,
-                              bool* out_done) {
+/* CONV_Y / CONV_X: the GEMM of output channels [r0, r1) of image n,
+ * C = A · B (beta and the bias aside). */
+static void image_gemm(const pw_problem_t* pb, int64_t n, int64_t r0, int64_t r1, tpu_view_t* out_a,
+                       tpu_view_t* out_b, tpu_view_t* out_c) {
   const img_mat_t *in = pb->dir == CONV_DIR_Y ? &pb->x : &pb->y,
                   *out = pb->dir == CONV_DIR_Y ? &pb->y : &pb->x;
   int64_t rows = r1 - r0, P = in->p;
   tpu_dtype_t dt = pb->w.dtype;
   const int64_t* ws = pb->w.strides;
   /* rows of W [cy, cx] for CONV_Y; of Wᵀ [cx, cy] for CONV_X */
-  tpu_view_t a = pb->dir == CONV_DIR_Y ? mat(pb->w.addr, dt, r0 * ws[0], rows, in->c, ws[0], ws[1])
-                 : pb->wt ? mat((uint64_t)(uintptr_t)pb->wt, dt, r0 * in->c, rows, in->c, in->c, 1)
-                          : mat(pb->w.addr, dt, r0 * ws[1], rows, in->c, ws[1], ws[0]);
-  tpu_view_t b = mat(in->addr, in->dtype, n * in->sn, in->c, P, in->sc, 1);
-  tpu_view_t c = mat(out->addr, out->dtype, n * out->sn + r0 * out->sc, rows, P, out->sc, 1);
+  *out_a = pb->dir == CONV_DIR_Y ? mat(pb->w.addr, dt, r0 * ws[0], rows, in->c, ws[0], ws[1])
+           : pb->wt ? mat((uint64_t)(uintptr_t)pb->wt, dt, r0 * in->c, rows, in->c, in->c, 1)
+                    : mat(pb->w.addr, dt, r0 * ws[1], rows, in->c, ws[1], ws[0]);
+  *out_b = mat(in->addr, in->dtype, n * in->sn, in->c, P, in->sc, 1);
+  *out_c = mat(out->addr, out->dtype, n * out->sn + r0 * out->sc, rows, P, out->sc, 1);
+}
+
+/* CONV_Y / CONV_X: output channels [r0, r1) of image n. */
+static tpu_status_t run_image(pw_problem_t* pb, int64_t n, int64_t r0, int64_t r1,
+                              bool* out_done) {
+  const img_mat_t* out = pb->dir == CONV_DIR_Y ? &pb->y : &pb->x;
+  int64_t rows = r1 - r0, P = out->p;
+  tpu_view_t a, b, c;
+  image_gemm(pb, n, r0, r1, &a, &b, &c);
   float beta = 0.0f;
   if (pb->bias) { /* Y's rows start from the bias; the GEMM adds onto it */
     const tpu_view_t* bv = pb->bias;
@@ -223,8 +241,10 @@ bool tpu_conv_mxu_1x1_fits(const conv_args_t* a) {
 }
 
 tpu_status_t tpu_conv_mxu_1x1(int dir, const tpu_view_t* x, const tpu_view_t* w,
-                              const tpu_view_t* y, const tpu_view_t* bias, bool* out_done) {
+                              const tpu_view_t* y, const tpu_view_t* bias, bool* out_rows,
+                              bool* out_done) {
   *out_done = false;
+  *out_rows = false;
   pw_problem_t* pb = calloc(1, sizeof *pb);
   if (!pb) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matrix unit: no memory for a plan");
   pb->dir = dir, pb->w = *w, pb->bias = bias, pb->n = x->sizes[0];
@@ -255,6 +275,22 @@ tpu_status_t tpu_conv_mxu_1x1(int dir, const tpu_view_t* x, const tpu_view_t* w,
                       : 1;
   int64_t units;
   if (dir != CONV_DIR_W) {
+    /* the first part's GEMM (all parts are alike but the last row block):
+     * off the tiles (mxu.h: tpu_mxu_gemm_on_tiles), the rows path's one
+     * GEMM over all images' positions, which stays on them, is the faster
+     * (its transposes in and out included) */
+    int64_t r0, r1;
+    mxu_row_part(pb->rows, pb->per_image, 0, &r0, &r1);
+    mxu_gemm_t probe;
+    memset(&probe, 0, sizeof probe);
+    image_gemm(pb, 0, r0, r1, &probe.a, &probe.b, &probe.c);
+    probe.alpha = 1.0f, probe.beta = bias ? 1.0f : 0.0f;
+    probe.serial = threads > 1 && pb->n * pb->per_image > 1;
+    if (!tpu_mxu_gemm_on_tiles(&probe)) {
+      free(pb);
+      *out_rows = true;
+      return TPU_OK;
+    }
     units = pb->n * pb->per_image;
     if (dir == CONV_DIR_X && pb->per_image > 1) {
       int64_t cy = pb->y.c, cx = pb->x.c;

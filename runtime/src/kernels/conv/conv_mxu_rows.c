@@ -39,6 +39,13 @@
  * than the primitives' blocked reorders (0.64-0.94x at ResNet-50's 14x14
  * and 7x7 layers, load 5.7), and every weight gradient (dW = dYrᵀ Xr as one
  * GEMM measured 0.67-0.90x: bench/RESULTS.md, issue 21).
+ * One exception: conv_mxu_1x1.c passes on NCHW at stride 1 too
+ * (any_layout) when its per-image GEMMs would miss the AMX tiles
+ * (mxu.h: tpu_mxu_gemm_on_tiles; few input channels, many positions:
+ * ResNet-50's 56x56 1x1 layers), where this one GEMM with the N * P
+ * positions as rows stays on them and wins despite the transposes: forward
+ * and input gradient of 256->64 and 64->256 at 56x56, batch 4, about
+ * 2.5-4x (the figures: git log).
  * TORCH_TPU_CONV_GEMM=0 turns it off with the other path; a product run
  * here counts in tpu_mxu_info_t's conv_gemm.
  */
@@ -381,7 +388,7 @@ bool tpu_conv_mxu_rows_fits(const conv_args_t* a) {
 
 tpu_status_t tpu_conv_mxu_rows(const conv_args_t* a, int dir, const tpu_view_t* x,
                                const tpu_view_t* w, const tpu_view_t* y, const tpu_view_t* bias,
-                               const tpu_graph_t* graph, bool* out_done) {
+                               const tpu_graph_t* graph, bool any_layout, bool* out_done) {
   *out_done = false;
   rows_problem_t pb;
   memset(&pb, 0, sizeof pb);
@@ -407,7 +414,7 @@ tpu_status_t tpu_conv_mxu_rows(const conv_args_t* a, int dir, const tpu_view_t* 
   bool strided = false;
   for (int d = 0; d < pb.nsp; ++d) strided = strided || pb.step[d] != 1;
   const side_t* in = dir == CONV_DIR_Y ? &pb.x : &pb.y;
-  if (dir == CONV_DIR_W || (!strided && in->sc != 1 && in->c != 1)) {
+  if (dir == CONV_DIR_W || (!strided && !any_layout && in->sc != 1 && in->c != 1)) {
     free(pb.x.off), free(pb.y.off);
     return TPU_OK;
   }
