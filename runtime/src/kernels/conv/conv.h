@@ -120,7 +120,7 @@ typedef enum conv_dir { CONV_DIR_Y, CONV_DIR_X, CONV_DIR_W } conv_dir_t;
  * product's outputs (which overlap no input: the caller checked);
  * *out_done false (TPU_OK) when the operands' layout is not the path's
  * (spatial dims not one dense run), the images have fewer than
- * TPU_CONV_GEMM_MIN_POSITIONS positions, or the unit declined a GEMM: the caller
+ * tpu_conv_gemm_min_positions(dir) positions, or the unit declined a GEMM: the caller
  * then runs the product its own way, rewriting every output. *out_rows
  * true (with *out_done false): the forward or input gradient's per-image
  * GEMMs would miss the CPU's AMX tiles (mxu.h: tpu_mxu_gemm_on_tiles), so
@@ -130,8 +130,16 @@ typedef enum conv_dir { CONV_DIR_Y, CONV_DIR_X, CONV_DIR_W } conv_dir_t;
 bool tpu_conv_mxu_1x1_fits(const conv_args_t* a);
 /* Positions per image below which the path leaves a product to the
  * primitives (per-image GEMMs lost to them there: ResNet-50's 1x1 layers at
- * 14x14 and 7x7). */
+ * 14x14 and 7x7 on AVX512-BF16). On AMX tiles the forward and input
+ * gradient keep their GEMMs down to TPU_CONV_GEMM_MIN_POSITIONS_TILES: at
+ * 14x14 (1024->256, batch 4) they beat the primitives by 1.1-1.5x, at 7x7
+ * (2048->512) the input gradient lost (0.6x: each image's GEMM lays out
+ * the 1M-element Wᵀ) and the forward tied; the weight gradient lost at
+ * both (0.5x, and 13x at 7x7). tpu_conv_gemm_min_positions(dir) gives the
+ * one that applies. */
 #define TPU_CONV_GEMM_MIN_POSITIONS 384
+#define TPU_CONV_GEMM_MIN_POSITIONS_TILES 192
+int64_t tpu_conv_gemm_min_positions(int dir);
 tpu_status_t tpu_conv_mxu_1x1(int dir, const tpu_view_t* x, const tpu_view_t* w,
                               const tpu_view_t* y, const tpu_view_t* bias, bool* out_rows,
                               bool* out_done);

@@ -30,7 +30,8 @@
  * either. Empty problems are not offered.
  *
  * 1x1 products with no padding and one group do not come here: they run
- * as GEMMs, on NCHW operands of 384+ positions per image where they lie
+ * as GEMMs, on NCHW operands of 384+ positions per image (192+ for the
+ * forward and input gradient on AMX tiles) where they lie
  * (conv_mxu_1x1.c, no reorder), or (forward and input gradient at stride
  * 2 or on channels_last operands) as one GEMM with the grid positions as
  * rows (conv_mxu_rows.c); the rest of them (small NCHW images at stride 1,

@@ -21,7 +21,8 @@
  * Which problems: what conv_mxu.c offers the unit (bfloat16) with that
  * geometry, whose X and Y have their spatial dims collapsing into one dense
  * run (NCHW, any batch and channel strides) of at least
- * TPU_CONV_GEMM_MIN_POSITIONS positions; the weight any strides (the unit
+ * tpu_conv_gemm_min_positions(dir) positions (conv.h: 384, or 192 for the
+ * forward and input gradient on AMX tiles); the weight any strides (the unit
  * copies a weight with neither dense rows nor columns). Others return not
  * done: the forward and input gradient at stride 2 or of channels_last
  * operands go to conv_mxu_rows.c (one GEMM with the positions as rows),
@@ -232,6 +233,11 @@ static void parts_run(void* arg, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; ++i) run_part((pw_problem_t*)arg, i);
 }
 
+int64_t tpu_conv_gemm_min_positions(int dir) {
+  return dir != CONV_DIR_W && tpu_mxu_has_tiles() ? TPU_CONV_GEMM_MIN_POSITIONS_TILES
+                                                  : TPU_CONV_GEMM_MIN_POSITIONS;
+}
+
 bool tpu_conv_mxu_1x1_fits(const conv_args_t* a) {
   const conv_geom_t* g = &a->g;
   if (g->groups != 1 || a->dtype != TPU_DTYPE_BF16 || !tpu_config_bool(TPU_CONFIG_CONV_GEMM)) return false;
@@ -251,7 +257,7 @@ tpu_status_t tpu_conv_mxu_1x1(int dir, const tpu_view_t* x, const tpu_view_t* w,
   tpu_status_t st = TPU_OK;
   if (!as_images(x, &pb->x) || !as_images(y, &pb->y) || pb->x.p != pb->y.p ||
       w->sizes[0] != pb->y.c || w->sizes[1] != pb->x.c || (bias && bias->ndim != 1) ||
-      pb->x.p < TPU_CONV_GEMM_MIN_POSITIONS) {
+      pb->x.p < tpu_conv_gemm_min_positions(dir)) {
     free(pb);
     return TPU_OK; /* not this path's: the primitives' */
   }

@@ -297,6 +297,11 @@ static dnnl_primitive_t gemm_primitive(const mxu_gemm_t* g, bool blocked, dnnl_m
   return prim;
 }
 
+bool tpu_mxu_has_tiles(void) {
+  mxu_once();
+  return g_mxu.bf16 && g_mxu.tiles;
+}
+
 bool tpu_mxu_gemm_on_tiles(const mxu_gemm_t* g) {
   mxu_once();
   if (!g_mxu.bf16 || !g_mxu.tiles || g->a.dtype != TPU_DTYPE_BF16) return true;

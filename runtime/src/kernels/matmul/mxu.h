@@ -104,6 +104,8 @@ tpu_status_t tpu_mxu_gemm(const mxu_gemm_t* g, bool* out_done);
  * thread, this project's AMX Xeon). A caller with another formulation of
  * the same product (conv_mxu_1x1.c -> conv_mxu_rows.c) asks first. */
 bool tpu_mxu_gemm_on_tiles(const mxu_gemm_t* g);
+/* True when the unit's bfloat16 GEMMs may run on AMX-BF16 tiles. */
+bool tpu_mxu_has_tiles(void);
 
 /* For the unit's other primitives (conv_mxu.c): oneDNN's CPU engine, or
  * NULL where the unit is off; and their counters (tpu_mxu_info_t's convs,

@@ -188,21 +188,25 @@ static int path_of(const mxu_case_t* c) {
   if (!one_by_one(c)) return PRIMITIVES;
   int64_t positions = 1;
   for (int d = 0; d < c->nsp; ++d) positions *= c->size[d];
-  if (c->stride == 1 && c->layout == TT_CONTIG && positions >= TPU_CONV_GEMM_MIN_POSITIONS)
+  if (c->stride == 1 && c->layout == TT_CONTIG &&
+      positions >= tpu_conv_gemm_min_positions(CONV_DIR_W))
     return PER_IMAGE;
   bool dense = c->layout == TT_CHANNELS_LAST || (c->layout == TT_CONTIG && positions == 1);
   return c->stride != 1 || dense ? ROWS : PRIMITIVES; /* ROWS: not the weight gradient */
 }
 
-/* The path of the forward (fwd) or the input gradient: a PER_IMAGE one
- * whose GEMM would miss the tiles runs on ROWS (counted as GEMMs either
- * way). */
+/* The path of the forward (fwd) or the input gradient: per image from
+ * fewer positions on the AMX tiles (tpu_conv_gemm_min_positions), and a
+ * per-image one whose GEMM would miss the tiles on ROWS (counted as GEMMs
+ * either way). */
 static int path_of_dir(const mxu_case_t* c, bool fwd) {
-  int p = path_of(c);
-  if (p != PER_IMAGE) return p;
+  if (!one_by_one(c)) return PRIMITIVES;
   int64_t positions = 1;
   for (int d = 0; d < c->nsp; ++d) positions *= c->size[d];
-  return per_image_on_tiles(c, fwd, positions) ? PER_IMAGE : ROWS;
+  if (c->stride == 1 && c->layout == TT_CONTIG &&
+      positions >= tpu_conv_gemm_min_positions(CONV_DIR_Y))
+    return per_image_on_tiles(c, fwd, positions) ? PER_IMAGE : ROWS;
+  return path_of(c) == PER_IMAGE ? PRIMITIVES : path_of(c);
 }
 
 /* Whether conv_mxu_rows.c splits a product's GEMM over the pool: into row
@@ -386,6 +390,10 @@ static const mxu_case_t k_pointwise[] = {
     {2, 2, 24, 40, 1, {20, 20}, {1, 1}, 1, 0, 1, 0, false, true, TT_REVERSED, false, false},
     {2, 2, 24, 40, 1, {20, 20}, {1, 1}, 1, 0, 1, 0, false, true, TT_CHANNELS_LAST, false, false},
     {2, 1, 33, 17, 1, {9, 13}, {1, 1}, 1, 0, 1, 0, false, false, TT_CHANNELS_LAST, false, false},
+    /* 14x14: per image for the forward and input gradient on AMX tiles,
+     * the weight gradient (and all three without tiles) on the primitives */
+    {2, 2, 64, 32, 1, {14, 14}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
+    {2, 1, 40, 48, 1, {13, 17}, {1, 1}, 1, 0, 1, 0, false, false, TT_CONTIG, false, false},
     /* one position per image: rows are images */
     {2, 3, 20, 12, 1, {1, 1}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
     /* stride 2 (a strided subsample; the input gradient zero off the grid),
@@ -410,8 +418,10 @@ static void pointwise_cases(bool gemm_on) {
     tpu_mxu_get_info(&before);
     run_case(100 + i, c, false, all);
     tpu_mxu_get_info(&after);
-    int path = path_of(c);
-    uint64_t want = !gemm_on ? 0 : path == PER_IMAGE ? 3 : path == ROWS ? 2 : 0;
+    uint64_t want = !gemm_on ? 0
+                             : (path_of_dir(c, true) != PRIMITIVES) +
+                                   (path_of_dir(c, false) != PRIMITIVES) +
+                                   (path_of(c) == PER_IMAGE);
     if (after.conv_gemm - before.conv_gemm != want)
       tpu_test_fail(__FILE__, __LINE__, "pointwise case %zu: %llu products as GEMMs (want %llu)",
                     i, (unsigned long long)(after.conv_gemm - before.conv_gemm),
