@@ -358,7 +358,7 @@ def test_bfloat16_conv_split_over_the_pool_and_unsplit_match_cpu():
 # and positions, batch 1 (split over channels) and 3, with and without a
 # bias. ResNet-50's 56x56 layers (256->64, 64->256): where the CPU has AMX
 # their per-image forward and input-gradient GEMMs would miss the tiles, so
-# those run with the positions as rows on NCHW too (conv_mxu_rows.c). On
+# those run with each image's positions as the rows (conv_mxu_1x1.c). On
 # AMX the forward and input gradient run per image from 192 positions
 # (14x14), the weight gradient from 384.
 POINTWISE_CASES = [(1, 17, 33, 19, 21, True), (3, 24, 40, 23, 17, False),

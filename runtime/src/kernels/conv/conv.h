@@ -122,9 +122,10 @@ typedef enum conv_dir { CONV_DIR_Y, CONV_DIR_X, CONV_DIR_W } conv_dir_t;
  * (spatial dims not one dense run), the images have fewer than
  * tpu_conv_gemm_min_positions(dir) positions, or the unit declined a GEMM: the caller
  * then runs the product its own way, rewriting every output. *out_rows
- * true (with *out_done false): the forward or input gradient's per-image
- * GEMMs would miss the CPU's AMX tiles (mxu.h: tpu_mxu_gemm_on_tiles), so
- * the caller should offer it to tpu_conv_mxu_rows with any_layout. Counted in
+ * true (with *out_done false): the unit declined the GEMMs this path ran
+ * by positions (where the per-image ones would miss the CPU's AMX tiles:
+ * mxu.h, tpu_mxu_gemm_on_tiles), so the caller should offer the product
+ * to tpu_conv_mxu_rows with any_layout. Counted in
  * tpu_mxu_info_t (conv_gemm, conv_split) when it ran; the caller counts
  * convs. */
 bool tpu_conv_mxu_1x1_fits(const conv_args_t* a);
@@ -156,6 +157,9 @@ tpu_status_t tpu_conv_mxu_1x1(int dir, const tpu_view_t* x, const tpu_view_t* w,
  * declined its GEMM, *out_done false (TPU_OK). Counted in conv_gemm (and
  * conv_split) when it ran. */
 bool tpu_conv_mxu_rows_fits(const conv_args_t* a);
+/* dst[j * ld_dst + i] = src[i * ld_src + j] for i, j < 16 (16-bit
+ * elements, in AVX2 registers; conv_mxu_rows.c). */
+void tpu_conv_transpose16(const uint16_t* src, int64_t ld_src, uint16_t* dst, int64_t ld_dst);
 tpu_status_t tpu_conv_mxu_rows(const conv_args_t* a, int dir, const tpu_view_t* x,
                                const tpu_view_t* w, const tpu_view_t* y, const tpu_view_t* bias,
                                const tpu_graph_t* graph, bool any_layout, bool* out_done);

@@ -665,7 +665,7 @@ static tpu_status_t run_dir(const conv_args_t* a, int dir, const tpu_view_t* x,
     return TPU_OK;
   }
   /* a 1x1 product as GEMMs on the operands' layout (conv_mxu_1x1.c) */
-  bool rows_instead = false; /* its GEMMs would miss the AMX tiles: the rows path's */
+  bool rows_instead = false; /* its GEMMs by positions declined: the rows path's */
   if (tpu_conv_mxu_1x1_fits(a)) {
     TPU_RETURN_IF_ERROR(tpu_conv_mxu_1x1(dir, x, w, y, b, &rows_instead, out_done));
     if (*out_done) {

@@ -40,12 +40,8 @@
  * and 7x7 layers, load 5.7), and every weight gradient (dW = dYrᵀ Xr as one
  * GEMM measured 0.67-0.90x: bench/RESULTS.md, issue 21).
  * One exception: conv_mxu_1x1.c passes on NCHW at stride 1 too
- * (any_layout) when its per-image GEMMs would miss the AMX tiles
- * (mxu.h: tpu_mxu_gemm_on_tiles; few input channels, many positions:
- * ResNet-50's 56x56 1x1 layers), where this one GEMM with the N * P
- * positions as rows stays on them and wins despite the transposes: forward
- * and input gradient of 256->64 and 64->256 at 56x56, batch 4, about
- * 2.5-4x (the figures: git log).
+ * (any_layout) when the unit declined its GEMMs by positions (those it
+ * runs where the per-image ones would miss the AMX tiles).
  * TORCH_TPU_CONV_GEMM=0 turns it off with the other path; a product run
  * here counts in tpu_mxu_info_t's conv_gemm.
  */
@@ -132,8 +128,8 @@ typedef struct move_job {
 /* dst[j * ld_dst + i] = src[i * ld_src + j] for i, j < 16: a 16 x 16 tile of
  * 16-bit elements transposed in AVX2 registers (the unit runs only on
  * AVX512-BF16 CPUs, which have AVX2). */
-__attribute__((target("avx2"))) static void transpose16(const uint16_t* src, int64_t ld_src,
-                                                       uint16_t* dst, int64_t ld_dst) {
+__attribute__((target("avx2"))) void tpu_conv_transpose16(const uint16_t* src, int64_t ld_src,
+                                                         uint16_t* dst, int64_t ld_dst) {
   __m256i r[16], a[16], b[16], c[16];
   for (int i = 0; i < 16; ++i) r[i] = _mm256_loadu_si256((const __m256i*)(src + i * ld_src));
   /* pairs of rows interleaved by 16, 32 and 64 bits: c[k] (k < 8) holds
@@ -193,9 +189,9 @@ static void move_piece(const move_job_t* j, int64_t i) {
       uint16_t* row = j->m + (r0 + p) * C + c0;
       uint16_t* pos = img + s->off[p] + c0 * s->sc;
       if (to)
-        transpose16(pos, s->sc, row, C);
+        tpu_conv_transpose16(pos, s->sc, row, C);
       else
-        transpose16(row, C, pos, s->sc);
+        tpu_conv_transpose16(row, C, pos, s->sc);
     }
     for (; p < p1; ++p) {
       uint16_t* row = j->m + (r0 + p) * C;

@@ -102,7 +102,7 @@ tpu_status_t tpu_mxu_gemm(const mxu_gemm_t* g, bool* out_done);
  * GEMMs with few input channels and many positions, e.g. [64, 256] @
  * [256, 3136]: about 100 GFLOP/s there against 700-900 on the tiles (one
  * thread, this project's AMX Xeon). A caller with another formulation of
- * the same product (conv_mxu_1x1.c -> conv_mxu_rows.c) asks first. */
+ * the same product (conv_mxu_1x1.c: by positions) asks first. */
 bool tpu_mxu_gemm_on_tiles(const mxu_gemm_t* g);
 /* True when the unit's bfloat16 GEMMs may run on AMX-BF16 tiles. */
 bool tpu_mxu_has_tiles(void);

@@ -150,7 +150,7 @@ static void run_compare(size_t i, const char* what, const tpu_op_def_t* def, tpu
  * where the operand they read has dense channels (channels_last, or one
  * position; both read operands have the case's layout) or the stride is not
  * 1; the rest on the primitives. */
-enum { PRIMITIVES, PER_IMAGE, ROWS };
+enum { PRIMITIVES, PER_IMAGE, ROWS, BY_POSITIONS };
 
 static bool one_by_one(const mxu_case_t* c) {
   bool pw = c->groups == 1 && c->pad == 0 && tpu_config_bool(TPU_CONFIG_CONV_GEMM);
@@ -162,7 +162,8 @@ static bool one_by_one(const mxu_case_t* c) {
  * gradient of a PER_IMAGE case, as it asks tpu_mxu_gemm_on_tiles: rows M
  * (the channels written, in a row block when one image splits over them)
  * of W (forward, DIR_Y of a convolution) or Wᵀ (as a strided view) times
- * the image's [K, P] matrix. Off the tiles it goes to conv_mxu_rows.c. */
+ * the image's [K, P] matrix. Off the tiles it runs by positions (each
+ * image's positions the rows of one GEMM, an image a part). */
 static bool per_image_on_tiles(const mxu_case_t* c, bool fwd, int64_t positions) {
   /* a transposed convolution's forward is the input-gradient product */
   bool dir_y = fwd != c->transposed;
@@ -197,15 +198,15 @@ static int path_of(const mxu_case_t* c) {
 
 /* The path of the forward (fwd) or the input gradient: per image from
  * fewer positions on the AMX tiles (tpu_conv_gemm_min_positions), and a
- * per-image one whose GEMM would miss the tiles on ROWS (counted as GEMMs
- * either way). */
+ * per-image one whose GEMM would miss the tiles by positions (counted as
+ * GEMMs either way). */
 static int path_of_dir(const mxu_case_t* c, bool fwd) {
   if (!one_by_one(c)) return PRIMITIVES;
   int64_t positions = 1;
   for (int d = 0; d < c->nsp; ++d) positions *= c->size[d];
   if (c->stride == 1 && c->layout == TT_CONTIG &&
       positions >= tpu_conv_gemm_min_positions(CONV_DIR_Y))
-    return per_image_on_tiles(c, fwd, positions) ? PER_IMAGE : ROWS;
+    return per_image_on_tiles(c, fwd, positions) ? PER_IMAGE : BY_POSITIONS;
   return path_of(c) == PER_IMAGE ? PRIMITIVES : path_of(c);
 }
 
@@ -230,7 +231,7 @@ static bool images_split(const mxu_case_t* c, bool fwd) {
   int path = path_of_dir(c, fwd);
   if (path == PER_IMAGE) return c->n >= 2 || (fwd ? c->cout : c->cin) >= 32;
   if (path == ROWS) return rows_split(c);
-  return c->n >= 2;
+  return c->n >= 2; /* the primitives, and by positions */
 }
 
 static void run_case(size_t i, const mxu_case_t* c, bool bias_override, const int64_t* mask) {
@@ -456,10 +457,11 @@ TEST(conv_mxu_pointwise_gemm_off_uses_the_primitives) {
  * even where the CPU has AMX tiles (mxu.h: tpu_mxu_gemm_on_tiles), which
  * caught ResNet-50's 56x56 1x1 layers as per-image GEMMs ([64, 256] @
  * [256, 3136]: about 100 GFLOP/s against 700-900 on the tiles); with the
- * positions as rows ([3136, 256] @ [256, 64]) they stay on the tiles. So
- * conv_mxu_1x1.c hands such a forward or input gradient to conv_mxu_rows.c
- * (one GEMM, unsplit here: counted once) and keeps the rest. */
-TEST(conv_mxu_pointwise_off_the_tiles_runs_as_rows) {
+ * positions as rows ([3136, 256] @ [256, 64], the image read transposed)
+ * they stay on the tiles. So conv_mxu_1x1.c runs such a forward or input
+ * gradient by positions, a whole image a part: one image is one GEMM,
+ * where the per-image path splits it over two channel blocks. */
+TEST(conv_mxu_pointwise_off_the_tiles_runs_by_positions) {
   if (!tpu_mxu_supports(TPU_DTYPE_BF16)) return;
   mxu_gemm_t img, rows;
   memset(&img, 0, sizeof img), memset(&rows, 0, sizeof rows);
@@ -473,14 +475,17 @@ TEST(conv_mxu_pointwise_off_the_tiles_runs_as_rows) {
   img.serial = rows.serial = true;
   CHECK(tpu_mxu_gemm_on_tiles(&rows));
   CHECK(tpu_mxu_gemm_on_tiles(&img) == !amx());
-  /* the layer itself (batch 2), each product against the reference */
-  const mxu_case_t c = {2, 2, 256, 64, 1, {56, 56}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false};
+  /* the layer itself (batch 2, and 1 with a bias), each product against
+   * the reference */
+  const mxu_case_t c = {2, 2, 256, 64, 1, {56, 56}, {1, 1}, 1, 0, 1, 0, false, false, TT_CONTIG, false, false};
+  const mxu_case_t c1 = {2, 1, 64, 256, 1, {56, 56}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false};
   const int64_t all[3] = {1, 1, 1};
   run_case(200, &c, false, all);
-  /* unsplit: the rows path's one GEMM, or two per-image ones */
-  CHECK_OK(tpu_config_set(TPU_CONFIG_CONV_SPLIT, "0"));
+  run_case(201, &c1, false, all);
+  /* one image, 256 -> 64: by positions one GEMM, unsplit; per image two
+   * channel blocks side by side where the pool has two threads */
   const tpu_op_def_t* fwd = tt_def("convolution");
-  int64_t xs[4] = {2, 256, 56, 56}, ws[4] = {64, 256, 1, 1};
+  int64_t xs[4] = {1, 256, 56, 56}, ws[4] = {64, 256, 1, 1};
   tt_t x = tt_make(TPU_DTYPE_BF16, 4, xs, TT_CONTIG), w = tt_make(TPU_DTYPE_BF16, 4, ws, TT_CONTIG);
   tt_fill(&x.view, -1, 1, 0), tt_fill(&w.view, -1, 1, 0);
   tpu_value_t in[3] = {tt_value(&x.view), tt_value(&w.view), tt_value(NULL)};
@@ -498,7 +503,8 @@ TEST(conv_mxu_pointwise_off_the_tiles_runs_as_rows) {
   CHECK_OK(tt_run(fwd->kernel, fwd, &node));
   tpu_mxu_get_info(&after);
   CHECK(after.conv_gemm == before.conv_gemm + 1);
-  CHECK(after.gemms - before.gemms == (amx() ? 1u : 2u));
-  CHECK_OK(tpu_config_set(TPU_CONFIG_CONV_SPLIT, NULL));
+  uint64_t parts = amx() || !split_on() ? 1u : 2u;
+  CHECK(after.gemms - before.gemms == parts);
+  CHECK(after.conv_split - before.conv_split == (parts > 1 ? 1u : 0u));
   tt_free(&x), tt_free(&w), tt_free(&out);
 }
