@@ -356,10 +356,16 @@ def test_bfloat16_conv_split_over_the_pool_and_unsplit_match_cpu():
 # (conv_mxu_rows.c); smaller NCHW images and the rest on oneDNN's
 # convolution primitives, as with TORCH_TPU_CONV_GEMM=0. Odd channel counts
 # and positions, batch 1 (split over channels) and 3, with and without a
-# bias.
+# bias. ResNet-50's 56x56 layers (256->64, 64->256): where the CPU has AMX
+# their per-image forward and input-gradient GEMMs would miss the tiles, so
+# those run with each image's positions as the rows (conv_mxu_1x1.c). On
+# AMX the forward and input gradient run per image from 192 positions
+# (14x14), the weight gradient from 384.
 POINTWISE_CASES = [(1, 17, 33, 19, 21, True), (3, 24, 40, 23, 17, False),
                    (3, 64, 48, 20, 21, True), (1, 256, 64, 28, 28, False),
-                   (2, 5, 7, 20, 20, True), (2, 24, 40, 7, 9, True)]
+                   (2, 5, 7, 20, 20, True), (2, 24, 40, 7, 9, True),
+                   (2, 256, 64, 56, 56, True), (2, 64, 256, 56, 56, False),
+                   (2, 64, 32, 14, 14, True)]
 
 
 @pytest.mark.parametrize("case", POINTWISE_CASES, ids=lambda c: "x".join(map(str, c)))
@@ -399,8 +405,9 @@ def test_bfloat16_conv1x1_runs_as_gemm_and_matches_cpu(case, path):
     if after["bfloat16"]:
         assert after["convs"] == before["convs"] + 3
         assert after["conv_declined"] == before["conv_declined"]
-        gemm = {"gemm": 3 if h * w_ >= 384 else 0, "gemm_unsplit": 3 if h * w_ >= 384 else 0,
-                "channels_last": 2}.get(path, 0)
+        tiles = after["isa"].startswith("amx")
+        per_image = 3 if h * w_ >= 384 else 2 if tiles and h * w_ >= 192 else 0
+        gemm = {"gemm": per_image, "gemm_unsplit": per_image, "channels_last": 2}.get(path, 0)
         assert after["conv_gemm"] == before["conv_gemm"] + gemm
         if path == "gemm_unsplit":
             assert after["conv_split"] == before["conv_split"]

@@ -120,17 +120,30 @@ typedef enum conv_dir { CONV_DIR_Y, CONV_DIR_X, CONV_DIR_W } conv_dir_t;
  * product's outputs (which overlap no input: the caller checked);
  * *out_done false (TPU_OK) when the operands' layout is not the path's
  * (spatial dims not one dense run), the images have fewer than
- * TPU_CONV_GEMM_MIN_POSITIONS positions, or the unit declined a GEMM: the caller
- * then runs the product its own way, rewriting every output. Counted in
+ * tpu_conv_gemm_min_positions(dir) positions, or the unit declined a GEMM: the caller
+ * then runs the product its own way, rewriting every output. *out_rows
+ * true (with *out_done false): the unit declined the GEMMs this path ran
+ * by positions (where the per-image ones would miss the CPU's AMX tiles:
+ * mxu.h, tpu_mxu_gemm_on_tiles), so the caller should offer the product
+ * to tpu_conv_mxu_rows with any_layout. Counted in
  * tpu_mxu_info_t (conv_gemm, conv_split) when it ran; the caller counts
  * convs. */
 bool tpu_conv_mxu_1x1_fits(const conv_args_t* a);
 /* Positions per image below which the path leaves a product to the
  * primitives (per-image GEMMs lost to them there: ResNet-50's 1x1 layers at
- * 14x14 and 7x7). */
+ * 14x14 and 7x7 on AVX512-BF16). On AMX tiles the forward and input
+ * gradient keep their GEMMs down to TPU_CONV_GEMM_MIN_POSITIONS_TILES: at
+ * 14x14 (1024->256, batch 4) they beat the primitives by 1.1-1.5x, at 7x7
+ * (2048->512) the input gradient lost (0.6x: each image's GEMM lays out
+ * the 1M-element Wᵀ) and the forward tied; the weight gradient lost at
+ * both (0.5x, and 13x at 7x7). tpu_conv_gemm_min_positions(dir) gives the
+ * one that applies. */
 #define TPU_CONV_GEMM_MIN_POSITIONS 384
+#define TPU_CONV_GEMM_MIN_POSITIONS_TILES 192
+int64_t tpu_conv_gemm_min_positions(int dir);
 tpu_status_t tpu_conv_mxu_1x1(int dir, const tpu_view_t* x, const tpu_view_t* w,
-                              const tpu_view_t* y, const tpu_view_t* bias, bool* out_done);
+                              const tpu_view_t* y, const tpu_view_t* bias, bool* out_rows,
+                              bool* out_done);
 
 /* 1x1 convolutions as one GEMM with the grid positions of all images as
  * rows (conv_mxu_rows.c), tried by tpu_conv_mxu after tpu_conv_mxu_1x1
@@ -139,12 +152,16 @@ tpu_status_t tpu_conv_mxu_1x1(int dir, const tpu_view_t* x, const tpu_view_t* w,
  * as tpu_conv_mxu_1x1 does (same operands, bias and outputs; `a` for the
  * geometry; `graph`: the node's, for the weight cache, or NULL) when it is
  * the forward or the input gradient and the operand it reads has dense
- * channels (channels_last) or the stride is not 1; else, or when the unit
+ * channels (channels_last) or the stride is not 1 or `any_layout` (see
+ * tpu_conv_mxu_1x1's out_rows); else, or when the unit
  * declined its GEMM, *out_done false (TPU_OK). Counted in conv_gemm (and
  * conv_split) when it ran. */
 bool tpu_conv_mxu_rows_fits(const conv_args_t* a);
+/* dst[j * ld_dst + i] = src[i * ld_src + j] for i, j < 16 (16-bit
+ * elements, in AVX2 registers; conv_mxu_rows.c). */
+void tpu_conv_transpose16(const uint16_t* src, int64_t ld_src, uint16_t* dst, int64_t ld_dst);
 tpu_status_t tpu_conv_mxu_rows(const conv_args_t* a, int dir, const tpu_view_t* x,
                                const tpu_view_t* w, const tpu_view_t* y, const tpu_view_t* bias,
-                               const tpu_graph_t* graph, bool* out_done);
+                               const tpu_graph_t* graph, bool any_layout, bool* out_done);
 
 #endif /* TPU_KERNELS_CONV_H_ */

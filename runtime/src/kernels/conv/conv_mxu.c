@@ -30,7 +30,8 @@
  * either. Empty problems are not offered.
  *
  * 1x1 products with no padding and one group do not come here: they run
- * as GEMMs, on NCHW operands of 384+ positions per image where they lie
+ * as GEMMs, on NCHW operands of 384+ positions per image (192+ for the
+ * forward and input gradient on AMX tiles) where they lie
  * (conv_mxu_1x1.c, no reorder), or (forward and input gradient at stride
  * 2 or on channels_last operands) as one GEMM with the grid positions as
  * rows (conv_mxu_rows.c); the rest of them (small NCHW images at stride 1,
@@ -664,8 +665,9 @@ static tpu_status_t run_dir(const conv_args_t* a, int dir, const tpu_view_t* x,
     return TPU_OK;
   }
   /* a 1x1 product as GEMMs on the operands' layout (conv_mxu_1x1.c) */
+  bool rows_instead = false; /* its GEMMs by positions declined: the rows path's */
   if (tpu_conv_mxu_1x1_fits(a)) {
-    TPU_RETURN_IF_ERROR(tpu_conv_mxu_1x1(dir, x, w, y, b, out_done));
+    TPU_RETURN_IF_ERROR(tpu_conv_mxu_1x1(dir, x, w, y, b, &rows_instead, out_done));
     if (*out_done) {
       tpu_mxu_count_conv(true);
       return TPU_OK;
@@ -674,7 +676,7 @@ static tpu_status_t run_dir(const conv_args_t* a, int dir, const tpu_view_t* x,
   /* the forward and input gradient at stride 2 or of channels_last operands: one GEMM
    * with the grid positions as rows (conv_mxu_rows.c) */
   if (tpu_conv_mxu_rows_fits(a)) {
-    TPU_RETURN_IF_ERROR(tpu_conv_mxu_rows(a, dir, x, w, y, b, graph, out_done));
+    TPU_RETURN_IF_ERROR(tpu_conv_mxu_rows(a, dir, x, w, y, b, graph, rows_instead, out_done));
     if (*out_done) {
       tpu_mxu_count_conv(true);
       return TPU_OK;

@@ -21,7 +21,8 @@
  * Which problems: what conv_mxu.c offers the unit (bfloat16) with that
  * geometry, whose X and Y have their spatial dims collapsing into one dense
  * run (NCHW, any batch and channel strides) of at least
- * TPU_CONV_GEMM_MIN_POSITIONS positions; the weight any strides (the unit
+ * tpu_conv_gemm_min_positions(dir) positions (conv.h: 384, or 192 for the
+ * forward and input gradient on AMX tiles); the weight any strides (the unit
  * copies a weight with neither dense rows nor columns). Others return not
  * done: the forward and input gradient at stride 2 or of channels_last
  * operands go to conv_mxu_rows.c (one GEMM with the positions as rows),
@@ -34,6 +35,18 @@
  * elements against 49 positions) while the primitives read their blocked
  * weight from the weight cache (conv_mxu_rows.c's one GEMM against the
  * cached weight lost there too, 0.64-0.94x, for the transposes NCHW needs).
+ * By positions: where the CPU has AMX tiles but oneDNN would run the
+ * forward's or input gradient's per-image GEMM on its AVX512-BF16 kernel
+ * (mxu.h: tpu_mxu_gemm_on_tiles; few input channels against many
+ * positions, e.g. [64, 256] @ [256, 3136] of ResNet-50's 56x56 layers,
+ * about 7x slower there), each image runs as the transposed product
+ * instead, its positions the rows (Yᵀ = Xᵀ · Wᵀ, Xᵀ = Yᵀ · W: [3136, 256]
+ * @ [256, 64] stays on the tiles), the image read transposed where it
+ * lies and the [P, C] result transposed into place by the same thread, so
+ * an image is one piece of work with no pass between (conv_mxu_rows.c's
+ * gather, GEMM and scatter are three, each waiting for the slowest
+ * thread: 1.2-2.3 against 2.8-3.6 ms min, load 4.8). Should the unit
+ * decline such a GEMM, *out_rows sends the product to conv_mxu_rows.c.
  * TORCH_TPU_CONV_GEMM=0 turns this path off
  * (read per call, for side-by-side measurements).
  *
@@ -107,6 +120,12 @@ typedef struct pw_problem {
    * with a bias: one more part, the bias gradient */
   int64_t per_image, rows, count;
   bool serial;
+  /* CONV_Y / CONV_X off the AMX tiles: each part a block of an image's
+   * positions as the GEMM's rows (Yᵀ = Xᵀ · Wᵀ, Xᵀ = Yᵀ · W), the result
+   * transposed into place; `rows` are then the positions. bias_row: the
+   * bias as a dense row (NULL: none, or the view itself) */
+  bool by_positions;
+  uint16_t* bias_row;
   tpu_status_t* status; /* per part */
   bool* done;           /* per part: the unit ran its GEMMs */
 } pw_problem_t;
@@ -121,20 +140,30 @@ static tpu_status_t gemm(const pw_problem_t* pb, tpu_view_t a, tpu_view_t b, tpu
   return tpu_mxu_gemm(&g, out_done);
 }
 
-/* CONV_Y / CONV_X: output channels [r0, r1) of image n. */
-static tpu_status_t run_image(pw_problem_t* pb, int64_t n, int64_t r0, int64_t r1,
-                              bool* out_done) {
+/* CONV_Y / CONV_X: the GEMM of output channels [r0, r1) of image n,
+ * C = A · B (beta and the bias aside). */
+static void image_gemm(const pw_problem_t* pb, int64_t n, int64_t r0, int64_t r1, tpu_view_t* out_a,
+                       tpu_view_t* out_b, tpu_view_t* out_c) {
   const img_mat_t *in = pb->dir == CONV_DIR_Y ? &pb->x : &pb->y,
                   *out = pb->dir == CONV_DIR_Y ? &pb->y : &pb->x;
   int64_t rows = r1 - r0, P = in->p;
   tpu_dtype_t dt = pb->w.dtype;
   const int64_t* ws = pb->w.strides;
   /* rows of W [cy, cx] for CONV_Y; of Wᵀ [cx, cy] for CONV_X */
-  tpu_view_t a = pb->dir == CONV_DIR_Y ? mat(pb->w.addr, dt, r0 * ws[0], rows, in->c, ws[0], ws[1])
-                 : pb->wt ? mat((uint64_t)(uintptr_t)pb->wt, dt, r0 * in->c, rows, in->c, in->c, 1)
-                          : mat(pb->w.addr, dt, r0 * ws[1], rows, in->c, ws[1], ws[0]);
-  tpu_view_t b = mat(in->addr, in->dtype, n * in->sn, in->c, P, in->sc, 1);
-  tpu_view_t c = mat(out->addr, out->dtype, n * out->sn + r0 * out->sc, rows, P, out->sc, 1);
+  *out_a = pb->dir == CONV_DIR_Y ? mat(pb->w.addr, dt, r0 * ws[0], rows, in->c, ws[0], ws[1])
+           : pb->wt ? mat((uint64_t)(uintptr_t)pb->wt, dt, r0 * in->c, rows, in->c, in->c, 1)
+                    : mat(pb->w.addr, dt, r0 * ws[1], rows, in->c, ws[1], ws[0]);
+  *out_b = mat(in->addr, in->dtype, n * in->sn, in->c, P, in->sc, 1);
+  *out_c = mat(out->addr, out->dtype, n * out->sn + r0 * out->sc, rows, P, out->sc, 1);
+}
+
+/* CONV_Y / CONV_X: output channels [r0, r1) of image n. */
+static tpu_status_t run_image(pw_problem_t* pb, int64_t n, int64_t r0, int64_t r1,
+                              bool* out_done) {
+  const img_mat_t* out = pb->dir == CONV_DIR_Y ? &pb->y : &pb->x;
+  int64_t rows = r1 - r0, P = out->p;
+  tpu_view_t a, b, c;
+  image_gemm(pb, n, r0, r1, &a, &b, &c);
   float beta = 0.0f;
   if (pb->bias) { /* Y's rows start from the bias; the GEMM adds onto it */
     const tpu_view_t* bv = pb->bias;
@@ -149,6 +178,52 @@ static tpu_status_t run_image(pw_problem_t* pb, int64_t n, int64_t r0, int64_t r
     beta = 1.0f;
   }
   return gemm(pb, a, b, c, beta, out_done);
+}
+
+/* CONV_Y / CONV_X by positions: positions [p0, p1) of image n as the rows
+ * of one GEMM on the tiles ([p1 - p0, K] · [K, C], the image read
+ * transposed in place), its [p1 - p0, C] result transposed into the
+ * output in 16 x 16 tiles; all on the calling thread. */
+static tpu_status_t run_positions(pw_problem_t* pb, int64_t n, int64_t p0, int64_t p1,
+                                  bool* out_done) {
+  bool fwd = pb->dir == CONV_DIR_Y;
+  const img_mat_t *in = fwd ? &pb->x : &pb->y, *out = fwd ? &pb->y : &pb->x;
+  int64_t rows = p1 - p0, C = out->c;
+  tpu_dtype_t dt = pb->w.dtype;
+  const int64_t* ws = pb->w.strides;
+  size_t bytes = (size_t)(rows * C) * sizeof(uint16_t);
+  uint16_t* m = tpu_scratch_alloc(bytes ? bytes : 1);
+  if (!m) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matrix unit: no %zu bytes of scratch", bytes);
+  mxu_gemm_t g;
+  memset(&g, 0, sizeof g);
+  g.a = mat(in->addr, in->dtype, n * in->sn + p0, rows, in->c, 1, in->sc);
+  /* Wᵀ [cx, cy] (forward) or W [cy, cx] (input gradient) */
+  g.b = fwd ? mat(pb->w.addr, dt, 0, in->c, C, ws[1], ws[0])
+            : mat(pb->w.addr, dt, 0, in->c, C, ws[0], ws[1]);
+  g.c = mat((uint64_t)(uintptr_t)m, dt, 0, rows, C, C, 1);
+  g.alpha = 1.0f, g.serial = pb->serial;
+  if (pb->bias) {
+    const tpu_view_t* bv = pb->bias;
+    g.has_bias = true;
+    g.bias = pb->bias_row ? mat((uint64_t)(uintptr_t)pb->bias_row, bv->dtype, 0, 1, C, C, 1)
+                          : mat(bv->addr, bv->dtype, 0, 1, C, C, 1);
+    g.bias.strides[0] = 0;
+  }
+  tpu_status_t st = tpu_mxu_gemm(&g, out_done);
+  if (st == TPU_OK && *out_done) {
+    uint16_t* dst = (uint16_t*)(uintptr_t)out->addr + n * out->sn + p0;
+    int64_t sc = out->sc, c0 = 0;
+    for (; c0 + 16 <= C; c0 += 16) {
+      int64_t p = 0;
+      for (; p + 16 <= rows; p += 16) tpu_conv_transpose16(m + p * C + c0, C, dst + c0 * sc + p, sc);
+      for (; p < rows; ++p)
+        for (int64_t c = c0; c < c0 + 16; ++c) dst[c * sc + p] = m[p * C + c];
+    }
+    for (int64_t p = 0; p < rows; ++p)
+      for (int64_t c = c0; c < C; ++c) dst[c * sc + p] = m[p * C + c];
+  }
+  tpu_scratch_free(m);
+  return st;
 }
 
 /* CONV_W: rows [r0, r1) of the sum (dW's output channels, or dWᵀ's input
@@ -204,7 +279,9 @@ static void run_part(pw_problem_t* pb, int64_t i) {
   }
   int64_t r0, r1;
   mxu_row_part(pb->rows, pb->per_image, i % pb->per_image, &r0, &r1);
-  if (pb->dir == CONV_DIR_W)
+  if (pb->by_positions)
+    pb->status[i] = run_positions(pb, i / pb->per_image, r0, r1, &pb->done[i]);
+  else if (pb->dir == CONV_DIR_W)
     pb->status[i] = run_weight_rows(pb, r0, r1, &pb->done[i]);
   else
     pb->status[i] = run_image(pb, i / pb->per_image, r0, r1, &pb->done[i]);
@@ -212,6 +289,11 @@ static void run_part(pw_problem_t* pb, int64_t i) {
 
 static void parts_run(void* arg, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; ++i) run_part((pw_problem_t*)arg, i);
+}
+
+int64_t tpu_conv_gemm_min_positions(int dir) {
+  return dir != CONV_DIR_W && tpu_mxu_has_tiles() ? TPU_CONV_GEMM_MIN_POSITIONS_TILES
+                                                  : TPU_CONV_GEMM_MIN_POSITIONS;
 }
 
 bool tpu_conv_mxu_1x1_fits(const conv_args_t* a) {
@@ -223,15 +305,17 @@ bool tpu_conv_mxu_1x1_fits(const conv_args_t* a) {
 }
 
 tpu_status_t tpu_conv_mxu_1x1(int dir, const tpu_view_t* x, const tpu_view_t* w,
-                              const tpu_view_t* y, const tpu_view_t* bias, bool* out_done) {
+                              const tpu_view_t* y, const tpu_view_t* bias, bool* out_rows,
+                              bool* out_done) {
   *out_done = false;
+  *out_rows = false;
   pw_problem_t* pb = calloc(1, sizeof *pb);
   if (!pb) return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matrix unit: no memory for a plan");
   pb->dir = dir, pb->w = *w, pb->bias = bias, pb->n = x->sizes[0];
   tpu_status_t st = TPU_OK;
   if (!as_images(x, &pb->x) || !as_images(y, &pb->y) || pb->x.p != pb->y.p ||
       w->sizes[0] != pb->y.c || w->sizes[1] != pb->x.c || (bias && bias->ndim != 1) ||
-      pb->x.p < TPU_CONV_GEMM_MIN_POSITIONS) {
+      pb->x.p < tpu_conv_gemm_min_positions(dir)) {
     free(pb);
     return TPU_OK; /* not this path's: the primitives' */
   }
@@ -255,8 +339,36 @@ tpu_status_t tpu_conv_mxu_1x1(int dir, const tpu_view_t* x, const tpu_view_t* w,
                       : 1;
   int64_t units;
   if (dir != CONV_DIR_W) {
+    /* the first part's GEMM (all parts are alike but the last row block):
+     * off the tiles (mxu.h: tpu_mxu_gemm_on_tiles), the rows path's one
+     * GEMM over all images' positions, which stays on them, is the faster
+     * (its transposes in and out included) */
+    int64_t r0, r1;
+    mxu_row_part(pb->rows, pb->per_image, 0, &r0, &r1);
+    mxu_gemm_t probe;
+    memset(&probe, 0, sizeof probe);
+    image_gemm(pb, 0, r0, r1, &probe.a, &probe.b, &probe.c);
+    probe.alpha = 1.0f, probe.beta = bias ? 1.0f : 0.0f;
+    probe.serial = threads > 1 && pb->n * pb->per_image > 1;
+    if (!tpu_mxu_gemm_on_tiles(&probe)) {
+      /* by positions, a whole image a part (a block of an image's
+       * positions would be a transposed A with gaps, which brgemm
+       * declines) */
+      pb->by_positions = true;
+      pb->rows = pb->x.p;
+      pb->per_image = 1;
+      if (bias && bias->strides[0] != 1 && pb->y.c > 1) {
+        pb->bias_row = malloc((size_t)pb->y.c * sizeof *pb->bias_row);
+        if (!pb->bias_row) {
+          free(pb);
+          return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matrix unit: no memory for a bias");
+        }
+        const uint16_t* bp = (const uint16_t*)tpu_view_ptr(bias);
+        for (int64_t i = 0; i < pb->y.c; ++i) pb->bias_row[i] = bp[i * bias->strides[0]];
+      }
+    }
     units = pb->n * pb->per_image;
-    if (dir == CONV_DIR_X && pb->per_image > 1) {
+    if (dir == CONV_DIR_X && pb->per_image > 1 && !pb->by_positions) {
       int64_t cy = pb->y.c, cx = pb->x.c;
       pb->wt = tpu_scratch_alloc((size_t)(cx * cy) * sizeof(uint16_t));
       if (!pb->wt) {
@@ -281,7 +393,8 @@ tpu_status_t tpu_conv_mxu_1x1(int dir, const tpu_view_t* x, const tpu_view_t* w,
   pb->status = calloc((size_t)units, sizeof *pb->status);
   pb->done = calloc((size_t)units, sizeof *pb->done);
   if (!pb->status || !pb->done) {
-    free(pb->status), free(pb->done), tpu_scratch_free(pb->acc), tpu_scratch_free(pb->wt), free(pb);
+    free(pb->status), free(pb->done), tpu_scratch_free(pb->acc), tpu_scratch_free(pb->wt);
+    free(pb->bias_row), free(pb);
     return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matrix unit: no memory for a plan");
   }
   /* split over the pool (each GEMM on its part's thread alone), else each
@@ -293,7 +406,7 @@ tpu_status_t tpu_conv_mxu_1x1(int dir, const tpu_view_t* x, const tpu_view_t* w,
   } else {
     for (int64_t i = 0; i < units; ++i) run_part(pb, i);
   }
-  bool done = true;
+  bool done = true, by_positions = pb->by_positions;
   for (int64_t i = 0; i < units; ++i) {
     if (st == TPU_OK)
       st = pb->status[i];
@@ -303,11 +416,16 @@ tpu_status_t tpu_conv_mxu_1x1(int dir, const tpu_view_t* x, const tpu_view_t* w,
   }
   tpu_scratch_free(pb->acc);
   tpu_scratch_free(pb->wt);
+  free(pb->bias_row);
   free(pb->status), free(pb->done), free(pb);
   if (st != TPU_OK) return st;
   /* A GEMM the unit declined (counted there) leaves the product to the
-   * primitives, which rewrite every output. */
-  if (!done) return TPU_OK;
+   * primitives, which rewrite every output; by positions, to the rows
+   * path first (*out_rows). */
+  if (!done) {
+    *out_rows = by_positions;
+    return TPU_OK;
+  }
   if (split) tpu_mxu_count_conv_split();
   tpu_mxu_count_conv_gemm();
   *out_done = true;

@@ -39,6 +39,9 @@
  * than the primitives' blocked reorders (0.64-0.94x at ResNet-50's 14x14
  * and 7x7 layers, load 5.7), and every weight gradient (dW = dYrᵀ Xr as one
  * GEMM measured 0.67-0.90x: bench/RESULTS.md, issue 21).
+ * One exception: conv_mxu_1x1.c passes on NCHW at stride 1 too
+ * (any_layout) when the unit declined its GEMMs by positions (those it
+ * runs where the per-image ones would miss the AMX tiles).
  * TORCH_TPU_CONV_GEMM=0 turns it off with the other path; a product run
  * here counts in tpu_mxu_info_t's conv_gemm.
  */
@@ -125,8 +128,8 @@ typedef struct move_job {
 /* dst[j * ld_dst + i] = src[i * ld_src + j] for i, j < 16: a 16 x 16 tile of
  * 16-bit elements transposed in AVX2 registers (the unit runs only on
  * AVX512-BF16 CPUs, which have AVX2). */
-__attribute__((target("avx2"))) static void transpose16(const uint16_t* src, int64_t ld_src,
-                                                       uint16_t* dst, int64_t ld_dst) {
+__attribute__((target("avx2"))) void tpu_conv_transpose16(const uint16_t* src, int64_t ld_src,
+                                                         uint16_t* dst, int64_t ld_dst) {
   __m256i r[16], a[16], b[16], c[16];
   for (int i = 0; i < 16; ++i) r[i] = _mm256_loadu_si256((const __m256i*)(src + i * ld_src));
   /* pairs of rows interleaved by 16, 32 and 64 bits: c[k] (k < 8) holds
@@ -186,9 +189,9 @@ static void move_piece(const move_job_t* j, int64_t i) {
       uint16_t* row = j->m + (r0 + p) * C + c0;
       uint16_t* pos = img + s->off[p] + c0 * s->sc;
       if (to)
-        transpose16(pos, s->sc, row, C);
+        tpu_conv_transpose16(pos, s->sc, row, C);
       else
-        transpose16(row, C, pos, s->sc);
+        tpu_conv_transpose16(row, C, pos, s->sc);
     }
     for (; p < p1; ++p) {
       uint16_t* row = j->m + (r0 + p) * C;
@@ -381,7 +384,7 @@ bool tpu_conv_mxu_rows_fits(const conv_args_t* a) {
 
 tpu_status_t tpu_conv_mxu_rows(const conv_args_t* a, int dir, const tpu_view_t* x,
                                const tpu_view_t* w, const tpu_view_t* y, const tpu_view_t* bias,
-                               const tpu_graph_t* graph, bool* out_done) {
+                               const tpu_graph_t* graph, bool any_layout, bool* out_done) {
   *out_done = false;
   rows_problem_t pb;
   memset(&pb, 0, sizeof pb);
@@ -407,7 +410,7 @@ tpu_status_t tpu_conv_mxu_rows(const conv_args_t* a, int dir, const tpu_view_t* 
   bool strided = false;
   for (int d = 0; d < pb.nsp; ++d) strided = strided || pb.step[d] != 1;
   const side_t* in = dir == CONV_DIR_Y ? &pb.x : &pb.y;
-  if (dir == CONV_DIR_W || (!strided && in->sc != 1 && in->c != 1)) {
+  if (dir == CONV_DIR_W || (!strided && !any_layout && in->sc != 1 && in->c != 1)) {
     free(pb.x.off), free(pb.y.off);
     return TPU_OK;
   }

@@ -47,6 +47,7 @@ static struct {
   bool f32;      /* float32 GEMMs with a 2-D B do (AVX-512 brgemm) */
   bool f16;      /* float16 GEMMs do (AVX512-FP16: float32 sums) */
   bool int8;     /* int8 GEMMs do (AVX512-VNNI or AMX-INT8) */
+  bool tiles;    /* the CPU has AMX-BF16 tiles (oneDNN may still pick AVX512-BF16) */
   char isa[64];  /* the instruction set, or why the unit is off */
   char library[32];
   atomic_ullong gemms, declined, convs, conv_declined, conv_split, conv_gemm;
@@ -61,8 +62,10 @@ static void mxu_init(void) {
   }
   dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
   bool avx512 = (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
-  if ((isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx)
+  if ((isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx) {
     snprintf(g_mxu.isa, sizeof g_mxu.isa, "amx_bf16");
+    g_mxu.tiles = true;
+  }
   else if ((isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16)
     snprintf(g_mxu.isa, sizeof g_mxu.isa, "avx512_bf16");
   else {
@@ -231,21 +234,14 @@ static bool fold_rows(tpu_view_t* v) {
   return true;
 }
 
-/* The primitive of `g`, or NULL when oneDNN has no brgemm kernel for it;
- * *out_status is set on an engine failure. With `blocked`, B is left to the
- * kernel's choice of layout, returned in *out_b (a new descriptor the caller
- * destroys; NULL with no primitive). alpha is an eltwise linear post-op and
- * beta a sum post-op after it: C = beta*C + alpha*(A@B). */
-static dnnl_primitive_t gemm_primitive(const mxu_gemm_t* g, bool blocked, dnnl_memory_desc_t* out_b,
-                                       tpu_status_t* out_status) {
-  *out_status = TPU_OK;
-  if (blocked) *out_b = NULL;
+/* oneDNN's primitive descriptor for `g` (NULL when it has none), for
+ * gemm_primitive and tpu_mxu_gemm_on_tiles; the caller destroys it. */
+static dnnl_primitive_desc_t gemm_pd(const mxu_gemm_t* g, bool blocked) {
   dnnl_memory_desc_t a = NULL, b = NULL, c = NULL, bias = NULL;
   int nd = gemm_ndims(g);
   dnnl_primitive_attr_t attr = NULL;
   dnnl_post_ops_t ops = NULL;
   dnnl_primitive_desc_t pd = NULL;
-  dnnl_primitive_t prim = NULL;
   bool ok = md_of(&g->a, nd, false, &a) && md_of(&g->b, nd, blocked, &b) &&
             md_of(&g->c, nd, false, &c) && (!g->has_bias || bias_md(g, nd, &bias));
   ok = ok && dnnl_primitive_attr_create(&attr) == dnnl_success;
@@ -257,8 +253,27 @@ static dnnl_primitive_t gemm_primitive(const mxu_gemm_t* g, bool blocked, dnnl_m
       ok = dnnl_post_ops_append_sum(ops, g->beta, 0, dnnl_data_type_undef) == dnnl_success;
     ok = ok && dnnl_primitive_attr_set_post_ops(attr, ops) == dnnl_success;
   }
-  if (ok && dnnl_matmul_primitive_desc_create(&pd, g_mxu.engine, a, b, bias, c, attr) ==
-                dnnl_success) {
+  if (ok && dnnl_matmul_primitive_desc_create(&pd, g_mxu.engine, a, b, bias, c, attr) !=
+                dnnl_success)
+    pd = NULL;
+  if (ops) dnnl_post_ops_destroy(ops);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  md_destroy(a), md_destroy(b), md_destroy(c), md_destroy(bias);
+  return pd;
+}
+
+/* The primitive of `g`, or NULL when oneDNN has no brgemm kernel for it;
+ * *out_status is set on an engine failure. With `blocked`, B is left to the
+ * kernel's choice of layout, returned in *out_b (a new descriptor the caller
+ * destroys; NULL with no primitive). alpha is an eltwise linear post-op and
+ * beta a sum post-op after it: C = beta*C + alpha*(A@B). */
+static dnnl_primitive_t gemm_primitive(const mxu_gemm_t* g, bool blocked, dnnl_memory_desc_t* out_b,
+                                       tpu_status_t* out_status) {
+  *out_status = TPU_OK;
+  if (blocked) *out_b = NULL;
+  dnnl_primitive_t prim = NULL;
+  dnnl_primitive_desc_t pd = gemm_pd(g, blocked);
+  if (pd) {
     const char* impl = NULL;
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
         impl && strncmp(impl, "brg", 3) == 0) {
@@ -279,10 +294,27 @@ static dnnl_primitive_t gemm_primitive(const mxu_gemm_t* g, bool blocked, dnnl_m
     }
   }
   if (pd) dnnl_primitive_desc_destroy(pd);
-  if (ops) dnnl_post_ops_destroy(ops);
-  if (attr) dnnl_primitive_attr_destroy(attr);
-  md_destroy(a), md_destroy(b), md_destroy(c), md_destroy(bias);
   return prim;
+}
+
+bool tpu_mxu_has_tiles(void) {
+  mxu_once();
+  return g_mxu.bf16 && g_mxu.tiles;
+}
+
+bool tpu_mxu_gemm_on_tiles(const mxu_gemm_t* g) {
+  mxu_once();
+  if (!g_mxu.bf16 || !g_mxu.tiles || g->a.dtype != TPU_DTYPE_BF16) return true;
+  int prev = omp_get_max_threads();
+  int team = g->serial ? 1 : tpu_parallel_threads();
+  omp_set_num_threads(team > 0 ? team : 1); /* oneDNN blocks for the team it sees */
+  dnnl_primitive_desc_t pd = gemm_pd(g, false);
+  omp_set_num_threads(prev);
+  const char* impl = NULL;
+  bool tiles = pd && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) ==
+                         dnnl_success && impl && strstr(impl, "amx") != NULL;
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  return tiles;
 }
 
 /* ---- execution --------------------------------------------------------------- */

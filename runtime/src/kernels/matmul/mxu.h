@@ -94,6 +94,19 @@ bool tpu_mxu_supports_int8(void);
  * the engine fails. */
 tpu_status_t tpu_mxu_gemm(const mxu_gemm_t* g, bool* out_done);
 
+/* False when the CPU has AMX-BF16 tiles but oneDNN would run bfloat16 GEMM
+ * `g` (as tpu_mxu_gemm runs it, `serial` included) on its AVX512-BF16
+ * kernel instead; true otherwise (no tiles to be had, or another dtype).
+ * oneDNN 3.2's matmul sends shapes it deems small there (its
+ * "buffer_a_chunk_sz <= 126" rule), which catches 1x1 convolutions' per-image
+ * GEMMs with few input channels and many positions, e.g. [64, 256] @
+ * [256, 3136]: about 100 GFLOP/s there against 700-900 on the tiles (one
+ * thread, this project's AMX Xeon). A caller with another formulation of
+ * the same product (conv_mxu_1x1.c: by positions) asks first. */
+bool tpu_mxu_gemm_on_tiles(const mxu_gemm_t* g);
+/* True when the unit's bfloat16 GEMMs may run on AMX-BF16 tiles. */
+bool tpu_mxu_has_tiles(void);
+
 /* For the unit's other primitives (conv_mxu.c): oneDNN's CPU engine, or
  * NULL where the unit is off; and their counters (tpu_mxu_info_t's convs,
  * or conv_declined when `ran` is false; conv_split for a product that ran

@@ -150,7 +150,7 @@ static void run_compare(size_t i, const char* what, const tpu_op_def_t* def, tpu
  * where the operand they read has dense channels (channels_last, or one
  * position; both read operands have the case's layout) or the stride is not
  * 1; the rest on the primitives. */
-enum { PRIMITIVES, PER_IMAGE, ROWS };
+enum { PRIMITIVES, PER_IMAGE, ROWS, BY_POSITIONS };
 
 static bool one_by_one(const mxu_case_t* c) {
   bool pw = c->groups == 1 && c->pad == 0 && tpu_config_bool(TPU_CONFIG_CONV_GEMM);
@@ -158,14 +158,56 @@ static bool one_by_one(const mxu_case_t* c) {
   return pw;
 }
 
+/* conv_mxu_1x1.c's first per-image GEMM of the forward (fwd) or input
+ * gradient of a PER_IMAGE case, as it asks tpu_mxu_gemm_on_tiles: rows M
+ * (the channels written, in a row block when one image splits over them)
+ * of W (forward, DIR_Y of a convolution) or Wᵀ (as a strided view) times
+ * the image's [K, P] matrix. Off the tiles it runs by positions (each
+ * image's positions the rows of one GEMM, an image a part). */
+static bool per_image_on_tiles(const mxu_case_t* c, bool fwd, int64_t positions) {
+  /* a transposed convolution's forward is the input-gradient product */
+  bool dir_y = fwd != c->transposed;
+  int64_t m = fwd ? c->cout : c->cin, k = fwd ? c->cin : c->cout;
+  int threads = split_on() ? tpu_parallel_threads() : 1;
+  int64_t blocks = m / 16, want = (threads + c->n - 1) / c->n;
+  int64_t per = c->n < threads && threads > 1 && blocks >= 2 ? (blocks < want ? blocks : want) : 1;
+  int64_t r0, r1;
+  mxu_row_part(m, per, 0, &r0, &r1);
+  mxu_gemm_t g;
+  memset(&g, 0, sizeof g);
+  uint64_t at = 4096; /* only the layouts matter: nothing runs */
+  g.a = dir_y ? mxu_matrix(at, TPU_DTYPE_BF16, r1 - r0, k, k, 1)
+              : mxu_matrix(at, TPU_DTYPE_BF16, r1 - r0, k, 1, m);
+  g.b = mxu_matrix(at, TPU_DTYPE_BF16, k, positions, positions, 1);
+  g.c = mxu_matrix(at, TPU_DTYPE_BF16, r1 - r0, positions, positions, 1);
+  g.alpha = 1.0f, g.beta = fwd && !c->transposed && c->bias ? 1.0f : 0.0f;
+  g.serial = threads > 1 && c->n * per > 1;
+  return tpu_mxu_gemm_on_tiles(&g);
+}
+
 static int path_of(const mxu_case_t* c) {
   if (!one_by_one(c)) return PRIMITIVES;
   int64_t positions = 1;
   for (int d = 0; d < c->nsp; ++d) positions *= c->size[d];
-  if (c->stride == 1 && c->layout == TT_CONTIG && positions >= TPU_CONV_GEMM_MIN_POSITIONS)
+  if (c->stride == 1 && c->layout == TT_CONTIG &&
+      positions >= tpu_conv_gemm_min_positions(CONV_DIR_W))
     return PER_IMAGE;
   bool dense = c->layout == TT_CHANNELS_LAST || (c->layout == TT_CONTIG && positions == 1);
   return c->stride != 1 || dense ? ROWS : PRIMITIVES; /* ROWS: not the weight gradient */
+}
+
+/* The path of the forward (fwd) or the input gradient: per image from
+ * fewer positions on the AMX tiles (tpu_conv_gemm_min_positions), and a
+ * per-image one whose GEMM would miss the tiles by positions (counted as
+ * GEMMs either way). */
+static int path_of_dir(const mxu_case_t* c, bool fwd) {
+  if (!one_by_one(c)) return PRIMITIVES;
+  int64_t positions = 1;
+  for (int d = 0; d < c->nsp; ++d) positions *= c->size[d];
+  if (c->stride == 1 && c->layout == TT_CONTIG &&
+      positions >= tpu_conv_gemm_min_positions(CONV_DIR_Y))
+    return per_image_on_tiles(c, fwd, positions) ? PER_IMAGE : BY_POSITIONS;
+  return path_of(c) == PER_IMAGE ? PRIMITIVES : path_of(c);
 }
 
 /* Whether conv_mxu_rows.c splits a product's GEMM over the pool: into row
@@ -186,10 +228,10 @@ static bool rows_split(const mxu_case_t* c) {
  * writes; conv_mxu_rows.c's GEMM over its rows. */
 static bool images_split(const mxu_case_t* c, bool fwd) {
   if (!split_on()) return false;
-  int path = path_of(c);
+  int path = path_of_dir(c, fwd);
   if (path == PER_IMAGE) return c->n >= 2 || (fwd ? c->cout : c->cin) >= 32;
   if (path == ROWS) return rows_split(c);
-  return c->n >= 2;
+  return c->n >= 2; /* the primitives, and by positions */
 }
 
 static void run_case(size_t i, const mxu_case_t* c, bool bias_override, const int64_t* mask) {
@@ -349,6 +391,10 @@ static const mxu_case_t k_pointwise[] = {
     {2, 2, 24, 40, 1, {20, 20}, {1, 1}, 1, 0, 1, 0, false, true, TT_REVERSED, false, false},
     {2, 2, 24, 40, 1, {20, 20}, {1, 1}, 1, 0, 1, 0, false, true, TT_CHANNELS_LAST, false, false},
     {2, 1, 33, 17, 1, {9, 13}, {1, 1}, 1, 0, 1, 0, false, false, TT_CHANNELS_LAST, false, false},
+    /* 14x14: per image for the forward and input gradient on AMX tiles,
+     * the weight gradient (and all three without tiles) on the primitives */
+    {2, 2, 64, 32, 1, {14, 14}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
+    {2, 1, 40, 48, 1, {13, 17}, {1, 1}, 1, 0, 1, 0, false, false, TT_CONTIG, false, false},
     /* one position per image: rows are images */
     {2, 3, 20, 12, 1, {1, 1}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false},
     /* stride 2 (a strided subsample; the input gradient zero off the grid),
@@ -373,8 +419,10 @@ static void pointwise_cases(bool gemm_on) {
     tpu_mxu_get_info(&before);
     run_case(100 + i, c, false, all);
     tpu_mxu_get_info(&after);
-    int path = path_of(c);
-    uint64_t want = !gemm_on ? 0 : path == PER_IMAGE ? 3 : path == ROWS ? 2 : 0;
+    uint64_t want = !gemm_on ? 0
+                             : (path_of_dir(c, true) != PRIMITIVES) +
+                                   (path_of_dir(c, false) != PRIMITIVES) +
+                                   (path_of(c) == PER_IMAGE);
     if (after.conv_gemm - before.conv_gemm != want)
       tpu_test_fail(__FILE__, __LINE__, "pointwise case %zu: %llu products as GEMMs (want %llu)",
                     i, (unsigned long long)(after.conv_gemm - before.conv_gemm),
@@ -403,4 +451,60 @@ TEST(conv_mxu_pointwise_gemm_off_uses_the_primitives) {
   CHECK_OK(tpu_config_set(TPU_CONFIG_CONV_GEMM, "0"));
   pointwise_cases(false);
   CHECK_OK(tpu_config_set(TPU_CONFIG_CONV_GEMM, NULL));
+}
+
+/* oneDNN 3.2's matmul runs a bfloat16 GEMM it deems small on AVX512-BF16
+ * even where the CPU has AMX tiles (mxu.h: tpu_mxu_gemm_on_tiles), which
+ * caught ResNet-50's 56x56 1x1 layers as per-image GEMMs ([64, 256] @
+ * [256, 3136]: about 100 GFLOP/s against 700-900 on the tiles); with the
+ * positions as rows ([3136, 256] @ [256, 64], the image read transposed)
+ * they stay on the tiles. So conv_mxu_1x1.c runs such a forward or input
+ * gradient by positions, a whole image a part: one image is one GEMM,
+ * where the per-image path splits it over two channel blocks. */
+TEST(conv_mxu_pointwise_off_the_tiles_runs_by_positions) {
+  if (!tpu_mxu_supports(TPU_DTYPE_BF16)) return;
+  mxu_gemm_t img, rows;
+  memset(&img, 0, sizeof img), memset(&rows, 0, sizeof rows);
+  img.a = mxu_matrix(4096, TPU_DTYPE_BF16, 64, 256, 256, 1);
+  img.b = mxu_matrix(4096, TPU_DTYPE_BF16, 256, 3136, 3136, 1);
+  img.c = mxu_matrix(4096, TPU_DTYPE_BF16, 64, 3136, 3136, 1);
+  rows.a = mxu_matrix(4096, TPU_DTYPE_BF16, 3136, 256, 1, 3136);
+  rows.b = mxu_matrix(4096, TPU_DTYPE_BF16, 256, 64, 1, 256);
+  rows.c = mxu_matrix(4096, TPU_DTYPE_BF16, 3136, 64, 64, 1);
+  img.alpha = rows.alpha = 1.0f;
+  img.serial = rows.serial = true;
+  CHECK(tpu_mxu_gemm_on_tiles(&rows));
+  CHECK(tpu_mxu_gemm_on_tiles(&img) == !amx());
+  /* the layer itself (batch 2, and 1 with a bias), each product against
+   * the reference */
+  const mxu_case_t c = {2, 2, 256, 64, 1, {56, 56}, {1, 1}, 1, 0, 1, 0, false, false, TT_CONTIG, false, false};
+  const mxu_case_t c1 = {2, 1, 64, 256, 1, {56, 56}, {1, 1}, 1, 0, 1, 0, false, true, TT_CONTIG, false, false};
+  const int64_t all[3] = {1, 1, 1};
+  run_case(200, &c, false, all);
+  run_case(201, &c1, false, all);
+  /* one image, 256 -> 64: by positions one GEMM, unsplit; per image two
+   * channel blocks side by side where the pool has two threads */
+  const tpu_op_def_t* fwd = tt_def("convolution");
+  int64_t xs[4] = {1, 256, 56, 56}, ws[4] = {64, 256, 1, 1};
+  tt_t x = tt_make(TPU_DTYPE_BF16, 4, xs, TT_CONTIG), w = tt_make(TPU_DTYPE_BF16, 4, ws, TT_CONTIG);
+  tt_fill(&x.view, -1, 1, 0), tt_fill(&w.view, -1, 1, 0);
+  tpu_value_t in[3] = {tt_value(&x.view), tt_value(&w.view), tt_value(NULL)};
+  tpu_attr_t at[8];
+  int na;
+  attrs_of(&c, false, NULL, at, &na);
+  tpu_node_t node = tt_node(in, 3, NULL, 1, at, na);
+  node.op = tpu_op_lookup("convolution");
+  tpu_view_t shape[1];
+  CHECK_OK(fwd->infer(fwd, &node, shape));
+  tt_t out = tt_like(&shape[0], TT_CONTIG);
+  tpu_mxu_info_t before, after;
+  tpu_mxu_get_info(&before);
+  node.outputs = &out.view;
+  CHECK_OK(tt_run(fwd->kernel, fwd, &node));
+  tpu_mxu_get_info(&after);
+  CHECK(after.conv_gemm == before.conv_gemm + 1);
+  uint64_t parts = amx() || !split_on() ? 1u : 2u;
+  CHECK(after.gemms - before.gemms == parts);
+  CHECK(after.conv_split - before.conv_split == (parts > 1 ? 1u : 0u));
+  tt_free(&x), tt_free(&w), tt_free(&out);
 }
