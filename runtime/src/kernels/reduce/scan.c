@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/elementwise/elementwise.h" /* tpu_ew_cx_make */
 #include "kernels/reduce/scan.h"
 
 #define LANES 512
@@ -272,9 +273,9 @@ static double complex c10_log1p(double complex z) {
   double x = creal(z), y = cimag(z), theta = atan2(y, x + 1.0);
   if (cabs(z) < 0.5) {
     double r = x * (2.0 + x) + y * y;
-    return r == 0 ? CMPLX(x, theta) : CMPLX(0.5 * log1p(r), theta);
+    return r == 0 ? tpu_ew_cx_make(x, theta) : tpu_ew_cx_make(0.5 * log1p(r), theta);
   }
-  return CMPLX(log(hypot(x + 1.0, y)), theta);
+  return tpu_ew_cx_make(log(hypot(x + 1.0, y)), theta);
 }
 
 /* CPU's complex _log_add_exp_helper(x, y): min and max by real part (a NaN in
@@ -285,7 +286,7 @@ static double complex lae_cx(double complex x, double complex y) {
   if (cx_isnan(y)) mx = y;
   else if (cx_isnan(x)) mn = x;
   else if (creal(x) < creal(y)) mn = x, mx = y;
-  if (cx_isnan(mn)) return CMPLX(NAN, NAN);
+  if (cx_isnan(mn)) return tpu_ew_cx_make(NAN, NAN);
   if (!isfinite(creal(mn)) && creal(mn) == creal(mx))
     return creal(mn) < 0 ? mn : clog(cexp(mn) + cexp(mx));
   return c10_log1p(cexp(mn - mx)) + mx;
@@ -320,7 +321,7 @@ static void scan_cx_rows(void* arg, int64_t begin, int64_t end) {
     for (int64_t i = 0; i < a->n; ++i) {
       tpu_convert(z, TPU_DTYPE_C128, 1, view_at(in, ib + i * step_in), in->dtype, 1, 1);
       if (lse) {
-        double complex r = lae_cx(CMPLX(z[0], z[1]), CMPLX(acc[0], acc[1]));
+        double complex r = lae_cx(tpu_ew_cx_make(z[0], z[1]), tpu_ew_cx_make(acc[0], acc[1]));
         acc[0] = creal(r);
         acc[1] = cimag(r);
       } else if (prod) {
