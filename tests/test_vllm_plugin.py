@@ -160,8 +160,13 @@ def _free_port():
         return s.getsockname()[1]
 
 
+# The server is on localhost: a proxy from the environment (http_proxy) must not
+# be asked for it.
+_LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def _get(url, timeout=5):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
+    with _LOCAL.open(url, timeout=timeout) as r:
         return r.status, r.read().decode()
 
 
@@ -209,7 +214,7 @@ def test_serve_completion_matches_hf_cpu(tmp_path):
                                temperature=0, ignore_eos=True, return_token_ids=True)).encode()
         req = urllib.request.Request(base + "/v1/completions", data=body,
                                      headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=120) as r:
+        with _LOCAL.open(req, timeout=120) as r:
             assert r.status == 200
             resp = json.loads(r.read())
         metrics = _get(base + "/metrics")[1]
