@@ -46,6 +46,14 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def decode_step(torch, q, kc, vc):
+    """One step of the loop: the result is read on the host, as generate() does."""
+    kc2 = torch.cat([kc, q], 2)
+    vc2 = torch.cat([vc, q], 2)
+    a = torch.softmax(q @ kc2.transpose(-1, -2) / 8.0, -1) @ vc2
+    return (torch.tanh(a) * 0.9).sum().item()
+
+
 def worker(mode, steps, block):
     """One run in this process; prints one JSON line per block."""
     import torch
@@ -61,10 +69,7 @@ def worker(mode, steps, block):
     stats0 = queue_stats()
     wall0, host0 = time.perf_counter(), time.thread_time()
     for step in range(steps):
-        kc2 = torch.cat([kc, q], 2)
-        vc2 = torch.cat([vc, q], 2)
-        a = torch.softmax(q @ kc2.transpose(-1, -2) / 8.0, -1) @ vc2
-        value = (torch.tanh(a) * 0.9).sum().item()
+        value = decode_step(torch, q, kc, vc)
         if (step + 1) % block == 0:
             wall1, host1 = time.perf_counter(), time.thread_time()
             stats1 = queue_stats()
@@ -89,10 +94,7 @@ def paired_worker(steps, block, chunk):
 
     def loop(n):
         for _ in range(n):
-            kc2 = torch.cat([kc, q], 2)
-            vc2 = torch.cat([vc, q], 2)
-            a = torch.softmax(q @ kc2.transpose(-1, -2) / 8.0, -1) @ vc2
-            (torch.tanh(a) * 0.9).sum().item()
+            decode_step(torch, q, kc, vc)
 
     for mode in modes.values():
         torch_tpu.set_global_eager_mode(mode)
