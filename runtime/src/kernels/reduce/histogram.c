@@ -150,14 +150,21 @@ static tpu_status_t hist_check_inputs(const tpu_op_def_t* def, const tpu_node_t*
   return TPU_OK;
 }
 
-static tpu_status_t hist_check(const tpu_op_def_t* def, const tpu_node_t* node) {
-  TPU_RETURN_IF_ERROR(hist_check_inputs(def, node));
+/* Every row here writes its outputs in self's dtype: an out= of another
+ * dtype is the CPU fallback's (which casts or raises as PyTorch does). */
+static tpu_status_t outputs_in_self_dtype(const tpu_op_def_t* def, const tpu_node_t* node,
+                                          int32_t count) {
   const tpu_view_t* x = ku_input(def, node, "self");
-  for (int32_t i = 0; i < 2; ++i) {
+  for (int32_t i = 0; i < count; ++i) {
     const tpu_view_t* o = out_at(node, i);
     if (o && o->dtype != x->dtype) UNIMPL("%s: output of another dtype", def->name);
   }
   return TPU_OK;
+}
+
+static tpu_status_t hist_check(const tpu_op_def_t* def, const tpu_node_t* node) {
+  TPU_RETURN_IF_ERROR(hist_check_inputs(def, node));
+  return outputs_in_self_dtype(def, node, 2);
 }
 
 static tpu_status_t hist_infer(const tpu_op_def_t* def, const tpu_node_t* node,
@@ -319,10 +326,7 @@ static tpu_status_t dd_edges_check_inputs(const tpu_op_def_t* def, const tpu_nod
 
 static tpu_status_t dd_edges_check(const tpu_op_def_t* def, const tpu_node_t* node) {
   TPU_RETURN_IF_ERROR(dd_edges_check_inputs(def, node));
-  const tpu_view_t* o = out_at(node, 0);
-  if (o && o->dtype != ku_input(def, node, "self")->dtype)
-    UNIMPL("%s: output of another dtype", def->name);
-  return TPU_OK;
+  return outputs_in_self_dtype(def, node, 1);
 }
 
 static tpu_status_t dd_edges_infer(const tpu_op_def_t* def, const tpu_node_t* node,
@@ -447,10 +451,7 @@ static tpu_status_t dd_check_inputs(const tpu_op_def_t* def, const tpu_node_t* n
 
 static tpu_status_t dd_check(const tpu_op_def_t* def, const tpu_node_t* node) {
   TPU_RETURN_IF_ERROR(dd_check_inputs(def, node));
-  const tpu_view_t* o = out_at(node, 0);
-  if (o && o->dtype != ku_input(def, node, "self")->dtype)
-    UNIMPL("%s: output of another dtype", def->name);
-  return TPU_OK;
+  return outputs_in_self_dtype(def, node, 1);
 }
 
 static tpu_status_t dd_infer(const tpu_op_def_t* def, const tpu_node_t* node, tpu_view_t* outs) {
