@@ -42,6 +42,9 @@ CASES = {  # name: (make args and kwargs on the CPU from a dtype)
 
 
 def _to(v):
+    """v on tpu: a tensor, or each tensor of a list or tuple (histogramdd's bins)."""
+    if isinstance(v, (list, tuple)):
+        return type(v)(_to(e) for e in v)
     return v.to("tpu") if isinstance(v, torch.Tensor) else v
 
 
@@ -168,19 +171,13 @@ DD_CASES = {  # name: (make args and kwargs on the CPU from a dtype)
 }
 
 
-def _to_all(v):
-    if isinstance(v, (list, tuple)):
-        return type(v)(_to_all(e) for e in v)
-    return _to(v)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("name", sorted(DD_CASES))
 def test_histogramdd_matches_cpu(name, dtype):
     args, kw = DD_CASES[name](dtype)
     hist, edges = torch.histogramdd(*args, **kw)
     with no_fallback():
-        th, te = torch.histogramdd(*_to_all(args), **{k: _to_all(v) for k, v in kw.items()})
+        th, te = torch.histogramdd(*_to(args), **{k: _to(v) for k, v in kw.items()})
         th, te = th.cpu(), [e.cpu() for e in te]
     assert th.dtype == hist.dtype and th.shape == hist.shape
     assert len(te) == len(edges)

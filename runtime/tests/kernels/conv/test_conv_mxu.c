@@ -94,6 +94,29 @@ static bool split_on(void) {
   return tpu_parallel_threads() > 1 && tpu_config_bool(TPU_CONFIG_CONV_SPLIT);
 }
 
+/* The forward convolution of case `c` on the operands `in` (x, w, bias),
+ * its attrs written into `at`, run by the kernel into a new contiguous
+ * output (returned; the caller frees it), with the unit's counters just
+ * before and after. *out_node is the node run (inputs `in`, attrs `at`;
+ * outputs unset). */
+static tt_t run_forward_counted(const tpu_op_def_t* fwd, const mxu_case_t* c, tpu_value_t* in,
+                                tpu_attr_t* at, tpu_node_t* out_node, tpu_mxu_info_t* out_before,
+                                tpu_mxu_info_t* out_after) {
+  int na;
+  attrs_of(c, false, NULL, at, &na);
+  *out_node = tt_node(in, 3, NULL, 1, at, na);
+  out_node->op = tpu_op_lookup("convolution");
+  tpu_view_t shape[1];
+  CHECK_OK(fwd->infer(fwd, out_node, shape));
+  tt_t out = tt_like(&shape[0], TT_CONTIG);
+  tpu_mxu_get_info(out_before);
+  out_node->outputs = &out.view;
+  CHECK_OK(tt_run(fwd->kernel, fwd, out_node));
+  tpu_mxu_get_info(out_after);
+  out_node->outputs = NULL;
+  return out;
+}
+
 /* Runs `def` on the unit (with `outs`) and the reference (with `wants`),
  * compares the outputs that are on, and checks the counters moved by
  * `ran` convolutions and `declined` refusals, of which between split_lo
@@ -341,18 +364,10 @@ TEST(conv_mxu_float32_stays_on_its_path) {
   tpu_value_t in[3] = {tt_value(&x.view), tt_value(&w.view), tt_value(NULL)};
   const mxu_case_t c = {2, 1, 8, 8, 1, {6, 6}, {3, 3}, 1, 1, 1, 0, false, false, TT_CONTIG, false, false};
   tpu_attr_t at[8];
-  int na;
-  attrs_of(&c, false, NULL, at, &na);
-  tpu_node_t node = tt_node(in, 3, NULL, 1, at, na);
-  node.op = tpu_op_lookup("convolution");
-  tpu_view_t shape[1];
-  CHECK_OK(fwd->infer(fwd, &node, shape));
-  tt_t out = tt_like(&shape[0], TT_CONTIG), want = tt_like(&shape[0], TT_CONTIG);
+  tpu_node_t node;
   tpu_mxu_info_t before, after;
-  tpu_mxu_get_info(&before);
-  node.outputs = &out.view;
-  CHECK_OK(tt_run(fwd->kernel, fwd, &node));
-  tpu_mxu_get_info(&after);
+  tt_t out = run_forward_counted(fwd, &c, in, at, &node, &before, &after);
+  tt_t want = tt_like(&out.view, TT_CONTIG);
   node.outputs = &want.view;
   CHECK_OK(tpu_conv_reference(fwd, &node));
   CHECK(tt_max_rel_diff(&out.view, &want.view) <= 1e-5);
@@ -490,18 +505,9 @@ TEST(conv_mxu_pointwise_off_the_tiles_runs_by_positions) {
   tt_fill(&x.view, -1, 1, 0), tt_fill(&w.view, -1, 1, 0);
   tpu_value_t in[3] = {tt_value(&x.view), tt_value(&w.view), tt_value(NULL)};
   tpu_attr_t at[8];
-  int na;
-  attrs_of(&c, false, NULL, at, &na);
-  tpu_node_t node = tt_node(in, 3, NULL, 1, at, na);
-  node.op = tpu_op_lookup("convolution");
-  tpu_view_t shape[1];
-  CHECK_OK(fwd->infer(fwd, &node, shape));
-  tt_t out = tt_like(&shape[0], TT_CONTIG);
+  tpu_node_t node;
   tpu_mxu_info_t before, after;
-  tpu_mxu_get_info(&before);
-  node.outputs = &out.view;
-  CHECK_OK(tt_run(fwd->kernel, fwd, &node));
-  tpu_mxu_get_info(&after);
+  tt_t out = run_forward_counted(fwd, &c, in, at, &node, &before, &after);
   CHECK(after.conv_gemm == before.conv_gemm + 1);
   uint64_t parts = amx() || !split_on() ? 1u : 2u;
   CHECK(after.gemms - before.gemms == parts);

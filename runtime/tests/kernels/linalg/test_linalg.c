@@ -653,24 +653,25 @@ TEST(linalg_matrix_exp_identity) {
   tt_free(&d), tt_free(&e), tt_free(&f);
 }
 
-/* Reference exp of the n x n row-major matrix a (n <= 12) into e: Taylor series to
- * 40 terms in long double after scaling by 2^-s to a norm below 1/2, squared back. */
-static void ref_expm(const double* a, int64_t n, double* e) {
-  long double x[144], t[144], r[144], u[144];
-  double norm = 0;
+/* Reference exp of the n x n row-major complex matrix a (n <= 12) into r: Taylor
+ * series to 40 terms in long double complex after scaling by 2^-s to a norm
+ * below 1/2, squared back. */
+static void ref_expm_cx(const long double complex* a, int64_t n, long double complex* r) {
+  long double complex x[144], t[144], u[144];
+  long double norm = 0;
   for (int64_t j = 0; j < n; ++j) {
-    double c = 0;
-    for (int64_t i = 0; i < n; ++i) c += fabs(a[i * n + j]);
+    long double c = 0;
+    for (int64_t i = 0; i < n; ++i) c += cabsl(a[i * n + j]);
     if (c > norm) norm = c;
   }
   int s = 0;
-  while (ldexp(norm, -s) > 0.5) ++s;
-  for (int64_t k = 0; k < n * n; ++k) x[k] = ldexpl((long double)a[k], -s);
+  while (ldexpl(norm, -s) > 0.5L) ++s;
+  for (int64_t k = 0; k < n * n; ++k) x[k] = a[k] * ldexpl(1.0L, -s);
   for (int64_t k = 0; k < n * n; ++k) t[k] = r[k] = (k % (n + 1) == 0) ? 1.0L : 0.0L;
-  for (int m = 1; m <= 40; ++m) { /* t = t x / m; r += t */
+  for (int m = 1; m <= 40; ++m) {
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < n; ++j) {
-        long double acc = 0;
+        long double complex acc = 0;
         for (int64_t k = 0; k < n; ++k) acc += t[i * n + k] * x[k * n + j];
         u[i * n + j] = acc / m;
       }
@@ -679,13 +680,21 @@ static void ref_expm(const double* a, int64_t n, double* e) {
   for (int q = 0; q < s; ++q) {
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < n; ++j) {
-        long double acc = 0;
+        long double complex acc = 0;
         for (int64_t k = 0; k < n; ++k) acc += r[i * n + k] * r[k * n + j];
         u[i * n + j] = acc;
       }
-    memcpy(r, u, sizeof(long double) * (size_t)(n * n));
+    memcpy(r, u, sizeof(u[0]) * (size_t)(n * n));
   }
-  for (int64_t k = 0; k < n * n; ++k) e[k] = (double)r[k];
+}
+
+/* The real reference: ref_expm_cx's series on a matrix with no imaginary
+ * part (its products and sums then are the real ones, exactly). */
+static void ref_expm(const double* a, int64_t n, double* e) {
+  long double complex ac[144], r[144];
+  for (int64_t k = 0; k < n * n; ++k) ac[k] = a[k];
+  ref_expm_cx(ac, n, r);
+  for (int64_t k = 0; k < n * n; ++k) e[k] = (double)creall(r[k]);
 }
 
 TEST(linalg_matrix_exp_reference) {
@@ -729,38 +738,6 @@ TEST(linalg_matrix_exp_reference) {
       }
 }
 
-/* The complex reference: ref_expm's Taylor series in long double complex. */
-static void ref_expm_cx(const long double complex* a, int64_t n, long double complex* r) {
-  long double complex x[36], t[36], u[36];
-  long double norm = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    long double c = 0;
-    for (int64_t i = 0; i < n; ++i) c += cabsl(a[i * n + j]);
-    if (c > norm) norm = c;
-  }
-  int s = 0;
-  while (ldexpl(norm, -s) > 0.5L) ++s;
-  for (int64_t k = 0; k < n * n; ++k) x[k] = a[k] * ldexpl(1.0L, -s);
-  for (int64_t k = 0; k < n * n; ++k) t[k] = r[k] = (k % (n + 1) == 0) ? 1.0L : 0.0L;
-  for (int m = 1; m <= 40; ++m) {
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        long double complex acc = 0;
-        for (int64_t k = 0; k < n; ++k) acc += t[i * n + k] * x[k * n + j];
-        u[i * n + j] = acc / m;
-      }
-    for (int64_t k = 0; k < n * n; ++k) t[k] = u[k], r[k] += u[k];
-  }
-  for (int q = 0; q < s; ++q) {
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        long double complex acc = 0;
-        for (int64_t k = 0; k < n; ++k) acc += r[i * n + k] * r[k * n + j];
-        u[i * n + j] = acc;
-      }
-    memcpy(r, u, sizeof(u[0]) * (size_t)(n * n));
-  }
-}
 
 TEST(linalg_matrix_exp_complex_reference) {
   /* complex64 / complex128 through the real 2n x 2n embedding (kernels/linalg/
