@@ -46,6 +46,14 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def decode_inputs(torch):
+    """The loop's query and key/value caches on tpu (seeded: every run the same)."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 8, 1, 64, generator=g).to("tpu")
+    kc = torch.randn(1, 8, 16, 64, generator=g).to("tpu")
+    return q, kc, kc.clone()
+
+
 def decode_step(torch, q, kc, vc):
     """One step of the loop: the result is read on the host, as generate() does."""
     kc2 = torch.cat([kc, q], 2)
@@ -60,10 +68,7 @@ def worker(mode, steps, block):
     import torch_tpu
     if mode == "defer":
         torch_tpu.set_global_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE)
-    g = torch.Generator().manual_seed(0)
-    q = torch.randn(1, 8, 1, 64, generator=g).to("tpu")
-    kc = torch.randn(1, 8, 16, 64, generator=g).to("tpu")
-    vc = kc.clone()
+    q, kc, vc = decode_inputs(torch)
     # (a build before the counters existed reports none: for baselines)
     queue_stats = getattr(torch_tpu, "queue_stats", lambda: {})
     stats0 = queue_stats()
@@ -87,10 +92,7 @@ def paired_worker(steps, block, chunk):
     import torch_tpu
     modes = {"strict": torch_tpu.EagerMode.DEFER_NEVER,
              "defer": torch_tpu.EagerMode.DEFER_AND_FUSE}
-    g = torch.Generator().manual_seed(0)
-    q = torch.randn(1, 8, 1, 64, generator=g).to("tpu")
-    kc = torch.randn(1, 8, 16, 64, generator=g).to("tpu")
-    vc = kc.clone()
+    q, kc, vc = decode_inputs(torch)
 
     def loop(n):
         for _ in range(n):

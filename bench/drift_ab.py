@@ -14,16 +14,12 @@ import json, os, subprocess, sys, time, statistics
 if len(sys.argv) > 1 and sys.argv[1] == "--worker":
     import torch, torch_tpu
     rounds, steps = int(sys.argv[2]), int(sys.argv[3])
-    g = torch.Generator().manual_seed(0)
-    q = torch.randn(1, 8, 1, 64, generator=g).to("tpu")
-    kc = torch.randn(1, 8, 16, 64, generator=g).to("tpu")
-    vc = kc.clone()
+    from bench_drift import decode_inputs, decode_step  # the loop itself
+    q, kc, vc = decode_inputs(torch)
     M = {"strict": torch_tpu.EagerMode.DEFER_NEVER, "defer": torch_tpu.EagerMode.DEFER_AND_FUSE}
     def run(n):
         for step in range(n):
-            kc2 = torch.cat([kc, q], 2); vc2 = torch.cat([vc, q], 2)
-            a = torch.softmax(q @ kc2.transpose(-1, -2) / 8.0, -1) @ vc2
-            (torch.tanh(a) * 0.9).sum().item()  # a host read every step
+            decode_step(torch, q, kc, vc)  # a host read every step
     res = {m: [] for m in M}
     res.update({m + "_host": [] for m in M})
     for r in range(rounds):

@@ -15,23 +15,18 @@ import sys
 import torch
 
 import torch_tpu
+from bench_drift import decode_inputs, decode_step  # the loop itself
 
 mode = sys.argv[1]
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 200
 if mode == "defer":
     torch_tpu.set_global_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE)
-g = torch.Generator().manual_seed(0)
-q = torch.randn(1, 8, 1, 64, generator=g).to("tpu")
-kc = torch.randn(1, 8, 16, 64, generator=g).to("tpu")
-vc = kc.clone()
+q, kc, vc = decode_inputs(torch)
 
 
 def run(n):
     for _ in range(n):
-        kc2 = torch.cat([kc, q], 2)
-        vc2 = torch.cat([vc, q], 2)
-        a = torch.softmax(q @ kc2.transpose(-1, -2) / 8.0, -1) @ vc2
-        (torch.tanh(a) * 0.9).sum().item()
+        decode_step(torch, q, kc, vc)
 
 
 run(300)
