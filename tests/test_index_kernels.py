@@ -205,3 +205,29 @@ def test_out_variants_native(fallback_error):
     r = torch.empty(0, dtype=torch.long, device="tpu")
     torch.ops.aten.repeat_interleave.Tensor_out(torch.tensor([1, 0, 2], device="tpu"), out=r)
     assert r.cpu().tolist() == [0, 2, 2]
+
+
+# ---- embedding_dense_backward in half types ---------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("padding_idx,scale", [(-1, False), (3, False), (-1, True)])
+@pytest.mark.parametrize("dim", [96, 1300])  # 1300: rows summed over several column blocks
+def test_embedding_dense_backward_half(dtype, padding_idx, scale, dim, fallback_error):
+    """Each weight row is summed in float32 and rounded once: tpu's float32
+    backward rounded to the dtype, bit for bit, and CPU's own half-type
+    result within one rounding per accumulated position."""
+    g = torch.Generator().manual_seed(7)
+    num_weights = 50
+    idx = torch.randint(0, num_weights, (6, 37), generator=g)
+    idx[0, :9] = 3  # a row with many positions, the padding row when padding_idx == 3
+    grad = torch.randn(6, 37, dim, generator=g).to(dtype)
+    got = torch.ops.aten.embedding_dense_backward(grad.to("tpu"), idx.to("tpu"), num_weights,
+                                                  padding_idx, scale)
+    assert got.dtype == dtype and got.shape == (num_weights, dim)
+    got32 = torch.ops.aten.embedding_dense_backward(grad.float().to("tpu"), idx.to("tpu"), num_weights,
+                                                    padding_idx, scale)
+    torch.testing.assert_close(got.cpu(), got32.cpu().to(dtype), rtol=0, atol=0)
+    want = torch.ops.aten.embedding_dense_backward(grad, idx, num_weights, padding_idx, scale)
+    torch.testing.assert_close(got.cpu().float(), want.float(), rtol=3e-2, atol=3e-2)
+    if padding_idx >= 0:
+        assert bool((got[padding_idx] == 0).all())

@@ -152,28 +152,37 @@ TEST(pool_spin_rule) {
     int64_t spin;
     pool_spin_event_t event;
     int64_t next;
+    int64_t gap;
   } rows[] = {
-      {100000, POOL_SPIN_FOUND, 100000},      {40000, POOL_SPIN_FOUND, 40000},
-      {100000, POOL_SPIN_EXPIRED, 50000},     {3000, POOL_SPIN_EXPIRED, POOL_SPIN_MIN_NS},
-      {POOL_SPIN_MIN_NS, POOL_SPIN_EXPIRED, POOL_SPIN_MIN_NS},
-      {POOL_SPIN_MIN_NS, POOL_SPIN_WOKEN_SOON, 2 * POOL_SPIN_MIN_NS},
-      {80000, POOL_SPIN_WOKEN_SOON, 100000},  {30000, POOL_SPIN_WOKEN_LATE, 30000},
-      {100000, POOL_SPIN_DESCHEDULED, POOL_SPIN_MIN_NS},
+      {100000, POOL_SPIN_FOUND, 100000, 0},
+      {40000, POOL_SPIN_FOUND, 40000, 0},
+      {100000, POOL_SPIN_EXPIRED, 50000, 0},
+      {3000, POOL_SPIN_EXPIRED, POOL_SPIN_MIN_NS, 0},
+      {POOL_SPIN_MIN_NS, POOL_SPIN_EXPIRED, POOL_SPIN_MIN_NS, 0},
+      {POOL_SPIN_MIN_NS, POOL_SPIN_WOKEN_SOON, 2 * POOL_SPIN_MIN_NS, 0},
+      {80000, POOL_SPIN_WOKEN_SOON, 100000, 0},
+      {30000, POOL_SPIN_WOKEN_LATE, 30000, 90000},
+      /* woken 30 us after a 2 us poll ran out: the next poll covers 1.5x the gap */
+      {POOL_SPIN_MIN_NS, POOL_SPIN_WOKEN_SOON, (POOL_SPIN_MIN_NS + 30000) / 2 * 3, 30000},
+      {40000, POOL_SPIN_WOKEN_SOON, 80000, 1000},             /* a short gap still doubles */
+      {POOL_SPIN_MIN_NS, POOL_SPIN_WOKEN_SOON, 100000, 90000}, /* capped */
+      {50000, POOL_SPIN_EXPIRED, 25000, 90000}, /* the gap only counts when woken soon */
+      {100000, POOL_SPIN_DESCHEDULED, POOL_SPIN_MIN_NS, 0},
   };
   for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); ++k) {
-    int64_t got = tpu_pool_spin_next(rows[k].spin, max, rows[k].event);
+    int64_t got = tpu_pool_spin_next(rows[k].spin, max, rows[k].event, rows[k].gap);
     if (got != rows[k].next)
       tpu_test_fail(__FILE__, __LINE__, "row %zu: %lld -> %lld, want %lld", k,
                     (long long)rows[k].spin, (long long)got, (long long)rows[k].next);
   }
   /* Polling off stays off; a maximum below the minimum caps it. */
-  CHECK(tpu_pool_spin_next(5000, 0, POOL_SPIN_WOKEN_SOON) == 0);
-  CHECK(tpu_pool_spin_next(500, 1000, POOL_SPIN_WOKEN_SOON) == 1000);
-  CHECK(tpu_pool_spin_next(1000, 1000, POOL_SPIN_EXPIRED) == 1000);
+  CHECK(tpu_pool_spin_next(5000, 0, POOL_SPIN_WOKEN_SOON, 0) == 0);
+  CHECK(tpu_pool_spin_next(500, 1000, POOL_SPIN_WOKEN_SOON, 0) == 1000);
+  CHECK(tpu_pool_spin_next(1000, 1000, POOL_SPIN_EXPIRED, 0) == 1000);
   /* Halving from the maximum reaches the minimum; doubling climbs back. */
   int64_t s = max;
-  for (int i = 0; i < 20; ++i) s = tpu_pool_spin_next(s, max, POOL_SPIN_EXPIRED);
+  for (int i = 0; i < 20; ++i) s = tpu_pool_spin_next(s, max, POOL_SPIN_EXPIRED, 0);
   CHECK(s == lo);
-  for (int i = 0; i < 20; ++i) s = tpu_pool_spin_next(s, max, POOL_SPIN_WOKEN_SOON);
+  for (int i = 0; i < 20; ++i) s = tpu_pool_spin_next(s, max, POOL_SPIN_WOKEN_SOON, 0);
   CHECK(s == max);
 }

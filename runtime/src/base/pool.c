@@ -71,7 +71,8 @@ static inline void count(atomic_ullong* counter) {
 
 
 
-int64_t tpu_pool_spin_next(int64_t spin_ns, int64_t max_ns, pool_spin_event_t event) {
+int64_t tpu_pool_spin_next(int64_t spin_ns, int64_t max_ns, pool_spin_event_t event,
+                           int64_t gap_ns) {
   if (max_ns <= 0) return 0;
   int64_t lo = max_ns < POOL_SPIN_MIN_NS ? max_ns : POOL_SPIN_MIN_NS;
   int64_t next = spin_ns;
@@ -82,9 +83,11 @@ int64_t tpu_pool_spin_next(int64_t spin_ns, int64_t max_ns, pool_spin_event_t ev
     case POOL_SPIN_EXPIRED:
       next = spin_ns / 2;
       break;
-    case POOL_SPIN_WOKEN_SOON:
-      next = spin_ns * 2;
+    case POOL_SPIN_WOKEN_SOON: {
+      int64_t cover = gap_ns > 0 ? (spin_ns + gap_ns) / 2 * 3 : 0;
+      next = spin_ns * 2 > cover ? spin_ns * 2 : cover;
       break;
+    }
     case POOL_SPIN_DESCHEDULED:
       next = lo;
       break;
@@ -135,7 +138,7 @@ static poll_outcome_t poll_for_job(uint64_t seen, int64_t* spin_ns) {
   count(descheduled ? &g_pool.c.spin_backoffs : found ? &g_pool.c.spin_hits : &g_pool.c.spin_misses);
   *spin_ns = tpu_pool_spin_next(
       *spin_ns, g_pool.spin_max_ns,
-      descheduled ? POOL_SPIN_DESCHEDULED : found ? POOL_SPIN_FOUND : POOL_SPIN_EXPIRED);
+      descheduled ? POOL_SPIN_DESCHEDULED : found ? POOL_SPIN_FOUND : POOL_SPIN_EXPIRED, 0);
   return outcome;
 }
 
@@ -174,12 +177,13 @@ static void* worker_main(void* arg) {
     if (asleep >= 0 && g_pool.first_job_ns >= 0 && g_pool.spin_max_ns > 0) {
       if (tpu_monotonic_ns() - g_pool.first_job_ns > g_pool.spin_max_ns) {
         count(&g_pool.c.spin_backoffs);
-        spin = tpu_pool_spin_next(spin, g_pool.spin_max_ns, POOL_SPIN_DESCHEDULED);
+        spin = tpu_pool_spin_next(spin, g_pool.spin_max_ns, POOL_SPIN_DESCHEDULED, 0);
       } else if (polled == POLL_EXPIRED) {
+        int64_t gap = g_pool.first_job_ns - asleep;
         spin = tpu_pool_spin_next(spin, g_pool.spin_max_ns,
-                                  g_pool.first_job_ns - asleep < g_pool.spin_max_ns
-                                      ? POOL_SPIN_WOKEN_SOON
-                                      : POOL_SPIN_WOKEN_LATE);
+                                  gap < g_pool.spin_max_ns ? POOL_SPIN_WOKEN_SOON
+                                                           : POOL_SPIN_WOKEN_LATE,
+                                  gap);
       }
     }
     if (!job && g_pool.job_generation == seen) count(&g_pool.c.empty_takes);

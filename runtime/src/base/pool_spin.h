@@ -10,8 +10,12 @@
  *  - a poll that found a job keeps its length;
  *  - a poll that ran out halves it (not below POOL_SPIN_MIN_NS);
  *  - a worker woken for a job published soon after it fell asleep (within
- *    the longest poll) doubles it (not above the maximum): a longer poll
- *    would have caught the job;
+ *    the longest poll) lengthens it to cover that gap with half again to
+ *    spare, at least doubling it (not above the maximum): a longer poll would
+ *    have caught the job. Covering the gap matters: kernels a steady 30 µs
+ *    apart (a host loop that synchronises every call) would otherwise leave
+ *    the poll cycling between halving on the expiry and doubling on the
+ *    wake-up, every job a wake-up that arrives after the job is done;
  *  - a poll that saw itself descheduled (a gap of POOL_SPIN_GAP_NS between
  *    two of its clock reads), or a wake-up that took longer than the longest
  *    poll, says the cores are oversubscribed (other processes, or threads
@@ -36,8 +40,11 @@ typedef enum pool_spin_event {
 } pool_spin_event_t;
 
 /* The next poll length (ns) after `event`, from the current one and the
- * longest allowed (max_ns; 0 turns polling off). */
-int64_t tpu_pool_spin_next(int64_t spin_ns, int64_t max_ns, pool_spin_event_t event);
+ * longest allowed (max_ns; 0 turns polling off). gap_ns: for
+ * POOL_SPIN_WOKEN_SOON, how long after the poll ran out the job was
+ * published (ignored for the other events). */
+int64_t tpu_pool_spin_next(int64_t spin_ns, int64_t max_ns, pool_spin_event_t event,
+                           int64_t gap_ns);
 
 /* The longest poll (ns): TORCH_TPU_POOL_SPIN_US (default 100 µs), read
  * when the pool starts. */

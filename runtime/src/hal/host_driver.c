@@ -455,7 +455,8 @@ static void wait_for_work(tpu_hal_queue_t* q) {
     q->poll_ns = tpu_pool_spin_next(q->poll_ns, max,
                                     descheduled ? POOL_SPIN_DESCHEDULED
                                     : found     ? POOL_SPIN_FOUND
-                                                : POOL_SPIN_EXPIRED);
+                                                : POOL_SPIN_EXPIRED,
+                                    0);
   }
   int64_t asleep = -1;
   while ((q->count == 0 || q->inline_active) && !q->stop) {
@@ -467,7 +468,8 @@ static void wait_for_work(tpu_hal_queue_t* q) {
   if (asleep >= 0 && q->count > 0 && max > 0)
     q->poll_ns = tpu_pool_spin_next(q->poll_ns, max,
                                     tpu_monotonic_ns() - asleep < max ? POOL_SPIN_WOKEN_SOON
-                                                            : POOL_SPIN_WOKEN_LATE);
+                                                            : POOL_SPIN_WOKEN_LATE,
+                                    0); /* the queue keeps plain doubling: issue 30's drift runs */
 }
 
 static void* queue_main(void* arg) {

@@ -406,12 +406,26 @@ typedef struct rows_job {
   size_t row; /* bytes per row: B elements */
 } rows_job_t;
 
+/* Rows ahead of the copy whose lines are prefetched: the rows of a large
+ * table are scattered over DRAM, and a row's first miss waits a full
+ * memory latency that the hardware prefetchers cannot foresee. */
+#define ROWS_AHEAD 4
+#define ROWS_PREFETCH_MAX 8192 /* bytes of a row prefetched */
+
+static const char* rows_src(const rows_job_t* jb, int64_t i) {
+  int64_t a = i / jb->N, j = i % jb->N;
+  return jb->from + (size_t)(a * jb->S + jb->idx[j]) * jb->row;
+}
+
 static void rows_chunk(void* arg, int64_t begin, int64_t end) {
   const rows_job_t* jb = (const rows_job_t*)arg;
+  size_t ahead = jb->row < ROWS_PREFETCH_MAX ? jb->row : ROWS_PREFETCH_MAX;
   for (int64_t i = begin; i < end; ++i) {
-    int64_t a = i / jb->N, j = i % jb->N;
-    memcpy(jb->to + (size_t)i * jb->row, jb->from + (size_t)(a * jb->S + jb->idx[j]) * jb->row,
-           jb->row);
+    if (i + ROWS_AHEAD < end) {
+      const char* next = rows_src(jb, i + ROWS_AHEAD);
+      for (size_t b = 0; b < ahead; b += 64) __builtin_prefetch(next + b, 0, 3);
+    }
+    memcpy(jb->to + (size_t)i * jb->row, rows_src(jb, i), jb->row);
   }
 }
 
@@ -521,6 +535,7 @@ typedef struct emb_job {
   char* acc;            /* [num_weights, d] in the compute type */
   int64_t padding_idx;
   bool scale;
+  tpu_dtype_t half;     /* emb_rows_half: the dtype of acc (float32 compute) */
 } emb_job_t;
 
 #define EMB_ROWS(C, T)                                                                  \
@@ -545,6 +560,37 @@ EMB_ROWS(F64, double)
 static void (*const k_emb_rows[TPU_COMPUTE_COUNT])(void*, int64_t, int64_t) = {
     [TPU_COMPUTE_F32] = emb_rows_F32, [TPU_COMPUTE_F64] = emb_rows_F64};
 
+/* Half-type weights: each row is summed in float32 over blocks of
+ * EMB_BLOCK columns on the task's stack and rounded once into acc (a
+ * contiguous bfloat16/float16 result), as emb_rows_F32 then a conversion
+ * would, without a float32 copy of the whole table (at GPT-2's vocabulary,
+ * 154 MB of fresh pages per call). */
+#define EMB_BLOCK 512
+static void emb_rows_half(void* arg, int64_t begin, int64_t end) {
+  const emb_job_t* j = (const emb_job_t*)arg;
+  size_t es = tpu_dtype_size(j->half);
+  float row[EMB_BLOCK];
+  for (int64_t w = begin; w < end; ++w) {
+    char* dst = j->acc + (size_t)(w * j->d) * es;
+    int64_t count = j->start[w + 1] - j->start[w];
+    if (w == j->padding_idx || count == 0) { /* +0.0 is all-zero bits in both half types */
+      memset(dst, 0, (size_t)j->d * es);
+      continue;
+    }
+    float scale = j->scale ? (float)(1.0 / (double)count) : 1.0f;
+    for (int64_t x0 = 0; x0 < j->d; x0 += EMB_BLOCK) {
+      int64_t nx = j->d - x0 < EMB_BLOCK ? j->d - x0 : EMB_BLOCK;
+      for (int64_t x = 0; x < nx; ++x) row[x] = 0;
+      for (int64_t k = j->start[w]; k < j->start[w + 1]; ++k) {
+        const float* g = (const float*)j->grad + j->order[k] * j->d + x0;
+        for (int64_t x = 0; x < nx; ++x) row[x] += g[x] * scale;
+      }
+      tpu_convert(dst + (size_t)x0 * es, j->half, 1, row, TPU_DTYPE_F32, 1, nx);
+    }
+  }
+}
+#undef EMB_BLOCK
+
 static tpu_status_t run_embedding(const ix_args_t* a, const tpu_node_t* node,
                                   const tpu_view_t* out) {
   int64_t n = tpu_view_numel(a->index), w = a->num_weights, d = a->sizes[1];
@@ -556,11 +602,13 @@ static tpu_status_t run_embedding(const ix_args_t* a, const tpu_node_t* node,
   TPU_RETURN_IF_ERROR(load_index(a->index, 0, 0, w, TPU_CODE_INDEX_ERROR, &idx));
   bool grad_direct = a->self->dtype == cdt && tpu_view_is_contiguous(a->self);
   bool acc_direct = out->dtype == cdt && tpu_view_is_contiguous(out);
+  bool acc_half = !acc_direct && ct == TPU_COMPUTE_F32 && tpu_view_is_contiguous(out) &&
+                  (out->dtype == TPU_DTYPE_BF16 || out->dtype == TPU_DTYPE_F16);
   int64_t* start = calloc((size_t)w + 2, sizeof(int64_t));
   int64_t* order = malloc((size_t)n * sizeof(int64_t) + sizeof(int64_t));
   void* grad = grad_direct ? NULL : malloc((size_t)(n * d) * es + es);
-  void* acc = acc_direct ? NULL : malloc((size_t)(w * d) * es);
-  if (!start || !order || (!grad_direct && !grad) || (!acc_direct && !acc)) {
+  void* acc = acc_direct || acc_half ? NULL : malloc((size_t)(w * d) * es);
+  if (!start || !order || (!grad_direct && !grad) || (!acc_direct && !acc_half && !acc)) {
     free(idx), free(start), free(order), free(grad), free(acc);
     return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "embedding backward scratch allocation failed");
   }
@@ -572,10 +620,17 @@ static tpu_status_t run_embedding(const ix_args_t* a, const tpu_node_t* node,
     tpu_view_t g = view_of(grad, cdt, a->self->ndim, a->self->sizes);
     view_copy(&g, a->self);
   }
-  emb_job_t job = {d, start, order, grad_direct ? tpu_view_ptr(a->self) : grad,
-                   acc_direct ? tpu_view_ptr(out) : acc, a->padding_idx, a->scale_grad_by_freq};
-  tpu_parallel_for(w, d >= WALK_GRAIN ? 1 : WALK_GRAIN / d, k_emb_rows[ct], &job);
-  if (!acc_direct) {
+  emb_job_t job = {d,
+                   start,
+                   order,
+                   grad_direct ? tpu_view_ptr(a->self) : grad,
+                   acc_direct || acc_half ? tpu_view_ptr(out) : acc,
+                   a->padding_idx,
+                   a->scale_grad_by_freq,
+                   out->dtype};
+  tpu_parallel_for(w, d >= WALK_GRAIN ? 1 : WALK_GRAIN / d, acc_half ? emb_rows_half : k_emb_rows[ct],
+                   &job);
+  if (!acc_direct && !acc_half) {
     tpu_view_t src = view_of(acc, cdt, 2, a->sizes);
     view_copy(out, &src);
   }
