@@ -328,6 +328,81 @@ VM_SIMD_CLONES static void forward_rows_f32(void* arg, int64_t begin, int64_t en
   }
 }
 
+/* A half-type row widened into float32 (exact), and a float32 row rounded
+ * once into a half-type one, bit for bit as tpu_convert: bfloat16 inline
+ * (half_bits.h), so the loops vectorise in the clones; float16 with F16C
+ * instructions in AVX-512 registers when the CPU has them (a NaN fixed up
+ * to half_bits.h's quiet NaN, as convert.c does), else by tpu_convert. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define NORM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+NORM_AVX512 static void widen_f16_avx512(float* dst, const uint16_t* h, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+    /* vcvtph2ps keeps a NaN's payload and sets its quiet bit: h2f(h, true) */
+    _mm512_mask_storeu_ps(dst + i, k, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, h + i)));
+  }
+}
+NORM_AVX512 static void narrow_f16_avx512(uint16_t* h, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+    __m512 v = _mm512_maskz_loadu_ps(k, src + i);
+    __m256i r = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    if (nan) { /* f2h: sign | 0x7e00, no payload */
+      __m512i top = _mm512_srli_epi32(_mm512_castps_si512(v), 16);
+      __m512i q = _mm512_or_si512(_mm512_and_si512(top, _mm512_set1_epi32(0x8000)),
+                                  _mm512_set1_epi32(0x7e00));
+      r = _mm256_mask_mov_epi16(r, nan, _mm512_cvtepi32_epi16(q));
+    }
+    _mm256_mask_storeu_epi16(h + i, k, r);
+  }
+}
+static bool f16_avx512(void) {
+  static atomic_int have = -1;
+  int v = atomic_load(&have);
+  if (v < 0) {
+    __builtin_cpu_init();
+    v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl");
+    atomic_store(&have, v);
+  }
+  return v;
+}
+#else
+static bool f16_avx512(void) { return false; }
+#endif
+
+static inline void widen_row(float* restrict dst, const void* src, tpu_dtype_t d, int64_t n) {
+  if (d != TPU_DTYPE_BF16) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (f16_avx512()) {
+      widen_f16_avx512(dst, (const uint16_t*)src, n);
+      return;
+    }
+#endif
+    tpu_convert(dst, TPU_DTYPE_F32, 1, src, d, 1, n);
+    return;
+  }
+  const uint16_t* restrict h = (const uint16_t*)src;
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf2f(h[i], true);
+}
+
+static inline void narrow_row(void* dst, tpu_dtype_t d, const float* restrict src, int64_t n) {
+  if (d != TPU_DTYPE_BF16) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (f16_avx512()) {
+      narrow_f16_avx512((uint16_t*)dst, src, n);
+      return;
+    }
+#endif
+    tpu_convert(dst, d, 1, src, TPU_DTYPE_F32, 1, n);
+    return;
+  }
+  uint16_t* restrict h = (uint16_t*)dst;
+  for (int64_t i = 0; i < n; ++i) h[i] = f2bf(src[i]);
+}
+
 /* forward_rows_f32 on half-type rows: each row widened into a float32
  * buffer, normalised there, rounded once into the output. */
 VM_SIMD_CLONES static void forward_rows_half(void* arg, int64_t begin, int64_t end) {
@@ -337,10 +412,10 @@ VM_SIMD_CLONES static void forward_rows_half(void* arg, int64_t begin, int64_t e
   float x[HALF_ROW], y[HALF_ROW];
   for (int64_t r = begin; r < end; ++r) {
     row_offsets(p, r, offs);
-    tpu_convert(x, TPU_DTYPE_F32, 1, view_at(a->x, offs[V_X]), a->x->dtype, 1, n);
+    widen_row(x, view_at(a->x, offs[V_X]), a->x->dtype, n);
     double mean, rstd;
     norm_row_f32(a->impl->rms, n, a->eps, p->wf, p->bf, x, y, &mean, &rstd);
-    tpu_convert(view_at(p->out[0], offs[V_OUT]), p->out[0]->dtype, 1, y, TPU_DTYPE_F32, 1, n);
+    narrow_row(view_at(p->out[0], offs[V_OUT]), p->out[0]->dtype, y, n);
     if (p->out[1]) set_stat(p->out[1], offs[V_MEAN], mean);
     set_stat(p->out[2], offs[V_RSTD], rstd);
   }
@@ -523,80 +598,6 @@ static inline void bwd_row_f32(const float* restrict x, const float* restrict g,
  * float32 (no double buffers). */
 enum { BWD_LANES = 32 }; /* ns_lanes32 adds them */
 
-/* A half-type row widened into float32 (exact), and a float32 row rounded
- * once into a half-type one, bit for bit as tpu_convert: bfloat16 inline
- * (half_bits.h), so the loops vectorise in the clones; float16 with F16C
- * instructions in AVX-512 registers when the CPU has them (a NaN fixed up
- * to half_bits.h's quiet NaN, as convert.c does), else by tpu_convert. */
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define NORM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-NORM_AVX512 static void widen_f16_avx512(float* dst, const uint16_t* h, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) {
-    __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
-    /* vcvtph2ps keeps a NaN's payload and sets its quiet bit: h2f(h, true) */
-    _mm512_mask_storeu_ps(dst + i, k, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, h + i)));
-  }
-}
-NORM_AVX512 static void narrow_f16_avx512(uint16_t* h, const float* src, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) {
-    __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
-    __m512 v = _mm512_maskz_loadu_ps(k, src + i);
-    __m256i r = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    if (nan) { /* f2h: sign | 0x7e00, no payload */
-      __m512i top = _mm512_srli_epi32(_mm512_castps_si512(v), 16);
-      __m512i q = _mm512_or_si512(_mm512_and_si512(top, _mm512_set1_epi32(0x8000)),
-                                  _mm512_set1_epi32(0x7e00));
-      r = _mm256_mask_mov_epi16(r, nan, _mm512_cvtepi32_epi16(q));
-    }
-    _mm256_mask_storeu_epi16(h + i, k, r);
-  }
-}
-static bool f16_avx512(void) {
-  static atomic_int have = -1;
-  int v = atomic_load(&have);
-  if (v < 0) {
-    __builtin_cpu_init();
-    v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl");
-    atomic_store(&have, v);
-  }
-  return v;
-}
-#else
-static bool f16_avx512(void) { return false; }
-#endif
-
-static inline void widen_row(float* restrict dst, const void* src, tpu_dtype_t d, int64_t n) {
-  if (d != TPU_DTYPE_BF16) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (f16_avx512()) {
-      widen_f16_avx512(dst, (const uint16_t*)src, n);
-      return;
-    }
-#endif
-    tpu_convert(dst, TPU_DTYPE_F32, 1, src, d, 1, n);
-    return;
-  }
-  const uint16_t* restrict h = (const uint16_t*)src;
-  for (int64_t i = 0; i < n; ++i) dst[i] = bf2f(h[i], true);
-}
-
-static inline void narrow_row(void* dst, tpu_dtype_t d, const float* restrict src, int64_t n) {
-  if (d != TPU_DTYPE_BF16) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (f16_avx512()) {
-      narrow_f16_avx512((uint16_t*)dst, src, n);
-      return;
-    }
-#endif
-    tpu_convert(dst, d, 1, src, TPU_DTYPE_F32, 1, n);
-    return;
-  }
-  uint16_t* restrict h = (uint16_t*)dst;
-  for (int64_t i = 0; i < n; ++i) h[i] = f2bf(src[i]);
-}
 
 VM_SIMD_CLONES static void backward_blocks_f32(void* arg, int64_t begin, int64_t end) {
   const plan_t* p = (const plan_t*)arg;
