@@ -5,6 +5,8 @@ in this machine's 32 MiB L3, and 8192 = 32 MiB per tensor, DRAM-sized):
   gelu       x + 0.5 * gelu(x * 1.7 + 0.1)            exact-erf GELU (the default)
   gelu_tanh  x + 0.5 * gelu(x * 1.7 + 0.1, 'tanh')    the tanh-approximation control
   rms_silu   rms_norm(x, (1024,)) * silu(g)
+  axpby      x * 0.5 + g * 1.5 - 0.25                   memory-bound controls: no
+  relu_res   relu(x * 1.7 + 0.1) + g                    transcendental, 12 B/element
 
 Columns, run in alternating rounds in one process (every column sees the same
 load), each round ~--round-time seconds of back-to-back calls, each call
@@ -24,7 +26,7 @@ and the bandwidth probes of the same size:
 Bandwidth of a probe = bytes it moves at minimum (read each input once, write
 the output once; write-allocate traffic not counted, as for the chains) /
 its min time. The roof bandwidth of a size is the best probe's; a chain's
-roof time = its minimum bytes (gelu: 8 B/element, rms_silu: 12) / that
+roof time = its minimum bytes (gelu: 8 B/element, the others 12) / that
 bandwidth, and "% of roof" = roof time / the chain's min time (= achieved
 GB/s / roof GB/s). Per cell: min and median over all calls of all rounds.
 
@@ -46,7 +48,7 @@ Between a CPU and a tpu column the loop sleeps SETTLE_S (PyTorch's OpenMP
 threads spin for a while after a parallel region) and each column makes one
 untimed call first (see bench_defer.py's docstring for both).
 
-Usage: python bench/bench_roof.py [--rows 2048,8192] [--chains gelu,gelu_tanh,rms_silu]
+Usage: python bench/bench_roof.py [--rows 2048,8192] [--chains gelu,gelu_tanh,rms_silu,axpby,relu_res]
        [--columns defer,strict,cpu] [--rounds 5] [--round-time 0.25] [--threads 2]
        [--out PATH]
 """
@@ -70,7 +72,7 @@ import torch_tpu  # noqa: E402
 
 SETTLE_S = 0.1
 HIDDEN = 1024
-CHAIN_BYTES = {"gelu": 8, "gelu_tanh": 8, "rms_silu": 12}  # minimum bytes per element
+CHAIN_BYTES = {"gelu": 8, "gelu_tanh": 8, "rms_silu": 12, "axpby": 12, "relu_res": 12}  # minimum bytes per element
 PROBE_BYTES = {"copy_cpu": 8, "triad_cpu": 12, "copy_tpu": 8}
 CHAIN_COLUMNS = ("defer", "strict", "cpu", "inductor", "defer_nodewise")
 
@@ -82,6 +84,10 @@ def chain_fn(name):
         return lambda x, g: x + 0.5 * F.gelu(x * 1.7 + 0.1, approximate="tanh")
     if name == "rms_silu":
         return lambda x, g: F.rms_norm(x, (x.shape[-1],)) * F.silu(g)
+    if name == "axpby":
+        return lambda x, g: x * 0.5 + g * 1.5 - 0.25
+    if name == "relu_res":
+        return lambda x, g: torch.relu(x * 1.7 + 0.1) + g
     raise ValueError(name)
 
 
@@ -181,7 +187,7 @@ def summary(ts):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", default="2048,8192")
-    ap.add_argument("--chains", default="gelu,gelu_tanh,rms_silu")
+    ap.add_argument("--chains", default="gelu,gelu_tanh,rms_silu,axpby,relu_res")
     ap.add_argument("--columns", default="defer,strict,cpu")
     ap.add_argument("--probes", default="copy_cpu,triad_cpu,copy_tpu")
     ap.add_argument("--hot-rows", default="16,256", help="two cache-hot sizes for the compute cost")
