@@ -2,7 +2,8 @@
 once (hits counted), every way a program changes a weight is seen (the next
 GEMM reads the new values, compared with PyTorch CPU on the same weights),
 and float32 results are the same bits whether or not the cache holds the
-weight (bfloat16 reads a weight's first use plain: kernels/matmul/mxu_pack.h).
+weight (bfloat16, and float32 through W.t(), read a weight's first use
+plain: kernels/matmul/mxu_pack.h).
 
 Without a matrix unit for a dtype (an AVX2 CPU, bfloat16 without
 AVX512-BF16) nothing is cached, and the same checks hold."""
@@ -58,8 +59,8 @@ def test_an_unchanged_weight_is_laid_out_once(dtype):
     for y in outs:
         _close(y, cpu(x), dtype)
         assert torch.equal(y, outs[1])  # from the second call on: the blocked kernel
-        if dtype == torch.float32:      # float32 always reads the blocked B: the same bits
-            assert torch.equal(y, outs[0])
+        if dtype == torch.float32:  # the first call reads W.t() plain, later ones blocked:
+            assert torch.equal(y, outs[0])  # oneDNN's float32 kernels give the same bits
     if _unit(dtype):
         assert after["hits"] - before["hits"] == 2      # calls 3 and 4
         assert after["entries"] - before["entries"] == 1

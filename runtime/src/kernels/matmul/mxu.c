@@ -433,12 +433,15 @@ static tpu_status_t run_gemm_on_team(const mxu_gemm_t* g, bool b_own, bool* out_
   bool matrix = b_is_matrix(&g->b);
   bool cacheable =
       matrix && b_own && g->graph && !tpu_weight_cache_graph_writes(g->graph, &g->b);
-  /* the layout of B (mxu_pack.h): float32 always blocked; bfloat16 and int8
-   * once B was seen before. An int8 B laid out blocked carries the s8 x s8
-   * compensation, so the kernel neither copies nor sums it per call:
-   * 128x768 @ 768x3072 0.71 against 0.86 ms on 2 threads (issue 21's
-   * notes in bench/RESULTS.md); int8 sums are exact in either layout. */
-  bool blocked = matrix && (g->a.dtype == TPU_DTYPE_F32 || (cacheable && mxu_pack_seen(&g->b)));
+  /* the layout of B (mxu_pack.h): float32 blocked unless B is transposed
+   * (a Linear's weight, W.t()) and new; bfloat16 and int8 once B was seen
+   * before. An int8 B laid out blocked carries the s8 x s8 compensation, so
+   * the kernel neither copies nor sums it per call: 128x768 @ 768x3072 0.71
+   * against 0.86 ms on 2 threads (issue 21's notes in bench/RESULTS.md);
+   * int8 sums are exact in either layout. */
+  bool b_rows = g->b.sizes[2] == 1 || g->b.strides[2] == 1;
+  bool blocked = matrix && ((g->a.dtype == TPU_DTYPE_F32 && b_rows) ||
+                            (cacheable && mxu_pack_seen(&g->b)));
   dnnl_memory_desc_t bmd = NULL;
   /* built for the team it will run on: oneDNN takes a primitive's thread
    * count from the calling thread's OpenMP setting when it builds it, and

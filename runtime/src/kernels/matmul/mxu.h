@@ -19,7 +19,8 @@
  * before it is written.
  *
  * A B whose batch is 1 or broadcast (a weight, typically) is multiplied in
- * the kernel's blocked layout (bfloat16 and int8: from its second sighting on), kept
+ * the kernel's blocked layout (bfloat16, int8 and a transposed float32 B:
+ * from its second sighting on), kept
  * by the weight cache while it is read again unchanged (mxu_pack.h).
  *
  * Threads: a GEMM claims the compute pool's cores (tpu_parallel_exclusive)
