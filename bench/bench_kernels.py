@@ -6,7 +6,12 @@ load), reduced to the best round each; the ratio is tpu throughput / CPU
 throughput (>1: tpu faster). Each workload runs at least --rounds rounds
 per side (default 5), and more (up to 25) while either side has spent under
 --min-time seconds (default 1), so short workloads get more chances to run
-unperturbed on a shared machine.
+unperturbed on a shared machine. Between the two sides of a round the loop
+sleeps SETTLE_S, as bench_defer.py and bench_roof.py do: PyTorch CPU's
+OpenMP worker keeps spinning for milliseconds after a parallel region
+(OMP_WAIT_POLICY unset), and a tpu round timed in that window ran its
+pool's second thread on a shared core (GPT-2 T1024 embedding: 0.77-0.96x
+in some full runs against 1.2-2.0x alone); `--settle 0` turns it off.
 
 1. attention: F.scaled_dot_product_attention (batch 1, 8 heads, head_dim 64,
    causal, float32) at seq 512 / 2048 / 8192, forward and forward+backward,
@@ -63,9 +68,9 @@ if __name__ == "__main__":
     _t = _pre_parse_threads(sys.argv[1:])
     if _t:
         os.environ["TORCH_TPU_NUM_THREADS"] = _t
-    # PyTorch CPU's OpenMP threads otherwise keep spinning after each CPU
-    # round, into the tpu round that follows (libgomp reads this at start-up)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # OMP_WAIT_POLICY stays as the environment has it (unset: libgomp's
+    # default, as a user runs PyTorch): the columns are separated by idle
+    # time instead (SETTLE_S), and the header prints the setting.
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
@@ -355,6 +360,9 @@ def small_workloads(dtype=torch.float32, shapes=SMALL_SHAPES):
 # ---- timing -------------------------------------------------------------------------
 
 
+SETTLE_S = [0.05]  # idle time between the two sides of a round (--settle)
+
+
 def measure(w, rounds, min_time=0.0, max_rounds=25):
     """Best seconds per call on each device, tpu and CPU rounds alternating:
     at least `rounds` rounds, more (up to max_rounds) while either side has
@@ -369,6 +377,8 @@ def measure(w, rounds, min_time=0.0, max_rounds=25):
     while n < rounds or (n < max_rounds and min(spent.values()) < min_time):
         n += 1
         for d, fn in fns.items():
+            if SETTLE_S[0] > 0:
+                time.sleep(SETTLE_S[0])
             t0 = time.perf_counter()
             fn()
             sync(d)
@@ -396,19 +406,25 @@ def main():
     ap.add_argument("--seqs", default=None, help="attention sequence lengths (default 512,2048,8192)")
     ap.add_argument("--dtype", default="float32", help="dtype of the small ops (float32, bfloat16)")
     ap.add_argument("--match", default="", help="run only the workloads whose name contains this")
+    ap.add_argument("--settle", type=float, default=SETTLE_S[0],
+                    help="seconds idle before each side of a round (default %(default)s; 0: none)")
     a = ap.parse_args()
     rounds = a.rounds or (2 if a.quick else 5)
+    SETTLE_S[0] = a.settle
     if a.min_time is None:
         a.min_time = 0.3 if a.quick else 1.0
     pool = torch_tpu._C.compute_threads()
     torch.set_num_threads(a.threads or pool)
     threads = {"torch_cpu": torch.get_num_threads(), "tpu_pool": pool,
-               "TORCH_TPU_NUM_THREADS": os.environ.get("TORCH_TPU_NUM_THREADS")}
+               "TORCH_TPU_NUM_THREADS": os.environ.get("TORCH_TPU_NUM_THREADS"),
+               "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY")}
     if threads["torch_cpu"] != pool:
         print(f"warning: torch threads {threads['torch_cpu']} != tpu pool {pool}")
     print(f"threads: PyTorch CPU torch.get_num_threads() = {threads['torch_cpu']}, "
           f"tpu pool = {pool} (TORCH_TPU_NUM_THREADS={threads['TORCH_TPU_NUM_THREADS'] or 'unset: cores'}); "
-          f"rounds: best of >= {rounds} alternating (more, up to 25, until each side ran {a.min_time} s)", flush=True)
+          f"rounds: best of >= {rounds} alternating (more, up to 25, until each side ran {a.min_time} s), "
+          f"{a.settle} s idle before each side; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset (libgomp default)')}",
+          flush=True)
 
     only = set(a.only.split(","))
     seqs = [int(s) for s in (a.seqs or ("512,2048" if a.quick else "512,2048,8192")).split(",")]
