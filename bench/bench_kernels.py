@@ -7,11 +7,10 @@ throughput (>1: tpu faster). Each workload runs at least --rounds rounds
 per side (default 5), and more (up to 25) while either side has spent under
 --min-time seconds (default 1), so short workloads get more chances to run
 unperturbed on a shared machine. Between the two sides of a round the loop
-sleeps SETTLE_S, as bench_defer.py and bench_roof.py do: PyTorch CPU's
-OpenMP worker keeps spinning for milliseconds after a parallel region
-(OMP_WAIT_POLICY unset), and a tpu round timed in that window ran its
-pool's second thread on a shared core (GPT-2 T1024 embedding: 0.77-0.96x
-in some full runs against 1.2-2.0x alone); `--settle 0` turns it off.
+sleeps SETTLE_S, as bench_defer.py and bench_roof.py do: at the default
+OMP_WAIT_POLICY PyTorch CPU's OpenMP worker keeps spinning for a while
+after a parallel region, into whatever is timed next; `--settle 0` turns
+it off.
 
 1. attention: F.scaled_dot_product_attention (batch 1, 8 heads, head_dim 64,
    causal, float32) at seq 512 / 2048 / 8192, forward and forward+backward,
