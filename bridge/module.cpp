@@ -133,6 +133,7 @@ PYBIND11_MODULE(_C, m) {
     d["empty_takes"] = s.empty_takes;
     d["caller_sleeps"] = s.caller_sleeps;
     d["spin_ns"] = s.spin_ns;
+    d["pinned"] = s.pinned;
     return d;
   });
   m.def("set_weight_cache_limit", [](int64_t bytes) { tpu_weight_cache_set_limit(bytes); });

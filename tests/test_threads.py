@@ -147,3 +147,49 @@ def test_rng_in_threads_gives_valid_samples():
         torch.testing.assert_close(a, b, rtol=0, atol=0)
         assert 0 <= a.min() and a.max() < 1
     assert not torch.equal(got[0][0], got[1][0])
+
+
+_PIN_PROBE = r"""
+import os, json, torch, torch_tpu
+x = torch.ones(256, 1024, device="tpu")
+x.sum(0).cpu()  # starts the pool and chip 0's queue worker
+aff = {}
+for tid in os.listdir("/proc/self/task"):
+    name = open(f"/proc/self/task/{tid}/comm").read().strip()
+    if name in ("tpu-pool", "tpu0-queue"):
+        aff.setdefault(name, []).append(sorted(os.sched_getaffinity(int(tid))))
+print(json.dumps({"stats": torch_tpu.pool_stats(), "aff": aff}))
+"""
+
+
+def _pin_probe(**env):
+    import json
+    import os
+    import subprocess
+    import sys
+    full = {k: v for k, v in os.environ.items()
+            if k not in ("TORCH_TPU_PIN_THREADS", "TORCH_TPU_NUM_THREADS", "LOCAL_WORLD_SIZE")}
+    full.update(env)
+    out = subprocess.run([sys.executable, "-c", _PIN_PROBE], env=full, capture_output=True,
+                         text=True, timeout=300, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_pool_pins_a_thread_per_core_only_when_it_owns_the_cores():
+    import os
+    cores = len(os.sched_getaffinity(0))
+    if cores < 2:
+        import pytest
+        pytest.skip("one core: nothing to pin")
+    # auto, the pool spanning every allowed core: each worker and chip 0's
+    # queue worker on a core of its own, all different
+    r = _pin_probe()
+    assert r["stats"]["threads"] == cores and r["stats"]["pinned"] == cores
+    cpus = [a for name in ("tpu0-queue", "tpu-pool") for a in r["aff"][name]]
+    assert all(len(a) == 1 for a in cpus) and len({a[0] for a in cpus}) == cores
+    # off; fewer threads than cores (auto); several ranks on the host (auto): none pinned
+    for env in ({"TORCH_TPU_PIN_THREADS": "off"}, {"TORCH_TPU_NUM_THREADS": str(cores - 1)},
+                {"LOCAL_WORLD_SIZE": "2", "TORCH_TPU_NUM_CHIPS": "1"}):
+        r = _pin_probe(**env)
+        assert r["stats"]["pinned"] == 0, env
+        assert all(len(a) == cores for aff in r["aff"].values() for a in aff), env

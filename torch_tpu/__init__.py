@@ -25,9 +25,11 @@ def _apply_visible_chips() -> None:
     process started by torchrun sees one chip per local process
     (LOCAL_WORLD_SIZE), as a CUDA process sees every local GPU, so
     ``torch.tpu.set_device(LOCAL_RANK)`` works."""
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    if local.isdigit() and int(local) > 1:  # the ranks share this host's cores: pin nothing
+        os.environ.setdefault("TORCH_TPU_PIN_THREADS", "off")
     env = os.environ.get("TPU_VISIBLE_CHIPS")
     if not env:
-        local = os.environ.get("LOCAL_WORLD_SIZE", "")
         if "TORCH_TPU_NUM_CHIPS" not in os.environ and local.isdigit() and int(local) > 1:
             os.environ["TORCH_TPU_NUM_CHIPS"] = local
         return
@@ -158,9 +160,11 @@ def pool_stats() -> dict:
     the cores were oversubscribed: a poll descheduled, or a wake-up slower
     than the longest poll), 'sleeps', 'wakeups' (jobs that signalled
     sleeping workers), 'empty_takes' (a worker reached a job already done),
-    'caller_sleeps' (a kernel slept waiting for a worker's chunk) and
-    'spin_ns' (the current poll length). TORCH_TPU_POOL_SPIN_US sets the
-    longest poll (default 100; 0: workers sleep between jobs)."""
+    'caller_sleeps' (a kernel slept waiting for a worker's chunk),
+    'spin_ns' (the current poll length) and 'pinned' (threads pinned to a
+    core of their own: the workers and chip 0's queue worker, see
+    TORCH_TPU_PIN_THREADS). TORCH_TPU_POOL_SPIN_US sets the longest poll
+    (default 100; 0: workers sleep between jobs)."""
     return dict(_C.pool_stats())
 
 

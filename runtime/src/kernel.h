@@ -68,6 +68,11 @@ bool tpu_weight_cache_graph_writes(const tpu_graph_t* graph, const tpu_view_t* v
 void tpu_parallel_for(int64_t n, int64_t grain, void (*fn)(void* arg, int64_t begin, int64_t end),
                       void* arg);
 int tpu_parallel_threads(void);
+/* Pins the calling thread to the core of the pool's share 0 when the pool
+ * pins its workers (TORCH_TPU_PIN_THREADS, pool.c); else does nothing. For
+ * the thread that runs one chip's kernels (the host driver's chip-0 queue
+ * worker). */
+void tpu_parallel_pin_caller(void);
 
 /* Calls fn(arg, threads) on the calling thread with the pool's cores claimed
  * for a library that brings its own threads (the matrix unit's OpenMP team):

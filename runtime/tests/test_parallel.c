@@ -1,6 +1,6 @@
 /* test_parallel.c — the compute pool (pool.c): tpu_parallel_for covers
  * every index exactly once under runs of small jobs and concurrent callers,
- * jobs are split over the workers (and counted), a worker polling between
+ * jobs are split over the workers (and counted) in static shares, a worker polling between
  * back-to-back jobs finds the next one, an idle pool stops polling, and the
  * poll-length rule of pool_spin.h step by step. */
 #include <pthread.h>
@@ -125,6 +125,54 @@ TEST(parallel_for_workers_poll_between_jobs) {
   CHECK(met == 50);
   CHECK(after.jobs - before.jobs >= 50);
   CHECK(after.spin_hits + after.spin_backoffs > before.spin_hits + before.spin_backoffs);
+}
+
+/* Static shares: with two threads and 8 chunks, the caller owns chunks 0-3
+ * and the worker 4-7, each run from its front, leftovers taken from the
+ * back. Chunk 0 (the caller's first) waits until another chunk has started,
+ * so the worker arrives while the caller is busy: its first chunk must be
+ * the front of its own share, 4, not the next free one (1). */
+typedef struct shares {
+  pthread_t caller;
+  atomic_int started;
+  atomic_int worker_first; /* the first chunk a worker ran, or -1 */
+  atomic_int runs[8];
+} shares_t;
+
+static void share_chunk(void* arg, int64_t begin, int64_t end) {
+  shares_t* s = arg;
+  for (int64_t c = begin; c < end; ++c) {
+    atomic_fetch_add(&s->runs[c], 1);
+    if (!pthread_equal(pthread_self(), s->caller)) {
+      int none = -1;
+      atomic_compare_exchange_strong(&s->worker_first, &none, (int)c);
+    }
+    if (c == 0) {
+      int64_t until = mono_ns() + 1000000000;
+      while (atomic_load(&s->started) == 0 && mono_ns() < until) {
+      }
+    } else {
+      atomic_fetch_add(&s->started, 1);
+    }
+  }
+}
+
+TEST(parallel_for_static_shares) {
+  if (tpu_parallel_threads() != 2) return; /* the shares below assume two threads */
+  int split = 0;
+  for (int rep = 0; rep < 20; ++rep) {
+    shares_t s = {.caller = pthread_self()};
+    atomic_init(&s.started, 0);
+    atomic_init(&s.worker_first, -1);
+    for (int c = 0; c < 8; ++c) atomic_init(&s.runs[c], 0);
+    tpu_parallel_for(8, 1, share_chunk, &s);
+    for (int c = 0; c < 8; ++c) CHECK(atomic_load(&s.runs[c]) == 1);
+    int first = atomic_load(&s.worker_first);
+    CHECK(first == 4 || first == -1); /* -1: the worker never came (a loaded machine) */
+    if (first != 4 && first != -1) return;
+    split += first == 4;
+  }
+  CHECK(split > 0); /* the worker took part at least once in 20 tries of a second */
 }
 
 TEST(parallel_for_idle_pool_sleeps) {

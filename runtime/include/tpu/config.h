@@ -47,6 +47,8 @@ typedef enum tpu_config_kind {
     "compute pool threads (0: one per online core)")                                               \
   X(POOL_SPIN_US, "TORCH_TPU_POOL_SPIN_US", INT, "100", 0, 100000, NULL,                            \
     "most microseconds an idle compute thread polls before sleeping")                              \
+  X(PIN_THREADS, "TORCH_TPU_PIN_THREADS", STRING, "auto", 0, 0, "auto|on|off",                       \
+    "pin compute threads to cores (auto: when the pool spans every core, one rank per host)")     \
   X(QUEUE_SPIN_US, "TORCH_TPU_QUEUE_SPIN_US", INT, "200", 0, 100000, NULL,                          \
     "most microseconds an idle queue worker polls before sleeping")                                \
   X(MXU, "TORCH_TPU_MXU", BOOL, "1", 0, 0, NULL, "0: no matrix unit (half GEMMs widened to float32)") \

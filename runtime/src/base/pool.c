@@ -14,9 +14,11 @@
  * (tpu_parallel_exclusive) workers do not poll; they are nudged awake when
  * the library is done, to poll for the kernels after it. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,12 +31,28 @@
 /* How long a caller polls for workers still inside a chunk. */
 #define CALLER_SPIN_NS 50000
 
+#define POOL_MAX_THREADS 64
+
+/* A job's chunks are dealt out in equal contiguous shares, one per pool
+ * thread (share 0: the caller; share i: worker i), as OpenMP's static
+ * schedule does: a kernel run again on the same data (a benchmark's loop,
+ * a layer applied step after step) finds each thread's share still in that
+ * core's private cache. A thread runs its own share from the front, then
+ * takes what is left of the others' from the back, so a late or descheduled
+ * worker costs balance, not time. Each share is [lo, hi) of chunk indices,
+ * packed into one word (lo in the low half) and taken by compare-and-swap;
+ * shares sit on cache lines of their own. */
+typedef struct share {
+  _Alignas(64) atomic_ullong range;
+} share_t;
+
 typedef struct job {
   void (*fn)(void* arg, int64_t begin, int64_t end);
   void* arg;
   int64_t n, chunk;
-  atomic_llong next;   /* next chunk start */
+  int shares;
   atomic_int running;  /* workers still inside this job */
+  share_t share[POOL_MAX_THREADS];
 } job_t;
 
 typedef struct pool_counters {
@@ -55,8 +73,11 @@ static struct {
   int sleepers;           /* workers waiting on `wake`, under mu */
   bool wake_sent;         /* `wake` signalled, no worker back from it yet, under mu */
   int threads;
+  _Atomic int pinned;     /* threads pinned to cores */
+  bool pin_caller;        /* tpu_parallel_pin_caller pins (set by start_pool) */
+  int cpus[POOL_MAX_THREADS]; /* thread i's core when pinning (pin_cores) */
   int64_t spin_max_ns;
-  atomic_llong spin_ns[64]; /* each worker's current poll length, for the stats */
+  atomic_llong spin_ns[POOL_MAX_THREADS]; /* each worker's current poll length, for the stats */
   pool_counters_t c;
 } g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER,
             .wake = PTHREAD_COND_INITIALIZER,
@@ -101,13 +122,43 @@ int64_t tpu_pool_spin_max_ns(void) {
   return tpu_config_int(TPU_CONFIG_POOL_SPIN_US) * 1000;
 }
 
-static void run_chunks(job_t* job) {
+/* The next chunk index of share `sh`, from its front (its owner) or its
+ * back (a thief); -1 when the share is used up. */
+static int64_t take_chunk(share_t* sh, bool front) {
+  unsigned long long r = atomic_load_explicit(&sh->range, memory_order_relaxed);
   for (;;) {
-    int64_t begin = atomic_fetch_add(&job->next, job->chunk);
-    if (begin >= job->n) return;
-    int64_t end = begin + job->chunk < job->n ? begin + job->chunk : job->n;
-    job->fn(job->arg, begin, end);
+    unsigned long long lo = r & 0xffffffffu, hi = r >> 32;
+    if (lo >= hi) return -1;
+    unsigned long long next = front ? r + 1 : ((hi - 1) << 32) | lo;
+    if (atomic_compare_exchange_weak_explicit(&sh->range, &r, next, memory_order_relaxed,
+                                              memory_order_relaxed))
+      return (int64_t)(front ? lo : hi - 1);
   }
+}
+
+static void run_chunk(const job_t* job, int64_t c) {
+  int64_t begin = c * job->chunk;
+  int64_t end = begin + job->chunk < job->n ? begin + job->chunk : job->n;
+  job->fn(job->arg, begin, end);
+}
+
+/* Thread `self`'s share, then the others'. */
+static void run_chunks(job_t* job, int self) {
+  int64_t c;
+  if (self < job->shares)
+    while ((c = take_chunk(&job->share[self], true)) >= 0) run_chunk(job, c);
+  for (int k = 1; k <= job->shares; ++k) {
+    share_t* victim = &job->share[(self + k) % job->shares];
+    while ((c = take_chunk(victim, false)) >= 0) run_chunk(job, c);
+  }
+}
+
+static bool job_taken(job_t* job) {
+  for (int i = 0; i < job->shares; ++i) {
+    unsigned long long r = atomic_load_explicit(&job->share[i].range, memory_order_relaxed);
+    if ((r & 0xffffffffu) < (r >> 32)) return false;
+  }
+  return true;
 }
 
 typedef enum poll_outcome { POLL_FOUND, POLL_EXPIRED, POLL_YIELDED } poll_outcome_t;
@@ -190,9 +241,8 @@ static void* worker_main(void* arg) {
     atomic_store_explicit(&g_pool.spin_ns[index], spin, memory_order_relaxed);
     pthread_mutex_unlock(&g_pool.mu);
     if (!job) continue; /* a nudge, or a job that had already ended */
-    if (atomic_load_explicit(&job->next, memory_order_relaxed) >= job->n)
-      count(&g_pool.c.empty_takes);
-    run_chunks(job);
+    if (job_taken(job)) count(&g_pool.c.empty_takes);
+    run_chunks(job, index);
     pthread_mutex_lock(&g_pool.mu);
     if (atomic_fetch_sub(&job->running, 1) == 1) pthread_cond_broadcast(&g_pool.done);
     pthread_mutex_unlock(&g_pool.mu);
@@ -200,23 +250,76 @@ static void* worker_main(void* arg) {
   return NULL;
 }
 
+/* Pinning. Left to itself, the kernel's scheduler often wakes a worker on
+ * the core of the thread that woke it (the caller, busy running its own
+ * share), and the two then take turns on one core while the other idles:
+ * measured on a 2-core VM after 50 ms idle, a 1024x768 column sum ran at
+ * one core's speed (80-120 µs a call instead of 25-35) for 25 ms, the
+ * worker and the chip-0 queue worker sharing a core the whole time. So, as
+ * OpenMP runtimes do under OMP_PROC_BIND, worker i is pinned to the i-th
+ * core the process may use and chip 0's queue worker (the caller of its
+ * kernels: share 0) to the first (tpu_parallel_pin_caller). "auto" pins
+ * only when that gives every thread a core of its own: the pool spans every
+ * allowed core (no TORCH_TPU_NUM_THREADS below it) and the process is not
+ * one of several ranks on the host (torch_tpu sets "off" when
+ * LOCAL_WORLD_SIZE > 1). The process's other threads (Python's, PyTorch's
+ * own OpenMP team) stay free. */
+static int allowed_cores(int* out_cpus, int max) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 0;
+  int n = 0;
+  for (int c = 0; c < CPU_SETSIZE && n < max; ++c)
+    if (CPU_ISSET(c, &set)) out_cpus[n++] = c;
+  return n;
+}
+
+static bool pin_to(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+}
+
+static void* pinned_worker_main(void* arg) {
+  int index = (int)(intptr_t)arg;
+  if (pin_to(g_pool.cpus[index])) atomic_fetch_add(&g_pool.pinned, 1);
+  return worker_main(arg);
+}
+
 static void start_pool(void) {
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  int threads = cores > 0 ? (int)cores : 1;
+  int cores = allowed_cores(g_pool.cpus, POOL_MAX_THREADS);
+  if (cores <= 0) {
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    cores = online > 0 ? (int)(online < POOL_MAX_THREADS ? online : POOL_MAX_THREADS) : 1;
+  }
+  int threads = cores;
   if (tpu_config_int(TPU_CONFIG_NUM_THREADS) > 0) threads = (int)tpu_config_int(TPU_CONFIG_NUM_THREADS);
-  if (threads > 64) threads = 64;
+  if (threads > POOL_MAX_THREADS) threads = POOL_MAX_THREADS;
+  const char* pin = tpu_config_string(TPU_CONFIG_PIN_THREADS);
+  bool pinning = threads > 1 && threads <= cores &&
+                 (strcmp(pin, "on") == 0 || (strcmp(pin, "auto") == 0 && threads == cores));
   g_pool.spin_max_ns = tpu_pool_spin_max_ns();
   g_pool.threads = threads;
+  g_pool.pin_caller = pinning;
   for (int i = 1; i < threads; ++i) {
     atomic_store(&g_pool.spin_ns[i], g_pool.spin_max_ns);
     pthread_t t;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&t, &attr, worker_main, (void*)(intptr_t)i) != 0) g_pool.threads = i;
+    if (pthread_create(&t, &attr, pinning ? pinned_worker_main : worker_main,
+                       (void*)(intptr_t)i) != 0)
+      g_pool.threads = i;
     pthread_attr_destroy(&attr);
     if (g_pool.threads == i) break;
   }
+}
+
+void tpu_parallel_pin_caller(void) {
+  tpu_parallel_threads();
+  if (g_pool.pin_caller && pin_to(g_pool.cpus[0]))
+    atomic_fetch_add(&g_pool.pinned, 1);
 }
 
 int tpu_parallel_threads(void) {
@@ -263,11 +366,16 @@ void tpu_parallel_for(int64_t n, int64_t grain, void (*fn)(void* arg, int64_t be
   count(&g_pool.c.jobs);
   int64_t chunks = (n + grain - 1) / grain;
   if (chunks > (int64_t)threads * 4) chunks = (int64_t)threads * 4;
-  job_t job = {.fn = fn, .arg = arg, .n = n, .chunk = (n + chunks - 1) / chunks};
-  atomic_init(&job.next, 0);
+  job_t job = {.fn = fn, .arg = arg, .n = n, .chunk = (n + chunks - 1) / chunks, .shares = threads};
+  chunks = (n + job.chunk - 1) / job.chunk;
+  for (int i = 0; i < threads; ++i) {
+    unsigned long long lo = (unsigned long long)(chunks * i / threads);
+    unsigned long long hi = (unsigned long long)(chunks * (i + 1) / threads);
+    atomic_init(&job.share[i].range, (hi << 32) | lo);
+  }
   atomic_init(&job.running, 0);
   publish(&job);
-  run_chunks(&job);
+  run_chunks(&job, 0);
   pthread_mutex_lock(&g_pool.mu);
   g_pool.job = NULL; /* later arrivals see no job */
   pthread_mutex_unlock(&g_pool.mu);
@@ -312,6 +420,7 @@ void tpu_pool_stats(tpu_pool_stats_t* out_stats) {
   s.wakeups = atomic_load(&c->wakeups);
   s.empty_takes = atomic_load(&c->empty_takes);
   s.caller_sleeps = atomic_load(&c->caller_sleeps);
+  s.pinned = atomic_load(&g_pool.pinned);
   for (int i = 1; i < s.threads; ++i) {
     int64_t v = atomic_load_explicit(&g_pool.spin_ns[i], memory_order_relaxed);
     if (v > s.spin_ns) s.spin_ns = v;
