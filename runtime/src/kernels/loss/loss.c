@@ -102,6 +102,8 @@ tpu_status_t tpu_loss_parse(const tpu_op_def_t* def, const tpu_node_t* node, los
 
 int64_t tpu_loss_offset(const loss_args_t* a, const tpu_view_t* v, int64_t q, int64_t c) {
   int64_t off = c * v->strides[a->class_dim];
+  if (a->sample_ndim == 1) /* [N, C]: no divisions (q < N) */
+    return off + q * v->strides[a->sample_dims[0]];
   for (int32_t j = a->sample_ndim - 1; j >= 0; --j) {
     int32_t d = a->sample_dims[j];
     off += (q % v->sizes[d]) * v->strides[d];
@@ -170,7 +172,9 @@ static void chunk_work(void* arg, int64_t begin, int64_t end) {
         view_set_f64(p->out, tpu_loss_offset(a, p->out, q0 + j, t), g);
         continue;
       }
-      v[j] = -wt * view_get_f64(a->x, tpu_loss_offset(a, a->x, q0 + j, t));
+      int64_t off = tpu_loss_offset(a, a->x, q0 + j, t);
+      v[j] = -wt * (a->x->dtype == TPU_DTYPE_F32 ? (double)*(const float*)view_at(a->x, off)
+                                                 : view_get_f64(a->x, off));
       loss += v[j];
       weight += wt;
     }
