@@ -10,7 +10,12 @@ unperturbed on a shared machine. Between the two sides of a round the loop
 sleeps SETTLE_S, as bench_defer.py and bench_roof.py do: at the default
 OMP_WAIT_POLICY PyTorch CPU's OpenMP worker keeps spinning for a while
 after a parallel region, into whatever is timed next; `--settle 0` turns
-it off.
+it off. The sleep is followed by one untimed round on the side about to be
+timed, as in bench_defer.py and bench_roof.py: on this VM the first calls
+after 10 ms or more of idle are cold for PyTorch CPU and tpu alike (CPU's
+sum(0) of 128x3072 at the default OpenMP setting: 12 us warm, ~5 ms for
+the first call after 20-50 ms idle and ~1 ms for the second), and a loop
+that runs back to back never pays that.
 
 1. attention: F.scaled_dot_product_attention (batch 1, 8 heads, head_dim 64,
    causal, float32) at seq 512 / 2048 / 8192, forward and forward+backward,
@@ -378,6 +383,8 @@ def measure(w, rounds, min_time=0.0, max_rounds=25):
         for d, fn in fns.items():
             if SETTLE_S[0] > 0:
                 time.sleep(SETTLE_S[0])
+                fn()  # untimed: the first calls after an idle spell are cold (see the docstring)
+                sync(d)
             t0 = time.perf_counter()
             fn()
             sync(d)
