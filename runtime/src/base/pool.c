@@ -281,6 +281,20 @@ static bool pin_to(int cpu) {
   return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
 }
 
+/* The calling thread was pinned by tpu_parallel_pin_caller. */
+static _Thread_local bool tl_pinned_caller;
+
+/* Every core of the pool, for a pinned caller handing the cores to a
+ * library's OpenMP team: libgomp starts its team's threads with their
+ * creator's affinity, so a team first started by a pinned caller would
+ * run every thread on that one core (a 2048^3 float32 GEMM at half speed). */
+static void unpin_for_team(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int i = 0; i < g_pool.threads; ++i) CPU_SET(g_pool.cpus[i], &set);
+  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
 static void* pinned_worker_main(void* arg) {
   int index = (int)(intptr_t)arg;
   if (pin_to(g_pool.cpus[index])) atomic_fetch_add(&g_pool.pinned, 1);
@@ -318,8 +332,10 @@ static void start_pool(void) {
 
 void tpu_parallel_pin_caller(void) {
   tpu_parallel_threads();
-  if (g_pool.pin_caller && pin_to(g_pool.cpus[0]))
+  if (g_pool.pin_caller && pin_to(g_pool.cpus[0])) {
+    tl_pinned_caller = true;
     atomic_fetch_add(&g_pool.pinned, 1);
+  }
 }
 
 int tpu_parallel_threads(void) {
@@ -401,7 +417,9 @@ void tpu_parallel_exclusive(void (*fn)(void* arg, int threads), void* arg) {
   }
   count(&g_pool.c.exclusive);
   atomic_store_explicit(&g_pool.exclusive, true, memory_order_relaxed);
+  if (tl_pinned_caller) unpin_for_team();
   fn(arg, threads);
+  if (tl_pinned_caller) pin_to(g_pool.cpus[0]);
   atomic_store_explicit(&g_pool.exclusive, false, memory_order_relaxed);
   publish(NULL); /* workers that slept through it poll for the next kernel */
   pthread_mutex_unlock(&g_pool.busy);
