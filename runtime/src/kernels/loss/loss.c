@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/half_bits.h"
 #include "kernels/loss/loss.h"
 
 #define CHUNK 4096 /* samples per work item */
@@ -142,6 +143,18 @@ typedef struct plan {
   int64_t* bad_value;     /* ... and that target */
 } plan_t;
 
+/* self's element at `off`, read in place for float32 and the half types
+ * (the values tpu_convert gives: exact, a half-type NaN quietened). */
+static inline double x_at(const tpu_view_t* x, int64_t off) {
+  const void* p = view_at(x, off);
+  switch (x->dtype) {
+    case TPU_DTYPE_F32: return *(const float*)p;
+    case TPU_DTYPE_BF16: return bf2f(*(const uint16_t*)p, true);
+    case TPU_DTYPE_F16: return h2f(*(const uint16_t*)p, true);
+    default: return view_get_f64(x, off);
+  }
+}
+
 static void chunk_work(void* arg, int64_t begin, int64_t end) {
   const plan_t* p = (const plan_t*)arg;
   const loss_args_t* a = p->a;
@@ -172,9 +185,7 @@ static void chunk_work(void* arg, int64_t begin, int64_t end) {
         view_set_f64(p->out, tpu_loss_offset(a, p->out, q0 + j, t), g);
         continue;
       }
-      int64_t off = tpu_loss_offset(a, a->x, q0 + j, t);
-      v[j] = -wt * (a->x->dtype == TPU_DTYPE_F32 ? (double)*(const float*)view_at(a->x, off)
-                                                 : view_get_f64(a->x, off));
+      v[j] = -wt * x_at(a->x, tpu_loss_offset(a, a->x, q0 + j, t));
       loss += v[j];
       weight += wt;
     }

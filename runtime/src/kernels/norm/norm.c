@@ -191,10 +191,16 @@ static inline void row_offsets(const plan_t* p, int64_t r, int64_t* offs) {
     walk_offsets(&p->rows, p->rows.ndim, r, offs);
 }
 
-/* Stores a row's mean or rstd (float32 directly, other dtypes converted). */
+/* Stores a row's mean or rstd: float32 and the half types directly (as
+ * tpu_convert rounds a double into them: to float, then to the half type),
+ * other dtypes through tpu_convert. */
 static inline void set_stat(const tpu_view_t* v, int64_t off, double value) {
   if (v->dtype == TPU_DTYPE_F32)
     *(float*)view_at(v, off) = (float)value;
+  else if (v->dtype == TPU_DTYPE_BF16)
+    *(uint16_t*)view_at(v, off) = f2bf((float)value);
+  else if (v->dtype == TPU_DTYPE_F16)
+    *(uint16_t*)view_at(v, off) = f2h((float)value);
   else
     view_set_f64(v, off, value);
 }
