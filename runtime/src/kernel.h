@@ -73,12 +73,6 @@ int tpu_parallel_threads(void);
  * the thread that runs one chip's kernels (the host driver's chip-0 queue
  * worker). */
 void tpu_parallel_pin_caller(void);
-/* Frees the OpenMP team the calling thread led for a library
- * (tpu_parallel_exclusive), if any: for a stream's worker about to sleep,
- * so that an idle tpu leaves PyTorch's own OpenMP team alone (pool.c). */
-void tpu_parallel_release_team(void);
-/* True when the calling thread leads such a team. */
-bool tpu_parallel_has_team(void);
 
 /* Calls fn(arg, threads) on the calling thread with the pool's cores claimed
  * for a library that brings its own threads (the matrix unit's OpenMP team):

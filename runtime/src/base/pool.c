@@ -283,13 +283,6 @@ static bool pin_to(int cpu) {
 
 /* The calling thread was pinned by tpu_parallel_pin_caller. */
 static _Thread_local bool tl_pinned_caller;
-/* The calling thread has led a library's OpenMP team since it last
- * released it (tpu_parallel_release_team). */
-static _Thread_local bool tl_team;
-
-/* OpenMP 5.0 (libgomp, PyTorch's too): frees the calling thread's team. */
-int omp_pause_resource_all(int kind);
-#define OMP_PAUSE_SOFT 1
 
 /* Every core of the pool, for a pinned caller handing the cores to a
  * library's OpenMP team: libgomp starts its team's threads with their
@@ -425,7 +418,6 @@ void tpu_parallel_exclusive(void (*fn)(void* arg, int threads), void* arg) {
   count(&g_pool.c.exclusive);
   atomic_store_explicit(&g_pool.exclusive, true, memory_order_relaxed);
   if (tl_pinned_caller) unpin_for_team();
-  tl_team = true;
   fn(arg, threads);
   if (tl_pinned_caller) pin_to(g_pool.cpus[0]);
   atomic_store_explicit(&g_pool.exclusive, false, memory_order_relaxed);
@@ -452,21 +444,4 @@ void tpu_pool_stats(tpu_pool_stats_t* out_stats) {
     if (v > s.spin_ns) s.spin_ns = v;
   }
   *out_stats = s;
-}
-
-/* A team led by a stream's worker is a second libgomp team in the process
- * (PyTorch's CPU kernels lead the first); libgomp, counting more threads
- * than cores, then throttles every team's spinning, and PyTorch's CPU
- * kernels in the same process wake their worker on every parallel region:
- * after one tpu GEMM, sum(0) of 512x512 on PyTorch CPU 8.6 -> 17.4 us,
- * layer_norm of 512x128 17 -> 69, the train_gpt step 11.2 -> 24.6 ms. So
- * a stream's worker frees its team once it has been idle for a while
- * (host_driver.c): starting a team again costs the next GEMM milliseconds
- * (oneDNN sets up each new thread), too much to pay after every gap. */
-bool tpu_parallel_has_team(void) { return tl_team; }
-
-void tpu_parallel_release_team(void) {
-  if (!tl_team) return;
-  tl_team = false;
-  omp_pause_resource_all(OMP_PAUSE_SOFT);
 }

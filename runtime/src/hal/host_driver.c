@@ -24,7 +24,6 @@
  * the op) and returned by the next queue_wait_idle, which clears it; the
  * commands after it, and the nodes after a failing one in the same graph or
  * program, still run (tpu_program_run). */
-#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -416,7 +415,6 @@ static tpu_status_t run_command(tpu_hal_queue_t* q, tpu_hal_command_t* cmd) {
  * poll); a poll that runs out halves it; a poll that saw itself descheduled
  * (an oversubscribed core) drops to the minimum. */
 #define START_SPIN_US 20
-#define TEAM_IDLE_NS 50000000 /* 50 ms */
 
 static int64_t spin_max_from_env(void) { return tpu_config_int(TPU_CONFIG_QUEUE_SPIN_US) * 1000; }
 
@@ -461,27 +459,10 @@ static void wait_for_work(tpu_hal_queue_t* q) {
                                     0);
   }
   int64_t asleep = -1;
-  /* An OpenMP team this worker led for the matrix unit is freed once the
-   * worker has slept TEAM_IDLE_NS without work (pool.c,
-   * tpu_parallel_release_team): a busy stream keeps it. */
-  bool team = tpu_parallel_has_team();
   while ((q->count == 0 || q->inline_active) && !q->stop) {
     if (asleep < 0) asleep = tpu_monotonic_ns();
     q->sleeping = true;
-    if (team) {
-      struct timespec until;
-      clock_gettime(CLOCK_REALTIME, &until);
-      until.tv_nsec += TEAM_IDLE_NS;
-      if (until.tv_nsec >= 1000000000) until.tv_sec += 1, until.tv_nsec -= 1000000000;
-      if (pthread_cond_timedwait(&q->has_work, &q->mu, &until) == ETIMEDOUT) {
-        team = false;
-        pthread_mutex_unlock(&q->mu);
-        tpu_parallel_release_team();
-        pthread_mutex_lock(&q->mu);
-      }
-    } else {
-      pthread_cond_wait(&q->has_work, &q->mu);
-    }
+    pthread_cond_wait(&q->has_work, &q->mu);
     q->sleeping = false;
   }
   if (asleep >= 0 && q->count > 0 && max > 0)
