@@ -30,8 +30,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 
 CONFIGS = ("cpu", "strict", "defer")
-THREAD_VARS = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "MKL_NUM_THREADS", "TORCH_TPU_PIN_THREADS",
-               "TORCH_TPU_NUM_THREADS", "TORCH_TPU_POOL_SPIN_US", "TORCH_TPU_QUEUE_SPIN_US")
+THREAD_VARS = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "MKL_NUM_THREADS",
+               "TORCH_TPU_NUM_THREADS", "TORCH_TPU_PIN_THREADS", "TORCH_TPU_POOL_SPIN_US",
+               "TORCH_TPU_QUEUE_SPIN_US")
 
 
 def measure(rounds, steps, warmup):

@@ -1,8 +1,8 @@
 /* test_parallel.c — the compute pool (pool.c): tpu_parallel_for covers
  * every index exactly once under runs of small jobs and concurrent callers,
- * jobs are split over the workers (and counted) in static shares, a worker polling between
- * back-to-back jobs finds the next one, an idle pool stops polling, and the
- * poll-length rule of pool_spin.h step by step. */
+ * jobs are split over the workers (and counted) in static shares, a worker
+ * polling between back-to-back jobs finds the next one, an idle pool stops
+ * polling, and the poll-length rule of pool_spin.h step by step. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>

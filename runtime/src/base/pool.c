@@ -74,8 +74,8 @@ static struct {
   bool wake_sent;         /* `wake` signalled, no worker back from it yet, under mu */
   int threads;
   _Atomic int pinned;     /* threads pinned to cores */
-  bool pin_caller;        /* tpu_parallel_pin_caller pins (set by start_pool) */
-  int cpus[POOL_MAX_THREADS]; /* thread i's core when pinning (pin_cores) */
+  bool pinning;           /* pool threads are pinned (set by start_pool) */
+  int cpus[POOL_MAX_THREADS]; /* thread i's core when pinning (allowed_cores) */
   int64_t spin_max_ns;
   atomic_llong spin_ns[POOL_MAX_THREADS]; /* each worker's current poll length, for the stats */
   pool_counters_t c;
@@ -193,9 +193,12 @@ static poll_outcome_t poll_for_job(uint64_t seen, int64_t* spin_ns) {
   return outcome;
 }
 
+static bool pin_to(int index); /* pinning, below */
+
 static void* worker_main(void* arg) {
   int index = (int)(intptr_t)arg;
   pthread_setname_np(pthread_self(), "tpu-pool");
+  if (g_pool.pinning) pin_to(index);
   int64_t spin = g_pool.spin_max_ns;
   uint64_t seen = 0;
   for (;;) {
@@ -274,11 +277,19 @@ static int allowed_cores(int* out_cpus, int max) {
   return n;
 }
 
-static bool pin_to(int cpu) {
+/* Limits the calling thread to cores cpus[0..n). */
+static bool set_cores(const int* cpus, int n) {
   cpu_set_t set;
   CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
+  for (int i = 0; i < n; ++i) CPU_SET(cpus[i], &set);
   return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+}
+
+/* Pins the calling thread to pool thread `index`'s core, and counts it. */
+static bool pin_to(int index) {
+  if (!set_cores(&g_pool.cpus[index], 1)) return false;
+  atomic_fetch_add(&g_pool.pinned, 1);
+  return true;
 }
 
 /* The calling thread was pinned by tpu_parallel_pin_caller. */
@@ -288,18 +299,7 @@ static _Thread_local bool tl_pinned_caller;
  * library's OpenMP team: libgomp starts its team's threads with their
  * creator's affinity, so a team first started by a pinned caller would
  * run every thread on that one core (a 2048^3 float32 GEMM at half speed). */
-static void unpin_for_team(void) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (int i = 0; i < g_pool.threads; ++i) CPU_SET(g_pool.cpus[i], &set);
-  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-}
-
-static void* pinned_worker_main(void* arg) {
-  int index = (int)(intptr_t)arg;
-  if (pin_to(g_pool.cpus[index])) atomic_fetch_add(&g_pool.pinned, 1);
-  return worker_main(arg);
-}
+static void unpin_for_team(void) { set_cores(g_pool.cpus, g_pool.threads); }
 
 static void start_pool(void) {
   int cores = allowed_cores(g_pool.cpus, POOL_MAX_THREADS);
@@ -315,16 +315,14 @@ static void start_pool(void) {
                  (strcmp(pin, "on") == 0 || (strcmp(pin, "auto") == 0 && threads == cores));
   g_pool.spin_max_ns = tpu_pool_spin_max_ns();
   g_pool.threads = threads;
-  g_pool.pin_caller = pinning;
+  g_pool.pinning = pinning;
   for (int i = 1; i < threads; ++i) {
     atomic_store(&g_pool.spin_ns[i], g_pool.spin_max_ns);
     pthread_t t;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&t, &attr, pinning ? pinned_worker_main : worker_main,
-                       (void*)(intptr_t)i) != 0)
-      g_pool.threads = i;
+    if (pthread_create(&t, &attr, worker_main, (void*)(intptr_t)i) != 0) g_pool.threads = i;
     pthread_attr_destroy(&attr);
     if (g_pool.threads == i) break;
   }
@@ -332,10 +330,7 @@ static void start_pool(void) {
 
 void tpu_parallel_pin_caller(void) {
   tpu_parallel_threads();
-  if (g_pool.pin_caller && pin_to(g_pool.cpus[0])) {
-    tl_pinned_caller = true;
-    atomic_fetch_add(&g_pool.pinned, 1);
-  }
+  if (g_pool.pinning) tl_pinned_caller = pin_to(0);
 }
 
 int tpu_parallel_threads(void) {
@@ -419,7 +414,7 @@ void tpu_parallel_exclusive(void (*fn)(void* arg, int threads), void* arg) {
   atomic_store_explicit(&g_pool.exclusive, true, memory_order_relaxed);
   if (tl_pinned_caller) unpin_for_team();
   fn(arg, threads);
-  if (tl_pinned_caller) pin_to(g_pool.cpus[0]);
+  if (tl_pinned_caller) set_cores(g_pool.cpus, 1);
   atomic_store_explicit(&g_pool.exclusive, false, memory_order_relaxed);
   publish(NULL); /* workers that slept through it poll for the next kernel */
   pthread_mutex_unlock(&g_pool.busy);
