@@ -63,16 +63,30 @@ FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2")
 
 # ---------------------------------------------------------------- timing
 
+SETTLE_S = [0.05]  # idle time before each side of a round (--settle)
+
+
 def compare_spread(calls, rounds):
     """side_by_side.compare, keeping every round: one warm-up call each, then
     `rounds` alternating rounds (tpu then cpu), the device synchronised inside
-    the timed region. Returns {dev: [seconds, ...]}."""
+    the timed region. Returns {dev: [seconds, ...]}.
+
+    Before each timed call the loop sleeps SETTLE_S and makes one untimed
+    call, as bench_kernels.py does: at the default OMP_WAIT_POLICY PyTorch
+    CPU's OpenMP worker spins for a few ms after a parallel region, on a core
+    the tpu's next kernel needs (2048^3 bfloat16 right after a CPU GEMM:
+    14.2 ms, 10.6 after 5 ms of idle), and the first call after an idle
+    spell is cold on either side; a loop that runs one device back to back
+    pays neither."""
     for d in calls:
         calls[d]()
         sync(d.split("_")[0])
     times = {d: [] for d in calls}
     for _ in range(rounds):
         for d in calls:
+            if SETTLE_S[0] > 0:
+                time.sleep(SETTLE_S[0])
+                calls[d]()  # untimed (see above)
             sync(d.split("_")[0])
             t0 = time.perf_counter()
             calls[d]()
@@ -560,9 +574,13 @@ def main():
                     help="also ResNet-50's other 1x1 convolutions in bfloat16 (stride-2 "
                          "downsampling, 14x14/7x7 expansions, channels_last); with "
                          "--conv-gemm-ab also with the 1x1 GEMM paths off")
+    ap.add_argument("--settle", type=float, default=SETTLE_S[0],
+                    help="seconds of idle, then one untimed call, before each timed call "
+                         "(default 0.05; 0: none)")
     ap.add_argument("--out", default=None, help="JSON path (default bench/results/matmul.json)")
     a = ap.parse_args()
     rounds = a.rounds or (5 if a.quick else 7)
+    SETTLE_S[0] = a.settle
     batches = [1] if a.quick else [1, 8]
 
     load_start = os.getloadavg()
@@ -575,6 +593,8 @@ def main():
     print("cpu flags: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in flags.items()))
     print(f"loadavg at start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}")
     show_matrix_unit("matrix_unit", mu_before)
+    print(f"{a.settle} s idle and one untimed call before each timed call; OMP_WAIT_POLICY="
+          f"{os.environ.get('OMP_WAIT_POLICY', 'unset (libgomp default)')}")
     print(f"rounds {rounds} (alternating tpu, cpu; min and median); times in ms; "
           f"GF/s from min; x = cpu_ms / tpu_ms (>1: tpu faster)")
     print(HEADER)

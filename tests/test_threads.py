@@ -153,8 +153,23 @@ _PIN_PROBE = r"""
 import os, json, torch, torch_tpu
 x = torch.ones(256, 1024, device="tpu")
 x.sum(0).cpu()  # starts the pool and chip 0's queue worker
+torch.ones(2, 2).sum(0)  # and PyTorch CPU's own OpenMP team
+threads_before = len(os.listdir("/proc/self/task"))
+# GEMMs on the matrix unit, split by rows, columns and batch over the pool:
+# no OpenMP team of their own (mxu.c)
 a = torch.randn(512, 512, device="tpu")
-(a @ a).cpu()  # a GEMM on the queue worker: the matrix unit's OpenMP team starts
+for dt in (torch.float32, torch.bfloat16):
+    w = torch.randn(512, 768, device="tpu", dtype=dt)
+    (a.to(dt) @ w).cpu(), (a[:8].to(dt) @ w).cpu()
+    (torch.randn(4, 64, 512, device="tpu", dtype=dt) @ w).cpu()
+q = torch.randint(-128, 127, (96, 256), dtype=torch.int8)
+torch._int_mm(q.to("tpu"), q.t().contiguous().to("tpu")).cpu()
+threads_gemm = len(os.listdir("/proc/self/task"))
+# a convolution on the queue worker: oneDNN's convolution primitives run on
+# an OpenMP team (where the unit takes bfloat16 convolutions)
+c = torch.randn(1, 64, 28, 28, device="tpu", dtype=torch.bfloat16)
+k = torch.randn(64, 64, 3, 3, device="tpu", dtype=torch.bfloat16)
+torch.nn.functional.conv2d(c, k, padding=1).cpu()
 aff, single = {}, []
 for tid in os.listdir("/proc/self/task"):
     # (threads a tpu thread starts, such as the OpenMP team, inherit its name)
@@ -163,7 +178,9 @@ for tid in os.listdir("/proc/self/task"):
     aff.setdefault(name, []).append(mask)
     if len(mask) == 1:
         single.append(mask[0])
-print(json.dumps({"stats": torch_tpu.pool_stats(), "aff": aff, "single": sorted(single)}))
+print(json.dumps({"stats": torch_tpu.pool_stats(), "aff": aff, "single": sorted(single),
+                  "threads_before": threads_before, "threads_gemm": threads_gemm,
+                  "mxu": torch_tpu.matrix_unit()}))
 """
 
 
@@ -193,7 +210,7 @@ def test_pool_pins_a_thread_per_core_only_when_it_owns_the_cores():
     assert all(len(a) == 1 for a in r["aff"]["tpu-pool"])
     assert [1 for a in r["aff"]["tpu0-queue"] if len(a) == 1] == [1]
     # exactly those threads are pinned, each to a core of its own: no other
-    # thread inherited a pin (libgomp starts the matrix unit's team with its
+    # thread inherited a pin (libgomp starts a convolution's team with its
     # creator's affinity: the pinned caller unpins while the team runs)
     assert r["single"] == sorted(os.sched_getaffinity(0))
     # off; fewer threads than cores (auto); several ranks on the host (auto): none pinned
@@ -202,3 +219,15 @@ def test_pool_pins_a_thread_per_core_only_when_it_owns_the_cores():
         r = _pin_probe(**env)
         assert r["stats"]["pinned"] == 0, env
         assert r["single"] == [], env
+
+
+def test_matrix_unit_gemms_start_no_openmp_team():
+    # A team started from a tpu thread is a second libgomp team in the
+    # process: libgomp then throttles every team's spinning, PyTorch CPU's
+    # too (mxu.c). The unit's GEMMs run as parts over the compute pool.
+    r = _pin_probe()
+    if r["mxu"]["gemms"] == 0:
+        import pytest
+        pytest.skip("no matrix unit on this CPU: " + r["mxu"]["isa"])
+    assert r["mxu"]["gemms"] >= 7
+    assert r["threads_gemm"] == r["threads_before"]

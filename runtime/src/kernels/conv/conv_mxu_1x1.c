@@ -137,6 +137,7 @@ static tpu_status_t gemm(const pw_problem_t* pb, tpu_view_t a, tpu_view_t b, tpu
   g.a = a, g.b = b, g.c = c, g.alpha = 1.0f, g.beta = beta;
   g.graph = NULL; /* activations: never the weight cache's */
   g.serial = pb->serial;
+  g.team = true; /* the per-image GEMMs' tile checks assume the whole product */
   return tpu_mxu_gemm(&g, out_done);
 }
 
@@ -201,7 +202,7 @@ static tpu_status_t run_positions(pw_problem_t* pb, int64_t n, int64_t p0, int64
   g.b = fwd ? mat(pb->w.addr, dt, 0, in->c, C, ws[1], ws[0])
             : mat(pb->w.addr, dt, 0, in->c, C, ws[0], ws[1]);
   g.c = mat((uint64_t)(uintptr_t)m, dt, 0, rows, C, C, 1);
-  g.alpha = 1.0f, g.serial = pb->serial;
+  g.alpha = 1.0f, g.serial = pb->serial, g.team = true;
   if (pb->bias) {
     const tpu_view_t* bv = pb->bias;
     g.has_bias = true;

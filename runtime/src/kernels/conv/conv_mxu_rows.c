@@ -290,6 +290,7 @@ static tpu_status_t run_gemm(tpu_view_t a, tpu_view_t b, tpu_view_t c, const tpu
   if (j->parts > SPLIT_MAX) j->parts = SPLIT_MAX;
   tpu_status_t st = TPU_OK;
   if (j->parts < 2) {
+    g->team = true; /* unsplit (TORCH_TPU_CONV_SPLIT=0, or few rows): the team, as before */
     st = tpu_mxu_gemm(g, out_done);
   } else {
     tpu_parallel_for(j->parts, 1, split_run, j);

@@ -306,8 +306,9 @@ bool tpu_mxu_gemm_on_tiles(const mxu_gemm_t* g) {
   mxu_once();
   if (!g_mxu.bf16 || !g_mxu.tiles || g->a.dtype != TPU_DTYPE_BF16) return true;
   int prev = omp_get_max_threads();
-  int team = g->serial ? 1 : tpu_parallel_threads();
-  omp_set_num_threads(team > 0 ? team : 1); /* oneDNN blocks for the team it sees */
+  /* oneDNN blocks for the team it sees: one thread, but for a GEMM on a team */
+  int team = g->team && !g->serial ? tpu_parallel_threads() : 1;
+  omp_set_num_threads(team > 0 ? team : 1);
   dnnl_primitive_desc_t pd = gemm_pd(g, false);
   omp_set_num_threads(prev);
   const char* impl = NULL;
@@ -319,17 +320,86 @@ bool tpu_mxu_gemm_on_tiles(const mxu_gemm_t* g) {
 
 /* ---- execution --------------------------------------------------------------- */
 
+/* How a GEMM (or one part of it) reads B, decided once per GEMM. */
+typedef struct b_plan {
+  bool cacheable;       /* the weight cache may keep B's blocked form */
+  bool blocked;         /* B is read in the kernel's blocked layout */
+  mxu_packed_t* packed; /* the whole B laid out once for every part (borrowed), or NULL */
+  int64_t col0;         /* this part's B: the whole B's columns from col0 on */
+} b_plan_t;
+
 typedef struct mxu_run {
   dnnl_primitive_t prim; /* built for a team of `team` threads */
   int team;
   const mxu_gemm_t* g;
+  const b_plan_t* plan;
   dnnl_memory_desc_t blocked; /* B's layout for the kernel (owned), or NULL: B as it is */
-  bool cacheable;              /* the weight cache may keep B's blocked form */
   dnnl_status_t status;
   tpu_status_t pack_status; /* laying out B failed */
 } mxu_run_t;
 
 static void* view_base(const tpu_view_t* v) { return (void*)(uintptr_t)v->addr; }
+
+/* The element offset in blocked layout `whole` of column col0 of a matrix
+ * whose columns [col0, col0 + n) are laid out as `part` would lay them out
+ * on its own (same blocks and strides, col0 on a block boundary); false when
+ * they are not (another blocking, or an int8 layout, whose compensation
+ * follows its own data). */
+static bool column_offset(const_dnnl_memory_desc_t whole, const_dnnl_memory_desc_t part,
+                          int64_t col0, int64_t* out_elems) {
+  dnnl_format_kind_t fw = dnnl_format_kind_undef, fp = dnnl_format_kind_undef;
+  dnnl_data_type_t dt = dnnl_data_type_undef;
+  int nd = 0, nb = 0, nbp = -1;
+  const dnnl_dims_t *sw, *sp, *bw, *bp, *iw, *ip, *pw, *pp;
+  if (dnnl_memory_desc_query(whole, dnnl_query_format_kind, &fw) != dnnl_success ||
+      dnnl_memory_desc_query(part, dnnl_query_format_kind, &fp) != dnnl_success ||
+      fw != dnnl_blocked || fp != dnnl_blocked ||
+      dnnl_memory_desc_query(whole, dnnl_query_data_type, &dt) != dnnl_success ||
+      (dt != dnnl_bf16 && dt != dnnl_f16 && dt != dnnl_f32) ||
+      dnnl_memory_desc_query(whole, dnnl_query_ndims_s32, &nd) != dnnl_success ||
+      dnnl_memory_desc_query(whole, dnnl_query_inner_nblks_s32, &nb) != dnnl_success ||
+      dnnl_memory_desc_query(part, dnnl_query_inner_nblks_s32, &nbp) != dnnl_success ||
+      nb != nbp || dnnl_memory_desc_query(whole, dnnl_query_strides, &sw) != dnnl_success ||
+      dnnl_memory_desc_query(part, dnnl_query_strides, &sp) != dnnl_success ||
+      dnnl_memory_desc_query(whole, dnnl_query_inner_blks, &bw) != dnnl_success ||
+      dnnl_memory_desc_query(part, dnnl_query_inner_blks, &bp) != dnnl_success ||
+      dnnl_memory_desc_query(whole, dnnl_query_inner_idxs, &iw) != dnnl_success ||
+      dnnl_memory_desc_query(part, dnnl_query_inner_idxs, &ip) != dnnl_success ||
+      dnnl_memory_desc_query(whole, dnnl_query_padded_dims, &pw) != dnnl_success ||
+      dnnl_memory_desc_query(part, dnnl_query_padded_dims, &pp) != dnnl_success)
+    return false;
+  int64_t block = 1; /* the columns' block */
+  for (int i = 0; i < nb; ++i) {
+    if ((*bw)[i] != (*bp)[i] || (*iw)[i] != (*ip)[i]) return false;
+    if ((*iw)[i] == nd - 1) block *= (*bw)[i];
+  }
+  for (int d = 0; d < nd; ++d)
+    if ((*sw)[d] != (*sp)[d] || (d < nd - 1 && (*pw)[d] != (*pp)[d])) return false;
+  if (col0 % block != 0 || col0 + (*pp)[nd - 1] > (*pw)[nd - 1]) return false;
+  *out_elems = col0 / block * (*sw)[nd - 1];
+  return true;
+}
+
+/* B in `r`'s blocked layout, at *out_data: the plan's shared copy of the
+ * whole B when it has that layout at this part's columns, else from the
+ * cache or laid out now. *out_packed holds the reference to release. */
+static tpu_status_t packed_b(const mxu_run_t* r, const_dnnl_memory_desc_t plain,
+                             dnnl_stream_t stream, mxu_packed_t** out_packed, void** out_data) {
+  mxu_packed_t* shared = r->plan->packed;
+  int64_t off = 0;
+  if (shared && ((r->plan->col0 == 0 && dnnl_memory_desc_equal(shared->md, r->blocked)) ||
+                 column_offset(shared->md, r->blocked, r->plan->col0, &off))) {
+    dnnl_data_type_t dt = dnnl_data_type_undef;
+    dnnl_memory_desc_query(shared->md, dnnl_query_data_type, &dt);
+    *out_packed = mxu_packed_retain(shared);
+    *out_data = (char*)shared->data + off * (int64_t)dnnl_data_type_size(dt);
+    return TPU_OK;
+  }
+  tpu_status_t st = mxu_pack_get(&r->g->b, plain, r->blocked, r->plan->cacheable, g_mxu.engine,
+                                 stream, out_packed);
+  if (st == TPU_OK) *out_data = (*out_packed)->data;
+  return st;
+}
 
 static void run_on(void* arg, int threads) {
   mxu_run_t* r = (mxu_run_t*)arg;
@@ -363,10 +433,10 @@ static void run_on(void* arg, int threads) {
       break;
     }
     if (i == 1 && r->blocked) {
-      r->pack_status = mxu_pack_get(&g->b, md, r->blocked, r->cacheable, g_mxu.engine, stream,
-                                    &packed);
+      void* data = NULL;
+      r->pack_status = packed_b(r, md, stream, &packed, &data);
       if (r->pack_status == TPU_OK)
-        r->status = dnnl_memory_create(&mem[i], r->blocked, g_mxu.engine, packed->data);
+        r->status = dnnl_memory_create(&mem[i], r->blocked, g_mxu.engine, data);
     } else {
       r->status = dnnl_memory_create(&mem[i], md, g_mxu.engine, view_base(views[i]));
     }
@@ -425,39 +495,42 @@ static tpu_status_t dense_copy(tpu_view_t src, bool fill, void** out_scratch,
   return TPU_OK;
 }
 
-/* `b_own`: B is the caller's view (not a scratch copy), so its blocked
- * form may be cached. Sets the calling thread's OpenMP team size (run_gemm
- * restores it). */
-static tpu_status_t run_gemm_on_team(const mxu_gemm_t* g, bool b_own, bool* out_done) {
-  tpu_status_t st;
+/* How `g` reads B (`b_own`: B is the caller's view, not a scratch copy, so
+ * its blocked form may be cached): float32 blocked unless B is transposed
+ * (a Linear's weight, W.t()) and new; bfloat16 and int8 once B was seen
+ * before (mxu_pack.h). An int8 B laid out blocked carries the s8 x s8
+ * compensation, so the kernel neither copies nor sums it per call: 128x768
+ * @ 768x3072 0.71 against 0.86 ms on 2 threads (issue 21's notes in
+ * bench/RESULTS.md); int8 sums are exact in either layout. Lists B as seen:
+ * called once per GEMM, whatever its parts. */
+static b_plan_t plan_b(const mxu_gemm_t* g, bool b_own) {
+  b_plan_t p = {false, false, NULL, 0};
   bool matrix = b_is_matrix(&g->b);
-  bool cacheable =
-      matrix && b_own && g->graph && !tpu_weight_cache_graph_writes(g->graph, &g->b);
-  /* the layout of B (mxu_pack.h): float32 blocked unless B is transposed
-   * (a Linear's weight, W.t()) and new; bfloat16 and int8 once B was seen
-   * before. An int8 B laid out blocked carries the s8 x s8 compensation, so
-   * the kernel neither copies nor sums it per call: 128x768 @ 768x3072 0.71
-   * against 0.86 ms on 2 threads (issue 21's notes in bench/RESULTS.md);
-   * int8 sums are exact in either layout. */
+  p.cacheable = matrix && b_own && g->graph && !tpu_weight_cache_graph_writes(g->graph, &g->b);
   bool b_rows = g->b.sizes[2] == 1 || g->b.strides[2] == 1;
-  bool blocked = matrix && ((g->a.dtype == TPU_DTYPE_F32 && b_rows) ||
-                            (cacheable && mxu_pack_seen(&g->b)));
+  p.blocked = matrix && ((g->a.dtype == TPU_DTYPE_F32 && b_rows) ||
+                         (p.cacheable && mxu_pack_seen(&g->b)));
+  return p;
+}
+
+/* Runs `g` on a team of `team` threads (1: on the calling thread), B read
+ * as `plan` says; *out_done stays false when oneDNN has no brgemm kernel for
+ * it (declined). Sets the calling thread's OpenMP team size (run_gemm
+ * restores it). */
+static tpu_status_t run_part(const mxu_gemm_t* g, const b_plan_t* plan, int team,
+                             bool* out_done) {
+  tpu_status_t st;
   dnnl_memory_desc_t bmd = NULL;
   /* built for the team it will run on: oneDNN takes a primitive's thread
    * count from the calling thread's OpenMP setting when it builds it, and
-   * an earlier serial run on this thread (conv_mxu.c's split, a busy pool)
-   * leaves that at 1, which made the next GEMMs here run on one thread
-   * (test_matmul_int8.c); run_on rebuilds it if the pool is busy */
-  int team = g->serial ? 1 : tpu_parallel_threads();
-  omp_set_num_threads(team > 0 ? team : 1);
-  dnnl_primitive_t prim = gemm_primitive(g, blocked, &bmd, &st);
-  if (!prim) {
-    if (st == TPU_OK) atomic_fetch_add(&g_mxu.declined, 1);
-    return st;
-  }
-  mxu_run_t run = {prim, team > 0 ? team : 1, g, blocked ? bmd : NULL, blocked && cacheable,
-                   dnnl_success, TPU_OK};
-  if (g->serial)
+   * an earlier serial run on this thread leaves that at 1, which made the
+   * next GEMMs here run on one thread (test_matmul_int8.c); run_on rebuilds
+   * it if the pool is busy */
+  omp_set_num_threads(team);
+  dnnl_primitive_t prim = gemm_primitive(g, plan->blocked, &bmd, &st);
+  if (!prim) return st; /* declined, or an engine failure */
+  mxu_run_t run = {prim, team, g, plan, plan->blocked ? bmd : NULL, dnnl_success, TPU_OK};
+  if (team == 1)
     run_on(&run, 1);
   else
     tpu_parallel_exclusive(run_on, &run);
@@ -468,17 +541,188 @@ static tpu_status_t run_gemm_on_team(const mxu_gemm_t* g, bool b_own, bool* out_
     return tpu_status_make(
         run.status == dnnl_out_of_memory ? TPU_CODE_OUT_OF_MEMORY : TPU_CODE_INTERNAL,
         "the matrix unit failed (oneDNN status %d)", (int)run.status);
-  atomic_fetch_add(&g_mxu.gemms, 1);
   *out_done = true;
   return TPU_OK;
 }
 
-/* run_gemm_on_team, leaving the calling thread's OpenMP setting as it was:
- * a small command may run on the submitting thread, PyTorch's own, whose
- * CPU kernels size their teams from that setting. */
+/* ---- splitting over the compute pool ------------------------------------------ */
+
+/* A GEMM runs as parts, one single-threaded oneDNN GEMM each, over the
+ * compute pool, not on an OpenMP team: a team started from a stream's
+ * worker is a second libgomp team in the process, and libgomp, counting
+ * more threads than cores, then throttles every team's spinning, so
+ * PyTorch's own CPU kernels in the same process wake their worker on every
+ * parallel region (measured after one GEMM on a team: sum(0) of 512x512
+ * 8.6 -> 17.4 us, layer_norm of 512x128 17 -> 69 us, the train_gpt step
+ * 11.2 -> 24.6 ms).
+ *
+ * The parts: the batch when it has a part for every thread; else rows, 32 or
+ * more a part, all parts reading one B (laid out once, here, when the plan
+ * blocks it, so the weight cache sees one sighting and one packing per
+ * GEMM); else columns in 64-column blocks (a decode step's 1-row LM head),
+ * each part reading its own slice of B in the blocked layout (brgemm takes
+ * no plain B or C whose row stride exceeds its width) and writing a dense
+ * scratch C when its slice is not. */
+enum { SPLIT_BATCH, SPLIT_ROWS, SPLIT_COLS };
+#define SPLIT_COL_BLOCK 64
+#define SPLIT_MIN_ROWS 32
+
+typedef struct gemm_split {
+  const mxu_gemm_t* g;
+  b_plan_t plan; /* whole B: batch and row parts */
+  bool b_own;
+  int how;
+  int64_t total, parts;
+  tpu_status_t* st; /* [parts] */
+  bool* done;       /* [parts] */
+} gemm_split_t;
+
+static tpu_view_t slice(tpu_view_t v, int dim, int64_t i0, int64_t i1) {
+  v.addr += (uint64_t)(i0 * v.strides[dim] * (int64_t)tpu_dtype_size(v.dtype));
+  v.sizes[dim] = i1 - i0;
+  return v;
+}
+
+/* Part i of a column split: B's columns [i0, i1), read from the whole B
+ * laid out once (prime_b) where the part's kernel blocks them alike, else
+ * laid out for the part; into a dense scratch C unless C's slice is dense. */
+static tpu_status_t run_cols(const gemm_split_t* j, mxu_gemm_t p, int64_t i0, int64_t i1,
+                             bool* out_done) {
+  p.b = slice(p.b, 2, i0, i1);
+  tpu_view_t c = slice(p.c, 2, i0, i1);
+  if (p.has_bias) p.bias = slice(p.bias, 2, i0, i1);
+  b_plan_t plan = {j->plan.cacheable, true, j->plan.packed, i0};
+  void* scratch = NULL;
+  p.c = c;
+  tpu_status_t st = TPU_OK;
+  if (c.sizes[1] > 1 && c.strides[1] != c.sizes[2])
+    st = dense_copy(c, p.beta != 0.0f, &scratch, &p.c);
+  if (st == TPU_OK) st = run_part(&p, &plan, 1, out_done);
+  if (st == TPU_OK && *out_done && scratch) view_copy(&c, &p.c);
+  free(scratch);
+  return st;
+}
+
+static void split_part(void* arg, int64_t begin, int64_t end) {
+  gemm_split_t* j = (gemm_split_t*)arg;
+  for (int64_t i = begin; i < end; ++i) {
+    mxu_gemm_t p = *j->g;
+    p.serial = true;
+    int64_t i0, i1;
+    if (j->how == SPLIT_ROWS) {
+      mxu_row_part(j->total, j->parts, i, &i0, &i1);
+      p.a = slice(p.a, 1, i0, i1), p.c = slice(p.c, 1, i0, i1);
+      j->st[i] = run_part(&p, &j->plan, 1, &j->done[i]);
+    } else if (j->how == SPLIT_COLS) {
+      int64_t blocks = j->total / SPLIT_COL_BLOCK;
+      i0 = blocks * i / j->parts * SPLIT_COL_BLOCK;
+      i1 = i + 1 == j->parts ? j->total : blocks * (i + 1) / j->parts * SPLIT_COL_BLOCK;
+      j->st[i] = run_cols(j, p, i0, i1, &j->done[i]);
+    } else {
+      i0 = j->total * i / j->parts, i1 = j->total * (i + 1) / j->parts;
+      p.a = slice(p.a, 0, i0, i1), p.c = slice(p.c, 0, i0, i1);
+      if (!b_is_matrix(&p.b)) p.b = slice(p.b, 0, i0, i1);
+      j->st[i] = run_part(&p, &j->plan, 1, &j->done[i]);
+    }
+  }
+}
+
+/* Lays out the whole B once for the parts (plan->blocked), on the calling
+ * thread, in the layout `part0`'s kernel asks for: from the weight cache
+ * when it has it, with one sighting and at most one packing per GEMM. A
+ * part whose kernel asks for another layout lays out its own (packed_b).
+ * plan->packed is a new reference (run_split releases it). */
+static tpu_status_t prime_b(const mxu_gemm_t* part0, b_plan_t* plan) {
+  tpu_status_t st = TPU_OK;
+  dnnl_memory_desc_t want = NULL, plain = NULL;
+  dnnl_stream_t stream = NULL;
+  omp_set_num_threads(1);
+  dnnl_primitive_t prim = gemm_primitive(part0, true, &want, &st);
+  if (!prim) return st; /* declined: each part declines too */
+  if (!md_of(&part0->b, gemm_ndims(part0), false, &plain) ||
+      dnnl_stream_create(&stream, g_mxu.engine, dnnl_stream_default_flags) != dnnl_success)
+    st = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matrix unit: no memory to lay out B");
+  if (st == TPU_OK)
+    st = mxu_pack_get(&part0->b, plain, want, plan->cacheable, g_mxu.engine, stream,
+                      &plan->packed);
+  if (stream) dnnl_stream_destroy(stream);
+  md_destroy(plain), md_destroy(want);
+  dnnl_primitive_destroy(prim);
+  return st;
+}
+
+static tpu_status_t run_split(const mxu_gemm_t* g, bool b_own, int threads, bool* out_done) {
+  int64_t batch = g->c.sizes[0], m = g->c.sizes[1], n = g->c.sizes[2];
+  gemm_split_t j = {g, {false, false, NULL, 0}, b_own, SPLIT_BATCH, 0, 0, NULL, NULL};
+  if (batch >= threads) j.how = SPLIT_BATCH, j.total = batch, j.parts = batch;
+  else if (m >= SPLIT_MIN_ROWS * threads)
+    j.how = SPLIT_ROWS, j.total = m, j.parts = m / SPLIT_MIN_ROWS;
+  else if (n >= SPLIT_COL_BLOCK * threads && b_is_matrix(&g->b))
+    j.how = SPLIT_COLS, j.total = n, j.parts = n / SPLIT_COL_BLOCK;
+  else j.parts = 1;
+  if (j.parts > threads) j.parts = threads;
+  if (j.how == SPLIT_COLS && j.parts > 1) {
+    /* always blocked: the cache's lookup lists a new B as seen */
+    j.plan.cacheable = b_own && g->graph && !tpu_weight_cache_graph_writes(g->graph, &g->b);
+    j.plan.blocked = true;
+  } else {
+    j.plan = plan_b(g, b_own);
+  }
+  if (j.parts < 2) return run_part(g, &j.plan, 1, out_done);
+  tpu_status_t st = TPU_OK;
+  if (j.plan.blocked) { /* in the layout of part 0's kernel (columns: the whole product's) */
+    mxu_gemm_t p0 = *g;
+    int64_t i0 = 0, i1 = 0;
+    if (j.how == SPLIT_ROWS) {
+      mxu_row_part(j.total, j.parts, 0, &i0, &i1);
+      p0.a = slice(p0.a, 1, i0, i1), p0.c = slice(p0.c, 1, i0, i1);
+    } else if (j.how == SPLIT_BATCH) {
+      i1 = j.total / j.parts;
+      p0.a = slice(p0.a, 0, 0, i1), p0.c = slice(p0.c, 0, 0, i1);
+    }
+    st = prime_b(&p0, &j.plan);
+  }
+  j.st = calloc((size_t)j.parts, sizeof *j.st);
+  j.done = calloc((size_t)j.parts, sizeof *j.done);
+  if (st == TPU_OK && (!j.st || !j.done))
+    st = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matrix unit: no memory for a split");
+  if (st == TPU_OK) {
+    tpu_parallel_for(j.parts, 1, split_part, &j);
+    bool all = true, any = false;
+    for (int64_t i = 0; i < j.parts; ++i) {
+      if (st == TPU_OK) st = j.st[i];
+      else tpu_status_free(j.st[i]);
+      all = all && j.done[i], any = any || j.done[i];
+    }
+    /* parts the unit declined leave the caller its own path for the whole
+     * product, which reads C again when beta != 0: refuse that rather than
+     * add the done parts twice */
+    if (st == TPU_OK && any && !all && g->beta != 0.0f)
+      st = tpu_status_make(TPU_CODE_INTERNAL, "matrix unit: part of a split GEMM was declined");
+    *out_done = st == TPU_OK && all;
+  }
+  mxu_packed_release(j.plan.packed);
+  free(j.st), free(j.done);
+  return st;
+}
+
+/* Runs `g` split over the pool (above), or on an OpenMP team with the pool
+ * claimed when the caller asks for one (mxu_gemm_t.team), or on the calling
+ * thread (serial, a one-thread pool); leaves the calling thread's OpenMP
+ * setting as it was: a small command may run on the submitting thread,
+ * PyTorch's own, whose CPU kernels size their teams from that setting. */
 static tpu_status_t run_gemm(const mxu_gemm_t* g, bool b_own, bool* out_done) {
   int prev = omp_get_max_threads();
-  tpu_status_t st = run_gemm_on_team(g, b_own, out_done);
+  int threads = tpu_parallel_threads();
+  if (threads < 1) threads = 1;
+  tpu_status_t st;
+  if (g->serial || threads == 1 || g->team) {
+    b_plan_t plan = plan_b(g, b_own);
+    st = run_part(g, &plan, g->serial ? 1 : threads, out_done);
+  } else {
+    st = run_split(g, b_own, threads, out_done);
+  }
+  if (st == TPU_OK) atomic_fetch_add(*out_done ? &g_mxu.gemms : &g_mxu.declined, 1);
   omp_set_num_threads(prev);
   return st;
 }

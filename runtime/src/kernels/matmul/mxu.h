@@ -23,11 +23,15 @@
  * from its second sighting on), kept
  * by the weight cache while it is read again unchanged (mxu_pack.h).
  *
- * Threads: a GEMM claims the compute pool's cores (tpu_parallel_exclusive)
- * and runs on an OpenMP team of that many threads (the OpenMP runtime is the
- * process's one libgomp, which PyTorch's CPU kernels use too); when the pool
- * is busy (another stream's kernel) it runs on one thread. Its primitive is
- * built for that team's size (oneDNN fixes the count when it builds one).
+ * Threads: a GEMM runs as single-threaded oneDNN GEMMs over the compute
+ * pool, split by batch, rows or 64-column blocks, B laid out once for all
+ * parts (mxu.c). It starts no OpenMP team: the OpenMP runtime is the
+ * process's one libgomp, which PyTorch's CPU kernels use too, and a second
+ * team makes libgomp throttle every team's spinning. A caller that asks for
+ * a team (mxu_gemm_t.team: the convolutions' GEMMs) claims the pool's cores
+ * (tpu_parallel_exclusive) and runs on an OpenMP team of that many threads,
+ * or one thread when the pool is busy; its primitive is built for that
+ * team's size (oneDNN fixes the count when it builds one).
  */
 #ifndef TPU_KERNELS_MXU_H_
 #define TPU_KERNELS_MXU_H_
@@ -55,9 +59,14 @@ typedef struct mxu_gemm {
   bool has_bias;
   tpu_view_t bias;
   /* Run on the calling thread alone (one part of a product the caller has
-   * split over the compute pool itself: conv_mxu_1x1.c, conv_mxu_rows.c), not on an OpenMP
-   * team with the pool claimed. */
+   * split over the compute pool itself: conv_mxu_1x1.c, conv_mxu_rows.c),
+   * neither split nor on a team. */
   bool serial;
+  /* Run on an OpenMP team with the pool claimed, not split over the pool
+   * (the convolutions' GEMMs, whose paths were measured and tested that
+   * way, and whose convolution primitives run on that team anyway);
+   * ignored when serial. */
+  bool team;
 } mxu_gemm_t;
 
 /* The [1, rows, cols] view of a matrix at `addr` with row stride rs and

@@ -54,7 +54,7 @@ void mxu_packed_release(mxu_packed_t* p) {
   free(p);
 }
 
-static mxu_packed_t* packed_retain(mxu_packed_t* p) {
+mxu_packed_t* mxu_packed_retain(mxu_packed_t* p) {
   atomic_fetch_add(&p->refs, 1);
   return p;
 }
@@ -142,7 +142,7 @@ static mxu_packed_t* lookup(const pack_key_t* k, const tpu_view_t* b,
     entry_t* e = &g_pack.items[i];
     e->used = ++g_pack.clock;
     if (e->packed && dnnl_memory_desc_equal(e->packed->md, want)) {
-      hit = packed_retain(e->packed);
+      hit = mxu_packed_retain(e->packed);
       ++g_pack.hits;
     } else {
       *out_id = e->id;
@@ -170,7 +170,7 @@ static void store(uint64_t id, const pack_key_t* k, mxu_packed_t* p) {
     e->used = ++g_pack.clock; /* not the eviction victim itself */
     if (make_room_locked(bytes)) {
       i = find_locked(k); /* eviction moves entries */
-      g_pack.items[i].packed = packed_retain(p);
+      g_pack.items[i].packed = mxu_packed_retain(p);
       g_pack.bytes += bytes;
     } else {
       ++g_pack.evictions; /* larger than the whole bound: not kept, counted */

@@ -69,12 +69,15 @@ typedef struct mxu_packed {
  * layout `want`: with `cacheable`, from the cache, or laid out now from `b`
  * (plain layout `plain`) by a reorder on `stream` and kept when the view
  * was seen before; without, laid out for this GEMM only. *out_packed is a new reference
- * (mxu_packed_release). OUT_OF_MEMORY or INTERNAL on failure. Called with
- * the pool's threads claimed (the reorder is parallel). */
+ * (mxu_packed_release). OUT_OF_MEMORY or INTERNAL on failure. The reorder
+ * runs on the calling thread's OpenMP setting: one thread for a GEMM split
+ * over the pool, the team's size with the pool claimed. */
 tpu_status_t mxu_pack_get(const tpu_view_t* b, const_dnnl_memory_desc_t plain,
                           const_dnnl_memory_desc_t want, bool cacheable, dnnl_engine_t engine,
                           dnnl_stream_t stream, mxu_packed_t** out_packed);
 
+/* A new reference to `packed` (returned). */
+mxu_packed_t* mxu_packed_retain(mxu_packed_t* packed);
 void mxu_packed_release(mxu_packed_t* packed);
 
 /* True when `b` was seen before (listed, packed or not); else lists it as
