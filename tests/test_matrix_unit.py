@@ -541,3 +541,50 @@ def test_addmm_out_aliasing_self_runs_natively():
     r = torch.addmm(bt, a.to("tpu"), b.to("tpu"), out=bt)
     assert torch_tpu.fallback_counts().get("aten::addmm.out", 0) == 1
     torch.testing.assert_close(r.cpu(), torch.addmm(bias, a, b))
+
+
+# (m, k, n): rows split (64+ rows), column split (fewer rows; a kept B with
+# the LM-head shape by columns), a batch folded into rows, odd edges.
+SPLIT_SHAPES = [(200, 96, 300), (40, 64, 300), (130, 257, 200), (8, 768, 4100), (256, 48, 129)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", SPLIT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gemms_split_over_the_pool_match_cpu(shape, dtype):
+    # The unit runs a GEMM as parts over the compute pool (mxu.c): by rows
+    # (a transposed A copied dense per part), or by 64-column blocks of B
+    # (slices of a kept B's blocked form, a scratch C). Each layout of A and
+    # B, a weight read three times (plain, laid out, from the cache), and a
+    # beta addend must give CPU's results, and every product must reach the
+    # unit, none declined.
+    m, k, n = shape
+    g = torch.Generator().manual_seed(m * 7 + n)
+    mk = lambda *s: torch.randn(*s, generator=g).to(dtype)  # noqa: E731
+    a, at = mk(m, k), mk(k, m).t()                    # row-major / transposed A
+    b, bt = mk(k, n), mk(n, k).t()                    # row-major / transposed B
+    c0 = mk(m, n)
+
+    def close(got, want):  # float32: sums of k products of unit normals, in another order
+        if dtype == torch.float32:
+            torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=4e-6 * k ** 0.5)
+        else:
+            _close(got, want, dtype)
+    before = torch_tpu.matrix_unit()
+    runs = 0
+    with no_fallback():
+        for x in (a, at):
+            for w in (b, bt):
+                xd, wd = x.to("tpu"), w.to("tpu")
+                if w is bt:
+                    wd = w.t().contiguous().to("tpu").t()  # keep the transposed layout
+                if x is at:
+                    xd = x.t().contiguous().to("tpu").t()
+                for _ in range(3):
+                    close(xd @ wd, x @ w)
+                    runs += 1
+                close(torch.addmm(c0.to("tpu"), xd, wd, beta=0.5), torch.addmm(c0, x, w, beta=0.5))
+                runs += 1
+    after = torch_tpu.matrix_unit()
+    if after["bfloat16" if dtype == torch.bfloat16 else "float32"]:
+        assert after["declined"] == before["declined"]
+        assert after["gemms"] == before["gemms"] + runs

@@ -556,13 +556,19 @@ static tpu_status_t run_part(const mxu_gemm_t* g, const b_plan_t* plan, int team
  * 8.6 -> 17.4 us, layer_norm of 512x128 17 -> 69 us, the train_gpt step
  * 11.2 -> 24.6 ms).
  *
- * The parts: the batch when it has a part for every thread; else rows, 32 or
- * more a part, all parts reading one B (laid out once, here, when the plan
- * blocks it, so the weight cache sees one sighting and one packing per
- * GEMM); else columns in 64-column blocks (a decode step's 1-row LM head),
- * each part reading its own slice of B in the blocked layout (brgemm takes
- * no plain B or C whose row stride exceeds its width) and writing a dense
- * scratch C when its slice is not. */
+ * The parts (run_split): the batch when it has a part for every thread;
+ * else rows, 32 or more a part (a transposed A's copied dense per part);
+ * else, or where that moves fewer elements for a B the cache keeps
+ * (cols_cheaper: a GPT-2 LM head at 128 rows), 64-column blocks of B. A B
+ * read for the first time is read by each row part (laid out or copied
+ * block by block in each): measured on a Llama training step's and GPT-2
+ * batch 8's GEMMs, that beat column parts, which need a scratch C, on
+ * every shape but one (8000x512x512, a weight gradient). A B the cache
+ * keeps is laid out once per GEMM for all parts (prime_b: one sighting, at
+ * most one packing), a column part reading its block range of it
+ * (column_offset); brgemm takes no plain B or C whose row stride exceeds
+ * its width, so a column part lays out a new row-major B's slice and
+ * writes a dense scratch C when its slice of C is not dense. */
 enum { SPLIT_BATCH, SPLIT_ROWS, SPLIT_COLS };
 #define SPLIT_COL_BLOCK 64
 #define SPLIT_MIN_ROWS 32
@@ -585,13 +591,20 @@ static tpu_view_t slice(tpu_view_t v, int dim, int64_t i0, int64_t i1) {
 
 /* Part i of a column split: B's columns [i0, i1), read from the whole B
  * laid out once (prime_b) where the part's kernel blocks them alike, else
- * laid out for the part; into a dense scratch C unless C's slice is dense. */
+ * laid out for the part; into a dense scratch C unless C's slice is dense
+ * (brgemm takes no C whose row stride exceeds its width either). */
 static tpu_status_t run_cols(const gemm_split_t* j, mxu_gemm_t p, int64_t i0, int64_t i1,
                              bool* out_done) {
+  /* a column slice of a transposed B (a Linear's W.t()) is itself a dense
+   * transposed matrix, read plain like a whole one (plan_b); a row-major
+   * B's is not, and is laid out for this part. A slice laid out here is
+   * never cached: no entries per slice. */
+  bool plain = p.b.sizes[1] == 1 || p.b.strides[1] == 1;
   p.b = slice(p.b, 2, i0, i1);
   tpu_view_t c = slice(p.c, 2, i0, i1);
   if (p.has_bias) p.bias = slice(p.bias, 2, i0, i1);
-  b_plan_t plan = {j->plan.cacheable, true, j->plan.packed, i0};
+  b_plan_t plan = {j->plan.packed && j->plan.cacheable, j->plan.packed || !plain,
+                   j->plan.packed, i0};
   void* scratch = NULL;
   p.c = c;
   tpu_status_t st = TPU_OK;
@@ -599,6 +612,18 @@ static tpu_status_t run_cols(const gemm_split_t* j, mxu_gemm_t p, int64_t i0, in
     st = dense_copy(c, p.beta != 0.0f, &scratch, &p.c);
   if (st == TPU_OK) st = run_part(&p, &plan, 1, out_done);
   if (st == TPU_OK && *out_done && scratch) view_copy(&c, &p.c);
+  free(scratch);
+  return st;
+}
+
+/* A row part: A's rows as they lie when dense, else copied dense first (a
+ * transposed A, as in a weight gradient dY^T @ X: brgemm takes no plain A
+ * whose column stride exceeds its height). */
+static tpu_status_t run_rows(const gemm_split_t* j, mxu_gemm_t p, bool* out_done) {
+  void* scratch = NULL;
+  tpu_status_t st = TPU_OK;
+  if (p.a.sizes[2] > 1 && p.a.strides[2] != 1) st = dense_copy(p.a, true, &scratch, &p.a);
+  if (st == TPU_OK) st = run_part(&p, &j->plan, 1, out_done);
   free(scratch);
   return st;
 }
@@ -612,7 +637,7 @@ static void split_part(void* arg, int64_t begin, int64_t end) {
     if (j->how == SPLIT_ROWS) {
       mxu_row_part(j->total, j->parts, i, &i0, &i1);
       p.a = slice(p.a, 1, i0, i1), p.c = slice(p.c, 1, i0, i1);
-      j->st[i] = run_part(&p, &j->plan, 1, &j->done[i]);
+      j->st[i] = run_rows(j, p, &j->done[i]);
     } else if (j->how == SPLIT_COLS) {
       int64_t blocks = j->total / SPLIT_COL_BLOCK;
       i0 = blocks * i / j->parts * SPLIT_COL_BLOCK;
@@ -651,36 +676,55 @@ static tpu_status_t prime_b(const mxu_gemm_t* part0, b_plan_t* plan) {
   return st;
 }
 
+/* Whether column parts move fewer elements than row parts for a B kept
+ * blocked: each row part reads all of B; each column part only its
+ * columns of B but all of A, and with more than one row a scratch C
+ * (allocated, written, copied back: weighed 5). */
+static bool cols_cheaper(int64_t m, int64_t k, int64_t n, int64_t parts) {
+  double rows = (double)parts * k * n + (double)m * k + (double)m * n;
+  double cols = (double)k * n + (double)parts * m * k + (m > 1 ? 5.0 : 1.0) * m * n;
+  return cols < rows;
+}
+
 static tpu_status_t run_split(const mxu_gemm_t* g, bool b_own, int threads, bool* out_done) {
-  int64_t batch = g->c.sizes[0], m = g->c.sizes[1], n = g->c.sizes[2];
+  int64_t batch = g->c.sizes[0], m = g->c.sizes[1], k = g->a.sizes[2], n = g->c.sizes[2];
   gemm_split_t j = {g, {false, false, NULL, 0}, b_own, SPLIT_BATCH, 0, 0, NULL, NULL};
+  bool matrix = b_is_matrix(&g->b);
+  bool cacheable = matrix && b_own && g->graph && !tpu_weight_cache_graph_writes(g->graph, &g->b);
+  /* seen before: its blocked form is cached, or will be by this GEMM */
+  bool kept = cacheable && mxu_pack_peek(&g->b);
+  bool rows_ok = m >= SPLIT_MIN_ROWS * threads;
+  bool cols_ok = matrix && n >= SPLIT_COL_BLOCK * threads;
   if (batch >= threads) j.how = SPLIT_BATCH, j.total = batch, j.parts = batch;
-  else if (m >= SPLIT_MIN_ROWS * threads)
-    j.how = SPLIT_ROWS, j.total = m, j.parts = m / SPLIT_MIN_ROWS;
-  else if (n >= SPLIT_COL_BLOCK * threads && b_is_matrix(&g->b))
+  else if (cols_ok && (!rows_ok || (kept && cols_cheaper(m, k, n, threads))))
     j.how = SPLIT_COLS, j.total = n, j.parts = n / SPLIT_COL_BLOCK;
+  else if (rows_ok) j.how = SPLIT_ROWS, j.total = m, j.parts = m / SPLIT_MIN_ROWS;
   else j.parts = 1;
   if (j.parts > threads) j.parts = threads;
-  if (j.how == SPLIT_COLS && j.parts > 1) {
-    /* always blocked: the cache's lookup lists a new B as seen */
-    j.plan.cacheable = b_own && g->graph && !tpu_weight_cache_graph_writes(g->graph, &g->b);
-    j.plan.blocked = true;
+  if (j.parts < 2) {
+    j.plan = plan_b(g, b_own);
+    return run_part(g, &j.plan, 1, out_done);
+  }
+  tpu_status_t st = TPU_OK;
+  if (j.how == SPLIT_COLS) {
+    /* the whole B from the cache (prime_b) when it is kept, else each part
+     * reads its slice as run_cols says, and B is listed as seen */
+    j.plan.cacheable = cacheable, j.plan.blocked = true;
+    if (kept) st = prime_b(g, &j.plan);
+    else if (cacheable) mxu_pack_seen(&g->b);
   } else {
     j.plan = plan_b(g, b_own);
-  }
-  if (j.parts < 2) return run_part(g, &j.plan, 1, out_done);
-  tpu_status_t st = TPU_OK;
-  if (j.plan.blocked) { /* in the layout of part 0's kernel (columns: the whole product's) */
-    mxu_gemm_t p0 = *g;
-    int64_t i0 = 0, i1 = 0;
-    if (j.how == SPLIT_ROWS) {
-      mxu_row_part(j.total, j.parts, 0, &i0, &i1);
-      p0.a = slice(p0.a, 1, i0, i1), p0.c = slice(p0.c, 1, i0, i1);
-    } else if (j.how == SPLIT_BATCH) {
-      i1 = j.total / j.parts;
-      p0.a = slice(p0.a, 0, 0, i1), p0.c = slice(p0.c, 0, 0, i1);
+    if (j.plan.blocked) { /* in the layout of part 0's kernel */
+      mxu_gemm_t p0 = *g;
+      int64_t i0 = 0, i1 = j.total / j.parts;
+      if (j.how == SPLIT_ROWS) {
+        mxu_row_part(j.total, j.parts, 0, &i0, &i1);
+        p0.a = slice(p0.a, 1, i0, i1), p0.c = slice(p0.c, 1, i0, i1);
+      } else {
+        p0.a = slice(p0.a, 0, 0, i1), p0.c = slice(p0.c, 0, 0, i1);
+      }
+      st = prime_b(&p0, &j.plan);
     }
-    st = prime_b(&p0, &j.plan);
   }
   j.st = calloc((size_t)j.parts, sizeof *j.st);
   j.done = calloc((size_t)j.parts, sizeof *j.done);

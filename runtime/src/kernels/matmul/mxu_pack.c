@@ -179,6 +179,14 @@ static void store(uint64_t id, const pack_key_t* k, mxu_packed_t* p) {
   pthread_mutex_unlock(&g_pack.mu);
 }
 
+bool mxu_pack_peek(const tpu_view_t* b) {
+  pack_key_t k = key_of(b);
+  pthread_mutex_lock(&g_pack.mu);
+  bool seen = find_locked(&k) >= 0;
+  pthread_mutex_unlock(&g_pack.mu);
+  return seen;
+}
+
 bool mxu_pack_seen(const tpu_view_t* b) {
   pack_key_t k = key_of(b);
   pthread_mutex_lock(&g_pack.mu);

@@ -84,4 +84,7 @@ void mxu_packed_release(mxu_packed_t* packed);
  * seen now. For the bfloat16 choice of layout above. */
 bool mxu_pack_seen(const tpu_view_t* b);
 
+/* True when `b` was seen before; lists nothing. */
+bool mxu_pack_peek(const tpu_view_t* b);
+
 #endif /* TPU_KERNELS_MXU_PACK_H_ */
