@@ -340,13 +340,13 @@ typedef struct mxu_run {
 
 static void* view_base(const tpu_view_t* v) { return (void*)(uintptr_t)v->addr; }
 
-/* The element offset in blocked layout `whole` of column col0 of a matrix
+/* The byte offset in blocked layout `whole` of column col0 of a matrix
  * whose columns [col0, col0 + n) are laid out as `part` would lay them out
  * on its own (same blocks and strides, col0 on a block boundary); false when
  * they are not (another blocking, or an int8 layout, whose compensation
  * follows its own data). */
 static bool column_offset(const_dnnl_memory_desc_t whole, const_dnnl_memory_desc_t part,
-                          int64_t col0, int64_t* out_elems) {
+                          int64_t col0, int64_t* out_bytes) {
   dnnl_format_kind_t fw = dnnl_format_kind_undef, fp = dnnl_format_kind_undef;
   dnnl_data_type_t dt = dnnl_data_type_undef;
   int nd = 0, nb = 0, nbp = -1;
@@ -376,7 +376,7 @@ static bool column_offset(const_dnnl_memory_desc_t whole, const_dnnl_memory_desc
   for (int d = 0; d < nd; ++d)
     if ((*sw)[d] != (*sp)[d] || (d < nd - 1 && (*pw)[d] != (*pp)[d])) return false;
   if (col0 % block != 0 || col0 + (*pp)[nd - 1] > (*pw)[nd - 1]) return false;
-  *out_elems = col0 / block * (*sw)[nd - 1];
+  *out_bytes = col0 / block * (*sw)[nd - 1] * (int64_t)dnnl_data_type_size(dt);
   return true;
 }
 
@@ -389,10 +389,8 @@ static tpu_status_t packed_b(const mxu_run_t* r, const_dnnl_memory_desc_t plain,
   int64_t off = 0;
   if (shared && ((r->plan->col0 == 0 && dnnl_memory_desc_equal(shared->md, r->blocked)) ||
                  column_offset(shared->md, r->blocked, r->plan->col0, &off))) {
-    dnnl_data_type_t dt = dnnl_data_type_undef;
-    dnnl_memory_desc_query(shared->md, dnnl_query_data_type, &dt);
     *out_packed = mxu_packed_retain(shared);
-    *out_data = (char*)shared->data + off * (int64_t)dnnl_data_type_size(dt);
+    *out_data = (char*)shared->data + off;
     return TPU_OK;
   }
   tpu_status_t st = mxu_pack_get(&r->g->b, plain, r->blocked, r->plan->cacheable, g_mxu.engine,
@@ -495,22 +493,27 @@ static tpu_status_t dense_copy(tpu_view_t src, bool fill, void** out_scratch,
   return TPU_OK;
 }
 
-/* How `g` reads B (`b_own`: B is the caller's view, not a scratch copy, so
- * its blocked form may be cached): float32 blocked unless B is transposed
+/* How `g` reads B (`cacheable`: b_cacheable's answer): float32 blocked unless B is transposed
  * (a Linear's weight, W.t()) and new; bfloat16 and int8 once B was seen
  * before (mxu_pack.h). An int8 B laid out blocked carries the s8 x s8
  * compensation, so the kernel neither copies nor sums it per call: 128x768
  * @ 768x3072 0.71 against 0.86 ms on 2 threads (issue 21's notes in
  * bench/RESULTS.md); int8 sums are exact in either layout. Lists B as seen:
  * called once per GEMM, whatever its parts. */
-static b_plan_t plan_b(const mxu_gemm_t* g, bool b_own) {
-  b_plan_t p = {false, false, NULL, 0};
-  bool matrix = b_is_matrix(&g->b);
-  p.cacheable = matrix && b_own && g->graph && !tpu_weight_cache_graph_writes(g->graph, &g->b);
+static b_plan_t plan_b(const mxu_gemm_t* g, bool cacheable) {
+  b_plan_t p = {cacheable, false, NULL, 0};
   bool b_rows = g->b.sizes[2] == 1 || g->b.strides[2] == 1;
-  p.blocked = matrix && ((g->a.dtype == TPU_DTYPE_F32 && b_rows) ||
-                         (p.cacheable && mxu_pack_seen(&g->b)));
+  p.blocked = b_is_matrix(&g->b) && ((g->a.dtype == TPU_DTYPE_F32 && b_rows) ||
+                                     (cacheable && mxu_pack_seen(&g->b)));
   return p;
+}
+
+/* Whether the weight cache may keep `g`'s B: one matrix for the batch, the
+ * caller's own view (`b_own`: not a scratch copy), in a graph that does not
+ * write it. Walks the graph's writes: asked once per GEMM. */
+static bool b_cacheable(const mxu_gemm_t* g, bool b_own) {
+  return b_is_matrix(&g->b) && b_own && g->graph &&
+         !tpu_weight_cache_graph_writes(g->graph, &g->b);
 }
 
 /* Runs `g` on a team of `team` threads (1: on the calling thread), B read
@@ -575,8 +578,7 @@ enum { SPLIT_BATCH, SPLIT_ROWS, SPLIT_COLS };
 
 typedef struct gemm_split {
   const mxu_gemm_t* g;
-  b_plan_t plan; /* whole B: batch and row parts */
-  bool b_own;
+  b_plan_t plan; /* how the parts read B (its shared blocked copy, if any) */
   int how;
   int64_t total, parts;
   tpu_status_t* st; /* [parts] */
@@ -597,8 +599,9 @@ static tpu_status_t run_cols(const gemm_split_t* j, mxu_gemm_t p, int64_t i0, in
                              bool* out_done) {
   /* a column slice of a transposed B (a Linear's W.t()) is itself a dense
    * transposed matrix, read plain like a whole one (plan_b); a row-major
-   * B's is not, and is laid out for this part. A slice laid out here is
-   * never cached: no entries per slice. */
+   * B's is not, and is laid out for this part: for this call only, unless
+   * the whole B is kept and this part's kernel blocks it differently from
+   * the whole's layout (then the slice is cached too). */
   bool plain = p.b.sizes[1] == 1 || p.b.strides[1] == 1;
   p.b = slice(p.b, 2, i0, i1);
   tpu_view_t c = slice(p.c, 2, i0, i1);
@@ -628,27 +631,37 @@ static tpu_status_t run_rows(const gemm_split_t* j, mxu_gemm_t p, bool* out_done
   return st;
 }
 
+/* Part i's range [*out_i0, *out_i1) of the dimension j splits, and the
+ * serial GEMM over it with A, C (and a per-batch B) sliced; a column part's
+ * B, C and bias are sliced by run_cols. */
+static mxu_gemm_t part_of(const gemm_split_t* j, int64_t i, int64_t* out_i0, int64_t* out_i1) {
+  mxu_gemm_t p = *j->g;
+  p.serial = true;
+  int64_t i0, i1;
+  if (j->how == SPLIT_ROWS) {
+    mxu_row_part(j->total, j->parts, i, &i0, &i1);
+    p.a = slice(p.a, 1, i0, i1), p.c = slice(p.c, 1, i0, i1);
+  } else if (j->how == SPLIT_COLS) {
+    int64_t blocks = j->total / SPLIT_COL_BLOCK;
+    i0 = blocks * i / j->parts * SPLIT_COL_BLOCK;
+    i1 = i + 1 == j->parts ? j->total : blocks * (i + 1) / j->parts * SPLIT_COL_BLOCK;
+  } else {
+    i0 = j->total * i / j->parts, i1 = j->total * (i + 1) / j->parts;
+    p.a = slice(p.a, 0, i0, i1), p.c = slice(p.c, 0, i0, i1);
+    if (!b_is_matrix(&p.b)) p.b = slice(p.b, 0, i0, i1);
+  }
+  *out_i0 = i0, *out_i1 = i1;
+  return p;
+}
+
 static void split_part(void* arg, int64_t begin, int64_t end) {
   gemm_split_t* j = (gemm_split_t*)arg;
   for (int64_t i = begin; i < end; ++i) {
-    mxu_gemm_t p = *j->g;
-    p.serial = true;
     int64_t i0, i1;
-    if (j->how == SPLIT_ROWS) {
-      mxu_row_part(j->total, j->parts, i, &i0, &i1);
-      p.a = slice(p.a, 1, i0, i1), p.c = slice(p.c, 1, i0, i1);
-      j->st[i] = run_rows(j, p, &j->done[i]);
-    } else if (j->how == SPLIT_COLS) {
-      int64_t blocks = j->total / SPLIT_COL_BLOCK;
-      i0 = blocks * i / j->parts * SPLIT_COL_BLOCK;
-      i1 = i + 1 == j->parts ? j->total : blocks * (i + 1) / j->parts * SPLIT_COL_BLOCK;
-      j->st[i] = run_cols(j, p, i0, i1, &j->done[i]);
-    } else {
-      i0 = j->total * i / j->parts, i1 = j->total * (i + 1) / j->parts;
-      p.a = slice(p.a, 0, i0, i1), p.c = slice(p.c, 0, i0, i1);
-      if (!b_is_matrix(&p.b)) p.b = slice(p.b, 0, i0, i1);
-      j->st[i] = run_part(&p, &j->plan, 1, &j->done[i]);
-    }
+    mxu_gemm_t p = part_of(j, i, &i0, &i1);
+    if (j->how == SPLIT_ROWS) j->st[i] = run_rows(j, p, &j->done[i]);
+    else if (j->how == SPLIT_COLS) j->st[i] = run_cols(j, p, i0, i1, &j->done[i]);
+    else j->st[i] = run_part(&p, &j->plan, 1, &j->done[i]);
   }
 }
 
@@ -688,13 +701,12 @@ static bool cols_cheaper(int64_t m, int64_t k, int64_t n, int64_t parts) {
 
 static tpu_status_t run_split(const mxu_gemm_t* g, bool b_own, int threads, bool* out_done) {
   int64_t batch = g->c.sizes[0], m = g->c.sizes[1], k = g->a.sizes[2], n = g->c.sizes[2];
-  gemm_split_t j = {g, {false, false, NULL, 0}, b_own, SPLIT_BATCH, 0, 0, NULL, NULL};
-  bool matrix = b_is_matrix(&g->b);
-  bool cacheable = matrix && b_own && g->graph && !tpu_weight_cache_graph_writes(g->graph, &g->b);
-  /* seen before: its blocked form is cached, or will be by this GEMM */
-  bool kept = cacheable && mxu_pack_peek(&g->b);
+  gemm_split_t j = {g, {false, false, NULL, 0}, SPLIT_BATCH, 0, 0, NULL, NULL};
+  bool cacheable = b_cacheable(g, b_own);
   bool rows_ok = m >= SPLIT_MIN_ROWS * threads;
-  bool cols_ok = matrix && n >= SPLIT_COL_BLOCK * threads;
+  bool cols_ok = b_is_matrix(&g->b) && n >= SPLIT_COL_BLOCK * threads;
+  /* seen before: its blocked form is cached, or will be by this GEMM */
+  bool kept = cols_ok && cacheable && mxu_pack_peek(&g->b);
   if (batch >= threads) j.how = SPLIT_BATCH, j.total = batch, j.parts = batch;
   else if (cols_ok && (!rows_ok || (kept && cols_cheaper(m, k, n, threads))))
     j.how = SPLIT_COLS, j.total = n, j.parts = n / SPLIT_COL_BLOCK;
@@ -702,7 +714,7 @@ static tpu_status_t run_split(const mxu_gemm_t* g, bool b_own, int threads, bool
   else j.parts = 1;
   if (j.parts > threads) j.parts = threads;
   if (j.parts < 2) {
-    j.plan = plan_b(g, b_own);
+    j.plan = plan_b(g, cacheable);
     return run_part(g, &j.plan, 1, out_done);
   }
   tpu_status_t st = TPU_OK;
@@ -713,16 +725,10 @@ static tpu_status_t run_split(const mxu_gemm_t* g, bool b_own, int threads, bool
     if (kept) st = prime_b(g, &j.plan);
     else if (cacheable) mxu_pack_seen(&g->b);
   } else {
-    j.plan = plan_b(g, b_own);
+    j.plan = plan_b(g, cacheable);
     if (j.plan.blocked) { /* in the layout of part 0's kernel */
-      mxu_gemm_t p0 = *g;
-      int64_t i0 = 0, i1 = j.total / j.parts;
-      if (j.how == SPLIT_ROWS) {
-        mxu_row_part(j.total, j.parts, 0, &i0, &i1);
-        p0.a = slice(p0.a, 1, i0, i1), p0.c = slice(p0.c, 1, i0, i1);
-      } else {
-        p0.a = slice(p0.a, 0, 0, i1), p0.c = slice(p0.c, 0, 0, i1);
-      }
+      int64_t i0, i1;
+      mxu_gemm_t p0 = part_of(&j, 0, &i0, &i1);
       st = prime_b(&p0, &j.plan);
     }
   }
@@ -761,7 +767,7 @@ static tpu_status_t run_gemm(const mxu_gemm_t* g, bool b_own, bool* out_done) {
   if (threads < 1) threads = 1;
   tpu_status_t st;
   if (g->serial || threads == 1 || g->team) {
-    b_plan_t plan = plan_b(g, b_own);
+    b_plan_t plan = plan_b(g, b_cacheable(g, b_own));
     st = run_part(g, &plan, g->serial ? 1 : threads, out_done);
   } else {
     st = run_split(g, b_own, threads, out_done);
