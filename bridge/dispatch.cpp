@@ -64,6 +64,7 @@ struct Binding {
   size_t num_returns = 0;
   std::optional<c10::OperatorHandle> handle;
   std::atomic<int64_t> calls{0};
+  std::atomic<int64_t> meta_shapes{0};  // calls whose output shape came from PyTorch's meta kernel
 };
 
 std::deque<Binding> g_bindings;  // stable addresses
@@ -527,6 +528,8 @@ Outcome run_native(Binding* b, Call& call, const at::Tensor* const* given, at::T
   } else {
     if (!b->def->infer) return Outcome::NeedMeta;
     std::memset(inferred, 0, sizeof(tpu_view_t) * b->num_outputs);
+    for (int k = 0; k < b->num_outputs; ++k)  // a factory row's dtype (ops.h)
+      inferred[k].dtype = given[k] ? to_tpu_dtype(given[k]->scalar_type()) : TPU_DTYPE_INVALID;
     tpu_status_t s = tpu_op_infer(&node, inferred);
     if (tpu_status_code(s) == TPU_CODE_UNIMPLEMENTED && b->count_op >= 0 &&
         node.attrs[b->sync_attr].kind == TPU_ATTR_NONE && sync_count(b, call, node)) {
@@ -810,6 +813,7 @@ void boxed_call(Binding* b, const c10::OperatorHandle& op, torch::jit::Stack* st
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, call.device));
   Outcome outcome = run_native(b, call, given, fresh, gen, nullptr);
   if (outcome == Outcome::NeedMeta) {
+    b->meta_shapes.fetch_add(1, std::memory_order_relaxed);
     std::vector<at::Tensor> metas;
     tpu_view_t views[kMaxOutputs];
     bool ok = meta_outputs(op, *b, args, metas) && (int)metas.size() >= b->num_outputs;
@@ -1145,6 +1149,15 @@ std::map<std::string, int64_t> native_counts() {
   return out;
 }
 
+std::map<std::string, int64_t> meta_shape_counts() {
+  std::map<std::string, int64_t> out;
+  for (const Binding& b : g_bindings) {
+    int64_t c = b.meta_shapes.load();
+    if (c) out[b.aten] += c;
+  }
+  return out;
+}
+
 std::map<std::string, int64_t> fallback_counts() {
   std::lock_guard<std::mutex> lock(g_count_mu);
   return g_fallback_counts;
@@ -1154,7 +1167,7 @@ void reset_counts() {
   std::lock_guard<std::mutex> lock(g_count_mu);
   g_native_counts.clear();
   g_fallback_counts.clear();
-  for (Binding& b : g_bindings) b.calls = 0;
+  for (Binding& b : g_bindings) b.calls = 0, b.meta_shapes = 0;
 }
 
 std::vector<std::string> native_op_names() {

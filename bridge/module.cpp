@@ -233,6 +233,7 @@ PYBIND11_MODULE(_C, m) {
         THPGenerator_initDefaultGenerator(default_generator((c10::DeviceIndex)index)));
   });
   m.def("native_counts", [] { return native_counts(); });
+  m.def("meta_shape_counts", [] { return meta_shape_counts(); });
   m.def("fallback_counts", [] { return fallback_counts(); });
   m.def("reset_counts", [] { reset_counts(); });
   m.def("native_op_names", [] { return native_op_names(); });

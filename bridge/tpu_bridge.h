@@ -87,6 +87,9 @@ void count_native(const std::string& name);
 // (histogram.cpp) whose arguments the runtime does not take.
 void counted_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 std::map<std::string, int64_t> native_counts();
+// Native calls per ATen op whose output shape came from PyTorch's meta kernel
+// (the runtime's row has no shape function, or it declined the call).
+std::map<std::string, int64_t> meta_shape_counts();
 std::map<std::string, int64_t> fallback_counts();
 void reset_counts();
 std::vector<std::string> native_op_names();

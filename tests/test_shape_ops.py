@@ -1,4 +1,5 @@
-"""arange, linspace, flip, roll, triu, tril, unfold_backward: native on tpu, equal to CPU."""
+"""arange, linspace, logspace, eye, flip, roll, triu, tril, unfold_backward: native on tpu,
+equal to CPU."""
 import pytest
 import torch
 
@@ -26,6 +27,49 @@ def test_shape_op_native_and_equal(name, dtype):
     got = fn("tpu", dtype)
     assert torch_tpu.fallback_counts() == {}, torch_tpu.fallback_counts()
     torch.testing.assert_close(got.cpu(), fn("cpu", dtype), rtol=0, atol=0)
+
+
+FACTORIES = {
+    "arange": lambda d, dt: torch.arange(17, dtype=dt, device=d),
+    "arange_range": lambda d, dt: torch.arange(-3, 17, 2, dtype=dt, device=d),
+    "arange_fraction": lambda d, dt: torch.arange(0.5, 9.7, 0.3, dtype=dt, device=d),
+    "linspace": lambda d, dt: torch.linspace(1, 50, 33, dtype=dt, device=d),
+    "logspace": lambda d, dt: torch.logspace(0, 2, 9, dtype=dt, device=d),
+    "eye": lambda d, dt: torch.eye(5, dtype=dt, device=d),
+    "eye_nm": lambda d, dt: torch.eye(3, 6, dtype=dt, device=d),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [torch.uint8, torch.int16], ids=str)
+@pytest.mark.parametrize("name", sorted(FACTORIES))
+def test_factories_size_their_output_without_the_meta_kernel(name, dtype):
+    """The runtime's shape functions size arange/linspace/logspace/eye from
+    the out= tensor's dtype, as PyTorch's meta kernels (Python for these ops,
+    35-200 us a call) would: same values as CPU, no meta dispatch, no
+    fallback; an out= tensor of another size is resized as on CPU."""
+    fn = FACTORIES[name]
+    if "fraction" in name and not dtype.is_floating_point:
+        return  # truncated start and step: covered by test_logspace_arange_forms
+    torch_tpu.reset_counts()
+    got = fn("tpu", dtype)
+    assert torch_tpu.fallback_counts() == {}, torch_tpu.fallback_counts()
+    assert torch_tpu.meta_shape_counts() == {}, torch_tpu.meta_shape_counts()
+    torch.testing.assert_close(got.cpu(), fn("cpu", dtype), rtol=0, atol=0)
+    out_t, out_c = torch.full((2, 2), 7, dtype=dtype, device="tpu"), torch.full((2, 2), 7, dtype=dtype)
+    torch.arange(4, 11, 3, out=out_t), torch.arange(4, 11, 3, out=out_c)
+    torch.testing.assert_close(out_t.cpu(), out_c, rtol=0, atol=0)
+
+
+def test_factory_errors_match_cpu():
+    """Arguments PyTorch rejects: the same exception type and message as CPU."""
+    for fn in (lambda d: torch.arange(0, 10, 0, device=d), lambda d: torch.arange(5, 0, 1, device=d),
+               lambda d: torch.eye(-1, device=d), lambda d: torch.linspace(0, 1, -2, device=d),
+               lambda d: torch.arange(0, float("inf"), device=d)):
+        with pytest.raises(Exception) as cpu:
+            fn("cpu")
+        with pytest.raises(type(cpu.value)) as tpu:
+            fn("tpu")
+        assert str(tpu.value) == str(cpu.value)
 
 
 def test_triu_in_place_on_a_view():

@@ -101,8 +101,15 @@ def native_counts() -> dict:
     return dict(_C.native_counts())
 
 
+def meta_shape_counts() -> dict:
+    """Native calls per ATen op whose output shape came from PyTorch's meta
+    kernel rather than the runtime's shape function: each costs a dispatch on
+    meta tensors (a Python function for some ops, tens of microseconds)."""
+    return dict(_C.meta_shape_counts())
+
+
 def reset_counts() -> None:
-    """Zeroes both counters."""
+    """Zeroes the native, fallback and meta-shape counters."""
     _C.reset_counts()
 
 
@@ -196,6 +203,7 @@ __all__ = [
     "weight_cache_stats",
     "get_eager_mode",
     "native_counts",
+    "meta_shape_counts",
     "native_ops",
     "reset_counts",
     "reset_defer_metrics",

@@ -298,7 +298,12 @@ int tpu_fuzz_node(const uint8_t* data, size_t size) {
    * it), then infer, allocate, check again and submit. */
   if (shape & 4) failed(tpu_op_check(&node));
   node.outputs = outputs;
+  for (int32_t k = 0; k < MAX_OUTPUTS; ++k) { /* an out= tensor's dtype, or none (ops.h) */
+    memset(&outputs[k], 0, sizeof(outputs[k]));
+    outputs[k].dtype = (tpu_dtype_t)((int32_t)(next(&r) % (TPU_DTYPE_COUNT + 1)) - 1);
+  }
   bool ok = !failed(tpu_op_infer(&node, outputs));
+  if (!ok) memset(outputs, 0, sizeof(outputs)); /* the dtypes were for infer only */
   if (!def->infer) { /* the meta kernel's outputs, as far as the runtime knows: any */
     ok = true;
     for (int32_t k = 0; ok && k < node.num_outputs; ++k)

@@ -44,7 +44,12 @@ typedef struct tpu_op_def tpu_op_def_t;
 typedef tpu_status_t (*tpu_kernel_fn)(const tpu_op_def_t* def, const tpu_node_t* node,
                                       tpu_exec_ctx_t* ctx);
 /* Fills dtype, ndim, sizes and (contiguous) strides of each output view from
- * the node's inputs and attrs; `node->outputs` is not read. */
+ * the node's inputs and attrs; `node->outputs` is not read. The factory rows
+ * (arange, linspace, logspace, eye: no tensor input decides their dtype, and
+ * PyTorch's functional forms call their out= overloads) read one thing the
+ * caller sets: out_views[0].dtype, the out= tensor's dtype (anything else
+ * there, e.g. TPU_DTYPE_INVALID: UNIMPLEMENTED). Other rows ignore what
+ * out_views holds. */
 typedef tpu_status_t (*tpu_infer_fn)(const tpu_op_def_t* def, const tpu_node_t* node,
                                      tpu_view_t* out_views);
 typedef tpu_status_t (*tpu_check_fn)(const tpu_op_def_t* def, const tpu_node_t* node);
@@ -215,7 +220,8 @@ bool tpu_node_complex_as_real(const tpu_node_t* node, tpu_node_t* out, tpu_value
                               tpu_view_t* outputs);
 
 /* tpu_op_infer fills out_views (tpu_op_num_outputs entries) with the
- * metadata of a node's outputs; node->outputs is not read. tpu_op_check says
+ * metadata of a node's outputs; node->outputs is not read (a factory row
+ * reads out_views[0].dtype: see tpu_infer_fn). tpu_op_check says
  * whether the node, its outputs set (INVALID_ARGUMENT when they are not),
  * runs natively: tpu_node_validate, then the op's own check (if any). */
 tpu_status_t tpu_op_check(const tpu_node_t* node);

@@ -20,11 +20,15 @@
  * gathers: each output element sums the window elements that cover it, in
  * window order, so it writes every element once and needs no zeroing.
  *
- * arange and linspace take their Scalars as attrs and their dtype from the
- * out tensor; their output size comes from PyTorch's meta kernels (infer is
- * NULL) and is checked against the same computation here. Arguments PyTorch
- * rejects, bool outputs and overlapping operands are UNIMPLEMENTED, so the
- * bridge falls back to CPU (which raises PyTorch's own error).
+ * arange, linspace, logspace and eye take their Scalars as attrs and their
+ * dtype from the out tensor, which the caller of tpu_op_infer passes in
+ * out_views[0].dtype (ops.h): their shape functions size the result from the
+ * attrs and that dtype as PyTorch's meta kernels do (those are Python for
+ * these ops, ~35-200 us a call), and their checks repeat the computation
+ * against the out= tensor. Arguments PyTorch rejects, bool outputs of the
+ * sequences and overlapping operands are UNIMPLEMENTED, so the bridge asks
+ * PyTorch's meta kernel or falls back to CPU (which raises PyTorch's own
+ * error).
  *
  * tpu_shape_reference is the plain per-element reference the test compares
  * against.
@@ -43,8 +47,10 @@ static tpu_status_t unimpl(const char* what) {
   return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "%s", what);
 }
 
+/* The node's output, or NULL (none, or absent: every row here writes one). */
 static const tpu_view_t* out_view(const tpu_node_t* node) {
-  return (node->num_outputs >= 1 && node->outputs) ? &node->outputs[0] : NULL;
+  if (node->num_outputs < 1 || !node->outputs || tpu_view_is_absent(&node->outputs[0])) return NULL;
+  return &node->outputs[0];
 }
 
 /* A Scalar attr as double / as int64 (Scalar::to<int64_t>: truncation). */
@@ -256,15 +262,47 @@ static double seq_log(const seq_t* s, int64_t i) {
                                   : s->dend - s->dstep * (double)(s->n - i - 1));
 }
 
+/* The sequence of dtype dt that the node's attrs describe. */
+static tpu_status_t parse_seq_as(const tpu_op_def_t* def, const tpu_node_t* node, tpu_dtype_t dt,
+                                 seq_t* s) {
+  bool lin = strcmp(def->name, "linspace") == 0, log = strcmp(def->name, "logspace") == 0;
+  return lin ? parse_linspace(def, node, dt, s)
+       : log ? parse_logspace(def, node, dt, s)
+             : parse_arange(def, node, dt, s);
+}
+
 static tpu_status_t parse_seq(const tpu_op_def_t* def, const tpu_node_t* node, seq_t* s) {
   const tpu_view_t* out = out_view(node);
   if (!out) return unimpl("expected an output");
-  bool lin = strcmp(def->name, "linspace") == 0, log = strcmp(def->name, "logspace") == 0;
-  TPU_RETURN_IF_ERROR(lin   ? parse_linspace(def, node, out->dtype, s)
-                      : log ? parse_logspace(def, node, out->dtype, s)
-                            : parse_arange(def, node, out->dtype, s));
+  TPU_RETURN_IF_ERROR(parse_seq_as(def, node, out->dtype, s));
   if (tpu_view_numel(out) != s->n)
     return unimpl("output size does not match the range");
+  return TPU_OK;
+}
+
+/* A factory row's dtype: the out= tensor's, which the caller passes in
+ * out_views[0].dtype (ops.h); complex results are left to PyTorch's meta
+ * kernels, as the kernels refuse them. */
+static tpu_status_t factory_dtype(const tpu_view_t* out_views, tpu_dtype_t* out_dt) {
+  tpu_dtype_t dt = out_views[0].dtype;
+  if (dt < 0 || dt >= TPU_DTYPE_COUNT || tpu_dtype_is_complex(dt))
+    return unimpl("the out= tensor's dtype is not given");
+  *out_dt = dt;
+  return TPU_OK;
+}
+
+static tpu_status_t seq_infer(const tpu_op_def_t* def, const tpu_node_t* node,
+                              tpu_view_t* out_views) {
+  tpu_dtype_t dt = TPU_DTYPE_INVALID;
+  seq_t s;
+  TPU_RETURN_IF_ERROR(factory_dtype(out_views, &dt));
+  TPU_RETURN_IF_ERROR(parse_seq_as(def, node, dt, &s));
+  tpu_view_t* v = &out_views[0];
+  memset(v, 0, sizeof(*v));
+  v->dtype = dt;
+  v->ndim = 1;
+  v->sizes[0] = s.n;
+  tpu_view_set_contiguous(v);
   return TPU_OK;
 }
 
@@ -675,6 +713,22 @@ static tpu_status_t parse_eye(const tpu_op_def_t* def, const tpu_node_t* node, i
   return TPU_OK;
 }
 
+static tpu_status_t eye_infer(const tpu_op_def_t* def, const tpu_node_t* node,
+                              tpu_view_t* out_views) {
+  tpu_dtype_t dt = TPU_DTYPE_INVALID;
+  TPU_RETURN_IF_ERROR(factory_dtype(out_views, &dt));
+  int64_t n = tpu_attr_int(ku_attr(def, node, "n"), -1);
+  int64_t m = tpu_attr_int(ku_attr(def, node, "m"), n);
+  if (n < 0 || m < 0) return unimpl("n and m must be non-negative");
+  tpu_view_t* v = &out_views[0];
+  memset(v, 0, sizeof(*v));
+  v->dtype = dt;
+  v->ndim = 2;
+  v->sizes[0] = n, v->sizes[1] = m;
+  tpu_view_set_contiguous(v);
+  return TPU_OK;
+}
+
 static tpu_status_t eye_check(const tpu_op_def_t* def, const tpu_node_t* node) {
   int64_t n, m;
   return parse_eye(def, node, &n, &m);
@@ -1061,12 +1115,14 @@ tpu_status_t tpu_shape_reference(const tpu_op_def_t* def, const tpu_node_t* node
 
 static const tpu_op_def_t g_rows[] = {
     {.name = "arange", .inputs = "", .attrs = "start,end,step", .outputs = "out",
-     .aten = "arange.start_out", .kernel = seq_kernel, .infer = NULL, .check = seq_check,
+     .aten = "arange.start_out", .kernel = seq_kernel, .infer = seq_infer, .check = seq_check,
      .impl = NULL},
     {.name = "linspace", .inputs = "", .attrs = "start,end,steps", .outputs = "out",
-     .aten = "linspace.out", .kernel = seq_kernel, .infer = NULL, .check = seq_check, .impl = NULL},
+     .aten = "linspace.out", .kernel = seq_kernel, .infer = seq_infer, .check = seq_check,
+     .impl = NULL},
     {.name = "logspace", .inputs = "", .attrs = "start,end,steps,base", .outputs = "out",
-     .aten = "logspace.out", .kernel = seq_kernel, .infer = NULL, .check = seq_check, .impl = NULL},
+     .aten = "logspace.out", .kernel = seq_kernel, .infer = seq_infer, .check = seq_check,
+     .impl = NULL},
     {.name = "flip", .inputs = "self", .attrs = "dims", .outputs = "out", .aten = "flip flip.out",
      .kernel = flip_kernel, .infer = flip_infer, .check = flip_check, .impl = NULL,
      .flags = TPU_OP_COMPLEX_AS_BITS},
@@ -1080,7 +1136,7 @@ static const tpu_op_def_t g_rows[] = {
      .aten = "tril tril.out tril_", .kernel = tri_kernel, .infer = tri_infer, .check = tri_check,
      .impl = NULL},
     {.name = "eye", .inputs = "", .attrs = "n,m", .outputs = "out", .aten = "eye.out eye.m_out",
-     .kernel = eye_kernel, .infer = NULL, .check = eye_check, .impl = NULL},
+     .kernel = eye_kernel, .infer = eye_infer, .check = eye_check, .impl = NULL},
     {.name = "tril_indices", .inputs = "", .attrs = "row,col,offset,dtype", .outputs = "out",
      .aten = "tril_indices tril_indices.out", .kernel = tri_idx_kernel, .infer = tri_idx_infer,
      .check = tri_idx_check, .impl = NULL},

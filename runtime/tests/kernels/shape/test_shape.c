@@ -2,7 +2,8 @@
  * (tpu_shape_reference): tables of arange/linspace ranges over every dtype
  * and strided outputs, flip/roll/triu/tril over dtypes, dims and layouts of
  * self and out (and in-place triu/tril), some known values, and the
- * fallbacks (bool ranges, bad dims, overlapping outputs). */
+ * fallbacks (bool ranges, bad dims, overlapping outputs). Every compared
+ * case also checks the row's shape function against the output's shape. */
 #include "kernel_test_util.h"
 
 tpu_status_t tpu_shape_reference(const tpu_op_def_t* def, const tpu_node_t* node);
@@ -23,6 +24,18 @@ static void run_compare(const char* what, const tpu_op_def_t* def, tpu_value_t* 
   tpu_node_t node = tt_node(in, nin, &out.view, 1, attrs, nattrs);
   node.op = tpu_op_lookup(def->name);
   CHECK_OK(def->check(def, &node));
+  /* The shape function sizes the same output (a factory row given the out=
+   * tensor's dtype, as the bridge passes it: ops.h). */
+  tpu_node_t full = node; /* every attr of the row, as the bridge passes them */
+  for (int32_t k = nattrs; k < tpu_op_num_attrs(node.op); ++k) full.attrs[k] = tt_none();
+  full.num_attrs = tpu_op_num_attrs(node.op);
+  tpu_view_t inferred = {.dtype = shape->dtype};
+  CHECK_OK(tpu_op_infer(&full, &inferred));
+  /* (tril/triu_indices: their dtype attr decides; the tests' out= tensors
+   * may be of another integer dtype, which the bridge accepts.) */
+  CHECK(inferred.dtype == shape->dtype || strstr(def->name, "_indices"));
+  CHECK(inferred.ndim == shape->ndim);
+  for (int32_t d = 0; d < shape->ndim; ++d) CHECK(inferred.sizes[d] == shape->sizes[d]);
   CHECK_OK(tt_run(def->kernel, def, &node));
   node.outputs = &want.view;
   CHECK_OK(tpu_shape_reference(def, &node));
@@ -209,6 +222,16 @@ TEST(shape_fallbacks) {
   aa[2] = tt_int(2);
   node = tt_node(NULL, 0, &f.view, 1, aa, 3);
   CHECK_CODE(ar->check(ar, &node), TPU_CODE_UNIMPLEMENTED); /* size mismatch */
+  /* The shape function needs the out= tensor's dtype (ops.h): without one,
+   * or for a bool sequence, the bridge asks PyTorch's meta kernel. */
+  node.op = tpu_op_lookup("arange");
+  tpu_view_t want = {.dtype = TPU_DTYPE_INVALID};
+  CHECK_CODE(tpu_op_infer(&node, &want), TPU_CODE_UNIMPLEMENTED);
+  want.dtype = TPU_DTYPE_BOOL;
+  CHECK_CODE(tpu_op_infer(&node, &want), TPU_CODE_UNIMPLEMENTED);
+  want.dtype = TPU_DTYPE_I32;
+  CHECK_OK(tpu_op_infer(&node, &want));
+  CHECK(want.dtype == TPU_DTYPE_I32 && want.ndim == 1 && want.sizes[0] == 2 && want.strides[0] == 1);
 
   tt_t m = tt_make(TPU_DTYPE_F32, 2, s34, TT_CONTIG), o = tt_make(TPU_DTYPE_F32, 2, s34, 0);
   tpu_value_t in[1] = {tt_value(&m.view)};
