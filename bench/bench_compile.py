@@ -40,11 +40,14 @@ figure swings up to 2x on this shared machine; every run's is in the JSON).
 compiled_dynamo (TpuBackend(dynamo_cache=True): Dynamo's traced bytecode and
 guards cached too) and inductor (its own caches, in a fresh
 TORCHINDUCTOR_CACHE_DIR per workload, cold then warm) for comparison.
+Each workload group (--only's numbers) runs in a process of its own
+(bench_defer.isolated_rows; --same-process: all in this one): a row measured
+after others in one process depends on them.
 Writes bench/results/compile.json (or compile_startup.json with --startup).
 Usage: python bench/bench_compile.py [--quick | --smoke] [--rounds N] [--min-time S]
        [--only 1,2,3,4,5,6,7] [--columns compiled,defer,strict,cpu,inductor[,compiled_op]] [--threads T]
        [--optimizer compiled|eager]
-       [--inductor-cache] [--tpu-cache] [--out PATH]
+       [--inductor-cache] [--tpu-cache] [--out PATH] [--same-process]
        python bench/bench_compile.py --startup [--quick | --smoke] [--only ...]
        [--startup-columns compiled,inductor] [--startup-repeats R] [--steady-calls N]
 """
@@ -355,6 +358,8 @@ def main():
     ap.add_argument("--startup-child", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--startup-column", default="compiled", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--same-process", action="store_true",
+                    help="every workload group in this process (a row then depends on the rows before it)")
     a = ap.parse_args()
     a.out_given = a.out is not None
     bd.COMPILE_OPTIMIZER_STEP[0] = a.optimizer == "compiled"
@@ -379,14 +384,19 @@ def main():
     cols = [c for c in a.columns.split(",") if c in COLUMNS + EXTRA_COLUMNS]
     shown = COLUMNS + tuple(c for c in EXTRA_COLUMNS if c in cols)
     assert "cpu" in cols, "the CPU eager column is the reference of the output checks"
-    work = workloads(a.only, size, sz)
+    groups = [g for g in a.only.split(",") if g]
+    isolate = len(groups) > 1 and not a.same_process
+    work = [] if isolate else workloads(a.only, size, sz)
     print(f"threads: torch {torch.get_num_threads()}, tpu pool {pool}, OMP_WAIT_POLICY "
           f"{os.environ.get('OMP_WAIT_POLICY', 'unset (libgomp default)')}; sizes: {size}; best of >= "
           f"{rounds} alternating rounds (up to 25 until each column ran {min_time} s); training rows: "
-          f"optimizer step {a.optimizer} in the compiled columns; load average "
+          f"optimizer step {a.optimizer} in the compiled columns; "
+          f"{'each workload group in a process of its own' if isolate else 'one process'}; load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
 
     rows, t0 = [], time.perf_counter()
+    if isolate:
+        rows = bd.isolated_rows(os.path.abspath(__file__), groups)
     for w in work:
         r, n, check, metrics = measure(w, cols, rounds, min_time)
         w.make = None
@@ -441,7 +451,8 @@ def main():
                    "inductor_cache": a.inductor_cache, "optimizer": a.optimizer,
                    "threads": {"torch_cpu": torch.get_num_threads(), "tpu_pool": pool,
                                "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY")},
-                   "seconds": elapsed, "load_average_end": load, "rows": rows, "geomean": summary},
+                   "seconds": elapsed, "load_average_end": load, "groups_isolated": isolate,
+                   "rows": rows, "geomean": summary},
                   f, indent=1, default=str)
     print("wrote", a.out)
 

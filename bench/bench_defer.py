@@ -43,8 +43,15 @@ column, every tpu/Inductor column's first result against CPU eager's, and,
 when ``torch_tpu.defer_metrics()`` exists, its change over the warm-up calls
 and over the timed rounds (fused-program compiles, cache hits/misses,
 flushes by reason). Prints markdown tables, writes bench/results/defer.json.
+
+Each workload group (--only's numbers) runs in a process of its own
+(isolated_rows): a row measured after other rows in one process depends on
+them (the allocators', caches' and threads' states their models leave: the
+chains ran 1.1-1.7x slower in every column after the model rows,
+bench/RESULTS.md 2026-12-07). --same-process runs them all in this one.
 Usage: python bench/bench_defer.py [--quick | --smoke] [--rounds N] [--min-time S]
        [--only 1,2,3,4,5] [--columns strict,defer,cpu,inductor] [--threads T] [--out PATH]
+       [--same-process]
 """
 import argparse
 import contextlib
@@ -53,7 +60,9 @@ import gc
 import json
 import math
 import os
+import subprocess
 import sys
+import tempfile
 import time
 
 if __name__ == "__main__":
@@ -395,6 +404,31 @@ def measure(w, cols, rounds, min_time, max_rounds=25):
     return r, n, check, metrics
 
 
+def isolated_rows(script, groups):
+    """The rows of `script` run once per workload group, each group in a
+    process of its own (this process's arguments but --only and --out, plus
+    --same-process), in group order. Each child prints its own progress and
+    table; a child that fails fails the run."""
+    args, skip = [], False
+    for x in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif x in ("--only", "--out"):
+            skip = True
+        elif not x.startswith(("--only=", "--out=")):
+            args.append(x)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench_groups_") as d:
+        for g in groups:
+            path = os.path.join(d, f"group_{g}.json")
+            print(f"\n== workload group {g}, in a process of its own", flush=True)
+            subprocess.run([sys.executable, script, *args, "--same-process", "--only", g, "--out", path],
+                           check=True)
+            with open(path) as f:
+                rows += json.load(f)["rows"]
+    return rows
+
+
 def ratio(row, a, b):
     ca, cb = row["columns"].get(a), row["columns"].get(b)
     return ca["throughput"] / cb["throughput"] if ca and cb else None
@@ -431,6 +465,8 @@ def main():
         ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=None)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                   "results", "defer.json"))
+    ap.add_argument("--same-process", action="store_true",
+                    help="every workload group in this process (a row then depends on the rows before it)")
     a = ap.parse_args()
     size = "smoke" if a.smoke else "quick" if a.quick else "default"
     sz = {k: getattr(a, k) or v for k, v in SIZES[size].items()}
@@ -441,7 +477,9 @@ def main():
     torch._dynamo.config.cache_size_limit = 64
     cols = [c for c in a.columns.split(",") if c in COLUMNS and (c != "defer" or DEFER is not None)]
     assert "cpu" in cols, "the CPU eager column is the reference of the output checks"
-    only, tiny, work = set(a.only.split(",")), size == "smoke", []
+    groups = [g for g in a.only.split(",") if g]
+    isolate = len(groups) > 1 and not a.same_process
+    only, tiny, work = set() if isolate else set(groups), size == "smoke", []
     if "1" in only:
         work += gpt2_workloads([int(b) for b in sz["gpt2_batches"].split(",")], sz["gpt2_seq"],
                                sz["gpt2_layers"], *((64, 4, 256) if tiny else ()))
@@ -463,9 +501,13 @@ def main():
     print(f"threads: torch {threads['torch_cpu']}, tpu pool {pool}, OMP_WAIT_POLICY "
           f"{threads['OMP_WAIT_POLICY'] or 'unset (libgomp default)'}; DEFER_AND_FUSE: "
           f"{'available' if DEFER is not None else 'n/a (not in torch_tpu.EagerMode)'}; sizes: {size}; "
-          f"best of >= {rounds} alternating rounds (up to 25 until each column ran {min_time} s)", flush=True)
+          f"best of >= {rounds} alternating rounds (up to 25 until each column ran {min_time} s); "
+          f"{'each workload group in a process of its own' if isolate else 'one process'}; load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
 
     rows, t_start = [], time.perf_counter()
+    if isolate:
+        rows = isolated_rows(os.path.abspath(__file__), groups)
     for w in work:
         r, n, check, metrics = measure(w, cols, rounds, min_time)
         w.make = None  # frees this workload's models (weights of earlier rows stay out of the peaks)
@@ -518,13 +560,15 @@ def main():
                 + " |")
     fbs = {f"{r['workload']} [{c}]": r["columns"][c]["fallbacks"] for r in rows for c in ("strict", "defer")
            if r["columns"][c] and r["columns"][c]["fallbacks"]}
-    print(f"\ntpu CPU fallbacks: {fbs or 'none'}; {elapsed:.0f} s")
+    print(f"\ntpu CPU fallbacks: {fbs or 'none'}; {elapsed:.0f} s; load average at the end "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump({"size": size, "threads": threads, "min_rounds": rounds, "min_time_s": min_time,
                    "defer_mode": DEFER.name if DEFER is not None else None,
                    "defer_metrics_api": defer_metrics() is not None, "defer_metrics_end": defer_metrics(), "columns": list(COLUMNS),
                    "columns_run": cols, "sizes": sz, "torch": torch.__version__, "seconds": elapsed,
+                   "groups_isolated": isolate, "load_average_end": os.getloadavg(),
                    "rows": rows, "geomean": summary}, f, indent=1)
     print("wrote", a.out)
 

@@ -79,6 +79,8 @@ def test_smoke_all_workloads(tmp_path):
     cols = ("strict", "defer", "cpu")
     d, stdout = run_smoke(tmp_path, "--columns", ",".join(cols))
     check_structure(d, stdout, [c for c in cols if c != "defer" or HAS_DEFER], [1, 2, 3, 4, 5])
+    # each workload group ran in a process of its own, its rows gathered in order
+    assert d["groups_isolated"] and stdout.count("in a process of its own") == 6
     assert [r["workload_num"] for r in d["rows"]].count(1) == 2  # batch 1 and 2
     assert [r["workload_num"] for r in d["rows"]].count(4) == 3  # three chains
     assert [r["workload_num"] for r in d["rows"]].count(5) == 3  # bf16: GPT-2 b1, b2, Llama
@@ -135,7 +137,8 @@ def test_defer_column_with_a_stand_in_mode(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(torch_tpu, "defer_metrics", fake_metrics, raising=False)
     out = tmp_path / "defer.json"
     monkeypatch.setattr(sys, "argv", ["bench_defer.py", "--quick", "--smoke", "--only", "1,4",
-                                      "--columns", "strict,defer,cpu", "--out", str(out)])
+                                      "--columns", "strict,defer,cpu", "--out", str(out),
+                                      "--same-process"])  # the stand-ins live in this process
     bench_defer.main()
     stdout = capsys.readouterr().out
     with open(out) as f:
