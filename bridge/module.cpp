@@ -134,6 +134,7 @@ PYBIND11_MODULE(_C, m) {
     d["caller_sleeps"] = s.caller_sleeps;
     d["spin_ns"] = s.spin_ns;
     d["pinned"] = s.pinned;
+    d["batch_threads"] = s.batch_threads;
     return d;
   });
   m.def("set_weight_cache_limit", [](int64_t bytes) { tpu_weight_cache_set_limit(bytes); });

@@ -170,17 +170,19 @@ threads_gemm = len(os.listdir("/proc/self/task"))
 c = torch.randn(1, 64, 28, 28, device="tpu", dtype=torch.bfloat16)
 k = torch.randn(64, 64, 3, 3, device="tpu", dtype=torch.bfloat16)
 torch.nn.functional.conv2d(c, k, padding=1).cpu()
-aff, single = {}, []
+aff, single, policy = {}, [], {}
 for tid in os.listdir("/proc/self/task"):
     # (threads a tpu thread starts, such as the OpenMP team, inherit its name)
     name = open(f"/proc/self/task/{tid}/comm").read().strip()
     mask = sorted(os.sched_getaffinity(int(tid)))
     aff.setdefault(name, []).append(mask)
+    policy.setdefault(name, []).append(os.sched_getscheduler(int(tid)))
     if len(mask) == 1:
         single.append(mask[0])
 print(json.dumps({"stats": torch_tpu.pool_stats(), "aff": aff, "single": sorted(single),
                   "threads_before": threads_before, "threads_gemm": threads_gemm,
-                  "mxu": torch_tpu.matrix_unit()}))
+                  "mxu": torch_tpu.matrix_unit(), "policy": policy,
+                  "main_policy": os.sched_getscheduler(0)}))
 """
 
 
@@ -219,6 +221,23 @@ def test_pool_pins_a_thread_per_core_only_when_it_owns_the_cores():
         r = _pin_probe(**env)
         assert r["stats"]["pinned"] == 0, env
         assert r["single"] == [], env
+
+
+def test_device_threads_are_batch_scheduled_and_the_host_thread_is_not():
+    # Waking a SCHED_BATCH thread never preempts the running one: the host
+    # thread that queues work keeps its core (pool.c). The host's own
+    # threads keep their policy.
+    import os
+    r = _pin_probe()
+    assert r["main_policy"] == os.SCHED_OTHER
+    device = r["policy"]["tpu-pool"] + r["policy"]["tpu0-queue"]
+    # (a convolution's OpenMP team, started by the queue worker, inherits
+    # its name and policy)
+    assert device and all(p == os.SCHED_BATCH for p in device), r["policy"]
+    assert r["stats"]["batch_threads"] >= r["stats"]["threads"]  # pool workers + a queue worker
+    r = _pin_probe(TORCH_TPU_DEVICE_SCHED="normal")
+    assert all(p == os.SCHED_OTHER for ps in r["policy"].values() for p in ps), r["policy"]
+    assert r["stats"]["batch_threads"] == 0
 
 
 def test_matrix_unit_gemms_start_no_openmp_team():

@@ -4,12 +4,14 @@
  * polling between back-to-back jobs finds the next one, an idle pool stops
  * polling, and the poll-length rule of pool_spin.h step by step. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "kernel.h"
+#include "tpu/config.h"
 #include "base/pool_spin.h"
 #include "test.h"
 
@@ -111,6 +113,17 @@ static bool split_over_two(void) {
   atomic_init(&m.met, 0);
   tpu_parallel_for(2, 1, meet_chunk, &m);
   return atomic_load(&m.met) == 1;
+}
+
+/* The pool's workers are device threads: SCHED_BATCH (TORCH_TPU_DEVICE_SCHED
+ * batch, the default), so that waking one never preempts the caller. */
+TEST(parallel_workers_are_batch_scheduled) {
+  if (tpu_parallel_threads() < 2) return; /* no workers */
+  if (strcmp(tpu_config_string(TPU_CONFIG_DEVICE_SCHED), "batch") != 0) return;
+  tpu_pool_stats_t s;
+  tpu_pool_stats(&s);
+  CHECK(s.batch_threads >= s.threads - 1);
+  CHECK(sched_getscheduler(0) != SCHED_BATCH); /* the caller keeps its own policy */
 }
 
 TEST(parallel_for_workers_poll_between_jobs) {

@@ -51,6 +51,8 @@ typedef enum tpu_config_kind {
     "pin compute threads to cores (auto: when the pool spans every core, one rank per host)")     \
   X(QUEUE_SPIN_US, "TORCH_TPU_QUEUE_SPIN_US", INT, "200", 0, 100000, NULL,                          \
     "most microseconds an idle queue worker polls before sleeping")                                \
+  X(DEVICE_SCHED, "TORCH_TPU_DEVICE_SCHED", STRING, "batch", 0, 0, "batch|normal",                   \
+    "the device threads' policy (batch: waking them never preempts the host thread)")             \
   X(MXU, "TORCH_TPU_MXU", BOOL, "1", 0, 0, NULL, "0: no matrix unit (half GEMMs widened to float32)") \
   X(WEIGHT_CACHE_MB, "TORCH_TPU_WEIGHT_CACHE_MB", INT, "1024", 0, 1048576, NULL,                    \
     "the matrix unit's packed-weight cache, MiB (0: off)")                                         \

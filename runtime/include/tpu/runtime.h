@@ -135,6 +135,8 @@ typedef struct tpu_pool_stats {
   uint64_t caller_sleeps;   /* callers that slept waiting for a worker to finish its chunk */
   int64_t spin_ns;          /* the workers' current poll length, the longest of them */
   int32_t pinned;           /* threads pinned to a core of their own (TORCH_TPU_PIN_THREADS) */
+  int32_t batch_threads;    /* device threads (pool workers, queue workers) scheduled
+                               SCHED_BATCH (TORCH_TPU_DEVICE_SCHED) */
 } tpu_pool_stats_t;
 void tpu_pool_stats(tpu_pool_stats_t* out_stats);
 

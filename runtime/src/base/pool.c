@@ -74,6 +74,7 @@ static struct {
   bool wake_sent;         /* `wake` signalled, no worker back from it yet, under mu */
   int threads;
   _Atomic int pinned;     /* threads pinned to cores */
+  _Atomic int batch_threads; /* device threads scheduled SCHED_BATCH */
   bool pinning;           /* pool threads are pinned (set by start_pool) */
   int cpus[POOL_MAX_THREADS]; /* thread i's core when pinning (allowed_cores) */
   int64_t spin_max_ns;
@@ -198,6 +199,7 @@ static bool pin_to(int index); /* pinning, below */
 static void* worker_main(void* arg) {
   int index = (int)(intptr_t)arg;
   pthread_setname_np(pthread_self(), "tpu-pool");
+  tpu_parallel_device_thread();
   if (g_pool.pinning) pin_to(index);
   int64_t spin = g_pool.spin_max_ns;
   uint64_t seen = 0;
@@ -328,6 +330,13 @@ static void start_pool(void) {
   }
 }
 
+void tpu_parallel_device_thread(void) {
+  if (strcmp(tpu_config_string(TPU_CONFIG_DEVICE_SCHED), "batch") != 0) return;
+  struct sched_param param = {.sched_priority = 0};
+  if (pthread_setschedparam(pthread_self(), SCHED_BATCH, &param) == 0)
+    atomic_fetch_add(&g_pool.batch_threads, 1);
+}
+
 void tpu_parallel_pin_caller(void) {
   tpu_parallel_threads();
   if (g_pool.pinning) tl_pinned_caller = pin_to(0);
@@ -434,6 +443,7 @@ void tpu_pool_stats(tpu_pool_stats_t* out_stats) {
   s.empty_takes = atomic_load(&c->empty_takes);
   s.caller_sleeps = atomic_load(&c->caller_sleeps);
   s.pinned = atomic_load(&g_pool.pinned);
+  s.batch_threads = atomic_load(&g_pool.batch_threads);
   for (int i = 1; i < s.threads; ++i) {
     int64_t v = atomic_load_explicit(&g_pool.spin_ns[i], memory_order_relaxed);
     if (v > s.spin_ns) s.spin_ns = v;

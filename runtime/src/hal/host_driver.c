@@ -477,6 +477,7 @@ static void* queue_main(void* arg) {
   char name[16];
   snprintf(name, sizeof(name), "tpu%d-queue", q->chip->index);
   pthread_setname_np(pthread_self(), name);
+  tpu_parallel_device_thread();
   /* Other chips' workers stay free: pinned to one core they would queue
    * behind each other whenever two chips run at once. */
   if (q->chip->index == 0) tpu_parallel_pin_caller();
