@@ -168,10 +168,12 @@ def pool_stats() -> dict:
     than the longest poll), 'sleeps', 'wakeups' (jobs that signalled
     sleeping workers), 'empty_takes' (a worker reached a job already done),
     'caller_sleeps' (a kernel slept waiting for a worker's chunk),
-    'spin_ns' (the current poll length) and 'pinned' (threads pinned to a
+    'spin_ns' (the current poll length), 'pinned' (threads pinned to a
     core of their own: the workers and chip 0's queue worker, see
-    TORCH_TPU_PIN_THREADS). TORCH_TPU_POOL_SPIN_US sets the longest poll
-    (default 100; 0: workers sleep between jobs)."""
+    TORCH_TPU_PIN_THREADS) and 'batch_threads' (the device's threads, pool
+    and queue workers, scheduled SCHED_BATCH so that waking them never
+    preempts the host thread: TORCH_TPU_DEVICE_SCHED). TORCH_TPU_POOL_SPIN_US
+    sets the longest poll (default 100; 0: workers sleep between jobs)."""
     return dict(_C.pool_stats())
 
 
