@@ -53,6 +53,16 @@ static const tpu_view_t* out_view(const tpu_node_t* node) {
   return &node->outputs[0];
 }
 
+/* A fresh contiguous view of `ndim` dims `sizes` and dtype `dt` (a shape
+ * function's result). */
+static void set_fresh_view(tpu_view_t* v, tpu_dtype_t dt, int32_t ndim, const int64_t* sizes) {
+  memset(v, 0, sizeof(*v));
+  v->dtype = dt;
+  v->ndim = ndim;
+  for (int32_t d = 0; d < ndim; ++d) v->sizes[d] = sizes[d];
+  tpu_view_set_contiguous(v);
+}
+
 /* A Scalar attr as double / as int64 (Scalar::to<int64_t>: truncation). */
 static double attr_f64(const tpu_attr_t* a) {
   if (!a) return 0.0;
@@ -297,12 +307,7 @@ static tpu_status_t seq_infer(const tpu_op_def_t* def, const tpu_node_t* node,
   seq_t s;
   TPU_RETURN_IF_ERROR(factory_dtype(out_views, &dt));
   TPU_RETURN_IF_ERROR(parse_seq_as(def, node, dt, &s));
-  tpu_view_t* v = &out_views[0];
-  memset(v, 0, sizeof(*v));
-  v->dtype = dt;
-  v->ndim = 1;
-  v->sizes[0] = s.n;
-  tpu_view_set_contiguous(v);
+  set_fresh_view(&out_views[0], dt, 1, &s.n);
   return TPU_OK;
 }
 
@@ -702,12 +707,19 @@ static tpu_status_t tri_kernel(const tpu_op_def_t* def, const tpu_node_t* node,
 /* ---- eye --------------------------------------------------------------------- */
 
 /* n rows, m columns (eye.out: m = n); out must already be [n, m]. */
-static tpu_status_t parse_eye(const tpu_op_def_t* def, const tpu_node_t* node, int64_t* n,
-                              int64_t* m) {
-  const tpu_view_t* out = out_view(node);
+/* eye's [n, m] from its attrs (m absent: n). */
+static tpu_status_t eye_size(const tpu_op_def_t* def, const tpu_node_t* node, int64_t* n,
+                             int64_t* m) {
   *n = tpu_attr_int(ku_attr(def, node, "n"), -1);
   *m = tpu_attr_int(ku_attr(def, node, "m"), *n);
   if (*n < 0 || *m < 0) return unimpl("n and m must be non-negative");
+  return TPU_OK;
+}
+
+static tpu_status_t parse_eye(const tpu_op_def_t* def, const tpu_node_t* node, int64_t* n,
+                              int64_t* m) {
+  const tpu_view_t* out = out_view(node);
+  TPU_RETURN_IF_ERROR(eye_size(def, node, n, m));
   if (!out || out->ndim != 2 || out->sizes[0] != *n || out->sizes[1] != *m)
     return unimpl("output must be [n, m]");
   return TPU_OK;
@@ -717,15 +729,9 @@ static tpu_status_t eye_infer(const tpu_op_def_t* def, const tpu_node_t* node,
                               tpu_view_t* out_views) {
   tpu_dtype_t dt = TPU_DTYPE_INVALID;
   TPU_RETURN_IF_ERROR(factory_dtype(out_views, &dt));
-  int64_t n = tpu_attr_int(ku_attr(def, node, "n"), -1);
-  int64_t m = tpu_attr_int(ku_attr(def, node, "m"), n);
-  if (n < 0 || m < 0) return unimpl("n and m must be non-negative");
-  tpu_view_t* v = &out_views[0];
-  memset(v, 0, sizeof(*v));
-  v->dtype = dt;
-  v->ndim = 2;
-  v->sizes[0] = n, v->sizes[1] = m;
-  tpu_view_set_contiguous(v);
+  int64_t nm[2];
+  TPU_RETURN_IF_ERROR(eye_size(def, node, &nm[0], &nm[1]));
+  set_fresh_view(&out_views[0], dt, 2, nm);
   return TPU_OK;
 }
 
@@ -819,12 +825,8 @@ static tpu_status_t tri_idx_infer(const tpu_op_def_t* def, const tpu_node_t* nod
                                   tpu_view_t* out) {
   tri_idx_t t;
   TPU_RETURN_IF_ERROR(parse_tri_idx(def, node, NULL, &t));
-  memset(out, 0, sizeof(*out));
-  out->ndim = 2;
-  out->sizes[0] = 2;
-  out->sizes[1] = t.size;
-  out->dtype = t.dtype;
-  tpu_view_set_contiguous(out);
+  const int64_t sizes[2] = {2, t.size};
+  set_fresh_view(out, t.dtype, 2, sizes);
   return TPU_OK;
 }
 
