@@ -479,8 +479,34 @@ static tpu_view_t transposed(const tpu_view_t* v) {
   return t;
 }
 
+/* dst, a dense row-major [rows, cols] of `esize`-byte elements, from src
+ * whose rows are its columns (element (r, c) at src[r + c * ld]): a
+ * transposed operand made dense, as a weight gradient's dY^T is. In 32x32
+ * tiles so that each side moves whole cache lines: the element-by-element
+ * gather this replaces read one element per cache line of a column. */
+#define TRANSPOSE_TILE 32
+#define DEFINE_TRANSPOSE(name, T)                                                       \
+  static void name(T* dst, const T* src, int64_t rows, int64_t cols, int64_t ld) {      \
+    for (int64_t r0 = 0; r0 < rows; r0 += TRANSPOSE_TILE)                               \
+      for (int64_t c0 = 0; c0 < cols; c0 += TRANSPOSE_TILE) {                           \
+        int64_t r1 = r0 + TRANSPOSE_TILE < rows ? r0 + TRANSPOSE_TILE : rows;           \
+        int64_t c1 = c0 + TRANSPOSE_TILE < cols ? c0 + TRANSPOSE_TILE : cols;           \
+        for (int64_t r = r0; r < r1; ++r)                                               \
+          for (int64_t c = c0; c < c1; ++c) dst[r * cols + c] = src[r + c * ld];        \
+      }                                                                                 \
+  }
+DEFINE_TRANSPOSE(transpose_tiles_32, uint32_t)
+DEFINE_TRANSPOSE(transpose_tiles_16, uint16_t)
+
+static void transpose_tiles(void* dst, const void* src, int64_t rows, int64_t cols, int64_t ld,
+                            size_t esize) {
+  if (esize == 4) transpose_tiles_32(dst, src, rows, cols, ld);
+  else transpose_tiles_16(dst, src, rows, cols, ld);
+}
+
 /* A dense copy of `v` in `*out_scratch` (owned by the caller), its values
- * copied in when `fill`. */
+ * copied in when `fill`: by transpose_tiles where each matrix of `v` is a
+ * transposed dense one, else element by element. */
 static tpu_status_t dense_copy(tpu_view_t src, bool fill, void** out_scratch,
                                tpu_view_t* out_view) {
   const tpu_view_t* v = &src; /* out_view may be the source */
@@ -489,7 +515,16 @@ static tpu_status_t dense_copy(tpu_view_t src, bool fill, void** out_scratch,
   if (!*out_scratch)
     return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matrix unit: no %zu bytes of scratch", bytes);
   *out_view = view_of(*out_scratch, v->dtype, 3, v->sizes);
-  if (fill) view_copy(out_view, v);
+  size_t esize = tpu_dtype_size(v->dtype);
+  int64_t rows = v->sizes[1], cols = v->sizes[2], matrix = rows * cols;
+  if (fill && v->strides[1] == 1 && v->strides[2] >= rows && (esize == 2 || esize == 4)) {
+    for (int64_t i = 0; i < v->sizes[0]; ++i)
+      transpose_tiles((char*)*out_scratch + i * matrix * (int64_t)esize,
+                      (const char*)view_base(v) + i * v->strides[0] * (int64_t)esize, rows, cols,
+                      v->strides[2], esize);
+  } else if (fill) {
+    view_copy(out_view, v);
+  }
   return TPU_OK;
 }
 
@@ -562,13 +597,16 @@ static tpu_status_t run_part(const mxu_gemm_t* g, const b_plan_t* plan, int team
  * The parts (run_split): the batch when it has a part for every thread;
  * else rows, 32 or more a part (a transposed A's copied dense per part);
  * else, or where that moves fewer elements for a B the cache keeps
- * (cols_cheaper: a GPT-2 LM head at 128 rows), 64-column blocks of B. A B
- * read for the first time is read by each row part (laid out or copied
- * block by block in each): measured on a Llama training step's and GPT-2
- * batch 8's GEMMs, that beat column parts, which need a scratch C, on
- * every shape but one (8000x512x512, a weight gradient). A B the cache
- * keeps is laid out once per GEMM for all parts (prime_b: one sighting, at
- * most one packing), a column part reading its block range of it
+ * (cols_cheaper: a GPT-2 LM head at 128 rows), 64-column blocks of B. A
+ * transposed B read plain (plan_b: a Linear's new W.t()) is read by each
+ * row part, copied block by block in each: measured on a Llama training
+ * step's and GPT-2 batch 8's GEMMs, that beat column parts, which need a
+ * scratch C, on every shape but one (8000x512x512, a weight gradient), and
+ * beat laying it out blocked once over the pool (the Llama 15.7M step's
+ * forward GEMMs, one process alternating: 0.16-6.7 ms a call against
+ * 0.19-7.8). A B read blocked is laid out once per GEMM for all parts
+ * (prime_b: one sighting, at most one packing, the layout itself split
+ * over the pool), a column part reading its block range of it
  * (column_offset); brgemm takes no plain B or C whose row stride exceeds
  * its width, so a column part lays out a new row-major B's slice and
  * writes a dense scratch C when its slice of C is not dense. */
@@ -665,25 +703,126 @@ static void split_part(void* arg, int64_t begin, int64_t end) {
   }
 }
 
-/* Lays out the whole B once for the parts (plan->blocked), on the calling
- * thread, in the layout `part0`'s kernel asks for: from the weight cache
- * when it has it, with one sighting and at most one packing per GEMM. A
- * part whose kernel asks for another layout lays out its own (packed_b).
- * plan->packed is a new reference (run_split releases it). */
+/* ---- laying out B over the pool ----------------------------------------------- */
+
+/* A B laid out for the parts is itself split over the pool: part i lays
+ * out B's columns in its range of whole column blocks, a reorder into its
+ * submemory of the blocked layout, so neither thread waits while the other
+ * lays out all of B. In a training step every weight changes each step and
+ * so is laid out afresh for each of its GEMMs: laid out on one thread, the
+ * Llama 15.7M step's (b2 seq128) float32 GEMMs spent ~10 ms of ~100 a step
+ * doing it while the second core idled. Split only where the layout has no
+ * padding (a submemory reorder leaves padding unwritten) and is a float
+ * layout (an int8 layout's compensation follows its own data). */
+#define LAYOUT_SPLIT_MIN 32768 /* elements of B; below, one reorder */
+#define LAYOUT_SPLIT_PARTS 64
+
+typedef struct layout_split {
+  const tpu_view_t* b;
+  const_dnnl_memory_desc_t want;
+  void* data;
+  int nd;
+  int64_t block, blocks, parts;
+  tpu_status_t* st; /* [parts] */
+} layout_split_t;
+
+/* The column block of blocked layout `md` (the product of its inner blocks
+ * of the last dimension), or 0 where it is not split: padded, or not a
+ * float layout. */
+static int64_t column_block(const_dnnl_memory_desc_t md) {
+  dnnl_format_kind_t kind = dnnl_format_kind_undef;
+  dnnl_data_type_t dt = dnnl_data_type_undef;
+  int nd = 0, nb = 0;
+  const dnnl_dims_t *dims, *padded, *blks, *idxs;
+  if (dnnl_memory_desc_query(md, dnnl_query_format_kind, &kind) != dnnl_success ||
+      kind != dnnl_blocked ||
+      dnnl_memory_desc_query(md, dnnl_query_data_type, &dt) != dnnl_success ||
+      (dt != dnnl_f32 && dt != dnnl_bf16 && dt != dnnl_f16) ||
+      dnnl_memory_desc_query(md, dnnl_query_ndims_s32, &nd) != dnnl_success ||
+      dnnl_memory_desc_query(md, dnnl_query_dims, &dims) != dnnl_success ||
+      dnnl_memory_desc_query(md, dnnl_query_padded_dims, &padded) != dnnl_success ||
+      dnnl_memory_desc_query(md, dnnl_query_inner_nblks_s32, &nb) != dnnl_success ||
+      dnnl_memory_desc_query(md, dnnl_query_inner_blks, &blks) != dnnl_success ||
+      dnnl_memory_desc_query(md, dnnl_query_inner_idxs, &idxs) != dnnl_success)
+    return 0;
+  for (int d = 0; d < nd; ++d)
+    if ((*dims)[d] != (*padded)[d]) return 0;
+  int64_t block = 1;
+  for (int i = 0; i < nb; ++i)
+    if ((*idxs)[i] == nd - 1) block *= (*blks)[i];
+  return block;
+}
+
+static void layout_part(void* arg, int64_t begin, int64_t end) {
+  layout_split_t* j = (layout_split_t*)arg;
+  int64_t n = j->b->sizes[2], k = j->b->sizes[1];
+  omp_set_num_threads(1); /* one reorder per pool thread */
+  for (int64_t i = begin; i < end; ++i) {
+    int64_t c0 = j->blocks * i / j->parts * j->block;
+    int64_t c1 = i + 1 == j->parts ? n : j->blocks * (i + 1) / j->parts * j->block;
+    tpu_view_t cols = slice(*j->b, 2, c0, c1);
+    dnnl_dims_t dims = {1, k, c1 - c0}, offsets = {0, 0, c0};
+    dnnl_memory_desc_t plain = NULL, sub = NULL;
+    dnnl_stream_t stream = NULL;
+    if (!md_of(&cols, j->nd, false, &plain) ||
+        dnnl_memory_desc_create_submemory(&sub, j->want, dims + 3 - j->nd,
+                                          offsets + 3 - j->nd) != dnnl_success ||
+        dnnl_stream_create(&stream, g_mxu.engine, dnnl_stream_default_flags) != dnnl_success)
+      j->st[i] = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matrix unit: no memory to lay out B");
+    else
+      j->st[i] = mxu_pack_reorder(plain, view_base(&cols), sub, j->data, g_mxu.engine, stream);
+    if (stream) dnnl_stream_destroy(stream);
+    md_destroy(sub), md_destroy(plain);
+  }
+}
+
+/* mxu_layout_fn: B laid out by column ranges over the pool (ctx: the
+ * whole B's plain descriptor), or by one reorder where it is not split. */
+static tpu_status_t layout_b_split(void* ctx, const tpu_view_t* b, const_dnnl_memory_desc_t want,
+                                   void* data) {
+  const_dnnl_memory_desc_t plain = (const_dnnl_memory_desc_t)ctx;
+  int nd = 0;
+  dnnl_memory_desc_query(want, dnnl_query_ndims_s32, &nd);
+  int64_t block = column_block(want);
+  int64_t blocks = block > 0 ? b->sizes[2] / block : 0;
+  int64_t parts = tpu_parallel_threads();
+  if (parts > blocks) parts = blocks;
+  if (parts < 2 || b->sizes[1] * b->sizes[2] < LAYOUT_SPLIT_MIN || (nd != 2 && nd != 3)) {
+    dnnl_stream_t stream = NULL;
+    if (dnnl_stream_create(&stream, g_mxu.engine, dnnl_stream_default_flags) != dnnl_success)
+      return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matrix unit: no memory to lay out B");
+    tpu_status_t st = mxu_pack_reorder(plain, view_base(b), want, data, g_mxu.engine, stream);
+    dnnl_stream_destroy(stream);
+    return st;
+  }
+  tpu_status_t st[LAYOUT_SPLIT_PARTS];
+  if (parts > LAYOUT_SPLIT_PARTS) parts = LAYOUT_SPLIT_PARTS;
+  layout_split_t j = {b, want, data, nd, block, blocks, parts, st};
+  tpu_parallel_for(parts, 1, layout_part, &j);
+  tpu_status_t first = TPU_OK;
+  for (int64_t i = 0; i < parts; ++i) {
+    if (first == TPU_OK) first = st[i];
+    else tpu_status_free(st[i]);
+  }
+  return first;
+}
+
+/* Lays out the whole B once for the parts (plan->blocked), split over the
+ * pool (layout_b_split), in the layout `part0`'s kernel asks for: from the
+ * weight cache when it has it, with one sighting and at most one packing
+ * per GEMM. A part whose kernel asks for another layout lays out its own
+ * (packed_b). plan->packed is a new reference (run_split releases it). */
 static tpu_status_t prime_b(const mxu_gemm_t* part0, b_plan_t* plan) {
   tpu_status_t st = TPU_OK;
   dnnl_memory_desc_t want = NULL, plain = NULL;
-  dnnl_stream_t stream = NULL;
   omp_set_num_threads(1);
   dnnl_primitive_t prim = gemm_primitive(part0, true, &want, &st);
   if (!prim) return st; /* declined: each part declines too */
-  if (!md_of(&part0->b, gemm_ndims(part0), false, &plain) ||
-      dnnl_stream_create(&stream, g_mxu.engine, dnnl_stream_default_flags) != dnnl_success)
+  if (!md_of(&part0->b, gemm_ndims(part0), false, &plain))
     st = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matrix unit: no memory to lay out B");
   if (st == TPU_OK)
-    st = mxu_pack_get(&part0->b, plain, want, plan->cacheable, g_mxu.engine, stream,
-                      &plan->packed);
-  if (stream) dnnl_stream_destroy(stream);
+    st = mxu_pack_get_with(&part0->b, want, plan->cacheable, layout_b_split, plain,
+                           &plan->packed);
   md_destroy(plain), md_destroy(want);
   dnnl_primitive_destroy(prim);
   return st;
@@ -729,6 +868,10 @@ static tpu_status_t run_split(const mxu_gemm_t* g, bool b_own, int threads, bool
     if (j.plan.blocked) { /* in the layout of part 0's kernel */
       int64_t i0, i1;
       mxu_gemm_t p0 = part_of(&j, 0, &i0, &i1);
+      /* as run_rows will run it: a transposed A made dense (a slice of one
+       * is no operand brgemm takes, and the parts would each lay out B) */
+      if (j.how == SPLIT_ROWS && p0.a.sizes[2] > 1 && p0.a.strides[2] != 1)
+        tpu_view_set_contiguous(&p0.a);
       st = prime_b(&p0, &j.plan);
     }
   }

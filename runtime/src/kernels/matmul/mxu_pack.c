@@ -198,34 +198,29 @@ bool mxu_pack_seen(const tpu_view_t* b) {
   return seen;
 }
 
-tpu_status_t mxu_pack_get(const tpu_view_t* b, const_dnnl_memory_desc_t plain,
-                          const_dnnl_memory_desc_t want, bool cacheable, dnnl_engine_t engine,
-                          dnnl_stream_t stream, mxu_packed_t** out_packed) {
-  pack_key_t k = key_of(b);
-  uint64_t id = 0;
-  *out_packed = cacheable ? lookup(&k, b, want, &id) : NULL;
-  if (*out_packed) return TPU_OK;
+/* Lays out all of `b` (plain layout, ctx: a reorder_ctx_t) by one reorder. */
+typedef struct reorder_ctx {
+  const_dnnl_memory_desc_t plain;
+  dnnl_engine_t engine;
+  dnnl_stream_t stream;
+} reorder_ctx_t;
 
-  size_t bytes = dnnl_memory_desc_get_size(want);
-  mxu_packed_t* p = calloc(1, sizeof *p);
-  void* data = p ? tpu_scratch_alloc(bytes ? bytes : 1) : NULL;
-  if (!data) {
-    free(p);
-    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY,
-                           "matrix unit: no %zu bytes for a blocked weight", bytes);
-  }
-  p->data = data;
-  atomic_init(&p->refs, 1);
+static tpu_status_t reorder_whole(void* ctx, const tpu_view_t* b, const_dnnl_memory_desc_t want,
+                                  void* data) {
+  const reorder_ctx_t* c = (const reorder_ctx_t*)ctx;
+  return mxu_pack_reorder(c->plain, (void*)(uintptr_t)b->addr, want, data, c->engine, c->stream);
+}
 
+tpu_status_t mxu_pack_reorder(const_dnnl_memory_desc_t from_md, void* from_data,
+                              const_dnnl_memory_desc_t to_md, void* to_data, dnnl_engine_t engine,
+                              dnnl_stream_t stream) {
   dnnl_primitive_desc_t pd = NULL;
   dnnl_primitive_t reorder = NULL;
   dnnl_memory_t from = NULL, to = NULL;
-  dnnl_status_t s = dnnl_memory_desc_clone(&p->md, want);
-  if (s == dnnl_success)
-    s = dnnl_reorder_primitive_desc_create(&pd, plain, engine, want, engine, NULL);
+  dnnl_status_t s = dnnl_reorder_primitive_desc_create(&pd, from_md, engine, to_md, engine, NULL);
   if (s == dnnl_success) s = dnnl_primitive_create(&reorder, pd);
-  if (s == dnnl_success) s = dnnl_memory_create(&from, plain, engine, (void*)(uintptr_t)b->addr);
-  if (s == dnnl_success) s = dnnl_memory_create(&to, want, engine, data);
+  if (s == dnnl_success) s = dnnl_memory_create(&from, from_md, engine, from_data);
+  if (s == dnnl_success) s = dnnl_memory_create(&to, to_md, engine, to_data);
   if (s == dnnl_success) {
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
     s = dnnl_primitive_execute(reorder, stream, 2, args);
@@ -235,12 +230,40 @@ tpu_status_t mxu_pack_get(const tpu_view_t* b, const_dnnl_memory_desc_t plain,
   if (from) dnnl_memory_destroy(from);
   if (reorder) dnnl_primitive_destroy(reorder);
   if (pd) dnnl_primitive_desc_destroy(pd);
-  if (s != dnnl_success) {
-    if (p->md) dnnl_memory_desc_destroy(p->md);
-    tpu_scratch_free(data);
+  if (s == dnnl_success) return TPU_OK;
+  return tpu_status_make(s == dnnl_out_of_memory ? TPU_CODE_OUT_OF_MEMORY : TPU_CODE_INTERNAL,
+                         "matrix unit: laying out a weight failed (oneDNN status %d)", (int)s);
+}
+
+tpu_status_t mxu_pack_get(const tpu_view_t* b, const_dnnl_memory_desc_t plain,
+                          const_dnnl_memory_desc_t want, bool cacheable, dnnl_engine_t engine,
+                          dnnl_stream_t stream, mxu_packed_t** out_packed) {
+  reorder_ctx_t ctx = {plain, engine, stream};
+  return mxu_pack_get_with(b, want, cacheable, reorder_whole, &ctx, out_packed);
+}
+
+tpu_status_t mxu_pack_get_with(const tpu_view_t* b, const_dnnl_memory_desc_t want, bool cacheable,
+                               mxu_layout_fn layout, void* ctx, mxu_packed_t** out_packed) {
+  pack_key_t k = key_of(b);
+  uint64_t id = 0;
+  *out_packed = cacheable ? lookup(&k, b, want, &id) : NULL;
+  if (*out_packed) return TPU_OK;
+
+  size_t bytes = dnnl_memory_desc_get_size(want);
+  mxu_packed_t* p = calloc(1, sizeof *p);
+  void* data = p ? tpu_scratch_alloc(bytes ? bytes : 1) : NULL;
+  if (!data || dnnl_memory_desc_clone(&p->md, want) != dnnl_success) {
+    if (data) tpu_scratch_free(data);
     free(p);
-    return tpu_status_make(s == dnnl_out_of_memory ? TPU_CODE_OUT_OF_MEMORY : TPU_CODE_INTERNAL,
-                           "matrix unit: laying out a weight failed (oneDNN status %d)", (int)s);
+    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY,
+                           "matrix unit: no %zu bytes for a blocked weight", bytes);
+  }
+  p->data = data;
+  atomic_init(&p->refs, 1);
+  tpu_status_t st = layout(ctx, b, want, data);
+  if (st != TPU_OK) {
+    mxu_packed_release(p);
+    return st;
   }
   pthread_mutex_lock(&g_pack.mu);
   ++g_pack.packs;

@@ -76,6 +76,23 @@ tpu_status_t mxu_pack_get(const tpu_view_t* b, const_dnnl_memory_desc_t plain,
                           const_dnnl_memory_desc_t want, bool cacheable, dnnl_engine_t engine,
                           dnnl_stream_t stream, mxu_packed_t** out_packed);
 
+/* Fills `data` (laid out as `want`) from `b`: the way mxu_pack_get_with
+ * lays out a B it does not find cached (ctx: the caller's). */
+typedef tpu_status_t (*mxu_layout_fn)(void* ctx, const tpu_view_t* b,
+                                      const_dnnl_memory_desc_t want, void* data);
+
+/* mxu_pack_get with the laying out left to `layout` (a split over the
+ * compute pool, say): the cache's lookup, sizing and storing as above. */
+tpu_status_t mxu_pack_get_with(const tpu_view_t* b, const_dnnl_memory_desc_t want, bool cacheable,
+                               mxu_layout_fn layout, void* ctx, mxu_packed_t** out_packed);
+
+/* One oneDNN reorder from `from_data` (laid out as `from_md`) to `to_data`
+ * (`to_md`, which may be a submemory of a larger layout), run on `stream`
+ * and waited for. OUT_OF_MEMORY or INTERNAL on failure. */
+tpu_status_t mxu_pack_reorder(const_dnnl_memory_desc_t from_md, void* from_data,
+                              const_dnnl_memory_desc_t to_md, void* to_data, dnnl_engine_t engine,
+                              dnnl_stream_t stream);
+
 /* A new reference to `packed` (returned). */
 mxu_packed_t* mxu_packed_retain(mxu_packed_t* packed);
 void mxu_packed_release(mxu_packed_t* packed);

@@ -44,6 +44,16 @@ static const mm_case_t k_cases[] = {
     {"mm", TPU_DTYPE_I32, 1, 64, 64, 64, TT_CONTIG, TT_TRANSPOSED, TT_TRANSPOSED, 0, 0, 1},
     {"addmm", TPU_DTYPE_F32, 1, 80, 70, 50, TT_CONTIG, TT_CONTIG, TT_TRANSPOSED, BIAS_INPLACE,
      0.5, 2},
+    /* a row-major float32 B of 32,768 elements or more, laid out blocked by
+     * column ranges over the pool, with a transposed A made dense by tiles
+     * per row part; padded layouts (n = 250, k = 129) by one reorder */
+    {"mm", TPU_DTYPE_F32, 1, 96, 256, 192, TT_TRANSPOSED, TT_CONTIG, TT_CONTIG, 0, 0, 1},
+    {"mm", TPU_DTYPE_F32, 1, 80, 250, 200, TT_CONTIG, TT_CONTIG, TT_PADDED, 0, 0, 1},
+    {"mm", TPU_DTYPE_F32, 1, 70, 256, 129, TT_PADDED, TT_CONTIG, TT_CONTIG, 0, 0, 1},
+    {"addmm", TPU_DTYPE_F32, 1, 128, 320, 160, TT_TRANSPOSED, TT_CONTIG, TT_CONTIG, BIAS_ROW, 1,
+     1},
+    {"mm", TPU_DTYPE_BF16, 1, 96, 128, 100, TT_TRANSPOSED, TT_TRANSPOSED, TT_CONTIG, 0, 0, 1},
+    {"bmm", TPU_DTYPE_F32, 2, 40, 64, 48, TT_TRANSPOSED, TT_CONTIG, TT_CONTIG, 0, 0, 1},
     /* one or two rows, split into column blocks (decode steps) */
     {"mm", TPU_DTYPE_F32, 1, 1, 300, 500, TT_CONTIG, TT_TRANSPOSED, TT_CONTIG, 0, 0, 1},
     {"mm", TPU_DTYPE_F64, 1, 1, 300, 500, TT_PADDED, TT_CONTIG, TT_PADDED, 0, 0, 1},
