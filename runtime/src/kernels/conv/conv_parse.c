@@ -63,14 +63,6 @@ static tpu_status_t check_blas_dims(const conv_geom_t* g) {
   return TPU_OK;
 }
 
-static void set_shape(tpu_view_t* v, tpu_dtype_t dtype, int32_t ndim, const int64_t* sizes) {
-  memset(v, 0, sizeof(*v));
-  v->dtype = dtype;
-  v->ndim = ndim;
-  for (int32_t d = 0; d < ndim; ++d) v->sizes[d] = sizes[d];
-  tpu_view_set_contiguous(v);
-}
-
 /* convolution / convolution_backward. */
 static tpu_status_t parse_conv(const tpu_op_def_t* def, const tpu_node_t* node, conv_args_t* a) {
   bool backward = a->impl->kind == CONV_BACKWARD;
@@ -142,7 +134,7 @@ static tpu_status_t parse_conv(const tpu_op_def_t* def, const tpu_node_t* node, 
     CONV_FAIL("bias must be a vector of the output channels");
   TPU_RETURN_IF_ERROR(check_blas_dims(g));
   if (!backward) {
-    set_shape(&a->shape[0], a->dtype, x->ndim, out_sizes);
+    a->shape[0] = view_of(NULL, a->dtype, x->ndim, out_sizes);
     a->num_outputs = 1;
     return TPU_OK;
   }
@@ -162,9 +154,9 @@ static tpu_status_t parse_conv(const tpu_op_def_t* def, const tpu_node_t* node, 
     nb = bs->u.ints[0];
   }
   if (a->mask[2] && nb != cout) CONV_FAIL("bias_sizes does not match the output channels");
-  set_shape(&a->shape[0], a->dtype, x->ndim, x->sizes);
-  set_shape(&a->shape[1], a->dtype, w->ndim, w->sizes);
-  set_shape(&a->shape[2], a->dtype, 1, &nb);
+  a->shape[0] = view_of(NULL, a->dtype, x->ndim, x->sizes);
+  a->shape[1] = view_of(NULL, a->dtype, w->ndim, w->sizes);
+  a->shape[2] = view_of(NULL, a->dtype, 1, &nb);
   a->num_outputs = 3;
   return TPU_OK;
 }
@@ -220,7 +212,7 @@ static tpu_status_t parse_cols(const tpu_op_def_t* def, const tpu_node_t* node, 
   } else {
     s[0] = g->cx, s[1] = g->S[1], s[2] = g->S[2], ndim = lead + 3;
   }
-  set_shape(&a->shape[0], a->dtype, ndim, sizes);
+  a->shape[0] = view_of(NULL, a->dtype, ndim, sizes);
   a->num_outputs = 1;
   return TPU_OK;
 }

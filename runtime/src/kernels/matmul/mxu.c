@@ -340,43 +340,58 @@ typedef struct mxu_run {
 
 static void* view_base(const tpu_view_t* v) { return (void*)(uintptr_t)v->addr; }
 
+/* A blocked layout's description, borrowed from its descriptor. */
+typedef struct blocked_md {
+  dnnl_data_type_t dt;
+  int nd, nb; /* dims, inner blocks */
+  const dnnl_dims_t *dims, *padded, *strides, *blks, *idxs;
+} blocked_md_t;
+
+/* `md`'s layout into *out; false unless it is a blocked one. */
+static bool blocked_md(const_dnnl_memory_desc_t md, blocked_md_t* out) {
+  dnnl_format_kind_t kind = dnnl_format_kind_undef;
+  return dnnl_memory_desc_query(md, dnnl_query_format_kind, &kind) == dnnl_success &&
+         kind == dnnl_blocked &&
+         dnnl_memory_desc_query(md, dnnl_query_data_type, &out->dt) == dnnl_success &&
+         dnnl_memory_desc_query(md, dnnl_query_ndims_s32, &out->nd) == dnnl_success &&
+         dnnl_memory_desc_query(md, dnnl_query_inner_nblks_s32, &out->nb) == dnnl_success &&
+         dnnl_memory_desc_query(md, dnnl_query_dims, &out->dims) == dnnl_success &&
+         dnnl_memory_desc_query(md, dnnl_query_padded_dims, &out->padded) == dnnl_success &&
+         dnnl_memory_desc_query(md, dnnl_query_strides, &out->strides) == dnnl_success &&
+         dnnl_memory_desc_query(md, dnnl_query_inner_blks, &out->blks) == dnnl_success &&
+         dnnl_memory_desc_query(md, dnnl_query_inner_idxs, &out->idxs) == dnnl_success;
+}
+
+/* A float layout (an int8 one's compensation follows its own data). */
+static bool float_layout(const blocked_md_t* l) {
+  return l->dt == dnnl_bf16 || l->dt == dnnl_f16 || l->dt == dnnl_f32;
+}
+
+/* The columns' block: the product of the inner blocks of the last dim. */
+static int64_t column_block_of(const blocked_md_t* l) {
+  int64_t block = 1;
+  for (int i = 0; i < l->nb; ++i)
+    if ((*l->idxs)[i] == l->nd - 1) block *= (*l->blks)[i];
+  return block;
+}
+
 /* The byte offset in blocked layout `whole` of column col0 of a matrix
  * whose columns [col0, col0 + n) are laid out as `part` would lay them out
  * on its own (same blocks and strides, col0 on a block boundary); false when
- * they are not (another blocking, or an int8 layout, whose compensation
- * follows its own data). */
+ * they are not (another blocking, or an int8 layout). */
 static bool column_offset(const_dnnl_memory_desc_t whole, const_dnnl_memory_desc_t part,
                           int64_t col0, int64_t* out_bytes) {
-  dnnl_format_kind_t fw = dnnl_format_kind_undef, fp = dnnl_format_kind_undef;
-  dnnl_data_type_t dt = dnnl_data_type_undef;
-  int nd = 0, nb = 0, nbp = -1;
-  const dnnl_dims_t *sw, *sp, *bw, *bp, *iw, *ip, *pw, *pp;
-  if (dnnl_memory_desc_query(whole, dnnl_query_format_kind, &fw) != dnnl_success ||
-      dnnl_memory_desc_query(part, dnnl_query_format_kind, &fp) != dnnl_success ||
-      fw != dnnl_blocked || fp != dnnl_blocked ||
-      dnnl_memory_desc_query(whole, dnnl_query_data_type, &dt) != dnnl_success ||
-      (dt != dnnl_bf16 && dt != dnnl_f16 && dt != dnnl_f32) ||
-      dnnl_memory_desc_query(whole, dnnl_query_ndims_s32, &nd) != dnnl_success ||
-      dnnl_memory_desc_query(whole, dnnl_query_inner_nblks_s32, &nb) != dnnl_success ||
-      dnnl_memory_desc_query(part, dnnl_query_inner_nblks_s32, &nbp) != dnnl_success ||
-      nb != nbp || dnnl_memory_desc_query(whole, dnnl_query_strides, &sw) != dnnl_success ||
-      dnnl_memory_desc_query(part, dnnl_query_strides, &sp) != dnnl_success ||
-      dnnl_memory_desc_query(whole, dnnl_query_inner_blks, &bw) != dnnl_success ||
-      dnnl_memory_desc_query(part, dnnl_query_inner_blks, &bp) != dnnl_success ||
-      dnnl_memory_desc_query(whole, dnnl_query_inner_idxs, &iw) != dnnl_success ||
-      dnnl_memory_desc_query(part, dnnl_query_inner_idxs, &ip) != dnnl_success ||
-      dnnl_memory_desc_query(whole, dnnl_query_padded_dims, &pw) != dnnl_success ||
-      dnnl_memory_desc_query(part, dnnl_query_padded_dims, &pp) != dnnl_success)
+  blocked_md_t w, p;
+  if (!blocked_md(whole, &w) || !blocked_md(part, &p) || !float_layout(&w) || w.nb != p.nb)
     return false;
-  int64_t block = 1; /* the columns' block */
-  for (int i = 0; i < nb; ++i) {
-    if ((*bw)[i] != (*bp)[i] || (*iw)[i] != (*ip)[i]) return false;
-    if ((*iw)[i] == nd - 1) block *= (*bw)[i];
-  }
-  for (int d = 0; d < nd; ++d)
-    if ((*sw)[d] != (*sp)[d] || (d < nd - 1 && (*pw)[d] != (*pp)[d])) return false;
-  if (col0 % block != 0 || col0 + (*pp)[nd - 1] > (*pw)[nd - 1]) return false;
-  *out_bytes = col0 / block * (*sw)[nd - 1] * (int64_t)dnnl_data_type_size(dt);
+  for (int i = 0; i < w.nb; ++i)
+    if ((*w.blks)[i] != (*p.blks)[i] || (*w.idxs)[i] != (*p.idxs)[i]) return false;
+  for (int d = 0; d < w.nd; ++d)
+    if ((*w.strides)[d] != (*p.strides)[d] || (d < w.nd - 1 && (*w.padded)[d] != (*p.padded)[d]))
+      return false;
+  int64_t block = column_block_of(&w);
+  if (col0 % block != 0 || col0 + (*p.padded)[w.nd - 1] > (*w.padded)[w.nd - 1]) return false;
+  *out_bytes = col0 / block * (*w.strides)[w.nd - 1] * (int64_t)dnnl_data_type_size(w.dt);
   return true;
 }
 
@@ -726,31 +741,25 @@ typedef struct layout_split {
   tpu_status_t* st; /* [parts] */
 } layout_split_t;
 
-/* The column block of blocked layout `md` (the product of its inner blocks
- * of the last dimension), or 0 where it is not split: padded, or not a
- * float layout. */
+/* The column block of blocked layout `md` (column_block_of), or 0 where
+ * it is not split: padded, or not a float layout. */
 static int64_t column_block(const_dnnl_memory_desc_t md) {
-  dnnl_format_kind_t kind = dnnl_format_kind_undef;
-  dnnl_data_type_t dt = dnnl_data_type_undef;
-  int nd = 0, nb = 0;
-  const dnnl_dims_t *dims, *padded, *blks, *idxs;
-  if (dnnl_memory_desc_query(md, dnnl_query_format_kind, &kind) != dnnl_success ||
-      kind != dnnl_blocked ||
-      dnnl_memory_desc_query(md, dnnl_query_data_type, &dt) != dnnl_success ||
-      (dt != dnnl_f32 && dt != dnnl_bf16 && dt != dnnl_f16) ||
-      dnnl_memory_desc_query(md, dnnl_query_ndims_s32, &nd) != dnnl_success ||
-      dnnl_memory_desc_query(md, dnnl_query_dims, &dims) != dnnl_success ||
-      dnnl_memory_desc_query(md, dnnl_query_padded_dims, &padded) != dnnl_success ||
-      dnnl_memory_desc_query(md, dnnl_query_inner_nblks_s32, &nb) != dnnl_success ||
-      dnnl_memory_desc_query(md, dnnl_query_inner_blks, &blks) != dnnl_success ||
-      dnnl_memory_desc_query(md, dnnl_query_inner_idxs, &idxs) != dnnl_success)
-    return 0;
-  for (int d = 0; d < nd; ++d)
-    if ((*dims)[d] != (*padded)[d]) return 0;
-  int64_t block = 1;
-  for (int i = 0; i < nb; ++i)
-    if ((*idxs)[i] == nd - 1) block *= (*blks)[i];
-  return block;
+  blocked_md_t l;
+  if (!blocked_md(md, &l) || !float_layout(&l)) return 0;
+  for (int d = 0; d < l.nd; ++d)
+    if ((*l.dims)[d] != (*l.padded)[d]) return 0;
+  return column_block_of(&l);
+}
+
+/* One reorder on a stream of its own (a pool thread's, or the caller's). */
+static tpu_status_t reorder_now(const_dnnl_memory_desc_t from_md, void* from,
+                                const_dnnl_memory_desc_t to_md, void* to) {
+  dnnl_stream_t stream = NULL;
+  if (dnnl_stream_create(&stream, g_mxu.engine, dnnl_stream_default_flags) != dnnl_success)
+    return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matrix unit: no memory to lay out B");
+  tpu_status_t st = mxu_pack_reorder(from_md, from, to_md, to, g_mxu.engine, stream);
+  dnnl_stream_destroy(stream);
+  return st;
 }
 
 static void layout_part(void* arg, int64_t begin, int64_t end) {
@@ -763,15 +772,12 @@ static void layout_part(void* arg, int64_t begin, int64_t end) {
     tpu_view_t cols = slice(*j->b, 2, c0, c1);
     dnnl_dims_t dims = {1, k, c1 - c0}, offsets = {0, 0, c0};
     dnnl_memory_desc_t plain = NULL, sub = NULL;
-    dnnl_stream_t stream = NULL;
     if (!md_of(&cols, j->nd, false, &plain) ||
         dnnl_memory_desc_create_submemory(&sub, j->want, dims + 3 - j->nd,
-                                          offsets + 3 - j->nd) != dnnl_success ||
-        dnnl_stream_create(&stream, g_mxu.engine, dnnl_stream_default_flags) != dnnl_success)
+                                          offsets + 3 - j->nd) != dnnl_success)
       j->st[i] = tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matrix unit: no memory to lay out B");
     else
-      j->st[i] = mxu_pack_reorder(plain, view_base(&cols), sub, j->data, g_mxu.engine, stream);
-    if (stream) dnnl_stream_destroy(stream);
+      j->st[i] = reorder_now(plain, view_base(&cols), sub, j->data);
     md_destroy(sub), md_destroy(plain);
   }
 }
@@ -787,14 +793,8 @@ static tpu_status_t layout_b_split(void* ctx, const tpu_view_t* b, const_dnnl_me
   int64_t blocks = block > 0 ? b->sizes[2] / block : 0;
   int64_t parts = tpu_parallel_threads();
   if (parts > blocks) parts = blocks;
-  if (parts < 2 || b->sizes[1] * b->sizes[2] < LAYOUT_SPLIT_MIN || (nd != 2 && nd != 3)) {
-    dnnl_stream_t stream = NULL;
-    if (dnnl_stream_create(&stream, g_mxu.engine, dnnl_stream_default_flags) != dnnl_success)
-      return tpu_status_make(TPU_CODE_OUT_OF_MEMORY, "matrix unit: no memory to lay out B");
-    tpu_status_t st = mxu_pack_reorder(plain, view_base(b), want, data, g_mxu.engine, stream);
-    dnnl_stream_destroy(stream);
-    return st;
-  }
+  if (parts < 2 || b->sizes[1] * b->sizes[2] < LAYOUT_SPLIT_MIN || (nd != 2 && nd != 3))
+    return reorder_now(plain, view_base(b), want, data);
   tpu_status_t st[LAYOUT_SPLIT_PARTS];
   if (parts > LAYOUT_SPLIT_PARTS) parts = LAYOUT_SPLIT_PARTS;
   layout_split_t j = {b, want, data, nd, block, blocks, parts, st};

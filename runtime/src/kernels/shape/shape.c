@@ -53,16 +53,6 @@ static const tpu_view_t* out_view(const tpu_node_t* node) {
   return &node->outputs[0];
 }
 
-/* A fresh contiguous view of `ndim` dims `sizes` and dtype `dt` (a shape
- * function's result). */
-static void set_fresh_view(tpu_view_t* v, tpu_dtype_t dt, int32_t ndim, const int64_t* sizes) {
-  memset(v, 0, sizeof(*v));
-  v->dtype = dt;
-  v->ndim = ndim;
-  for (int32_t d = 0; d < ndim; ++d) v->sizes[d] = sizes[d];
-  tpu_view_set_contiguous(v);
-}
-
 /* A Scalar attr as double / as int64 (Scalar::to<int64_t>: truncation). */
 static double attr_f64(const tpu_attr_t* a) {
   if (!a) return 0.0;
@@ -307,7 +297,7 @@ static tpu_status_t seq_infer(const tpu_op_def_t* def, const tpu_node_t* node,
   seq_t s;
   TPU_RETURN_IF_ERROR(factory_dtype(out_views, &dt));
   TPU_RETURN_IF_ERROR(parse_seq_as(def, node, dt, &s));
-  set_fresh_view(&out_views[0], dt, 1, &s.n);
+  out_views[0] = view_of(NULL, dt, 1, &s.n);
   return TPU_OK;
 }
 
@@ -731,7 +721,7 @@ static tpu_status_t eye_infer(const tpu_op_def_t* def, const tpu_node_t* node,
   TPU_RETURN_IF_ERROR(factory_dtype(out_views, &dt));
   int64_t nm[2];
   TPU_RETURN_IF_ERROR(eye_size(def, node, &nm[0], &nm[1]));
-  set_fresh_view(&out_views[0], dt, 2, nm);
+  out_views[0] = view_of(NULL, dt, 2, nm);
   return TPU_OK;
 }
 
@@ -826,7 +816,7 @@ static tpu_status_t tri_idx_infer(const tpu_op_def_t* def, const tpu_node_t* nod
   tri_idx_t t;
   TPU_RETURN_IF_ERROR(parse_tri_idx(def, node, NULL, &t));
   const int64_t sizes[2] = {2, t.size};
-  set_fresh_view(out, t.dtype, 2, sizes);
+  *out = view_of(NULL, t.dtype, 2, sizes);
   return TPU_OK;
 }
 
